@@ -1,0 +1,160 @@
+package comm
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Comm is a fixed group of Size() ranks that run collectives together.
+//
+// Every rank issues the same collectives, with the same counts, dtypes,
+// reductions and roots, in the same order. Each method checks its arguments
+// and returns an error wrapping ErrInvalidArgument at once if they are bad;
+// otherwise it starts the operation and returns a Work without waiting for
+// it. Collectives on one Comm run and complete in the order they were issued;
+// many may be in flight. Point-to-point Send and Recv are ordered per (peer,
+// tag) and run beside the collectives, so a Send never waits for an earlier
+// collective (pipelines rely on this).
+//
+// A buffer handed to an operation belongs to the operation until its Work is
+// done: do not read or write it meanwhile.
+//
+// The ctx passed when an operation is issued bounds the operation itself
+// (together with the Comm's default timeout); if it ends first, the operation
+// fails. Work.Wait's ctx bounds only the waiting.
+//
+// After any operation fails (peer lost, timeout, mismatch, cancelled), the
+// Comm is poisoned: pending and later operations return that error. Close
+// it and build a new one. The methods are safe for concurrent use, but the
+// order in which concurrent callers issue collectives is then up to the
+// scheduler, so ranks usually issue collectives from one goroutine.
+type Comm interface {
+	// Rank is this rank's index in [0, Size()).
+	Rank() int
+	// Size is the number of ranks.
+	Size() int
+
+	// AllReduce reduces buf element-wise over all ranks and leaves the
+	// result in buf on every rank (in place). All ranks get bit-identical
+	// results.
+	AllReduce(ctx context.Context, buf Buffer, op ReduceOp) (Work, error)
+	// Broadcast copies root's buf into buf on every other rank.
+	Broadcast(ctx context.Context, buf Buffer, root int) (Work, error)
+	// Reduce reduces buf over all ranks into buf on root (in place). Buffers
+	// on other ranks are left unchanged.
+	Reduce(ctx context.Context, buf Buffer, op ReduceOp, root int) (Work, error)
+	// AllGather concatenates every rank's src, in rank order, into dst on
+	// every rank. dst.Len() must be Size()*src.Len(). In place if src is
+	// dst's slice for this rank: dst.Slice(Rank()*n, (Rank()+1)*n).
+	AllGather(ctx context.Context, dst, src Buffer) (Work, error)
+	// Gather concatenates every rank's src, in rank order, into dst on root.
+	// On root dst.Len() must be Size()*src.Len(); dst is ignored elsewhere
+	// (pass an empty Buffer). In place on root as for AllGather.
+	Gather(ctx context.Context, dst, src Buffer, root int) (Work, error)
+	// Scatter splits root's src into Size() equal parts and delivers part i
+	// to dst on rank i. On root src.Len() must be Size()*dst.Len(); src is
+	// ignored elsewhere. In place on root if dst is src's slice for root.
+	Scatter(ctx context.Context, dst, src Buffer, root int) (Work, error)
+	// ReduceScatter reduces src (Size()*dst.Len() elements) over all ranks
+	// and leaves part i of the result in dst on rank i. src is not modified.
+	// In place if dst is src's slice for this rank.
+	ReduceScatter(ctx context.Context, dst, src Buffer, op ReduceOp) (Work, error)
+	// AllToAll sends part j of src (Size() equal parts) to rank j, which
+	// stores it as part i of its dst, i being the sender. dst and src have
+	// the same length and must not overlap.
+	AllToAll(ctx context.Context, dst, src Buffer) (Work, error)
+	// Send sends buf to peer with tag. The matching Recv must use the same
+	// tag and length. Sends to one (peer, tag) are received in order.
+	Send(ctx context.Context, buf Buffer, peer int, tag int) (Work, error)
+	// Recv receives the next message with tag from peer into buf.
+	Recv(ctx context.Context, buf Buffer, peer int, tag int) (Work, error)
+	// Barrier completes once every rank has entered it.
+	Barrier(ctx context.Context) (Work, error)
+
+	// Split is a blocking collective over this Comm: ranks that pass the
+	// same color form a new Comm, ranked by (key, old rank). Ranks passing
+	// ColorNone get a nil Comm. The new Comm runs independently of this one
+	// (its operations are not ordered with this Comm's) and shares its
+	// connections; close it before closing the parent.
+	Split(ctx context.Context, color, key int) (Comm, error)
+
+	// Close releases the Comm. Operations still pending fail with
+	// ErrClosed. Close never hangs; it is safe to call more than once.
+	io.Closer
+}
+
+// ColorNone passed to Split leaves the calling rank out of every new group.
+const ColorNone = -1
+
+// NewGroup is a blocking collective over c that builds a Comm of the ranks
+// listed (by their rank in c), ranked in list order. Every rank of c must call
+// it with the same list; ranks not in the list get a nil Comm.
+func NewGroup(ctx context.Context, c Comm, ranks []int) (Comm, error) {
+	seen := map[int]bool{}
+	pos := -1
+	for i, r := range ranks {
+		if r < 0 || r >= c.Size() {
+			return nil, InvalidArgf("NewGroup: rank %d out of range [0, %d)", r, c.Size())
+		}
+		if seen[r] {
+			return nil, InvalidArgf("NewGroup: rank %d listed twice", r)
+		}
+		seen[r] = true
+		if r == c.Rank() {
+			pos = i
+		}
+	}
+	if len(ranks) == 0 {
+		return nil, InvalidArgf("NewGroup: empty rank list")
+	}
+	if pos < 0 {
+		return c.Split(ctx, ColorNone, 0)
+	}
+	return c.Split(ctx, 0, pos)
+}
+
+// Work is an operation in flight. Wait blocks until the operation is done or
+// ctx ends (the operation itself goes on); Done and Err never block. Err is
+// nil until the operation has finished, and after it succeeded.
+type Work interface {
+	Wait(ctx context.Context) error
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Options tunes a Comm. The zero value gives the defaults.
+type Options struct {
+	// Timeout bounds every operation (in addition to its ctx). 0 means
+	// DefaultTimeout; a negative value means no bound.
+	Timeout time.Duration
+	// PeerTimeout is how long a process backend waits without hearing from
+	// a peer (heartbeats flow while it is idle) before declaring it lost.
+	// 0 means DefaultPeerTimeout.
+	PeerTimeout time.Duration
+}
+
+// Default timeouts.
+const (
+	DefaultTimeout     = 30 * time.Minute
+	DefaultPeerTimeout = 30 * time.Second
+)
+
+// OpTimeout returns the effective per-operation timeout (0 for none).
+func (o Options) OpTimeout() time.Duration {
+	switch {
+	case o.Timeout < 0:
+		return 0
+	case o.Timeout == 0:
+		return DefaultTimeout
+	}
+	return o.Timeout
+}
+
+// PeerDeadline returns the effective peer-loss timeout.
+func (o Options) PeerDeadline() time.Duration {
+	if o.PeerTimeout <= 0 {
+		return DefaultPeerTimeout
+	}
+	return o.PeerTimeout
+}

@@ -1,0 +1,5 @@
+package comm
+
+import "os"
+
+var logOut = os.Stderr
