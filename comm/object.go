@@ -89,4 +89,3 @@ func AllGatherObject[T any](ctx context.Context, c Comm, v T) ([]T, error) {
 	}
 	return out, nil
 }
-

@@ -27,7 +27,12 @@ func TestDecodeRejects(t *testing.T) {
 		"unknown kind":    func(h *Header, b []byte) { h.Kind = 99 },
 		"unknown op":      func(h *Header, b []byte) { h.Op = 0 },
 		"heartbeat body":  func(h *Header, b []byte) { h.Kind = KindHeartbeat },
-		"huge abort":      func(h *Header, b []byte) { h.Kind = KindAbort; h.Len = MaxAbortText + 1; h.Total = uint64(h.Len); h.Offset = 0 },
+		"huge abort": func(h *Header, b []byte) {
+			h.Kind = KindAbort
+			h.Len = MaxAbortText + 1
+			h.Total = uint64(h.Len)
+			h.Offset = 0
+		},
 	}
 	for name, mod := range cases {
 		h := good
