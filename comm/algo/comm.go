@@ -1,0 +1,570 @@
+package algo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/wire"
+)
+
+// WorldGroup is the group id of the Comm that spans a whole Transport.
+const WorldGroup uint64 = 1
+
+// Comm implements comm.Comm over a Transport: argument checks, ordering,
+// sequence numbers, algorithm choice, sub-groups and failure handling.
+type Comm struct {
+	t       Transport
+	group   uint64
+	rank    int   // rank in this Comm
+	members []int // Comm rank -> world rank
+	opts    comm.Options
+	world   bool // closing it closes the transport
+	tuning  Tuning
+
+	life   context.Context // ends on Close
+	finish context.CancelFunc
+
+	mu      sync.Mutex
+	seq     uint64
+	tail    chan struct{}            // done channel of the last collective issued
+	p2pTail map[p2pKey]chan struct{} // done channel of the last p2p op per (dir, peer, tag)
+	failed  error
+	closed  bool
+}
+
+type p2pKey struct {
+	send bool
+	peer int
+	tag  int
+}
+
+var _ comm.Comm = (*Comm)(nil)
+
+// NewComm returns the world Comm over t: every rank of t, ranked as in t.
+// Closing it closes t.
+func NewComm(t Transport, opts comm.Options) *Comm {
+	members := make([]int, t.Size())
+	for i := range members {
+		members[i] = i
+	}
+	return newComm(t, WorldGroup, t.Rank(), members, opts, true)
+}
+
+func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, world bool) *Comm {
+	life, finish := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	close(done)
+	return &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
+		tuning: TuningFromEnv(), life: life, finish: finish, tail: done, p2pTail: map[p2pKey]chan struct{}{}}
+}
+
+// Rank is this rank's index in the Comm.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in the Comm.
+func (c *Comm) Size() int { return len(c.members) }
+
+// WorldRank maps a rank of this Comm to its rank in the transport's world.
+func (c *Comm) WorldRank(r int) int { return c.members[r] }
+
+// SetTuning replaces the algorithm choices (thresholds, chunk size, forced
+// algorithms) read from the environment. Every rank must use the same.
+func (c *Comm) SetTuning(t Tuning) { c.mu.Lock(); c.tuning = t; c.mu.Unlock() }
+
+// Close fails pending operations with comm.ErrClosed; closing the world Comm
+// closes the transport (and so every sub-group).
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	if c.failed == nil {
+		c.failed = comm.ErrClosed
+	}
+	c.mu.Unlock()
+	c.finish()
+	if c.world {
+		return c.t.Close()
+	}
+	return nil
+}
+
+// op is one collective or point-to-point operation in flight.
+type op struct {
+	c    *Comm
+	ctx  context.Context
+	user context.Context
+	name string
+	hdr  wire.Header
+	dt   comm.DType
+	red  comm.ReduceOp
+	tun  Tuning
+}
+
+// fail poisons the Comm with err (the first error wins) and tells the other
+// members, so none of them waits for this rank.
+func (c *Comm) fail(err error) error {
+	c.mu.Lock()
+	if c.failed != nil {
+		first := c.failed
+		c.mu.Unlock()
+		return first
+	}
+	c.failed = err
+	c.mu.Unlock()
+	peers := make([]int, 0, len(c.members)-1)
+	for i, w := range c.members {
+		if i != c.rank {
+			peers = append(peers, w)
+		}
+	}
+	c.t.Abort(c.group, peers, err)
+	return err
+}
+
+func (c *Comm) opContext(user context.Context) (context.Context, context.CancelFunc) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if d := c.opts.OpTimeout(); d > 0 {
+		ctx, cancel = context.WithTimeout(user, d)
+	} else {
+		ctx, cancel = context.WithCancel(user)
+	}
+	stop := context.AfterFunc(c.life, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// issueColl starts a collective: it takes the next sequence number, waits
+// for the previous collective, runs fn, and completes the returned Work.
+func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt comm.DType, red comm.ReduceOp, fn func(o *op) error) (comm.Work, error) {
+	if ctx == nil {
+		return nil, comm.InvalidArgf("%s: nil context", name)
+	}
+	c.mu.Lock()
+	if c.failed != nil {
+		err := c.failed
+		c.mu.Unlock()
+		return nil, &comm.OpError{Op: name, Rank: c.rank, Err: err}
+	}
+	c.seq++
+	h.Kind = wire.KindColl
+	h.Group = c.group
+	h.Seq = c.seq
+	h.DType = uint8(dt)
+	h.Red = uint8(red)
+	prev := c.tail
+	done := make(chan struct{})
+	c.tail = done
+	tun := c.tuning
+	c.mu.Unlock()
+
+	req := comm.NewRequest()
+	o := &op{c: c, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: tun}
+	go func() {
+		defer close(done)
+		octx, cancel := c.opContext(ctx)
+		defer cancel()
+		o.ctx = octx
+		select {
+		case <-prev:
+		case <-octx.Done():
+		}
+		req.Complete(c.run(o, fn))
+	}()
+	return req, nil
+}
+
+func (c *Comm) run(o *op, fn func(o *op) error) error {
+	c.mu.Lock()
+	failed := c.failed
+	c.mu.Unlock()
+	wrap := func(err error) error { return &comm.OpError{Op: o.name, Seq: o.hdr.Seq, Rank: c.rank, Err: err} }
+	if failed != nil {
+		return wrap(failed)
+	}
+	if err := o.ctx.Err(); err != nil {
+		return wrap(c.fail(o.ctxErr(-1)))
+	}
+	err := fn(o)
+	if err == nil {
+		return nil
+	}
+	return wrap(c.fail(err))
+}
+
+// ctxErr explains why o.ctx ended while waiting on peer (-1: none).
+func (o *op) ctxErr(peer int) error {
+	c := o.c
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return comm.ErrClosed
+	}
+	if err := o.user.Err(); err != nil {
+		return err
+	}
+	who := ""
+	if peer >= 0 {
+		who = fmt.Sprintf(" waiting for rank %d", peer)
+	}
+	return fmt.Errorf("%w: %s did not finish within %v%s", comm.ErrTimeout, o.name, c.opts.OpTimeout(), who)
+}
+
+// explain turns a transport error on a message with peer into the error
+// the user sees.
+func (o *op) explain(err error, peer int, sending bool) error {
+	if err == nil {
+		return nil
+	}
+	var me *wire.MismatchError
+	if errors.As(err, &me) {
+		return fmt.Errorf("%w: rank %d called %s but rank %d (this rank) called %s",
+			comm.ErrMismatch, peer, wire.Describe(me.Got), o.c.rank, wire.Describe(me.Want))
+	}
+	if o.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return o.ctxErr(peer)
+	}
+	return err
+}
+
+func (o *op) send(to int, step uint32, b []byte) error {
+	h := o.hdr
+	h.Step = step
+	return o.explain(o.c.t.Send(o.ctx, o.c.members[to], h, b), to, true)
+}
+
+func (o *op) recv(from int, step uint32, b []byte) error {
+	h := o.hdr
+	h.Step = step
+	return o.explain(o.c.t.Recv(o.ctx, o.c.members[from], h, b), from, false)
+}
+
+// sendrecv sends sb to `to` while it receives rb from `from`.
+func (o *op) sendrecv(to int, sb []byte, from int, rb []byte, step uint32) error {
+	if to == o.c.rank && from == o.c.rank {
+		copy(rb, sb)
+		return nil
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- o.send(to, step, sb) }()
+	rerr := o.recv(from, step, rb)
+	serr := <-errc
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}
+
+func (c *Comm) checkRoot(name string, root int) error {
+	if root < 0 || root >= len(c.members) {
+		return comm.InvalidArgf("%s: root %d out of range [0, %d)", name, root, len(c.members))
+	}
+	return nil
+}
+
+func checkBuf(name, which string, b comm.Buffer) error {
+	if err := b.Validate(); err != nil {
+		return fmt.Errorf("%s: %s: %w", name, which, err)
+	}
+	if b.IsDevice() {
+		return comm.InvalidArgf("%s: %s is device memory, which this backend cannot access", name, which)
+	}
+	return nil
+}
+
+// checkPair checks dst/src of an op where one is n times the other, allowing
+// only the in-place alias (small is big's slice for slot).
+func checkPair(name string, big, small comm.Buffer, bigName, smallName string, n, slot int) error {
+	if err := checkBuf(name, bigName, big); err != nil {
+		return err
+	}
+	if err := checkBuf(name, smallName, small); err != nil {
+		return err
+	}
+	if big.DType() != small.DType() {
+		return comm.InvalidArgf("%s: %s is %v but %s is %v", name, bigName, big.DType(), smallName, small.DType())
+	}
+	if big.Len() != n*small.Len() {
+		return comm.InvalidArgf("%s: %s has %d elements, want %d (%d ranks x %d)", name, bigName, big.Len(), n*small.Len(), n, small.Len())
+	}
+	if comm.Overlap(big, small) && !comm.Same(big.Slice(slot*small.Len(), (slot+1)*small.Len()), small) {
+		return comm.InvalidArgf("%s: %s and %s overlap; only the in-place alias (%s = %s's slice for rank %d) is allowed", name, bigName, smallName, smallName, bigName, slot)
+	}
+	return nil
+}
+
+// AllReduce: see comm.Comm.
+func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp) (comm.Work, error) {
+	const name = "all_reduce"
+	if err := checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if err := comm.CheckReduce(buf.DType(), red); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	h := wire.Header{Op: wire.OpAllReduce, Count: uint64(buf.Len())}
+	return c.issueColl(ctx, name, h, buf.DType(), red, func(o *op) error {
+		return o.allReduce(buf.Host())
+	})
+}
+
+// Broadcast: see comm.Comm.
+func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.Work, error) {
+	const name = "broadcast"
+	if err := checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	h := wire.Header{Op: wire.OpBroadcast, Count: uint64(buf.Len()), Root: int32(root)}
+	return c.issueColl(ctx, name, h, buf.DType(), 0, func(o *op) error {
+		return o.broadcast(buf.Host(), root)
+	})
+}
+
+// Reduce: see comm.Comm.
+func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp, root int) (comm.Work, error) {
+	const name = "reduce"
+	if err := checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if err := comm.CheckReduce(buf.DType(), red); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	h := wire.Header{Op: wire.OpReduce, Count: uint64(buf.Len()), Root: int32(root)}
+	return c.issueColl(ctx, name, h, buf.DType(), red, func(o *op) error {
+		return o.reduce(buf.Host(), root)
+	})
+}
+
+// AllGather: see comm.Comm.
+func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
+	const name = "all_gather"
+	if err := checkPair(name, dst, src, "dst", "src", c.Size(), c.rank); err != nil {
+		return nil, err
+	}
+	h := wire.Header{Op: wire.OpAllGather, Count: uint64(src.Len())}
+	return c.issueColl(ctx, name, h, src.DType(), 0, func(o *op) error {
+		return o.allGather(dst.Host(), src.Host())
+	})
+}
+
+// Gather: see comm.Comm.
+func (c *Comm) Gather(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
+	const name = "gather"
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	if c.rank == root {
+		if err := checkPair(name, dst, src, "dst", "src", c.Size(), c.rank); err != nil {
+			return nil, err
+		}
+	} else if err := checkBuf(name, "src", src); err != nil {
+		return nil, err
+	}
+	h := wire.Header{Op: wire.OpGather, Count: uint64(src.Len()), Root: int32(root)}
+	return c.issueColl(ctx, name, h, src.DType(), 0, func(o *op) error {
+		return o.gather(dst.Host(), src.Host(), root)
+	})
+}
+
+// Scatter: see comm.Comm.
+func (c *Comm) Scatter(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
+	const name = "scatter"
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	if c.rank == root {
+		if err := checkPair(name, src, dst, "src", "dst", c.Size(), c.rank); err != nil {
+			return nil, err
+		}
+	} else if err := checkBuf(name, "dst", dst); err != nil {
+		return nil, err
+	}
+	h := wire.Header{Op: wire.OpScatter, Count: uint64(dst.Len()), Root: int32(root)}
+	return c.issueColl(ctx, name, h, dst.DType(), 0, func(o *op) error {
+		return o.scatter(dst.Host(), src.Host(), root)
+	})
+}
+
+// ReduceScatter: see comm.Comm.
+func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buffer, red comm.ReduceOp) (comm.Work, error) {
+	const name = "reduce_scatter"
+	if err := checkPair(name, src, dst, "src", "dst", c.Size(), c.rank); err != nil {
+		return nil, err
+	}
+	if err := comm.CheckReduce(src.DType(), red); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	h := wire.Header{Op: wire.OpReduceScatter, Count: uint64(dst.Len())}
+	return c.issueColl(ctx, name, h, src.DType(), red, func(o *op) error {
+		return o.reduceScatter(dst.Host(), src.Host())
+	})
+}
+
+// AllToAll: see comm.Comm.
+func (c *Comm) AllToAll(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
+	const name = "all_to_all"
+	if err := checkBuf(name, "dst", dst); err != nil {
+		return nil, err
+	}
+	if err := checkBuf(name, "src", src); err != nil {
+		return nil, err
+	}
+	if dst.DType() != src.DType() || dst.Len() != src.Len() {
+		return nil, comm.InvalidArgf("%s: dst is %v and src is %v; they must have the same dtype and length", name, dst, src)
+	}
+	if src.Len()%c.Size() != 0 {
+		return nil, comm.InvalidArgf("%s: length %d is not a multiple of the group size %d", name, src.Len(), c.Size())
+	}
+	if comm.Overlap(dst, src) {
+		return nil, comm.InvalidArgf("%s: dst and src overlap", name)
+	}
+	h := wire.Header{Op: wire.OpAllToAll, Count: uint64(src.Len())}
+	return c.issueColl(ctx, name, h, src.DType(), 0, func(o *op) error {
+		return o.allToAll(dst.Host(), src.Host())
+	})
+}
+
+// Barrier: see comm.Comm.
+func (c *Comm) Barrier(ctx context.Context) (comm.Work, error) {
+	h := wire.Header{Op: wire.OpBarrier}
+	return c.issueColl(ctx, "barrier", h, comm.Uint8, 0, func(o *op) error { return o.barrier() })
+}
+
+// Send: see comm.Comm.
+func (c *Comm) Send(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.Work, error) {
+	return c.p2p(ctx, true, buf, peer, tag)
+}
+
+// Recv: see comm.Comm.
+func (c *Comm) Recv(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.Work, error) {
+	return c.p2p(ctx, false, buf, peer, tag)
+}
+
+func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag int) (comm.Work, error) {
+	name := "recv"
+	if send {
+		name = "send"
+	}
+	if ctx == nil {
+		return nil, comm.InvalidArgf("%s: nil context", name)
+	}
+	if err := checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if peer < 0 || peer >= c.Size() {
+		return nil, comm.InvalidArgf("%s: peer %d out of range [0, %d)", name, peer, c.Size())
+	}
+	c.mu.Lock()
+	if c.failed != nil {
+		err := c.failed
+		c.mu.Unlock()
+		return nil, &comm.OpError{Op: name, Rank: c.rank, Err: err}
+	}
+	key := p2pKey{send: send, peer: peer, tag: tag}
+	prev := c.p2pTail[key]
+	done := make(chan struct{})
+	c.p2pTail[key] = done
+	c.mu.Unlock()
+
+	h := wire.Header{Kind: wire.KindP2P, Op: wire.OpSend, Group: c.group, Seq: uint64(int64(tag)),
+		DType: uint8(buf.DType()), Count: uint64(buf.Len())}
+	o := &op{c: c, user: ctx, name: name, hdr: h, dt: buf.DType()}
+	req := comm.NewRequest()
+	go func() {
+		defer func() {
+			close(done)
+			c.mu.Lock()
+			if c.p2pTail[key] == done {
+				delete(c.p2pTail, key)
+			}
+			c.mu.Unlock()
+		}()
+		octx, cancel := c.opContext(ctx)
+		defer cancel()
+		o.ctx = octx
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-octx.Done():
+			}
+		}
+		req.Complete(c.run(o, func(o *op) error {
+			if send {
+				return o.send(peer, 0, buf.Host())
+			}
+			return o.recv(peer, 0, buf.Host())
+		}))
+	}()
+	return req, nil
+}
+
+// Split: see comm.Comm.
+func (c *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
+	const name = "split"
+	if color < 0 && color != comm.ColorNone {
+		return nil, comm.InvalidArgf("%s: color %d is negative (use comm.ColorNone to opt out)", name, color)
+	}
+	p := c.Size()
+	all := make([]int64, 2*p)
+	mine := []int64{int64(color), int64(key)}
+	var seq uint64
+	h := wire.Header{Op: wire.OpSplit, Count: 2}
+	w, err := c.issueColl(ctx, name, h, comm.Int64, 0, func(o *op) error {
+		seq = o.hdr.Seq
+		return o.allGather(comm.FromSlice(all).Host(), comm.FromSlice(mine).Host())
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Wait(ctx); err != nil {
+		return nil, err
+	}
+	if color == comm.ColorNone {
+		return nil, nil
+	}
+	type mem struct{ key, rank int }
+	var ms []mem
+	for r := 0; r < p; r++ {
+		if int(all[2*r]) == color {
+			ms = append(ms, mem{int(all[2*r+1]), r})
+		}
+	}
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].key != ms[j].key {
+			return ms[i].key < ms[j].key
+		}
+		return ms[i].rank < ms[j].rank
+	})
+	members := make([]int, len(ms))
+	rank := -1
+	for i, m := range ms {
+		members[i] = c.members[m.rank]
+		if m.rank == c.rank {
+			rank = i
+		}
+	}
+	hs := fnv.New64a()
+	fmt.Fprintf(hs, "%d/%d/%d", c.group, seq, color)
+	id := hs.Sum64()
+	if id <= WorldGroup {
+		id += 2
+	}
+	child := newComm(c.t, id, rank, members, c.opts, false)
+	child.tuning = c.tuning
+	context.AfterFunc(c.life, func() { child.Close() })
+	return child, nil
+}
