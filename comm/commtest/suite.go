@@ -621,8 +621,14 @@ func badArguments(ctx context.Context, c comm.Comm) error {
 		return nil
 	}
 	for _, chk := range []func() error{
-		func() error { w, err := c.AllReduce(ctx, f, comm.BXor); return expectInvalid("bxor on float32", w, err) },
-		func() error { w, err := c.AllReduce(ctx, f, comm.ReduceOp(99)); return expectInvalid("unknown op", w, err) },
+		func() error {
+			w, err := c.AllReduce(ctx, f, comm.BXor)
+			return expectInvalid("bxor on float32", w, err)
+		},
+		func() error {
+			w, err := c.AllReduce(ctx, f, comm.ReduceOp(99))
+			return expectInvalid("unknown op", w, err)
+		},
 		func() error { w, err := c.Broadcast(ctx, f, n); return expectInvalid("root out of range", w, err) },
 		func() error { w, err := c.Reduce(ctx, f, comm.Sum, -1); return expectInvalid("negative root", w, err) },
 		func() error {
@@ -638,7 +644,10 @@ func badArguments(ctx context.Context, c comm.Comm) error {
 			w, err := c.ReduceScatter(ctx, d.Slice(0, 4), d.Slice(0, 4*n), comm.BAnd)
 			return expectInvalid("reduce_scatter band on float", w, err)
 		},
-		func() error { w, err := c.Send(ctx, f, n, 0); return expectInvalid("send to rank out of range", w, err) },
+		func() error {
+			w, err := c.Send(ctx, f, n, 0)
+			return expectInvalid("send to rank out of range", w, err)
+		},
 		func() error { w, err := c.AllToAll(ctx, f, f); return expectInvalid("all_to_all overlapping", w, err) },
 		func() error {
 			w, err := c.AllReduce(ctx, comm.DeviceBuffer(0x1000, 0, comm.Float32, 4), comm.Sum)
