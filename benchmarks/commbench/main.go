@@ -1,0 +1,438 @@
+// Command commbench measures the collectives like nccl-tests: for each op and
+// size it reports the time per op, the algorithm bandwidth (size / time) and
+// the bus bandwidth (algbw times nccl-tests' bus factor for the op), and it
+// checks the result of every op.
+//
+//	go run ./benchmarks/commbench -backend inproc|tcp -np N \
+//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json]
+//
+// Sizes follow nccl-tests: for all_gather and gather the total output; for
+// reduce_scatter, scatter and all_to_all the total input; for sendrecv the
+// bytes each rank sends. With a process backend (tcp) commbench launches
+// the N local processes itself, like torchrun; it also runs as one worker
+// under torchrun, mpirun or srun (the env init of comm/rendezvous).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/tcp"
+	"github.com/gdist/gdist/launch"
+)
+
+var allOps = []string{"all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter", "reduce_scatter", "all_to_all", "sendrecv", "barrier"}
+
+type config struct {
+	backend string
+	np      int
+	ops     []string
+	sizes   []int64
+	iters   int
+	warmup  int
+	jsonOut bool
+	dtype   comm.DType
+	redop   comm.ReduceOp
+	timeout time.Duration
+}
+
+// Row is one line of output.
+type Row struct {
+	Op       string  `json:"op"`
+	Backend  string  `json:"backend"`
+	World    int     `json:"world"`
+	Bytes    int64   `json:"bytes"`
+	Count    int64   `json:"count"`
+	DType    string  `json:"dtype"`
+	Iters    int     `json:"iters"`
+	TimeUS   float64 `json:"time_us"`
+	AlgBW    float64 `json:"algbw_gbs"`
+	BusBW    float64 `json:"busbw_gbs"`
+	Correct  bool    `json:"correct"`
+	CheckErr string  `json:"check_error,omitempty"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "commbench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, s[:len(s)-1]
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, s[:len(s)-1]
+	}
+	s = strings.TrimSuffix(s, "B")
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 4K, 1M, 4096)", s)
+	}
+	return v * mult, nil
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("commbench", flag.ContinueOnError)
+	var cfg config
+	var ops, sizes, dtype, redop string
+	fs.StringVar(&cfg.backend, "backend", "inproc", "backend: inproc or tcp")
+	fs.IntVar(&cfg.np, "np", 2, "number of ranks")
+	fs.StringVar(&ops, "ops", "all", "comma-separated ops, or all: "+strings.Join(allOps, ","))
+	fs.StringVar(&sizes, "sizes", "4K,64K,1M,16M", "comma-separated sizes in bytes (K, M, G suffixes)")
+	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: about 64 MiB of traffic, 3..200)")
+	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON object per row")
+	fs.StringVar(&dtype, "dtype", "float32", "element type")
+	fs.StringVar(&redop, "op", "sum", "reduction for all_reduce, reduce, reduce_scatter")
+	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if cfg.backend != "inproc" && cfg.backend != "tcp" {
+		return cfg, fmt.Errorf("-backend %q: want inproc or tcp", cfg.backend)
+	}
+	if cfg.np < 1 || cfg.np > 1024 {
+		return cfg, fmt.Errorf("-np %d: want 1..1024", cfg.np)
+	}
+	if ops == "all" {
+		cfg.ops = allOps
+	} else {
+		for _, o := range strings.Split(ops, ",") {
+			o = strings.TrimSpace(o)
+			if indexOf(allOps, o) < 0 {
+				return cfg, fmt.Errorf("-ops: unknown op %q (know %s)", o, strings.Join(allOps, ","))
+			}
+			cfg.ops = append(cfg.ops, o)
+		}
+	}
+	for _, s := range strings.Split(sizes, ",") {
+		v, err := parseSize(s)
+		if err != nil {
+			return cfg, fmt.Errorf("-sizes: %v", err)
+		}
+		cfg.sizes = append(cfg.sizes, v)
+	}
+	sort.Slice(cfg.sizes, func(i, j int) bool { return cfg.sizes[i] < cfg.sizes[j] })
+	var err error
+	if cfg.dtype, err = comm.ParseDType(dtype); err != nil {
+		return cfg, fmt.Errorf("-dtype: %v", err)
+	}
+	if cfg.redop, err = comm.ParseReduceOp(redop); err != nil {
+		return cfg, fmt.Errorf("-op: %v", err)
+	}
+	if err := comm.CheckReduce(cfg.dtype, cfg.redop); err != nil {
+		return cfg, fmt.Errorf("-op %s -dtype %s: %v", redop, dtype, err)
+	}
+	if cfg.iters < 0 || cfg.warmup < 0 {
+		return cfg, fmt.Errorf("-iters and -warmup must not be negative")
+	}
+	return cfg, nil
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+func run() error {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+
+	if cfg.backend == "inproc" {
+		comms, err := inproc.New(cfg.np, comm.Options{})
+		if err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, cfg.np)
+		for r, c := range comms {
+			wg.Add(1)
+			go func(r int, c comm.Comm) {
+				defer wg.Done()
+				defer c.Close()
+				errs[r] = bench(ctx, c, cfg, os.Stdout)
+			}(r, c)
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+
+	// A process backend: launch the workers unless we are one (our own
+	// launcher, or torchrun / mpirun / srun).
+	if !launch.IsWorker() && !launchedExternally() {
+		return launch.Run(ctx, launch.Spec{NProc: cfg.np, Stdout: os.Stdout, Stderr: os.Stderr})
+	}
+	c, closeFn, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{})
+	if err != nil {
+		return err
+	}
+	berr := bench(ctx, c, cfg, os.Stdout)
+	cerr := closeFn()
+	if berr != nil {
+		return fmt.Errorf("rank %d: %w", c.Rank(), berr)
+	}
+	return cerr
+}
+
+// launchedExternally reports whether a launcher (torchrun, mpirun, srun)
+// set a world size for us.
+func launchedExternally() bool {
+	for _, v := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func busFactor(op string, n int) float64 {
+	f := float64(n)
+	switch op {
+	case "all_reduce":
+		return 2 * (f - 1) / f
+	case "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter":
+		return (f - 1) / f
+	case "broadcast", "reduce", "sendrecv":
+		return 1
+	}
+	return 0
+}
+
+// opCase is one op at one size on one rank: run performs it once.
+type opCase struct {
+	count int64 // elements per rank's "main" buffer, as nccl-tests reports
+	run   func(ctx context.Context) error
+	fill  func()       // sets inputs for the checked run
+	check func() error // verifies the checked run
+}
+
+func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
+	n, r := c.Size(), c.Rank()
+	dt, red := cfg.dtype, cfg.redop
+	es := int64(dt.Size())
+	nn := int64(n)
+	do := comm.Run
+	switch op {
+	case "all_reduce", "broadcast", "reduce", "sendrecv":
+		k := int(size / es)
+		buf := commtest.NewBuf(dt, k)
+		out := commtest.NewBuf(dt, k)
+		oc := opCase{count: int64(k)}
+		switch op {
+		case "all_reduce":
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.AllReduce(ctx, buf, red)) }
+			oc.fill = func() { commtest.Fill(dt, buf.Host(), func(i int) float64 { return commtest.Input(dt, red, r, i) }) }
+			oc.check = func() error { return commtest.CheckElems(dt, buf.Host(), k, commtest.ExpectedFunc(dt, red, n)) }
+		case "reduce":
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.Reduce(ctx, buf, red, 0)) }
+			oc.fill = func() { commtest.Fill(dt, buf.Host(), func(i int) float64 { return commtest.Input(dt, red, r, i) }) }
+			oc.check = func() error {
+				if r != 0 {
+					return nil
+				}
+				return commtest.CheckElems(dt, buf.Host(), k, commtest.ExpectedFunc(dt, red, n))
+			}
+		case "broadcast":
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.Broadcast(ctx, buf, 0)) }
+			oc.fill = func() { commtest.Fill(dt, buf.Host(), func(i int) float64 { return commtest.Pattern(r, i) }) }
+			oc.check = func() error {
+				return commtest.CheckElems(dt, buf.Host(), k, func(i int) float64 { return commtest.Pattern(0, i) })
+			}
+		case "sendrecv":
+			next, prev := (r+1)%n, (r-1+n)%n
+			oc.run = func(ctx context.Context) error {
+				ws, err := c.Send(ctx, buf, next, 0)
+				if err != nil {
+					return err
+				}
+				if err := do(ctx)(c.Recv(ctx, out, prev, 0)); err != nil {
+					return err
+				}
+				return ws.Wait(ctx)
+			}
+			oc.fill = func() { commtest.Fill(dt, buf.Host(), func(i int) float64 { return commtest.Pattern(r, i) }) }
+			oc.check = func() error {
+				return commtest.CheckElems(dt, out.Host(), k, func(i int) float64 { return commtest.Pattern(prev, i) })
+			}
+		}
+		return oc
+	case "all_gather", "gather":
+		k := int(size / es / nn)
+		src, dst := commtest.NewBuf(dt, k), commtest.NewBuf(dt, n*k)
+		oc := opCase{count: int64(n * k)}
+		if op == "all_gather" {
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.AllGather(ctx, dst, src)) }
+		} else {
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.Gather(ctx, dst, src, 0)) }
+		}
+		oc.fill = func() { commtest.Fill(dt, src.Host(), func(i int) float64 { return commtest.Pattern(r, i) }) }
+		oc.check = func() error {
+			if op == "gather" && r != 0 {
+				return nil
+			}
+			return commtest.CheckElems(dt, dst.Host(), n*k, func(i int) float64 { return commtest.Pattern(i/max(k, 1), i%max(k, 1)) })
+		}
+		return oc
+	case "scatter", "reduce_scatter", "all_to_all":
+		k := int(size / es / nn)
+		src, dst := commtest.NewBuf(dt, n*k), commtest.NewBuf(dt, k)
+		oc := opCase{count: int64(n * k)}
+		switch op {
+		case "scatter":
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.Scatter(ctx, dst, src, 0)) }
+			oc.fill = func() {
+				commtest.Fill(dt, src.Host(), func(i int) float64 { return commtest.Pattern(100+i/max(k, 1), i%max(k, 1)) })
+			}
+			oc.check = func() error {
+				return commtest.CheckElems(dt, dst.Host(), k, func(i int) float64 { return commtest.Pattern(100+r, i) })
+			}
+		case "reduce_scatter":
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.ReduceScatter(ctx, dst, src, red)) }
+			oc.fill = func() { commtest.Fill(dt, src.Host(), func(i int) float64 { return commtest.Input(dt, red, r, i) }) }
+			exp := commtest.ExpectedFunc(dt, red, n)
+			oc.check = func() error {
+				return commtest.CheckElems(dt, dst.Host(), k, func(i int) float64 { return exp(r*k + i) })
+			}
+		case "all_to_all":
+			dst = commtest.NewBuf(dt, n*k)
+			oc.run = func(ctx context.Context) error { return do(ctx)(c.AllToAll(ctx, dst, src)) }
+			oc.fill = func() {
+				commtest.Fill(dt, src.Host(), func(i int) float64 { return commtest.Pattern(r*n+i/max(k, 1), i%max(k, 1)) })
+			}
+			oc.check = func() error {
+				return commtest.CheckElems(dt, dst.Host(), n*k, func(i int) float64 { return commtest.Pattern((i/max(k, 1))*n+r, i%max(k, 1)) })
+			}
+		}
+		return oc
+	}
+	// barrier
+	return opCase{
+		run:   func(ctx context.Context) error { return do(ctx)(c.Barrier(ctx)) },
+		fill:  func() {},
+		check: func() error { return nil },
+	}
+}
+
+func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
+	n := c.Size()
+	backend := cfg.backend
+	failed := 0
+	for _, op := range cfg.ops {
+		sizes := cfg.sizes
+		if op == "barrier" {
+			sizes = []int64{0}
+		}
+		if c.Rank() == 0 && !cfg.jsonOut {
+			fmt.Fprintf(out, "# %s  backend=%s world=%d dtype=%v", op, backend, n, cfg.dtype)
+			if op == "all_reduce" || op == "reduce" || op == "reduce_scatter" {
+				fmt.Fprintf(out, " op=%v", cfg.redop)
+			}
+			fmt.Fprintf(out, "\n# %12s %12s %10s %12s %12s %6s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check")
+		}
+		for _, size := range sizes {
+			oc := newCase(c, cfg, op, size)
+			iters := cfg.iters
+			if iters == 0 {
+				iters = int(min(200, max(3, (64<<20)/max(size, 1))))
+			}
+			for i := 0; i < cfg.warmup; i++ {
+				if err := oc.run(ctx); err != nil {
+					return fmt.Errorf("%s %d bytes: %w", op, size, err)
+				}
+			}
+			if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
+				return err
+			}
+			start := time.Now()
+			for i := 0; i < iters; i++ {
+				if err := oc.run(ctx); err != nil {
+					return fmt.Errorf("%s %d bytes: %w", op, size, err)
+				}
+			}
+			elapsed := []float64{time.Since(start).Seconds() / float64(iters)}
+			// The slowest rank's time is the op's time.
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(elapsed), comm.Max)); err != nil {
+				return err
+			}
+			// One more run with known inputs, checked on every rank.
+			oc.fill()
+			if err := oc.run(ctx); err != nil {
+				return fmt.Errorf("%s %d bytes (checked run): %w", op, size, err)
+			}
+			bad := []int32{0}
+			cerr := oc.check()
+			if cerr != nil {
+				bad[0] = 1
+				fmt.Fprintf(os.Stderr, "commbench: rank %d: %s %d bytes: WRONG RESULT: %v\n", c.Rank(), op, size, cerr)
+			}
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Sum)); err != nil {
+				return err
+			}
+			row := Row{Op: op, Backend: backend, World: n, Bytes: size, Count: oc.count, DType: cfg.dtype.String(),
+				Iters: iters, TimeUS: elapsed[0] * 1e6, Correct: bad[0] == 0}
+			if bad[0] != 0 {
+				failed++
+				row.CheckErr = fmt.Sprintf("%d rank(s) got a wrong result", bad[0])
+			}
+			if size > 0 && elapsed[0] > 0 {
+				row.AlgBW = float64(size) / elapsed[0] / 1e9
+				row.BusBW = row.AlgBW * busFactor(op, n)
+			}
+			if c.Rank() == 0 {
+				if cfg.jsonOut {
+					b, _ := json.Marshal(row)
+					fmt.Fprintln(out, string(b))
+				} else {
+					check := "ok"
+					if !row.Correct {
+						check = "WRONG"
+					}
+					fmt.Fprintf(out, "  %12d %12d %10.1f %12.3f %12.3f %6s\n", row.Bytes, row.Count, row.TimeUS, row.AlgBW, row.BusBW, check)
+				}
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d row(s) had wrong results", failed)
+	}
+	return nil
+}
