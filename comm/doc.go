@@ -1,0 +1,48 @@
+// Package comm is the collective-communication layer of gdist: what
+// torch.distributed's process groups are to PyTorch, for Go.
+//
+// A Comm is a fixed group of ranks that run collectives together:
+// AllReduce, Broadcast, Reduce, AllGather, Gather, Scatter, ReduceScatter,
+// AllToAll, Barrier, tagged Send/Recv, and Split into sub-groups (NewGroup
+// from a rank list). Reductions are Sum, Avg, Prod, Min, Max and, on integer
+// types only, BAnd, BOr and BXor. Element types are float32, float64, int32,
+// int64, uint8, bfloat16 and float16 (the 16-bit floats are stored as 16 bits
+// and reduced in float32).
+//
+// Memory is described by a Buffer, a view (never a copy) of a Go slice
+// (FromSlice), of raw bytes (FromBytes), of a gorgonia *tensor.Dense
+// (FromDense), or of device memory (DeviceBuffer, for GPU backends).
+// BroadcastObject and AllGatherObject move small Go values (gob-encoded)
+// for metadata.
+//
+// # Contract
+//
+//   - Every call checks its arguments and returns an error wrapping
+//     ErrInvalidArgument at once if they are bad; otherwise it returns a
+//     Work without blocking. Work.Wait blocks until the op is done or the
+//     wait's ctx ends; Done and Err never block.
+//   - Collectives on one Comm run and complete in the order issued; many
+//     may be in flight. Send/Recv are ordered per (peer, tag) and run beside
+//     the collectives. Sub-groups are independent of their parent.
+//   - The ctx given when an op is issued bounds the op, with the Comm's
+//     default timeout (Options.Timeout, 30 minutes). Process backends also
+//     detect a lost peer (connection cut, process died, heartbeats stopped
+//     for Options.PeerTimeout, 30 s): every pending and later op then fails
+//     with a *PeerError naming the rank.
+//   - Ranks that issue different collectives (another op, count, dtype,
+//     reduction or root) get an error wrapping ErrMismatch that names both
+//     sides. After any failure the Comm stays failed; Close never hangs.
+//   - A Buffer belongs to its op until the Work is done. AllReduce, Reduce
+//     and Broadcast work in place; the others state their in-place alias.
+//
+// # Backends
+//
+// Backends live in sub-packages and register by name (Register, New):
+// "inproc" (comm/inproc: ranks are goroutines of one process, no
+// serialization) and "tcp" (comm/tcp: processes on one or many hosts, a
+// full mesh of authenticated connections). The collective algorithms are
+// written once in comm/algo over a point-to-point Transport, so a new
+// transport gets every collective. comm/rendezvous holds the key-value store
+// ranks meet through and the env init that reads the variables of torchrun,
+// Open MPI and Slurm.
+package comm

@@ -1,0 +1,397 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/wire"
+)
+
+// conn is the link to one peer: a socket with its reader, heartbeats and
+// write lock, and the mailbox of the streams that peer sends on. The link to
+// the rank itself has a mailbox only (nc == nil).
+type conn struct {
+	t    *Transport
+	peer int
+	nc   net.Conn
+	br   *bufio.Reader
+
+	wsem      chan struct{}         // the write lock, one frame at a time
+	hdr       [wire.HeaderSize]byte // header scratch, guarded by wsem
+	lastWrite atomic.Int64          // unix nanos of the last frame written
+
+	readerDone chan struct{} // closed when the reader has exited
+
+	mu         sync.Mutex
+	streams    map[streamKey]*stream
+	sends      map[streamKey]*sendStream
+	queued     int64 // payload bytes queued in streams
+	peerClosed bool  // the peer said goodbye
+}
+
+func newConn(t *Transport, peer int, nc net.Conn) *conn {
+	c := &conn{
+		t: t, peer: peer, nc: nc,
+		wsem:       make(chan struct{}, 1),
+		readerDone: make(chan struct{}),
+		streams:    map[streamKey]*stream{},
+		sends:      map[streamKey]*sendStream{},
+	}
+	if nc != nil {
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		c.br = bufio.NewReaderSize(&deadlineReader{nc: nc, d: t.peerDL}, 64<<10)
+		c.lastWrite.Store(time.Now().UnixNano())
+	}
+	return c
+}
+
+// deadlineReader pushes the read deadline forward before every read, so a
+// peer is lost after PeerDeadline without a byte, however long a frame is.
+type deadlineReader struct {
+	nc net.Conn
+	d  time.Duration
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	r.nc.SetReadDeadline(time.Now().Add(r.d))
+	return r.nc.Read(p)
+}
+
+// sendStream serialises the messages of one stream on a connection, so that
+// their frames never interleave.
+type sendStream struct {
+	sem  chan struct{}
+	refs int
+}
+
+func (c *conn) lockSendStream(ctx context.Context, key streamKey, group uint64) (*sendStream, error) {
+	c.mu.Lock()
+	ss := c.sends[key]
+	if ss == nil {
+		ss = &sendStream{sem: make(chan struct{}, 1)}
+		c.sends[key] = ss
+	}
+	ss.refs++
+	c.mu.Unlock()
+	if err := c.t.acquire(ctx, ss.sem, group); err != nil {
+		c.dropSendStream(key, ss)
+		return nil, err
+	}
+	return ss, nil
+}
+
+func (c *conn) unlockSendStream(key streamKey, ss *sendStream) {
+	<-ss.sem
+	c.dropSendStream(key, ss)
+}
+
+func (c *conn) dropSendStream(key streamKey, ss *sendStream) {
+	c.mu.Lock()
+	if ss.refs--; ss.refs == 0 {
+		delete(c.sends, key)
+	}
+	c.mu.Unlock()
+}
+
+// writeFrameLocked writes one frame; the caller holds wsem.
+func (c *conn) writeFrameLocked(h *wire.Header, payload []byte) error {
+	return c.writeFrameDeadline(h, payload, time.Now().Add(c.t.peerDL))
+}
+
+func (c *conn) writeFrameDeadline(h *wire.Header, payload []byte, deadline time.Time) error {
+	c.mu.Lock()
+	bye := c.peerClosed
+	c.mu.Unlock()
+	if bye {
+		return peerClosedErr(c.peer)
+	}
+	h.Encode(c.hdr[:])
+	c.nc.SetWriteDeadline(deadline)
+	var err error
+	if len(payload) == 0 {
+		_, err = c.nc.Write(c.hdr[:])
+	} else {
+		bufs := net.Buffers{c.hdr[:], payload}
+		_, err = bufs.WriteTo(c.nc)
+	}
+	c.lastWrite.Store(time.Now().UnixNano())
+	if err != nil {
+		return c.writeFailed(err)
+	}
+	return nil
+}
+
+// writeFailed turns a write error into the error the caller returns, failing
+// the transport if the peer is lost.
+func (c *conn) writeFailed(err error) error {
+	if c.t.isDead() {
+		return c.t.Err()
+	}
+	c.mu.Lock()
+	bye := c.peerClosed
+	c.mu.Unlock()
+	if bye {
+		return peerClosedErr(c.peer)
+	}
+	if isTimeout(err) {
+		c.t.fail(lostErr(c.peer, "a write stalled for %v", c.t.peerDL))
+	} else {
+		c.t.fail(lostErr(c.peer, "write: %v", err))
+	}
+	return c.t.Err()
+}
+
+// readFailed turns a read error into the transport's failure.
+func (c *conn) readFailed(err error) error {
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return lostErr(c.peer, "connection closed without goodbye")
+	case isTimeout(err):
+		return lostErr(c.peer, "nothing heard for %v", c.t.peerDL)
+	}
+	return lostErr(c.peer, "read: %v", err)
+}
+
+// readLoop reads frames until the link ends. Any failure that is not an
+// orderly end fails the whole transport.
+func (c *conn) readLoop() {
+	defer c.t.wg.Done()
+	defer close(c.readerDone)
+	err := c.readFrames()
+	if c.t.isDead() {
+		return // closed or failed already: the end of the link is expected
+	}
+	c.mu.Lock()
+	bye := c.peerClosed
+	c.mu.Unlock()
+	if bye && err == nil {
+		// The peer closed in good order; our half closes too.
+		c.nc.Close()
+		return
+	}
+	c.t.fail(err)
+}
+
+// readFrames returns nil after the EOF that follows a goodbye, else the
+// transport error that ends the link.
+func (c *conn) readFrames() error {
+	var hb [wire.HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(c.br, hb[:]); err != nil {
+			c.mu.Lock()
+			bye := c.peerClosed
+			c.mu.Unlock()
+			if bye {
+				return nil
+			}
+			return c.readFailed(err)
+		}
+		h, err := wire.Decode(hb[:])
+		if err != nil {
+			return protoErr(c.peer, "%v", err)
+		}
+		c.mu.Lock()
+		bye := c.peerClosed
+		c.mu.Unlock()
+		if bye {
+			return protoErr(c.peer, "%v frame after goodbye", h.Kind)
+		}
+		switch h.Kind {
+		case wire.KindHeartbeat:
+		case wire.KindGoodbye:
+			c.onGoodbye()
+		case wire.KindAbort:
+			text := make([]byte, h.Len)
+			if _, err := io.ReadFull(c.br, text); err != nil {
+				return c.readFailed(err)
+			}
+			c.t.logf("tcp: rank %d: rank %d aborted group %#x: %s", c.t.rank, c.peer, h.Group, text)
+			c.t.abortGroup(h.Group, fmt.Errorf("%w: rank %d aborted: %s", comm.ErrAborted, c.peer, text))
+		default:
+			if err := c.readData(h); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (c *conn) discard(n uint32) error {
+	if _, err := c.br.Discard(int(n)); err != nil {
+		return c.readFailed(err)
+	}
+	return nil
+}
+
+// readData reads the payload of a data frame: straight into a posted
+// receive's buffer when possible, else into the stream's queue.
+func (c *conn) readData(h wire.Header) error {
+	if c.t.isDead() {
+		return c.discard(h.Len)
+	}
+	key := keyOf(h)
+	c.mu.Lock()
+	s := c.stream(key)
+	if op := s.posted; op != nil && len(s.q) == 0 {
+		if err := op.check(h); err != nil {
+			s.posted = nil
+			op.finish(err)
+			c.gc(key, s)
+			c.mu.Unlock()
+			return c.discard(h.Len)
+		}
+		// Direct path: the socket writes the caller's buffer. Recv
+		// waits for this read before it returns (op.writing).
+		op.writing = true
+		c.mu.Unlock()
+		_, rerr := io.ReadFull(c.br, op.dst[op.got:op.got+int(h.Len)])
+		var lerr error
+		if rerr != nil {
+			lerr = c.readFailed(rerr)
+			c.t.fail(lerr)
+		}
+		c.mu.Lock()
+		op.writing = false
+		switch {
+		case rerr == nil:
+			op.got += int(h.Len)
+			if op.got == len(op.dst) {
+				op.finish(nil)
+			} else if op.cancelErr != nil {
+				op.finish(op.cancelErr)
+			}
+		case op.cancelErr != nil:
+			op.finish(op.cancelErr)
+		default:
+			op.finish(c.t.Err())
+		}
+		if op.finished && s.posted == op {
+			s.posted = nil
+		}
+		c.gc(key, s)
+		c.mu.Unlock()
+		return lerr
+	}
+	if c.queued+int64(h.Len) > c.t.opts.MaxUnexpected {
+		c.mu.Unlock()
+		return protoErr(c.peer, "sent more than %d bytes that no receive was posted for", c.t.opts.MaxUnexpected)
+	}
+	c.queued += int64(h.Len) // reserved while the payload is read
+	c.mu.Unlock()
+	buf := make([]byte, h.Len)
+	if _, err := io.ReadFull(c.br, buf); err != nil {
+		return c.readFailed(err)
+	}
+	c.mu.Lock()
+	s = c.stream(key)
+	if c.offer(key, s, h, buf) {
+		c.queued -= int64(h.Len)
+	} else {
+		s.push(frame{h: h, data: buf})
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// onGoodbye marks the peer closed and fails the receives posted on it.
+func (c *conn) onGoodbye() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.peerClosed = true
+	for key, s := range c.streams {
+		if op := s.posted; op != nil {
+			s.posted = nil
+			op.finish(peerClosedErr(c.peer))
+			c.gc(key, s)
+		}
+	}
+}
+
+// heartbeatLoop writes a heartbeat whenever the link has been quiet for a
+// third of the peer deadline.
+func (c *conn) heartbeatLoop() {
+	defer c.t.wg.Done()
+	quiet := c.t.peerDL / 3
+	tk := time.NewTicker(max(quiet/2, time.Millisecond))
+	defer tk.Stop()
+	for {
+		select {
+		case <-c.t.dead:
+			return
+		case <-c.readerDone:
+			return
+		case <-tk.C:
+		}
+		if time.Since(time.Unix(0, c.lastWrite.Load())) < quiet {
+			continue
+		}
+		select {
+		case c.wsem <- struct{}{}:
+		default:
+			continue // someone is writing: that proves liveness too
+		}
+		err := c.writeFrameLocked(&wire.Header{Kind: wire.KindHeartbeat}, nil)
+		<-c.wsem
+		if err != nil {
+			return
+		}
+	}
+}
+
+// sendAbort writes an abort frame for group, best effort.
+func (c *conn) sendAbort(group uint64, text string) {
+	timer := time.NewTimer(c.t.peerDL)
+	defer timer.Stop()
+	select {
+	case c.wsem <- struct{}{}:
+	case <-c.t.dead:
+		return
+	case <-timer.C:
+		c.t.logf("tcp: rank %d: could not tell rank %d about the abort: link busy", c.t.rank, c.peer)
+		return
+	}
+	defer func() { <-c.wsem }()
+	if c.t.isDead() {
+		return
+	}
+	h := wire.Header{Kind: wire.KindAbort, Group: group, Len: uint32(len(text)), Total: uint64(len(text))}
+	if err := c.writeFrameLocked(&h, []byte(text)); err != nil {
+		c.t.logf("tcp: rank %d: could not tell rank %d about the abort: %v", c.t.rank, c.peer, err)
+	}
+}
+
+// goodbye tells the peer we close, half-closes the socket and waits (until
+// deadline) for the peer to close its half, so that nothing in flight is
+// lost to a reset.
+func (c *conn) goodbye(deadline time.Time) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case c.wsem <- struct{}{}:
+	case <-c.readerDone:
+		return
+	case <-timer.C:
+		return
+	}
+	err := c.writeFrameDeadline(&wire.Header{Kind: wire.KindGoodbye}, nil, deadline)
+	<-c.wsem
+	if err != nil {
+		return
+	}
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	select {
+	case <-c.readerDone:
+	case <-timer.C:
+	}
+}

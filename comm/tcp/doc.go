@@ -1,0 +1,78 @@
+// Package tcp is the TCP transport of gdist: an algo.Transport over a full
+// mesh of authenticated TCP connections, one per pair of ranks. Importing it
+// registers the "tcp" backend with package comm (see register.go).
+//
+// # Building the mesh
+//
+// New publishes this rank's listening address in the rendezvous store under
+//
+//	<prefix>/<job>/<gen>/addr/<rank>
+//
+// and then rank i dials every rank j < i and accepts a connection from every
+// rank j > i. prefix is Options.Prefix ("tcp"), job is Config.Job, and gen
+// counts the transports this rank has built on the store for that job (a
+// per-rank counter kept in the store), so a rebuilt mesh never meets the
+// connections or stale addresses of an earlier one, as long as every rank
+// rebuilds the same number of times.
+//
+// Every connection runs the auth handshake with the job token. The hellos it
+// authenticates carry a hash of (prefix, job), gen, the world size and both
+// ranks; a connection that fails the handshake or carries the wrong hello
+// (another job, another generation, a rank that should not dial us, a
+// duplicate) is refused, closed and logged with its remote address, and the
+// acceptor goes on waiting for the right peers. New is bounded by its ctx and
+// by Config.OpTimeout(); if the mesh is not complete by then it fails naming
+// the ranks it never connected with. Once complete, the listener is closed.
+//
+// The advertised host is Config.Host, else $GDIST_HOST, else 127.0.0.1 (all
+// ranks on one machine). A loopback host is listened on as is; any other host
+// makes the transport listen on all interfaces (port chosen by the kernel) and
+// advertise host:port. Multi-host jobs must therefore set Config.Host or
+// GDIST_HOST to an address the other hosts can reach.
+//
+// # Frames and streams
+//
+// A message is sent as one or more frames of at most wire.MaxFrame bytes, each
+// a wire.Header followed by its payload (a zero-length message is one frame
+// with Len 0). Each connection has a write lock taken per frame, so messages
+// of different streams interleave at frame granularity; a per-stream send
+// lock, held for a whole message, keeps the frames of two messages of one
+// stream from interleaving. Frames of one message therefore arrive in order
+// and contiguously within their stream.
+//
+// One reader goroutine per connection decodes headers (wire.Decode bounds
+// every size). If a Recv is posted on the frame's stream and nothing is queued
+// there, the frame is checked against it (wire.Match with Total = len(dst),
+// and Offset = bytes received so far) and its payload is read from the socket
+// straight into the caller's buffer; otherwise the payload is read into a new
+// buffer and queued. Queued ("unexpected") bytes per connection are capped
+// (Options.MaxUnexpected, 1 GiB by default): a peer that exceeds the cap is a
+// protocol error. A Recv first consumes queued frames (copying), then posts
+// itself. A frame that does not match fails the Recv with a
+// *wire.MismatchError and is discarded. If a Recv ends (ctx, abort, failure)
+// while the reader is writing into its buffer, it waits for that frame's read
+// to finish, so user memory is never written after Recv returns; the stream
+// may then hold part of a message, which is fine since the caller poisons the
+// Comm after any failure.
+//
+// Sends to this rank itself are copied into the local mailbox.
+//
+// # Liveness and failure
+//
+// A connection that has written nothing for PeerDeadline()/3 sends a
+// heartbeat; the reader gives up after PeerDeadline() without a byte, and a
+// frame write that stalls for PeerDeadline() also loses the peer. Cancelling
+// a Send's ctx takes effect between frames: a frame already on its way is
+// finished (so the byte stream stays intact). A lost peer (EOF or reset
+// without goodbye, timeout, garbage, protocol error) fails the whole
+// transport: every pending and later Send and Recv returns the first failure,
+// a *comm.PeerError wrapping comm.ErrPeerLost or comm.ErrProtocol.
+//
+// A peer that closes in good order sends a goodbye: later Recvs from it fail
+// with a *comm.PeerError wrapping comm.ErrClosed once the frames it sent
+// before are used up; the rest of the transport is unaffected.
+//
+// Abort fails the ops of one group locally and sends abort frames to the
+// listed peers, whose ops of that group then fail with an error wrapping
+// comm.ErrAborted that quotes "rank N aborted: reason".
+package tcp

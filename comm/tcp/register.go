@@ -1,0 +1,20 @@
+package tcp
+
+import (
+	"context"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/algo"
+)
+
+// The "tcp" backend: the world Comm is algo's collectives over a Transport;
+// closing that Comm closes the Transport.
+func init() {
+	comm.Register("tcp", func(ctx context.Context, cfg comm.Config) (comm.Comm, error) {
+		t, err := New(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return algo.NewComm(t, cfg.Options), nil
+	})
+}

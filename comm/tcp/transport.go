@@ -1,0 +1,399 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/comm/internal/wire"
+)
+
+var _ algo.Transport = (*Transport)(nil)
+
+// DefaultMaxUnexpected is the default cap on the bytes a connection may hold
+// queued for receives not yet posted.
+const DefaultMaxUnexpected = 1 << 30
+
+// closeLinger bounds the goodbye exchange of Close.
+const closeLinger = time.Second
+
+// Options tunes the TCP transport beyond comm.Config. The zero value gives
+// the defaults.
+type Options struct {
+	// Prefix namespaces the transport's rendezvous keys ("tcp" if empty).
+	Prefix string
+	// MaxUnexpected caps the payload bytes one connection may queue for
+	// receives that are not posted yet (DefaultMaxUnexpected if <= 0). A
+	// peer that sends more is a protocol error.
+	MaxUnexpected int64
+}
+
+func (o Options) withDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = "tcp"
+	}
+	if o.MaxUnexpected <= 0 {
+		o.MaxUnexpected = DefaultMaxUnexpected
+	}
+	return o
+}
+
+// Transport is the TCP implementation of algo.Transport for one rank. Its
+// methods are safe for concurrent use.
+type Transport struct {
+	rank, size int
+	cfg        comm.Config
+	opts       Options
+	peerDL     time.Duration
+	logf       func(format string, args ...any)
+
+	// conns[r] is the link to world rank r; conns[rank] is the local
+	// mailbox (no socket). Written under mu during New, fixed afterwards.
+	conns []*conn
+	ln    net.Listener
+
+	mu      sync.Mutex
+	err     error         // first failure (or errTransportClosed); set once
+	dead    chan struct{} // closed when err is set
+	aborted map[uint64]error
+	abortCh chan struct{} // closed and replaced whenever a group is aborted
+	closed  bool          // Close has begun: no more goroutines start
+	missing int           // links New still waits for
+	claimed []bool        // links handed to a peer's handshake
+	ready   chan struct{} // closed when missing reaches 0
+	wg      sync.WaitGroup
+
+	closeOnce sync.Once
+}
+
+var errTransportClosed = fmt.Errorf("tcp: transport closed: %w", comm.ErrClosed)
+
+func peerClosedErr(rank int) error {
+	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm: %w", comm.ErrClosed)}
+}
+
+func lostErr(rank int, format string, args ...any) error {
+	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrPeerLost, fmt.Sprintf(format, args...))}
+}
+
+func protoErr(rank int, format string, args ...any) error {
+	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrProtocol, fmt.Sprintf(format, args...))}
+}
+
+// Rank is this rank's world rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the world size.
+func (t *Transport) Size() int { return t.size }
+
+// Err returns the failure that ended the transport (errTransportClosed after
+// Close), or nil while it works.
+func (t *Transport) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// state returns the error that ops of group must fail with, or the channel
+// that is closed at the next abort.
+func (t *Transport) state(group uint64) (<-chan struct{}, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return nil, t.err
+	}
+	if err, ok := t.aborted[group]; ok {
+		return nil, err
+	}
+	return t.abortCh, nil
+}
+
+func (t *Transport) isDead() bool {
+	select {
+	case <-t.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail records the transport's first failure and ends every link, so that
+// every pending op ends promptly. The link to the culprit (the rank the
+// PeerError names) is cut; the healthy peers get a goodbye, so that they
+// blame the culprit for the failure rather than this rank.
+func (t *Transport) fail(err error) {
+	culprit := -1
+	var pe *comm.PeerError
+	if errors.As(err, &pe) {
+		culprit = pe.Rank
+	}
+	t.mu.Lock()
+	if t.err != nil {
+		t.mu.Unlock()
+		return
+	}
+	t.endLocked(err, culprit)
+	t.mu.Unlock()
+	t.logf("tcp: rank %d: transport failed: %v", t.rank, err)
+}
+
+// endLocked sets the transport's final error, closes the listener, cuts the
+// link to culprit and says goodbye on the others in the background (within
+// closeLinger). Callers hold t.mu and have checked that t.err is nil.
+func (t *Transport) endLocked(err error, culprit int) {
+	t.err = err
+	close(t.dead)
+	if t.ln != nil {
+		t.ln.Close()
+	}
+	deadline := time.Now().Add(closeLinger)
+	for _, c := range t.conns {
+		switch {
+		case c == nil || c.nc == nil:
+		case c.peer == culprit:
+			c.nc.Close()
+		default:
+			t.wg.Add(1)
+			go func() {
+				defer t.wg.Done()
+				c.goodbye(deadline)
+				c.nc.Close()
+			}()
+		}
+	}
+}
+
+func (t *Transport) abortGroup(group uint64, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.aborted[group]; ok {
+		return
+	}
+	t.aborted[group] = err
+	close(t.abortCh)
+	t.abortCh = make(chan struct{})
+}
+
+// acquire takes the one-slot semaphore sem, giving up when ctx ends, the
+// transport fails or group is aborted.
+func (t *Transport) acquire(ctx context.Context, sem chan struct{}, group uint64) error {
+	for {
+		ch, err := t.state(group)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+		select {
+		case sem <- struct{}{}:
+			if _, err := t.state(group); err != nil {
+				<-sem
+				return err
+			}
+			return nil
+		case <-ctx.Done():
+		case <-t.dead:
+		case <-ch:
+		}
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	return fmt.Errorf("tcp: %w", ctx.Err())
+}
+
+// checkArgs validates a peer and a header for Send and Recv.
+func (t *Transport) checkArgs(what string, peer int, h wire.Header) error {
+	if peer < 0 || peer >= t.size {
+		return comm.InvalidArgf("tcp: %s rank %d out of range [0, %d)", what, peer, t.size)
+	}
+	if h.Kind != wire.KindColl && h.Kind != wire.KindP2P {
+		return comm.InvalidArgf("tcp: %s rank %d: message kind %v", what, peer, h.Kind)
+	}
+	h.Offset, h.Total, h.Len = 0, 0, 0
+	var b [wire.HeaderSize]byte
+	h.Encode(b[:])
+	if _, err := wire.Decode(b[:]); err != nil {
+		return comm.InvalidArgf("tcp: %s rank %d: %v", what, peer, err)
+	}
+	return nil
+}
+
+// Send delivers payload as one message to world rank to (see
+// algo.Transport). It blocks until payload has been handed to the kernel (or
+// copied, for to == Rank()). ctx is honoured while waiting for the
+// connection and between frames; a frame already being written is finished.
+func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []byte) error {
+	if err := t.checkArgs("send to", to, h); err != nil {
+		return err
+	}
+	if _, err := t.state(h.Group); err != nil {
+		return err
+	}
+	c := t.conns[to]
+	if c.nc == nil {
+		return c.deliverLocal(h, payload)
+	}
+	key := keyOf(h)
+	ss, err := c.lockSendStream(ctx, key, h.Group)
+	if err != nil {
+		return err
+	}
+	defer c.unlockSendStream(key, ss)
+	total := len(payload)
+	h.Total = uint64(total)
+	for off := 0; ; {
+		n := min(total-off, wire.MaxFrame)
+		h.Offset, h.Len = uint64(off), uint32(n)
+		if err := t.acquire(ctx, c.wsem, h.Group); err != nil {
+			return err
+		}
+		err := c.writeFrameLocked(&h, payload[off:off+n])
+		<-c.wsem
+		if err != nil {
+			return err
+		}
+		if off += n; off == total {
+			return nil
+		}
+	}
+}
+
+// Recv receives the next message of stream (from, h.Group, h.Kind[, h.Seq])
+// into dst (see algo.Transport). It blocks until the whole message is in
+// dst, or fails; it never returns while the transport still writes dst.
+func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byte) error {
+	if err := t.checkArgs("recv from", from, h); err != nil {
+		return err
+	}
+	if _, err := t.state(h.Group); err != nil {
+		return err
+	}
+	c := t.conns[from]
+	key := keyOf(h)
+	want := h
+	want.Offset, want.Len, want.Total = 0, 0, uint64(len(dst))
+
+	c.mu.Lock()
+	s := c.stream(key)
+	s.waiters++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		s.waiters--
+		c.gc(key, s)
+		c.mu.Unlock()
+	}()
+	if err := t.acquire(ctx, s.rsem, h.Group); err != nil {
+		return err
+	}
+	defer func() { <-s.rsem }()
+
+	op := &recvOp{want: want, dst: dst, done: make(chan struct{})}
+	c.mu.Lock()
+	for len(s.q) > 0 && !op.finished {
+		f := s.pop()
+		c.queued -= int64(len(f.data))
+		op.apply(f.h, f.data)
+	}
+	if !op.finished {
+		if c.peerClosed {
+			op.finish(peerClosedErr(from))
+		} else {
+			s.posted = op
+		}
+	}
+	c.mu.Unlock()
+
+	ch, err := t.state(h.Group)
+	for {
+		if err != nil {
+			return c.cancel(s, op, err)
+		}
+		select {
+		case <-op.done:
+			return op.err
+		case <-ctx.Done():
+			return c.cancel(s, op, ctxErr(ctx))
+		case <-t.dead:
+			ch, err = t.state(h.Group)
+		case <-ch:
+			ch, err = t.state(h.Group)
+		}
+	}
+}
+
+// Abort fails every pending and later Send and Recv of group on this rank
+// with cause, and sends abort frames carrying cause's text (truncated to
+// wire.MaxAbortText) to the listed world ranks, in the background.
+func (t *Transport) Abort(group uint64, peers []int, cause error) {
+	if cause == nil {
+		cause = comm.ErrAborted
+	}
+	t.abortGroup(group, cause)
+	text := truncateText(cause.Error(), wire.MaxAbortText)
+	seen := map[int]bool{}
+	for _, p := range peers {
+		if p < 0 || p >= t.size || p == t.rank || seen[p] {
+			continue
+		}
+		seen[p] = true
+		c := t.conns[p]
+		if c == nil || c.nc == nil {
+			continue
+		}
+		t.mu.Lock()
+		if t.closed || t.err != nil {
+			t.mu.Unlock()
+			return
+		}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go func() {
+			defer t.wg.Done()
+			c.sendAbort(group, text)
+		}()
+	}
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cutting may split a rune; drop the pieces.
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// Close says goodbye to every peer (within about a second), closes the
+// connections and the listener, and fails pending calls with comm.ErrClosed.
+// It never hangs and may be called more than once.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(t.close)
+	return nil
+}
+
+func (t *Transport) close() {
+	t.mu.Lock()
+	t.closed = true
+	if t.err == nil {
+		t.endLocked(errTransportClosed, -1)
+	}
+	t.mu.Unlock()
+	if t.ln != nil {
+		t.ln.Close()
+	}
+	t.wg.Wait()
+}
+
+// isTimeout reports whether err is a deadline expiry.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

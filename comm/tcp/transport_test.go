@@ -1,0 +1,801 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/auth"
+	"github.com/gdist/gdist/comm/internal/wire"
+)
+
+var token = []byte("test-token")
+
+// logBuf collects a rank's diagnostics; the test prints them if it fails.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuf) logf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *logBuf) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+type world struct {
+	store *memStore
+	job   string
+	ts    []*Transport
+	logs  []*logBuf
+}
+
+func config(w *world, rank, size int, opts comm.Options) comm.Config {
+	return comm.Config{
+		Rank: rank, Size: size, Store: w.store, Token: token, Job: w.job,
+		Options: opts, Logf: w.logs[rank].logf,
+	}
+}
+
+func newWorld(t *testing.T, size int) *world {
+	t.Helper()
+	w := &world{store: newMemStore(), job: t.Name(), ts: make([]*Transport, size)}
+	for range size {
+		w.logs = append(w.logs, &logBuf{})
+	}
+	t.Cleanup(func() {
+		for _, tr := range w.ts {
+			if tr != nil {
+				tr.Close()
+			}
+		}
+		if t.Failed() {
+			for r, l := range w.logs {
+				t.Logf("rank %d log:\n%s", r, l)
+			}
+		}
+	})
+	return w
+}
+
+// build builds the transports of the listed ranks concurrently.
+func (w *world) build(ctx context.Context, size int, opts comm.Options, ranks ...int) []error {
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Go(func() {
+			tr, err := New(ctx, config(w, r, size, opts))
+			w.ts[r], errs[r] = tr, err
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// mesh builds a complete world of size ranks.
+func mkMesh(t *testing.T, size int, opts comm.Options) *world {
+	t.Helper()
+	w := newWorld(t, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	all := make([]int, size)
+	for i := range all {
+		all[i] = i
+	}
+	for r, err := range w.build(ctx, size, opts, all...) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return w
+}
+
+func coll(group, seq uint64) wire.Header {
+	return wire.Header{Kind: wire.KindColl, Op: wire.OpAllReduce, DType: 1, Red: 1, Group: group, Seq: seq, Count: 5}
+}
+
+func p2p(group, tag uint64) wire.Header {
+	return wire.Header{Kind: wire.KindP2P, Op: wire.OpSend, DType: 5, Group: group, Seq: tag}
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+	return b
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestMesh(t *testing.T) {
+	for size := 1; size <= 4; size++ {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			w := mkMesh(t, size, comm.Options{})
+			ctx := ctxT(t, 10*time.Second)
+			var wg sync.WaitGroup
+			errs := make(chan error, 2*size*size)
+			for r, tr := range w.ts {
+				if tr.Rank() != r || tr.Size() != size {
+					t.Fatalf("rank %d: Rank %d Size %d", r, tr.Rank(), tr.Size())
+				}
+				for p := range size {
+					wg.Go(func() { errs <- tr.Send(ctx, p, coll(1, 1), []byte{byte(r), byte(p)}) })
+					wg.Go(func() {
+						got := make([]byte, 2)
+						if err := tr.Recv(ctx, p, coll(1, 1), got); err != nil {
+							errs <- err
+						} else if got[0] != byte(p) || got[1] != byte(r) {
+							errs <- fmt.Errorf("rank %d from %d: got %v", r, p, got)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+func TestSendRecvSizes(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 20*time.Second)
+	for _, n := range []int{0, 1, 4<<20 + 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for r, tr := range w.ts {
+				for _, p := range []int{1 - r, r} { // the peer and the rank itself
+					h := coll(3, uint64(n))
+					h.Count = uint64(n)
+					wg.Go(func() { errs <- tr.Send(ctx, p, h, pattern(n, byte(r))) })
+					wg.Go(func() {
+						got := make([]byte, n)
+						if err := tr.Recv(ctx, p, h, got); err != nil {
+							errs <- err
+						} else if !bytes.Equal(got, pattern(n, byte(p))) {
+							errs <- fmt.Errorf("rank %d from %d: wrong data", r, p)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+func TestStreamsIndependent(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 20*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	big := wire.MaxFrame*2 + 5
+	hs := []wire.Header{p2p(1, 1), p2p(1, 2), coll(1, 1), coll(2, 1)}
+	// Multi-frame messages on four streams, sent concurrently (their frames
+	// interleave on the wire), received in the reverse order.
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() {
+			if err := a.Send(ctx, 1, h, pattern(big, byte(i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for i := len(hs) - 1; i >= 0; i-- {
+		got := make([]byte, big)
+		if err := b.Recv(ctx, 0, hs[i], got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pattern(big, byte(i))) {
+			t.Errorf("stream %d: wrong data", i)
+		}
+	}
+	wg.Wait()
+
+	// Messages of one stream keep their order, and concurrent sends on one
+	// stream never interleave their frames.
+	h := p2p(1, 9)
+	for i := range 3 {
+		if err := a.Send(ctx, 1, h, pattern(10, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		got := make([]byte, 10)
+		if err := b.Recv(ctx, 0, h, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pattern(10, byte(i))) {
+			t.Fatalf("message %d out of order: %v", i, got)
+		}
+	}
+	for i := range 2 {
+		wg.Go(func() {
+			msg := bytes.Repeat([]byte{byte(i + 1)}, big)
+			if err := a.Send(ctx, 1, h, msg); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	seen := map[byte]bool{}
+	for range 2 {
+		got := make([]byte, big)
+		if err := b.Recv(ctx, 0, h, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, bytes.Repeat(got[:1], big)) {
+			t.Fatal("frames of two messages interleaved")
+		}
+		seen[got[0]] = true
+	}
+	wg.Wait()
+	if !seen[1] || !seen[2] {
+		t.Fatalf("got messages %v", seen)
+	}
+	// Idle streams are forgotten.
+	for _, tr := range w.ts {
+		for _, c := range tr.conns {
+			c.mu.Lock()
+			n, m, q := len(c.streams), len(c.sends), c.queued
+			c.mu.Unlock()
+			if n != 0 || m != 0 || q != 0 {
+				t.Errorf("rank %d link %d: %d streams, %d send streams, %d queued bytes left", tr.rank, c.peer, n, m, q)
+			}
+		}
+	}
+}
+
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func posted(tr *Transport, from int, h wire.Header) bool {
+	c := tr.conns[from]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[keyOf(h)]
+	return s != nil && s.posted != nil
+}
+
+func queued(tr *Transport, from int) int64 {
+	c := tr.conns[from]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queued
+}
+
+func TestPostedAndUnexpected(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 20*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	n := wire.MaxFrame + 100
+	for _, self := range []bool{false, true} {
+		from, to := 0, 1
+		if self {
+			from, to = 1, 1
+		}
+		src := w.ts[from]
+		t.Run(fmt.Sprintf("posted-first/self=%v", self), func(t *testing.T) {
+			h := p2p(0, 5)
+			got := make([]byte, n)
+			done := make(chan error, 1)
+			go func() { done <- b.Recv(ctx, from, h, got) }()
+			waitFor(t, "the receive to be posted", func() bool { return posted(b, from, h) })
+			if err := src.Send(ctx, to, h, pattern(n, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, pattern(n, 1)) {
+				t.Fatal("wrong data")
+			}
+		})
+		t.Run(fmt.Sprintf("arrived-first/self=%v", self), func(t *testing.T) {
+			h := p2p(0, 6)
+			if err := src.Send(ctx, to, h, pattern(n, 2)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the message to be queued", func() bool { return queued(b, from) == int64(n) })
+			got := make([]byte, n)
+			if err := b.Recv(ctx, from, h, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, pattern(n, 2)) {
+				t.Fatal("wrong data")
+			}
+			if q := queued(b, from); q != 0 {
+				t.Fatalf("%d bytes still queued", q)
+			}
+		})
+	}
+	_ = a
+}
+
+func TestMismatch(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	other := coll(4, 1)
+	other.Op = wire.OpBroadcast
+	count := coll(4, 1)
+	count.Count = 6
+	cases := map[string]struct {
+		want wire.Header
+		n    int
+	}{
+		"op":     {other, 8},
+		"count":  {count, 8},
+		"length": {coll(4, 1), 9},
+	}
+	for name, c := range cases {
+		for _, postFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/posted=%v", name, postFirst), func(t *testing.T) {
+				done := make(chan error, 1)
+				recv := func() { done <- b.Recv(ctx, 0, c.want, make([]byte, c.n)) }
+				if postFirst {
+					go recv()
+					waitFor(t, "the receive to be posted", func() bool { return posted(b, 0, c.want) })
+				}
+				if err := a.Send(ctx, 1, coll(4, 1), make([]byte, 8)); err != nil {
+					t.Fatal(err)
+				}
+				if !postFirst {
+					waitFor(t, "the message to be queued", func() bool { return queued(b, 0) == 8 })
+					go recv()
+				}
+				err := <-done
+				var me *wire.MismatchError
+				if !errors.As(err, &me) {
+					t.Fatalf("got %v, want a *wire.MismatchError", err)
+				}
+				if me.Got.Op != wire.OpAllReduce || me.Got.Count != 5 {
+					t.Fatalf("mismatch names %+v", me.Got)
+				}
+				if q := queued(b, 0); q != 0 {
+					t.Fatalf("mismatched frame not discarded: %d bytes queued", q)
+				}
+			})
+		}
+	}
+	// The transport still works.
+	if err := a.Send(ctx, 1, coll(4, 2), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 0, coll(4, 2), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rogue dials addr and runs the client handshake as rank from of the
+// given world, with tok.
+func rogue(t *testing.T, addr string, tok []byte, m mesh, size, from, to int) (net.Conn, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(5 * time.Second))
+	tr := &Transport{size: size}
+	hs, err := auth.Client(nc, tok, []byte(tr.clientHello(m, from, to)))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if string(hs) != tr.serverHello(m, to) {
+		t.Fatalf("server hello %q", hs)
+	}
+	nc.Write([]byte{verdictAccept})
+	var v [1]byte
+	if _, err := nc.Read(v[:]); err != nil || v[0] != verdictAccept {
+		t.Fatalf("verdict %v %v", v, err)
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+func TestWrongTokenRefused(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := ctxT(t, 10*time.Second)
+	errs := make(chan error, 2)
+	go func() { errs <- w.build(ctx, 2, comm.Options{}, 0)[0] }()
+	m := newMesh("tcp", w.job, 1)
+	addr, err := w.store.Get(ctx, m.addrKey(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rogue(t, string(addr), []byte("wrong"), m, 2, 1, 0)
+	if err == nil || !errors.Is(err, comm.ErrAuth) {
+		t.Fatalf("rogue handshake: %v", err)
+	}
+	// A rogue with the token but from another job is refused too.
+	bad := newMesh("tcp", "another job", 1)
+	raw, err := net.Dial("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := auth.Client(raw, token, []byte((&Transport{size: 2}).clientHello(bad, 1, 0))); err != nil {
+		t.Fatal(err)
+	}
+	raw.Write([]byte{verdictAccept})
+	var v [1]byte
+	if _, err := raw.Read(v[:]); err == nil && v[0] == verdictAccept {
+		t.Fatal("a connection from another job was accepted")
+	}
+	raw.Close()
+	waitFor(t, "the refusals to be logged", func() bool {
+		return w.logs[0].contains("refused connection from "+raw.LocalAddr().String()) &&
+			strings.Count(w.logs[0].String(), "refused connection from") == 2
+	})
+	// The right peer still gets in.
+	go func() { errs <- w.build(ctx, 2, comm.Options{}, 1)[1] }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.ts[1].Send(ctx, 0, coll(0, 1), []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ts[0].Recv(ctx, 1, coll(0, 1), make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMissingPeers(t *testing.T) {
+	w := newWorld(t, 3)
+	ctx := ctxT(t, 500*time.Millisecond)
+	errs := w.build(ctx, 3, comm.Options{}, 0, 1)
+	for r, err := range errs[:2] {
+		if err == nil || !strings.Contains(err.Error(), "rank(s) [2]") || !errors.Is(err, comm.ErrTimeout) {
+			t.Errorf("rank %d: got %v, want an error naming rank 2", r, err)
+		}
+	}
+}
+
+func TestRebuildOnOneStore(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	for _, tr := range w.ts {
+		tr.Close()
+	}
+	for r, err := range w.build(ctx, 2, comm.Options{}, 0, 1) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if err := w.ts[0].Send(ctx, 1, coll(0, 1), []byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	if err := w.ts[1].Recv(ctx, 0, coll(0, 1), got); err != nil || got[0] != 7 {
+		t.Fatal(got, err)
+	}
+}
+
+func wantPeerErr(t *testing.T, err error, rank int, sentinel error) {
+	t.Helper()
+	var pe *comm.PeerError
+	if !errors.As(err, &pe) || pe.Rank != rank || !errors.Is(err, sentinel) {
+		t.Fatalf("got %v, want a PeerError naming rank %d wrapping %v", err, rank, sentinel)
+	}
+}
+
+func TestGarbageAfterHandshake(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := ctxT(t, 10*time.Second)
+	errs := make(chan error, 1)
+	go func() { errs <- w.build(ctx, 2, comm.Options{}, 0)[0] }()
+	m := newMesh("tcp", w.job, 1)
+	addr, err := w.store.Get(ctx, m.addrKey(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := rogue(t, string(addr), token, m, 2, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	tr := w.ts[0]
+	done := make(chan error, 1)
+	go func() { done <- tr.Recv(ctx, 1, coll(0, 1), make([]byte, 4)) }()
+	nc.Write(bytes.Repeat([]byte("garbage!"), 8))
+	wantPeerErr(t, <-done, 1, comm.ErrProtocol)
+	wantPeerErr(t, tr.Send(ctx, 1, coll(0, 1), nil), 1, comm.ErrProtocol)
+}
+
+func TestUnexpectedCap(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := ctxT(t, 10*time.Second)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			tr, err := NewWithOptions(ctx, config(w, r, 2, comm.Options{}), Options{MaxUnexpected: 1000})
+			if err != nil {
+				t.Error(err)
+			}
+			w.ts[r] = tr
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if err := w.ts[0].Send(ctx, 1, coll(0, 1), make([]byte, 600)); err != nil {
+		t.Fatal(err)
+	}
+	w.ts[0].Send(ctx, 1, coll(0, 2), make([]byte, 600))
+	err := w.ts[1].Recv(ctx, 0, coll(5, 1), make([]byte, 1))
+	wantPeerErr(t, err, 0, comm.ErrProtocol)
+}
+
+// crash cuts tr's connections without a goodbye, as a dying process would.
+func crash(tr *Transport) {
+	for _, c := range tr.conns {
+		if c.nc != nil {
+			c.nc.Close()
+		}
+	}
+}
+
+func TestPeerCrash(t *testing.T) {
+	w := mkMesh(t, 3, comm.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, from := range []int{1, 2} {
+		wg.Go(func() { errs[i] = w.ts[0].Recv(ctx, from, coll(0, 1), make([]byte, 4)) })
+	}
+	waitFor(t, "the receives to be posted", func() bool {
+		return posted(w.ts[0], 1, coll(0, 1)) && posted(w.ts[0], 2, coll(0, 1))
+	})
+	start := time.Now()
+	crash(w.ts[1])
+	wg.Wait()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("took %v to notice", d)
+	}
+	wantPeerErr(t, errs[0], 1, comm.ErrPeerLost)
+	// Rank 2 noticed the crash too and said goodbye to rank 0, so the
+	// receive from rank 2 fails either way, blaming the right rank.
+	var pe *comm.PeerError
+	if !errors.As(errs[1], &pe) || !(pe.Rank == 1 && errors.Is(errs[1], comm.ErrPeerLost) ||
+		pe.Rank == 2 && errors.Is(errs[1], comm.ErrClosed)) {
+		t.Errorf("receive from rank 2: %v", errs[1])
+	}
+	for _, r := range []int{0, 2} {
+		waitFor(t, "the transport to fail", func() bool { return w.ts[r].Err() != nil })
+		wantPeerErr(t, w.ts[r].Err(), 1, comm.ErrPeerLost)
+	}
+	wantPeerErr(t, w.ts[0].Send(ctx, 2, coll(0, 1), nil), 1, comm.ErrPeerLost)
+}
+
+func TestHeartbeat(t *testing.T) {
+	opts := comm.Options{PeerTimeout: 300 * time.Millisecond}
+	w := mkMesh(t, 2, opts)
+	ctx := ctxT(t, 10*time.Second)
+	time.Sleep(time.Second)
+	for _, tr := range w.ts {
+		if err := tr.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.ts[0].Send(ctx, 1, coll(0, 1), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ts[1].Recv(ctx, 0, coll(0, 1), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without heartbeats (a hung peer) the link is lost after the deadline.
+	c := w.ts[1].conns[0]
+	c.wsem <- struct{}{} // rank 1 can no longer write to rank 0
+	defer func() { <-c.wsem }()
+	start := time.Now()
+	err := w.ts[0].Recv(ctx, 1, coll(0, 2), make([]byte, 1))
+	wantPeerErr(t, err, 1, comm.ErrPeerLost)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v to notice", d)
+	}
+}
+
+func TestCloseWithPending(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	// A message sent before the goodbye stays receivable.
+	if err := a.Send(ctx, 1, coll(0, 1), []byte{42}); err != nil {
+		t.Fatal(err)
+	}
+	pending := make(chan error, 2)
+	go func() { pending <- a.Recv(ctx, 1, coll(7, 1), make([]byte, 1)) }()
+	go func() { pending <- a.Recv(ctx, 0, coll(7, 1), make([]byte, 1)) }()
+	waitFor(t, "the receives to be posted", func() bool { return posted(a, 1, coll(7, 1)) && posted(a, 0, coll(7, 1)) })
+	waitFor(t, "the message to arrive", func() bool { return queued(b, 0) == 1 })
+
+	peerPending := make(chan error, 1)
+	go func() { peerPending <- b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)) }()
+	waitFor(t, "the receive to be posted", func() bool { return posted(b, 0, coll(8, 1)) })
+
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	for range 2 {
+		if err := <-pending; !errors.Is(err, comm.ErrClosed) {
+			t.Errorf("pending recv: %v", err)
+		}
+	}
+	if err := a.Send(ctx, 1, coll(0, 1), nil); !errors.Is(err, comm.ErrClosed) {
+		t.Errorf("send after close: %v", err)
+	}
+	wantPeerErr(t, <-peerPending, 0, comm.ErrClosed)
+	got := make([]byte, 1)
+	if err := b.Recv(ctx, 0, coll(0, 1), got); err != nil || got[0] != 42 {
+		t.Fatalf("message sent before close: %v %v", got, err)
+	}
+	wantPeerErr(t, b.Recv(ctx, 0, coll(0, 1), got), 0, comm.ErrClosed)
+	wantPeerErr(t, b.Send(ctx, 0, coll(0, 1), got), 0, comm.ErrClosed)
+	if err := b.Err(); err != nil {
+		t.Fatalf("the peer's transport failed: %v", err)
+	}
+	// b still talks to itself.
+	if err := b.Send(ctx, 1, coll(0, 1), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 1, coll(0, 1), got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAbort(t *testing.T) {
+	w := mkMesh(t, 3, comm.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	pending := make(chan error, 1)
+	go func() { pending <- b.Recv(ctx, 2, coll(7, 1), make([]byte, 1)) }()
+	waitFor(t, "the receive to be posted", func() bool { return posted(b, 2, coll(7, 1)) })
+
+	cause := errors.New("boom")
+	a.Abort(7, []int{1, 0, 1, 9}, cause)
+	err := <-pending
+	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
+		t.Fatalf("peer's pending recv: %v", err)
+	}
+	if err := b.Send(ctx, 2, coll(7, 2), nil); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("peer's later send: %v", err)
+	}
+	if err := a.Recv(ctx, 1, coll(7, 2), nil); !errors.Is(err, cause) {
+		t.Fatalf("local recv: %v", err)
+	}
+	// Other groups go on.
+	if err := a.Send(ctx, 1, coll(8, 1), []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// A long cause is truncated.
+	a.Abort(9, []int{1}, errors.New(strings.Repeat("é", wire.MaxAbortText)))
+	err = b.Recv(ctx, 0, coll(9, 1), nil)
+	if !errors.Is(err, comm.ErrAborted) {
+		t.Fatal(err)
+	}
+}
+
+func TestRecvCancel(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := w.ts[0].Recv(ctx, 1, coll(0, 1), make([]byte, 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	if posted(w.ts[0], 1, coll(0, 1)) {
+		t.Fatal("cancelled receive still posted")
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	w := mkMesh(t, 1, comm.Options{})
+	ctx := ctxT(t, time.Second)
+	tr := w.ts[0]
+	bad := coll(0, 1)
+	bad.Op = 0
+	for name, err := range map[string]error{
+		"rank":      tr.Send(ctx, 1, coll(0, 1), nil),
+		"neg rank":  tr.Recv(ctx, -1, coll(0, 1), nil),
+		"kind":      tr.Send(ctx, 0, wire.Header{Kind: wire.KindAbort}, nil),
+		"op":        tr.Recv(ctx, 0, bad, nil),
+		"heartbeat": tr.Recv(ctx, 0, wire.Header{Kind: wire.KindHeartbeat}, nil),
+	} {
+		if !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// A Recv cancelled while its message streams in returns only once the
+// transport has stopped writing its buffer (the race detector checks it too).
+func TestRecvCancelNeverWritesLate(t *testing.T) {
+	w := mkMesh(t, 2, comm.Options{})
+	ctx := ctxT(t, 20*time.Second)
+	n := 2*wire.MaxFrame + 1
+	for i := range 4 {
+		h := p2p(0, uint64(100+i))
+		dst := make([]byte, n)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.ts[1].Recv(rctx, 0, h, dst) }()
+		waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[1], 0, h) })
+		sent := make(chan error, 1)
+		go func() { sent <- w.ts[0].Send(ctx, 1, h, pattern(n, 1)) }()
+		time.Sleep(time.Duration(i) * 300 * time.Microsecond)
+		cancel()
+		err := <-done
+		snap := bytes.Clone(dst)
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if err != nil && !bytes.Equal(snap, dst) {
+			t.Fatalf("iteration %d: buffer written after Recv returned %v", i, err)
+		}
+	}
+	if err := w.ts[1].Err(); err != nil {
+		t.Fatal(err)
+	}
+}
