@@ -1,0 +1,357 @@
+// Package launch is gdist's own torchrun-like launcher: it starts NProc
+// copies of the running executable on this host as the ranks of one job,
+// serves their rendezvous store, forwards their output and supervises them.
+//
+// A program that can be both launcher and worker does:
+//
+//	if !launch.IsWorker() && nproc > 1 {
+//		err := launch.Run(ctx, launch.Spec{NProc: nproc})
+//		...
+//		return
+//	}
+//	c, closeFn, err := rendezvous.InitComm(ctx, "tcp", comm.Options{})
+//
+// Output: rank 0's stdout is copied to Spec.Stdout byte for byte, so JSON
+// output stays clean; the stdout of the other ranks and the stderr of every
+// rank go to Spec.Stderr, each line prefixed with "[rank N] ".
+package launch
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/rendezvous"
+)
+
+// DefaultGracePeriod is Spec.GracePeriod's default.
+const DefaultGracePeriod = 60 * time.Second
+
+// waitDelay bounds how long a child's output is still read after it exited
+// (a grandchild may hold its pipes open).
+const waitDelay = 5 * time.Second
+
+// Spec describes one launch.
+type Spec struct {
+	// NProc is the number of ranks (processes) to start, at least 1.
+	NProc int
+	// Args is the children's argv, Args[0] included; default os.Args. The
+	// program run is always os.Executable().
+	Args []string
+	// Env lists extra KEY=value variables for the children, on top of this
+	// process's environment. The launcher's own variables override them.
+	Env []string
+	// Stdout and Stderr receive the children's output; default os.Stdout
+	// and os.Stderr.
+	Stdout, Stderr io.Writer
+	// GracePeriod is how long, after a child fails, the others may go on
+	// to exit by themselves before the launcher kills them. 0 means
+	// DefaultGracePeriod; a negative value kills them at once.
+	GracePeriod time.Duration
+	// Logf receives the launcher's messages; nil logs to the standard
+	// logger.
+	Logf func(format string, args ...any)
+}
+
+// RankStatus says how one rank ended.
+type RankStatus struct {
+	Rank int
+	// ExitCode is the child's exit status, or -1 if a signal ended it.
+	ExitCode int
+	// Status is a description, e.g. "exit status 3" or "signal: killed".
+	Status string
+	// Killed is true if the launcher killed it (grace period over, or the
+	// launch cancelled).
+	Killed bool
+}
+
+// ExitError is Run's error when ranks failed. It lists every failed rank in
+// rank order.
+type ExitError struct {
+	Failed []RankStatus
+}
+
+func (e *ExitError) Error() string {
+	var b strings.Builder
+	b.WriteString("launch: ")
+	for i, f := range e.Failed {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "rank %d %s", f.Rank, f.Status)
+		if f.Killed {
+			b.WriteString(" (killed by the launcher)")
+		}
+	}
+	return b.String()
+}
+
+// IsWorker reports whether this process was started by Run (GDIST_LAUNCHED=1).
+func IsWorker() bool { return os.Getenv("GDIST_LAUNCHED") == "1" }
+
+type result struct {
+	rank int
+	err  error
+	ps   *os.ProcessState
+}
+
+// Run starts s.NProc copies of this executable as the ranks of one job and
+// waits for them. Each child gets RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1), MASTER_PORT and
+// GDIST_STORE_ADDR (the rendezvous store Run serves for the job, on
+// 127.0.0.1), GDIST_TOKEN (a fresh random 32-byte token, hex) and
+// GDIST_LAUNCHED=1.
+//
+// If a child exits non-zero or is killed by a signal, Run logs it, lets the
+// others run for s.GracePeriod and then kills the survivors. It returns nil
+// if every child exited 0, an *ExitError naming every failed rank otherwise,
+// or, if ctx ends first, an error wrapping ctx.Err() after killing every
+// child. Run blocks until every child has exited.
+func Run(ctx context.Context, s Spec) error {
+	if s.NProc < 1 {
+		return comm.InvalidArgf("launch: NProc %d < 1", s.NProc)
+	}
+	if s.Args == nil {
+		s.Args = os.Args
+	}
+	if len(s.Args) == 0 {
+		return comm.InvalidArgf("launch: empty Args")
+	}
+	if s.Stdout == nil {
+		s.Stdout = os.Stdout
+	}
+	if s.Stderr == nil {
+		s.Stderr = os.Stderr
+	}
+	if s.GracePeriod == 0 {
+		s.GracePeriod = DefaultGracePeriod
+	}
+	logf := s.Logf
+	if logf == nil {
+		logf = log.Printf
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("launch: finding the executable: %w", err)
+	}
+
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return fmt.Errorf("launch: generating the job token: %w", err)
+	}
+	token := hex.EncodeToString(raw)
+	srv, err := rendezvous.NewServer("127.0.0.1:0", raw, logf)
+	if err != nil {
+		return fmt.Errorf("launch: starting the store: %w", err)
+	}
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Addr())
+	if err != nil {
+		return fmt.Errorf("launch: store address %q: %w", srv.Addr(), err)
+	}
+
+	var outMu sync.Mutex // serializes writes to s.Stdout and s.Stderr
+	n := strconv.Itoa(s.NProc)
+	cmds := make([]*exec.Cmd, s.NProc)
+	flush := make([]func(), s.NProc)
+	results := make(chan result, s.NProc)
+	started := 0
+	var startErr error
+	for r := range s.NProc {
+		cmd := &exec.Cmd{Path: exe, Args: s.Args, WaitDelay: waitDelay}
+		cmd.Env = append(append(os.Environ(), s.Env...),
+			"RANK="+strconv.Itoa(r),
+			"WORLD_SIZE="+n,
+			"LOCAL_RANK="+strconv.Itoa(r),
+			"LOCAL_WORLD_SIZE="+n,
+			"MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT="+port,
+			"GDIST_STORE_ADDR="+net.JoinHostPort("127.0.0.1", port),
+			"GDIST_TOKEN="+token,
+			"GDIST_LAUNCHED=1",
+		)
+		prefix := fmt.Sprintf("[rank %d] ", r)
+		errW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
+		if r == 0 {
+			cmd.Stdout = &lockedWriter{mu: &outMu, w: s.Stdout}
+			flush[r] = errW.Flush
+		} else {
+			outW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
+			cmd.Stdout = outW
+			flush[r] = func() { outW.Flush(); errW.Flush() }
+		}
+		cmd.Stderr = errW
+		if err := cmd.Start(); err != nil {
+			startErr = fmt.Errorf("launch: starting rank %d: %w", r, err)
+			break
+		}
+		cmds[r] = cmd
+		started++
+		go func() {
+			err := cmd.Wait()
+			flush[r]()
+			results <- result{rank: r, err: err, ps: cmd.ProcessState}
+		}()
+	}
+
+	killed := make([]bool, s.NProc) // the launcher sent it SIGKILL
+	exited := make([]bool, s.NProc) // its result came in
+	killAll := func(why string) {
+		for r, cmd := range cmds {
+			if cmd != nil && !exited[r] && !killed[r] {
+				if err := cmd.Process.Kill(); err == nil {
+					killed[r] = true
+					logf("launch: killing rank %d (%s)", r, why)
+				}
+			}
+		}
+	}
+	if startErr != nil {
+		killAll("another rank failed to start")
+	}
+
+	var failed []RankStatus
+	var grace <-chan time.Time
+	ctxDone := ctx.Done()
+	for remaining := started; remaining > 0; {
+		select {
+		case res := <-results:
+			remaining--
+			exited[res.rank] = true
+			if res.err == nil {
+				continue
+			}
+			st := RankStatus{Rank: res.rank, ExitCode: -1, Status: res.err.Error()}
+			if res.ps != nil {
+				st.ExitCode = res.ps.ExitCode()
+				st.Status = res.ps.String()
+			}
+			// Killed only if our SIGKILL is what ended it.
+			st.Killed = killed[res.rank] && st.ExitCode == -1
+			failed = append(failed, st)
+			if st.Killed {
+				continue
+			}
+			logf("launch: rank %d failed: %s", res.rank, st.Status)
+			if grace == nil && startErr == nil && ctx.Err() == nil && remaining > 0 {
+				if s.GracePeriod < 0 {
+					killAll(fmt.Sprintf("rank %d failed", res.rank))
+				} else {
+					logf("launch: waiting up to %v for the other ranks to exit", s.GracePeriod)
+					grace = time.After(s.GracePeriod)
+				}
+			}
+		case <-grace:
+			grace = nil
+			killAll(fmt.Sprintf("grace period of %v after a failure is over", s.GracePeriod))
+		case <-ctxDone:
+			ctxDone = nil
+			killAll("launch cancelled")
+		}
+	}
+
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	if startErr != nil {
+		return startErr
+	}
+	if len(failed) > 0 {
+		sortStatuses(failed)
+		return &ExitError{Failed: failed}
+	}
+	return nil
+}
+
+func sortStatuses(s []RankStatus) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].Rank < s[j-1].Rank; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// prefixWriter writes whole lines to w, each with prefix, under mu. A
+// partial last line waits for its newline or for Flush. It is used by one
+// goroutine at a time (the one exec.Cmd starts to copy a pipe).
+type prefixWriter struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+// maxLine bounds a buffered partial line; a longer one is written as is.
+const maxLine = 64 << 10
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	p.buf = append(p.buf, b...)
+	var out []byte
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		out = append(out, p.prefix...)
+		out = append(out, p.buf[:i+1]...)
+		p.buf = p.buf[i+1:]
+	}
+	if len(p.buf) > maxLine {
+		out = append(out, p.prefix...)
+		out = append(out, p.buf...)
+		out = append(out, '\n')
+		p.buf = p.buf[:0]
+	}
+	if len(p.buf) == 0 {
+		p.buf = nil
+	}
+	if len(out) > 0 {
+		p.mu.Lock()
+		_, err := p.w.Write(out)
+		p.mu.Unlock()
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Flush writes a pending partial line, ending it with a newline.
+func (p *prefixWriter) Flush() {
+	if len(p.buf) == 0 {
+		return
+	}
+	out := append(append([]byte(p.prefix), p.buf...), '\n')
+	p.buf = nil
+	p.mu.Lock()
+	p.w.Write(out)
+	p.mu.Unlock()
+}

@@ -1,0 +1,213 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm/rendezvous"
+)
+
+// childEnv selects the behaviour of a re-executed test binary.
+const childEnv = "GDIST_LAUNCH_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(child(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// child runs as one rank and returns its exit code.
+func child(mode string) int {
+	if !IsWorker() {
+		fmt.Fprintln(os.Stderr, "GDIST_LAUNCHED is not 1")
+		return 10
+	}
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	switch mode {
+	case "ok":
+		fmt.Printf("out %d\n", rank)
+		fmt.Fprintf(os.Stderr, "err %d\n", rank)
+		return 0
+	case "fail-rank-1":
+		if rank == 1 {
+			return 3
+		}
+		return 0
+	case "hang-after-fail":
+		if rank == 0 {
+			return 1
+		}
+		time.Sleep(time.Minute)
+		return 0
+	case "hang":
+		time.Sleep(time.Minute)
+		return 0
+	case "store":
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		env, err := rendezvous.FromEnv()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 11
+		}
+		if env.Launcher != rendezvous.LauncherGdist || env.TokenDerived || len(env.Token) != 32 {
+			fmt.Fprintf(os.Stderr, "env %+v\n", env)
+			return 12
+		}
+		st, closeFn, err := rendezvous.Connect(ctx, env, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 13
+		}
+		defer closeFn()
+		if err := st.Set(ctx, fmt.Sprint("rank/", env.Rank), []byte(strconv.Itoa(env.Rank))); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 14
+		}
+		peer := (env.Rank + 1) % env.Size
+		v, err := st.Get(ctx, fmt.Sprint("rank/", peer))
+		if err != nil || string(v) != strconv.Itoa(peer) {
+			fmt.Fprintln(os.Stderr, "get:", string(v), err)
+			return 15
+		}
+		if env.Rank == 0 {
+			fmt.Println(`{"ok":true}`)
+		}
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown mode", mode)
+	return 20
+}
+
+// syncBuf is a bytes.Buffer safe for concurrent use.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func spec(t *testing.T, nproc int, mode string) (Spec, *syncBuf, *syncBuf) {
+	out, errOut := &syncBuf{}, &syncBuf{}
+	return Spec{
+		NProc: nproc,
+		Args:  []string{os.Args[0]},
+		// No 1 s sleep at exit in race-enabled children.
+		Env:    []string{childEnv + "=" + mode, "GORACE=atexit_sleep_ms=0"},
+		Stdout: out,
+		Stderr: errOut,
+		Logf:   t.Logf,
+	}, out, errOut
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestAllSucceed(t *testing.T) {
+	s, out, errOut := spec(t, 2, "ok")
+	if err := Run(testCtx(t), s); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, errOut)
+	}
+	if got := out.String(); got != "out 0\n" {
+		t.Errorf("stdout %q, want rank 0's output only, unprefixed", got)
+	}
+	for _, want := range []string{"[rank 1] out 1\n", "[rank 0] err 0\n", "[rank 1] err 1\n"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestOneFails(t *testing.T) {
+	s, _, _ := spec(t, 3, "fail-rank-1")
+	err := Run(testCtx(t), s)
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("got %v", err)
+	}
+	if len(ee.Failed) != 1 || ee.Failed[0].Rank != 1 || ee.Failed[0].ExitCode != 3 || ee.Failed[0].Killed {
+		t.Fatalf("failed %+v", ee.Failed)
+	}
+	if !strings.Contains(err.Error(), "rank 1 exit status 3") {
+		t.Errorf("error %q does not name rank 1 and its status", err)
+	}
+}
+
+func TestGracePeriodKillsSurvivors(t *testing.T) {
+	s, _, _ := spec(t, 2, "hang-after-fail")
+	s.GracePeriod = 200 * time.Millisecond
+	start := time.Now()
+	err := Run(testCtx(t), s)
+	var ee *ExitError
+	if !errors.As(err, &ee) || len(ee.Failed) != 2 {
+		t.Fatalf("got %v", err)
+	}
+	if f := ee.Failed[0]; f.Rank != 0 || f.ExitCode != 1 || f.Killed {
+		t.Errorf("rank 0: %+v", f)
+	}
+	if f := ee.Failed[1]; f.Rank != 1 || !f.Killed {
+		t.Errorf("rank 1: %+v", f)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %v: the hanging rank was not killed", d)
+	}
+}
+
+func TestCancelKillsAll(t *testing.T) {
+	s, _, _ := spec(t, 2, "hang")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	time.AfterFunc(300*time.Millisecond, cancel)
+	if err := Run(ctx, s); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestChildrenUseStore(t *testing.T) {
+	s, out, errOut := spec(t, 3, "store")
+	if err := Run(testCtx(t), s); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, errOut)
+	}
+	if got := out.String(); got != "{\"ok\":true}\n" {
+		t.Errorf("stdout %q", got)
+	}
+}
+
+func TestBadSpec(t *testing.T) {
+	if err := Run(testCtx(t), Spec{NProc: 0}); err == nil {
+		t.Fatal("NProc 0 accepted")
+	}
+}
+
+func TestPrefixWriter(t *testing.T) {
+	var mu sync.Mutex
+	var b bytes.Buffer
+	p := &prefixWriter{mu: &mu, w: &b, prefix: "[r] "}
+	p.Write([]byte("a\nb"))
+	p.Write([]byte("c\n\nd"))
+	p.Flush()
+	if got := b.String(); got != "[r] a\n[r] bc\n[r] \n[r] d\n" {
+		t.Fatalf("got %q", got)
+	}
+}
