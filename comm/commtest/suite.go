@@ -734,10 +734,14 @@ func mismatch(t *testing.T, world World, cfg Config) {
 				if !named {
 					t.Errorf("no rank reported the mismatch: %v", errs)
 				}
-				// The Comm stays failed.
+				// The Comm stays failed: a later op fails (at issue, or, on a
+				// rank that learns of the failure from a peer's abort, at
+				// Wait) instead of hanging or succeeding.
 				for _, c := range comms {
-					if _, err := c.Barrier(ctx); err == nil {
-						t.Errorf("rank %d: a failed Comm accepted a new op", c.Rank())
+					if err := wait(ctx)(c.Barrier(ctx)); err == nil {
+						t.Errorf("rank %d: a failed Comm ran a new op", c.Rank())
+					} else if ctx.Err() != nil {
+						t.Errorf("rank %d: op on a failed Comm hung until the test deadline", c.Rank())
 					}
 				}
 			})

@@ -252,8 +252,9 @@ func (c *conn) readData(h wire.Header) error {
 		// Direct path: the socket writes the caller's buffer. Recv
 		// waits for this read before it returns (op.writing).
 		op.writing = true
+		into := op.dst[op.got : op.got+int(h.Len)]
 		c.mu.Unlock()
-		_, rerr := io.ReadFull(c.br, op.dst[op.got:op.got+int(h.Len)])
+		_, rerr := io.ReadFull(c.br, into)
 		var lerr error
 		if rerr != nil {
 			lerr = c.readFailed(rerr)

@@ -25,7 +25,7 @@
 // the ranks it never connected with. Once complete, the listener is closed.
 //
 // The advertised host is Config.Host, else $GDIST_HOST, else 127.0.0.1 (all
-// ranks on one machine). A loopback host is listened on as is; any other host
+// ranks on one machine; "localhost" also means 127.0.0.1). A loopback host is listened on as is; any other host
 // makes the transport listen on all interfaces (port chosen by the kernel) and
 // advertise host:port. Multi-host jobs must therefore set Config.Host or
 // GDIST_HOST to an address the other hosts can reach.
@@ -66,7 +66,10 @@
 // finished (so the byte stream stays intact). A lost peer (EOF or reset
 // without goodbye, timeout, garbage, protocol error) fails the whole
 // transport: every pending and later Send and Recv returns the first failure,
-// a *comm.PeerError wrapping comm.ErrPeerLost or comm.ErrProtocol.
+// a *comm.PeerError wrapping comm.ErrPeerLost or comm.ErrProtocol. The failed
+// transport cuts the culprit's link and says goodbye on the others, so that
+// the healthy ranks blame the culprit (which they see fail themselves), not
+// this rank.
 //
 // A peer that closes in good order sends a goodbye: later Recvs from it fail
 // with a *comm.PeerError wrapping comm.ErrClosed once the frames it sent

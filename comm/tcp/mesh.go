@@ -101,11 +101,11 @@ func advertised(cfg comm.Config) (host, listen string) {
 	if host == "" {
 		host = os.Getenv("GDIST_HOST")
 	}
-	if host == "" {
-		host = "127.0.0.1"
+	if host == "" || host == "localhost" {
+		host = "127.0.0.1" // one address family for listener and dialers
 	}
 	listen = ":0"
-	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		listen = net.JoinHostPort(host, "0")
 	}
 	return host, listen

@@ -580,10 +580,18 @@ func TestUnexpectedCap(t *testing.T) {
 
 // crash cuts tr's connections without a goodbye, as a dying process would.
 func crash(tr *Transport) {
+	// Hold the write locks while cutting, so that the failure this causes
+	// in tr itself cannot send a goodbye on a link not yet cut.
+	for _, c := range tr.conns {
+		c.wsem <- struct{}{}
+	}
 	for _, c := range tr.conns {
 		if c.nc != nil {
 			c.nc.Close()
 		}
+	}
+	for _, c := range tr.conns {
+		<-c.wsem
 	}
 }
 
