@@ -6,7 +6,7 @@ import "github.com/gdist/gdist/comm"
 // steps) and the pipelined ring for large ones (bandwidth-optimal).
 func (o *op) allReduce(buf []byte) error {
 	p := o.c.Size()
-	o.hdr.Algo = o.tun.pick("all_reduce", len(buf), o.tun.SmallAllReduce, AlgoRD, AlgoRing)
+	o.hdr.Algo = o.tun.allReduceAlgo(len(buf), p)
 	var err error
 	if o.hdr.Algo == AlgoRD {
 		err = o.allReduceRD(buf)

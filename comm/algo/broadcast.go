@@ -7,7 +7,7 @@ func (o *op) broadcast(buf []byte, root int) error {
 	if o.c.Size() == 1 {
 		return nil
 	}
-	o.hdr.Algo = o.tun.pick("broadcast", len(buf), o.tun.SmallBroadcast, AlgoTree, AlgoChain)
+	o.hdr.Algo = o.tun.broadcastAlgo(len(buf), o.c.Size())
 	if o.hdr.Algo == AlgoTree {
 		return o.broadcastTree(buf, root)
 	}

@@ -5,7 +5,7 @@ package algo
 // Buffers of non-root ranks are left unchanged (they work on a copy).
 func (o *op) reduce(buf []byte, root int) error {
 	p := o.c.Size()
-	o.hdr.Algo = o.tun.pick("reduce", len(buf), o.tun.SmallReduce, AlgoTree, AlgoRing)
+	o.hdr.Algo = o.tun.reduceAlgo(len(buf), p)
 	if p == 1 {
 		o.finishAvg(buf)
 		return nil

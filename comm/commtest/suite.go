@@ -791,3 +791,18 @@ func closePending(t *testing.T, world World) {
 		t.Fatalf("op after Close: %v, want ErrClosed", err)
 	}
 }
+
+// RootedAndReduceChecks returns a rank function that runs and checks
+// all-reduce, broadcast and reduce at the given counts (every dtype and op),
+// for tests that force each algorithm in turn.
+func RootedAndReduceChecks(counts []int) func(ctx context.Context, c comm.Comm) error {
+	ar, bc, rd := allReduceAll(counts), broadcastAll(counts), reduceAll(counts)
+	return func(ctx context.Context, c comm.Comm) error {
+		for _, f := range []func(context.Context, comm.Comm) error{ar, bc, rd} {
+			if err := f(ctx, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

@@ -807,3 +807,77 @@ func TestRecvCancelNeverWritesLate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBadFrames: a peer (holding the token) that sends a truncated frame, a
+// frame over the size limit, or a frame bigger than the receive it lands in
+// makes the receiver fail that peer with an error naming it; nothing is
+// written out of bounds and nothing hangs.
+func TestBadFrames(t *testing.T) {
+	frame := func(h wire.Header) []byte {
+		b := make([]byte, wire.HeaderSize)
+		h.Encode(b)
+		return b
+	}
+	huge := coll(0, 1)
+	huge.Len, huge.Total = wire.MaxFrame+1, wire.MaxFrame+1
+	trunc := coll(0, 1)
+	trunc.Len, trunc.Total = 20, 20
+	cases := []struct {
+		name     string
+		bytes    []byte
+		sentinel error
+	}{
+		{"truncated payload", append(frame(trunc), 1, 2, 3), comm.ErrPeerLost},
+		{"truncated header", frame(coll(0, 1))[:10], comm.ErrPeerLost},
+		{"oversized frame", frame(huge), comm.ErrProtocol},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 2)
+			ctx := ctxT(t, 10*time.Second)
+			errs := make(chan error, 1)
+			go func() { errs <- w.build(ctx, 2, comm.Options{}, 0)[0] }()
+			m := newMesh("tcp", w.job, 1)
+			addr, err := w.store.Get(ctx, m.addrKey(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc, err := rogue(t, string(addr), token, m, 2, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			dst := make([]byte, 20)
+			done := make(chan error, 1)
+			go func() { done <- w.ts[0].Recv(ctx, 1, coll(0, 1), dst) }()
+			nc.Write(tc.bytes)
+			nc.Close() // the rogue goes away mid-frame
+			select {
+			case err := <-done:
+				wantPeerErr(t, err, 1, tc.sentinel)
+			case <-ctx.Done():
+				t.Fatal("receiver hung on a bad frame")
+			}
+		})
+	}
+	// A well-formed frame whose message is longer than the posted receive
+	// is a mismatch, not an overflow.
+	t.Run("longer than receive", func(t *testing.T) {
+		w := mkMesh(t, 2, comm.Options{})
+		ctx := ctxT(t, 10*time.Second)
+		go w.ts[1].Send(ctx, 0, coll(0, 1), make([]byte, 64))
+		guard := make([]byte, 32)
+		err := w.ts[0].Recv(ctx, 1, coll(0, 1), guard[:16])
+		var me *wire.MismatchError
+		if !errors.As(err, &me) {
+			t.Fatalf("got %v, want a mismatch", err)
+		}
+		for i, b := range guard {
+			if b != 0 {
+				t.Fatalf("byte %d beyond the receive was written", i)
+			}
+		}
+	})
+}
