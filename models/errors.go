@@ -1,0 +1,5 @@
+package models
+
+import "errors"
+
+var errEmptyBN = errors.New("models: batch norm over an empty batch on every rank")

@@ -1,0 +1,148 @@
+package models
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Graph is a model compiled for one batch size: a training graph (forward,
+// loss and backward, with gradient hooks) or an evaluation graph (forward
+// only, batch norm on running statistics). Graphs of one Model share its
+// parameters, gradients and batch-norm state. A Graph is not safe for
+// concurrent use.
+type Graph struct {
+	M     *Model
+	Batch int
+	Train bool
+	// OnGrad receives each parameter's gradient during backward. The
+	// default (nil) adds it into M.Grad.
+	OnGrad GradHook
+
+	hook   GradHook // what the hook ops call: OnGrad or the default
+	g      *G.ExprGraph
+	xT, yT *tensor.Dense
+	loss   *G.Node
+	logits *G.Node
+	vm     G.VM
+}
+
+// NewGraph compiles m for batch samples per step.
+func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
+	if batch < 1 {
+		return nil, fmt.Errorf("models: batch %d < 1", batch)
+	}
+	gr := &Graph{M: m, Batch: batch, Train: train}
+	g := G.NewGraph()
+	gr.g = g
+	gr.xT = tensor.New(tensor.WithShape(batch, m.inC, m.inH, m.inW), tensor.WithBacking(make([]float32, batch*m.InputSize())))
+	x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(batch, m.inC, m.inH, m.inW), G.WithName("x"), G.WithValue(gr.xT))
+	raw := make([]*G.Node, len(m.Params))
+	hooked := make([]*G.Node, len(m.Params))
+	for i, p := range m.Params {
+		t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(m.Flat[p.Offset:p.Offset+p.Size]))
+		raw[i] = G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
+		if train {
+			n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), "hook(" + p.Name + ")"}, param: i, fn: &gr.hook}, raw[i])
+			if err != nil {
+				return nil, err
+			}
+			hooked[i] = n
+		} else {
+			hooked[i] = raw[i]
+		}
+	}
+	b := &builder{m: m, train: train, batch: batch}
+	h := x
+	pi := 0
+	for _, l := range m.layers {
+		np := len(l.params())
+		var err error
+		if h, err = l.apply(b, h, hooked[pi:pi+np]); err != nil {
+			return nil, fmt.Errorf("models: building %s: %w", m.Name, err)
+		}
+		pi += np
+	}
+	gr.logits = h
+	if train {
+		gr.yT = tensor.New(tensor.WithShape(batch), tensor.WithBacking(make([]float32, batch)))
+		y := G.NewVector(g, tensor.Float32, G.WithShape(batch), G.WithName("y"), G.WithValue(gr.yT))
+		loss, err := G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, h, y)
+		if err != nil {
+			return nil, err
+		}
+		gr.loss = loss
+		if _, err := G.Grad(loss, raw...); err != nil {
+			return nil, fmt.Errorf("models: gradients of %s: %w", m.Name, err)
+		}
+	}
+	gr.vm = G.NewTapeMachine(g)
+	return gr, nil
+}
+
+func (gr *Graph) load(x []float32) error {
+	if len(x) != gr.Batch*gr.M.InputSize() {
+		return fmt.Errorf("models: got %d input floats, want %d (batch %d x %d)", len(x), gr.Batch*gr.M.InputSize(), gr.Batch, gr.M.InputSize())
+	}
+	copy(gr.xT.Data().([]float32), x)
+	return nil
+}
+
+// Step runs forward, loss and backward on one batch (x: Batch samples,
+// y: Batch labels) and returns the mean loss. Each gradient goes to OnGrad
+// (default: added into M.Grad) as soon as it is computed.
+func (gr *Graph) Step(x []float32, y []int32) (float32, error) {
+	if !gr.Train {
+		return 0, fmt.Errorf("models: Step on an evaluation graph")
+	}
+	if err := gr.load(x); err != nil {
+		return 0, err
+	}
+	if len(y) != gr.Batch {
+		return 0, fmt.Errorf("models: got %d labels, want %d", len(y), gr.Batch)
+	}
+	yd := gr.yT.Data().([]float32)
+	for i, l := range y {
+		if l < 0 || int(l) >= gr.M.classes {
+			return 0, fmt.Errorf("models: label %d out of range [0, %d)", l, gr.M.classes)
+		}
+		yd[i] = float32(l)
+	}
+	gr.hook = gr.OnGrad
+	if gr.hook == nil {
+		gr.hook = gr.M.accumulate
+	}
+	defer gr.vm.Reset()
+	if err := gr.vm.RunAll(); err != nil {
+		return 0, err
+	}
+	return gr.loss.Value().Data().(float32), nil
+}
+
+// Logits runs the forward pass and returns Batch x Classes logits (valid
+// until the next call).
+func (gr *Graph) Logits(x []float32) ([]float32, error) {
+	if gr.Train {
+		return nil, fmt.Errorf("models: Logits on a training graph")
+	}
+	if err := gr.load(x); err != nil {
+		return nil, err
+	}
+	defer gr.vm.Reset()
+	if err := gr.vm.RunAll(); err != nil {
+		return nil, err
+	}
+	return append([]float32(nil), gr.logits.Value().Data().([]float32)...), nil
+}
+
+func (m *Model) accumulate(i int, g []float32) {
+	p := m.Params[i]
+	dst := m.Grad[p.Offset : p.Offset+p.Size]
+	for j, v := range g[:len(dst)] {
+		dst[j] += v
+	}
+}
+
+// Close releases the graph's machine.
+func (gr *Graph) Close() error { return gr.vm.Close() }

@@ -1,0 +1,186 @@
+// Package models defines the networks gdist trains, as gorgonia expression
+// graphs whose parameters all live in one contiguous float32 buffer (Flat)
+// and whose gradients live in another (Grad), so that a gradient bucket is a
+// view of Grad, never a copy.
+//
+// Models: "mlp" (784-256-128-10, ReLU), "cnn" (two conv 3x3 + ReLU + 2x2
+// max-pool blocks of 32 and 64 channels, then 3136-128-10) and "cnn-bn" (the
+// same with batch norm after each convolution). Parameter names and shapes
+// follow the equivalent PyTorch nn.Sequential, so a checkpoint loads there
+// with load_state_dict. Initialisation is PyTorch's default (uniform in
+// +-1/sqrt(fan_in)), drawn from a seeded generator: the same seed gives the
+// same model everywhere.
+//
+// Gradients: every learnable enters the forward graph through an identity
+// op whose gradient op calls Graph.OnGrad with the parameter's index and
+// gradient the moment gorgonia produces it during backward (last layer
+// first). The default OnGrad adds the gradient into Grad; package ddp
+// wraps it to start bucket all-reduces while backward goes on.
+package models
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Param is one learnable tensor, a slice of the flat buffers.
+type Param struct {
+	Name   string // PyTorch state_dict name, e.g. "0.weight"
+	Shape  []int  // shape in our graph
+	Torch  []int  // shape in PyTorch
+	TransT bool   // stored transposed relative to PyTorch ([in,out] vs [out,in])
+	Offset int    // first element in Flat / Grad
+	Size   int
+	fanIn  int
+	ones   bool // init to 1 (batch-norm scale)
+	zeros  bool // init to 0 (batch-norm shift)
+}
+
+// Model is a network's parameters, gradients, batch-norm state and
+// architecture. Build graphs from it with NewGraph.
+type Model struct {
+	Name   string
+	Params []Param
+	Flat   []float32 // parameters
+	Grad   []float32 // gradients
+	BNs    []*BNLayer
+	layers []layer
+	inC, inH, inW, classes int
+}
+
+// Names lists the available models.
+func Names() []string { return []string{"mlp", "cnn", "cnn-bn"} }
+
+// New builds the named model, initialised from seed.
+func New(name string, seed int64) (*Model, error) {
+	m := &Model{Name: name, inC: 1, inH: 28, inW: 28, classes: 10}
+	switch name {
+	case "mlp":
+		m.layers = []layer{
+			flatten{}, linear{torch: 0, in: 784, out: 256}, relu{},
+			linear{torch: 2, in: 256, out: 128}, relu{},
+			linear{torch: 4, in: 128, out: 10},
+		}
+	case "cnn", "cnn-bn":
+		bn := name == "cnn-bn"
+		i := 0
+		next := func() int { i++; return i - 1 }
+		add := func(l layer) { m.layers = append(m.layers, l) }
+		for _, blk := range [][2]int{{1, 32}, {32, 64}} {
+			add(conv{torch: next(), in: blk[0], out: blk[1], k: 3, pad: 1})
+			if bn {
+				add(batchNorm{torch: next(), c: blk[1]})
+			}
+			add(relu{torch: next()})
+			add(maxPool{torch: next()})
+		}
+		add(flatten{torch: next()})
+		add(linear{torch: next(), in: 64 * 7 * 7, out: 128})
+		add(relu{torch: next()})
+		add(linear{torch: next(), in: 128, out: 10})
+	default:
+		return nil, fmt.Errorf("models: unknown model %q (have %v)", name, Names())
+	}
+	off := 0
+	for _, l := range m.layers {
+		for _, p := range l.params() {
+			p.Offset = off
+			p.Size = prod(p.Shape)
+			off += p.Size
+			m.Params = append(m.Params, p)
+		}
+		if b, ok := l.(batchNorm); ok {
+			m.BNs = append(m.BNs, newBNLayer(fmt.Sprint(b.torch), b.c))
+		}
+	}
+	m.Flat = make([]float32, off)
+	m.Grad = make([]float32, off)
+	m.Init(seed)
+	return m, nil
+}
+
+// Init sets the parameters from seed (PyTorch's default scheme) and resets
+// batch-norm state.
+func (m *Model) Init(seed int64) {
+	rng := newRNG(uint64(seed))
+	for _, p := range m.Params {
+		dst := m.Flat[p.Offset : p.Offset+p.Size]
+		switch {
+		case p.ones:
+			for i := range dst {
+				dst[i] = 1
+			}
+		case p.zeros:
+			clear(dst)
+		default:
+			bound := 1 / math.Sqrt(float64(p.fanIn))
+			for i := range dst {
+				dst[i] = float32((2*rng.float64() - 1) * bound)
+			}
+		}
+	}
+	for _, b := range m.BNs {
+		clear(b.RunningMean)
+		for i := range b.RunningVar {
+			b.RunningVar[i] = 1
+		}
+		b.NumBatches = 0
+	}
+}
+
+// NumParams is the number of learnable scalars.
+func (m *Model) NumParams() int { return len(m.Flat) }
+
+// InputSize is the number of floats per sample.
+func (m *Model) InputSize() int { return m.inC * m.inH * m.inW }
+
+// Classes is the number of output classes.
+func (m *Model) Classes() int { return m.classes }
+
+// ZeroGrad clears the gradient buffer.
+func (m *Model) ZeroGrad() { clear(m.Grad) }
+
+// Buffers returns the non-learnable state (batch-norm running statistics)
+// as name -> values, with PyTorch's names ("1.running_mean", ...).
+func (m *Model) Buffers() map[string][]float32 {
+	out := map[string][]float32{}
+	for _, b := range m.BNs {
+		out[b.Prefix+".running_mean"] = b.RunningMean
+		out[b.Prefix+".running_var"] = b.RunningVar
+	}
+	return out
+}
+
+// BufferNames lists Buffers' keys in a fixed order.
+func (m *Model) BufferNames() []string {
+	var out []string
+	for k := range m.Buffers() {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// rng is splitmix64: tiny, fast and the same on every platform.
+type rng struct{ s uint64 }
+
+func newRNG(seed uint64) *rng { return &rng{s: seed ^ 0x9e3779b97f4a7c15} }
+
+func (r *rng) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (r *rng) float64() float64 { return float64(r.next()>>11) / (1 << 53) }

@@ -1,0 +1,273 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"math"
+	"sync/atomic"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Custom gorgonia ops. Each instance gets a unique id in its hash: gorgonia
+// merges nodes whose ops hash alike, which would fuse two hooks or two
+// batch-norm layers.
+
+var opIDs atomic.Int64
+
+func nextID() int64 { return opIDs.Add(1) }
+
+type baseOp struct {
+	id   int64
+	name string
+}
+
+func (op baseOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "gdist.%s#%d", op.name, op.id) }
+func (op baseOp) Hashcode() uint32 {
+	h := fnv.New32a()
+	op.WriteHash(h)
+	return h.Sum32()
+}
+func (op baseOp) String() string       { return op.name }
+func (op baseOp) CallsExtern() bool    { return false }
+func (op baseOp) OverwritesInput() int { return -1 }
+
+func f32(v G.Value) ([]float32, tensor.Shape, error) {
+	t, ok := v.(*tensor.Dense)
+	if !ok {
+		return nil, nil, fmt.Errorf("models: want a *tensor.Dense, got %T", v)
+	}
+	d, ok := t.Data().([]float32)
+	if !ok {
+		return nil, nil, fmt.Errorf("models: want float32 data, got %v", t.Dtype())
+	}
+	return d, t.Shape(), nil
+}
+
+// ---- hook: identity forward; its gradient runs a callback ----
+
+// GradHook is called with a parameter's index and its gradient for the
+// current backward pass, right where gorgonia produces it (last layer first).
+type GradHook func(param int, grad []float32)
+
+type hookOp struct {
+	baseOp
+	param int
+	fn    *GradHook // shared with the Graph, so the callback can change
+	back  bool
+}
+
+func (op *hookOp) Arity() int { return 1 }
+func (op *hookOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a)
+}
+func (op *hookOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *hookOp) ReturnsPtr() bool { return true }
+func (op *hookOp) Do(v ...G.Value) (G.Value, error) {
+	if op.back && *op.fn != nil {
+		g, _, err := f32(v[0])
+		if err != nil {
+			return nil, err
+		}
+		(*op.fn)(op.param, g)
+	}
+	return v[0], nil
+}
+func (op *hookOp) DiffWRT(int) []bool { return []bool{true} }
+func (op *hookOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), op.name + "'"}, param: op.param, fn: op.fn, back: true}, grad)
+	return G.Nodes{n}, err
+}
+
+// ---- bias add along axis 1 of (N, C) or (N, C, H, W) ----
+
+type biasOp struct {
+	baseOp
+	dims int
+}
+
+func tt(dims int) G.TensorType { return G.TensorType{Dims: dims, Of: hm.TypeVariable('a')} }
+
+func (op *biasOp) Arity() int { return 2 }
+func (op *biasOp) Type() hm.Type {
+	return hm.NewFnType(tt(op.dims), tt(1), tt(op.dims))
+}
+func (op *biasOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *biasOp) ReturnsPtr() bool { return false }
+func (op *biasOp) Do(v ...G.Value) (G.Value, error) {
+	x, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := f32(v[1])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(x))
+	c := shape[1]
+	inner := len(x) / shape[0] / c
+	for i := 0; i < len(x); i += inner {
+		bc := b[(i/inner)%c]
+		o, xi := out[i:i+inner], x[i:i+inner]
+		for j := range o {
+			o[j] = xi[j] + bc
+		}
+	}
+	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+}
+func (op *biasOp) DiffWRT(int) []bool { return []bool{true, true} }
+func (op *biasOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	db, err := G.ApplyOp(&channelSumOp{baseOp{nextID(), "channelsum"}, inputs[1].Shape()[0], op.dims}, grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{grad, db}, nil
+}
+
+// channelSumOp sums (N, C[, H, W]) over every axis but 1.
+type channelSumOp struct {
+	baseOp
+	c, dims int
+}
+
+func (op *channelSumOp) Arity() int { return 1 }
+func (op *channelSumOp) Type() hm.Type {
+	return hm.NewFnType(tt(op.dims), tt(1))
+}
+func (op *channelSumOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) { return tensor.Shape{op.c}, nil }
+func (op *channelSumOp) ReturnsPtr() bool                                  { return false }
+func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
+	g, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, op.c)
+	inner := len(g) / shape[0] / op.c
+	for i := 0; i < len(g); i += inner {
+		var s float32
+		for _, x := range g[i : i+inner] {
+			s += x
+		}
+		out[(i/inner)%op.c] += s
+	}
+	return tensor.New(tensor.WithShape(op.c), tensor.WithBacking(out)), nil
+}
+
+// ---- softmax cross-entropy: mean over the batch, labels as float32 ----
+
+type xentOp struct {
+	baseOp
+}
+
+func (op *xentOp) Arity() int { return 2 }
+func (op *xentOp) Type() hm.Type {
+	return hm.NewFnType(tt(2), tt(1), hm.TypeVariable('a'))
+}
+func (op *xentOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) { return tensor.ScalarShape(), nil }
+func (op *xentOp) ReturnsPtr() bool                                  { return false }
+
+// CrossEntropy returns the mean softmax cross-entropy of logits (B rows of
+// K) against labels, accumulated in float64.
+func CrossEntropy(logits []float32, labels []int32, k int) float64 {
+	var total float64
+	for i, lab := range labels {
+		total += rowLoss(logits[i*k:(i+1)*k], int(lab))
+	}
+	return total / float64(len(labels))
+}
+
+func rowLoss(row []float32, lab int) float64 {
+	m := float64(row[0])
+	for _, v := range row {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(s) - float64(row[lab])
+}
+
+func (op *xentOp) Do(v ...G.Value) (G.Value, error) {
+	lg, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	lab, _, err := f32(v[1])
+	if err != nil {
+		return nil, err
+	}
+	k := shape[1]
+	var total float64
+	for i, l := range lab {
+		total += rowLoss(lg[i*k:(i+1)*k], int(l))
+	}
+	return G.NewF32(float32(total / float64(len(lab)))), nil
+}
+func (op *xentOp) DiffWRT(int) []bool { return []bool{true, false} }
+func (op *xentOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	d, err := G.ApplyOp(&xentGradOp{baseOp{nextID(), "xent'"}}, inputs[0], inputs[1], grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{d, nil}, nil
+}
+
+// xentGradOp: d logits = (softmax - onehot) / B * dloss.
+type xentGradOp struct{ baseOp }
+
+func (op *xentGradOp) Arity() int { return 3 }
+func (op *xentGradOp) Type() hm.Type {
+	return hm.NewFnType(tt(2), tt(1), hm.TypeVariable('a'), tt(2))
+}
+func (op *xentGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *xentGradOp) ReturnsPtr() bool { return false }
+func (op *xentGradOp) Do(v ...G.Value) (G.Value, error) {
+	lg, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	lab, _, err := f32(v[1])
+	if err != nil {
+		return nil, err
+	}
+	var dl float32 = 1
+	switch s := v[2].(type) {
+	case *G.F32:
+		dl = float32(*s)
+	case *tensor.Dense:
+		dl = s.Data().(float32)
+	}
+	b, k := shape[0], shape[1]
+	out := make([]float32, len(lg))
+	scale := float64(dl) / float64(b)
+	for i := 0; i < b; i++ {
+		row := lg[i*k : (i+1)*k]
+		m := float64(row[0])
+		for _, x := range row {
+			m = math.Max(m, float64(x))
+		}
+		var s float64
+		for _, x := range row {
+			s += math.Exp(float64(x) - m)
+		}
+		for j, x := range row {
+			p := math.Exp(float64(x)-m) / s
+			if j == int(lab[i]) {
+				p--
+			}
+			out[i*k+j] = float32(p * scale)
+		}
+	}
+	return tensor.New(tensor.WithShape(b, k), tensor.WithBacking(out)), nil
+}
