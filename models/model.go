@@ -40,12 +40,12 @@ type Param struct {
 // Model is a network's parameters, gradients, batch-norm state and
 // architecture. Build graphs from it with NewGraph.
 type Model struct {
-	Name   string
-	Params []Param
-	Flat   []float32 // parameters
-	Grad   []float32 // gradients
-	BNs    []*BNLayer
-	layers []layer
+	Name                   string
+	Params                 []Param
+	Flat                   []float32 // parameters
+	Grad                   []float32 // gradients
+	BNs                    []*BNLayer
+	layers                 []layer
 	inC, inH, inW, classes int
 }
 

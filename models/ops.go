@@ -142,8 +142,10 @@ func (op *channelSumOp) Arity() int { return 1 }
 func (op *channelSumOp) Type() hm.Type {
 	return hm.NewFnType(tt(op.dims), tt(1))
 }
-func (op *channelSumOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) { return tensor.Shape{op.c}, nil }
-func (op *channelSumOp) ReturnsPtr() bool                                  { return false }
+func (op *channelSumOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.c}, nil
+}
+func (op *channelSumOp) ReturnsPtr() bool { return false }
 func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	g, shape, err := f32(v[0])
 	if err != nil {
@@ -171,8 +173,10 @@ func (op *xentOp) Arity() int { return 2 }
 func (op *xentOp) Type() hm.Type {
 	return hm.NewFnType(tt(2), tt(1), hm.TypeVariable('a'))
 }
-func (op *xentOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) { return tensor.ScalarShape(), nil }
-func (op *xentOp) ReturnsPtr() bool                                  { return false }
+func (op *xentOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+func (op *xentOp) ReturnsPtr() bool { return false }
 
 // CrossEntropy returns the mean softmax cross-entropy of logits (B rows of
 // K) against labels, accumulated in float64.
