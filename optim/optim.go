@@ -1,0 +1,155 @@
+// Package optim holds the optimizers gdist applies to flat parameter and
+// gradient buffers (or to one rank's shard of them, for ZeRO): SGD with
+// momentum and Adam / AdamW, with PyTorch's update rules so that a model
+// trained here and one trained with torch.optim follow the same path.
+package optim
+
+import (
+	"fmt"
+	"math"
+)
+
+// Optimizer updates params from grads, element-wise. Both slices have the
+// length the optimizer was made for; the state is sized to that length.
+type Optimizer interface {
+	Step(params, grads []float32)
+	// State returns the optimizer's tensors by name (views: modifying them
+	// changes the optimizer) and its step count.
+	State() (map[string][]float32, int64)
+	// SetStep sets the step count (after loading State from a checkpoint).
+	SetStep(int64)
+	Name() string
+}
+
+// Config selects and tunes an optimizer.
+type Config struct {
+	Name        string  // "sgd" or "adam" ("adamw": decoupled weight decay)
+	LR          float64 // learning rate
+	Momentum    float64 // sgd
+	WeightDecay float64
+	Beta1       float64 // adam, default 0.9
+	Beta2       float64 // adam, default 0.999
+	Eps         float64 // adam, default 1e-8
+}
+
+// New returns an optimizer for n elements.
+func New(cfg Config, n int) (Optimizer, error) {
+	if !(cfg.LR > 0) || math.IsInf(cfg.LR, 0) {
+		return nil, fmt.Errorf("optim: learning rate %v must be positive", cfg.LR)
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("optim: negative size %d", n)
+	}
+	switch cfg.Name {
+	case "sgd":
+		if cfg.Momentum < 0 || cfg.Momentum >= 1 {
+			return nil, fmt.Errorf("optim: momentum %v outside [0, 1)", cfg.Momentum)
+		}
+		s := &SGD{LR: cfg.LR, Momentum: cfg.Momentum, WeightDecay: cfg.WeightDecay}
+		if cfg.Momentum > 0 {
+			s.buf = make([]float32, n)
+		}
+		return s, nil
+	case "adam", "adamw":
+		a := &Adam{LR: cfg.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: cfg.WeightDecay, Decoupled: cfg.Name == "adamw",
+			m: make([]float32, n), v: make([]float32, n)}
+		if cfg.Beta1 != 0 {
+			a.Beta1 = cfg.Beta1
+		}
+		if cfg.Beta2 != 0 {
+			a.Beta2 = cfg.Beta2
+		}
+		if cfg.Eps != 0 {
+			a.Eps = cfg.Eps
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("optim: unknown optimizer %q (sgd, adam, adamw)", cfg.Name)
+}
+
+// SGD is torch.optim.SGD (dampening 0, no Nesterov): with momentum,
+// buf = momentum*buf + g; p -= lr*buf.
+type SGD struct {
+	LR, Momentum, WeightDecay float64
+	buf                       []float32
+	t                         int64
+}
+
+// Step applies one update.
+func (s *SGD) Step(p, g []float32) {
+	lr, mu, wd := float32(s.LR), float32(s.Momentum), float32(s.WeightDecay)
+	g = g[:len(p)]
+	if s.buf == nil {
+		for i := range p {
+			d := g[i] + wd*p[i]
+			p[i] -= lr * d
+		}
+	} else {
+		b := s.buf[:len(p)]
+		for i := range p {
+			d := g[i] + wd*p[i]
+			b[i] = mu*b[i] + d
+			p[i] -= lr * b[i]
+		}
+	}
+	s.t++
+}
+
+// State: "momentum_buffer" (if momentum > 0).
+func (s *SGD) State() (map[string][]float32, int64) {
+	out := map[string][]float32{}
+	if s.buf != nil {
+		out["momentum_buffer"] = s.buf
+	}
+	return out, s.t
+}
+
+func (s *SGD) SetStep(t int64) { s.t = t }
+func (s *SGD) Name() string    { return "sgd" }
+
+// Adam is torch.optim.Adam (or AdamW with Decoupled): bias-corrected first
+// and second moments.
+type Adam struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Decoupled                          bool
+	m, v                               []float32
+	t                                  int64
+}
+
+// Step applies one update.
+func (a *Adam) Step(p, g []float32) {
+	a.t++
+	b1, b2 := float32(a.Beta1), float32(a.Beta2)
+	bc1 := 1 - math.Pow(a.Beta1, float64(a.t))
+	bc2 := 1 - math.Pow(a.Beta2, float64(a.t))
+	stepSize := float32(a.LR / bc1)
+	sqrtBC2 := float32(math.Sqrt(bc2))
+	eps, wd, lr := float32(a.Eps), float32(a.WeightDecay), float32(a.LR)
+	g = g[:len(p)]
+	m, v := a.m[:len(p)], a.v[:len(p)]
+	for i := range p {
+		gi := g[i]
+		if a.Decoupled {
+			p[i] -= lr * wd * p[i]
+		} else if wd != 0 {
+			gi += wd * p[i]
+		}
+		m[i] = b1*m[i] + (1-b1)*gi
+		v[i] = b2*v[i] + (1-b2)*gi*gi
+		denom := float32(math.Sqrt(float64(v[i])))/sqrtBC2 + eps
+		p[i] -= stepSize * m[i] / denom
+	}
+}
+
+// State: "exp_avg" and "exp_avg_sq".
+func (a *Adam) State() (map[string][]float32, int64) {
+	return map[string][]float32{"exp_avg": a.m, "exp_avg_sq": a.v}, a.t
+}
+
+func (a *Adam) SetStep(t int64) { a.t = t }
+func (a *Adam) Name() string {
+	if a.Decoupled {
+		return "adamw"
+	}
+	return "adam"
+}
