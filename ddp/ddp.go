@@ -316,4 +316,3 @@ func f32bytes(s []float32) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
 }
-
