@@ -1,0 +1,215 @@
+// Command train trains a gdist model on real data across ranks: the
+// project's main job.
+//
+//	go run ./cmd/train                      # MLP on Fashion-MNIST, DDP over 2 local processes
+//	go run ./cmd/train -nproc 4 -model cnn -epochs 3 -json
+//
+// With a process backend (tcp; -backend auto with -nproc > 1) it launches
+// -nproc local worker processes itself, like torchrun, and serves their
+// rendezvous store. It also runs as one worker when started by torchrun
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun (OMPI_COMM_WORLD_*)
+// or srun (SLURM_*). With -backend inproc the ranks are goroutines of this
+// process. Progress goes to stderr (rank 0); results to stdout, as JSON
+// lines with -json, the last being {"event":"summary", ...}.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/tcp"
+	"github.com/gdist/gdist/data"
+	"github.com/gdist/gdist/launch"
+	"github.com/gdist/gdist/train"
+)
+
+type options struct {
+	nproc    int
+	backend  string
+	cfg      train.Config
+	progress bool
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	c := &o.cfg
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks (local worker processes, or goroutines with -backend inproc)")
+	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp or auto (tcp for several processes, inproc for one)")
+	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn")
+	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set)")
+	fs.IntVar(&c.Epochs, "epochs", 2, "epochs")
+	fs.IntVar(&c.Batch, "batch", 64, "batch size per rank")
+	fs.IntVar(&c.EvalBatch, "eval-batch", 500, "evaluation batch size")
+	fs.Float64Var(&c.LR, "lr", 0, "learning rate (default 0.05 for sgd, 0.001 for adam)")
+	fs.StringVar(&c.Optimizer, "optimizer", "sgd", "optimizer: sgd (with momentum), adam, adamw")
+	fs.Float64Var(&c.Momentum, "momentum", 0.9, "sgd momentum")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", 0, "weight decay")
+	fs.Int64Var(&c.Seed, "seed", 1, "seed for the initial parameters and the data order")
+	fs.IntVar(&c.Limit, "limit", 0, "use only the first N training samples (0: all)")
+	fs.BoolVar(&c.Pad, "pad", false, "pad the last incomplete global batch (default: drop it)")
+	fs.Float64Var(&c.BucketMB, "bucket-mb", 25, "DDP bucket cap in MiB")
+	fs.Float64Var(&c.FirstBucket, "first-bucket-mb", 1, "DDP first bucket cap in MiB")
+	fs.BoolVar(&c.NoOverlap, "no-overlap", false, "start gradient all-reduces only after backward (for comparison)")
+	fs.StringVar(&c.Compress, "compress", "none", "gradient compression: none, fp16, bf16")
+	fs.BoolVar(&c.Debug, "debug", false, "check after every step that all ranks hold identical parameters")
+	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: ddp (zero1, zero2, zero3 and pipeline are planned)")
+	fs.BoolVar(&c.SyncBN, "syncbn", false, "synchronise batch-norm statistics across ranks (planned)")
+	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
+	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint")
+	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
+	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
+	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.nproc < 1 {
+		return o, fmt.Errorf("-nproc %d: want at least 1", o.nproc)
+	}
+	if c.LR == 0 {
+		c.LR = 0.05
+		if c.Optimizer == "adam" || c.Optimizer == "adamw" {
+			c.LR = 0.001
+		}
+	}
+	switch o.backend {
+	case "auto":
+		o.backend = "tcp"
+		if o.nproc == 1 && !workerMode() {
+			o.backend = "inproc"
+		}
+	case "inproc", "tcp":
+	default:
+		return o, fmt.Errorf("-backend %q: want inproc, tcp or auto", o.backend)
+	}
+	c.Backend = o.backend
+	if err := c.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// workerMode: started by our launcher, torchrun, mpirun or srun.
+func workerMode() bool {
+	if launch.IsWorker() {
+		return true
+	}
+	for _, v := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg := o.cfg
+	cfg.Out = stdout
+	if o.progress {
+		cfg.Progress = stderr
+	}
+
+	if o.backend == "inproc" {
+		if _, _, err := train.LoadData(cfg); err != nil {
+			return err
+		}
+		comms, err := inproc.New(o.nproc, comm.Options{})
+		if err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, o.nproc)
+		for r, c := range comms {
+			wg.Add(1)
+			go func(r int, c comm.Comm) {
+				defer wg.Done()
+				defer c.Close()
+				_, errs[r] = train.Run(ctx, c, cfg)
+				if errs[r] != nil {
+					c.Close() // fail the others' pending collectives at once
+				}
+			}(r, c)
+		}
+		wg.Wait()
+		return firstErr(errs)
+	}
+
+	if !workerMode() {
+		// Launcher: check what would make every worker fail the same way,
+		// then start the workers.
+		if cfg.DataDir != "synthetic" {
+			dir := cfg.DataDir
+			if dir == "" {
+				dir = data.DefaultDir
+			}
+			if _, err := data.Load(dir, "test"); err != nil {
+				return err
+			}
+		}
+		if cfg.Resume != "" {
+			if _, err := os.Stat(cfg.Resume); err != nil {
+				return fmt.Errorf("-resume: %w", err)
+			}
+		}
+		return launch.Run(ctx, launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr})
+	}
+
+	c, closeComm, err := rendezvous.InitComm(ctx, o.backend, comm.Options{})
+	if err != nil {
+		return err
+	}
+	if c.Rank() != 0 {
+		cfg.Progress = nil
+	}
+	_, err = train.Run(ctx, c, cfg)
+	cerr := closeComm()
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", c.Rank(), err)
+	}
+	return cerr
+}
+
+func firstErr(errs []error) error {
+	// Prefer a root cause over the errors it caused on other ranks.
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, comm.ErrClosed) && !errors.Is(e, comm.ErrAborted) {
+			return e
+		}
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,236 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// ErrCheckpoint wraps every problem with a checkpoint to resume from.
+var ErrCheckpoint = errors.New("train: bad checkpoint")
+
+// Position is where training stands: the next batch to run.
+type Position struct {
+	Epoch int   // epoch of the next batch
+	Batch int   // index of the next batch in that epoch
+	Step  int64 // optimizer steps taken so far
+}
+
+// ModelTensors returns the model's parameters and batch-norm buffers as
+// safetensors tensors with PyTorch's names and layouts (Linear weights
+// transposed to [out, in]).
+func ModelTensors(m *models.Model) []checkpoint.Tensor {
+	var out []checkpoint.Tensor
+	for _, p := range m.Params {
+		v := m.Flat[p.Offset : p.Offset+p.Size]
+		if p.TransT {
+			v = transpose(v, p.Shape[0], p.Shape[1])
+		}
+		out = append(out, checkpoint.F32(p.Name, p.Torch, v))
+	}
+	for _, b := range m.BNs {
+		out = append(out,
+			checkpoint.F32(b.Prefix+".running_mean", []int{b.C}, b.RunningMean),
+			checkpoint.F32(b.Prefix+".running_var", []int{b.C}, b.RunningVar),
+			checkpoint.I64(b.Prefix+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
+	}
+	return out
+}
+
+// transpose returns the transpose of the rows x cols matrix v.
+func transpose(v []float32, rows, cols int) []float32 {
+	out := make([]float32, len(v))
+	for i := 0; i < rows; i++ {
+		for j := 0; j < cols; j++ {
+			out[j*rows+i] = v[i*cols+j]
+		}
+	}
+	return out
+}
+
+// LoadModelTensors sets m's parameters and buffers from tensors named and
+// laid out as ModelTensors writes them. Missing, extra or mis-shaped tensors
+// are errors naming the tensor.
+func LoadModelTensors(m *models.Model, ts map[string]checkpoint.Tensor, file string) error {
+	want := map[string]bool{}
+	for _, p := range m.Params {
+		want[p.Name] = true
+		t, ok := ts[p.Name]
+		if !ok {
+			return fmt.Errorf("%w: %s has no tensor %q: it is not a %s checkpoint", ErrCheckpoint, file, p.Name, m.Name)
+		}
+		if !sameShape(t.Shape, p.Torch) {
+			return fmt.Errorf("%w: %s: tensor %q has shape %v, model %s needs %v", ErrCheckpoint, file, p.Name, t.Shape, m.Name, p.Torch)
+		}
+		v, err := t.Float32s()
+		if err != nil {
+			return fmt.Errorf("%w: %s: tensor %q: %v", ErrCheckpoint, file, p.Name, err)
+		}
+		if p.TransT {
+			v = transpose(v, p.Torch[0], p.Torch[1])
+		}
+		copy(m.Flat[p.Offset:p.Offset+p.Size], v)
+	}
+	for _, b := range m.BNs {
+		for _, name := range []string{"running_mean", "running_var"} {
+			key := b.Prefix + "." + name
+			want[key] = true
+			t, ok := ts[key]
+			if !ok || !sameShape(t.Shape, []int{b.C}) {
+				return fmt.Errorf("%w: %s: missing or mis-shaped batch-norm buffer %q", ErrCheckpoint, file, key)
+			}
+			v, err := t.Float32s()
+			if err != nil {
+				return fmt.Errorf("%w: %s: %q: %v", ErrCheckpoint, file, key, err)
+			}
+			if name == "running_mean" {
+				copy(b.RunningMean, v)
+			} else {
+				copy(b.RunningVar, v)
+			}
+		}
+		key := b.Prefix + ".num_batches_tracked"
+		want[key] = true
+		if t, ok := ts[key]; ok {
+			v, err := t.Int64s()
+			if err != nil || len(v) != 1 {
+				return fmt.Errorf("%w: %s: bad %q", ErrCheckpoint, file, key)
+			}
+			b.NumBatches = v[0]
+		}
+	}
+	var extra []string
+	for k := range ts {
+		if !want[k] {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		sort.Strings(extra)
+		return fmt.Errorf("%w: %s has tensors model %s does not: %v", ErrCheckpoint, file, m.Name, extra)
+	}
+	return nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TrainStatePath is where the optimizer state and position go beside a
+// model checkpoint.
+func TrainStatePath(path string) string { return path + ".train" }
+
+// Save writes the model to path (loadable by PyTorch's load_state_dict)
+// and the optimizer state and position to TrainStatePath(path), each file
+// atomically; the training state is written first and both carry the step,
+// so a crash between the two is detected on resume.
+func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
+	common := map[string]string{
+		"format": "gdist-v1",
+		"model":  m.Name,
+		"step":   strconv.FormatInt(pos.Step, 10),
+	}
+	for k, v := range meta {
+		common[k] = v
+	}
+	st, t := opt.State()
+	trainMeta := map[string]string{
+		"optimizer":  opt.Name(),
+		"opt_step":   strconv.FormatInt(t, 10),
+		"epoch":      strconv.Itoa(pos.Epoch),
+		"batch":      strconv.Itoa(pos.Batch),
+		"num_params": strconv.Itoa(m.NumParams()),
+	}
+	for k, v := range common {
+		trainMeta[k] = v
+	}
+	var ts []checkpoint.Tensor
+	names := make([]string, 0, len(st))
+	for k := range st {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		ts = append(ts, checkpoint.F32("optimizer."+k, []int{len(st[k])}, st[k]))
+	}
+	if err := checkpoint.Write(TrainStatePath(path), ts, trainMeta); err != nil {
+		return fmt.Errorf("train: saving optimizer state: %w", err)
+	}
+	if err := checkpoint.Write(path, ModelTensors(m), common); err != nil {
+		return fmt.Errorf("train: saving model: %w", err)
+	}
+	return nil
+}
+
+// Load restores what Save wrote into m and opt and returns the position and
+// the model file's metadata.
+func Load(path string, m *models.Model, opt optim.Optimizer) (Position, map[string]string, error) {
+	var pos Position
+	if _, err := os.Stat(path); err != nil {
+		return pos, nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	ts, meta, err := checkpoint.Read(path)
+	if err != nil {
+		return pos, nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	if meta["model"] != "" && meta["model"] != m.Name {
+		return pos, nil, fmt.Errorf("%w: %s holds a %q model, not %q", ErrCheckpoint, path, meta["model"], m.Name)
+	}
+	if err := LoadModelTensors(m, ts, path); err != nil {
+		return pos, nil, err
+	}
+	tpath := TrainStatePath(path)
+	ots, tmeta, err := checkpoint.Read(tpath)
+	if err != nil {
+		return pos, nil, fmt.Errorf("%w: optimizer state: %v", ErrCheckpoint, err)
+	}
+	if tmeta["step"] != meta["step"] || tmeta["model"] != meta["model"] {
+		return pos, nil, fmt.Errorf("%w: %s (step %s) and %s (step %s) are from different saves", ErrCheckpoint, path, meta["step"], tpath, tmeta["step"])
+	}
+	if tmeta["optimizer"] != opt.Name() {
+		return pos, nil, fmt.Errorf("%w: %s was saved with optimizer %q, this run uses %q", ErrCheckpoint, tpath, tmeta["optimizer"], opt.Name())
+	}
+	st, _ := opt.State()
+	for k, dst := range st {
+		t, ok := ots["optimizer."+k]
+		if !ok {
+			return pos, nil, fmt.Errorf("%w: %s lacks optimizer state %q", ErrCheckpoint, tpath, k)
+		}
+		v, err := t.Float32s()
+		if err != nil || len(v) != len(dst) {
+			return pos, nil, fmt.Errorf("%w: %s: optimizer state %q has %d values, want %d", ErrCheckpoint, tpath, k, len(v), len(dst))
+		}
+		copy(dst, v)
+	}
+	ints := map[string]*int{"epoch": &pos.Epoch, "batch": &pos.Batch}
+	for k, p := range ints {
+		v, err := strconv.Atoi(tmeta[k])
+		if err != nil || v < 0 {
+			return pos, nil, fmt.Errorf("%w: %s: bad %s %q", ErrCheckpoint, tpath, k, tmeta[k])
+		}
+		*p = v
+	}
+	if pos.Step, err = strconv.ParseInt(tmeta["step"], 10, 64); err != nil {
+		return pos, nil, fmt.Errorf("%w: %s: bad step %q", ErrCheckpoint, tpath, tmeta["step"])
+	}
+	ot, err := strconv.ParseInt(tmeta["opt_step"], 10, 64)
+	if err != nil {
+		return pos, nil, fmt.Errorf("%w: %s: bad opt_step", ErrCheckpoint, tpath)
+	}
+	opt.SetStep(ot)
+	return pos, meta, nil
+}

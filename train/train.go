@@ -1,0 +1,515 @@
+// Package train is the training loop behind cmd/train: data loading and
+// distributed sampling, the model, the strategy (DDP today), the
+// optimizer, evaluation after every epoch, checkpoints and resume, progress
+// on stderr and JSON events on stdout. It takes a comm.Comm, so it runs the
+// same whether the ranks are goroutines (inproc) or processes (tcp).
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/data"
+	"github.com/gdist/gdist/ddp"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// Config is one training run.
+type Config struct {
+	Model       string
+	DataDir     string // "" means data.DefaultDir; "synthetic" a generated set
+	Epochs      int
+	Batch       int // per rank
+	EvalBatch   int // default 500
+	LR          float64
+	Optimizer   string // sgd | adam | adamw
+	Momentum    float64
+	WeightDecay float64
+	Seed        int64
+	Limit       int // cap on training samples (0: all)
+	Pad         bool
+	BucketMB    float64
+	FirstBucket float64
+	NoOverlap   bool
+	Compress    string // none | fp16 | bf16
+	Debug       bool
+	Strategy    string // ddp
+	SyncBN      bool
+	Save        string
+	Resume      string
+	MaxSteps    int // stop (and save) after this many optimizer steps in this run; 0: no cap
+	Backend     string
+	JSON        bool
+	Progress    io.Writer // rank 0's progress bar; nil for none
+	Out         io.Writer // rank 0's events (JSON lines) or human summary
+}
+
+// MemoryBytes is the model state a rank holds persistently.
+type MemoryBytes struct {
+	Params    int64 `json:"params"`
+	Grads     int64 `json:"grads"`
+	Optimizer int64 `json:"optimizer"`
+}
+
+// Summary is the last JSON line.
+type Summary struct {
+	Event           string      `json:"event"`
+	WorldSize       int         `json:"world_size"`
+	Backend         string      `json:"backend"`
+	Strategy        string      `json:"strategy"`
+	Model           string      `json:"model"`
+	NumParams       int         `json:"num_params"`
+	Optimizer       string      `json:"optimizer"`
+	Batch           int         `json:"batch"`
+	GlobalBatch     int         `json:"global_batch"`
+	Epochs          int         `json:"epochs"`
+	Steps           int64       `json:"steps"`
+	TrainSamples    int         `json:"train_samples"`
+	SamplesPerSec   float64     `json:"samples_per_sec"`
+	StepMsP50       float64     `json:"step_ms_p50"`
+	TrainLoss       float64     `json:"train_loss"`
+	EvalLoss        float64     `json:"eval_loss"`
+	TestAccuracy    float64     `json:"test_accuracy"`
+	ModelStateBytes MemoryBytes `json:"model_state_bytes"`
+	PeakRSSBytes    int64       `json:"peak_rss_bytes"`
+	Overlap         bool        `json:"overlap"`
+	Buckets         int         `json:"buckets"`
+	BLAS            string      `json:"blas"`
+	WallSeconds     float64     `json:"wall_seconds"`
+}
+
+// EpochEvent is printed after every epoch.
+type EpochEvent struct {
+	Event         string  `json:"event"`
+	Epoch         int     `json:"epoch"`
+	Steps         int64   `json:"steps"`
+	TrainLoss     float64 `json:"train_loss"`
+	EvalLoss      float64 `json:"eval_loss"`
+	TestAccuracy  float64 `json:"test_accuracy"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	Seconds       float64 `json:"seconds"`
+}
+
+// ErrConfig wraps every bad configuration.
+var ErrConfig = errors.New("train: bad configuration")
+
+func (c *Config) defaults() {
+	if c.Model == "" {
+		c.Model = "mlp"
+	}
+	if c.Optimizer == "" {
+		c.Optimizer = "sgd"
+	}
+	if c.Strategy == "" {
+		c.Strategy = "ddp"
+	}
+	if c.EvalBatch == 0 {
+		c.EvalBatch = 500
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+}
+
+// Validate reports the first bad setting.
+func (c *Config) Validate() error {
+	c.defaults()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	known := false
+	for _, n := range models.Names() {
+		known = known || n == c.Model
+	}
+	switch {
+	case !known:
+		return bad("unknown model %q (choose from %s)", c.Model, strings.Join(models.Names(), ", "))
+	case c.Epochs < 1:
+		return bad("-epochs %d: want at least 1", c.Epochs)
+	case c.Batch < 1:
+		return bad("-batch %d: want at least 1", c.Batch)
+	case c.EvalBatch < 1:
+		return bad("eval batch %d: want at least 1", c.EvalBatch)
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return bad("-lr %v: want a positive number", c.LR)
+	case c.Limit < 0:
+		return bad("-limit %d: want 0 (all) or more", c.Limit)
+	case c.MaxSteps < 0:
+		return bad("max steps %d is negative", c.MaxSteps)
+	}
+	switch c.Strategy {
+	case "ddp":
+	case "zero1", "zero2", "zero3", "pipeline":
+		return bad("-strategy %s is not available yet (only ddp)", c.Strategy)
+	default:
+		return bad("unknown -strategy %q (ddp; zero1, zero2, zero3 and pipeline are planned)", c.Strategy)
+	}
+	if c.SyncBN {
+		return bad("-syncbn is not available yet")
+	}
+	if _, err := ddp.HookByName(c.Compress); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := optim.New(c.optimConfig(), 0); err != nil {
+		return bad("%v", err)
+	}
+	return nil
+}
+
+func (c *Config) optimConfig() optim.Config {
+	return optim.Config{Name: c.Optimizer, LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay}
+}
+
+// LoadData returns the training and test sets for cfg.
+func LoadData(cfg Config) (trainSet, testSet *data.Dataset, err error) {
+	if cfg.DataDir == "synthetic" {
+		return data.Synthetic(6000, 1), data.Synthetic(1000, 2), nil
+	}
+	dir := cfg.DataDir
+	if dir == "" {
+		dir = data.DefaultDir
+	}
+	if trainSet, err = data.Load(dir, "train"); err != nil {
+		return nil, nil, err
+	}
+	if testSet, err = data.Load(dir, "test"); err != nil {
+		return nil, nil, err
+	}
+	return trainSet, testSet, nil
+}
+
+// Run trains on c. Every rank calls it with the same cfg; rank 0 writes the
+// progress, events and checkpoints. It returns the summary (on every rank).
+func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	wallStart := time.Now()
+	rank, world := c.Rank(), c.Size()
+	lead := rank == 0
+	trainSet, testSet, err := LoadData(cfg)
+	if err != nil {
+		return nil, err
+	}
+	trainSet = trainSet.Limit(cfg.Limit)
+	smp := data.Sampler{N: trainSet.N, World: world, Rank: rank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	if err := smp.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	m, err := models.New(cfg.Model, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	if trainSet.SampleSize() != m.InputSize() {
+		return nil, fmt.Errorf("%w: the data has %dx%d samples, model %s takes %d values", ErrConfig, trainSet.Rows, trainSet.Cols, cfg.Model, m.InputSize())
+	}
+	opt, err := optim.New(cfg.optimConfig(), m.NumParams())
+	if err != nil {
+		return nil, err
+	}
+	var pos Position
+	if cfg.Resume != "" {
+		// Every rank reads the checkpoint (DDP's broadcast would also fix
+		// the parameters, but each rank needs the optimizer state).
+		if pos, _, err = Load(cfg.Resume, m, opt); err != nil {
+			return nil, err
+		}
+	}
+	hook, _ := ddp.HookByName(cfg.Compress)
+	d, err := ddp.New(ctx, c, m, ddp.Options{BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket, NoOverlap: cfg.NoOverlap, Hook: hook, Debug: cfg.Debug})
+	if err != nil {
+		return nil, err
+	}
+	gr, err := m.NewGraph(cfg.Batch, true)
+	if err != nil {
+		return nil, err
+	}
+	defer gr.Close()
+	ev, err := m.NewGraph(cfg.EvalBatch, false)
+	if err != nil {
+		return nil, err
+	}
+	defer ev.Close()
+
+	nb := smp.NumBatches()
+	x := make([]float32, cfg.Batch*m.InputSize())
+	y := make([]int32, cfg.Batch)
+	var idx []int
+	var stepTimes []float64
+	var trainTime time.Duration
+	var samples int
+	var lastEval [2]float64
+	var lastTrainLoss float64
+	steps := pos.Step
+	stepsThisRun := 0
+	out := json.NewEncoder(cfg.Out)
+	bar := newBar(cfg.Progress)
+	stopped := false
+
+	for epoch := pos.Epoch; epoch < cfg.Epochs && !stopped; epoch++ {
+		first := 0
+		if epoch == pos.Epoch {
+			first = pos.Batch
+		}
+		epochStart := time.Now()
+		var lossSum float64
+		var lossN int
+		epochSamples := 0
+		for k := first; k < nb; k++ {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			t0 := time.Now()
+			idx = smp.Indices(epoch, k, idx)
+			if err := trainSet.Batch(idx, x, y); err != nil {
+				return nil, err
+			}
+			loss, err := d.Step(ctx, gr, x, y)
+			if err != nil {
+				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
+			}
+			opt.Step(m.Flat, m.Grad)
+			m.ZeroGrad()
+			dt := time.Since(t0)
+			trainTime += dt
+			stepTimes = append(stepTimes, dt.Seconds()*1e3)
+			steps++
+			stepsThisRun++
+			samples += cfg.Batch * world
+			epochSamples += cfg.Batch * world
+			lossSum += float64(loss)
+			lossN++
+			if lead {
+				el := time.Since(epochStart).Seconds()
+				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
+			}
+			if cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
+				pos = Position{Epoch: epoch, Batch: k + 1, Step: steps}
+				if k+1 == nb {
+					pos = Position{Epoch: epoch + 1, Step: steps}
+				}
+				stopped = true
+				break
+			}
+		}
+		if lossN > 0 {
+			// Mean training loss over the epoch, over all ranks.
+			v := []float64{lossSum, float64(lossN)}
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+				return nil, err
+			}
+			lastTrainLoss = v[0] / v[1]
+		}
+		if lead {
+			bar.done()
+		}
+		if stopped {
+			break
+		}
+		pos = Position{Epoch: epoch + 1, Step: steps}
+		if err := syncBuffers(ctx, c, m); err != nil {
+			return nil, err
+		}
+		loss, acc, err := Evaluate(ctx, c, ev, testSet)
+		if err != nil {
+			return nil, err
+		}
+		lastEval = [2]float64{loss, acc}
+		if cfg.Save != "" {
+			if err := save(ctx, c, cfg, m, opt, pos); err != nil {
+				return nil, err
+			}
+		}
+		if lead {
+			e := EpochEvent{Event: "epoch", Epoch: epoch + 1, Steps: steps, TrainLoss: lastTrainLoss, EvalLoss: loss,
+				TestAccuracy: acc, SamplesPerSec: float64(epochSamples) / time.Since(epochStart).Seconds(), Seconds: time.Since(epochStart).Seconds()}
+			if cfg.JSON {
+				out.Encode(e)
+			} else {
+				fmt.Fprintf(cfg.Out, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
+					e.Epoch, cfg.Epochs, e.TrainLoss, e.EvalLoss, e.TestAccuracy, e.SamplesPerSec)
+			}
+		}
+	}
+	if stopped {
+		// Stopped mid-way (MaxSteps): save where we are; evaluate too, so
+		// the summary is complete.
+		if err := syncBuffers(ctx, c, m); err != nil {
+			return nil, err
+		}
+		if cfg.Save != "" {
+			if err := save(ctx, c, cfg, m, opt, pos); err != nil {
+				return nil, err
+			}
+		}
+		l, a, err := Evaluate(ctx, c, ev, testSet)
+		if err != nil {
+			return nil, err
+		}
+		lastEval = [2]float64{l, a}
+	} else if lastEval == [2]float64{} {
+		// Resumed at the very end: nothing trained, still report.
+		l, a, err := Evaluate(ctx, c, ev, testSet)
+		if err != nil {
+			return nil, err
+		}
+		lastEval = [2]float64{l, a}
+	}
+
+	st, _ := opt.State()
+	var optBytes int64
+	for _, v := range st {
+		optBytes += int64(len(v)) * 4
+	}
+	mem := []int64{int64(len(m.Flat)) * 4, int64(len(m.Grad)) * 4, optBytes, peakRSS()}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(mem), comm.Max)); err != nil {
+		return nil, err
+	}
+	rate := []float64{float64(samples) / math.Max(trainTime.Seconds(), 1e-9)}
+	// The loop's throughput is set by the slowest rank.
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(rate), comm.Min)); err != nil {
+		return nil, err
+	}
+	s := &Summary{Event: "summary", WorldSize: world, Backend: cfg.Backend, Strategy: cfg.Strategy, Model: cfg.Model,
+		NumParams: m.NumParams(), Optimizer: opt.Name(), Batch: cfg.Batch, GlobalBatch: cfg.Batch * world, Epochs: cfg.Epochs,
+		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
+		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
+		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, PeakRSSBytes: mem[3],
+		Overlap: !cfg.NoOverlap, Buckets: len(d.Buckets()), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+	if lead {
+		if cfg.JSON {
+			out.Encode(s)
+		} else {
+			fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
+				s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
+		}
+	}
+	return s, nil
+}
+
+// syncBuffers gives every rank rank 0's batch-norm running statistics (as
+// PyTorch DDP's broadcast_buffers does), before evaluation and saving.
+func syncBuffers(ctx context.Context, c comm.Comm, m *models.Model) error {
+	for _, b := range m.BNs {
+		for _, v := range [][]float32{b.RunningMean, b.RunningVar} {
+			if err := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(v), 0)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func save(ctx context.Context, c comm.Comm, cfg Config, m *models.Model, opt optim.Optimizer, pos Position) error {
+	var err error
+	if c.Rank() == 0 {
+		err = Save(cfg.Save, m, opt, pos, map[string]string{"world_size": strconv.Itoa(c.Size()), "seed": strconv.FormatInt(cfg.Seed, 10)})
+	}
+	// Everyone learns whether the save worked, so no rank goes on alone.
+	flag := []int32{0}
+	if err != nil {
+		flag[0] = 1
+	}
+	if e := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(flag), 0)); e != nil {
+		return e
+	}
+	if flag[0] != 0 {
+		if err == nil {
+			err = fmt.Errorf("train: rank 0 failed to save the checkpoint to %s", cfg.Save)
+		}
+		return err
+	}
+	return nil
+}
+
+// Evaluate runs the evaluation graph over the test set, sharded over the
+// ranks, and returns the mean cross-entropy and the accuracy (the same on
+// every rank).
+func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Dataset) (loss, acc float64, err error) {
+	rank, world := c.Rank(), c.Size()
+	m := ev.M
+	k := m.Classes()
+	b := ev.Batch
+	var mine []int
+	for i := rank; i < ds.N; i += world {
+		mine = append(mine, i)
+	}
+	x := make([]float32, b*m.InputSize())
+	y := make([]int32, b)
+	var sums [3]float64 // loss sum, correct, count
+	for lo := 0; lo < len(mine); lo += b {
+		hi := min(lo+b, len(mine))
+		idx := mine[lo:hi]
+		clear(x)
+		if err := ds.Batch(idx, x[:len(idx)*m.InputSize()], y[:len(idx)]); err != nil {
+			return 0, 0, err
+		}
+		logits, err := ev.Logits(x)
+		if err != nil {
+			return 0, 0, err
+		}
+		n := len(idx)
+		sums[0] += models.CrossEntropy(logits[:n*k], y[:n], k) * float64(n)
+		for i := 0; i < n; i++ {
+			best := 0
+			for j := 1; j < k; j++ {
+				if logits[i*k+j] > logits[i*k+best] {
+					best = j
+				}
+			}
+			if int32(best) == y[i] {
+				sums[1]++
+			}
+		}
+		sums[2] += float64(n)
+	}
+	v := sums[:]
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+		return 0, 0, err
+	}
+	if v[2] == 0 {
+		return 0, 0, fmt.Errorf("train: empty test set")
+	}
+	return v[0] / v[2], v[1] / v[2], nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// peakRSS is the process's peak resident set size (VmHWM), or 0 if unknown.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
