@@ -174,7 +174,13 @@ func (c *Config) optimConfig() optim.Config {
 // LoadData returns the training and test sets for cfg.
 func LoadData(cfg Config) (trainSet, testSet *data.Dataset, err error) {
 	if cfg.DataDir == "synthetic" {
-		return data.Synthetic(6000, 1), data.Synthetic(1000, 2), nil
+		// One generated set (same class prototypes), split 6000 / 1000.
+		all := data.Synthetic(7000, 1)
+		test := *all
+		test.N = 1000
+		test.Images = all.Images[6000*all.SampleSize():]
+		test.Labels = all.Labels[6000:]
+		return all.Limit(6000), &test, nil
 	}
 	dir := cfg.DataDir
 	if dir == "" {

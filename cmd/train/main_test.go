@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/train"
+)
+
+// The test binary doubles as the train command (TRAIN_MAIN=1), so the
+// launcher's workers, re-executions of the same binary, are train too.
+func TestMain(m *testing.M) {
+	if os.Getenv("TRAIN_MAIN") == "1" {
+		var args []string
+		for _, a := range os.Args[1:] {
+			if !strings.HasPrefix(a, "-test.") {
+				args = append(args, a)
+			}
+		}
+		os.Args = append(os.Args[:1], args...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func trainCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+func summary(t *testing.T, out string) train.Summary {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var s train.Summary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || s.Event != "summary" {
+		t.Fatalf("last line is not a summary (%v):\n%s", err, out)
+	}
+	return s
+}
+
+// TestProcessesMatchOneRank: two worker processes over tcp at batch 16 end
+// with the eval loss of one rank at batch 32 (same seed, limit, SGD).
+func TestProcessesMatchOneRank(t *testing.T) {
+	common := []string{"-data", "synthetic", "-limit", "960", "-epochs", "2", "-seed", "5", "-json", "-progress=false"}
+	out2, err2, err := trainCmd(t, append([]string{"-nproc", "2", "-backend", "tcp", "-batch", "16"}, common...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, err2)
+	}
+	out1, err1, err := trainCmd(t, append([]string{"-nproc", "1", "-batch", "32"}, common...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, err1)
+	}
+	s2, s1 := summary(t, out2), summary(t, out1)
+	if s2.WorldSize != 2 || s2.Backend != "tcp" || s1.WorldSize != 1 {
+		t.Fatalf("summaries: %+v / %+v", s2, s1)
+	}
+	if d := math.Abs(s2.EvalLoss - s1.EvalLoss); d > 1e-4 {
+		t.Fatalf("eval loss %v (2 ranks x 16) vs %v (1 rank x 32): differ by %v", s2.EvalLoss, s1.EvalLoss, d)
+	}
+	if s2.Steps != s1.Steps || s2.GlobalBatch != 32 {
+		t.Fatalf("steps %d vs %d, global batch %d", s2.Steps, s1.Steps, s2.GlobalBatch)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nproc", "0"}, "-nproc 0"},
+		{[]string{"-backend", "carrier-pigeon"}, "carrier-pigeon"},
+		{[]string{"-data", "/nonexistent/fmnist", "-nproc", "2"}, "/nonexistent/fmnist"},
+		{[]string{"-data", "synthetic", "-limit", "100", "-batch", "64", "-nproc", "2"}, "larger than"},
+		{[]string{"-model", "transformer"}, "transformer"},
+		{[]string{"-resume", "/nonexistent/ckpt", "-data", "synthetic"}, "/nonexistent/ckpt"},
+	}
+	for _, tc := range cases {
+		_, stderr, err := trainCmd(t, tc.args...)
+		if err == nil {
+			t.Errorf("%v: exited 0", tc.args)
+			continue
+		}
+		if !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: stderr does not mention %q:\n%s", tc.args, tc.want, stderr)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/data"
+)
+
+func runRanks(t *testing.T, n int, cfg Config) ([]*Summary, error) {
+	t.Helper()
+	cs, err := inproc.New(n, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := make([]*Summary, n)
+	err = commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
+		defer c.Close()
+		s, err := Run(ctx, c, cfg)
+		sums[c.Rank()] = s
+		return err
+	})
+	return sums, err
+}
+
+func base() Config {
+	return Config{Model: "mlp", DataDir: "synthetic", Epochs: 2, Batch: 16, LR: 0.05, Optimizer: "sgd", Momentum: 0.9, Seed: 3, Limit: 640, Backend: "inproc"}
+}
+
+// TestResumeEqualsUninterrupted: stopping after a few steps, saving and
+// resuming ends with the same parameters, optimizer state and evaluation as
+// a run that never stopped.
+func TestResumeEqualsUninterrupted(t *testing.T) {
+	for _, opt := range []string{"sgd", "adam"} {
+		t.Run(opt, func(t *testing.T) {
+			dir := t.TempDir()
+			full := base()
+			full.Optimizer = opt
+			full.Save = filepath.Join(dir, "full.safetensors")
+			want, err := runRanks(t, 2, full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			part := full
+			part.Save = filepath.Join(dir, "part.safetensors")
+			part.MaxSteps = 13 // mid-way through epoch 1 (20 steps per epoch)
+			if _, err := runRanks(t, 2, part); err != nil {
+				t.Fatal(err)
+			}
+			rest := full
+			rest.Resume = part.Save
+			rest.Save = filepath.Join(dir, "resumed.safetensors")
+			got, err := runRanks(t, 2, rest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0].EvalLoss != want[0].EvalLoss || got[0].Steps != want[0].Steps {
+				t.Fatalf("resumed: eval loss %v after %d steps; uninterrupted: %v after %d", got[0].EvalLoss, got[0].Steps, want[0].EvalLoss, want[0].Steps)
+			}
+			for _, suffix := range []string{"", ".train"} {
+				a, _, err := checkpoint.Read(full.Save + suffix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _, err := checkpoint.Read(rest.Save + suffix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for name, ta := range a {
+					if !bytes.Equal(ta.Data, b[name].Data) {
+						t.Errorf("%s%s: tensor %s differs between the resumed and the uninterrupted run", "checkpoint", suffix, name)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestCheckpointLayout(t *testing.T) {
+	dir := t.TempDir()
+	cfg := base()
+	cfg.Model = "cnn-bn"
+	cfg.Epochs = 1
+	cfg.Limit = 64
+	cfg.Save = filepath.Join(dir, "m.safetensors")
+	if _, err := runRanks(t, 1, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ts, meta, err := checkpoint.Read(cfg.Save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta["model"] != "cnn-bn" {
+		t.Errorf("meta %v", meta)
+	}
+	want := map[string][]int{
+		"0.weight": {32, 1, 3, 3}, "0.bias": {32}, "1.weight": {32}, "1.running_mean": {32}, "1.running_var": {32},
+		"1.num_batches_tracked": {}, "4.weight": {64, 32, 3, 3}, "9.weight": {128, 3136}, "11.weight": {10, 128}, "11.bias": {10},
+	}
+	for name, shape := range want {
+		tt, ok := ts[name]
+		if !ok {
+			t.Errorf("no tensor %s", name)
+			continue
+		}
+		if !sameShape(tt.Shape, shape) {
+			t.Errorf("%s: shape %v, want %v", name, tt.Shape, shape)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	// A corrupt IDX file.
+	bad := filepath.Join(dir, "bad")
+	os.MkdirAll(bad, 0o755)
+	for _, f := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
+		os.WriteFile(filepath.Join(bad, f), []byte("\x00\x00\x08\x03garbage"), 0o644)
+	}
+	// A checkpoint of another model.
+	other := base()
+	other.Model = "cnn"
+	other.Epochs = 1
+	other.Limit = 32
+	other.Save = filepath.Join(dir, "cnn.safetensors")
+	if _, err := runRanks(t, 1, other); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		mod  func(c *Config)
+		want error
+		text string
+	}{
+		{"missing dataset", func(c *Config) { c.DataDir = filepath.Join(dir, "nope") }, data.ErrNotFound, "nope"},
+		{"corrupt idx", func(c *Config) { c.DataDir = bad }, data.ErrCorrupt, "train-images-idx3-ubyte"},
+		{"batch larger than data", func(c *Config) { c.Limit = 20; c.Batch = 16 }, ErrConfig, "larger than"},
+		{"other model's checkpoint", func(c *Config) { c.Resume = other.Save }, ErrCheckpoint, "cnn"},
+		{"missing checkpoint", func(c *Config) { c.Resume = filepath.Join(dir, "none") }, ErrCheckpoint, "none"},
+		{"zero batch", func(c *Config) { c.Batch = 0 }, ErrConfig, "-batch"},
+		{"bad lr", func(c *Config) { c.LR = -1 }, ErrConfig, "-lr"},
+		{"unknown model", func(c *Config) { c.Model = "resnet" }, ErrConfig, "resnet"},
+		{"future strategy", func(c *Config) { c.Strategy = "zero2" }, ErrConfig, "not available yet"},
+		{"unknown optimizer", func(c *Config) { c.Optimizer = "lion" }, ErrConfig, "lion"},
+		{"unknown compression", func(c *Config) { c.Compress = "int4" }, ErrConfig, "int4"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base()
+			tc.mod(&cfg)
+			_, err := runRanks(t, 2, cfg)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+				t.Fatalf("got %v, want %v mentioning %q", err, tc.want, tc.text)
+			}
+		})
+	}
+	// The default data dir's error carries the install command.
+	if _, err := os.Stat(data.DefaultDir); err != nil {
+		cfg := base()
+		cfg.DataDir = ""
+		_, err := runRanks(t, 1, cfg)
+		if err == nil || !strings.Contains(err.Error(), data.InstallHint) {
+			t.Fatalf("missing default dataset: %v, want the install command", err)
+		}
+	}
+}
+
+func TestJSONSummary(t *testing.T) {
+	var out bytes.Buffer
+	cfg := base()
+	cfg.Optimizer = "adam"
+	cfg.LR = 0.001
+	cfg.JSON = true
+	cfg.Out = &out
+	sums, err := runRanks(t, 2, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 { // two epochs and the summary
+		t.Fatalf("got %d lines:\n%s", len(lines), out.String())
+	}
+	var s map[string]any
+	if err := json.Unmarshal([]byte(lines[2]), &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"world_size", "strategy", "model", "num_params", "epochs", "samples_per_sec", "step_ms_p50", "eval_loss", "test_accuracy", "model_state_bytes", "peak_rss_bytes"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("summary lacks %q", k)
+		}
+	}
+	if s["event"] != "summary" {
+		t.Errorf("last line is not the summary: %v", s)
+	}
+	p := int64(sums[0].NumParams)
+	if m := sums[0].ModelStateBytes; m.Params != 4*p || m.Grads != 4*p || m.Optimizer != 8*p {
+		t.Errorf("adam model_state_bytes %+v, want 4P, 4P, 8P with P=%d", m, p)
+	}
+	if sums[0].TestAccuracy < 0.5 {
+		t.Errorf("synthetic data barely learned: accuracy %v", sums[0].TestAccuracy)
+	}
+}
