@@ -100,3 +100,27 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMPIRun: two train workers started by Open MPI's mpirun find each
+// other through OMPI_COMM_WORLD_* and train together.
+func TestMPIRun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not installed (Debian: apt-get install openmpi-bin); .ci/run installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+		"-x", "TRAIN_MAIN=1", "-x", "GDIST_TOKEN=train-mpirun-test",
+		os.Args[0], "-data", "synthetic", "-limit", "640", "-epochs", "1", "-batch", "16", "-json", "-progress=false")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, stderr.String())
+	}
+	s := summary(t, string(out))
+	if s.WorldSize != 2 || s.Backend != "tcp" {
+		t.Fatalf("summary %+v", s)
+	}
+}

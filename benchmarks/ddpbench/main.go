@@ -1,0 +1,253 @@
+// Command ddpbench measures DDP training throughput side by side with
+// PyTorch DDP (Gloo): for each model, world size and overlap setting it runs
+// gdist's train and the PyTorch peer (benchmarks/peers/torch_ddp.py) in
+// turn, repeats the whole sweep -reps times (interleaved, so machine noise
+// hits both alike), and reports medians: a markdown table written between
+// the ddpbench markers of benchmarks/README.md, a JSON file of every run,
+// and a PNG plot of samples/s against world size.
+//
+//	go run ./benchmarks/ddpbench -models mlp,cnn -worlds 1,2,4 -reps 3
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/color"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+type run struct {
+	Impl          string  `json:"impl"` // gdist | gdist-no-overlap | torch
+	Model         string  `json:"model"`
+	World         int     `json:"world"`
+	Rep           int     `json:"rep"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	StepMsP50     float64 `json:"step_ms_p50"`
+	TestAccuracy  float64 `json:"test_accuracy"`
+}
+
+func main() {
+	models := flag.String("models", "mlp,cnn", "models to run")
+	worlds := flag.String("worlds", "1,2,4", "world sizes")
+	reps := flag.Int("reps", 3, "repetitions of the whole sweep")
+	limits := flag.String("limit", "mlp=60000,cnn=6400,cnn-bn=6400", "training samples per model (one epoch)")
+	batch := flag.Int("batch", 64, "batch per rank")
+	torchPeer := flag.String("torch", "benchmarks/peers/torch_ddp.py", "PyTorch peer script (empty: skip)")
+	torchModels := flag.String("torch-models", "mlp,cnn", "models to run the PyTorch peer on")
+	readme := flag.String("readme", "benchmarks/README.md", "file whose ddpbench section is rewritten")
+	png := flag.String("png", "benchmarks/ddp_scaling.png", "plot output")
+	jsonOut := flag.String("out", "benchmarks/ddp_results.json", "every run as JSON")
+	flag.Parse()
+
+	ctx := context.Background()
+	bin := filepath.Join(os.TempDir(), "gdist-ddpbench-train")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/train").CombinedOutput(); err != nil {
+		fail("building train: %v\n%s", err, out)
+	}
+	lim := map[string]string{}
+	for _, kv := range strings.Split(*limits, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		lim[k] = v
+	}
+	torchOn := map[string]bool{}
+	for _, m := range strings.Split(*torchModels, ",") {
+		torchOn[m] = *torchPeer != ""
+	}
+	var runs []run
+	for rep := 1; rep <= *reps; rep++ {
+		for _, m := range strings.Split(*models, ",") {
+			for _, ws := range strings.Split(*worlds, ",") {
+				w, _ := strconv.Atoi(ws)
+				for _, impl := range []string{"gdist", "gdist-no-overlap", "torch"} {
+					if impl == "torch" && !torchOn[m] {
+						continue
+					}
+					r, err := once(ctx, bin, *torchPeer, impl, m, w, *batch, lim[m])
+					if err != nil {
+						fail("%s %s world %d: %v", impl, m, w, err)
+					}
+					r.Rep = rep
+					fmt.Fprintf(os.Stderr, "rep %d %-17s %-6s world %d: %8.0f samples/s  step p50 %6.2f ms  acc %.4f\n",
+						rep, impl, m, w, r.SamplesPerSec, r.StepMsP50, r.TestAccuracy)
+					runs = append(runs, r)
+				}
+			}
+		}
+	}
+	b, _ := json.MarshalIndent(runs, "", " ")
+	if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+		fail("%v", err)
+	}
+	table := report(runs, *models, *worlds, *batch, lim, *reps)
+	fmt.Println(table)
+	if err := plotRuns(runs, *png); err != nil {
+		fail("plot: %v", err)
+	}
+	if err := rewrite(*readme, table); err != nil {
+		fail("%v", err)
+	}
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ddpbench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func once(ctx context.Context, bin, peer, impl, model string, world, batch int, limit string) (run, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+	var cmd *exec.Cmd
+	if impl == "torch" {
+		cmd = exec.CommandContext(ctx, "/usr/bin/python3", peer, "--world", strconv.Itoa(world), "--model", model,
+			"--epochs", "1", "--batch", strconv.Itoa(batch), "--limit", limit)
+	} else {
+		args := []string{"-nproc", strconv.Itoa(world), "-model", model, "-epochs", "1", "-batch", strconv.Itoa(batch),
+			"-limit", limit, "-json", "-progress=false"}
+		if impl == "gdist-no-overlap" {
+			args = append(args, "-no-overlap")
+		}
+		cmd = exec.CommandContext(ctx, bin, args...)
+	}
+	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return run{}, fmt.Errorf("%v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var v struct {
+		SamplesPerSec float64 `json:"samples_per_sec"`
+		StepMsP50     float64 `json:"step_ms_p50"`
+		TestAccuracy  float64 `json:"test_accuracy"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &v); err != nil {
+		return run{}, fmt.Errorf("bad output %q: %v", lines[len(lines)-1], err)
+	}
+	return run{Impl: impl, Model: model, World: world, SamplesPerSec: v.SamplesPerSec, StepMsP50: v.StepMsP50, TestAccuracy: v.TestAccuracy}, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+type key struct {
+	impl, model string
+	world       int
+}
+
+func medians(runs []run) (map[key]float64, map[key]float64) {
+	sps, ms := map[key][]float64{}, map[key][]float64{}
+	for _, r := range runs {
+		k := key{r.Impl, r.Model, r.World}
+		sps[k] = append(sps[k], r.SamplesPerSec)
+		ms[k] = append(ms[k], r.StepMsP50)
+	}
+	a, b := map[key]float64{}, map[key]float64{}
+	for k, v := range sps {
+		a[k] = median(v)
+		b[k] = median(ms[k])
+	}
+	return a, b
+}
+
+func report(runs []run, models, worlds string, batch int, lim map[string]string, reps int) string {
+	sps, ms := medians(runs)
+	var b strings.Builder
+	fmt.Fprintf(&b, "Medians of %d interleaved runs, one epoch each, batch %d per rank, SGD (momentum 0.9), OPENBLAS_NUM_THREADS=1; ", reps, batch)
+	fmt.Fprintf(&b, "%s. Scaling efficiency = samples/s at N ranks / (N x samples/s at 1 rank); this machine has 2 cores, so 4 ranks oversubscribe it.\n\n", time.Now().UTC().Format("2006-01-02"))
+	b.WriteString("| model | ranks | gdist samples/s | gdist step ms | no-overlap samples/s | overlap gain | PyTorch DDP samples/s | gdist / PyTorch | gdist scaling eff. |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range strings.Split(models, ",") {
+		base := sps[key{"gdist", m, 1}]
+		for _, ws := range strings.Split(worlds, ",") {
+			w, _ := strconv.Atoi(ws)
+			g, gn, tq := sps[key{"gdist", m, w}], sps[key{"gdist-no-overlap", m, w}], sps[key{"torch", m, w}]
+			torch, ratio := "-", "-"
+			if tq > 0 {
+				torch = fmt.Sprintf("%.0f", tq)
+				ratio = fmt.Sprintf("%.2f", g/tq)
+			}
+			eff := "-"
+			if base > 0 {
+				eff = fmt.Sprintf("%.2f", g/(float64(w)*base))
+			}
+			fmt.Fprintf(&b, "| %s (limit %s) | %d | %.0f | %.2f | %.0f | %.2f | %s | %s | %s |\n", m, lim[m], w, g, ms[key{"gdist", m, w}], gn, g/gn, torch, ratio, eff)
+		}
+	}
+	return b.String()
+}
+
+func plotRuns(runs []run, path string) error {
+	sps, _ := medians(runs)
+	p := plot.New()
+	p.Title.Text = "DDP training throughput (medians)"
+	p.X.Label.Text = "ranks"
+	p.Y.Label.Text = "samples/s"
+	series := map[string]plotter.XYs{}
+	var names []string
+	for k, v := range sps {
+		name := k.impl + " " + k.model
+		if _, ok := series[name]; !ok {
+			names = append(names, name)
+		}
+		series[name] = append(series[name], plotter.XY{X: float64(k.world), Y: v})
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		xy := series[name]
+		sort.Slice(xy, func(a, b int) bool { return xy[a].X < xy[b].X })
+		l, pts, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return err
+		}
+		c := plotutil.Color(i)
+		l.Color, pts.Color = c, c
+		if strings.HasPrefix(name, "torch") {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l, pts)
+		p.Legend.Add(name, l, pts)
+	}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	_ = color.Black
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+const beginMark, endMark = "<!-- ddpbench:begin -->", "<!-- ddpbench:end -->"
+
+func rewrite(path, table string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, beginMark), strings.Index(s, endMark)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s ... %s section", path, beginMark, endMark)
+	}
+	s = s[:i+len(beginMark)] + "\n" + table + "\n" + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
