@@ -12,6 +12,7 @@ package models
 import "C"
 
 import (
+	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/netlib/blas/netlib"
 	G "gorgonia.org/gorgonia"
 )
@@ -19,4 +20,4 @@ import (
 // BLAS names the matrix-multiply implementation in use.
 const BLAS = "openblas"
 
-func init() { G.Use(netlib.Implementation{}) }
+func init() { G.Use(netlib.Implementation{}); blas32.Use(netlib.Implementation{}) }

@@ -48,7 +48,10 @@ func (l conv) params() []Param {
 }
 
 func (l conv) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
-	y, err := G.Conv2d(x, ps[0], tensor.Shape{l.k, l.k}, []int{l.pad, l.pad}, []int{1, 1}, []int{1, 1})
+	op := newConv2d(l.k, l.pad)
+	// The network's input (a leaf, no op) needs no gradient: skip dx.
+	op.noDX = x.Op() == nil
+	y, err := G.ApplyOp(op, x, ps[0])
 	if err != nil {
 		return nil, err
 	}
@@ -75,14 +78,14 @@ type relu struct{ torch int }
 
 func (relu) params() []Param { return nil }
 func (relu) apply(b *builder, x *G.Node, _ []*G.Node) (*G.Node, error) {
-	return G.Rectify(x)
+	return G.ApplyOp(&reluOp{baseOp{nextID(), "relu"}}, x)
 }
 
 type maxPool struct{ torch int }
 
 func (maxPool) params() []Param { return nil }
 func (maxPool) apply(b *builder, x *G.Node, _ []*G.Node) (*G.Node, error) {
-	return G.MaxPool2D(x, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2})
+	return G.ApplyOp(newMaxPool2x2(), x)
 }
 
 type flatten struct{ torch int }

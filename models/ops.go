@@ -275,3 +275,72 @@ func (op *xentGradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	return tensor.New(tensor.WithShape(b, k), tensor.WithBacking(out)), nil
 }
+
+// ---- ReLU: one pass each way (gorgonia's builds a mask and multiplies) ----
+
+type reluOp struct{ baseOp }
+
+func (op *reluOp) Arity() int { return 1 }
+func (op *reluOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a)
+}
+func (op *reluOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *reluOp) ReturnsPtr() bool { return false }
+func (op *reluOp) Do(v ...G.Value) (G.Value, error) {
+	x, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(x))
+	for i, xv := range x {
+		b := math.Float32bits(xv)
+		out[i] = math.Float32frombits(b & positive(b))
+	}
+	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+}
+
+// positive is all ones if the float32 with bits b is > 0 (NaNs with the
+// sign bit clear included), else 0: branch-free, since the sign of
+// activations is a coin toss that a branch predictor loses.
+func positive(b uint32) uint32 {
+	v := int32(b)
+	return uint32(^((v - 1) >> 31) & ^(v >> 31))
+}
+
+func (op *reluOp) DiffWRT(int) []bool { return []bool{true} }
+func (op *reluOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	d, err := G.ApplyOp(&reluGradOp{baseOp{nextID(), "relu'"}}, inputs[0], grad)
+	return G.Nodes{d}, err
+}
+
+// reluGradOp: dx = dy where x > 0, else 0.
+type reluGradOp struct{ baseOp }
+
+func (op *reluGradOp) Arity() int { return 2 }
+func (op *reluGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a, a)
+}
+func (op *reluGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *reluGradOp) ReturnsPtr() bool { return false }
+func (op *reluGradOp) Do(v ...G.Value) (G.Value, error) {
+	x, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	dy, _, err := f32(v[1])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(x))
+	dy = dy[:len(x)]
+	for i, xv := range x {
+		out[i] = math.Float32frombits(math.Float32bits(dy[i]) & positive(math.Float32bits(xv)))
+	}
+	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+}

@@ -1,0 +1,561 @@
+package models
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/chewxy/hm"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Convolution and max-pooling ops in NCHW, written for speed on a CPU
+// without gorgonia's generic iterators and transposes.
+//
+// conv2dOp computes each sample as one matrix product: the sample is
+// unrolled (im2col) into a [Cin*k*k, Ho*Wo] buffer and W, viewed as
+// [Cout, Cin*k*k], multiplies it straight into the sample's
+// [Cout, Ho*Wo] block of the NCHW output. The matrix products go through
+// blas32, which models/blas.go points at OpenBLAS in the default build.
+//
+// All ops here are single-threaded (training runs one process per core)
+// and keep their scratch between calls: an op instance must not be run
+// concurrently with itself or with the other ops of its layer.
+
+// convScratch is the im2col buffer shared by a convolution's forward op
+// and its two gradient ops (they never run at the same time).
+type convScratch struct{ col []float32 }
+
+func (s *convScratch) get(n int) []float32 {
+	if cap(s.col) < n {
+		s.col = make([]float32, n)
+	}
+	return s.col[:n]
+}
+
+// conv2dOp: x (N, Cin, H, W), w (Cout, Cin, k, k) -> (N, Cout, Ho, Wo) with
+// stride 1 and symmetric zero padding pad, Ho = H+2pad-k+1 (likewise Wo).
+// No bias: add it with biasOp. With noDX the op is not differentiable
+// w.r.t. x (for a network's input, whose gradient nobody reads).
+type conv2dOp struct {
+	baseOp
+	k, pad int
+	noDX   bool
+	sc     *convScratch
+}
+
+func newConv2d(k, pad int) *conv2dOp {
+	return &conv2dOp{baseOp: baseOp{nextID(), fmt.Sprintf("conv%dx%dp%d", k, k, pad)}, k: k, pad: pad, sc: &convScratch{}}
+}
+
+// convGeom is one convolution's sizes.
+type convGeom struct {
+	n, cin, h, w, cout, k, pad, ho, wo int
+}
+
+func (g convGeom) ckk() int  { return g.cin * g.k * g.k }
+func (g convGeom) hw() int   { return g.h * g.w }
+func (g convGeom) howo() int { return g.ho * g.wo }
+
+func (g convGeom) outShape() tensor.Shape { return tensor.Shape{g.n, g.cout, g.ho, g.wo} }
+
+// direct reports whether im2col is the identity (1x1 kernel, no padding).
+func (g convGeom) direct() bool { return g.k == 1 && g.pad == 0 }
+
+func newConvGeom(x, w tensor.Shape, k, pad int) (convGeom, error) {
+	if len(x) != 4 || len(w) != 4 {
+		return convGeom{}, fmt.Errorf("models: conv2d wants 4-d input and filter, got %v and %v", x, w)
+	}
+	if w[1] != x[1] || w[2] != k || w[3] != k {
+		return convGeom{}, fmt.Errorf("models: conv2d filter %v does not fit input %v with a %dx%d kernel", w, x, k, k)
+	}
+	g := convGeom{n: x[0], cin: x[1], h: x[2], w: x[3], cout: w[0], k: k, pad: pad}
+	g.ho, g.wo = g.h+2*pad-k+1, g.w+2*pad-k+1
+	if k < 1 || pad < 0 || g.ho < 1 || g.wo < 1 {
+		return convGeom{}, fmt.Errorf("models: conv2d kernel %d, padding %d: no output for input %v", k, pad, x)
+	}
+	return g, nil
+}
+
+func (op *conv2dOp) Arity() int { return 2 }
+func (op *conv2dOp) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(4))
+}
+func (op *conv2dOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	if len(ds) != 2 {
+		return nil, fmt.Errorf("models: conv2d wants 2 inputs, got %d", len(ds))
+	}
+	x, ok1 := ds[0].(tensor.Shape)
+	w, ok2 := ds[1].(tensor.Shape)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("models: conv2d wants shapes, got %T and %T", ds[0], ds[1])
+	}
+	g, err := newConvGeom(x, w, op.k, op.pad)
+	if err != nil {
+		return nil, err
+	}
+	return g.outShape(), nil
+}
+func (op *conv2dOp) ReturnsPtr() bool { return false }
+
+// f32n is f32 that also checks the number of elements against the shape.
+func f32n(v G.Value) ([]float32, tensor.Shape, error) {
+	d, s, err := f32(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(d) != s.TotalSize() {
+		return nil, nil, fmt.Errorf("models: tensor of shape %v holds %d values", s, len(d))
+	}
+	return d, s, nil
+}
+
+func (op *conv2dOp) Do(v ...G.Value) (G.Value, error) {
+	x, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	w, ws, err := f32n(v[1])
+	if err != nil {
+		return nil, err
+	}
+	g, err := newConvGeom(xs, ws, op.k, op.pad)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, g.n*g.cout*g.howo())
+	conv2dForward(g, x, w, out, op.sc)
+	return tensor.New(tensor.WithShape(g.outShape()...), tensor.WithBacking(out)), nil
+}
+
+// conv2dForward: y[n] [Cout, HoWo] = W [Cout, CKK] x im2col(x[n]).
+func conv2dForward(g convGeom, x, w, y []float32, sc *convScratch) {
+	impl := blas32.Implementation()
+	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
+	for n := 0; n < g.n; n++ {
+		xn := x[n*hw : (n+1)*hw]
+		col := xn
+		if !g.direct() {
+			col = sc.get(ckk * howo)
+			im2col(g, xn, col)
+		}
+		yn := y[n*g.cout*howo : (n+1)*g.cout*howo]
+		impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cout, howo, ckk, 1, w, ckk, col, howo, 0, yn, howo)
+	}
+}
+
+// validRange is the range [lo, hi) of output columns ox whose input column
+// ox+kj-pad lies in [0, w).
+func validRange(g convGeom, kj int) (lo, hi int) {
+	lo, hi = g.pad-kj, g.w+g.pad-kj
+	lo = max(lo, 0)
+	hi = min(hi, g.wo)
+	if hi < lo {
+		hi = lo
+	}
+	return lo, hi
+}
+
+// im2col unrolls one sample x (Cin, H, W) into col [Cin*k*k, Ho*Wo]: row
+// (c, ki, kj), column (oy, ox) holds x[c, oy+ki-pad, ox+kj-pad], 0 outside.
+func im2col(g convGeom, x, col []float32) {
+	howo := g.howo()
+	r := 0
+	for c := 0; c < g.cin; c++ {
+		xc := x[c*g.hw() : (c+1)*g.hw()]
+		for ki := 0; ki < g.k; ki++ {
+			for kj := 0; kj < g.k; kj++ {
+				row := col[r*howo : (r+1)*howo]
+				r++
+				if g.wo == g.w {
+					im2colSame(g, xc, row, ki, kj)
+					continue
+				}
+				lo, hi := validRange(g, kj)
+				shift := kj - g.pad
+				for oy := 0; oy < g.ho; oy++ {
+					dst := row[oy*g.wo : (oy+1)*g.wo]
+					iy := oy + ki - g.pad
+					if iy < 0 || iy >= g.h {
+						clear(dst)
+						continue
+					}
+					clear(dst[:lo])
+					copy(dst[lo:hi], xc[iy*g.w+lo+shift:iy*g.w+hi+shift])
+					clear(dst[hi:])
+				}
+			}
+		}
+	}
+}
+
+// sameSpan is, for a "same" convolution (Wo == W, hence Ho == H), where
+// the im2col row of tap (ki, kj) is one shifted copy of the input plane:
+// row[d0:d1] = plane[d0+off : d1+off], the rest of the row being zero,
+// except for the wrapped-around columns ox outside [lo, hi) of each image
+// row, which must be zeroed (or, in col2im, skipped) separately.
+func sameSpan(g convGeom, ki, kj int) (d0, d1, off, lo, hi int) {
+	lo, hi = validRange(g, kj)
+	oy0 := max(g.pad-ki, 0)
+	oy1 := min(g.h+g.pad-ki, g.ho)
+	if oy1 <= oy0 || hi <= lo {
+		return 0, 0, 0, lo, hi
+	}
+	off = (ki-g.pad)*g.w + kj - g.pad
+	d0, d1 = oy0*g.wo, oy1*g.wo
+	// Clip to the plane: what falls outside lies in the wrapped columns.
+	d0 = max(d0, -off)
+	d1 = min(d1, g.hw()-off)
+	return d0, d1, off, lo, hi
+}
+
+func im2colSame(g convGeom, plane, row []float32, ki, kj int) {
+	d0, d1, off, lo, hi := sameSpan(g, ki, kj)
+	if d1 <= d0 {
+		clear(row)
+		return
+	}
+	clear(row[:d0])
+	copy(row[d0:d1], plane[d0+off:d1+off])
+	clear(row[d1:])
+	if lo == 0 && hi == g.wo {
+		return
+	}
+	for oy := 0; oy < g.ho; oy++ {
+		r := row[oy*g.wo : (oy+1)*g.wo]
+		for i := 0; i < lo; i++ {
+			r[i] = 0
+		}
+		for i := hi; i < len(r); i++ {
+			r[i] = 0
+		}
+	}
+}
+
+// col2im adds col [Cin*k*k, Ho*Wo] back into one sample dx (Cin, H, W):
+// the adjoint of im2col. It may overwrite col.
+func col2im(g convGeom, col, dx []float32) {
+	howo := g.howo()
+	r := 0
+	for c := 0; c < g.cin; c++ {
+		dc := dx[c*g.hw() : (c+1)*g.hw()]
+		for ki := 0; ki < g.k; ki++ {
+			for kj := 0; kj < g.k; kj++ {
+				row := col[r*howo : (r+1)*howo]
+				r++
+				if g.wo == g.w {
+					col2imSame(g, row, dc, ki, kj)
+					continue
+				}
+				lo, hi := validRange(g, kj)
+				shift := kj - g.pad
+				for oy := 0; oy < g.ho; oy++ {
+					iy := oy + ki - g.pad
+					if iy < 0 || iy >= g.h {
+						continue
+					}
+					addTo(dc[iy*g.w+lo+shift:iy*g.w+hi+shift], row[oy*g.wo+lo:oy*g.wo+hi])
+				}
+			}
+		}
+	}
+}
+
+func col2imSame(g convGeom, row, plane []float32, ki, kj int) {
+	d0, d1, off, lo, hi := sameSpan(g, ki, kj)
+	if d1 <= d0 {
+		return
+	}
+	if lo != 0 || hi != g.wo {
+		// Zero the wrapped-around columns so that one contiguous add
+		// leaves them out.
+		for oy := 0; oy < g.ho; oy++ {
+			r := row[oy*g.wo : (oy+1)*g.wo]
+			for i := 0; i < lo; i++ {
+				r[i] = 0
+			}
+			for i := hi; i < len(r); i++ {
+				r[i] = 0
+			}
+		}
+	}
+	addTo(plane[d0+off:d1+off], row[d0:d1])
+}
+
+// addTo adds src into dst (same length). Unrolled: about twice as fast
+// as the plain loop.
+func addTo(dst, src []float32) {
+	dst = dst[:len(src)]
+	for len(src) >= 8 {
+		d, s := dst[:8:8], src[:8:8]
+		d[0] += s[0]
+		d[1] += s[1]
+		d[2] += s[2]
+		d[3] += s[3]
+		d[4] += s[4]
+		d[5] += s[5]
+		d[6] += s[6]
+		d[7] += s[7]
+		dst, src = dst[8:], src[8:]
+	}
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func (op *conv2dOp) DiffWRT(int) []bool { return []bool{!op.noDX, true} }
+func (op *conv2dOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	if len(inputs) != 2 {
+		return nil, fmt.Errorf("models: conv2d has 2 inputs, got %d", len(inputs))
+	}
+	var dx *G.Node
+	if !op.noDX {
+		var err error
+		dx, err = G.ApplyOp(&conv2dGradOp{baseOp: baseOp{nextID(), op.name + "'x"}, fwd: op, out: inputs[0].Shape().Clone()}, inputs[1], grad)
+		if err != nil {
+			return nil, err
+		}
+	}
+	dw, err := G.ApplyOp(&conv2dGradOp{baseOp: baseOp{nextID(), op.name + "'w"}, fwd: op, wrtW: true, out: inputs[1].Shape().Clone()}, inputs[0], grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx, dw}, nil
+}
+
+// conv2dGradOp computes dx from (w, dy) or, with wrtW, dw from (x, dy).
+// out is the shape of the result (x's or w's).
+type conv2dGradOp struct {
+	baseOp
+	fwd  *conv2dOp
+	wrtW bool
+	out  tensor.Shape
+}
+
+func (op *conv2dGradOp) Arity() int { return 2 }
+func (op *conv2dGradOp) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(4))
+}
+func (op *conv2dGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return op.out.Clone(), nil
+}
+func (op *conv2dGradOp) ReturnsPtr() bool { return false }
+
+func (op *conv2dGradOp) Do(v ...G.Value) (G.Value, error) {
+	a, as, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	dy, dys, err := f32n(v[1])
+	if err != nil {
+		return nil, err
+	}
+	xs, ws := op.out, as
+	if op.wrtW {
+		xs, ws = as, op.out
+	}
+	g, err := newConvGeom(xs, ws, op.fwd.k, op.fwd.pad)
+	if err != nil {
+		return nil, err
+	}
+	if !dys.Eq(g.outShape()) {
+		return nil, fmt.Errorf("models: %s: gradient of shape %v, want %v", op.name, dys, g.outShape())
+	}
+	out := make([]float32, op.out.TotalSize())
+	if op.wrtW {
+		conv2dBackwardW(g, a, dy, out, op.fwd.sc)
+	} else {
+		conv2dBackwardX(g, a, dy, out, op.fwd.sc)
+	}
+	return tensor.New(tensor.WithShape(op.out.Clone()...), tensor.WithBacking(out)), nil
+}
+
+// conv2dBackwardX: dx[n] = col2im(W^T [CKK, Cout] x dy[n] [Cout, HoWo]).
+// dx must be zero on entry.
+func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
+	impl := blas32.Implementation()
+	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
+	for n := 0; n < g.n; n++ {
+		dyn := dy[n*g.cout*howo : (n+1)*g.cout*howo]
+		dxn := dx[n*hw : (n+1)*hw]
+		if g.direct() {
+			impl.Sgemm(blas.Trans, blas.NoTrans, ckk, howo, g.cout, 1, w, ckk, dyn, howo, 0, dxn, howo)
+			continue
+		}
+		col := sc.get(ckk * howo)
+		impl.Sgemm(blas.Trans, blas.NoTrans, ckk, howo, g.cout, 1, w, ckk, dyn, howo, 0, col, howo)
+		col2im(g, col, dxn)
+	}
+}
+
+// conv2dBackwardW: dw [Cout, CKK] = sum over n of dy[n] [Cout, HoWo] x
+// im2col(x[n])^T.
+func conv2dBackwardW(g convGeom, x, dy, dw []float32, sc *convScratch) {
+	impl := blas32.Implementation()
+	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
+	var beta float32
+	for n := 0; n < g.n; n++ {
+		xn := x[n*hw : (n+1)*hw]
+		col := xn
+		if !g.direct() {
+			col = sc.get(ckk * howo)
+			im2col(g, xn, col)
+		}
+		dyn := dy[n*g.cout*howo : (n+1)*g.cout*howo]
+		impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, ckk, howo, 1, dyn, howo, col, howo, beta, dw, ckk)
+		beta = 1
+	}
+}
+
+// ---- 2x2 max pooling, stride 2, no padding, NCHW ----
+
+// poolState is what the forward pass leaves for the backward pass: for
+// each output, the index into x of the input it took.
+type poolState struct {
+	argmax []int32
+	inLen  int
+}
+
+// maxPool2x2Op: (N, C, H, W) -> (N, C, H/2, W/2) (floor: an odd last row or
+// column is dropped, like PyTorch's default). Ties go to the first maximum
+// in row-major order (with -0 below +0).
+type maxPool2x2Op struct {
+	baseOp
+	st *poolState
+}
+
+func newMaxPool2x2() *maxPool2x2Op {
+	return &maxPool2x2Op{baseOp: baseOp{nextID(), "maxpool2x2"}, st: &poolState{}}
+}
+
+func poolShape(x tensor.Shape) (tensor.Shape, error) {
+	if len(x) != 4 || x[2] < 2 || x[3] < 2 {
+		return nil, fmt.Errorf("models: maxpool2x2 wants (N, C, H>=2, W>=2), got %v", x)
+	}
+	return tensor.Shape{x[0], x[1], x[2] / 2, x[3] / 2}, nil
+}
+
+func (op *maxPool2x2Op) Arity() int { return 1 }
+func (op *maxPool2x2Op) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4))
+}
+func (op *maxPool2x2Op) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	x, ok := ds[0].(tensor.Shape)
+	if !ok {
+		return nil, fmt.Errorf("models: maxpool2x2 wants a shape, got %T", ds[0])
+	}
+	return poolShape(x)
+}
+func (op *maxPool2x2Op) ReturnsPtr() bool { return false }
+
+func (op *maxPool2x2Op) Do(v ...G.Value) (G.Value, error) {
+	x, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	ys, err := poolShape(xs)
+	if err != nil {
+		return nil, err
+	}
+	if len(x) > math.MaxInt32 {
+		return nil, fmt.Errorf("models: maxpool2x2 input of %d values is too large", len(x))
+	}
+	out := make([]float32, ys.TotalSize())
+	if cap(op.st.argmax) < len(out) {
+		op.st.argmax = make([]int32, len(out))
+	}
+	op.st.argmax = op.st.argmax[:len(out)]
+	op.st.inLen = len(x)
+	maxPool2x2(x, xs[0]*xs[1], xs[2], xs[3], out, op.st.argmax)
+	return tensor.New(tensor.WithShape(ys...), tensor.WithBacking(out)), nil
+}
+
+// maxPool2x2 pools the planes (H, W) of x into y, recording in arg the
+// index into x of each output's maximum. It compares order-preserving
+// integer keys with masks instead of branches: on real activations the
+// branches are unpredictable, and that made pooling several times slower.
+func maxPool2x2(x []float32, planes, h, w int, y []float32, arg []int32) {
+	ho, wo := h/2, w/2
+	o := 0
+	for p := 0; p < planes; p++ {
+		base := p * h * w
+		for oy := 0; oy < ho; oy++ {
+			r0 := base + 2*oy*w
+			top := x[r0 : r0+2*wo]
+			bot := x[r0+w : r0+w+2*wo]
+			bot = bot[:len(top)]
+			yr := y[o : o+wo]
+			ar := arg[o : o+wo]
+			ar = ar[:len(yr)]
+			for ox := range yr {
+				i := 2 * ox
+				bk, bi := orderKey(top[i]), int64(r0+i)
+				bk, bi = keepMax(bk, bi, orderKey(top[i+1]), int64(r0+i+1))
+				bk, bi = keepMax(bk, bi, orderKey(bot[i]), int64(r0+w+i))
+				_, bi = keepMax(bk, bi, orderKey(bot[i+1]), int64(r0+w+i+1))
+				yr[ox], ar[ox] = x[bi], int32(bi)
+			}
+			o += wo
+		}
+	}
+}
+
+// orderKey maps a float32 to an integer with the same order (-0 < +0; a
+// NaN with the sign bit clear is above +Inf, one with it set below -Inf).
+func orderKey(v float32) int64 {
+	b := int32(math.Float32bits(v))
+	return int64(b ^ (b>>31)&0x7fffffff)
+}
+
+// keepMax returns (k, i) if k > bk, else (bk, bi), without branching.
+func keepMax(bk, bi, k, i int64) (int64, int64) {
+	m := (bk - k) >> 63 // all ones iff k > bk
+	return bk ^ (bk^k)&m, bi ^ (bi^i)&m
+}
+
+func (op *maxPool2x2Op) DiffWRT(int) []bool { return []bool{true} }
+func (op *maxPool2x2Op) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	dx, err := G.ApplyOp(&maxPool2x2GradOp{baseOp: baseOp{nextID(), "maxpool2x2'"}, fwd: op}, inputs[0], grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx}, nil
+}
+
+// maxPool2x2GradOp: (x, dy) -> dx, dy scattered to the forward's argmax
+// positions. x only gives the shape (and orders this op after the forward).
+type maxPool2x2GradOp struct {
+	baseOp
+	fwd *maxPool2x2Op
+}
+
+func (op *maxPool2x2GradOp) Arity() int { return 2 }
+func (op *maxPool2x2GradOp) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(4))
+}
+func (op *maxPool2x2GradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *maxPool2x2GradOp) ReturnsPtr() bool { return false }
+
+func (op *maxPool2x2GradOp) Do(v ...G.Value) (G.Value, error) {
+	_, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	dy, _, err := f32n(v[1])
+	if err != nil {
+		return nil, err
+	}
+	st := op.fwd.st
+	if len(st.argmax) != len(dy) || st.inLen != xs.TotalSize() {
+		return nil, fmt.Errorf("models: maxpool2x2': no forward pass recorded for input %v and %d gradients", xs, len(dy))
+	}
+	dx := make([]float32, xs.TotalSize())
+	for i, a := range st.argmax {
+		dx[a] += dy[i]
+	}
+	return tensor.New(tensor.WithShape(xs.Clone()...), tensor.WithBacking(dx)), nil
+}

@@ -1,0 +1,183 @@
+package models
+
+import (
+	"math"
+	"testing"
+)
+
+func testBatch(m *Model, b int) ([]float32, []int32) {
+	x := make([]float32, b*m.InputSize())
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i)*0.37)) * 1.5
+	}
+	y := make([]int32, b)
+	for i := range y {
+		y[i] = int32((i * 7) % m.Classes())
+	}
+	return x, y
+}
+
+// TestGradientDirectional checks backward against central differences of
+// the loss along a random direction in parameter space, for every model:
+// (L(p + e d) - L(p - e d)) / 2e must equal grad . d.
+func TestGradientDirectional(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			m, err := New(name, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gr, err := m.NewGraph(4, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, y := testBatch(m, 4)
+			if _, err := gr.Step(x, y); err != nil {
+				t.Fatal(err)
+			}
+			r := newRNG(99)
+			d := make([]float32, len(m.Flat))
+			var norm float64
+			for i := range d {
+				d[i] = float32(2*r.float64() - 1)
+				norm += float64(d[i]) * float64(d[i])
+			}
+			// A unit direction: every parameter moves by ~eps/sqrt(n), far
+			// too little to cross a ReLU or max-pool kink.
+			var gd float64
+			for i := range d {
+				d[i] /= float32(math.Sqrt(norm))
+				gd += float64(d[i]) * float64(m.Grad[i])
+			}
+			base := append([]float32(nil), m.Flat...)
+			const eps = 1e-2
+			loss := func(s float32) float64 {
+				for i := range m.Flat {
+					m.Flat[i] = base[i] + s*d[i]
+				}
+				l, err := gr.Step(x, y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return float64(l)
+			}
+			num := (loss(eps) - loss(-eps)) / (2 * eps)
+			copy(m.Flat, base)
+			if rel := math.Abs(num-gd) / math.Max(math.Abs(gd), 1e-3); rel > 3e-2 {
+				t.Fatalf("directional derivative: backward %.6g, finite differences %.6g (%.2g relative)", gd, num, rel)
+			}
+			t.Logf("backward %.6g, finite differences %.6g", gd, num)
+		})
+	}
+}
+
+func TestDeterministicInit(t *testing.T) {
+	a, _ := New("cnn-bn", 3)
+	b, _ := New("cnn-bn", 3)
+	c, _ := New("cnn-bn", 4)
+	same, diff := true, false
+	for i := range a.Flat {
+		same = same && a.Flat[i] == b.Flat[i]
+		diff = diff || a.Flat[i] != c.Flat[i]
+	}
+	if !same || !diff {
+		t.Fatalf("same seed equal: %v, other seed differs: %v", same, diff)
+	}
+	// Layout: parameters tile Flat exactly, in order.
+	off := 0
+	for _, p := range a.Params {
+		if p.Offset != off || p.Size <= 0 {
+			t.Fatalf("%s at %d (size %d), want offset %d", p.Name, p.Offset, p.Size, off)
+		}
+		off += p.Size
+	}
+	if off != len(a.Flat) || len(a.Grad) != len(a.Flat) {
+		t.Fatalf("params cover %d of %d", off, len(a.Flat))
+	}
+}
+
+func TestHooksFireLastLayerFirst(t *testing.T) {
+	m, _ := New("mlp", 1)
+	gr, _ := m.NewGraph(2, true)
+	var order []int
+	gr.OnGrad = func(i int, g []float32) {
+		if len(g) != m.Params[i].Size {
+			t.Errorf("param %d: gradient of %d values, want %d", i, len(g), m.Params[i].Size)
+		}
+		order = append(order, i)
+	}
+	x, y := testBatch(m, 2)
+	if _, err := gr.Step(x, y); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != len(m.Params) {
+		t.Fatalf("hooks fired for %v", order)
+	}
+	// The last layer's parameters come before the first layer's.
+	pos := map[int]int{}
+	for k, i := range order {
+		pos[i] = k
+	}
+	if pos[len(m.Params)-1] > pos[0] || pos[len(m.Params)-2] > pos[1] {
+		t.Fatalf("hook order %v: want the last layer first", order)
+	}
+	for _, g := range m.Grad {
+		if g != 0 {
+			t.Fatal("a custom OnGrad must replace the default accumulation")
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := New("resnet", 1); err == nil {
+		t.Error("unknown model accepted")
+	}
+	m, _ := New("mlp", 1)
+	if _, err := m.NewGraph(0, true); err == nil {
+		t.Error("batch 0 accepted")
+	}
+	gr, _ := m.NewGraph(2, true)
+	x, y := testBatch(m, 2)
+	if _, err := gr.Step(x[:10], y); err == nil {
+		t.Error("short input accepted")
+	}
+	if _, err := gr.Step(x, []int32{0, 10}); err == nil {
+		t.Error("label 10 accepted")
+	}
+	if _, err := gr.Logits(x); err == nil {
+		t.Error("Logits on a training graph accepted")
+	}
+}
+
+// TestBatchNormRunningStats: after a training step, the running mean moved
+// by momentum toward the batch mean and the unbiased variance.
+func TestBatchNormRunningStats(t *testing.T) {
+	m, _ := New("cnn-bn", 1)
+	gr, _ := m.NewGraph(3, true)
+	x, y := testBatch(m, 3)
+	if _, err := gr.Step(x, y); err != nil {
+		t.Fatal(err)
+	}
+	b := m.BNs[0]
+	if b.NumBatches != 1 {
+		t.Fatalf("num_batches_tracked %d", b.NumBatches)
+	}
+	moved := false
+	for c := range b.RunningMean {
+		moved = moved || b.RunningMean[c] != 0 || b.RunningVar[c] != 1
+	}
+	if !moved {
+		t.Fatal("running statistics did not move")
+	}
+}
+
+func TestPositiveMask(t *testing.T) {
+	for _, c := range []struct {
+		x    float32
+		want bool
+	}{{1, true}, {1e-40, true}, {0, false}, {float32(math.Copysign(0, -1)), false}, {-1e-40, false}, {-3, false}, {float32(math.Inf(1)), true}, {float32(math.Inf(-1)), false}} {
+		if got := positive(math.Float32bits(c.x)) != 0; got != c.want {
+			t.Errorf("positive(%v) = %v", c.x, got)
+		}
+	}
+}
