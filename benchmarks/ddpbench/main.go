@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,20 +48,33 @@ func main() {
 	torchPeer := flag.String("torch", "benchmarks/peers/torch_ddp.py", "PyTorch peer script (empty: skip)")
 	torchModels := flag.String("torch-models", "mlp,cnn", "models to run the PyTorch peer on")
 	readme := flag.String("readme", "benchmarks/README.md", "file whose ddpbench section is rewritten")
-	png := flag.String("png", "benchmarks/ddp_scaling.png", "plot output")
+	png := flag.String("png", "benchmarks/ddp_scaling_%s.png", "plot output, one per model (%s: the model)")
+	replot := flag.String("replot", "", "skip the runs: rebuild table and plots from this JSON file of an earlier sweep")
 	jsonOut := flag.String("out", "benchmarks/ddp_results.json", "every run as JSON")
 	flag.Parse()
 
+	if *replot != "" {
+		b, err := os.ReadFile(*replot)
+		if err != nil {
+			fail("%v", err)
+		}
+		var runs []run
+		if err := json.Unmarshal(b, &runs); err != nil {
+			fail("%s: %v", *replot, err)
+		}
+		reps := 0
+		for _, r := range runs {
+			reps = max(reps, r.Rep)
+		}
+		finish(runs, *models, *worlds, *batch, parseLimits(*limits), reps, *png, *readme)
+		return
+	}
 	ctx := context.Background()
 	bin := filepath.Join(os.TempDir(), "gdist-ddpbench-train")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/train").CombinedOutput(); err != nil {
 		fail("building train: %v\n%s", err, out)
 	}
-	lim := map[string]string{}
-	for _, kv := range strings.Split(*limits, ",") {
-		k, v, _ := strings.Cut(kv, "=")
-		lim[k] = v
-	}
+	lim := parseLimits(*limits)
 	torchOn := map[string]bool{}
 	for _, m := range strings.Split(*torchModels, ",") {
 		torchOn[m] = *torchPeer != ""
@@ -92,12 +104,33 @@ func main() {
 	if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
 		fail("%v", err)
 	}
-	table := report(runs, *models, *worlds, *batch, lim, *reps)
-	fmt.Println(table)
-	if err := plotRuns(runs, *png); err != nil {
-		fail("plot: %v", err)
+	finish(runs, *models, *worlds, *batch, lim, *reps, *png, *readme)
+}
+
+func parseLimits(s string) map[string]string {
+	lim := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		lim[k] = v
 	}
-	if err := rewrite(*readme, table); err != nil {
+	return lim
+}
+
+func finish(runs []run, models, worlds string, batch int, lim map[string]string, reps int, png, readme string) {
+	table := report(runs, models, worlds, batch, lim, reps)
+	fmt.Println(table)
+	for _, m := range strings.Split(models, ",") {
+		var mine []run
+		for _, r := range runs {
+			if r.Model == m {
+				mine = append(mine, r)
+			}
+		}
+		if err := plotRuns(mine, m, fmt.Sprintf(png, m)); err != nil {
+			fail("plot: %v", err)
+		}
+	}
+	if err := rewrite(readme, table); err != nil {
 		fail("%v", err)
 	}
 }
@@ -199,16 +232,16 @@ func report(runs []run, models, worlds string, batch int, lim map[string]string,
 	return b.String()
 }
 
-func plotRuns(runs []run, path string) error {
+func plotRuns(runs []run, model, path string) error {
 	sps, _ := medians(runs)
 	p := plot.New()
-	p.Title.Text = "DDP training throughput (medians)"
+	p.Title.Text = "DDP training throughput, " + model + " (medians)"
 	p.X.Label.Text = "ranks"
 	p.Y.Label.Text = "samples/s"
 	series := map[string]plotter.XYs{}
 	var names []string
 	for k, v := range sps {
-		name := k.impl + " " + k.model
+		name := k.impl
 		if _, ok := series[name]; !ok {
 			names = append(names, name)
 		}
@@ -231,9 +264,10 @@ func plotRuns(runs []run, path string) error {
 		p.Legend.Add(name, l, pts)
 	}
 	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	_ = color.Black
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	return p.Save(6*vg.Inch, 3.5*vg.Inch, path)
 }
 
 const beginMark, endMark = "<!-- ddpbench:begin -->", "<!-- ddpbench:end -->"
