@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/chewxy/hm"
@@ -41,13 +42,169 @@ func newBNLayer(prefix string, c int) *BNLayer {
 	return l
 }
 
-// bnState is what a training forward pass leaves for its backward pass.
-type bnState struct {
-	xhat   []float32
-	invstd []float64
-	m      float64 // elements per channel, over all ranks
-	sums   []float64
+// BNState is what a training forward pass leaves for its backward pass.
+// Forward fills it; Backward (or the graph's gradient ops) reads it.
+type BNState struct {
+	XHat   []float32 // normalised input
+	InvStd []float64 // per channel
+	M      float64   // elements per channel, over all ranks
+	sums   []float64 // local [sum dy, sum dy*xhat], once per backward
 	valid  bool
+}
+
+// Forward normalises x, laid out as (n, C, inner) (inner = H*W, or 1 for
+// (N, C) input; n may be 0), and returns gamma*xhat + beta. In training
+// mode it uses the batch statistics (spanning ranks when Sync is set),
+// updates the running statistics and fills st; in eval mode it uses the
+// running statistics.
+func (l *BNLayer) Forward(x []float32, n, inner int, gamma, beta []float32, train bool, st *BNState) ([]float32, error) {
+	c := l.C
+	if len(x) != n*c*inner || len(gamma) != c || len(beta) != c {
+		return nil, fmt.Errorf("models: batch norm %s: input of %d values is not %d x %d x %d, or scale/shift not of length %d", l.Prefix, len(x), n, c, inner, c)
+	}
+	out := make([]float32, len(x))
+	mean := make([]float64, c)
+	invstd := make([]float64, c)
+	if !train {
+		for ch := 0; ch < c; ch++ {
+			mean[ch] = float64(l.RunningMean[ch])
+			invstd[ch] = 1 / math.Sqrt(float64(l.RunningVar[ch])+l.Eps)
+		}
+	} else {
+		// Per-channel sum, then the centred second moment around this
+		// rank's mean (M2): no cancellation for large means.
+		stats := make([]float64, 2*c+1)
+		for i := 0; i < len(x); i += inner {
+			ch := (i / inner) % c
+			var s float64
+			for _, xv := range x[i : i+inner] {
+				s += float64(xv)
+			}
+			stats[ch] += s
+		}
+		stats[2*c] = float64(n * inner)
+		if stats[2*c] > 0 {
+			for i := 0; i < len(x); i += inner {
+				ch := (i / inner) % c
+				mu := stats[ch] / stats[2*c]
+				var s float64
+				for _, xv := range x[i : i+inner] {
+					d := float64(xv) - mu
+					s += d * d
+				}
+				stats[c+ch] += s
+			}
+		}
+		if l.Sync != nil {
+			if err := l.Sync("forward", stats); err != nil {
+				return nil, fmt.Errorf("models: batch norm %s: %w", l.Prefix, err)
+			}
+		}
+		m := stats[2*c]
+		if m == 0 {
+			return nil, errEmptyBN
+		}
+		for ch := 0; ch < c; ch++ {
+			mean[ch] = stats[ch] / m
+			vr := max(stats[c+ch]/m, 0)
+			invstd[ch] = 1 / math.Sqrt(vr+l.Eps)
+			unbiased := vr
+			if m > 1 {
+				unbiased = vr * m / (m - 1)
+			}
+			l.RunningMean[ch] = float32((1-l.Momentum)*float64(l.RunningMean[ch]) + l.Momentum*mean[ch])
+			l.RunningVar[ch] = float32((1-l.Momentum)*float64(l.RunningVar[ch]) + l.Momentum*unbiased)
+		}
+		l.NumBatches++
+		st.M = m
+		st.InvStd = invstd
+		if len(st.XHat) != len(x) {
+			st.XHat = make([]float32, len(x))
+		}
+		st.valid = false
+	}
+	for i := 0; i < len(x); i += inner {
+		ch := (i / inner) % c
+		mu, is, g, b := mean[ch], invstd[ch], float64(gamma[ch]), float64(beta[ch])
+		for j, xv := range x[i : i+inner] {
+			xh := (float64(xv) - mu) * is
+			if train {
+				st.XHat[i+j] = float32(xh)
+			}
+			out[i+j] = float32(g*xh + b)
+		}
+	}
+	return out, nil
+}
+
+// localSums computes this rank's [sum dy, sum dy*xhat] per channel, once
+// per backward pass.
+func (l *BNLayer) localSums(dy []float32, inner int, st *BNState) []float64 {
+	if st.valid {
+		return st.sums
+	}
+	c := l.C
+	local := make([]float64, 2*c)
+	for i := 0; i < len(dy); i += inner {
+		ch := (i / inner) % c
+		var s, sx float64
+		for j, d := range dy[i : i+inner] {
+			s += float64(d)
+			sx += float64(d) * float64(st.XHat[i+j])
+		}
+		local[ch] += s
+		local[c+ch] += sx
+	}
+	st.sums = local
+	st.valid = true
+	return local
+}
+
+// ParamGrads returns this rank's gradients of gamma (sum dy*xhat) and beta
+// (sum dy). With SyncBN they stay per rank; DDP averages them like every
+// other gradient.
+func (l *BNLayer) ParamGrads(dy []float32, inner int, st *BNState) (dgamma, dbeta []float32) {
+	s := l.localSums(dy, inner, st)
+	c := l.C
+	dgamma, dbeta = make([]float32, c), make([]float32, c)
+	for ch := 0; ch < c; ch++ {
+		dbeta[ch] = float32(s[ch])
+		dgamma[ch] = float32(s[c+ch])
+	}
+	return dgamma, dbeta
+}
+
+// InputGrad returns dx. With Sync set, the per-channel sums it needs span
+// all ranks (one all-reduce of [sum dy, sum dy*xhat]).
+func (l *BNLayer) InputGrad(dy []float32, inner int, gamma []float32, st *BNState) ([]float32, error) {
+	if len(dy) != len(st.XHat) {
+		return nil, fmt.Errorf("models: batch norm %s: gradient of %d values for an input of %d", l.Prefix, len(dy), len(st.XHat))
+	}
+	sums := l.localSums(dy, inner, st)
+	c := l.C
+	if l.Sync != nil {
+		sums = append([]float64(nil), sums...)
+		if err := l.Sync("backward", sums); err != nil {
+			return nil, fmt.Errorf("models: batch norm %s: %w", l.Prefix, err)
+		}
+	}
+	out := make([]float32, len(dy))
+	for i := 0; i < len(dy); i += inner {
+		ch := (i / inner) % c
+		k := float64(gamma[ch]) * st.InvStd[ch]
+		mdy, mdyx := sums[ch]/st.M, sums[c+ch]/st.M
+		for j, d := range dy[i : i+inner] {
+			out[i+j] = float32(k * (float64(d) - mdy - float64(st.XHat[i+j])*mdyx))
+		}
+	}
+	return out, nil
+}
+
+// Backward is InputGrad and ParamGrads together.
+func (l *BNLayer) Backward(dy []float32, inner int, gamma []float32, st *BNState) (dx, dgamma, dbeta []float32, err error) {
+	dgamma, dbeta = l.ParamGrads(dy, inner, st)
+	dx, err = l.InputGrad(dy, inner, gamma, st)
+	return dx, dgamma, dbeta, err
 }
 
 type bnOp struct {
@@ -55,7 +212,7 @@ type bnOp struct {
 	dims  int
 	l     *BNLayer
 	train bool
-	st    *bnState
+	st    *BNState
 }
 
 func (op *bnOp) Arity() int { return 3 }
@@ -66,6 +223,14 @@ func (op *bnOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 	return ds[0].(tensor.Shape).Clone(), nil
 }
 func (op *bnOp) ReturnsPtr() bool { return false }
+
+func inner(shape tensor.Shape) int {
+	in := 1
+	for _, d := range shape[2:] {
+		in *= d
+	}
+	return in
+}
 
 func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 	x, shape, err := f32(v[0])
@@ -80,91 +245,9 @@ func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := op.l
-	c := l.C
-	n := shape[0]
-	inner := 1
-	if n > 0 {
-		inner = len(x) / n / c
-	}
-	out := make([]float32, len(x))
-	mean := make([]float64, c)
-	invstd := make([]float64, c)
-	if !op.train {
-		for ch := 0; ch < c; ch++ {
-			mean[ch] = float64(l.RunningMean[ch])
-			invstd[ch] = 1 / math.Sqrt(float64(l.RunningVar[ch])+l.Eps)
-		}
-	} else {
-		// Per-channel sums in float64 (sum, then centred second moment:
-		// no cancellation for large means).
-		stats := make([]float64, 2*c+1)
-		for i := 0; i < len(x); i += inner {
-			ch := (i / inner) % c
-			var s float64
-			for _, xv := range x[i : i+inner] {
-				s += float64(xv)
-			}
-			stats[ch] += s
-		}
-		stats[2*c] = float64(n * inner)
-		localMean := make([]float64, c)
-		if stats[2*c] > 0 {
-			for ch := range localMean {
-				localMean[ch] = stats[ch] / stats[2*c]
-			}
-		}
-		for i := 0; i < len(x); i += inner {
-			ch := (i / inner) % c
-			mu := localMean[ch]
-			var s float64
-			for _, xv := range x[i : i+inner] {
-				d := float64(xv) - mu
-				s += d * d
-			}
-			stats[c+ch] += s // M2 around the local mean
-		}
-		if l.Sync != nil {
-			if err := l.Sync("forward", stats); err != nil {
-				return nil, err
-			}
-		}
-		m := stats[2*c]
-		if m == 0 {
-			return nil, errEmptyBN
-		}
-		for ch := 0; ch < c; ch++ {
-			mean[ch] = stats[ch] / m
-			vr := stats[c+ch] / m
-			if vr < 0 {
-				vr = 0
-			}
-			invstd[ch] = 1 / math.Sqrt(vr+l.Eps)
-			unbiased := vr
-			if m > 1 {
-				unbiased = vr * m / (m - 1)
-			}
-			l.RunningMean[ch] = float32((1-l.Momentum)*float64(l.RunningMean[ch]) + l.Momentum*mean[ch])
-			l.RunningVar[ch] = float32((1-l.Momentum)*float64(l.RunningVar[ch]) + l.Momentum*unbiased)
-		}
-		l.NumBatches++
-		op.st.m = m
-		op.st.invstd = invstd
-		if len(op.st.xhat) != len(x) {
-			op.st.xhat = make([]float32, len(x))
-		}
-		op.st.valid = false
-	}
-	for i := 0; i < len(x); i += inner {
-		ch := (i / inner) % c
-		mu, is, g, b := mean[ch], invstd[ch], float64(gamma[ch]), float64(beta[ch])
-		for j, xv := range x[i : i+inner] {
-			xh := (float64(xv) - mu) * is
-			if op.train {
-				op.st.xhat[i+j] = float32(xh)
-			}
-			out[i+j] = float32(g*xh + b)
-		}
+	out, err := op.l.Forward(x, shape[0], inner(shape), gamma, beta, op.train, op.st)
+	if err != nil {
+		return nil, err
 	}
 	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
 }
@@ -212,55 +295,18 @@ func (op *bnGradOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, l := op.fwd.st, op.fwd.l
-	c := l.C
-	inner := 1
-	if shape[0] > 0 {
-		inner = len(dy) / shape[0] / c
-	}
-	if !st.valid {
-		// [sum dy (C), sum dy*xhat (C)], local; synced for dx only.
-		local := make([]float64, 2*c)
-		for i := 0; i < len(dy); i += inner {
-			ch := (i / inner) % c
-			var s, sx float64
-			for j, d := range dy[i : i+inner] {
-				s += float64(d)
-				sx += float64(d) * float64(st.xhat[i+j])
-			}
-			local[ch] += s
-			local[c+ch] += sx
-		}
-		st.sums = local
-		st.valid = true
-	}
-	switch op.which {
-	case 1, 2:
-		out := make([]float32, c)
-		off := 0
-		if op.which == 1 {
-			off = c
-		}
-		for ch := range out {
-			out[ch] = float32(st.sums[off+ch])
-		}
-		return tensor.New(tensor.WithShape(c), tensor.WithBacking(out)), nil
-	}
-	sums := st.sums
-	if l.Sync != nil {
-		sums = append([]float64(nil), st.sums...)
-		if err := l.Sync("backward", sums); err != nil {
+	l, st, in := op.fwd.l, op.fwd.st, inner(shape)
+	if op.which == 0 {
+		dx, err := l.InputGrad(dy, in, gamma, st)
+		if err != nil {
 			return nil, err
 		}
+		return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(dx)), nil
 	}
-	out := make([]float32, len(dy))
-	for i := 0; i < len(dy); i += inner {
-		ch := (i / inner) % c
-		k := float64(gamma[ch]) * st.invstd[ch]
-		mdy, mdyx := sums[ch]/st.m, sums[c+ch]/st.m
-		for j, d := range dy[i : i+inner] {
-			out[i+j] = float32(k * (float64(d) - mdy - float64(st.xhat[i+j])*mdyx))
-		}
+	dg, db := l.ParamGrads(dy, in, st)
+	out := dg
+	if op.which == 2 {
+		out = db
 	}
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+	return tensor.New(tensor.WithShape(l.C), tensor.WithBacking(out)), nil
 }

@@ -68,7 +68,7 @@ func (l batchNorm) params() []Param {
 }
 
 func (l batchNorm) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
-	op := &bnOp{baseOp: baseOp{nextID(), "batchnorm"}, dims: x.Dims(), l: b.m.BNs[b.bn], train: b.train, st: &bnState{}}
+	op := &bnOp{baseOp: baseOp{nextID(), "batchnorm"}, dims: x.Dims(), l: b.m.BNs[b.bn], train: b.train, st: &BNState{}}
 	b.bn++
 	b.bnOps = append(b.bnOps, op)
 	return G.ApplyOp(op, x, ps[0], ps[1])

@@ -23,6 +23,7 @@ import (
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/syncbn"
 )
 
 // Config is one training run.
@@ -68,6 +69,7 @@ type Summary struct {
 	WorldSize       int         `json:"world_size"`
 	Backend         string      `json:"backend"`
 	Strategy        string      `json:"strategy"`
+	SyncBN          bool        `json:"syncbn"`
 	Model           string      `json:"model"`
 	NumParams       int         `json:"num_params"`
 	Optimizer       string      `json:"optimizer"`
@@ -155,8 +157,8 @@ func (c *Config) Validate() error {
 	default:
 		return bad("unknown -strategy %q (ddp; zero1, zero2, zero3 and pipeline are planned)", c.Strategy)
 	}
-	if c.SyncBN {
-		return bad("-syncbn is not available yet")
+	if c.SyncBN && c.Model != "cnn-bn" {
+		return bad("-syncbn: model %s has no batch-norm layers (use -model cnn-bn)", c.Model)
 	}
 	if _, err := ddp.HookByName(c.Compress); err != nil {
 		return bad("%v", err)
@@ -230,6 +232,17 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		// the parameters, but each rank needs the optimizer state).
 		if pos, _, err = Load(cfg.Resume, m, opt); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.SyncBN {
+		// Before DDP: its broadcast of rank 0's state then covers the
+		// running statistics, which SyncBN keeps identical from there on.
+		_, bnComm, err := syncbn.Convert(ctx, m, c)
+		if err != nil {
+			return nil, err
+		}
+		if bnComm != nil {
+			defer bnComm.Close()
 		}
 	}
 	hook, _ := ddp.HookByName(cfg.Compress)
@@ -387,7 +400,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(rate), comm.Min)); err != nil {
 		return nil, err
 	}
-	s := &Summary{Event: "summary", WorldSize: world, Backend: cfg.Backend, Strategy: cfg.Strategy, Model: cfg.Model,
+	s := &Summary{Event: "summary", WorldSize: world, Backend: cfg.Backend, Strategy: cfg.Strategy, SyncBN: cfg.SyncBN, Model: cfg.Model,
 		NumParams: m.NumParams(), Optimizer: opt.Name(), Batch: cfg.Batch, GlobalBatch: cfg.Batch * world, Epochs: cfg.Epochs,
 		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],

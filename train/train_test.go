@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,7 @@ func TestBadInput(t *testing.T) {
 		{"future strategy", func(c *Config) { c.Strategy = "zero2" }, ErrConfig, "not available yet"},
 		{"unknown optimizer", func(c *Config) { c.Optimizer = "lion" }, ErrConfig, "lion"},
 		{"unknown compression", func(c *Config) { c.Compress = "int4" }, ErrConfig, "int4"},
+		{"syncbn without batch norm", func(c *Config) { c.SyncBN = true }, ErrConfig, "no batch-norm"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,4 +212,59 @@ func TestJSONSummary(t *testing.T) {
 	if sums[0].TestAccuracy < 0.5 {
 		t.Errorf("synthetic data barely learned: accuracy %v", sums[0].TestAccuracy)
 	}
+}
+
+// TestSyncBNMatchesOneRank: cnn-bn with SyncBN on 2 ranks at batch B ends
+// where plain batch norm on 1 rank at batch 2B does (eval loss within 1e-4,
+// parameters within 1e-4 relative per tensor); without SyncBN it does not.
+func TestSyncBNMatchesOneRank(t *testing.T) {
+	dir := t.TempDir()
+	cfg := base()
+	cfg.Model = "cnn-bn"
+	cfg.Epochs = 1
+	cfg.Limit = 192
+	cfg.Batch = 8
+	cfg.LR = 0.02
+	cfg.SyncBN = true
+	cfg.Save = filepath.Join(dir, "sync.safetensors")
+	two, err := runRanks(t, 2, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := cfg
+	plain.SyncBN = false
+	plain.Save = filepath.Join(dir, "plain2.safetensors")
+	twoPlain, err := runRanks(t, 2, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := cfg
+	one.SyncBN = false
+	one.Batch = 16
+	one.Save = filepath.Join(dir, "one.safetensors")
+	ref, err := runRanks(t, 1, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := math.Abs(two[0].EvalLoss - ref[0].EvalLoss); d > 1e-4 {
+		t.Fatalf("eval loss with SyncBN %v vs one rank %v", two[0].EvalLoss, ref[0].EvalLoss)
+	}
+	if d := math.Abs(twoPlain[0].EvalLoss - ref[0].EvalLoss); d < 1e-4 {
+		t.Fatalf("control: per-rank batch norm should differ from one rank, but %v vs %v", twoPlain[0].EvalLoss, ref[0].EvalLoss)
+	}
+	a, _, _ := checkpoint.Read(cfg.Save)
+	b, _, _ := checkpoint.Read(one.Save)
+	for name, ta := range a {
+		va, _ := ta.Float32s()
+		vb, _ := b[name].Float32s()
+		var num, den float64
+		for i := range va {
+			num += (float64(va[i]) - float64(vb[i])) * (float64(va[i]) - float64(vb[i]))
+			den += float64(vb[i]) * float64(vb[i])
+		}
+		if den > 0 && math.Sqrt(num/den) > 1e-4 {
+			t.Errorf("tensor %s differs by %.3g relative", name, math.Sqrt(num/den))
+		}
+	}
+	t.Logf("eval loss: syncbn x2 %.6f, one rank %.6f, plain x2 %.6f", two[0].EvalLoss, ref[0].EvalLoss, twoPlain[0].EvalLoss)
 }

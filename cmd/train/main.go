@@ -65,7 +65,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Compress, "compress", "none", "gradient compression: none, fp16, bf16")
 	fs.BoolVar(&c.Debug, "debug", false, "check after every step that all ranks hold identical parameters")
 	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: ddp (zero1, zero2, zero3 and pipeline are planned)")
-	fs.BoolVar(&c.SyncBN, "syncbn", false, "synchronise batch-norm statistics across ranks (planned)")
+	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint")
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")

@@ -284,7 +284,7 @@ func (t *Transport) Abort(group uint64, peers []int, cause error) {
 	for _, p := range peers {
 		pk := groupKey{p, group}
 		if p >= 0 && p < h.n && h.aborted[pk] == nil {
-			h.aborted[pk] = fmt.Errorf("%w: rank %d aborted: %v", comm.ErrAborted, t.rank, cause)
+			h.aborted[pk] = fmt.Errorf("%w: rank %d aborted: %w", comm.ErrAborted, t.rank, cause)
 		}
 	}
 	h.wake()

@@ -1,0 +1,139 @@
+// Package syncbn is SyncBatchNorm for gdist models: batch normalisation
+// whose batch statistics span every rank of a Comm (or a sub-group), so that
+// N ranks at batch B normalise exactly as one rank at batch N*B would.
+//
+// It works on every backend (inproc, tcp; the collectives are plain CPU
+// ones) and with uneven per-rank batches, a rank with an empty batch
+// included. Per batch-norm layer and step:
+//
+//   - forward: one all-gather of each rank's per-channel (count, mean, M2),
+//     combined on every rank, in rank order, with Chan et al.'s pairwise
+//     formula: M2 = M2a + M2b + delta^2 na nb / (na + nb). Summing
+//     sum(x) and sum(x^2) instead would lose every digit of the variance
+//     when the mean is large; the all-gather costs the same one round.
+//   - backward: one all-reduce (sum) of [sum dy, sum dy*xhat].
+//
+// The scale and shift gradients stay per rank (DDP averages them with the
+// other gradients), the running mean and the unbiased running variance are
+// updated from the global statistics, so they are identical on every rank,
+// and eval mode uses them. Convert switches a model's batch-norm layers to
+// SyncBatchNorm, like PyTorch's convert_sync_batchnorm.
+package syncbn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/models"
+)
+
+// Syncer implements models.BNLayer.Sync over a Comm.
+type Syncer struct {
+	C comm.Comm
+	// Timeout bounds each collective (0: the Comm's own default). A lost
+	// peer is reported by the Comm well before it.
+	Timeout time.Duration
+}
+
+// Hook returns the function to put in a BNLayer's Sync field.
+func (s *Syncer) Hook() func(stage string, buf []float64) error {
+	return func(stage string, buf []float64) error {
+		ctx := context.Background()
+		if s.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.Timeout)
+			defer cancel()
+		}
+		switch stage {
+		case "forward":
+			return s.forward(ctx, buf)
+		case "backward":
+			return comm.Run(ctx)(s.C.AllReduce(ctx, comm.FromSlice(buf), comm.Sum))
+		}
+		return comm.InvalidArgf("syncbn: unknown stage %q", stage)
+	}
+}
+
+// forward turns this rank's [sum (C), M2 (C), count] into the values of
+// the union of every rank's batch.
+func (s *Syncer) forward(ctx context.Context, buf []float64) error {
+	if len(buf)%2 != 1 {
+		return comm.InvalidArgf("syncbn: forward statistics of length %d, want 2C+1", len(buf))
+	}
+	c := len(buf) / 2
+	n := buf[2*c]
+	// Send (count, mean, M2): means are what Chan's formula combines.
+	mine := make([]float64, 2*c+1)
+	mine[0] = n
+	for ch := 0; ch < c; ch++ {
+		if n > 0 {
+			mine[1+ch] = buf[ch] / n
+		}
+		mine[1+c+ch] = buf[c+ch]
+	}
+	p := s.C.Size()
+	all := make([]float64, p*len(mine))
+	if err := comm.Run(ctx)(s.C.AllGather(ctx, comm.FromSlice(all), comm.FromSlice(mine))); err != nil {
+		return fmt.Errorf("syncbn: gathering batch statistics: %w", err)
+	}
+	count, mean, m2 := Combine(all, p, c)
+	for ch := 0; ch < c; ch++ {
+		buf[ch] = mean[ch] * count
+		buf[c+ch] = m2[ch]
+	}
+	buf[2*c] = count
+	return nil
+}
+
+// Combine merges p ranks' (count, mean[C], M2[C]) records, laid out one
+// after the other in all, in rank order (Chan, Golub and LeVeque's
+// pairwise update). Ranks with count 0 are skipped.
+func Combine(all []float64, p, c int) (count float64, mean, m2 []float64) {
+	mean, m2 = make([]float64, c), make([]float64, c)
+	rec := 2*c + 1
+	for r := 0; r < p; r++ {
+		nb := all[r*rec]
+		if nb <= 0 {
+			continue
+		}
+		mb, m2b := all[r*rec+1:r*rec+1+c], all[r*rec+1+c:r*rec+1+2*c]
+		na := count
+		n := na + nb
+		for ch := 0; ch < c; ch++ {
+			delta := mb[ch] - mean[ch]
+			mean[ch] += delta * nb / n
+			m2[ch] += m2b[ch] + delta*delta*na*nb/n
+		}
+		count = n
+	}
+	return count, mean, m2
+}
+
+// Convert makes every batch-norm layer of m synchronise over c and returns
+// how many it converted. The layers talk on a duplicate of c (a Split with
+// one color), so their small, blocking collectives never queue behind
+// DDP's gradient buckets; Convert is therefore a blocking collective over c.
+// Close the returned Comm after training (nil if m has no batch norm).
+func Convert(ctx context.Context, m *models.Model, c comm.Comm) (int, comm.Comm, error) {
+	if len(m.BNs) == 0 {
+		return 0, nil, nil
+	}
+	dup, err := c.Split(ctx, 0, c.Rank())
+	if err != nil {
+		return 0, nil, fmt.Errorf("syncbn: %w", err)
+	}
+	s := &Syncer{C: dup}
+	for _, l := range m.BNs {
+		l.Sync = s.Hook()
+	}
+	return len(m.BNs), dup, nil
+}
+
+// Revert makes m's batch-norm layers per-rank again.
+func Revert(m *models.Model) {
+	for _, l := range m.BNs {
+		l.Sync = nil
+	}
+}
