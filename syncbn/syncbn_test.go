@@ -129,11 +129,11 @@ func TestEquivalence(t *testing.T) {
 				for r, b := range batches {
 					got := results[r]
 					for name, pair := range map[string][2][]float32{
-						"output": {got.y, slice(want.y, lo, lo+b, c, inner)},
+						"output":         {got.y, slice(want.y, lo, lo+b, c, inner)},
 						"input gradient": {got.dx, slice(want.dx, lo, lo+b, c, inner)},
-						"eval output": {got.yEval, slice(want.yEval, lo, lo+b, c, inner)},
-						"running mean": {got.rm, want.rm},
-						"running var":  {got.rv, want.rv},
+						"eval output":    {got.yEval, slice(want.yEval, lo, lo+b, c, inner)},
+						"running mean":   {got.rm, want.rm},
+						"running var":    {got.rv, want.rv},
 					} {
 						if len(pair[0]) != len(pair[1]) {
 							t.Fatalf("rank %d %s: %d values, want %d", r, name, len(pair[0]), len(pair[1]))
