@@ -23,6 +23,7 @@ package syncbn
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gdist/gdist/comm"
@@ -35,11 +36,37 @@ type Syncer struct {
 	// Timeout bounds each collective (0: the Comm's own default). A lost
 	// peer is reported by the Comm well before it.
 	Timeout time.Duration
+	// Layers is how many layers Convert switched over.
+	Layers int
+
+	spent atomic.Int64 // nanoseconds inside collectives
+	calls atomic.Int64
+	owned bool // C is Convert's duplicate: Close closes it
+}
+
+// Spent is the time this rank spent in SyncBN's collectives (waiting for
+// the slowest rank included) and how many it ran.
+func (s *Syncer) Spent() (time.Duration, int64) {
+	return time.Duration(s.spent.Load()), s.calls.Load()
+}
+
+// Close releases the Comm Convert made. It does not close a Comm the caller
+// put in C.
+func (s *Syncer) Close() error {
+	if s == nil || !s.owned {
+		return nil
+	}
+	return s.C.Close()
 }
 
 // Hook returns the function to put in a BNLayer's Sync field.
 func (s *Syncer) Hook() func(stage string, buf []float64) error {
 	return func(stage string, buf []float64) error {
+		t0 := time.Now()
+		defer func() {
+			s.spent.Add(int64(time.Since(t0)))
+			s.calls.Add(1)
+		}()
 		ctx := context.Background()
 		if s.Timeout > 0 {
 			var cancel context.CancelFunc
@@ -111,24 +138,25 @@ func Combine(all []float64, p, c int) (count float64, mean, m2 []float64) {
 	return count, mean, m2
 }
 
-// Convert makes every batch-norm layer of m synchronise over c and returns
-// how many it converted. The layers talk on a duplicate of c (a Split with
-// one color), so their small, blocking collectives never queue behind
-// DDP's gradient buckets; Convert is therefore a blocking collective over c.
-// Close the returned Comm after training (nil if m has no batch norm).
-func Convert(ctx context.Context, m *models.Model, c comm.Comm) (int, comm.Comm, error) {
+// Convert makes every batch-norm layer of m synchronise over c and
+// returns the Syncer (Layers says how many it converted; 0 if m has no
+// batch norm). The layers talk on a duplicate of c (a Split with one
+// color), so their small, blocking collectives never queue behind DDP's
+// gradient buckets; Convert is therefore a blocking collective over c.
+// Close the Syncer after training.
+func Convert(ctx context.Context, m *models.Model, c comm.Comm) (*Syncer, error) {
 	if len(m.BNs) == 0 {
-		return 0, nil, nil
+		return &Syncer{C: c}, nil
 	}
 	dup, err := c.Split(ctx, 0, c.Rank())
 	if err != nil {
-		return 0, nil, fmt.Errorf("syncbn: %w", err)
+		return nil, fmt.Errorf("syncbn: %w", err)
 	}
-	s := &Syncer{C: dup}
+	s := &Syncer{C: dup, Layers: len(m.BNs), owned: true}
 	for _, l := range m.BNs {
 		l.Sync = s.Hook()
 	}
-	return len(m.BNs), dup, nil
+	return s, nil
 }
 
 // Revert makes m's batch-norm layers per-rank again.

@@ -260,21 +260,28 @@ func TestConvert(t *testing.T) {
 	cs, _ := inproc.New(2, comm.Options{})
 	err := commtest.RunRanks(context.Background(), cs, 10*time.Second, func(ctx context.Context, c comm.Comm) error {
 		m, _ := models.New("cnn-bn", 1)
-		n, dup, err := Convert(ctx, m, c)
+		s, err := Convert(ctx, m, c)
 		if err != nil {
 			return err
 		}
-		defer dup.Close()
-		if n != 2 || m.BNs[0].Sync == nil || m.BNs[1].Sync == nil {
-			return fmt.Errorf("converted %d layers", n)
+		defer s.Close()
+		if s.Layers != 2 || m.BNs[0].Sync == nil || m.BNs[1].Sync == nil {
+			return fmt.Errorf("converted %d layers", s.Layers)
+		}
+		gr, _ := m.NewGraph(2, true)
+		if _, err := gr.Step(make([]float32, 2*784), []int32{1, 2}); err != nil {
+			return err
+		}
+		if _, calls := s.Spent(); calls != 4 { // 2 layers x (forward + backward)
+			return fmt.Errorf("%d SyncBN collectives in one step, want 4", calls)
 		}
 		Revert(m)
 		if m.BNs[0].Sync != nil {
 			return fmt.Errorf("Revert left Sync set")
 		}
 		mlp, _ := models.New("mlp", 1)
-		if n, dup, err := Convert(ctx, mlp, c); n != 0 || dup != nil || err != nil {
-			return fmt.Errorf("mlp: %d %v %v", n, dup, err)
+		if s, err := Convert(ctx, mlp, c); err != nil || s.Layers != 0 {
+			return fmt.Errorf("mlp: %+v %v", s, err)
 		}
 		return nil
 	})

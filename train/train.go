@@ -70,6 +70,7 @@ type Summary struct {
 	Backend         string      `json:"backend"`
 	Strategy        string      `json:"strategy"`
 	SyncBN          bool        `json:"syncbn"`
+	SyncBNMsPerStep float64     `json:"syncbn_ms_per_step,omitempty"` // rank 0's time in SyncBN collectives
 	Model           string      `json:"model"`
 	NumParams       int         `json:"num_params"`
 	Optimizer       string      `json:"optimizer"`
@@ -234,16 +235,14 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
+	var syncer *syncbn.Syncer
 	if cfg.SyncBN {
 		// Before DDP: its broadcast of rank 0's state then covers the
 		// running statistics, which SyncBN keeps identical from there on.
-		_, bnComm, err := syncbn.Convert(ctx, m, c)
-		if err != nil {
+		if syncer, err = syncbn.Convert(ctx, m, c); err != nil {
 			return nil, err
 		}
-		if bnComm != nil {
-			defer bnComm.Close()
-		}
+		defer syncer.Close()
 	}
 	hook, _ := ddp.HookByName(cfg.Compress)
 	d, err := ddp.New(ctx, c, m, ddp.Options{BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket, NoOverlap: cfg.NoOverlap, Hook: hook, Debug: cfg.Debug})
@@ -406,6 +405,10 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, PeakRSSBytes: mem[3],
 		Overlap: !cfg.NoOverlap, Buckets: len(d.Buckets()), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+	if syncer != nil && stepsThisRun > 0 {
+		spent, _ := syncer.Spent()
+		s.SyncBNMsPerStep = spent.Seconds() * 1e3 / float64(stepsThisRun)
+	}
 	if lead {
 		if cfg.JSON {
 			out.Encode(s)

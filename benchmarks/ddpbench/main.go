@@ -37,6 +37,7 @@ type run struct {
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	StepMsP50     float64 `json:"step_ms_p50"`
 	TestAccuracy  float64 `json:"test_accuracy"`
+	SyncBNMs      float64 `json:"syncbn_ms_per_step,omitempty"`
 }
 
 func main() {
@@ -49,6 +50,8 @@ func main() {
 	torchModels := flag.String("torch-models", "mlp,cnn", "models to run the PyTorch peer on")
 	readme := flag.String("readme", "benchmarks/README.md", "file whose ddpbench section is rewritten")
 	png := flag.String("png", "benchmarks/ddp_scaling_%s.png", "plot output, one per model (%s: the model)")
+	impls := flag.String("impls", "gdist,gdist-no-overlap,torch", "what to run: gdist, gdist-no-overlap, gdist-syncbn, torch")
+	section := flag.String("section", "ddpbench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
 	replot := flag.String("replot", "", "skip the runs: rebuild table and plots from this JSON file of an earlier sweep")
 	jsonOut := flag.String("out", "benchmarks/ddp_results.json", "every run as JSON")
 	flag.Parse()
@@ -66,7 +69,7 @@ func main() {
 		for _, r := range runs {
 			reps = max(reps, r.Rep)
 		}
-		finish(runs, *models, *worlds, *batch, parseLimits(*limits), reps, *png, *readme)
+		finish(runs, *models, *worlds, *batch, parseLimits(*limits), reps, *png, *readme, *section)
 		return
 	}
 	ctx := context.Background()
@@ -84,7 +87,7 @@ func main() {
 		for _, m := range strings.Split(*models, ",") {
 			for _, ws := range strings.Split(*worlds, ",") {
 				w, _ := strconv.Atoi(ws)
-				for _, impl := range []string{"gdist", "gdist-no-overlap", "torch"} {
+				for _, impl := range strings.Split(*impls, ",") {
 					if impl == "torch" && !torchOn[m] {
 						continue
 					}
@@ -104,7 +107,7 @@ func main() {
 	if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
 		fail("%v", err)
 	}
-	finish(runs, *models, *worlds, *batch, lim, *reps, *png, *readme)
+	finish(runs, *models, *worlds, *batch, lim, *reps, *png, *readme, *section)
 }
 
 func parseLimits(s string) map[string]string {
@@ -116,10 +119,17 @@ func parseLimits(s string) map[string]string {
 	return lim
 }
 
-func finish(runs []run, models, worlds string, batch int, lim map[string]string, reps int, png, readme string) {
+func finish(runs []run, models, worlds string, batch int, lim map[string]string, reps int, png, readme, section string) {
 	table := report(runs, models, worlds, batch, lim, reps)
+	if section == "syncbn" {
+		table = syncReport(runs, models, worlds, batch, lim, reps)
+		png = ""
+	}
 	fmt.Println(table)
 	for _, m := range strings.Split(models, ",") {
+		if png == "" {
+			break
+		}
 		var mine []run
 		for _, r := range runs {
 			if r.Model == m {
@@ -130,9 +140,35 @@ func finish(runs []run, models, worlds string, batch int, lim map[string]string,
 			fail("plot: %v", err)
 		}
 	}
-	if err := rewrite(readme, table); err != nil {
+	if err := rewrite(readme, section, table); err != nil {
 		fail("%v", err)
 	}
+}
+
+// syncReport: the cost of SyncBatchNorm over per-rank batch norm.
+func syncReport(runs []run, models, worlds string, batch int, lim map[string]string, reps int) string {
+	sps, ms := medians(runs)
+	inSync := map[key][]float64{}
+	for _, r := range runs {
+		if r.Impl == "gdist-syncbn" {
+			k := key{r.Impl, r.Model, r.World}
+			inSync[k] = append(inSync[k], r.SyncBNMs)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Medians of %d interleaved runs, one epoch each, batch %d per rank, SGD, OPENBLAS_NUM_THREADS=1; %s. ", reps, batch, time.Now().UTC().Format("2006-01-02"))
+	b.WriteString("\"In SyncBN collectives\" is rank 0's time blocked in SyncBN's all-gathers and all-reduces per step (waiting for the slower rank included): the direct cost, immune to the run-to-run noise of whole-step times on this shared machine.\n\n")
+	b.WriteString("| model | ranks | BN step ms (p50) | SyncBN step ms (p50) | step-time ratio | in SyncBN collectives, ms/step | as share of SyncBN step | BN samples/s | SyncBN samples/s |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range strings.Split(models, ",") {
+		for _, ws := range strings.Split(worlds, ",") {
+			w, _ := strconv.Atoi(ws)
+			p, q := key{"gdist", m, w}, key{"gdist-syncbn", m, w}
+			sy := median(inSync[q])
+			fmt.Fprintf(&b, "| %s (limit %s) | %d | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.0f | %.0f |\n", m, lim[m], w, ms[p], ms[q], ms[q]/ms[p], sy, sy/ms[q]*100, sps[p], sps[q])
+		}
+	}
+	return b.String()
 }
 
 func fail(format string, args ...any) {
@@ -150,8 +186,11 @@ func once(ctx context.Context, bin, peer, impl, model string, world, batch int, 
 	} else {
 		args := []string{"-nproc", strconv.Itoa(world), "-model", model, "-epochs", "1", "-batch", strconv.Itoa(batch),
 			"-limit", limit, "-json", "-progress=false"}
-		if impl == "gdist-no-overlap" {
+		switch impl {
+		case "gdist-no-overlap":
 			args = append(args, "-no-overlap")
+		case "gdist-syncbn":
+			args = append(args, "-syncbn")
 		}
 		cmd = exec.CommandContext(ctx, bin, args...)
 	}
@@ -166,11 +205,12 @@ func once(ctx context.Context, bin, peer, impl, model string, world, batch int, 
 		SamplesPerSec float64 `json:"samples_per_sec"`
 		StepMsP50     float64 `json:"step_ms_p50"`
 		TestAccuracy  float64 `json:"test_accuracy"`
+		SyncBNMs      float64 `json:"syncbn_ms_per_step"`
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &v); err != nil {
 		return run{}, fmt.Errorf("bad output %q: %v", lines[len(lines)-1], err)
 	}
-	return run{Impl: impl, Model: model, World: world, SamplesPerSec: v.SamplesPerSec, StepMsP50: v.StepMsP50, TestAccuracy: v.TestAccuracy}, nil
+	return run{Impl: impl, Model: model, World: world, SamplesPerSec: v.SamplesPerSec, StepMsP50: v.StepMsP50, TestAccuracy: v.TestAccuracy, SyncBNMs: v.SyncBNMs}, nil
 }
 
 func median(v []float64) float64 {
@@ -270,9 +310,8 @@ func plotRuns(runs []run, model, path string) error {
 	return p.Save(6*vg.Inch, 3.5*vg.Inch, path)
 }
 
-const beginMark, endMark = "<!-- ddpbench:begin -->", "<!-- ddpbench:end -->"
-
-func rewrite(path, table string) error {
+func rewrite(path, section, table string) error {
+	beginMark, endMark := "<!-- "+section+":begin -->", "<!-- "+section+":end -->"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
