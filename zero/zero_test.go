@@ -1,0 +1,182 @@
+package zero_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/data"
+	"github.com/gdist/gdist/ddp"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/zero"
+)
+
+const (
+	batch = 8
+	steps = 5
+)
+
+var ds = data.Synthetic(1024, 4)
+
+func world(t *testing.T, n int) []comm.Comm {
+	cs, err := inproc.New(n, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	return cs
+}
+
+// train runs `steps` steps on every rank with stage 0 (DDP) or a ZeRO
+// stage and returns rank 0's parameters (unpadded) and every rank's memory.
+func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int) ([]float32, []zero.Memory) {
+	cs := world(t, n)
+	var out []float32
+	mems := make([]zero.Memory, n)
+	err := commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
+		r := c.Rank()
+		m, err := models.New(model, 21+int64(r)) // different seeds: the broadcast must fix them
+		if err != nil {
+			return err
+		}
+		smp := data.Sampler{N: ds.N, World: n, Rank: r, Batch: batch, Seed: 2}
+		x := make([]float32, batch*m.InputSize())
+		y := make([]int32, batch)
+		var step func(k int) error
+		if stage == 0 {
+			d, err := ddp.New(ctx, c, m, ddp.Options{})
+			if err != nil {
+				return err
+			}
+			opt, _ := optim.New(oc, m.NumParams())
+			gr, _ := m.NewGraph(batch, true)
+			step = func(k int) error {
+				for a := 0; a < accum; a++ {
+					d.SetNoSync(a < accum-1)
+					ds.Batch(smp.Indices(0, k*accum+a, nil), x, y)
+					if _, err := d.Step(ctx, gr, x, y); err != nil {
+						return err
+					}
+				}
+				opt.Step(m.Flat, m.Grad)
+				m.ZeroGrad()
+				return nil
+			}
+		} else {
+			e, err := zero.New(ctx, c, m, zero.Options{Stage: stage, Optim: oc, FirstBucketMB: 0.05, BucketMB: 0.15})
+			if err != nil {
+				return err
+			}
+			gr, _ := m.NewGraph(batch, true)
+			step = func(k int) error {
+				for a := 0; a < accum; a++ {
+					e.SetNoSync(a < accum-1)
+					ds.Batch(smp.Indices(0, k*accum+a, nil), x, y)
+					if _, err := e.Step(ctx, gr, x, y); err != nil {
+						return err
+					}
+				}
+				return e.Update(ctx)
+			}
+			defer func() { mems[r] = e.Memory() }()
+		}
+		for k := 0; k < steps; k++ {
+			if err := step(k); err != nil {
+				return err
+			}
+		}
+		if r == 0 {
+			out = append([]float32(nil), m.Flat...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, mems
+}
+
+func relNorm(m *models.Model, a, b []float32) (float64, string) {
+	worst, name := 0.0, ""
+	for _, p := range m.Params {
+		var num, den float64
+		for i := p.Offset; i < p.Offset+p.Size; i++ {
+			d := float64(a[i]) - float64(b[i])
+			num += d * d
+			den += float64(b[i]) * float64(b[i])
+		}
+		if r := math.Sqrt(num / den); r > worst {
+			worst, name = r, p.Name
+		}
+	}
+	return worst, name
+}
+
+// TestMatchesDDP: every stage ends with DDP's parameters (same seed, data
+// and optimizer) within 1e-5 relative, with world sizes that do and do not
+// divide the parameter count, and with gradient accumulation.
+func TestMatchesDDP(t *testing.T) {
+	m, _ := models.New("mlp", 1) // 235146 parameters: 3 divides it, 4 and 5 do not
+	for _, oc := range []optim.Config{{Name: "sgd", LR: 0.05, Momentum: 0.9}, {Name: "adam", LR: 1e-3}} {
+		for _, n := range []int{3, 4, 5} {
+			for _, accum := range []int{1, 2} {
+				if accum == 2 && n != 4 {
+					continue
+				}
+				want, _ := train(t, "mlp", n, 0, oc, accum)
+				for _, stage := range []int{1, 2} {
+					t.Run(fmt.Sprintf("%s/n=%d/accum=%d/stage%d", oc.Name, n, accum, stage), func(t *testing.T) {
+						got, _ := train(t, "mlp", n, stage, oc, accum)
+						if d, name := relNorm(m, got, want); d > 1e-5 {
+							t.Fatalf("tensor %s differs from DDP by %.3g relative", name, d)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestMemoryFormulas: measured bytes match the ZeRO paper's formulas.
+func TestMemoryFormulas(t *testing.T) {
+	const n = 4
+	m, _ := models.New("mlp", 1)
+	p := float64(m.NumParams())
+	for _, stage := range []int{1, 2} {
+		_, mems := train(t, "mlp", n, stage, optim.Config{Name: "adam", LR: 1e-3}, 1)
+		want := [3]float64{4 * p, 4 * p, 8 * p / n}
+		if stage == 2 {
+			want[1] = 4 * p / n
+		}
+		for r, mem := range mems {
+			got := [3]float64{float64(mem.Params), float64(mem.Grads), float64(mem.Optimizer)}
+			for i := range got {
+				if math.Abs(got[i]-want[i]) > 0.05*want[i] {
+					t.Errorf("stage %d rank %d: memory %v, want %v (within 5%%)", stage, r, got, want)
+				}
+			}
+			if stage == 2 && (mem.PeakTransient <= 0 || float64(mem.PeakTransient) > 4*(p+n)) {
+				t.Errorf("stage 2 rank %d: peak transient %d bytes", r, mem.PeakTransient)
+			}
+		}
+	}
+}
+
+func TestBadStage(t *testing.T) {
+	cs := world(t, 1)
+	m, _ := models.New("mlp", 1)
+	if _, err := zero.New(context.Background(), cs[0], m, zero.Options{Stage: 4, Optim: optim.Config{Name: "sgd", LR: 1}}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("stage 4: %v", err)
+	}
+}
