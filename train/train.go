@@ -85,11 +85,14 @@ type Summary struct {
 	EvalLoss        float64     `json:"eval_loss"`
 	TestAccuracy    float64     `json:"test_accuracy"`
 	ModelStateBytes MemoryBytes `json:"model_state_bytes"`
-	PeakRSSBytes    int64       `json:"peak_rss_bytes"`
-	Overlap         bool        `json:"overlap"`
-	Buckets         int         `json:"buckets"`
-	BLAS            string      `json:"blas"`
-	WallSeconds     float64     `json:"wall_seconds"`
+	// ModelStatePeakBytes adds the most held transiently (ZeRO-2's
+	// gradient buckets) to the persistent model state.
+	ModelStatePeakBytes int64   `json:"model_state_peak_bytes"`
+	PeakRSSBytes        int64   `json:"peak_rss_bytes"`
+	Overlap             bool    `json:"overlap"`
+	Buckets             int     `json:"buckets"`
+	BLAS                string  `json:"blas"`
+	WallSeconds         float64 `json:"wall_seconds"`
 }
 
 // EpochEvent is printed after every epoch.
@@ -153,10 +156,17 @@ func (c *Config) Validate() error {
 	}
 	switch c.Strategy {
 	case "ddp":
-	case "zero1", "zero2", "zero3", "pipeline":
-		return bad("-strategy %s is not available yet (only ddp)", c.Strategy)
+	case "zero1", "zero2":
+		if c.Save != "" || c.Resume != "" {
+			return bad("-save and -resume with -strategy %s: sharded checkpoints are not implemented yet (use ddp)", c.Strategy)
+		}
+		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
+			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
+		}
+	case "zero3", "pipeline":
+		return bad("-strategy %s is not available yet (ddp, zero1, zero2)", c.Strategy)
 	default:
-		return bad("unknown -strategy %q (ddp; zero1, zero2, zero3 and pipeline are planned)", c.Strategy)
+		return bad("unknown -strategy %q (ddp, zero1, zero2; zero3 and pipeline are planned)", c.Strategy)
 	}
 	if c.SyncBN && c.Model != "cnn-bn" {
 		return bad("-syncbn: model %s has no batch-norm layers (use -model cnn-bn)", c.Model)
@@ -223,9 +233,11 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	if trainSet.SampleSize() != m.InputSize() {
 		return nil, fmt.Errorf("%w: the data has %dx%d samples, model %s takes %d values", ErrConfig, trainSet.Rows, trainSet.Cols, cfg.Model, m.InputSize())
 	}
-	opt, err := optim.New(cfg.optimConfig(), m.NumParams())
-	if err != nil {
-		return nil, err
+	var opt optim.Optimizer
+	if cfg.Strategy == "ddp" {
+		if opt, err = optim.New(cfg.optimConfig(), m.NumParams()); err != nil {
+			return nil, err
+		}
 	}
 	var pos Position
 	if cfg.Resume != "" {
@@ -244,8 +256,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 		defer syncer.Close()
 	}
-	hook, _ := ddp.HookByName(cfg.Compress)
-	d, err := ddp.New(ctx, c, m, ddp.Options{BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket, NoOverlap: cfg.NoOverlap, Hook: hook, Debug: cfg.Debug})
+	strat, err := newStrategy(ctx, c, m, opt, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -293,12 +304,13 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := trainSet.Batch(idx, x, y); err != nil {
 				return nil, err
 			}
-			loss, err := d.Step(ctx, gr, x, y)
+			loss, err := strat.step(ctx, gr, x, y)
 			if err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
-			opt.Step(m.Flat, m.Grad)
-			m.ZeroGrad()
+			if err := strat.update(ctx); err != nil {
+				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
+			}
 			dt := time.Since(t0)
 			trainTime += dt
 			stepTimes = append(stepTimes, dt.Seconds()*1e3)
@@ -385,12 +397,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		lastEval = [2]float64{l, a}
 	}
 
-	st, _ := opt.State()
-	var optBytes int64
-	for _, v := range st {
-		optBytes += int64(len(v)) * 4
-	}
-	mem := []int64{int64(len(m.Flat)) * 4, int64(len(m.Grad)) * 4, optBytes, peakRSS()}
+	held, transient := strat.memory()
+	mem := []int64{held.Params, held.Grads, held.Optimizer, peakRSS(), held.Params + held.Grads + held.Optimizer + transient}
 	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(mem), comm.Max)); err != nil {
 		return nil, err
 	}
@@ -400,11 +408,11 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	s := &Summary{Event: "summary", WorldSize: world, Backend: cfg.Backend, Strategy: cfg.Strategy, SyncBN: cfg.SyncBN, Model: cfg.Model,
-		NumParams: m.NumParams(), Optimizer: opt.Name(), Batch: cfg.Batch, GlobalBatch: cfg.Batch * world, Epochs: cfg.Epochs,
+		NumParams: m.NumParams(), Optimizer: cfg.Optimizer, Batch: cfg.Batch, GlobalBatch: cfg.Batch * world, Epochs: cfg.Epochs,
 		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
-		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, PeakRSSBytes: mem[3],
-		Overlap: !cfg.NoOverlap, Buckets: len(d.Buckets()), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3],
+		Overlap: !cfg.NoOverlap, Buckets: strat.buckets(), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
 	if syncer != nil && stepsThisRun > 0 {
 		spent, _ := syncer.Spent()
 		s.SyncBNMsPerStep = spent.Seconds() * 1e3 / float64(stepsThisRun)

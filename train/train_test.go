@@ -152,7 +152,8 @@ func TestBadInput(t *testing.T) {
 		{"zero batch", func(c *Config) { c.Batch = 0 }, ErrConfig, "-batch"},
 		{"bad lr", func(c *Config) { c.LR = -1 }, ErrConfig, "-lr"},
 		{"unknown model", func(c *Config) { c.Model = "resnet" }, ErrConfig, "resnet"},
-		{"future strategy", func(c *Config) { c.Strategy = "zero2" }, ErrConfig, "not available yet"},
+		{"future strategy", func(c *Config) { c.Strategy = "zero3" }, ErrConfig, "not available yet"},
+		{"zero with checkpoints", func(c *Config) { c.Strategy = "zero1"; c.Save = "x" }, ErrConfig, "sharded checkpoints"},
 		{"unknown optimizer", func(c *Config) { c.Optimizer = "lion" }, ErrConfig, "lion"},
 		{"unknown compression", func(c *Config) { c.Compress = "int4" }, ErrConfig, "int4"},
 		{"syncbn without batch norm", func(c *Config) { c.SyncBN = true }, ErrConfig, "no batch-norm"},
@@ -267,4 +268,47 @@ func TestSyncBNMatchesOneRank(t *testing.T) {
 		}
 	}
 	t.Logf("eval loss: syncbn x2 %.6f, one rank %.6f, plain x2 %.6f", two[0].EvalLoss, ref[0].EvalLoss, twoPlain[0].EvalLoss)
+}
+
+// TestZeroMatchesDDP: -strategy zero1 and zero2 with Adam on 4 ranks give
+// DDP's eval loss (within 1e-4), and model_state_bytes follows the ZeRO
+// paper's formulas (within 5%).
+func TestZeroMatchesDDP(t *testing.T) {
+	cfg := base()
+	cfg.Optimizer = "adam"
+	cfg.LR = 1e-3
+	cfg.Epochs = 1
+	ref, err := runRanks(t, 4, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := float64(ref[0].NumParams)
+	for _, st := range []string{"zero1", "zero2"} {
+		c := cfg
+		c.Strategy = st
+		got, err := runRanks(t, 4, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := math.Abs(got[0].EvalLoss - ref[0].EvalLoss); d > 1e-4 {
+			t.Errorf("%s: eval loss %v, ddp %v", st, got[0].EvalLoss, ref[0].EvalLoss)
+		}
+		want := [3]float64{4 * p, 4 * p, 8 * p / 4}
+		if st == "zero2" {
+			want[1] = 4 * p / 4
+		}
+		m := got[0].ModelStateBytes
+		for i, v := range []float64{float64(m.Params), float64(m.Grads), float64(m.Optimizer)} {
+			if math.Abs(v-want[i]) > 0.05*want[i] {
+				t.Errorf("%s: model_state_bytes %+v, want %v", st, m, want)
+				break
+			}
+		}
+		if got[0].Strategy != st {
+			t.Errorf("summary strategy %q", got[0].Strategy)
+		}
+	}
+	if m := ref[0].ModelStateBytes; float64(m.Optimizer) != 8*p || float64(m.Grads) != 4*p {
+		t.Errorf("ddp: model_state_bytes %+v", m)
+	}
 }

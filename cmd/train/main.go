@@ -64,7 +64,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&c.NoOverlap, "no-overlap", false, "start gradient all-reduces only after backward (for comparison)")
 	fs.StringVar(&c.Compress, "compress", "none", "gradient compression: none, fp16, bf16")
 	fs.BoolVar(&c.Debug, "debug", false, "check after every step that all ranks hold identical parameters")
-	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: ddp (zero1, zero2, zero3 and pipeline are planned)")
+	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: ddp, zero1 (sharded optimizer state), zero2 (and gradients); zero3 and pipeline are planned")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint")

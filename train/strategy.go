@@ -1,0 +1,87 @@
+package train
+
+import (
+	"context"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/ddp"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/zero"
+)
+
+// strategy is how the ranks share the work of one training step.
+type strategy interface {
+	// step runs forward and backward on one batch and synchronises the
+	// gradients.
+	step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error)
+	// update applies the optimizer and clears the gradients.
+	update(ctx context.Context) error
+	// memory is what this rank holds persistently, and the most it held
+	// transiently on top.
+	memory() (MemoryBytes, int64)
+	buckets() int
+}
+
+type ddpStrategy struct {
+	d   *ddp.DDP
+	m   *models.Model
+	opt optim.Optimizer
+}
+
+func (s *ddpStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	return s.d.Step(ctx, gr, x, y)
+}
+
+func (s *ddpStrategy) update(ctx context.Context) error {
+	s.opt.Step(s.m.Flat, s.m.Grad)
+	s.m.ZeroGrad()
+	return nil
+}
+
+func (s *ddpStrategy) memory() (MemoryBytes, int64) {
+	st, _ := s.opt.State()
+	var ob int64
+	for _, v := range st {
+		ob += int64(len(v)) * 4
+	}
+	return MemoryBytes{Params: int64(len(s.m.Flat)) * 4, Grads: int64(len(s.m.Grad)) * 4, Optimizer: ob}, 0
+}
+
+func (s *ddpStrategy) buckets() int { return len(s.d.Buckets()) }
+
+type zeroStrategy struct{ e *zero.Engine }
+
+func (s *zeroStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	return s.e.Step(ctx, gr, x, y)
+}
+
+func (s *zeroStrategy) update(ctx context.Context) error { return s.e.Update(ctx) }
+
+func (s *zeroStrategy) memory() (MemoryBytes, int64) {
+	m := s.e.Memory()
+	return MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient
+}
+
+func (s *zeroStrategy) buckets() int { return 0 }
+
+// newStrategy builds cfg's strategy for m on c (blocking: it broadcasts
+// rank 0's state). opt is the full-size optimizer DDP uses (and a resume
+// has filled); ZeRO makes its own shard-sized one.
+func newStrategy(ctx context.Context, c comm.Comm, m *models.Model, opt optim.Optimizer, cfg Config) (strategy, error) {
+	switch cfg.Strategy {
+	case "zero1", "zero2":
+		e, err := zero.New(ctx, c, m, zero.Options{Stage: int(cfg.Strategy[4] - '0'), Optim: cfg.optimConfig(),
+			BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket})
+		if err != nil {
+			return nil, err
+		}
+		return &zeroStrategy{e}, nil
+	}
+	hook, _ := ddp.HookByName(cfg.Compress)
+	d, err := ddp.New(ctx, c, m, ddp.Options{BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket, NoOverlap: cfg.NoOverlap, Hook: hook, Debug: cfg.Debug})
+	if err != nil {
+		return nil, err
+	}
+	return &ddpStrategy{d: d, m: m, opt: opt}, nil
+}
