@@ -84,6 +84,12 @@ type Comm interface {
 	io.Closer
 }
 
+// TrafficCounter is implemented by Comms that count the payload bytes they
+// exchange with other ranks (every backend built on comm/algo does).
+type TrafficCounter interface {
+	Traffic() (sent, received int64)
+}
+
 // ColorNone passed to Split leaves the calling rank out of every new group.
 const ColorNone = -1
 

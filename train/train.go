@@ -87,12 +87,15 @@ type Summary struct {
 	ModelStateBytes MemoryBytes `json:"model_state_bytes"`
 	// ModelStatePeakBytes adds the most held transiently (ZeRO-2's
 	// gradient buckets) to the persistent model state.
-	ModelStatePeakBytes int64   `json:"model_state_peak_bytes"`
-	PeakRSSBytes        int64   `json:"peak_rss_bytes"`
-	Overlap             bool    `json:"overlap"`
-	Buckets             int     `json:"buckets"`
-	BLAS                string  `json:"blas"`
-	WallSeconds         float64 `json:"wall_seconds"`
+	ModelStatePeakBytes int64 `json:"model_state_peak_bytes"`
+	// CommBytesPerStep is what rank 0 sent per step on the training Comm
+	// (evaluation's small all-reduces included; SyncBN's own Comm not).
+	CommBytesPerStep float64 `json:"comm_bytes_per_step"`
+	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
+	Overlap          bool    `json:"overlap"`
+	Buckets          int     `json:"buckets"`
+	BLAS             string  `json:"blas"`
+	WallSeconds      float64 `json:"wall_seconds"`
 }
 
 // EpochEvent is printed after every epoch.
@@ -284,6 +287,10 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	stepsThisRun := 0
 	out := json.NewEncoder(cfg.Out)
 	bar := newBar(cfg.Progress)
+	var sentBefore int64
+	if tc, ok := c.(comm.TrafficCounter); ok {
+		sentBefore, _ = tc.Traffic()
+	}
 	stopped := false
 
 	for epoch := pos.Epoch; epoch < cfg.Epochs && !stopped; epoch++ {
@@ -397,6 +404,11 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		lastEval = [2]float64{l, a}
 	}
 
+	var sentPerStep float64
+	if tc, ok := c.(comm.TrafficCounter); ok && stepsThisRun > 0 {
+		sent, _ := tc.Traffic()
+		sentPerStep = float64(sent-sentBefore) / float64(stepsThisRun)
+	}
 	held, transient := strat.memory()
 	mem := []int64{held.Params, held.Grads, held.Optimizer, peakRSS(), held.Params + held.Grads + held.Optimizer + transient}
 	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(mem), comm.Max)); err != nil {
@@ -411,7 +423,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		NumParams: m.NumParams(), Optimizer: cfg.Optimizer, Batch: cfg.Batch, GlobalBatch: cfg.Batch * world, Epochs: cfg.Epochs,
 		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
-		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3],
+		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
 		Overlap: !cfg.NoOverlap, Buckets: strat.buckets(), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
 	if syncer != nil && stepsThisRun > 0 {
 		spent, _ := syncer.Spent()

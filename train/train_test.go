@@ -311,4 +311,8 @@ func TestZeroMatchesDDP(t *testing.T) {
 	if m := ref[0].ModelStateBytes; float64(m.Optimizer) != 8*p || float64(m.Grads) != 4*p {
 		t.Errorf("ddp: model_state_bytes %+v", m)
 	}
+	// The ring all-reduce sends 2(N-1)/N of the gradients per rank and step.
+	if want := 2 * 3.0 / 4 * 4 * p; math.Abs(ref[0].CommBytesPerStep-want) > 0.02*want {
+		t.Errorf("ddp: %v bytes sent per step, want about %v", ref[0].CommBytesPerStep, want)
+	}
 }

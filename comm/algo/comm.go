@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/internal/wire"
@@ -29,6 +30,8 @@ type Comm struct {
 	life   context.Context // ends on Close
 	finish context.CancelFunc
 
+	sent, received atomic.Int64 // payload bytes
+
 	mu      sync.Mutex
 	seq     uint64
 	tail    chan struct{}            // done channel of the last collective issued
@@ -43,7 +46,10 @@ type p2pKey struct {
 	tag  int
 }
 
-var _ comm.Comm = (*Comm)(nil)
+var (
+	_ comm.Comm           = (*Comm)(nil)
+	_ comm.TrafficCounter = (*Comm)(nil)
+)
 
 // NewComm returns the world Comm over t: every rank of t, ranked as in t.
 // Closing it closes t.
@@ -238,14 +244,26 @@ func (o *op) explain(err error, peer int, sending bool) error {
 func (o *op) send(to int, step uint32, b []byte) error {
 	h := o.hdr
 	h.Step = step
-	return o.explain(o.c.t.Send(o.ctx, o.c.members[to], h, b), to, true)
+	err := o.c.t.Send(o.ctx, o.c.members[to], h, b)
+	if err == nil && to != o.c.rank {
+		o.c.sent.Add(int64(len(b)))
+	}
+	return o.explain(err, to, true)
 }
 
 func (o *op) recv(from int, step uint32, b []byte) error {
 	h := o.hdr
 	h.Step = step
-	return o.explain(o.c.t.Recv(o.ctx, o.c.members[from], h, b), from, false)
+	err := o.c.t.Recv(o.ctx, o.c.members[from], h, b)
+	if err == nil && from != o.c.rank {
+		o.c.received.Add(int64(len(b)))
+	}
+	return o.explain(err, from, false)
 }
+
+// Traffic returns the payload bytes this rank has sent to and received
+// from other ranks on this Comm (sub-groups count their own).
+func (c *Comm) Traffic() (sent, received int64) { return c.sent.Load(), c.received.Load() }
 
 // sendrecv sends sb to `to` while it receives rb from `from`.
 func (o *op) sendrecv(to int, sb []byte, from int, rb []byte, step uint32) error {
