@@ -41,6 +41,9 @@ func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
 	raw := make([]*G.Node, len(m.Params))
 	hooked := make([]*G.Node, len(m.Params))
 	for i, p := range m.Params {
+		if m.Store != nil {
+			break // the layers fetch their parameters from the store
+		}
 		t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(m.Flat[p.Offset:p.Offset+p.Size]))
 		raw[i] = G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
 		if train {
@@ -59,6 +62,7 @@ func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
 	for _, l := range m.layers {
 		np := len(l.params())
 		var err error
+		b.pi = pi
 		if h, err = l.apply(b, h, hooked[pi:pi+np]); err != nil {
 			return nil, fmt.Errorf("models: building %s: %w", m.Name, err)
 		}
@@ -73,7 +77,14 @@ func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
 			return nil, err
 		}
 		gr.loss = loss
-		if _, err := G.Grad(loss, raw...); err != nil {
+		wrt := raw
+		if m.Store != nil {
+			// No parameter nodes: differentiate down to the input, so
+			// every layer's backward op runs (and hands its gradients
+			// to the store).
+			wrt = []*G.Node{x}
+		}
+		if _, err := G.Grad(loss, wrt...); err != nil {
 			return nil, fmt.Errorf("models: gradients of %s: %w", m.Name, err)
 		}
 	}

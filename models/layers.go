@@ -18,6 +18,20 @@ type builder struct {
 	batch int
 	bn    int // next batch-norm layer
 	bnOps []*bnOp
+	pi    int // index of the layer's first parameter (store mode)
+}
+
+// sharded returns the shared part of a store-backed op for a layer with np
+// parameters, or nil when the model holds its parameters.
+func (b *builder) sharded(name string, np int, x *G.Node) *shardedOp {
+	if b.m.Store == nil {
+		return nil
+	}
+	idx := make([]int, np)
+	for i := range idx {
+		idx[i] = b.pi + i
+	}
+	return &shardedOp{baseOp: baseOp{nextID(), name}, store: b.m.Store, params: idx, noDX: x.Op() == nil}
 }
 
 type linear struct{ torch, in, out int }
@@ -30,6 +44,9 @@ func (l linear) params() []Param {
 }
 
 func (l linear) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
+	if sh := b.sharded("linear", 2, x); sh != nil {
+		return G.ApplyOp(&shardLinearOp{*sh, l.in, l.out}, x)
+	}
 	y, err := G.Mul(x, ps[0])
 	if err != nil {
 		return nil, err
@@ -48,6 +65,9 @@ func (l conv) params() []Param {
 }
 
 func (l conv) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
+	if sh := b.sharded("conv", 2, x); sh != nil {
+		return G.ApplyOp(&shardConvOp{*sh, l.k, l.pad, l.out, &convScratch{}}, x)
+	}
 	op := newConv2d(l.k, l.pad)
 	// The network's input (a leaf, no op) needs no gradient: skip dx.
 	op.noDX = x.Op() == nil
@@ -68,6 +88,11 @@ func (l batchNorm) params() []Param {
 }
 
 func (l batchNorm) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
+	if sh := b.sharded("batchnorm", 2, x); sh != nil {
+		op := &shardBNOp{shardedOp: *sh, dims: x.Dims(), l: b.m.BNs[b.bn], train: b.train, st: &BNState{}}
+		b.bn++
+		return G.ApplyOp(op, x)
+	}
 	op := &bnOp{baseOp: baseOp{nextID(), "batchnorm"}, dims: x.Dims(), l: b.m.BNs[b.bn], train: b.train, st: &BNState{}}
 	b.bn++
 	b.bnOps = append(b.bnOps, op)

@@ -40,11 +40,14 @@ type Param struct {
 // Model is a network's parameters, gradients, batch-norm state and
 // architecture. Build graphs from it with NewGraph.
 type Model struct {
-	Name                   string
-	Params                 []Param
-	Flat                   []float32 // parameters
-	Grad                   []float32 // gradients
-	BNs                    []*BNLayer
+	Name   string
+	Params []Param
+	Flat   []float32 // parameters
+	Grad   []float32 // gradients
+	BNs    []*BNLayer
+	// Store, when set before NewGraph, supplies the parameters instead of
+	// Flat and receives the gradients instead of Grad (ZeRO stage 3).
+	Store                  ParamStore
 	layers                 []layer
 	inC, inH, inW, classes int
 }
