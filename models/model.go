@@ -133,7 +133,13 @@ func (m *Model) Init(seed int64) {
 }
 
 // NumParams is the number of learnable scalars.
-func (m *Model) NumParams() int { return len(m.Flat) }
+func (m *Model) NumParams() int {
+	if len(m.Params) == 0 {
+		return 0
+	}
+	p := m.Params[len(m.Params)-1]
+	return p.Offset + p.Size
+}
 
 // InputSize is the number of floats per sample.
 func (m *Model) InputSize() int { return m.inC * m.inH * m.inW }

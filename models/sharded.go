@@ -25,8 +25,8 @@ type ParamStore interface {
 	// layout), valid until Release. backward says which pass asks.
 	Fetch(params []int, backward bool) ([][]float32, error)
 	Release(params []int)
-	// AddGrad takes parameter i's gradient from this backward pass (g is
-	// only valid during the call).
+	// AddGrad takes parameter i's gradient from this backward pass. The
+	// store owns g from then on (the layers allocate it for each call).
 	AddGrad(i int, g []float32) error
 }
 

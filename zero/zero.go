@@ -74,6 +74,9 @@ type Engine struct {
 	gradFull  []float32
 	gradShard []float32
 
+	// stage 3
+	st3 *stage3
+
 	// stage 2
 	bkts    []bucket
 	owner   [][]int // param -> buckets it touches
@@ -104,8 +107,11 @@ type inflight struct {
 // after New), broadcasts rank 0's parameters and batch-norm state, and
 // makes the shard-sized optimizer. Blocking; every rank calls it.
 func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*Engine, error) {
-	if opts.Stage != 1 && opts.Stage != 2 {
-		return nil, comm.InvalidArgf("zero: stage %d is not available (1 or 2; stage 3 is planned)", opts.Stage)
+	if opts.Stage < 1 || opts.Stage > 3 {
+		return nil, comm.InvalidArgf("zero: stage %d does not exist (1, 2 or 3)", opts.Stage)
+	}
+	if _, err := optim.New(opts.Optim, 0); err != nil {
+		return nil, err
 	}
 	if opts.BucketMB == 0 {
 		opts.BucketMB = 25
@@ -120,15 +126,21 @@ func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*Engi
 	p := m.NumParams()
 	s := (p + n - 1) / n
 	e := &Engine{c: c, m: m, opts: opts, p: p, s: s, rank: c.Rank(), lo: c.Rank() * s}
-	e.flatP = make([]float32, n*s)
-	copy(e.flatP, m.Flat)
-	m.Flat = e.flatP[:p]
-	var err error
-	if e.opt, err = optim.New(opts.Optim, s); err != nil {
-		return nil, err
+	if m.Store != nil {
+		return nil, comm.InvalidArgf("zero: the model already has a parameter store")
+	}
+	if len(m.Flat) != p {
+		return nil, comm.InvalidArgf("zero: the model's parameters are already sharded")
 	}
 	run := comm.Run(ctx)
-	if err := run(c.Broadcast(ctx, comm.FromSlice(e.flatP), 0)); err != nil {
+	if opts.Stage != 3 {
+		e.flatP = make([]float32, n*s)
+		copy(e.flatP, m.Flat)
+		m.Flat = e.flatP[:p]
+		if err := run(c.Broadcast(ctx, comm.FromSlice(e.flatP), 0)); err != nil {
+			return nil, fmt.Errorf("zero: broadcasting parameters: %w", err)
+		}
+	} else if err := run(c.Broadcast(ctx, comm.FromSlice(m.Flat), 0)); err != nil {
 		return nil, fmt.Errorf("zero: broadcasting parameters: %w", err)
 	}
 	for _, b := range m.BNs {
@@ -139,6 +151,10 @@ func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*Engi
 		}
 	}
 	switch opts.Stage {
+	case 3:
+		if err := e.initStage3(ctx); err != nil {
+			return nil, err
+		}
 	case 1:
 		// The reduce-scatter runs in place: this rank's averaged shard
 		// lands in its own slice of the full buffer.
@@ -151,10 +167,24 @@ func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*Engi
 		e.gradShard = make([]float32, s)
 		e.layout()
 	}
+	var err error
+	if e.opt, err = optim.New(opts.Optim, e.s); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
-// Shard returns this rank's range [lo, hi) of the (padded) flat buffer.
+// opctx is the context for collectives issued from inside the graph (which
+// has none): the Comm's own timeout and peer-loss detection bound them.
+func (e *Engine) opctx() context.Context {
+	if e.ctx != nil {
+		return e.ctx
+	}
+	return context.Background()
+}
+
+// Shard returns this rank's range [lo, hi) of the (padded) flat buffer
+// (stages 1 and 2; stage 3 shards each tensor instead).
 func (e *Engine) Shard() (lo, hi int) { return e.lo, e.lo + e.s }
 
 // Optimizer returns the shard optimizer.
@@ -182,6 +212,9 @@ func (e *Engine) SetNoSync(on bool) { e.noSync = on }
 
 // Attach makes gr deliver its gradients to this engine.
 func (e *Engine) Attach(gr *models.Graph) {
+	if e.opts.Stage == 3 {
+		return // the graph talks to the store
+	}
 	if e.opts.Stage == 2 {
 		gr.OnGrad = e.onGrad
 	} else {
@@ -196,10 +229,16 @@ func (e *Engine) Step(ctx context.Context, gr *models.Graph, x []float32, y []in
 	e.ctx = ctx
 	loss, err := gr.Step(x, y)
 	if err != nil {
-		e.drain()
+		if e.st3 != nil {
+			e.st3.finish()
+		} else {
+			e.drain()
+		}
 		return 0, err
 	}
 	switch {
+	case e.opts.Stage == 3:
+		return loss, e.st3.finish()
 	case e.opts.Stage == 2:
 		return loss, e.finish2(ctx)
 	case e.noSync:
@@ -219,6 +258,12 @@ func (e *Engine) Step(ctx context.Context, gr *models.Graph, x []float32, y []in
 // Update steps the optimizer on this rank's shard, all-gathers the
 // parameters and clears the gradients.
 func (e *Engine) Update(ctx context.Context) error {
+	if e.st3 != nil {
+		// Parameters stay sharded: nothing to gather.
+		e.opt.Step(e.flatP, e.gradShard)
+		clear(e.gradShard)
+		return nil
+	}
 	e.opt.Step(e.flatP[e.lo:e.lo+e.s], e.gradShard)
 	clear(e.gradShard)
 	clear(e.gradFull) // stage 1: drop the other ranks' unreduced parts
