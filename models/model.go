@@ -52,13 +52,25 @@ type Model struct {
 	inC, inH, inW, classes int
 }
 
-// Names lists the available models.
+// Names lists the models for real use: "mlp", "cnn", "cnn-bn".
 func Names() []string { return []string{"mlp", "cnn", "cnn-bn"} }
+
+// AllNames adds "mlp-xl" (784-4096-4096-4096-10, 36.8M parameters), a
+// model large enough for communication and memory to matter in the ZeRO
+// experiments.
+func AllNames() []string { return append(Names(), "mlp-xl") }
 
 // New builds the named model, initialised from seed.
 func New(name string, seed int64) (*Model, error) {
 	m := &Model{Name: name, inC: 1, inH: 28, inW: 28, classes: 10}
 	switch name {
+	case "mlp-xl":
+		m.layers = []layer{
+			flatten{}, linear{torch: 0, in: 784, out: 4096}, relu{},
+			linear{torch: 2, in: 4096, out: 4096}, relu{},
+			linear{torch: 4, in: 4096, out: 4096}, relu{},
+			linear{torch: 6, in: 4096, out: 10},
+		}
 	case "mlp":
 		m.layers = []layer{
 			flatten{}, linear{torch: 0, in: 784, out: 256}, relu{},
@@ -83,7 +95,7 @@ func New(name string, seed int64) (*Model, error) {
 		add(relu{torch: next()})
 		add(linear{torch: next(), in: 128, out: 10})
 	default:
-		return nil, fmt.Errorf("models: unknown model %q (have %v)", name, Names())
+		return nil, fmt.Errorf("models: unknown model %q (have %v)", name, AllNames())
 	}
 	off := 0
 	for _, l := range m.layers {

@@ -138,12 +138,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
 	known := false
-	for _, n := range models.Names() {
+	for _, n := range models.AllNames() {
 		known = known || n == c.Model
 	}
 	switch {
 	case !known:
-		return bad("unknown model %q (choose from %s)", c.Model, strings.Join(models.Names(), ", "))
+		return bad("unknown model %q (choose from %s)", c.Model, strings.Join(models.AllNames(), ", "))
 	case c.Epochs < 1:
 		return bad("-epochs %d: want at least 1", c.Epochs)
 	case c.Batch < 1:
@@ -159,17 +159,17 @@ func (c *Config) Validate() error {
 	}
 	switch c.Strategy {
 	case "ddp":
-	case "zero1", "zero2":
-		if c.Save != "" || c.Resume != "" {
-			return bad("-save and -resume with -strategy %s: sharded checkpoints are not implemented yet (use ddp)", c.Strategy)
-		}
+	case "zero1", "zero2", "zero3":
 		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
 			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
 		}
-	case "zero3", "pipeline":
-		return bad("-strategy %s is not available yet (ddp, zero1, zero2)", c.Strategy)
+		if c.Strategy == "zero3" && (c.Save != "" || c.Resume != "") {
+			return bad("-save and -resume with -strategy zero3: stage-3 checkpoints are not implemented yet (zero1 and zero2 have them)")
+		}
+	case "pipeline":
+		return bad("-strategy pipeline is not available yet (ddp, zero1, zero2, zero3)")
 	default:
-		return bad("unknown -strategy %q (ddp, zero1, zero2; zero3 and pipeline are planned)", c.Strategy)
+		return bad("unknown -strategy %q (ddp, zero1, zero2, zero3; pipeline is planned)", c.Strategy)
 	}
 	if c.SyncBN && c.Model != "cnn-bn" {
 		return bad("-syncbn: model %s has no batch-norm layers (use -model cnn-bn)", c.Model)
@@ -243,10 +243,12 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 	}
 	var pos Position
+	var loaded optim.Optimizer // the full optimizer state resumed from
 	if cfg.Resume != "" {
-		// Every rank reads the checkpoint (DDP's broadcast would also fix
-		// the parameters, but each rank needs the optimizer state).
-		if pos, _, err = Load(cfg.Resume, m, opt); err != nil {
+		// Every rank reads the checkpoint, of either format (DDP's and
+		// ZeRO's broadcasts would also fix the parameters, but each rank
+		// needs the optimizer state).
+		if pos, loaded, err = resume(cfg, m, opt); err != nil {
 			return nil, err
 		}
 	}
@@ -261,6 +263,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	strat, err := newStrategy(ctx, c, m, opt, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := restoreShard(strat, loaded); err != nil {
 		return nil, err
 	}
 	gr, err := m.NewGraph(cfg.Batch, true)
@@ -364,7 +369,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 		lastEval = [2]float64{loss, acc}
 		if cfg.Save != "" {
-			if err := save(ctx, c, cfg, m, opt, pos); err != nil {
+			if err := saveCheckpoint(ctx, c, cfg, m, opt, strat, pos); err != nil {
 				return nil, err
 			}
 		}
@@ -386,7 +391,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		if cfg.Save != "" {
-			if err := save(ctx, c, cfg, m, opt, pos); err != nil {
+			if err := saveCheckpoint(ctx, c, cfg, m, opt, strat, pos); err != nil {
 				return nil, err
 			}
 		}

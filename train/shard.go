@@ -1,0 +1,298 @@
+package train
+
+// Checkpoints for every strategy.
+//
+// DDP (Save, Load): <path> holds the model with PyTorch's names and
+// layouts, <path>.train the full optimizer state and the position.
+//
+// ZeRO (SaveZero): every rank writes its shard file
+// zero.ShardPath(path, r, N) (see package zero for its layout), then rank
+// 0 writes <path>: the whole model with PyTorch's names and layouts, like
+// DDP's, whose metadata (format zero.ShardFormat, world_size, save_id)
+// points at the shard files. <path> is written last, once every rank has
+// written its shard, so it commits the save: a crash in between leaves
+// shard files whose save_id differs from the one <path> names, which
+// loading reports instead of mixing two saves.
+//
+// LoadCheckpoint reads either format into a model and a full-size
+// optimizer, so a checkpoint saved by N ranks with any strategy resumes on
+// M ranks with any strategy: DDP takes the whole optimizer state, a ZeRO
+// engine its new shard of it (restoreShard). ConsolidateZero rebuilds the
+// single PyTorch file from the shard files alone.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/zero"
+)
+
+// saveCheckpoint saves to cfg.Save in the format of the strategy. Every
+// rank calls it.
+func saveCheckpoint(ctx context.Context, c comm.Comm, cfg Config, m *models.Model, opt optim.Optimizer, s strategy, pos Position) error {
+	zs, ok := s.(*zeroStrategy)
+	if !ok {
+		return save(ctx, c, cfg, m, opt, pos)
+	}
+	meta := map[string]string{"strategy": cfg.Strategy, "seed": strconv.FormatInt(cfg.Seed, 10)}
+	return SaveZero(ctx, c, cfg.Save, m, zs.e, pos, meta)
+}
+
+// SaveZero saves a ZeRO run's checkpoint at path: every rank writes its
+// shard file, then rank 0 writes the model to path (loadable by PyTorch's
+// load_state_dict, as Save's), whose metadata names the save and the
+// world size. meta is added to every file's metadata. m is the model e
+// trains; every rank holds all its parameters (stages 1 and 2).
+//
+// It is a collective: every rank calls it with the same path, and every
+// rank returns an error if any rank failed (naming that rank), so no rank
+// goes on alone. A failed save never leaves path naming a partial set of
+// shard files. After a successful save a stale Save sidecar
+// (TrainStatePath(path)) of an earlier DDP checkpoint at path is removed.
+func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) error {
+	var nonce uint64
+	if c.Rank() == 0 {
+		nonce = rand.Uint64()
+	}
+	if err := comm.BroadcastObject(ctx, c, &nonce, 0); err != nil {
+		return fmt.Errorf("train: saving %s: %w", path, err)
+	}
+	md := map[string]string{}
+	for k, v := range meta {
+		md[k] = v
+	}
+	md["save_id"] = fmt.Sprintf("%d-%016x", pos.Step, nonce)
+	md["epoch"] = strconv.Itoa(pos.Epoch)
+	md["batch"] = strconv.Itoa(pos.Batch)
+	md["step"] = strconv.FormatInt(pos.Step, 10)
+	err := e.WriteShard(path, md)
+	if err := agree(ctx, c, err, "its shard of "+path); err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		md["format"] = zero.ShardFormat
+		md["model"] = m.Name
+		md["num_params"] = strconv.Itoa(m.NumParams())
+		md["world_size"] = strconv.Itoa(c.Size())
+		md["shards"] = fmt.Sprintf("%s.rank<r>-of-%d.safetensors", filepath.Base(path), c.Size())
+		// Stage 3 will hold no full parameters here: rank 0 will then
+		// write the metadata alone (ConsolidateZero makes the model).
+		if err = checkpoint.Write(path, ModelTensors(m), md); err != nil {
+			err = fmt.Errorf("train: saving model: %w", err)
+		} else if rerr := os.Remove(TrainStatePath(path)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("train: removing the stale %s: %w", TrainStatePath(path), rerr)
+		}
+	}
+	return agree(ctx, c, err, path)
+}
+
+// agree tells every rank whether every rank's err is nil. A rank that
+// failed returns its own error; the others an error naming the first rank
+// that failed and its error.
+func agree(ctx context.Context, c comm.Comm, err error, what string) error {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	all, gerr := comm.AllGatherObject(ctx, c, msg)
+	switch {
+	case err != nil:
+		return err
+	case gerr != nil:
+		return fmt.Errorf("train: saving: %w", gerr)
+	}
+	for r, s := range all {
+		if s != "" {
+			return fmt.Errorf("train: rank %d failed to save %s: %s", r, what, s)
+		}
+	}
+	return nil
+}
+
+// resume loads cfg.Resume (either format) into m and returns the position
+// and the optimizer holding the full loaded state: opt itself for DDP; for
+// ZeRO (opt nil) a full-size one that restoreShard hands to the engine, to
+// be dropped after.
+func resume(cfg Config, m *models.Model, opt optim.Optimizer) (Position, optim.Optimizer, error) {
+	if opt == nil {
+		var err error
+		if opt, err = optim.New(cfg.optimConfig(), m.NumParams()); err != nil {
+			return Position{}, nil, err
+		}
+	}
+	pos, _, err := LoadCheckpoint(cfg.Resume, m, opt)
+	return pos, opt, err
+}
+
+// restoreShard gives a ZeRO strategy its shard of the full optimizer state
+// resume loaded. Nothing to do for DDP, whose optimizer resume filled.
+func restoreShard(s strategy, full optim.Optimizer) error {
+	zs, ok := s.(*zeroStrategy)
+	if !ok || full == nil {
+		return nil
+	}
+	st, t := full.State()
+	if err := zs.e.LoadOptimizerState(st, t); err != nil {
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	return nil
+}
+
+// LoadCheckpoint restores a checkpoint written by Save or by SaveZero, by
+// any number of ranks, into m and opt (a full-size optimizer: a ZeRO
+// engine takes its shard with LoadOptimizerState) and returns the position
+// and path's metadata. For a sharded checkpoint it reads every shard file
+// (see package zero). Errors wrap ErrCheckpoint.
+func LoadCheckpoint(path string, m *models.Model, opt optim.Optimizer) (Position, map[string]string, error) {
+	_, meta, err := checkpoint.Read(path)
+	if err != nil || meta["format"] != zero.ShardFormat {
+		return Load(path, m, opt) // a missing or bad file is reported there
+	}
+	var pos Position
+	if meta["model"] != m.Name {
+		return pos, nil, fmt.Errorf("%w: %s holds a %q model, not %q", ErrCheckpoint, path, meta["model"], m.Name)
+	}
+	world, err := strconv.Atoi(meta["world_size"])
+	if err != nil || world < 1 {
+		return pos, nil, fmt.Errorf("%w: %s: bad world_size %q", ErrCheckpoint, path, meta["world_size"])
+	}
+	sh, err := zero.ReadShards(path, world, meta["save_id"])
+	if err != nil {
+		return pos, nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if sh.Model != m.Name || sh.NumParams != m.NumParams() {
+		return pos, nil, fmt.Errorf("%w: the shards of %s hold a %q model with %d parameters, not %q with %d",
+			ErrCheckpoint, path, sh.Model, sh.NumParams, m.Name, m.NumParams())
+	}
+	if sh.Optimizer != opt.Name() {
+		return pos, nil, fmt.Errorf("%w: %s was saved with optimizer %q, this run uses %q", ErrCheckpoint, path, sh.Optimizer, opt.Name())
+	}
+	st, _ := opt.State()
+	for k := range st {
+		if _, ok := sh.OptState[k]; !ok {
+			return pos, nil, fmt.Errorf("%w: the shards of %s lack optimizer state %q", ErrCheckpoint, path, k)
+		}
+	}
+	ints := map[string]*int{"epoch": &pos.Epoch, "batch": &pos.Batch}
+	for k, p := range ints {
+		v, err := strconv.Atoi(sh.Meta[k])
+		if err != nil || v < 0 {
+			return pos, nil, fmt.Errorf("%w: %s: bad %s %q", ErrCheckpoint, zero.ShardPath(path, 0, world), k, sh.Meta[k])
+		}
+		*p = v
+	}
+	if pos.Step, err = strconv.ParseInt(sh.Meta["step"], 10, 64); err != nil || pos.Step < 0 {
+		return pos, nil, fmt.Errorf("%w: %s: bad step %q", ErrCheckpoint, zero.ShardPath(path, 0, world), sh.Meta["step"])
+	}
+	if err := setBuffers(m, sh.Buffers, zero.ShardPath(path, 0, world)); err != nil {
+		return pos, nil, err
+	}
+	copy(m.Flat, sh.Params)
+	for k, dst := range st {
+		copy(dst, sh.OptState[k])
+	}
+	opt.SetStep(sh.OptStep)
+	return pos, meta, nil
+}
+
+// setBuffers sets m's batch-norm buffers from bufs (PyTorch names); file
+// is named in errors.
+func setBuffers(m *models.Model, bufs map[string]checkpoint.Tensor, file string) error {
+	n := 0
+	for _, b := range m.BNs {
+		for _, x := range []struct {
+			name string
+			dst  []float32
+		}{{"running_mean", b.RunningMean}, {"running_var", b.RunningVar}} {
+			key := b.Prefix + "." + x.name
+			t, ok := bufs[key]
+			if !ok || !sameShape(t.Shape, []int{b.C}) {
+				return fmt.Errorf("%w: %s: missing or mis-shaped batch-norm buffer %q", ErrCheckpoint, file, key)
+			}
+			v, err := t.Float32s()
+			if err != nil {
+				return fmt.Errorf("%w: %s: %q: %v", ErrCheckpoint, file, key, err)
+			}
+			copy(x.dst, v)
+			n++
+		}
+		key := b.Prefix + ".num_batches_tracked"
+		if t, ok := bufs[key]; ok {
+			v, err := t.Int64s()
+			if err != nil || len(v) != 1 {
+				return fmt.Errorf("%w: %s: bad %q", ErrCheckpoint, file, key)
+			}
+			b.NumBatches = v[0]
+			n++
+		}
+	}
+	if n != len(bufs) {
+		return fmt.Errorf("%w: %s has batch-norm buffers model %s does not", ErrCheckpoint, file, m.Name)
+	}
+	return nil
+}
+
+// ConsolidateZero writes to out one safetensors file holding the model of
+// the sharded (ZeRO) checkpoint at path, with PyTorch's names and layouts:
+// what Save writes for DDP, loadable by load_state_dict or
+// LoadModelTensors. It is built from the shard files alone (parameters and
+// batch-norm buffers; no optimizer state), so it also works where path
+// itself is gone (the shard files are then found on disk). It needs no
+// Comm: run it offline, anywhere the files are.
+func ConsolidateZero(path, out string) error {
+	if filepath.Clean(out) == filepath.Clean(path) {
+		return fmt.Errorf("train: consolidate %s: the output must be another file", path)
+	}
+	world, id := 0, ""
+	_, meta, err := checkpoint.Read(path)
+	switch {
+	case err == nil:
+		if meta["format"] != zero.ShardFormat {
+			return fmt.Errorf("%w: %s is not a sharded checkpoint (format %q): it is one file already", ErrCheckpoint, path, meta["format"])
+		}
+		if world, err = strconv.Atoi(meta["world_size"]); err != nil || world < 1 {
+			return fmt.Errorf("%w: %s: bad world_size %q", ErrCheckpoint, path, meta["world_size"])
+		}
+		id = meta["save_id"]
+	case errors.Is(err, fs.ErrNotExist):
+		// Go by the shard files alone.
+	default:
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	sh, err := zero.ReadShards(path, world, id)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	m, err := models.New(sh.Model, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCheckpoint, path, err)
+	}
+	if m.NumParams() != sh.NumParams {
+		return fmt.Errorf("%w: the shards of %s hold %d parameters, model %s has %d", ErrCheckpoint, path, sh.NumParams, m.Name, m.NumParams())
+	}
+	copy(m.Flat, sh.Params)
+	if err := setBuffers(m, sh.Buffers, zero.ShardPath(path, 0, sh.World)); err != nil {
+		return err
+	}
+	md := map[string]string{"format": "gdist-v1", "model": m.Name, "consolidated_from": filepath.Base(path),
+		"save_id": sh.ID, "world_size": strconv.Itoa(sh.World)}
+	for _, k := range []string{"step", "epoch", "batch", "seed", "strategy"} {
+		if v, ok := sh.Meta[k]; ok {
+			md[k] = v
+		}
+	}
+	if err := checkpoint.Write(out, ModelTensors(m), md); err != nil {
+		return fmt.Errorf("train: consolidate %s: %w", path, err)
+	}
+	return nil
+}
