@@ -12,22 +12,39 @@
 //     bucket buffers (buckets never cross a shard boundary); when a bucket
 //     is complete it is reduced (averaged) straight to the rank that owns
 //     it, while backward goes on, and its buffer is dropped.
-//   - Stage 3 (parameters sharded at rest) is not implemented yet.
+//   - Stage 3 also shards the parameters at rest, tensor by tensor (each
+//     parameter split evenly over the ranks, padded to a multiple of N). The
+//     engine becomes the model's models.ParamStore: every layer gathers its
+//     parameters inside its forward op and again inside its backward op and
+//     drops them when the op ends, and the next layer's gather (in the
+//     pass's direction) is issued at once so that it overlaps the current
+//     layer's compute. Gradients are reduce-scattered (averaged) into the
+//     owners' shards in the background, tensor by tensor. Evaluation graphs
+//     gather the same way. The model's Flat and Grad are nil.
 //
 // Per-rank persistent model state, in bytes, with P parameters, N ranks and
 // K bytes of optimizer state per parameter (8 for Adam, 4 for SGD with
 // momentum): DDP 4P + 4P + KP; stage 1 4P + 4P + KP/N; stage 2 4P + 4P/N +
-// KP/N (the paper's formulas; padding adds under N elements). Memory
-// reports them as measured from the buffers actually held.
+// KP/N; stage 3 (4P + 4P + KP)/N (the paper's formulas; padding adds under
+// N elements per tensor). Memory reports them as measured from the buffers
+// actually held, and the peak of what a step holds on top (stage 2's
+// buckets; stage 3's gathered layers and gradients in flight: about two
+// layers' worth, whatever the depth).
 //
 // Gradient accumulation: with SetNoSync(true), stage 1 adds micro-batch
 // gradients into its full gradient buffer and reduces them at the next
 // synced step, as DDP does. Stage 2 has no full gradient buffer to
 // accumulate in: every micro-batch's gradients are reduced at once and
-// added into the owner's shard, which accumulates until Update.
+// added into the owner's shard, which accumulates until Update. Stage 3
+// likewise.
 //
-// Communication per step: 2P elements per rank for stages 1 and 2
-// (reduce-scatter P + all-gather P), as for DDP's all-reduce.
+// Communication per step and rank, in elements: 2P for stage 1
+// (reduce-scatter P + all-gather P, as DDP's all-reduce), a little more for
+// stage 2 (each bucket is reduced to its owner: a reduce-scatter and a
+// gather), 3P for stage 3 (gathers before forward and backward, and a
+// reduce-scatter), each times the ring's (N-1)/N. The first layer's
+// backward needs no gather (its input needs no gradient), which saves a
+// little. Stage-3 checkpoints are not implemented yet.
 package zero
 
 import (

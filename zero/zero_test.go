@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,5 +222,60 @@ func TestBadStage(t *testing.T) {
 	m, _ := models.New("mlp", 1)
 	if _, err := zero.New(context.Background(), cs[0], m, zero.Options{Stage: 4, Optim: optim.Config{Name: "sgd", LR: 1}}); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("stage 4: %v", err)
+	}
+}
+
+// TestDeadRankDuringGather: a rank that dies (its Comm closed) while the
+// others are in stage 3's parameter gathers makes their step fail with an
+// error naming it, not hang.
+func TestDeadRankDuringGather(t *testing.T) {
+	cs := world(t, 3)
+	errs := make(chan error, 3)
+	started := make(chan struct{}, 3)
+	for _, c := range cs {
+		go func(c comm.Comm) {
+			ctx := context.Background()
+			m, _ := models.New("mlp", 1)
+			e, err := zero.New(ctx, c, m, zero.Options{Stage: 3, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			started <- struct{}{}
+			if c.Rank() == 2 {
+				c.Close() // dies before the step's first gather
+				return
+			}
+			gr, _ := m.NewGraph(4, true)
+			x := make([]float32, 4*784)
+			_, err = e.Step(ctx, gr, x, []int32{1, 2, 3, 4})
+			errs <- err
+		}(c)
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case <-started:
+		case err := <-errs:
+			t.Fatalf("setup: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("setup hung")
+		}
+	}
+	failed := 0
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				if !strings.Contains(err.Error(), "rank 2") {
+					t.Errorf("error does not name the dead rank: %v", err)
+				}
+				failed++
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a step hung after a rank died during a gather")
+		}
+	}
+	if failed != 2 {
+		t.Fatalf("%d surviving ranks failed, want 2", failed)
 	}
 }
