@@ -88,8 +88,8 @@ type Summary struct {
 	// ModelStatePeakBytes adds the most held transiently (ZeRO-2's
 	// gradient buckets) to the persistent model state.
 	ModelStatePeakBytes int64 `json:"model_state_peak_bytes"`
-	// CommBytesPerStep is what rank 0 sent per step on the training Comm
-	// (evaluation's small all-reduces included; SyncBN's own Comm not).
+	// CommBytesPerStep is what this rank sent per training step on the
+	// training Comm (evaluation excluded; SyncBN's own Comm not counted).
 	CommBytesPerStep float64 `json:"comm_bytes_per_step"`
 	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
 	Overlap          bool    `json:"overlap"`
@@ -292,9 +292,16 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	stepsThisRun := 0
 	out := json.NewEncoder(cfg.Out)
 	bar := newBar(cfg.Progress)
-	var sentBefore int64
-	if tc, ok := c.(comm.TrafficCounter); ok {
-		sentBefore, _ = tc.Traffic()
+	// Bytes sent by the training steps only (evaluation and checkpoint
+	// collectives excluded).
+	tc, _ := c.(comm.TrafficCounter)
+	var stepSent int64
+	sentNow := func() int64 {
+		if tc == nil {
+			return 0
+		}
+		s, _ := tc.Traffic()
+		return s
 	}
 	stopped := false
 
@@ -312,6 +319,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 				return nil, err
 			}
 			t0 := time.Now()
+			s0 := sentNow()
 			idx = smp.Indices(epoch, k, idx)
 			if err := trainSet.Batch(idx, x, y); err != nil {
 				return nil, err
@@ -324,6 +332,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
 			dt := time.Since(t0)
+			stepSent += sentNow() - s0
 			trainTime += dt
 			stepTimes = append(stepTimes, dt.Seconds()*1e3)
 			steps++
@@ -410,9 +419,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 
 	var sentPerStep float64
-	if tc, ok := c.(comm.TrafficCounter); ok && stepsThisRun > 0 {
-		sent, _ := tc.Traffic()
-		sentPerStep = float64(sent-sentBefore) / float64(stepsThisRun)
+	if stepsThisRun > 0 {
+		sentPerStep = float64(stepSent) / float64(stepsThisRun)
 	}
 	held, transient := strat.memory()
 	mem := []int64{held.Params, held.Grads, held.Optimizer, peakRSS(), held.Params + held.Grads + held.Optimizer + transient}
