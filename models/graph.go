@@ -56,7 +56,7 @@ func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
 			hooked[i] = raw[i]
 		}
 	}
-	b := &builder{m: m, train: train, batch: batch}
+	b := &builder{m: m, train: train, batch: batch, atInput: true}
 	h := x
 	pi := 0
 	for _, l := range m.layers {
@@ -66,6 +66,8 @@ func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
 		if h, err = l.apply(b, h, hooked[pi:pi+np]); err != nil {
 			return nil, fmt.Errorf("models: building %s: %w", m.Name, err)
 		}
+		_, reshape := l.(flatten)
+		b.atInput = b.atInput && reshape
 		pi += np
 	}
 	gr.logits = h

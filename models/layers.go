@@ -19,6 +19,9 @@ type builder struct {
 	bn    int // next batch-norm layer
 	bnOps []*bnOp
 	pi    int // index of the layer's first parameter (store mode)
+	// atInput: the current layer is fed by the network's input (possibly
+	// flattened), so it needs no input gradient.
+	atInput bool
 }
 
 // sharded returns the shared part of a store-backed op for a layer with np
@@ -31,7 +34,7 @@ func (b *builder) sharded(name string, np int, x *G.Node) *shardedOp {
 	for i := range idx {
 		idx[i] = b.pi + i
 	}
-	return &shardedOp{baseOp: baseOp{nextID(), name}, store: b.m.Store, params: idx, noDX: x.Op() == nil}
+	return &shardedOp{baseOp: baseOp{nextID(), name}, store: b.m.Store, params: idx, noDX: b.atInput}
 }
 
 type linear struct{ torch, in, out int }
@@ -70,7 +73,7 @@ func (l conv) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
 	}
 	op := newConv2d(l.k, l.pad)
 	// The network's input (a leaf, no op) needs no gradient: skip dx.
-	op.noDX = x.Op() == nil
+	op.noDX = b.atInput
 	y, err := G.ApplyOp(op, x, ps[0])
 	if err != nil {
 		return nil, err

@@ -42,9 +42,9 @@
 // (reduce-scatter P + all-gather P, as DDP's all-reduce), a little more for
 // stage 2 (each bucket is reduced to its owner: a reduce-scatter and a
 // gather), 3P for stage 3 (gathers before forward and backward, and a
-// reduce-scatter), each times the ring's (N-1)/N. The first layer's
-// backward needs no gather (its input needs no gradient), which saves a
-// little. Stage-3 checkpoints are not implemented yet.
+// reduce-scatter), each times the ring's (N-1)/N; a little less, as the
+// first layer's backward needs no gather (its input, the data, needs no
+// gradient). Stage-3 checkpoints are not implemented yet.
 package zero
 
 import (
