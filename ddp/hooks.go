@@ -34,20 +34,7 @@ type FP16Compress struct{}
 
 // Start compresses grad and starts the all-reduce.
 func (FP16Compress) Start(ctx context.Context, c comm.Comm, grad []float32) (comm.Work, error) {
-	n := float32(c.Size())
-	buf := make([]comm.F16, len(grad))
-	for i, v := range grad {
-		buf[i] = comm.ToF16(v / n)
-	}
-	w, err := c.AllReduce(ctx, comm.FromSlice(buf), comm.Sum)
-	if err != nil {
-		return nil, err
-	}
-	return then(ctx, w, func() {
-		for i, v := range buf {
-			grad[i] = v.Float32()
-		}
-	}), nil
+	return compressed(ctx, c, grad, comm.ToF16, comm.F16.Float32)
 }
 
 // Name is "fp16".
@@ -59,18 +46,24 @@ type BF16Compress struct{}
 
 // Start compresses grad and starts the all-reduce.
 func (BF16Compress) Start(ctx context.Context, c comm.Comm, grad []float32) (comm.Work, error) {
+	return compressed(ctx, c, grad, comm.ToBF16, comm.BF16.Float32)
+}
+
+// compressed pre-divides grad by the world size, converts it to a 16-bit
+// type, all-reduces with Sum and converts the result back into grad.
+func compressed[T comm.BF16 | comm.F16](ctx context.Context, c comm.Comm, grad []float32, to func(float32) T, from func(T) float32) (comm.Work, error) {
 	n := float32(c.Size())
-	buf := make([]comm.BF16, len(grad))
+	buf := make([]T, len(grad))
 	for i, v := range grad {
-		buf[i] = comm.ToBF16(v / n)
+		buf[i] = to(v / n)
 	}
 	w, err := c.AllReduce(ctx, comm.FromSlice(buf), comm.Sum)
 	if err != nil {
 		return nil, err
 	}
-	return then(ctx, w, func() {
+	return then(w, func() {
 		for i, v := range buf {
-			grad[i] = v.Float32()
+			grad[i] = from(v)
 		}
 	}), nil
 }
@@ -93,7 +86,7 @@ func HookByName(name string) (CommHook, error) {
 
 // then returns a Work that completes after w, once fn has run (only if w
 // succeeded).
-func then(ctx context.Context, w comm.Work, fn func()) comm.Work {
+func then(w comm.Work, fn func()) comm.Work {
 	r := comm.NewRequest()
 	go func() {
 		<-w.Done()

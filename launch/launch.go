@@ -101,6 +101,22 @@ func (e *ExitError) Error() string {
 // IsWorker reports whether this process was started by Run (GDIST_LAUNCHED=1).
 func IsWorker() bool { return os.Getenv("GDIST_LAUNCHED") == "1" }
 
+// UnderLauncher reports whether this process is one rank of a job started
+// by a launcher: ours (IsWorker), torchrun (WORLD_SIZE), mpirun
+// (OMPI_COMM_WORLD_SIZE) or srun (SLURM_NTASKS). Programs that launch their
+// own workers do so only when this is false.
+func UnderLauncher() bool {
+	if IsWorker() {
+		return true
+	}
+	for _, v := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 type result struct {
 	rank int
 	err  error

@@ -198,7 +198,7 @@ func run() error {
 
 	// A process backend: launch the workers unless we are one (our own
 	// launcher, or torchrun / mpirun / srun).
-	if !launch.IsWorker() && !launchedExternally() {
+	if !launch.UnderLauncher() {
 		return launch.Run(ctx, launch.Spec{NProc: cfg.np, Stdout: os.Stdout, Stderr: os.Stderr})
 	}
 	c, closeFn, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{})
@@ -211,17 +211,6 @@ func run() error {
 		return fmt.Errorf("rank %d: %w", c.Rank(), berr)
 	}
 	return cerr
-}
-
-// launchedExternally reports whether a launcher (torchrun, mpirun, srun)
-// set a world size for us.
-func launchedExternally() bool {
-	for _, v := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return false
 }
 
 func busFactor(op string, n int) float64 {

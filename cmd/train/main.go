@@ -89,7 +89,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	switch o.backend {
 	case "auto":
 		o.backend = "tcp"
-		if o.nproc == 1 && !workerMode() {
+		if o.nproc == 1 && !launch.UnderLauncher() {
 			o.backend = "inproc"
 		}
 	case "inproc", "tcp":
@@ -101,19 +101,6 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	return o, nil
-}
-
-// workerMode: started by our launcher, torchrun, mpirun or srun.
-func workerMode() bool {
-	if launch.IsWorker() {
-		return true
-	}
-	for _, v := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return false
 }
 
 func main() {
@@ -164,7 +151,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return firstErr(errs)
 	}
 
-	if !workerMode() {
+	if !launch.UnderLauncher() {
 		// Launcher: check what would make every worker fail the same way,
 		// then start the workers.
 		if cfg.DataDir != "synthetic" {
