@@ -5,7 +5,9 @@
 //
 // Models: "mlp" (784-256-128-10, ReLU), "cnn" (two conv 3x3 + ReLU + 2x2
 // max-pool blocks of 32 and 64 channels, then 3136-128-10) and "cnn-bn" (the
-// same with batch norm after each convolution). Parameter names and shapes
+// same with batch norm after each convolution); "mlp-xl"
+// (784-4096-4096-4096-10, 36.8M parameters) for the ZeRO experiments.
+// Parameter names and shapes
 // follow the equivalent PyTorch nn.Sequential, so a checkpoint loads there
 // with load_state_dict. Initialisation is PyTorch's default (uniform in
 // +-1/sqrt(fan_in)), drawn from a seeded generator: the same seed gives the
@@ -16,6 +18,13 @@
 // gradient the moment gorgonia produces it during backward (last layer
 // first). The default OnGrad adds the gradient into Grad; package ddp
 // wraps it to start bucket all-reduces while backward goes on.
+//
+// With Model.Store set (ZeRO stage 3), the model holds no parameters:
+// layers fetch theirs from the ParamStore inside their own forward and
+// backward ops and hand their gradients back (sharded.go).
+//
+// Matrix products use OpenBLAS through gonum's netlib in the default build
+// (blas.go); -tags noblas builds the pure-Go fallback.
 package models
 
 import (

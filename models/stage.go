@@ -1,0 +1,513 @@
+package models
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Pipeline stages: a contiguous range of a model's layers compiled on its
+// own, over the model's flat parameter and gradient buffers. Because the
+// parameters are laid out layer by layer, the parameters of layers
+// [from, to) are one contiguous range of Flat and Grad (StageRange), which a
+// data-parallel group over the same stage can all-reduce as one buffer.
+
+// NumLayers is the number of layers in the model's sequential layer list
+// (activations and reshapes count as layers).
+func (m *Model) NumLayers() int { return len(m.layers) }
+
+// LayerParamRange returns, for layer i, the index in m.Params of its first
+// parameter, how many parameters it has, and how many scalars they hold.
+func (m *Model) LayerParamRange(i int) (first, count, scalars int) {
+	for j, l := range m.layers {
+		ps := l.params()
+		if j == i {
+			for k := range ps {
+				scalars += m.Params[first+k].Size
+			}
+			return first, len(ps), scalars
+		}
+		first += len(ps)
+	}
+	return first, 0, 0
+}
+
+// StageRange returns the range [off, off+n) of Flat and Grad holding the
+// parameters of layers [from, to).
+func (m *Model) StageRange(from, to int) (off, n int) {
+	first, _, _ := m.LayerParamRange(from)
+	off = m.NumParams()
+	if first < len(m.Params) {
+		off = m.Params[first].Offset
+	}
+	for i := from; i < to; i++ {
+		_, _, s := m.LayerParamRange(i)
+		n += s
+	}
+	return off, n
+}
+
+// LayerShapes returns the activation shapes at every layer boundary for a
+// batch: element i is the input shape of layer i, element NumLayers() the
+// logits' shape.
+func (m *Model) LayerShapes(batch int) ([]tensor.Shape, error) {
+	if batch < 1 {
+		return nil, fmt.Errorf("models: batch %d < 1", batch)
+	}
+	if m.Store != nil {
+		return nil, fmt.Errorf("models: stages of a store-backed model are not supported")
+	}
+	g := G.NewGraph()
+	h := G.NewTensor(g, tensor.Float32, 4, G.WithShape(batch, m.inC, m.inH, m.inW), G.WithName("x"))
+	out := []tensor.Shape{h.Shape().Clone()}
+	b := &builder{m: m, train: true, batch: batch, atInput: true}
+	pi := 0
+	for _, l := range m.layers {
+		ps := l.params()
+		nodes := make([]*G.Node, len(ps))
+		for k, p := range ps {
+			nodes[k] = G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(fmt.Sprintf("p%d", pi+k)))
+		}
+		b.pi = pi
+		var err error
+		if h, err = l.apply(b, h, nodes); err != nil {
+			return nil, err
+		}
+		out = append(out, h.Shape().Clone())
+		pi += len(ps)
+	}
+	return out, nil
+}
+
+// StageGraph is layers [From, To) of a model compiled for one micro-batch
+// size, as one stage of a pipeline. It shares the model's Flat and Grad
+// (exactly as a Graph does): parameters are read from Flat and each
+// gradient goes to OnGrad (default: added into Grad) during Backward.
+//
+// The input is the previous stage's activation (or the data, for the stage
+// that starts at layer 0). The last stage (To == NumLayers()) ends in the
+// softmax cross-entropy against labels, mean over the micro-batch,
+// multiplied by Scale for the gradients (a pipeline sets Scale to
+// microBatch/batch so that the gradients of the micro-batches add up to the
+// whole batch's). Any other stage ends in its output activation; its
+// backward is driven by the gradient of the loss with respect to that
+// output, received from the next stage: the graph differentiates
+// cost = sum(output * gradOut), whose gradient with respect to the output
+// is gradOut.
+//
+// Activation recomputation: gorgonia's tape machine runs forward and
+// backward in one pass, so Backward runs the forward pass again from the
+// saved input before differentiating. A pipeline stage thus holds only
+// the input of each micro-batch in flight, never its inner activations,
+// at the cost of a second forward pass.
+//
+// Batch norm is not supported (its running statistics would be updated
+// twice, and per micro-batch statistics differ from the batch's anyway).
+// A StageGraph is not safe for concurrent use.
+type StageGraph struct {
+	M        *Model
+	From, To int
+	Batch    int
+	Last     bool
+	// OnGrad receives each parameter's gradient during Backward or Step;
+	// the default (nil) adds it into M.Grad.
+	OnGrad GradHook
+	// Scale multiplies the loss before differentiation (last stage only).
+	// NewStageGraph sets it to 1.
+	Scale float32
+
+	InShape, OutShape tensor.Shape
+
+	hook GradHook
+
+	// forward-only graph (non-last stages)
+	fvm G.VM
+	fx  *tensor.Dense
+	out *G.Node
+
+	// training graph
+	tvm     G.VM // nil if there is nothing to differentiate
+	tx      *tensor.Dense
+	gOut    *tensor.Dense // non-last: the received gradient
+	yT      *tensor.Dense // last: labels
+	loss    *G.Node       // last: unscaled mean loss
+	dx      *G.Node       // gradient w.r.t. the input (nil for From == 0)
+	tOut    *G.Node
+	scratch []float32
+}
+
+// NewStageGraph compiles layers [from, to) of m for micro-batches of batch
+// samples. last must be true exactly when to == m.NumLayers().
+func (m *Model) NewStageGraph(from, to, batch int, last bool) (*StageGraph, error) {
+	n := len(m.layers)
+	if from < 0 || to > n || from >= to {
+		return nil, fmt.Errorf("models: stage layers [%d, %d) not a non-empty range of [0, %d)", from, to, n)
+	}
+	if last != (to == n) {
+		return nil, fmt.Errorf("models: stage [%d, %d) of %d layers: last=%v", from, to, n, last)
+	}
+	for i := from; i < to; i++ {
+		if _, ok := m.layers[i].(batchNorm); ok {
+			return nil, fmt.Errorf("models: %s: batch norm (layer %d) is not supported in pipeline stages", m.Name, i)
+		}
+	}
+	shapes, err := m.LayerShapes(batch)
+	if err != nil {
+		return nil, err
+	}
+	s := &StageGraph{M: m, From: from, To: to, Batch: batch, Last: last, Scale: 1,
+		InShape: shapes[from].Clone(), OutShape: shapes[to].Clone()}
+	first, _, _ := m.LayerParamRange(from)
+	end, _, _ := m.LayerParamRange(to)
+	if to == n {
+		end = len(m.Params)
+	}
+	if !last {
+		if err := s.buildForward(first, end); err != nil {
+			return nil, err
+		}
+	}
+	if from > 0 || end > first || last {
+		if err := s.buildTrain(first, end); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// paramNode makes the graph node of parameter i over m.Flat.
+func (s *StageGraph) paramNode(g *G.ExprGraph, i int) *G.Node {
+	p := s.M.Params[i]
+	t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(s.M.Flat[p.Offset:p.Offset+p.Size]))
+	return G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
+}
+
+// layers applies the stage's layers to x with parameter nodes ps
+// (indexed from the stage's first parameter).
+func (s *StageGraph) layers(x *G.Node, first int, ps []*G.Node, train bool) (*G.Node, error) {
+	b := &builder{m: s.M, train: train, batch: s.Batch, atInput: s.From == 0}
+	h := x
+	pi := first
+	for i := s.From; i < s.To; i++ {
+		l := s.M.layers[i]
+		np := len(l.params())
+		b.pi = pi
+		var err error
+		if h, err = l.apply(b, h, ps[pi-first:pi-first+np]); err != nil {
+			return nil, fmt.Errorf("models: building %s layer %d: %w", s.M.Name, i, err)
+		}
+		_, reshape := l.(flatten)
+		b.atInput = b.atInput && reshape
+		pi += np
+	}
+	return h, nil
+}
+
+func (s *StageGraph) input(g *G.ExprGraph) (*G.Node, *tensor.Dense) {
+	t := tensor.New(tensor.WithShape(s.InShape.Clone()...), tensor.WithBacking(make([]float32, s.InShape.TotalSize())))
+	return G.NewTensor(g, tensor.Float32, len(s.InShape), G.WithShape(s.InShape.Clone()...), G.WithName("x"), G.WithValue(t)), t
+}
+
+func (s *StageGraph) buildForward(first, end int) error {
+	g := G.NewGraph()
+	x, xt := s.input(g)
+	ps := make([]*G.Node, end-first)
+	for i := range ps {
+		ps[i] = s.paramNode(g, first+i)
+	}
+	out, err := s.layers(x, first, ps, true)
+	if err != nil {
+		return err
+	}
+	s.fx, s.out = xt, out
+	s.fvm = G.NewTapeMachine(g)
+	return nil
+}
+
+func (s *StageGraph) buildTrain(first, end int) error {
+	g := G.NewGraph()
+	x, xt := s.input(g)
+	raw := make([]*G.Node, end-first)
+	hooked := make([]*G.Node, end-first)
+	for i := range raw {
+		raw[i] = s.paramNode(g, first+i)
+		n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), "hook(" + s.M.Params[first+i].Name + ")"}, param: first + i, fn: &s.hook}, raw[i])
+		if err != nil {
+			return err
+		}
+		hooked[i] = n
+	}
+	out, err := s.layers(x, first, hooked, true)
+	if err != nil {
+		return err
+	}
+	s.tOut = out
+	var cost *G.Node
+	if s.Last {
+		s.yT = tensor.New(tensor.WithShape(s.Batch), tensor.WithBacking(make([]float32, s.Batch)))
+		y := G.NewVector(g, tensor.Float32, G.WithShape(s.Batch), G.WithName("y"), G.WithValue(s.yT))
+		if s.loss, err = G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, out, y); err != nil {
+			return err
+		}
+		if cost, err = G.ApplyOp(&scaleOp{baseOp{nextID(), "scale"}, &s.Scale}, s.loss); err != nil {
+			return err
+		}
+	} else {
+		sh := s.OutShape.Clone()
+		s.gOut = tensor.New(tensor.WithShape(sh...), tensor.WithBacking(make([]float32, sh.TotalSize())))
+		gn := G.NewTensor(g, tensor.Float32, len(sh), G.WithShape(sh...), G.WithName("gradOut"), G.WithValue(s.gOut))
+		if cost, err = G.ApplyOp(&dotOp{baseOp{nextID(), "dot"}, len(sh)}, out, gn); err != nil {
+			return err
+		}
+	}
+	wrt := raw
+	if s.From > 0 {
+		wrt = append(append([]*G.Node(nil), raw...), x)
+	}
+	if len(wrt) > 0 {
+		grads, err := G.Grad(cost, wrt...)
+		if err != nil {
+			return fmt.Errorf("models: gradients of %s stage [%d, %d): %w", s.M.Name, s.From, s.To, err)
+		}
+		if s.From > 0 {
+			s.dx = grads[len(grads)-1]
+		}
+	}
+	s.tx = xt
+	s.tvm = G.NewTapeMachine(g)
+	return nil
+}
+
+func (s *StageGraph) loadX(dst *tensor.Dense, x []float32) error {
+	d := dst.Data().([]float32)
+	if len(x) != len(d) {
+		return fmt.Errorf("models: stage [%d, %d): got %d input floats, want %d (shape %v)", s.From, s.To, len(x), len(d), s.InShape)
+	}
+	copy(d, x)
+	return nil
+}
+
+// InSize and OutSize are the floats in one micro-batch's input and output
+// activation (OutSize is the logits' for the last stage).
+func (s *StageGraph) InSize() int  { return s.InShape.TotalSize() }
+func (s *StageGraph) OutSize() int { return s.OutShape.TotalSize() }
+
+// Forward runs the stage's forward pass on x (InSize floats) and returns a
+// copy of the output activation. Not for the last stage: use Step.
+// Parameters and gradients are untouched.
+func (s *StageGraph) Forward(x []float32) ([]float32, error) {
+	if s.Last {
+		return nil, fmt.Errorf("models: Forward on the last stage; use Step")
+	}
+	if err := s.loadX(s.fx, x); err != nil {
+		return nil, err
+	}
+	defer s.fvm.Reset()
+	if err := s.fvm.RunAll(); err != nil {
+		return nil, err
+	}
+	return append([]float32(nil), s.out.Value().Data().([]float32)...), nil
+}
+
+func (s *StageGraph) run() error {
+	s.hook = s.OnGrad
+	if s.hook == nil {
+		s.hook = s.M.accumulate
+	}
+	defer s.tvm.Reset()
+	return s.tvm.RunAll()
+}
+
+// gradX returns a copy of the gradient w.r.t. the input (nil for From == 0).
+func (s *StageGraph) gradX() []float32 {
+	if s.dx == nil {
+		return nil
+	}
+	return append([]float32(nil), s.dx.Value().Data().([]float32)...)
+}
+
+// Backward recomputes the forward pass from x and back-propagates gradOut
+// (OutSize floats, the gradient of the loss w.r.t. this stage's output):
+// parameter gradients go to OnGrad (default: added into M.Grad), and the
+// gradient w.r.t. x is returned (nil when From == 0). Not for the last
+// stage: use Step.
+func (s *StageGraph) Backward(x, gradOut []float32) ([]float32, error) {
+	if s.Last {
+		return nil, fmt.Errorf("models: Backward on the last stage; use Step")
+	}
+	if len(gradOut) != s.OutSize() {
+		return nil, fmt.Errorf("models: stage [%d, %d): got %d output gradient floats, want %d", s.From, s.To, len(gradOut), s.OutSize())
+	}
+	if s.tvm == nil {
+		return nil, nil // the first stage has no parameters: nothing to do
+	}
+	if err := s.loadX(s.tx, x); err != nil {
+		return nil, err
+	}
+	copy(s.gOut.Data().([]float32), gradOut)
+	if err := s.run(); err != nil {
+		return nil, err
+	}
+	return s.gradX(), nil
+}
+
+// Step runs forward, loss and backward on the last stage: x is the input
+// activation (InSize floats), y the Batch labels. It returns the mean loss
+// over the micro-batch (not multiplied by Scale) and the gradient of
+// Scale*loss w.r.t. x (nil when From == 0); parameter gradients (of
+// Scale*loss) go to OnGrad.
+func (s *StageGraph) Step(x []float32, y []int32) (float32, []float32, error) {
+	if !s.Last {
+		return 0, nil, fmt.Errorf("models: Step on a stage that is not the last")
+	}
+	if err := s.loadX(s.tx, x); err != nil {
+		return 0, nil, err
+	}
+	if len(y) != s.Batch {
+		return 0, nil, fmt.Errorf("models: got %d labels, want %d", len(y), s.Batch)
+	}
+	yd := s.yT.Data().([]float32)
+	for i, l := range y {
+		if l < 0 || int(l) >= s.M.classes {
+			return 0, nil, fmt.Errorf("models: label %d out of range [0, %d)", l, s.M.classes)
+		}
+		yd[i] = float32(l)
+	}
+	if err := s.run(); err != nil {
+		return 0, nil, err
+	}
+	return s.loss.Value().Data().(float32), s.gradX(), nil
+}
+
+// Close releases the stage's machines.
+func (s *StageGraph) Close() error {
+	var err error
+	if s.fvm != nil {
+		err = s.fvm.Close()
+	}
+	if s.tvm != nil {
+		if e := s.tvm.Close(); err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// ---- scale: y = s * x for a scalar x, with s read at run time ----
+
+type scaleOp struct {
+	baseOp
+	s *float32
+}
+
+func (op *scaleOp) Arity() int { return 1 }
+func (op *scaleOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a)
+}
+func (op *scaleOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+func (op *scaleOp) ReturnsPtr() bool { return false }
+func (op *scaleOp) Do(v ...G.Value) (G.Value, error) {
+	x, err := scalarF32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	return G.NewF32(x * *op.s), nil
+}
+func (op *scaleOp) DiffWRT(int) []bool { return []bool{true} }
+func (op *scaleOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	n, err := G.ApplyOp(&scaleOp{baseOp{nextID(), "scale'"}, op.s}, grad)
+	return G.Nodes{n}, err
+}
+
+func scalarF32(v G.Value) (float32, error) {
+	switch s := v.(type) {
+	case *G.F32:
+		return float32(*s), nil
+	case *tensor.Dense:
+		if f, ok := s.Data().(float32); ok {
+			return f, nil
+		}
+		if f, ok := s.Data().([]float32); ok && len(f) == 1 {
+			return f[0], nil
+		}
+	}
+	return 0, fmt.Errorf("models: want a float32 scalar, got %T", v)
+}
+
+// ---- dot: sum(a * b) of two same-shape tensors; d a = b * dcost ----
+
+type dotOp struct {
+	baseOp
+	dims int
+}
+
+func (op *dotOp) Arity() int { return 2 }
+func (op *dotOp) Type() hm.Type {
+	return hm.NewFnType(tt(op.dims), tt(op.dims), hm.TypeVariable('a'))
+}
+func (op *dotOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+func (op *dotOp) ReturnsPtr() bool { return false }
+func (op *dotOp) Do(v ...G.Value) (G.Value, error) {
+	a, _, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := f32(v[1])
+	if err != nil {
+		return nil, err
+	}
+	var sum float64
+	for i, x := range a {
+		sum += float64(x) * float64(b[i])
+	}
+	return G.NewF32(float32(sum)), nil
+}
+func (op *dotOp) DiffWRT(int) []bool { return []bool{true, false} }
+func (op *dotOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	d, err := G.ApplyOp(&dotGradOp{baseOp{nextID(), "dot'"}, op.dims}, inputs[1], grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{d, nil}, nil
+}
+
+// dotGradOp: b * dcost (a copy of b when dcost is 1).
+type dotGradOp struct {
+	baseOp
+	dims int
+}
+
+func (op *dotGradOp) Arity() int { return 2 }
+func (op *dotGradOp) Type() hm.Type {
+	return hm.NewFnType(tt(op.dims), hm.TypeVariable('a'), tt(op.dims))
+}
+func (op *dotGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *dotGradOp) ReturnsPtr() bool { return false }
+func (op *dotGradOp) Do(v ...G.Value) (G.Value, error) {
+	b, shape, err := f32(v[0])
+	if err != nil {
+		return nil, err
+	}
+	g, err := scalarF32(v[1])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(b))
+	if g == 1 {
+		copy(out, b)
+	} else {
+		for i, x := range b {
+			out[i] = x * g
+		}
+	}
+	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+}
