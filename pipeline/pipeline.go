@@ -1,0 +1,373 @@
+// Package pipeline trains a sequential model split into K stages, one per
+// rank, with micro-batch pipelining (GPipe and 1F1B schedules).
+//
+// Every rank holds the whole models.Model (built from the same seed) but
+// computes and updates only its stage's layers, whose parameters are one
+// contiguous range of the model's Flat and Grad buffers (Range). A later
+// data-parallel group over the replicas of one stage can all-reduce that
+// range as one buffer.
+//
+// A batch is split into M micro-batches (sizes differ by at most one).
+// Stage s receives each micro-batch's input activation from stage s-1
+// (Recv, tag 2i), runs its layers and sends the output to stage s+1
+// (Send, tag 2i); the last stage computes the loss and its gradient and
+// sends the gradient with respect to its input back (tag 2i+1), and so on
+// down to stage 0. All messages are asynchronous: the receive for the next
+// micro-batch's input is posted before the current one is computed, the
+// receive for a micro-batch's output gradient as soon as its forward pass
+// is done, and sends are waited for only at the end of the step, so
+// communication overlaps compute.
+//
+// Backward passes recompute the stage's forward pass from the saved input
+// (see models.StageGraph), so a stage holds only the input of each
+// micro-batch in flight: GPipe M on every stage but the last, 1F1B at most
+// K-s on stage s. The last stage fuses each micro-batch's forward and
+// backward, so it holds one under both schedules.
+//
+// The loss of each micro-batch is its mean cross-entropy multiplied by
+// microBatch/batch, so the gradients accumulated in Grad over the M
+// micro-batches are those of the whole batch's mean loss: a pipeline step
+// matches one step of the unsplit model on the whole batch.
+//
+// Batch norm is not supported (micro-batch statistics differ from the
+// batch's).
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// Config selects the split and the schedule.
+type Config struct {
+	// Boundaries are the K+1 layer indices that delimit the stages:
+	// stage s runs layers [Boundaries[s], Boundaries[s+1]). Nil: Balance.
+	Boundaries []int
+	// Micro is the number of micro-batches per batch (0: K).
+	Micro int
+	// Schedule is GPipe or OneFOneB ("" means OneFOneB).
+	Schedule string
+}
+
+// Stats are one stage's cumulative measurements.
+type Stats struct {
+	Steps int
+	// Busy is the time spent computing; Idle the time spent waiting for
+	// messages (received activations and gradients, and the end-of-step
+	// sends and loss broadcast).
+	Busy, Idle time.Duration
+	// PeakHeld is the largest number of micro-batch inputs held at once
+	// for a later backward pass; PeakHeldBytes their size.
+	PeakHeld      int
+	PeakHeldBytes int64
+}
+
+// Pipeline is one rank's stage. It is not safe for concurrent use.
+type Pipeline struct {
+	c          comm.Comm
+	m          *models.Model
+	stage, k   int
+	from, to   int
+	off, n     int
+	batch      int
+	sizes      []int // micro-batch sizes
+	starts     []int // first sample of each micro-batch
+	ops        []Op
+	graphs     map[int]*models.StageGraph // by micro-batch size
+	boundaries []int
+	stats      Stats
+}
+
+// New builds rank c.Rank()'s stage of m for batches of batch samples.
+// c.Size() is the number of stages K. Every rank must pass the same cfg and
+// batch, and a model built from the same seed.
+func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error) {
+	k := c.Size()
+	b := cfg.Boundaries
+	if b == nil {
+		var err error
+		if b, err = Balance(m, k); err != nil {
+			return nil, err
+		}
+	} else if err := checkBoundaries(m, b, k); err != nil {
+		return nil, err
+	}
+	micro := cfg.Micro
+	if micro == 0 {
+		micro = k
+	}
+	if micro < 1 || micro > batch {
+		return nil, fmt.Errorf("pipeline: %d micro-batches for a batch of %d", micro, batch)
+	}
+	sched := cfg.Schedule
+	if sched == "" {
+		sched = OneFOneB
+	}
+	p := &Pipeline{c: c, m: m, stage: c.Rank(), k: k, batch: batch,
+		graphs: map[int]*models.StageGraph{}, boundaries: append([]int(nil), b...)}
+	p.from, p.to = b[p.stage], b[p.stage+1]
+	p.off, p.n = m.StageRange(p.from, p.to)
+	var err error
+	if p.ops, err = Ops(sched, k, p.stage, micro); err != nil {
+		return nil, err
+	}
+	start := 0
+	for i := 0; i < micro; i++ {
+		sz := batch / micro
+		if i < batch%micro {
+			sz++
+		}
+		p.sizes = append(p.sizes, sz)
+		p.starts = append(p.starts, start)
+		start += sz
+		if p.graphs[sz] == nil {
+			g, err := m.NewStageGraph(p.from, p.to, sz, p.stage == k-1)
+			if err != nil {
+				p.Close()
+				return nil, err
+			}
+			p.graphs[sz] = g
+		}
+	}
+	return p, nil
+}
+
+// Stage is this rank's stage index.
+func (p *Pipeline) Stage() int { return p.stage }
+
+// Layers is the stage's layer range [from, to).
+func (p *Pipeline) Layers() (from, to int) { return p.from, p.to }
+
+// Boundaries are the K+1 layer indices delimiting all stages.
+func (p *Pipeline) Boundaries() []int { return append([]int(nil), p.boundaries...) }
+
+// Stats returns the stage's cumulative measurements.
+func (p *Pipeline) Stats() Stats { return p.stats }
+
+// MicroBatches lists the micro-batch sizes.
+func (p *Pipeline) MicroBatches() []int { return append([]int(nil), p.sizes...) }
+
+// Ops is this stage's schedule.
+func (p *Pipeline) Ops() []Op { return append([]Op(nil), p.ops...) }
+
+// Range is the stage's parameter range [off, off+n) of Flat and Grad.
+func (p *Pipeline) Range() (off, n int) { return p.off, p.n }
+
+// Params and Grads are views of the stage's range of Flat and Grad.
+func (p *Pipeline) Params() []float32 { return p.m.Flat[p.off : p.off+p.n] }
+
+// Grads: see Params.
+func (p *Pipeline) Grads() []float32 { return p.m.Grad[p.off : p.off+p.n] }
+
+func (p *Pipeline) last() bool                     { return p.stage == p.k-1 }
+func (p *Pipeline) graph(i int) *models.StageGraph { return p.graphs[p.sizes[i]] }
+
+// Update applies opt (made for Range's n elements) to this stage's
+// parameters and zeroes their gradients.
+func (p *Pipeline) Update(opt optim.Optimizer) {
+	opt.Step(p.Params(), p.Grads())
+	clear(p.Grads())
+}
+
+// Close releases the stage's graphs (not the Comm).
+func (p *Pipeline) Close() error {
+	var err error
+	for _, g := range p.graphs {
+		if e := g.Close(); err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+func tagF(i int) int { return 2 * i }
+func tagB(i int) int { return 2*i + 1 }
+
+type pending struct {
+	buf []float32
+	w   comm.Work
+}
+
+// Step runs one batch through the pipeline: x holds batch samples of input
+// (read by stage 0 only; other stages may pass nil) and y batch labels
+// (read by the last stage only). Parameter gradients are added into this
+// stage's range of the model's Grad; apply the optimizer with Update. It
+// returns the batch's mean loss on every rank (broadcast from the last
+// stage).
+//
+// On any error the operations still in flight are cancelled, which
+// poisons the Comm and fails the other stages' operations: close the Comm
+// and build a new one.
+func (p *Pipeline) Step(ctx context.Context, x []float32, y []int32) (float64, error) {
+	if p.stage == 0 && len(x) != p.batch*p.m.InputSize() {
+		return 0, fmt.Errorf("pipeline: got %d input floats, want %d", len(x), p.batch*p.m.InputSize())
+	}
+	if p.last() && len(y) != p.batch {
+		return 0, fmt.Errorf("pipeline: got %d labels, want %d", len(y), p.batch)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // on error: fails pending operations (and tells peers)
+	loss, err := p.step(ctx, x, y)
+	if err != nil {
+		return 0, fmt.Errorf("pipeline: stage %d: %w", p.stage, err)
+	}
+	p.stats.Steps++
+	return loss, nil
+}
+
+func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, error) {
+	M := len(p.sizes)
+	in := p.m.InputSize()
+	var (
+		sends   []comm.Work
+		fwd     = map[int]pending{} // posted receives of input activations
+		bwd     = map[int]pending{} // posted receives of output gradients
+		held    = map[int][]float32{}
+		heldB   int64
+		lossSum float64
+	)
+	wait := func(w comm.Work) error {
+		t0 := time.Now()
+		err := w.Wait(ctx)
+		p.stats.Idle += time.Since(t0)
+		return err
+	}
+	postFwd := func(i int) error {
+		if p.stage == 0 || i >= M {
+			return nil
+		}
+		buf := make([]float32, p.graph(i).InSize())
+		w, err := p.c.Recv(ctx, comm.FromSlice(buf), p.stage-1, tagF(i))
+		if err != nil {
+			return err
+		}
+		fwd[i] = pending{buf, w}
+		return nil
+	}
+	postBwd := func(i int) error {
+		buf := make([]float32, p.graph(i).OutSize())
+		w, err := p.c.Recv(ctx, comm.FromSlice(buf), p.stage+1, tagB(i))
+		if err != nil {
+			return err
+		}
+		bwd[i] = pending{buf, w}
+		return nil
+	}
+	send := func(buf []float32, peer, tag int) error {
+		if buf == nil {
+			return nil
+		}
+		w, err := p.c.Send(ctx, comm.FromSlice(buf), peer, tag)
+		if err != nil {
+			return err
+		}
+		sends = append(sends, w)
+		return nil
+	}
+	// input returns micro-batch i's input: a view of x on stage 0, else the
+	// received activation (and posts the receive for the next one).
+	input := func(i int) ([]float32, error) {
+		if p.stage == 0 {
+			s := p.starts[i] * in
+			return x[s : s+p.sizes[i]*in], nil
+		}
+		r := fwd[i]
+		delete(fwd, i)
+		if err := wait(r.w); err != nil {
+			return nil, err
+		}
+		return r.buf, postFwd(i + 1)
+	}
+	if err := postFwd(0); err != nil {
+		return 0, err
+	}
+	for _, op := range p.ops {
+		i, g := op.Micro, p.graph(op.Micro)
+		switch {
+		case p.last():
+			xi, err := input(i)
+			if err != nil {
+				return 0, err
+			}
+			p.hold(1, int64(len(xi))*4)
+			g.Scale = float32(p.sizes[i]) / float32(p.batch)
+			t0 := time.Now()
+			l, dx, err := g.Step(xi, y[p.starts[i]:p.starts[i]+p.sizes[i]])
+			p.stats.Busy += time.Since(t0)
+			if err != nil {
+				return 0, err
+			}
+			lossSum += float64(l) * float64(p.sizes[i])
+			if p.stage > 0 {
+				if err := send(dx, p.stage-1, tagB(i)); err != nil {
+					return 0, err
+				}
+			}
+		case !op.Backward:
+			xi, err := input(i)
+			if err != nil {
+				return 0, err
+			}
+			held[i] = xi
+			heldB += int64(len(xi)) * 4
+			p.hold(len(held), heldB)
+			t0 := time.Now()
+			out, err := g.Forward(xi)
+			p.stats.Busy += time.Since(t0)
+			if err != nil {
+				return 0, err
+			}
+			if err := send(out, p.stage+1, tagF(i)); err != nil {
+				return 0, err
+			}
+			if err := postBwd(i); err != nil {
+				return 0, err
+			}
+		default:
+			r := bwd[i]
+			delete(bwd, i)
+			if err := wait(r.w); err != nil {
+				return 0, err
+			}
+			xi := held[i]
+			t0 := time.Now()
+			dx, err := g.Backward(xi, r.buf)
+			p.stats.Busy += time.Since(t0)
+			if err != nil {
+				return 0, err
+			}
+			delete(held, i)
+			heldB -= int64(len(xi)) * 4
+			if p.stage > 0 {
+				if err := send(dx, p.stage-1, tagB(i)); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	for _, w := range sends {
+		if err := wait(w); err != nil {
+			return 0, err
+		}
+	}
+	// Every rank reports the loss.
+	lb := []float64{lossSum / float64(p.batch)}
+	w, err := p.c.Broadcast(ctx, comm.FromSlice(lb), p.k-1)
+	if err != nil {
+		return 0, err
+	}
+	if err := wait(w); err != nil {
+		return 0, err
+	}
+	return lb[0], nil
+}
+
+func (p *Pipeline) hold(n int, bytes int64) {
+	p.stats.PeakHeld = max(p.stats.PeakHeld, n)
+	p.stats.PeakHeldBytes = max(p.stats.PeakHeldBytes, bytes)
+}

@@ -1,0 +1,374 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/data"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// TestOps checks every schedule: each micro-batch's forward and backward
+// once, in order, within the memory bound, and free of deadlock when the
+// stages run together (a simulation where an op runs once the message it
+// needs has been sent).
+func TestOps(t *testing.T) {
+	for _, sched := range []string{GPipe, OneFOneB} {
+		for k := 1; k <= 5; k++ {
+			for m := 1; m <= 8; m++ {
+				all := make([][]Op, k)
+				for s := 0; s < k; s++ {
+					ops, err := Ops(sched, k, s, m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					all[s] = ops
+					last := s == k-1
+					fw, bw := map[int]int{}, map[int]int{}
+					for j, o := range ops {
+						if o.Backward {
+							bw[o.Micro] = j
+						} else {
+							fw[o.Micro] = j
+						}
+					}
+					for i := 0; i < m; i++ {
+						if _, ok := fw[i]; !ok {
+							t.Fatalf("%s k=%d s=%d m=%d: no F%d in %v", sched, k, s, m, i, ops)
+						}
+						if b, ok := bw[i]; ok == last || (ok && b < fw[i]) {
+							t.Fatalf("%s k=%d s=%d m=%d: bad B%d in %v", sched, k, s, m, i, ops)
+						}
+					}
+					want := 1
+					switch {
+					case last:
+					case sched == GPipe:
+						want = m
+					default:
+						want = min(k-s, m)
+					}
+					if got := MaxHeld(ops, last); got != want {
+						t.Errorf("%s k=%d s=%d m=%d: holds %d, want %d (%v)", sched, k, s, m, got, want, ops)
+					}
+				}
+				simulate(t, sched, all, m)
+			}
+		}
+	}
+}
+
+func simulate(t *testing.T, sched string, all [][]Op, m int) {
+	k := len(all)
+	fdone := make([][]bool, k) // F (or fused) of micro i done on stage s
+	bdone := make([][]bool, k) // gradient for micro i sent by stage s
+	for s := range fdone {
+		fdone[s], bdone[s] = make([]bool, m), make([]bool, m)
+	}
+	pc := make([]int, k)
+	for progress := true; progress; {
+		progress = false
+		for s := 0; s < k; s++ {
+			for pc[s] < len(all[s]) {
+				o := all[s][pc[s]]
+				ready := true
+				if !o.Backward && s > 0 && !fdone[s-1][o.Micro] {
+					ready = false
+				}
+				if o.Backward && !bdone[s+1][o.Micro] {
+					ready = false
+				}
+				if !ready {
+					break
+				}
+				if o.Backward || s == k-1 {
+					bdone[s][o.Micro] = true
+				}
+				if !o.Backward {
+					fdone[s][o.Micro] = true
+				}
+				pc[s]++
+				progress = true
+			}
+		}
+	}
+	for s := range pc {
+		if pc[s] != len(all[s]) {
+			t.Fatalf("%s k=%d m=%d: stage %d stuck at op %d of %v", sched, k, m, s, pc[s], all[s])
+		}
+	}
+}
+
+func TestBalance(t *testing.T) {
+	m, _ := models.New("mlp", 1)
+	for k := 1; k <= m.NumLayers(); k++ {
+		b, err := Balance(m, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkBoundaries(m, b, k); err != nil {
+			t.Fatal(err)
+		}
+		var mx int
+		for s := 0; s < k; s++ {
+			_, n := m.StageRange(b[s], b[s+1])
+			mx = max(mx, n)
+		}
+		if k >= 2 && mx != 784*256+256 {
+			t.Errorf("k=%d: %v has a stage of %d parameters", k, b, mx)
+		}
+	}
+	b, _ := Balance(m, 3)
+	if fmt.Sprint(b) != "[0 2 4 6]" {
+		t.Errorf("Balance(mlp, 3) = %v", b)
+	}
+	if _, err := Balance(m, 7); err == nil {
+		t.Error("7 stages of 6 layers accepted")
+	}
+}
+
+const testBatch = 10
+
+func batches(steps int) *data.Dataset { return data.Synthetic(steps*testBatch, 11) }
+
+func sgd(n int) optim.Optimizer {
+	o, err := optim.New(optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}, n)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// reference trains the unsplit model for steps batches.
+func reference(t *testing.T, name string, steps int) (*models.Model, []float64) {
+	m, err := models.New(name, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr, err := m.NewGraph(testBatch, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gr.Close()
+	d := batches(steps)
+	opt := sgd(len(m.Flat))
+	var losses []float64
+	in := m.InputSize()
+	for s := 0; s < steps; s++ {
+		l, err := gr.Step(d.Images[s*testBatch*in:(s+1)*testBatch*in], d.Labels[s*testBatch:(s+1)*testBatch])
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, float64(l))
+		opt.Step(m.Flat, m.Grad)
+		m.ZeroGrad()
+	}
+	return m, losses
+}
+
+type result struct {
+	m      *models.Model
+	p      *Pipeline
+	losses []float64
+}
+
+func runPipeline(t *testing.T, name string, k int, cfg Config, steps int) []result {
+	cs, err := inproc.New(k, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := batches(steps)
+	res := make([]result, k)
+	err = commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+		defer c.Close()
+		m, err := models.New(name, 3)
+		if err != nil {
+			return err
+		}
+		p, err := New(c, m, cfg, testBatch)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		_, n := p.Range()
+		opt := sgd(n)
+		r := result{m: m, p: p}
+		in := m.InputSize()
+		for s := 0; s < steps; s++ {
+			l, err := p.Step(ctx, d.Images[s*testBatch*in:(s+1)*testBatch*in], d.Labels[s*testBatch:(s+1)*testBatch])
+			if err != nil {
+				return err
+			}
+			r.losses = append(r.losses, l)
+			p.Update(opt)
+		}
+		res[c.Rank()] = r
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func relErr(a, b []float32) float64 {
+	var d, n float64
+	for i := range a {
+		e := float64(a[i]) - float64(b[i])
+		d += e * e
+		n += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d) / math.Max(math.Sqrt(n), 1e-30)
+}
+
+// TestEqualsUnsplit: pipeline training matches the unsplit model, for both
+// schedules, 2 and 3 stages and micro-batch counts that K does not divide
+// (and batch sizes that the micro-batch count does not divide).
+func TestEqualsUnsplit(t *testing.T) {
+	const steps = 3
+	type tc struct {
+		model string
+		k, m  int
+		bnd   []int
+	}
+	cases := []tc{
+		{"mlp", 2, 4, nil}, {"mlp", 2, 5, nil}, {"mlp", 3, 4, nil}, {"mlp", 3, 5, nil},
+		{"mlp", 3, 5, []int{0, 1, 3, 6}}, // a parameter-less first stage
+		{"cnn", 3, 5, []int{0, 4, 7, 10}},
+	}
+	refs := map[string]*models.Model{}
+	refLoss := map[string][]float64{}
+	for _, c := range cases {
+		if refs[c.model] == nil {
+			refs[c.model], refLoss[c.model] = reference(t, c.model, steps)
+		}
+	}
+	for _, c := range cases {
+		for _, sched := range []string{GPipe, OneFOneB} {
+			t.Run(fmt.Sprintf("%s/k%d/m%d/%v/%s", c.model, c.k, c.m, c.bnd, sched), func(t *testing.T) {
+				res := runPipeline(t, c.model, c.k, Config{Boundaries: c.bnd, Micro: c.m, Schedule: sched}, steps)
+				ref := refs[c.model]
+				for s, r := range res {
+					for j, l := range r.losses {
+						if w := refLoss[c.model][j]; math.Abs(l-w) > 1e-5*math.Abs(w) {
+							t.Errorf("stage %d step %d: loss %v, want %v", s, j, l, w)
+						}
+					}
+					from, to := r.p.Layers()
+					first, _, _ := r.m.LayerParamRange(from)
+					end, _, _ := r.m.LayerParamRange(to)
+					if to == r.m.NumLayers() {
+						end = len(r.m.Params)
+					}
+					for _, p := range r.m.Params[first:end] {
+						got := r.m.Flat[p.Offset : p.Offset+p.Size]
+						want := ref.Flat[p.Offset : p.Offset+p.Size]
+						if e := relErr(got, want); e > 1e-5 {
+							t.Errorf("stage %d: %s differs from the unsplit model by %g", s, p.Name, e)
+						}
+					}
+					st := r.p.Stats()
+					want := 1
+					switch {
+					case s == c.k-1:
+					case sched == GPipe:
+						want = c.m
+					default:
+						want = min(c.k-s, c.m)
+					}
+					if st.PeakHeld != want {
+						t.Errorf("stage %d: held %d micro-batch inputs, want %d", s, st.PeakHeld, want)
+					}
+					if st.Steps != steps || st.Busy <= 0 {
+						t.Errorf("stage %d: stats %+v", s, st)
+					}
+				}
+			})
+		}
+	}
+}
+
+// dying closes its Comm (as a crashed rank would) at its n-th Send.
+type dying struct {
+	comm.Comm
+	mu    sync.Mutex
+	sends int
+	n     int
+}
+
+var errDied = errors.New("test: rank died")
+
+func (d *dying) Send(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.Work, error) {
+	d.mu.Lock()
+	d.sends++
+	die := d.sends == d.n
+	d.mu.Unlock()
+	if die {
+		d.Comm.Close()
+		return nil, errDied
+	}
+	return d.Comm.Send(ctx, buf, peer, tag)
+}
+
+// TestStageDies: a stage that dies mid-step makes every other stage's Step
+// fail with an error, well before the deadline.
+func TestStageDies(t *testing.T) {
+	for _, victim := range []int{0, 1, 2} {
+		t.Run(fmt.Sprint(victim), func(t *testing.T) {
+			const k = 3
+			cs, err := inproc.New(k, comm.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			d := batches(2)
+			errs := make([]error, k)
+			var wg sync.WaitGroup
+			t0 := time.Now()
+			for r := 0; r < k; r++ {
+				c := cs[r]
+				if r == victim {
+					c = &dying{Comm: cs[r], n: 2}
+				}
+				wg.Add(1)
+				go func(r int, c comm.Comm) {
+					defer wg.Done()
+					defer c.Close()
+					m, _ := models.New("mlp", 3)
+					p, err := New(c, m, Config{Micro: 4}, testBatch)
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					defer p.Close()
+					for s := 0; s < 2 && err == nil; s++ {
+						_, err = p.Step(ctx, d.Images[s*testBatch*784:(s+1)*testBatch*784], d.Labels[s*testBatch:(s+1)*testBatch])
+					}
+					errs[r] = err
+				}(r, c)
+			}
+			wg.Wait()
+			if el := time.Since(t0); el > 10*time.Second {
+				t.Errorf("took %v", el)
+			}
+			for r, err := range errs {
+				if err == nil {
+					t.Errorf("rank %d: no error", r)
+				} else if errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("rank %d: hit the deadline: %v", r, err)
+				}
+				t.Logf("rank %d: %v", r, err)
+			}
+		})
+	}
+}
