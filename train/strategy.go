@@ -70,6 +70,8 @@ func (s *zeroStrategy) buckets() int { return 0 }
 // has filled); ZeRO makes its own shard-sized one.
 func newStrategy(ctx context.Context, c comm.Comm, m *models.Model, opt optim.Optimizer, cfg Config) (strategy, error) {
 	switch cfg.Strategy {
+	case "pipeline":
+		return newPipeline(ctx, c, m, cfg)
 	case "zero1", "zero2", "zero3":
 		e, err := zero.New(ctx, c, m, zero.Options{Stage: int(cfg.Strategy[4] - '0'), Optim: cfg.optimConfig(),
 			BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket})

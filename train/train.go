@@ -46,15 +46,20 @@ type Config struct {
 	NoOverlap   bool
 	Compress    string // none | fp16 | bf16
 	Debug       bool
-	Strategy    string // ddp
+	Strategy    string // ddp | zero1 | zero2 | zero3 | pipeline
 	SyncBN      bool
-	Save        string
-	Resume      string
-	MaxSteps    int // stop (and save) after this many optimizer steps in this run; 0: no cap
-	Backend     string
-	JSON        bool
-	Progress    io.Writer // rank 0's progress bar; nil for none
-	Out         io.Writer // rank 0's events (JSON lines) or human summary
+	// Pipeline: stages (0: every rank is a stage; fewer: the rest is data
+	// parallel), micro-batches per batch (0: stages) and schedule.
+	Stages       int
+	Microbatches int
+	Schedule     string
+	Save         string
+	Resume       string
+	MaxSteps     int // stop (and save) after this many optimizer steps in this run; 0: no cap
+	Backend      string
+	JSON         bool
+	Progress     io.Writer // rank 0's progress bar; nil for none
+	Out          io.Writer // rank 0's events (JSON lines) or human summary
 }
 
 // MemoryBytes is the model state a rank holds persistently.
@@ -89,6 +94,8 @@ type Summary struct {
 	// ModelStatePeakBytes adds the most held transiently (ZeRO-2's
 	// gradient buckets) to the persistent model state.
 	ModelStatePeakBytes int64 `json:"model_state_peak_bytes"`
+	// Pipeline holds the pipeline's measurements (-strategy pipeline).
+	Pipeline *PipelineSummary `json:"pipeline,omitempty"`
 	// CommBytesPerStep is what this rank sent per training step on the
 	// training Comm (evaluation excluded; SyncBN's own Comm not counted).
 	CommBytesPerStep float64 `json:"comm_bytes_per_step"`
@@ -168,9 +175,29 @@ func (c *Config) Validate() error {
 			return bad("-save and -resume with -strategy zero3: stage-3 checkpoints are not implemented yet (zero1 and zero2 have them)")
 		}
 	case "pipeline":
-		return bad("-strategy pipeline is not available yet (ddp, zero1, zero2, zero3)")
+		if c.Model == "cnn-bn" || c.SyncBN {
+			return bad("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")
+		}
+		if c.Save != "" || c.Resume != "" {
+			return bad("-save and -resume with -strategy pipeline are not implemented yet")
+		}
+		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
+			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
+		}
+		if c.Schedule == "" {
+			c.Schedule = "1f1b"
+		}
+		if c.Schedule != "gpipe" && c.Schedule != "1f1b" {
+			return bad("-schedule %q: want gpipe or 1f1b", c.Schedule)
+		}
+		if c.Stages < 0 || c.Microbatches < 0 {
+			return bad("-stages and -microbatches must not be negative")
+		}
+		if c.Microbatches > c.Batch {
+			return bad("-microbatches %d is more than the batch of %d", c.Microbatches, c.Batch)
+		}
 	default:
-		return bad("unknown -strategy %q (ddp, zero1, zero2, zero3; pipeline is planned)", c.Strategy)
+		return bad("unknown -strategy %q (ddp, zero1, zero2, zero3, pipeline)", c.Strategy)
 	}
 	if c.SyncBN && c.Model != "cnn-bn" {
 		return bad("-syncbn: model %s has no batch-norm layers (use -model cnn-bn)", c.Model)
@@ -226,7 +253,20 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	trainSet = trainSet.Limit(cfg.Limit)
-	smp := data.Sampler{N: trainSet.N, World: world, Rank: rank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	// The data-parallel world: every rank, or, for a pipeline, its
+	// replicas (the K ranks of one pipeline share each batch).
+	dataWorld, dataRank := world, rank
+	if cfg.Strategy == "pipeline" {
+		k := cfg.Stages
+		if k == 0 {
+			k = world
+		}
+		if k > world || world%k != 0 {
+			return nil, fmt.Errorf("%w: -stages %d does not divide the %d ranks", ErrConfig, k, world)
+		}
+		dataWorld, dataRank = world/k, rank/k
+	}
+	smp := data.Sampler{N: trainSet.N, World: dataWorld, Rank: dataRank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
 	if err := smp.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -269,11 +309,24 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	if err := restoreShard(strat, loaded); err != nil {
 		return nil, err
 	}
-	gr, err := m.NewGraph(cfg.Batch, true)
-	if err != nil {
-		return nil, err
+	pipe, _ := strat.(*pipelineStrategy)
+	if pipe != nil {
+		defer pipe.close()
 	}
-	defer gr.Close()
+	// Before evaluating or saving, a pipeline's ranks share their stages.
+	gatherAll := func() error {
+		if pipe == nil {
+			return nil
+		}
+		return pipe.gatherParams(ctx)
+	}
+	var gr *models.Graph // the pipeline builds its own stage graphs
+	if pipe == nil {
+		if gr, err = m.NewGraph(cfg.Batch, true); err != nil {
+			return nil, err
+		}
+		defer gr.Close()
+	}
 	ev, err := m.NewGraph(cfg.EvalBatch, false)
 	if err != nil {
 		return nil, err
@@ -338,8 +391,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			stepTimes = append(stepTimes, dt.Seconds()*1e3)
 			steps++
 			stepsThisRun++
-			samples += cfg.Batch * world
-			epochSamples += cfg.Batch * world
+			samples += cfg.Batch * dataWorld
+			epochSamples += cfg.Batch * dataWorld
 			lossSum += float64(loss)
 			lossN++
 			if lead {
@@ -371,6 +424,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 		pos = Position{Epoch: epoch + 1, Step: steps}
 		if err := syncBuffers(ctx, c, m); err != nil {
+			return nil, err
+		}
+		if err := gatherAll(); err != nil {
 			return nil, err
 		}
 		loss, acc, err := Evaluate(ctx, c, ev, testSet)
@@ -405,6 +461,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 				return nil, err
 			}
 		}
+		if err := gatherAll(); err != nil {
+			return nil, err
+		}
 		l, a, err := Evaluate(ctx, c, ev, testSet)
 		if err != nil {
 			return nil, err
@@ -412,6 +471,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		lastEval = [2]float64{l, a}
 	} else if lastEval == [2]float64{} {
 		// Resumed at the very end: nothing trained, still report.
+		if err := gatherAll(); err != nil {
+			return nil, err
+		}
 		l, a, err := Evaluate(ctx, c, ev, testSet)
 		if err != nil {
 			return nil, err
@@ -434,11 +496,16 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	s := &Summary{Event: "summary", WorldSize: world, Backend: cfg.Backend, Strategy: cfg.Strategy, SyncBN: cfg.SyncBN, Model: cfg.Model,
-		NumParams: m.NumParams(), Optimizer: cfg.Optimizer, Batch: cfg.Batch, GlobalBatch: cfg.Batch * world, Epochs: cfg.Epochs,
+		NumParams: m.NumParams(), Optimizer: cfg.Optimizer, Batch: cfg.Batch, GlobalBatch: cfg.Batch * dataWorld, Epochs: cfg.Epochs,
 		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
 		Overlap: !cfg.NoOverlap, Buckets: strat.buckets(), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+	if pipe != nil {
+		if s.Pipeline, err = pipe.summary(ctx, c, cfg); err != nil {
+			return nil, err
+		}
+	}
 	if syncer != nil && stepsThisRun > 0 {
 		spent, _ := syncer.Spent()
 		s.SyncBNMsPerStep = spent.Seconds() * 1e3 / float64(stepsThisRun)

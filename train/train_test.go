@@ -152,7 +152,8 @@ func TestBadInput(t *testing.T) {
 		{"zero batch", func(c *Config) { c.Batch = 0 }, ErrConfig, "-batch"},
 		{"bad lr", func(c *Config) { c.LR = -1 }, ErrConfig, "-lr"},
 		{"unknown model", func(c *Config) { c.Model = "resnet" }, ErrConfig, "resnet"},
-		{"future strategy", func(c *Config) { c.Strategy = "pipeline" }, ErrConfig, "not available yet"},
+		{"pipeline with batch norm", func(c *Config) { c.Strategy = "pipeline"; c.Model = "cnn-bn" }, ErrConfig, "batch norm"},
+		{"unknown strategy", func(c *Config) { c.Strategy = "fsdp" }, ErrConfig, "fsdp"},
 		{"zero3 with checkpoints", func(c *Config) { c.Strategy = "zero3"; c.Save = "x" }, ErrConfig, "stage-3 checkpoints"},
 		{"unknown optimizer", func(c *Config) { c.Optimizer = "lion" }, ErrConfig, "lion"},
 		{"unknown compression", func(c *Config) { c.Compress = "int4" }, ErrConfig, "int4"},
@@ -317,5 +318,50 @@ func TestZeroMatchesDDP(t *testing.T) {
 	// The ring all-reduce sends 2(N-1)/N of the gradients per rank and step.
 	if want := 2 * 3.0 / 4 * 4 * p; math.Abs(ref[0].CommBytesPerStep-want) > 0.02*want {
 		t.Errorf("ddp: %v bytes sent per step, want about %v", ref[0].CommBytesPerStep, want)
+	}
+}
+
+// TestPipelineMatchesOneRank: -strategy pipeline with both schedules (2
+// stages, M = 3 micro-batches, not a multiple of K) and the hybrid 2 stages
+// x 2 replicas end with the eval loss of the unsplit model (1 rank at the
+// same global batch), and report their bubble.
+func TestPipelineMatchesOneRank(t *testing.T) {
+	cfg := base()
+	cfg.Epochs = 1
+	cfg.Batch = 24
+	ref, err := runRanks(t, 1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		n, stages, b int
+		schedule     string
+	}{
+		{"gpipe K=2", 2, 0, 24, "gpipe"},
+		{"1f1b K=2", 2, 0, 24, "1f1b"},
+		{"1f1b K=3", 3, 0, 24, "1f1b"},
+		{"hybrid K=2 x D=2", 4, 2, 12, "1f1b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			c.Strategy, c.Stages, c.Microbatches, c.Schedule, c.Batch = "pipeline", tc.stages, 3, tc.schedule, tc.b
+			got, err := runRanks(t, tc.n, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := math.Abs(got[0].EvalLoss - ref[0].EvalLoss); d > 1e-4 {
+				t.Fatalf("eval loss %v, unsplit %v", got[0].EvalLoss, ref[0].EvalLoss)
+			}
+			p := got[0].Pipeline
+			if p == nil || len(p.PerStage) != tc.n || p.Microbatches != 3 || p.BubbleTheory <= 0 || got[0].GlobalBatch != 24 {
+				t.Fatalf("pipeline summary %+v, global batch %d", p, got[0].GlobalBatch)
+			}
+		})
+	}
+	bad := cfg
+	bad.Strategy, bad.Stages = "pipeline", 2
+	if _, err := runRanks(t, 3, bad); !errors.Is(err, ErrConfig) {
+		t.Fatalf("2 stages on 3 ranks: %v", err)
 	}
 }

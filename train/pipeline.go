@@ -1,0 +1,149 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/pipeline"
+)
+
+// pipelineStrategy runs K pipeline stages times D data-parallel replicas
+// on K*D ranks. World rank r is stage r%K of replica r/K: each replica's K
+// ranks form a pipeline Comm, and each stage's D replicas a data-parallel
+// Comm that averages the stage's gradients (one all-reduce of the stage's
+// contiguous gradient range) before the optimizer step.
+type pipelineStrategy struct {
+	p      *pipeline.Pipeline
+	m      *models.Model
+	opt    optim.Optimizer
+	pc, dp comm.Comm
+	k, d   int
+}
+
+func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) (*pipelineStrategy, error) {
+	k := cfg.Stages
+	if k == 0 {
+		k = c.Size()
+	}
+	d := c.Size() / k
+	r := c.Rank()
+	// Every rank starts from rank 0's parameters.
+	if err := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(m.Flat), 0)); err != nil {
+		return nil, err
+	}
+	pc, err := c.Split(ctx, r/k, r%k)
+	if err != nil {
+		return nil, err
+	}
+	dp, err := c.Split(ctx, r%k, r/k)
+	if err != nil {
+		return nil, err
+	}
+	p, err := pipeline.New(pc, m, pipeline.Config{Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	_, n := p.Range()
+	opt, err := optim.New(cfg.optimConfig(), n)
+	if err != nil {
+		return nil, err
+	}
+	return &pipelineStrategy{p: p, m: m, opt: opt, pc: pc, dp: dp, k: k, d: d}, nil
+}
+
+func (s *pipelineStrategy) step(ctx context.Context, _ *models.Graph, x []float32, y []int32) (float32, error) {
+	loss, err := s.p.Step(ctx, x, y)
+	return float32(loss), err
+}
+
+func (s *pipelineStrategy) update(ctx context.Context) error {
+	if s.d > 1 {
+		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, comm.FromSlice(s.p.Grads()), comm.Avg)); err != nil {
+			return fmt.Errorf("train: averaging stage gradients over replicas: %w", err)
+		}
+	}
+	s.p.Update(s.opt)
+	return nil
+}
+
+// gatherParams gives every rank the whole model (each stage's range from
+// its rank in the pipeline), for evaluation and checkpoints.
+func (s *pipelineStrategy) gatherParams(ctx context.Context) error {
+	bounds := s.p.Boundaries()
+	for st := 0; st < s.k; st++ {
+		off, n := s.m.StageRange(bounds[st], bounds[st+1])
+		if n == 0 {
+			continue
+		}
+		if err := comm.Run(ctx)(s.pc.Broadcast(ctx, comm.FromSlice(s.m.Flat[off:off+n]), st)); err != nil {
+			return fmt.Errorf("train: gathering stage %d's parameters: %w", st, err)
+		}
+	}
+	return nil
+}
+
+func (s *pipelineStrategy) memory() (MemoryBytes, int64) {
+	st, _ := s.opt.State()
+	var ob int64
+	for _, v := range st {
+		ob += int64(len(v)) * 4
+	}
+	// Every rank allocates the whole model's buffers; only its stage's
+	// range is trained.
+	return MemoryBytes{Params: int64(len(s.m.Flat)) * 4, Grads: int64(len(s.m.Grad)) * 4, Optimizer: ob}, s.p.Stats().PeakHeldBytes
+}
+
+func (s *pipelineStrategy) buckets() int { return 0 }
+
+func (s *pipelineStrategy) close() {
+	s.p.Close()
+	s.dp.Close()
+	s.pc.Close()
+}
+
+// StageStats is one pipeline stage's measurements in the summary.
+type StageStats struct {
+	Rank          int     `json:"rank"`
+	Stage         int     `json:"stage"`
+	Replica       int     `json:"replica"`
+	BusyMs        float64 `json:"busy_ms"`
+	IdleMs        float64 `json:"idle_ms"`
+	Bubble        float64 `json:"bubble"` // idle / (busy + idle)
+	PeakHeld      int     `json:"peak_held_microbatches"`
+	PeakHeldBytes int64   `json:"peak_activation_bytes"`
+}
+
+// PipelineSummary is the pipeline part of the summary.
+type PipelineSummary struct {
+	Stages       int          `json:"stages"`
+	Replicas     int          `json:"replicas"`
+	Microbatches int          `json:"microbatches"`
+	Schedule     string       `json:"schedule"`
+	Boundaries   []int        `json:"boundaries"`
+	Bubble       float64      `json:"bubble"`        // mean over stages
+	BubbleTheory float64      `json:"bubble_theory"` // (K-1)/(M+K-1)
+	PerStage     []StageStats `json:"per_stage"`
+}
+
+func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm, cfg Config) (*PipelineSummary, error) {
+	st := s.p.Stats()
+	mine := StageStats{Rank: c.Rank(), Stage: s.p.Stage(), Replica: c.Rank() / s.k,
+		BusyMs: st.Busy.Seconds() * 1e3, IdleMs: st.Idle.Seconds() * 1e3, PeakHeld: st.PeakHeld, PeakHeldBytes: st.PeakHeldBytes}
+	if t := st.Busy + st.Idle; t > 0 {
+		mine.Bubble = st.Idle.Seconds() / t.Seconds()
+	}
+	all, err := comm.AllGatherObject(ctx, c, mine)
+	if err != nil {
+		return nil, err
+	}
+	m := len(s.p.MicroBatches())
+	ps := &PipelineSummary{Stages: s.k, Replicas: s.d, Microbatches: m, Schedule: cfg.Schedule, Boundaries: s.p.Boundaries(),
+		BubbleTheory: float64(s.k-1) / float64(m+s.k-1), PerStage: all}
+	for _, x := range all {
+		ps.Bubble += x.Bubble / float64(len(all))
+	}
+	return ps, nil
+}
