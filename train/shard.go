@@ -75,9 +75,21 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 	md["epoch"] = strconv.Itoa(pos.Epoch)
 	md["batch"] = strconv.Itoa(pos.Batch)
 	md["step"] = strconv.FormatInt(pos.Step, 10)
-	err := e.WriteShard(path, md)
+	err := e.WriteShard(ctx, path, md)
 	if err := agree(ctx, c, err, "its shard of "+path); err != nil {
 		return err
+	}
+	// Rank 0 writes the whole model: with stage 3 every rank takes part in
+	// gathering it (tensor by tensor), and only rank 0 keeps it.
+	full := m
+	if m.Flat == nil {
+		params, gerr := e.FullParams(ctx)
+		if gerr != nil {
+			return fmt.Errorf("train: saving %s: %w", path, gerr)
+		}
+		cp := *m
+		cp.Flat = params
+		full = &cp
 	}
 	if c.Rank() == 0 {
 		md["format"] = zero.ShardFormat
@@ -85,9 +97,7 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 		md["num_params"] = strconv.Itoa(m.NumParams())
 		md["world_size"] = strconv.Itoa(c.Size())
 		md["shards"] = fmt.Sprintf("%s.rank<r>-of-%d.safetensors", filepath.Base(path), c.Size())
-		// Stage 3 will hold no full parameters here: rank 0 will then
-		// write the metadata alone (ConsolidateZero makes the model).
-		if err = checkpoint.Write(path, ModelTensors(m), md); err != nil {
+		if err = checkpoint.Write(path, ModelTensors(full), md); err != nil {
 			err = fmt.Errorf("train: saving model: %w", err)
 		} else if rerr := os.Remove(TrainStatePath(path)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			err = fmt.Errorf("train: removing the stale %s: %w", TrainStatePath(path), rerr)

@@ -113,7 +113,7 @@ func equalF32(a, b []float32) error {
 // files (parameters and optimizer state) and the same evaluation as a run
 // that never stopped.
 func TestZeroResumeEqualsUninterrupted(t *testing.T) {
-	for _, tc := range []struct{ strategy, opt string }{{"zero1", "sgd"}, {"zero2", "adam"}} {
+	for _, tc := range []struct{ strategy, opt string }{{"zero1", "sgd"}, {"zero2", "adam"}, {"zero3", "adam"}} {
 		t.Run(tc.strategy, func(t *testing.T) {
 			const n = 4 // the mlp's parameters do not split evenly over 4: padded shards
 			dir := t.TempDir()
@@ -201,8 +201,37 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		if got != pos {
 			return fmt.Errorf("position %+v, want %+v", got, pos)
 		}
-		if err := equalF32(m.Flat, params); err != nil {
+		flat := m.Flat
+		if strategy == "zero3" { // sharded at rest: gather them
+			if flat, err = s.(*zeroStrategy).e.FullParams(ctx); err != nil {
+				return err
+			}
+		}
+		if err := equalF32(flat, params); err != nil {
 			return fmt.Errorf("parameters: %v", err)
+		}
+		if strategy == "zero3" {
+			// Per-tensor shards: rank r holds [r*s_i, (r+1)*s_i) of tensor i.
+			st, gotStep := s.(*zeroStrategy).e.Optimizer().State()
+			if gotStep != step || len(st) != len(opt) {
+				return fmt.Errorf("optimizer step %d with %d tensors, want %d with %d", gotStep, len(st), step, len(opt))
+			}
+			for k, v := range st {
+				want := make([]float32, len(v))
+				off := 0
+				for _, p := range m.Params {
+					si := (p.Size + n - 1) / n
+					a, b := c.Rank()*si, min((c.Rank()+1)*si, p.Size)
+					if a < b {
+						copy(want[off:], opt[k][p.Offset+a:p.Offset+b])
+					}
+					off += si
+				}
+				if err := equalF32(v, want); err != nil {
+					return fmt.Errorf("optimizer %s: %v", k, err)
+				}
+			}
+			return nil
 		}
 		lo, p := 0, m.NumParams()
 		if zs, ok := s.(*zeroStrategy); ok {
@@ -253,7 +282,7 @@ func TestZeroReshard(t *testing.T) {
 	for _, to := range []struct {
 		n        int
 		strategy string
-	}{{2, "zero1"}, {4, "zero2"}, {1, "ddp"}} {
+	}{{2, "zero1"}, {4, "zero2"}, {1, "ddp"}, {2, "zero3"}} {
 		loadOn(t, cfg, saved.Save, to.n, to.strategy, params, opt, step, pos)
 	}
 	// Training goes on, and saves again, on other world sizes.

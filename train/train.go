@@ -171,9 +171,6 @@ func (c *Config) Validate() error {
 		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
 			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
 		}
-		if c.Strategy == "zero3" && (c.Save != "" || c.Resume != "") {
-			return bad("-save and -resume with -strategy zero3: stage-3 checkpoints are not implemented yet (zero1 and zero2 have them)")
-		}
 	case "pipeline":
 		if c.Model == "cnn-bn" || c.SyncBN {
 			return bad("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")

@@ -154,7 +154,6 @@ func TestBadInput(t *testing.T) {
 		{"unknown model", func(c *Config) { c.Model = "resnet" }, ErrConfig, "resnet"},
 		{"pipeline with batch norm", func(c *Config) { c.Strategy = "pipeline"; c.Model = "cnn-bn" }, ErrConfig, "batch norm"},
 		{"unknown strategy", func(c *Config) { c.Strategy = "fsdp" }, ErrConfig, "fsdp"},
-		{"zero3 with checkpoints", func(c *Config) { c.Strategy = "zero3"; c.Save = "x" }, ErrConfig, "stage-3 checkpoints"},
 		{"unknown optimizer", func(c *Config) { c.Optimizer = "lion" }, ErrConfig, "lion"},
 		{"unknown compression", func(c *Config) { c.Compress = "int4" }, ErrConfig, "int4"},
 		{"syncbn without batch norm", func(c *Config) { c.SyncBN = true }, ErrConfig, "no batch-norm"},

@@ -27,6 +27,7 @@ package zero
 // (shard_lo and shard_len make that possible without a format change).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -67,10 +68,22 @@ func shardSpan(p, world, rank int) (lo, n, s int) {
 // metadata; it cannot override the keys WriteShard sets. It is not a
 // collective: the caller makes sure that every rank wrote its file (see
 // package train). Not safe for use concurrently with Step or Update.
-func (e *Engine) WriteShard(path string, meta map[string]string) error {
+// With stage 3, whose shards are per tensor, it first gathers this rank's
+// contiguous span of the file format tensor by tensor (one tensor held
+// at a time): then it is a collective, which every rank must call.
+func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]string) error {
 	n := e.c.Size()
 	lo, ln, s := shardSpan(e.p, n, e.rank)
 	st, t := e.opt.State()
+	var params []float32
+	if e.st3 != nil {
+		var err error
+		if params, st, err = e.st3.fileSpan(ctx, lo, ln, st); err != nil {
+			return err
+		}
+	} else {
+		params = e.flatP[lo : lo+ln]
+	}
 	md := map[string]string{}
 	for k, v := range meta {
 		md[k] = v
@@ -90,7 +103,7 @@ func (e *Engine) WriteShard(path string, meta map[string]string) error {
 	} {
 		md[k] = v
 	}
-	ts := []checkpoint.Tensor{checkpoint.F32("params", []int{ln}, e.flatP[lo:lo+ln])}
+	ts := []checkpoint.Tensor{checkpoint.F32("params", []int{ln}, params[:ln])}
 	for k, v := range st {
 		ts = append(ts, checkpoint.F32("optimizer."+k, []int{ln}, v[:ln]))
 	}
@@ -126,6 +139,10 @@ func (e *Engine) LoadOptimizerState(full map[string][]float32, step int64) error
 			return fmt.Errorf("%w: optimizer state %q has %d values, the model has %d parameters", ErrShard, k, len(src), e.p)
 		}
 		clear(dst)
+		if e.st3 != nil {
+			e.st3.takeShard(dst, src)
+			continue
+		}
 		copy(dst, src[lo:lo+ln])
 	}
 	e.opt.SetStep(step)

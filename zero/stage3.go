@@ -3,6 +3,7 @@ package zero
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/gdist/gdist/comm"
@@ -200,3 +201,62 @@ func (st *stage3) finish() error {
 }
 
 var _ models.ParamStore = (*stage3)(nil)
+
+// takeShard copies this rank's per-tensor shards of full (the model's flat
+// layout, P values) into dst (the shard layout).
+func (st *stage3) takeShard(dst, full []float32) {
+	e := st.e
+	for i, p := range e.m.Params {
+		lo := e.rank * st.sz[i]
+		hi := min(lo+st.sz[i], p.Size)
+		if lo < hi {
+			copy(dst[st.off[i]:st.off[i]+hi-lo], full[p.Offset+lo:p.Offset+hi])
+		}
+	}
+}
+
+// fileSpan gathers, tensor by tensor, the contiguous range [lo, lo+n) of
+// the flat parameters and of each optimizer state tensor (the layout of
+// the shard files stages 1 and 2 write). A collective: every rank calls it
+// with its own range.
+func (st *stage3) fileSpan(ctx context.Context, lo, n int, opt map[string][]float32) ([]float32, map[string][]float32, error) {
+	e := st.e
+	params := make([]float32, n)
+	outOpt := map[string][]float32{}
+	names := make([]string, 0, len(opt))
+	for k := range opt {
+		outOpt[k] = make([]float32, n)
+		names = append(names, k)
+	}
+	sort.Strings(names) // every rank gathers in the same order
+	for i, p := range e.m.Params {
+		a, b := max(lo, p.Offset), min(lo+n, p.Offset+p.Size)
+		sources := [][]float32{e.flatP}
+		dsts := [][]float32{params}
+		for _, k := range names {
+			sources = append(sources, opt[k])
+			dsts = append(dsts, outOpt[k])
+		}
+		for j, src := range sources {
+			full := make([]float32, st.n*st.sz[i])
+			shard := comm.FromSlice(src[st.off[i] : st.off[i]+st.sz[i]])
+			if err := comm.Run(ctx)(e.c.AllGather(ctx, comm.FromSlice(full), shard)); err != nil {
+				return nil, nil, fmt.Errorf("zero: gathering %s for a checkpoint: %w", p.Name, err)
+			}
+			if a < b {
+				copy(dsts[j][a-lo:b-lo], full[a-p.Offset:b-p.Offset])
+			}
+		}
+	}
+	return params, outOpt, nil
+}
+
+// FullParams gathers the whole model's parameters (stage 3 only), tensor
+// by tensor, in the model's flat layout. A collective.
+func (e *Engine) FullParams(ctx context.Context) ([]float32, error) {
+	if e.st3 == nil {
+		return append([]float32(nil), e.m.Flat...), nil
+	}
+	params, _, err := e.st3.fileSpan(ctx, 0, e.p, nil)
+	return params, err
+}

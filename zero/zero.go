@@ -44,7 +44,12 @@
 // gather), 3P for stage 3 (gathers before forward and backward, and a
 // reduce-scatter), each times the ring's (N-1)/N; a little less, as the
 // first layer's backward needs no gather (its input, the data, needs no
-// gradient). Stage-3 checkpoints are not implemented yet.
+// gradient).
+//
+// Checkpoints (checkpoint.go, package train): every rank writes its
+// contiguous span of the flat parameters and optimizer state; stage 3
+// gathers that span tensor by tensor first. Any world size and stage (or
+// DDP) can load them.
 package zero
 
 import (
