@@ -35,6 +35,7 @@ type conn struct {
 	sends      map[streamKey]*sendStream
 	queued     int64 // payload bytes queued in streams
 	peerClosed bool  // the peer said goodbye
+	byeErr     error // what ops on this link fail with after the goodbye
 }
 
 func newConn(t *Transport, peer int, nc net.Conn) *conn {
@@ -113,7 +114,7 @@ func (c *conn) writeFrameDeadline(h *wire.Header, payload []byte, deadline time.
 	bye := c.peerClosed
 	c.mu.Unlock()
 	if bye {
-		return peerClosedErr(c.peer)
+		return c.closedErr()
 	}
 	h.Encode(c.hdr[:])
 	c.nc.SetWriteDeadline(deadline)
@@ -141,7 +142,7 @@ func (c *conn) writeFailed(err error) error {
 	bye := c.peerClosed
 	c.mu.Unlock()
 	if bye {
-		return peerClosedErr(c.peer)
+		return c.closedErr()
 	}
 	if isTimeout(err) {
 		c.t.fail(lostErr(c.peer, "a write stalled for %v", c.t.peerDL))
@@ -209,7 +210,14 @@ func (c *conn) readFrames() error {
 		switch h.Kind {
 		case wire.KindHeartbeat:
 		case wire.KindGoodbye:
-			c.onGoodbye()
+			var reason []byte
+			if h.Len > 0 {
+				reason = make([]byte, h.Len)
+				if _, err := io.ReadFull(c.br, reason); err != nil {
+					return c.readFailed(err)
+				}
+			}
+			c.onGoodbye(string(reason))
 		case wire.KindAbort:
 			text := make([]byte, h.Len)
 			if _, err := io.ReadFull(c.br, text); err != nil {
@@ -304,14 +312,17 @@ func (c *conn) readData(h wire.Header) error {
 }
 
 // onGoodbye marks the peer closed and fails the receives posted on it.
-func (c *conn) onGoodbye() {
+// onGoodbye records the peer's goodbye (reason, when not empty, is the
+// failure that made it close) and fails the posted receives.
+func (c *conn) onGoodbye(reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.peerClosed = true
+	c.byeErr = peerClosedErr(c.peer, reason)
 	for key, s := range c.streams {
 		if op := s.posted; op != nil {
 			s.posted = nil
-			op.finish(peerClosedErr(c.peer))
+			op.finish(c.byeErr)
 			c.gc(key, s)
 		}
 	}
@@ -370,10 +381,21 @@ func (c *conn) sendAbort(group uint64, text string) {
 	}
 }
 
-// goodbye tells the peer we close, half-closes the socket and waits (until
+// closedErr is the error of an op on a link whose peer said goodbye.
+func (c *conn) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byeErr == nil {
+		return peerClosedErr(c.peer, "")
+	}
+	return c.byeErr
+}
+
+// goodbye tells the peer we close (with reason, the failure that ends this
+// transport, when not empty), half-closes the socket and waits (until
 // deadline) for the peer to close its half, so that nothing in flight is
 // lost to a reset.
-func (c *conn) goodbye(deadline time.Time) {
+func (c *conn) goodbye(deadline time.Time, reason string) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
@@ -383,7 +405,9 @@ func (c *conn) goodbye(deadline time.Time) {
 	case <-timer.C:
 		return
 	}
-	err := c.writeFrameDeadline(&wire.Header{Kind: wire.KindGoodbye}, nil, deadline)
+	reason = truncateText(reason, wire.MaxAbortText)
+	h := wire.Header{Kind: wire.KindGoodbye, Len: uint32(len(reason)), Total: uint64(len(reason))}
+	err := c.writeFrameDeadline(&h, []byte(reason), deadline)
 	<-c.wsem
 	if err != nil {
 		return

@@ -67,9 +67,11 @@
 // without goodbye, timeout, garbage, protocol error) fails the whole
 // transport: every pending and later Send and Recv returns the first failure,
 // a *comm.PeerError wrapping comm.ErrPeerLost or comm.ErrProtocol. The failed
-// transport cuts the culprit's link and says goodbye on the others, so that
-// the healthy ranks blame the culprit (which they see fail themselves), not
-// this rank.
+// transport cuts the culprit's link and says goodbye on the others with the
+// failure as the goodbye's reason, so that the healthy ranks blame the
+// culprit, not this rank, even when they are not linked to it at that moment:
+// their errors read "rank 2: closed its comm after a failure (rank 2: rank 1:
+// peer lost ...)".
 //
 // A peer that closes in good order sends a goodbye: later Recvs from it fail
 // with a *comm.PeerError wrapping comm.ErrClosed once the frames it sent

@@ -74,7 +74,12 @@ type Transport struct {
 
 var errTransportClosed = fmt.Errorf("tcp: transport closed: %w", comm.ErrClosed)
 
-func peerClosedErr(rank int) error {
+// peerClosedErr is the error of ops on a link whose peer said goodbye;
+// reason is the failure the peer gave for closing, if any.
+func peerClosedErr(rank int, reason string) error {
+	if reason != "" {
+		return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm after a failure (%s): %w", reason, comm.ErrClosed)}
+	}
 	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm: %w", comm.ErrClosed)}
 }
 
@@ -153,6 +158,10 @@ func (t *Transport) endLocked(err error, culprit int) {
 		t.ln.Close()
 	}
 	deadline := time.Now().Add(closeLinger)
+	reason := ""
+	if err != errTransportClosed {
+		reason = fmt.Sprintf("rank %d: %v", t.rank, err)
+	}
 	for _, c := range t.conns {
 		switch {
 		case c == nil || c.nc == nil:
@@ -162,7 +171,7 @@ func (t *Transport) endLocked(err error, culprit int) {
 			t.wg.Add(1)
 			go func() {
 				defer t.wg.Done()
-				c.goodbye(deadline)
+				c.goodbye(deadline, reason)
 				c.nc.Close()
 			}()
 		}
@@ -305,7 +314,7 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 	}
 	if !op.finished {
 		if c.peerClosed {
-			op.finish(peerClosedErr(from))
+			op.finish(c.byeErr)
 		} else {
 			s.posted = op
 		}

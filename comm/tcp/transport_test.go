@@ -613,11 +613,12 @@ func TestPeerCrash(t *testing.T) {
 		t.Errorf("took %v to notice", d)
 	}
 	wantPeerErr(t, errs[0], 1, comm.ErrPeerLost)
-	// Rank 2 noticed the crash too and said goodbye to rank 0, so the
-	// receive from rank 2 fails either way, blaming the right rank.
+	// Rank 2 noticed the crash too and said goodbye to rank 0, giving the
+	// crash as its reason, so the receive from rank 2 fails either way and
+	// its error names rank 1, the root cause.
 	var pe *comm.PeerError
 	if !errors.As(errs[1], &pe) || !(pe.Rank == 1 && errors.Is(errs[1], comm.ErrPeerLost) ||
-		pe.Rank == 2 && errors.Is(errs[1], comm.ErrClosed)) {
+		pe.Rank == 2 && errors.Is(errs[1], comm.ErrClosed) && strings.Contains(errs[1].Error(), "rank 1")) {
 		t.Errorf("receive from rank 2: %v", errs[1])
 	}
 	for _, r := range []int{0, 2} {
@@ -880,4 +881,25 @@ func TestBadFrames(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A rank whose transport fails says goodbye with the failure as its reason,
+// so that ranks that were not linked to the culprit learn the root cause.
+func TestGoodbyeCarriesReason(t *testing.T) {
+	w := mkMesh(t, 3, comm.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	errc := make(chan error, 1)
+	go func() { errc <- w.ts[0].Recv(ctx, 2, coll(0, 1), make([]byte, 4)) }()
+	waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[0], 2, coll(0, 1)) })
+	w.ts[2].fail(lostErr(1, "test crash"))
+	err := <-errc
+	wantPeerErr(t, err, 2, comm.ErrClosed)
+	if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "test crash") {
+		t.Errorf("error does not give rank 2's reason: %v", err)
+	}
+	// Later ops on that link fail the same way.
+	err = w.ts[0].Send(ctx, 2, coll(0, 2), []byte{1})
+	if err == nil || !strings.Contains(err.Error(), "test crash") {
+		t.Errorf("send after the goodbye: %v", err)
+	}
 }

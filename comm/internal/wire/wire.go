@@ -34,7 +34,7 @@ const (
 	KindColl      Kind = 1 // part of a collective
 	KindP2P       Kind = 2 // part of a Send; Seq holds the tag
 	KindHeartbeat Kind = 3 // no payload; proves liveness
-	KindGoodbye   Kind = 4 // the sender closes in good order
+	KindGoodbye   Kind = 4 // the sender closes; the payload (at most MaxAbortText) is the failure that made it close, if any
 	KindAbort     Kind = 5 // the sender aborts Group; payload is the reason
 )
 
@@ -141,13 +141,13 @@ func Decode(b []byte) (Header, error) {
 		if h.Op == 0 || h.Op >= opEnd {
 			return h, fmt.Errorf("%w: unknown op %d", ErrBadHeader, h.Op)
 		}
-	case KindHeartbeat, KindGoodbye:
+	case KindHeartbeat:
 		if h.Len != 0 || h.Total != 0 || h.Offset != 0 {
 			return h, fmt.Errorf("%w: %v frame with a payload", ErrBadHeader, h.Kind)
 		}
-	case KindAbort:
+	case KindAbort, KindGoodbye:
 		if h.Len > MaxAbortText || h.Offset != 0 || h.Total != uint64(h.Len) {
-			return h, fmt.Errorf("%w: abort frame of %d bytes", ErrBadHeader, h.Len)
+			return h, fmt.Errorf("%w: %v frame of %d bytes", ErrBadHeader, h.Kind, h.Len)
 		}
 	default:
 		return h, fmt.Errorf("%w: unknown kind %d", ErrBadHeader, h.Kind)
