@@ -67,7 +67,12 @@ func Names() []string { return []string{"mlp", "cnn", "cnn-bn"} }
 // AllNames adds "mlp-xl" (784-4096-4096-4096-10, 36.8M parameters), a
 // model large enough for communication and memory to matter in the ZeRO
 // experiments.
-func AllNames() []string { return append(Names(), "mlp-xl") }
+//
+// "mlp-deep" (784-784x7-10, 4.3M parameters: seven equal hidden layers) is
+// the pipeline benchmark's model: its layers are many and alike, so that
+// stages can be balanced (a pipeline's bubble matches theory only when
+// stages take equal time).
+func AllNames() []string { return append(Names(), "mlp-xl", "mlp-deep") }
 
 // New builds the named model, initialised from seed.
 func New(name string, seed int64) (*Model, error) {
@@ -80,6 +85,12 @@ func New(name string, seed int64) (*Model, error) {
 			linear{torch: 4, in: 4096, out: 4096}, relu{},
 			linear{torch: 6, in: 4096, out: 10},
 		}
+	case "mlp-deep":
+		m.layers = []layer{flatten{}}
+		for i := 0; i < 7; i++ {
+			m.layers = append(m.layers, linear{torch: 2 * i, in: 784, out: 784}, relu{})
+		}
+		m.layers = append(m.layers, linear{torch: 14, in: 784, out: 10})
 	case "mlp":
 		m.layers = []layer{
 			flatten{}, linear{torch: 0, in: 784, out: 256}, relu{},

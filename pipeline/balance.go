@@ -2,8 +2,18 @@ package pipeline
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gdist/gdist/models"
+)
+
+// How Balance weighs a stage.
+const (
+	// ByParams balances the stages' parameter counts.
+	ByParams = "params"
+	// ByTime balances the stages' measured compute time per micro-batch
+	// (ProfileLayers, StageCost).
+	ByTime = "time"
 )
 
 // Balance splits m's layers into k non-empty contiguous stages and returns
@@ -13,13 +23,128 @@ import (
 // even), then the first found.
 func Balance(m *models.Model, k int) ([]int, error) {
 	n := m.NumLayers()
-	if k < 1 || k > n {
-		return nil, fmt.Errorf("pipeline: cannot split %d layers into %d stages", n, k)
-	}
 	pre := make([]float64, n+1) // prefix sums of parameter counts
 	for i := 0; i < n; i++ {
 		_, _, s := m.LayerParamRange(i)
 		pre[i+1] = pre[i] + float64(s)
+	}
+	return balance(n, k, func(from, to int) float64 { return pre[to] - pre[from] })
+}
+
+// LayerCost is one layer's measured compute time for one micro-batch.
+type LayerCost struct {
+	// Forward is the forward pass alone (what a stage that is not the
+	// last runs when the activation arrives).
+	Forward time.Duration
+	// Train is one run of the training graph: forward (recomputed, on
+	// stages that are not the last) plus backward.
+	Train time.Duration
+}
+
+// StageCost is the compute time per micro-batch of a stage running layers
+// [from, to) of len(costs) layers: forward plus training graph, or only
+// the training graph on the last stage (which fuses forward and backward).
+func StageCost(costs []LayerCost, from, to int) time.Duration {
+	var t time.Duration
+	for i := from; i < to; i++ {
+		t += costs[i].Train
+		if to < len(costs) {
+			t += costs[i].Forward
+		}
+	}
+	return t
+}
+
+// BalanceTime is Balance by measured time: it minimises the slowest
+// stage's StageCost (the pipeline's steady-state period), then the sum of
+// squared stage costs.
+func BalanceTime(costs []LayerCost, k int) ([]int, error) {
+	return balance(len(costs), k, func(from, to int) float64 {
+		return float64(StageCost(costs, from, to))
+	})
+}
+
+// ProfileLayers measures each layer of m on micro-batches of micro samples
+// of random data: the median of reps runs of its forward graph and of its
+// training graph, each compiled on its own (the last layer's with the
+// loss). Parameter gradients are discarded; m is not changed.
+func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
+	n := m.NumLayers()
+	if reps < 1 {
+		reps = 1
+	}
+	costs := make([]LayerCost, n)
+	rnd := uint64(1)
+	fill := func(v []float32) {
+		for i := range v {
+			rnd = rnd*6364136223846793005 + 1442695040888963407
+			v[i] = float32(int32(rnd>>33))/(1<<31) - 0.5
+		}
+	}
+	for i := 0; i < n; i++ {
+		last := i == n-1
+		g, err := m.NewStageGraph(i, i+1, micro, last)
+		if err != nil {
+			return nil, err
+		}
+		g.OnGrad = func(int, []float32) {}
+		x := make([]float32, g.InSize())
+		fill(x)
+		var fwd, trn []time.Duration
+		if last {
+			y := make([]int32, micro)
+			for r := 0; r <= reps; r++ {
+				t0 := time.Now()
+				if _, _, err = g.Step(x, y); err != nil {
+					break
+				}
+				trn = append(trn, time.Since(t0))
+			}
+		} else {
+			gy := make([]float32, g.OutSize())
+			fill(gy)
+			for r := 0; r <= reps && err == nil; r++ {
+				t0 := time.Now()
+				if _, err = g.Forward(x); err != nil {
+					break
+				}
+				t1 := time.Now()
+				if _, err = g.Backward(x, gy); err != nil {
+					break
+				}
+				fwd = append(fwd, t1.Sub(t0))
+				trn = append(trn, time.Since(t1))
+			}
+		}
+		g.Close()
+		if err != nil {
+			return nil, fmt.Errorf("pipeline: profiling layer %d: %w", i, err)
+		}
+		// The first run warms up (allocations, caches): drop it.
+		costs[i] = LayerCost{Forward: median(fwd[min(1, len(fwd)):]), Train: median(trn[1:])}
+	}
+	return costs, nil
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
+
+// balance splits n layers into k non-empty contiguous stages minimising
+// the largest cost(from, to), then the sum of squared costs, then taking
+// the first found.
+func balance(n, k int, cost func(from, to int) float64) ([]int, error) {
+	if k < 1 || k > n {
+		return nil, fmt.Errorf("pipeline: cannot split %d layers into %d stages", n, k)
 	}
 	best := []int(nil)
 	bestMax, bestSq := 0.0, 0.0
@@ -30,7 +155,7 @@ func Balance(m *models.Model, k int) ([]int, error) {
 		if j == k {
 			var mx, sq float64
 			for s := 0; s < k; s++ {
-				c := pre[cur[s+1]] - pre[cur[s]]
+				c := cost(cur[s], cur[s+1])
 				mx = max(mx, c)
 				sq += c * c
 			}

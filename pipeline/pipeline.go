@@ -46,8 +46,13 @@ import (
 // Config selects the split and the schedule.
 type Config struct {
 	// Boundaries are the K+1 layer indices that delimit the stages:
-	// stage s runs layers [Boundaries[s], Boundaries[s+1]). Nil: Balance.
+	// stage s runs layers [Boundaries[s], Boundaries[s+1]). Nil: chosen
+	// by Balance.
 	Boundaries []int
+	// Balance is how stages are chosen when Boundaries is nil: ByParams
+	// ("" too) or ByTime (rank 0 profiles every layer on a micro-batch,
+	// ProfileLayers, and broadcasts the split that BalanceTime finds).
+	Balance string
 	// Micro is the number of micro-batches per batch (0: K).
 	Micro int
 	// Schedule is GPipe or OneFOneB ("" means OneFOneB).
@@ -88,21 +93,21 @@ type Pipeline struct {
 // batch, and a model built from the same seed.
 func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error) {
 	k := c.Size()
-	b := cfg.Boundaries
-	if b == nil {
-		var err error
-		if b, err = Balance(m, k); err != nil {
-			return nil, err
-		}
-	} else if err := checkBoundaries(m, b, k); err != nil {
-		return nil, err
-	}
 	micro := cfg.Micro
 	if micro == 0 {
 		micro = k
 	}
 	if micro < 1 || micro > batch {
 		return nil, fmt.Errorf("pipeline: %d micro-batches for a batch of %d", micro, batch)
+	}
+	b := cfg.Boundaries
+	if b == nil {
+		var err error
+		if b, err = Split(context.Background(), c, m, k, cfg.Balance, (batch+micro-1)/micro); err != nil {
+			return nil, err
+		}
+	} else if err := checkBoundaries(m, b, k); err != nil {
+		return nil, err
 	}
 	sched := cfg.Schedule
 	if sched == "" {
@@ -135,6 +140,45 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 		}
 	}
 	return p, nil
+}
+
+// Split chooses the boundaries of k stages of m by balance (ByParams or
+// ByTime), the same on every rank of c: with ByTime, c's rank 0 profiles
+// the layers on micro-batches of micro samples and broadcasts its choice.
+func Split(ctx context.Context, c comm.Comm, m *models.Model, k int, balance string, micro int) ([]int, error) {
+	switch balance {
+	case "", ByParams:
+		return Balance(m, k)
+	case ByTime:
+	default:
+		return nil, fmt.Errorf("pipeline: unknown balance %q (want %q or %q)", balance, ByParams, ByTime)
+	}
+	var b []int
+	var msg string
+	if c.Rank() == 0 {
+		costs, err := ProfileLayers(m, micro, 5)
+		if err == nil {
+			b, err = BalanceTime(costs, k)
+		}
+		if err != nil {
+			msg = err.Error()
+		}
+	}
+	type choice struct {
+		B   []int
+		Err string
+	}
+	ch := choice{b, msg}
+	if err := comm.BroadcastObject(ctx, c, &ch, 0); err != nil {
+		return nil, fmt.Errorf("pipeline: sharing the stage split: %w", err)
+	}
+	if ch.Err != "" {
+		return nil, fmt.Errorf("pipeline: rank 0: %s", ch.Err)
+	}
+	if err := checkBoundaries(m, ch.B, k); err != nil {
+		return nil, err
+	}
+	return ch.B, nil
 }
 
 // Stage is this rank's stage index.

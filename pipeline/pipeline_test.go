@@ -372,3 +372,73 @@ func TestStageDies(t *testing.T) {
 		})
 	}
 }
+
+// TestBalanceTime: stages balanced by measured time, with the last stage
+// charged no forward pass of its own (it fuses forward and backward).
+func TestBalanceTime(t *testing.T) {
+	ms := time.Millisecond
+	// Seven equal layers (forward 1, training graph 3): a non-last stage
+	// costs 4 per layer, the last 3, so 3 layers then 4 is even (12, 12),
+	// where equal layer counts (4, 3) would give (16, 9).
+	costs := make([]LayerCost, 7)
+	for i := range costs {
+		costs[i] = LayerCost{Forward: ms, Train: 3 * ms}
+	}
+	b, err := BalanceTime(costs, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(b) != "[0 3 7]" {
+		t.Errorf("BalanceTime = %v, want [0 3 7]", b)
+	}
+	if c0, c1 := StageCost(costs, 0, 3), StageCost(costs, 3, 7); c0 != 12*ms || c1 != 12*ms {
+		t.Errorf("stage costs %v, %v, want 12ms each", c0, c1)
+	}
+	// One slow layer gets a stage of its own.
+	costs[5].Train = 40 * ms
+	b, _ = BalanceTime(costs, 3)
+	if fmt.Sprint(b) != "[0 5 6 7]" {
+		t.Errorf("BalanceTime with a slow layer 5 = %v", b)
+	}
+	if _, err := BalanceTime(costs, 8); err == nil {
+		t.Error("8 stages of 7 layers accepted")
+	}
+}
+
+// TestSplitByTime: every rank gets rank 0's measured split, a valid one.
+func TestSplitByTime(t *testing.T) {
+	m, _ := models.New("mlp-deep", 1)
+	costs, err := ProfileLayers(m, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range costs {
+		_, _, params := m.LayerParamRange(i)
+		if params > 0 && (c.Forward <= 0 && i < len(costs)-1 || c.Train <= 0) {
+			t.Errorf("layer %d: cost %+v", i, c)
+		}
+	}
+	got := make([][]int, 2)
+	cs, err := inproc.New(2, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+		mm, _ := models.New("mlp-deep", 1)
+		b, err := Split(ctx, c, mm, 2, ByTime, 8)
+		got[c.Rank()] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+		t.Errorf("ranks disagree: %v vs %v", got[0], got[1])
+	}
+	if err := checkBoundaries(m, got[0], 2); err != nil {
+		t.Error(err)
+	}
+	if _, err := Split(context.Background(), nil, m, 2, "flops", 8); err == nil {
+		t.Error("unknown balance accepted")
+	}
+}

@@ -42,7 +42,17 @@ func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := pipeline.New(pc, m, pipeline.Config{Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
+	// Every replica must split the model alike: choose over the world.
+	micro := cfg.Microbatches
+	if micro == 0 {
+		micro = k
+	}
+	micro = min(max(micro, 1), cfg.Batch)
+	bounds, err := pipeline.Split(ctx, c, m, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	p, err := pipeline.New(pc, m, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -122,6 +132,7 @@ type PipelineSummary struct {
 	Replicas     int          `json:"replicas"`
 	Microbatches int          `json:"microbatches"`
 	Schedule     string       `json:"schedule"`
+	Balance      string       `json:"balance"` // how Boundaries were chosen: params or time
 	Boundaries   []int        `json:"boundaries"`
 	Bubble       float64      `json:"bubble"`        // mean over stages
 	BubbleTheory float64      `json:"bubble_theory"` // (K-1)/(M+K-1)
@@ -140,7 +151,7 @@ func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm, cfg Config)
 		return nil, err
 	}
 	m := len(s.p.MicroBatches())
-	ps := &PipelineSummary{Stages: s.k, Replicas: s.d, Microbatches: m, Schedule: cfg.Schedule, Boundaries: s.p.Boundaries(),
+	ps := &PipelineSummary{Stages: s.k, Replicas: s.d, Microbatches: m, Schedule: cfg.Schedule, Balance: cfg.Balance, Boundaries: s.p.Boundaries(),
 		BubbleTheory: float64(s.k-1) / float64(m+s.k-1), PerStage: all}
 	for _, x := range all {
 		ps.Bubble += x.Bubble / float64(len(all))

@@ -24,6 +24,7 @@ import (
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/syncbn"
 )
 
@@ -53,6 +54,7 @@ type Config struct {
 	Stages       int
 	Microbatches int
 	Schedule     string
+	Balance      string // how stages are chosen: params (default) or time (measured)
 	Save         string
 	Resume       string
 	MaxSteps     int // stop (and save) after this many optimizer steps in this run; 0: no cap
@@ -186,6 +188,12 @@ func (c *Config) Validate() error {
 		}
 		if c.Schedule != "gpipe" && c.Schedule != "1f1b" {
 			return bad("-schedule %q: want gpipe or 1f1b", c.Schedule)
+		}
+		if c.Balance == "" {
+			c.Balance = pipeline.ByParams
+		}
+		if c.Balance != pipeline.ByParams && c.Balance != pipeline.ByTime {
+			return bad("-balance %q: want params or time", c.Balance)
 		}
 		if c.Stages < 0 || c.Microbatches < 0 {
 			return bad("-stages and -microbatches must not be negative")
