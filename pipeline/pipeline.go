@@ -7,6 +7,12 @@
 // data-parallel group over the replicas of one stage can all-reduce that
 // range as one buffer.
 //
+// Stages are given as layer boundaries, or chosen by Balance (equal
+// parameter counts) or BalanceTime (equal compute, from ProfileLayers'
+// per-layer timings; the last stage is charged no recomputation): Split
+// picks by Config.Balance, identically on every rank. A pipeline's bubble
+// matches (K-1)/(M+K-1) only when its stages take equal time.
+//
 // A batch is split into M micro-batches (sizes differ by at most one).
 // Stage s receives each micro-batch's input activation from stage s-1
 // (Recv, tag 2i), runs its layers and sends the output to stage s+1

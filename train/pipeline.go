@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/models"
@@ -19,6 +20,7 @@ type pipelineStrategy struct {
 	p      *pipeline.Pipeline
 	m      *models.Model
 	opt    optim.Optimizer
+	cfg    optim.Config
 	pc, dp comm.Comm
 	k, d   int
 }
@@ -61,7 +63,7 @@ func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
-	return &pipelineStrategy{p: p, m: m, opt: opt, pc: pc, dp: dp, k: k, d: d}, nil
+	return &pipelineStrategy{p: p, m: m, opt: opt, cfg: cfg.optimConfig(), pc: pc, dp: dp, k: k, d: d}, nil
 }
 
 func (s *pipelineStrategy) step(ctx context.Context, _ *models.Graph, x []float32, y []int32) (float32, error) {
@@ -93,6 +95,55 @@ func (s *pipelineStrategy) gatherParams(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// fullState gathers the whole model's parameters onto every rank and
+// returns a full-size optimizer holding every stage's state at its
+// stage's offsets, for a DDP-format checkpoint.
+func (s *pipelineStrategy) fullState(ctx context.Context) (optim.Optimizer, error) {
+	if err := s.gatherParams(ctx); err != nil {
+		return nil, err
+	}
+	mine, step := s.opt.State()
+	full, err := optim.New(s.cfg, s.m.NumParams())
+	if err != nil {
+		return nil, err
+	}
+	fst, _ := full.State()
+	off, _ := s.p.Range()
+	names := make([]string, 0, len(fst))
+	for k := range fst {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		copy(fst[k][off:], mine[k])
+	}
+	bounds := s.p.Boundaries()
+	for st := 0; st < s.k; st++ {
+		o, n := s.m.StageRange(bounds[st], bounds[st+1])
+		for _, k := range names {
+			if n == 0 {
+				continue
+			}
+			if err := comm.Run(ctx)(s.pc.Broadcast(ctx, comm.FromSlice(fst[k][o:o+n]), st)); err != nil {
+				return nil, fmt.Errorf("train: gathering stage %d's optimizer state: %w", st, err)
+			}
+		}
+	}
+	full.SetStep(step)
+	return full, nil
+}
+
+// restore gives the stage its range of a full-size optimizer's state.
+func (s *pipelineStrategy) restore(full optim.Optimizer) {
+	fst, step := full.State()
+	mine, _ := s.opt.State()
+	off, n := s.p.Range()
+	for k, v := range mine {
+		copy(v, fst[k][off:off+n])
+	}
+	s.opt.SetStep(step)
 }
 
 func (s *pipelineStrategy) memory() (MemoryBytes, int64) {

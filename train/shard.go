@@ -5,6 +5,11 @@ package train
 // DDP (Save, Load): <path> holds the model with PyTorch's names and
 // layouts, <path>.train the full optimizer state and the position.
 //
+// Pipeline: the same files as DDP: the stages' parameters and optimizer
+// state are first gathered from their ranks into the whole model and a
+// full-size optimizer, so a pipeline checkpoint resumes with any strategy,
+// split or world size, and any checkpoint resumes a pipeline.
+//
 // ZeRO (SaveZero): every rank writes its shard file
 // zero.ShardPath(path, r, N) (see package zero for its layout), then rank
 // 0 writes <path>: the whole model with PyTorch's names and layouts, like
@@ -40,6 +45,13 @@ import (
 // saveCheckpoint saves to cfg.Save in the format of the strategy. Every
 // rank calls it.
 func saveCheckpoint(ctx context.Context, c comm.Comm, cfg Config, m *models.Model, opt optim.Optimizer, s strategy, pos Position) error {
+	if ps, ok := s.(*pipelineStrategy); ok {
+		full, err := ps.fullState(ctx)
+		if err != nil {
+			return err
+		}
+		return save(ctx, c, cfg, m, full, pos)
+	}
 	zs, ok := s.(*zeroStrategy)
 	if !ok {
 		return save(ctx, c, cfg, m, opt, pos)
@@ -145,8 +157,13 @@ func resume(cfg Config, m *models.Model, opt optim.Optimizer) (Position, optim.O
 }
 
 // restoreShard gives a ZeRO strategy its shard of the full optimizer state
-// resume loaded. Nothing to do for DDP, whose optimizer resume filled.
+// resume loaded, and a pipeline stage its range of it. Nothing to do for
+// DDP, whose optimizer resume filled.
 func restoreShard(s strategy, full optim.Optimizer) error {
+	if ps, ok := s.(*pipelineStrategy); ok && full != nil {
+		ps.restore(full)
+		return nil
+	}
 	zs, ok := s.(*zeroStrategy)
 	if !ok || full == nil {
 		return nil

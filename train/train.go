@@ -177,9 +177,6 @@ func (c *Config) Validate() error {
 		if c.Model == "cnn-bn" || c.SyncBN {
 			return bad("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")
 		}
-		if c.Save != "" || c.Resume != "" {
-			return bad("-save and -resume with -strategy pipeline are not implemented yet")
-		}
 		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
 			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
 		}
