@@ -6,6 +6,12 @@
 // benchmarks/README.md and writes benchmarks/pipe_results.json and
 // benchmarks/pipe_bubble.png.
 //
+// Each configuration runs -reps times, interleaved (all configurations
+// once, then again), and the table reports the median run by bubble. The
+// default model, mlp-deep, has seven equal hidden layers so that -balance
+// time can give the stages equal compute: the bubble formula assumes
+// balanced stages.
+//
 //	go run ./benchmarks/pipebench -stages 2 -micro 2,4,8,16
 package main
 
@@ -17,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -28,78 +35,85 @@ import (
 )
 
 type run struct {
-	Schedule      string  `json:"schedule"`
-	Stages        int     `json:"stages"`
-	Micro         int     `json:"micro"`
-	Bubble        float64 `json:"bubble"`
-	Theory        float64 `json:"bubble_theory"`
-	SamplesPerSec float64 `json:"samples_per_sec"`
-	PeakBytes     int64   `json:"peak_activation_bytes"` // stage 0
-	PeakHeld      int     `json:"peak_held"`             // stage 0
+	Schedule      string    `json:"schedule"`
+	Stages        int       `json:"stages"`
+	Micro         int       `json:"micro"`
+	Bubble        float64   `json:"bubble"`
+	Theory        float64   `json:"bubble_theory"`
+	SamplesPerSec float64   `json:"samples_per_sec"`
+	PeakBytes     int64     `json:"peak_activation_bytes"` // stage 0
+	PeakHeld      int       `json:"peak_held"`             // stage 0
+	Boundaries    []int     `json:"boundaries"`
+	BusyMs        []float64 `json:"busy_ms_per_step"` // per stage
+	Runs          []float64 `json:"bubble_runs"`      // every repetition's bubble
 }
 
 func main() {
 	stages := flag.Int("stages", 2, "pipeline stages (= ranks)")
 	micro := flag.String("micro", "2,4,8,16", "micro-batch counts")
-	model := flag.String("model", "mlp", "model")
-	batch := flag.Int("batch", 64, "batch")
+	model := flag.String("model", "mlp-deep", "model")
+	batch := flag.Int("batch", 256, "batch")
 	limit := flag.Int("limit", 12800, "training samples (one epoch)")
+	balance := flag.String("balance", "time", "stage balance: params or time")
+	reps := flag.Int("reps", 3, "runs of each configuration (median reported)")
 	readme := flag.String("readme", "benchmarks/README.md", "file whose pipebench section is rewritten")
 	flag.Parse()
 	bin := filepath.Join(os.TempDir(), "gdist-pipebench-train")
 	if o, err := exec.Command("go", "build", "-o", bin, "./cmd/train").CombinedOutput(); err != nil {
 		fail("building train: %v\n%s", err, o)
 	}
-	var runs []run
+	type key struct {
+		sch string
+		m   int
+	}
+	var order []key
 	for _, ms := range strings.Split(*micro, ",") {
-		m, _ := strconv.Atoi(ms)
-		for _, sch := range []string{"gpipe", "1f1b"} {
-			cmd := exec.Command(bin, "-nproc", strconv.Itoa(*stages), "-strategy", "pipeline", "-schedule", sch,
-				"-microbatches", ms, "-model", *model, "-batch", strconv.Itoa(*batch), "-limit", strconv.Itoa(*limit),
-				"-epochs", "1", "-json", "-progress=false")
-			cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
-			var o, e bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &o, &e
-			if err := cmd.Run(); err != nil {
-				fail("%s M=%d: %v\n%s", sch, m, err, e.String())
-			}
-			lines := strings.Split(strings.TrimSpace(o.String()), "\n")
-			var s struct {
-				SamplesPerSec float64 `json:"samples_per_sec"`
-				Pipeline      struct {
-					Bubble       float64 `json:"bubble"`
-					BubbleTheory float64 `json:"bubble_theory"`
-					PerStage     []struct {
-						Stage         int   `json:"stage"`
-						PeakHeld      int   `json:"peak_held_microbatches"`
-						PeakHeldBytes int64 `json:"peak_activation_bytes"`
-					} `json:"per_stage"`
-				} `json:"pipeline"`
-			}
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
-				fail("bad summary: %v", err)
-			}
-			r := run{Schedule: sch, Stages: *stages, Micro: m, Bubble: s.Pipeline.Bubble, Theory: s.Pipeline.BubbleTheory, SamplesPerSec: s.SamplesPerSec}
-			for _, st := range s.Pipeline.PerStage {
-				if st.Stage == 0 {
-					r.PeakBytes, r.PeakHeld = st.PeakHeldBytes, st.PeakHeld
-				}
-			}
-			fmt.Fprintf(os.Stderr, "%-5s M=%2d: bubble %.3f (theory %.3f), %6.0f samples/s, stage 0 holds %d inputs (%d bytes)\n",
-				sch, m, r.Bubble, r.Theory, r.SamplesPerSec, r.PeakHeld, r.PeakBytes)
-			runs = append(runs, r)
+		m, err := strconv.Atoi(ms)
+		if err != nil || m < 1 {
+			fail("bad -micro %q", ms)
 		}
+		for _, sch := range []string{"gpipe", "1f1b"} {
+			order = append(order, key{sch, m})
+		}
+	}
+	all := map[key][]run{}
+	for rep := 0; rep < *reps; rep++ {
+		for _, k := range order {
+			r := once(bin, k.sch, k.m, *stages, *model, *batch, *limit, *balance)
+			fmt.Fprintf(os.Stderr, "rep %d %-5s M=%2d: bubble %.3f (theory %.3f), %6.0f samples/s, stages %v busy %v ms/step, stage 0 holds %d inputs (%d bytes)\n",
+				rep, k.sch, k.m, r.Bubble, r.Theory, r.SamplesPerSec, r.Boundaries, r.BusyMs, r.PeakHeld, r.PeakBytes)
+			all[k] = append(all[k], r)
+		}
+	}
+	var runs []run
+	for _, k := range order {
+		rs := all[k]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Bubble < rs[j].Bubble })
+		med := rs[len(rs)/2]
+		for _, r := range rs {
+			med.Runs = append(med.Runs, r.Bubble)
+		}
+		runs = append(runs, med)
 	}
 	b, _ := json.MarshalIndent(runs, "", " ")
 	if err := os.WriteFile("benchmarks/pipe_results.json", b, 0o644); err != nil {
 		fail("%v", err)
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s, %d stages on %d ranks, batch %d, one epoch of %d samples, SGD, %s. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
-		*model, *stages, *stages, *batch, *limit, time.Now().UTC().Format("2006-01-02"))
-	t.WriteString("| schedule | M | bubble | (K-1)/(M+K-1) | samples/s | stage 0 peak inputs held | stage 0 peak activation bytes |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&t, "%s, %d stages on %d ranks (tcp), -balance %s, batch %d, one epoch of %d samples, SGD, %s; median of %d interleaved runs. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
+		*model, *stages, *stages, *balance, *batch, *limit, time.Now().UTC().Format("2006-01-02"), *reps)
+	t.WriteString("| schedule | M | bubble | (K-1)/(M+K-1) | bubble / theory | all runs | samples/s | stages | busy ms/step per stage | stage 0 peak inputs held | stage 0 peak activation bytes |\n|---|---:|---:|---:|---:|---|---:|---|---|---:|---:|\n")
 	for _, r := range runs {
-		fmt.Fprintf(&t, "| %s | %d | %.3f | %.3f | %.0f | %d | %d |\n", r.Schedule, r.Micro, r.Bubble, r.Theory, r.SamplesPerSec, r.PeakHeld, r.PeakBytes)
+		var rs []string
+		for _, b := range r.Runs {
+			rs = append(rs, fmt.Sprintf("%.3f", b))
+		}
+		var bs []string
+		for _, b := range r.BusyMs {
+			bs = append(bs, fmt.Sprintf("%.0f", b))
+		}
+		fmt.Fprintf(&t, "| %s | %d | %.3f | %.3f | %.2f | %s | %.0f | %v | %s | %d | %d |\n", r.Schedule, r.Micro, r.Bubble, r.Theory, r.Bubble/r.Theory,
+			strings.Join(rs, " "), r.SamplesPerSec, r.Boundaries, strings.Join(bs, " / "), r.PeakHeld, r.PeakBytes)
 	}
 	fmt.Println(t.String())
 	if err := plotBubble(runs, "benchmarks/pipe_bubble.png"); err != nil {
@@ -157,4 +171,48 @@ func rewrite(path, table string) error {
 		return fmt.Errorf("%s has no %s ... %s section", path, begin, end)
 	}
 	return os.WriteFile(path, []byte(s[:i+len(begin)]+"\n"+table+"\n"+s[j:]), 0o644)
+}
+
+// once runs one training job and returns its measurements.
+func once(bin, sch string, m, stages int, model string, batch, limit int, balance string) run {
+	cmd := exec.Command(bin, "-nproc", strconv.Itoa(stages), "-backend", "tcp", "-strategy", "pipeline", "-schedule", sch,
+		"-microbatches", strconv.Itoa(m), "-model", model, "-batch", strconv.Itoa(batch), "-limit", strconv.Itoa(limit),
+		"-balance", balance, "-epochs", "1", "-json", "-progress=false")
+	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		fail("%s M=%d: %v\n%s", sch, m, err, e.String())
+	}
+	lines := strings.Split(strings.TrimSpace(o.String()), "\n")
+	var s struct {
+		Steps         int     `json:"steps"`
+		SamplesPerSec float64 `json:"samples_per_sec"`
+		Pipeline      struct {
+			Bubble       float64 `json:"bubble"`
+			BubbleTheory float64 `json:"bubble_theory"`
+			Boundaries   []int   `json:"boundaries"`
+			PerStage     []struct {
+				Stage         int     `json:"stage"`
+				BusyMs        float64 `json:"busy_ms"`
+				PeakHeld      int     `json:"peak_held_microbatches"`
+				PeakHeldBytes int64   `json:"peak_activation_bytes"`
+			} `json:"per_stage"`
+		} `json:"pipeline"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		fail("bad summary: %v", err)
+	}
+	r := run{Schedule: sch, Stages: stages, Micro: m, Bubble: s.Pipeline.Bubble, Theory: s.Pipeline.BubbleTheory,
+		SamplesPerSec: s.SamplesPerSec, Boundaries: s.Pipeline.Boundaries}
+	r.BusyMs = make([]float64, stages)
+	for _, st := range s.Pipeline.PerStage {
+		if st.Stage == 0 {
+			r.PeakBytes, r.PeakHeld = st.PeakHeldBytes, st.PeakHeld
+		}
+		if st.Stage < stages && s.Steps > 0 {
+			r.BusyMs[st.Stage] = st.BusyMs / float64(s.Steps)
+		}
+	}
+	return r
 }
