@@ -74,13 +74,7 @@ func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
 		reps = 1
 	}
 	costs := make([]LayerCost, n)
-	rnd := uint64(1)
-	fill := func(v []float32) {
-		for i := range v {
-			rnd = rnd*6364136223846793005 + 1442695040888963407
-			v[i] = float32(int32(rnd>>33))/(1<<31) - 0.5
-		}
-	}
+	fill := func(v []float32) { fillRandom(v, 1) }
 	for i := 0; i < n; i++ {
 		last := i == n-1
 		g, err := m.NewStageGraph(i, i+1, micro, last)
@@ -126,6 +120,14 @@ func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
 	return costs, nil
 }
 
+// fillRandom fills v with values in [-0.5, 0.5) from seed.
+func fillRandom(v []float32, seed uint64) {
+	for i := range v {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		v[i] = float32(seed>>40)/(1<<24) - 0.5
+	}
+}
+
 func median(d []time.Duration) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -143,25 +145,48 @@ func median(d []time.Duration) time.Duration {
 // the largest cost(from, to), then the sum of squared costs, then taking
 // the first found.
 func balance(n, k int, cost func(from, to int) float64) ([]int, error) {
+	best, err := topSplits(n, k, 1, cost)
+	if err != nil {
+		return nil, err
+	}
+	return best[0], nil
+}
+
+// topSplits returns the best (at most) top splits of n layers into k
+// stages, best first, by the largest cost(from, to), then the sum of
+// squared costs, then the order found.
+func topSplits(n, k, top int, cost func(from, to int) float64) ([][]int, error) {
 	if k < 1 || k > n {
 		return nil, fmt.Errorf("pipeline: cannot split %d layers into %d stages", n, k)
 	}
-	best := []int(nil)
-	bestMax, bestSq := 0.0, 0.0
+	type cand struct {
+		b      []int
+		mx, sq float64
+	}
+	var best []cand
+	better := func(a, b cand) bool { return a.mx < b.mx || a.mx == b.mx && a.sq < b.sq }
 	cur := make([]int, k+1)
 	cur[k] = n
 	var rec func(j, from int)
 	rec = func(j, from int) {
 		if j == k {
-			var mx, sq float64
+			c := cand{}
 			for s := 0; s < k; s++ {
-				c := cost(cur[s], cur[s+1])
-				mx = max(mx, c)
-				sq += c * c
+				v := cost(cur[s], cur[s+1])
+				c.mx = max(c.mx, v)
+				c.sq += v * v
 			}
-			if best == nil || mx < bestMax || (mx == bestMax && sq < bestSq) {
-				best = append([]int(nil), cur...)
-				bestMax, bestSq = mx, sq
+			if len(best) == top && !better(c, best[top-1]) {
+				return
+			}
+			c.b = append([]int(nil), cur...)
+			i := len(best)
+			for i > 0 && better(c, best[i-1]) {
+				i--
+			}
+			best = append(best[:i], append([]cand{c}, best[i:]...)...)
+			if len(best) > top {
+				best = best[:top]
 			}
 			return
 		}
@@ -178,6 +203,81 @@ func balance(n, k int, cost func(from, to int) float64) ([]int, error) {
 	}
 	cur[0] = 0
 	rec(0, 0)
+	out := make([][]int, len(best))
+	for i, c := range best {
+		out[i] = c.b
+	}
+	return out, nil
+}
+
+// MeasureStage times a whole stage of m, layers [from, to), on
+// micro-batches of micro samples of random data: the median of reps runs
+// of its forward pass plus its training graph (the training graph alone on
+// the last stage). Parameter gradients are discarded.
+func MeasureStage(m *models.Model, from, to, micro, reps int) (time.Duration, error) {
+	last := to == m.NumLayers()
+	g, err := m.NewStageGraph(from, to, micro, last)
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+	g.OnGrad = func(int, []float32) {}
+	x := make([]float32, g.InSize())
+	fillRandom(x, 1)
+	var ts []time.Duration
+	y := make([]int32, micro)
+	gy := make([]float32, g.OutSize())
+	fillRandom(gy, 2)
+	for r := 0; r <= max(reps, 1); r++ {
+		t0 := time.Now()
+		if last {
+			_, _, err = g.Step(x, y)
+		} else if _, err = g.Forward(x); err == nil {
+			_, err = g.Backward(x, gy)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("pipeline: timing stage [%d, %d): %w", from, to, err)
+		}
+		ts = append(ts, time.Since(t0))
+	}
+	return median(ts[1:]), nil
+}
+
+// BalanceMeasured refines BalanceTime: it takes the top splits that the
+// per-layer costs rank best and times each of their stages as a whole
+// (MeasureStage, each distinct stage once), which also catches what
+// per-layer sums miss (the first stage computes no input gradient, graph
+// overheads), and returns the split whose slowest stage is fastest.
+func BalanceMeasured(m *models.Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
+	cands, err := topSplits(len(costs), k, top, func(from, to int) float64 {
+		return float64(StageCost(costs, from, to))
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) == 1 {
+		return cands[0], nil
+	}
+	measured := map[[2]int]time.Duration{}
+	var best []int
+	var bestMax time.Duration
+	for _, b := range cands {
+		var mx time.Duration
+		for s := 0; s < k; s++ {
+			key := [2]int{b[s], b[s+1]}
+			d, ok := measured[key]
+			if !ok {
+				if d, err = MeasureStage(m, b[s], b[s+1], micro, reps); err != nil {
+					return nil, err
+				}
+				measured[key] = d
+			}
+			mx = max(mx, d)
+		}
+		if best == nil || mx < bestMax {
+			best, bestMax = b, mx
+		}
+	}
 	return best, nil
 }
 

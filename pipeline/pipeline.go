@@ -150,7 +150,8 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 
 // Split chooses the boundaries of k stages of m by balance (ByParams or
 // ByTime), the same on every rank of c: with ByTime, c's rank 0 profiles
-// the layers on micro-batches of micro samples and broadcasts its choice.
+// the layers on micro-batches of micro samples, times the stages of the
+// best few splits as wholes (BalanceMeasured) and broadcasts its choice.
 func Split(ctx context.Context, c comm.Comm, m *models.Model, k int, balance string, micro int) ([]int, error) {
 	switch balance {
 	case "", ByParams:
@@ -162,9 +163,9 @@ func Split(ctx context.Context, c comm.Comm, m *models.Model, k int, balance str
 	var b []int
 	var msg string
 	if c.Rank() == 0 {
-		costs, err := ProfileLayers(m, micro, 5)
+		costs, err := ProfileLayers(m, micro, 7)
 		if err == nil {
-			b, err = BalanceTime(costs, k)
+			b, err = BalanceMeasured(m, costs, k, 4, micro, 7)
 		}
 		if err != nil {
 			msg = err.Error()

@@ -403,6 +403,55 @@ func TestBalanceTime(t *testing.T) {
 	if _, err := BalanceTime(costs, 8); err == nil {
 		t.Error("8 stages of 7 layers accepted")
 	}
+	// topSplits ranks every split: the best first, worse ones after.
+	cost := func(from, to int) float64 { return float64(StageCost(costs, from, to)) }
+	top, err := topSplits(7, 3, 100, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 15 || fmt.Sprint(top[0]) != fmt.Sprint(b) { // C(6, 2) splits
+		t.Errorf("topSplits: %d splits, first %v, want 15 and %v", len(top), top[0], b)
+	}
+	worst := func(b []int) float64 {
+		var mx float64
+		for s := 0; s+1 < len(b); s++ {
+			mx = max(mx, cost(b[s], b[s+1]))
+		}
+		return mx
+	}
+	for i := 1; i < len(top); i++ {
+		if worst(top[i]) < worst(top[i-1]) {
+			t.Errorf("topSplits out of order at %d: %v after %v", i, top[i], top[i-1])
+		}
+	}
+}
+
+// TestBalanceMeasured: refining by whole-stage timings returns one of the
+// candidate splits, a valid one.
+func TestBalanceMeasured(t *testing.T) {
+	m, _ := models.New("mlp-deep", 1)
+	costs, err := ProfileLayers(m, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := BalanceMeasured(m, costs, 2, 3, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBoundaries(m, b, 2); err != nil {
+		t.Fatal(err)
+	}
+	top, _ := topSplits(len(costs), 2, 3, func(from, to int) float64 { return float64(StageCost(costs, from, to)) })
+	found := false
+	for _, c := range top {
+		found = found || fmt.Sprint(c) == fmt.Sprint(b)
+	}
+	if !found {
+		t.Errorf("BalanceMeasured chose %v, not one of the candidates %v", b, top)
+	}
+	if d, err := MeasureStage(m, 0, 5, 8, 1); err != nil || d <= 0 {
+		t.Errorf("MeasureStage: %v, %v", d, err)
+	}
 }
 
 // TestSplitByTime: every rank gets rank 0's measured split, a valid one.
