@@ -251,9 +251,9 @@ type pending struct {
 // returns the batch's mean loss on every rank (broadcast from the last
 // stage).
 //
-// On any error the operations still in flight are cancelled, which
-// poisons the Comm and fails the other stages' operations: close the Comm
-// and build a new one.
+// On any error (communication or this stage's own compute) the Comm is
+// aborted (comm.Abort), which fails the other stages' operations at once:
+// close the Comm and build a new one.
 func (p *Pipeline) Step(ctx context.Context, x []float32, y []int32) (float64, error) {
 	if p.stage == 0 && len(x) != p.batch*p.m.InputSize() {
 		return 0, fmt.Errorf("pipeline: got %d input floats, want %d", len(x), p.batch*p.m.InputSize())
@@ -265,7 +265,11 @@ func (p *Pipeline) Step(ctx context.Context, x []float32, y []int32) (float64, e
 	defer cancel() // on error: fails pending operations (and tells peers)
 	loss, err := p.step(ctx, x, y)
 	if err != nil {
-		return 0, fmt.Errorf("pipeline: stage %d: %w", p.stage, err)
+		err = fmt.Errorf("pipeline: stage %d: %w", p.stage, err)
+		// A failure in this stage's own compute leaves no operation in
+		// flight to fail: abort the Comm so that no stage waits for us.
+		comm.Abort(p.c, err)
+		return 0, err
 	}
 	p.stats.Steps++
 	return loss, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -489,5 +490,73 @@ func TestSplitByTime(t *testing.T) {
 	}
 	if _, err := Split(context.Background(), nil, m, 2, "flops", 8); err == nil {
 		t.Error("unknown balance accepted")
+	}
+}
+
+// TestStageComputeFails: a stage whose own compute fails (the last stage
+// gets an out-of-range label) makes every other stage's Step fail too,
+// while its Comm stays open: the failing Step aborts the group.
+func TestStageComputeFails(t *testing.T) {
+	const k = 3
+	cs, err := inproc.New(k, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d := batches(2)
+	bad := append([]int32(nil), d.Labels[testBatch:2*testBatch]...)
+	bad[testBatch-1] = 99
+	errs := make([]error, k)
+	others := make(chan struct{})
+	var wg, og sync.WaitGroup
+	og.Add(k - 1)
+	go func() { og.Wait(); close(others) }()
+	t0 := time.Now()
+	for r := 0; r < k; r++ {
+		wg.Add(1)
+		go func(r int, c comm.Comm) {
+			defer wg.Done()
+			defer c.Close()
+			m, _ := models.New("mlp", 3)
+			p, err := New(c, m, Config{Micro: 4}, testBatch)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer p.Close()
+			for s := 0; s < 2 && err == nil; s++ {
+				y := d.Labels[s*testBatch : (s+1)*testBatch]
+				if s == 1 && r == k-1 {
+					y = bad
+				}
+				_, err = p.Step(ctx, d.Images[s*testBatch*784:(s+1)*testBatch*784], y)
+			}
+			errs[r] = err
+			if r == k-1 {
+				select { // keep the Comm open until the others have failed
+				case <-others:
+				case <-ctx.Done():
+				}
+			} else {
+				og.Done()
+			}
+		}(r, cs[r])
+	}
+	wg.Wait()
+	if el := time.Since(t0); el > 10*time.Second {
+		t.Errorf("took %v", el)
+	}
+	for r, err := range errs {
+		switch {
+		case err == nil:
+			t.Errorf("rank %d: no error", r)
+		case errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("rank %d: hit the deadline: %v", r, err)
+		}
+		t.Logf("rank %d: %v", r, err)
+	}
+	if !strings.Contains(errs[k-1].Error(), "label 99") {
+		t.Errorf("the last stage's error does not name the bad label: %v", errs[k-1])
 	}
 }
