@@ -62,7 +62,21 @@ type Factory func(ctx context.Context, cfg Config) (Comm, error)
 var (
 	regMu    sync.Mutex
 	registry = map[string]Factory{}
+	adapters []Adapter
 )
+
+// Adapter rewrites the Comm a backend's factory built; New applies every
+// registered Adapter, in registration order. Package comm/staging registers
+// one that lets the host backends accept device buffers (it stages them
+// through pinned host memory) when CUDA is present.
+type Adapter func(backend string, c Comm) Comm
+
+// RegisterAdapter adds a to the adapters New applies.
+func RegisterAdapter(a Adapter) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	adapters = append(adapters, a)
+}
 
 // Register makes a backend available by name. It panics if the name is taken.
 func Register(name string, f Factory) {
@@ -99,7 +113,17 @@ func New(ctx context.Context, backend string, cfg Config) (Comm, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return f(ctx, cfg)
+	c, err := f(ctx, cfg)
+	if err != nil || c == nil {
+		return c, err
+	}
+	regMu.Lock()
+	as := adapters
+	regMu.Unlock()
+	for _, a := range as {
+		c = a(backend, c)
+	}
+	return c, nil
 }
 
 // Logger returns cfg.Logf or a standard-logger fallback.

@@ -1,0 +1,642 @@
+//go:build cgo
+
+package nccl
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/gpu/cuda"
+)
+
+// Comm is one rank's NCCL communicator, with the comm.Comm methods. It takes
+// device buffers on its device only; comm.New(ctx, "nccl", cfg) returns it
+// wrapped so that host buffers work too (staging.WrapDevice). The methods
+// are safe for concurrent use.
+type Comm struct {
+	lib        *library
+	rank, size int
+	reportRank int // the rank named in errors (a p2p channel's parent rank)
+	device     int
+	opts       comm.Options
+	store      comm.Store
+	path       string // store key prefix of this communicator
+	parent     *Comm  // p2p channels: a failure fails the parent too
+
+	hmu sync.RWMutex // guards h: abort takes it exclusively
+	h   C.uintptr_t  // ncclComm_t; 0 once aborted
+
+	coll     *tracker      // collectives
+	busy     chan struct{} // an operation was issued (wakes monitor)
+	scratch  uintptr       // 4 bytes of device memory (Barrier)
+	devPool  *cuda.Pool
+	hostPool *cuda.Pool
+
+	life   context.Context // ends on Close
+	finish context.CancelFunc
+
+	mu       sync.Mutex
+	self     *tracker // copies of send/recv to this rank (lazily)
+	failed   error
+	closed   bool
+	seq      uint64
+	splits   int
+	children []*Comm
+	chans    map[chanKey]*channel
+	selfq    map[int]*selfQueue
+}
+
+var _ comm.Comm = (*Comm)(nil)
+
+// Rank is this rank's index in the Comm.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Device is the CUDA device of this rank's communicator.
+func (c *Comm) Device() int { return c.device }
+
+// DeviceCapable is true: the Comm takes device buffers.
+func (c *Comm) DeviceCapable() bool { return true }
+
+// New builds the world Comm of one rank. Rank 0 creates NCCL's unique id and
+// publishes it through cfg.Store (which may be nil at world size 1); every
+// rank then joins with ncclCommInitRank. The rank uses GPU cfg.LocalRank.
+func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l, err := lib()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := deviceFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Size > 1 && cfg.Store == nil {
+		return nil, comm.InvalidArgf("nccl: world size %d needs a Store to publish the unique id", cfg.Size)
+	}
+	path := "nccl/" + cfg.Job
+	if cfg.Store != nil {
+		gen, err := cfg.Store.Add(ctx, path+"/gen/"+strconv.Itoa(cfg.Rank), 1)
+		if err != nil {
+			return nil, fmt.Errorf("nccl: rank %d: rendezvous: %w", cfg.Rank, err)
+		}
+		path += "/" + strconv.FormatInt(gen, 10)
+	}
+	id, err := exchangeID(ctx, l, cfg.Store, path+"/id", cfg.Rank == 0, cfg.Size)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: %w", cfg.Rank, err)
+	}
+	return open(ctx, l, params{id: id, size: cfg.Size, rank: cfg.Rank, device: dev, opts: cfg.Options,
+		store: cfg.Store, path: path, reportRank: cfg.Rank})
+}
+
+// deviceFor picks the GPU of a rank: its local rank.
+func deviceFor(cfg comm.Config) (int, error) {
+	n := cuda.DeviceCount()
+	if cfg.LocalSize > n || cfg.LocalRank >= n {
+		return 0, fmt.Errorf("%w: rank %d is local rank %d of %d on this host, which has %d GPU(s); NCCL needs one GPU per rank "+
+			"(it refuses two ranks on one GPU): use a host backend (tcp, shm), which stages device buffers, or fewer ranks",
+			ErrUnavailable, cfg.Rank, cfg.LocalRank, max(cfg.LocalSize, cfg.LocalRank+1), n)
+	}
+	if cfg.LocalRank < 0 {
+		return 0, comm.InvalidArgf("nccl: local rank %d", cfg.LocalRank)
+	}
+	return cfg.LocalRank, nil
+}
+
+// exchangeID: the creator makes a unique id and publishes it at key; the
+// others wait for it.
+func exchangeID(ctx context.Context, l *library, store comm.Store, key string, create bool, size int) ([]byte, error) {
+	if create {
+		id, err := l.uniqueID()
+		if err != nil {
+			return nil, err
+		}
+		if size > 1 {
+			if err := store.Set(ctx, key, id); err != nil {
+				return nil, fmt.Errorf("publishing the unique id: %w", err)
+			}
+		}
+		return id, nil
+	}
+	id, err := store.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the unique id: %w", err)
+	}
+	if len(id) != 128 {
+		return nil, fmt.Errorf("%w: unique id at %q has %d bytes, want 128", comm.ErrProtocol, key, len(id))
+	}
+	return id, nil
+}
+
+type params struct {
+	id                     []byte
+	size, rank, reportRank int
+	device                 int
+	opts                   comm.Options
+	store                  comm.Store
+	path                   string
+	parent                 *Comm
+}
+
+// open joins the communicator of p.id and sets up the streams and memory.
+func open(ctx context.Context, l *library, p params) (*Comm, error) {
+	type result struct {
+		h   C.uintptr_t
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var h C.uintptr_t
+		r := C.gdnc_init(l.c, C.int(p.device), &h, C.int(p.size), (*C.char)(unsafe.Pointer(&p.id[0])), C.int(p.rank))
+		done <- result{h, l.err("ncclCommInitRank", r, 0)}
+	}()
+	var h C.uintptr_t
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("nccl: rank %d of %d on cuda:%d: %w", p.rank, p.size, p.device, r.err)
+		}
+		h = r.h
+	case <-ctx.Done():
+		go func() { // abort it once it has joined
+			if r := <-done; r.err == nil {
+				C.gdnc_abort(l.c, C.int(p.device), r.h)
+			}
+		}()
+		return nil, fmt.Errorf("nccl: rank %d of %d: joining the communicator: %w", p.rank, p.size, ctx.Err())
+	}
+	c := &Comm{lib: l, rank: p.rank, size: p.size, reportRank: p.reportRank, device: p.device, opts: p.opts,
+		store: p.store, path: p.path, parent: p.parent, h: h,
+		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(256 << 20),
+		chans: map[chanKey]*channel{}, selfq: map[int]*selfQueue{}, busy: make(chan struct{}, 1)}
+	c.life, c.finish = context.WithCancel(context.Background())
+	var err error
+	if c.coll, err = c.newTracker(); err == nil {
+		c.scratch, err = cuda.Malloc(p.device, 4)
+	}
+	if err != nil {
+		c.abort()
+		c.finish()
+		return nil, fmt.Errorf("nccl: rank %d: %w", p.rank, err)
+	}
+	go c.monitor()
+	return c, nil
+}
+
+// A tracker is a stream and the Works in flight on it, completed in order by
+// a watcher goroutine that polls their events.
+type tracker struct {
+	c       *Comm
+	stream  *cuda.Stream
+	legacy  *cuda.Event // scratch: marks the default stream
+	events  []*cuda.Event
+	pending []*work
+	wake    chan struct{}
+}
+
+func (c *Comm) newTracker() (*tracker, error) {
+	s, err := cuda.NewStream(c.device, true)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := cuda.NewEvent(c.device)
+	if err != nil {
+		s.Destroy()
+		return nil, err
+	}
+	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1)}
+	go t.watch()
+	return t, nil
+}
+
+// work is an operation in flight on a tracker.
+type work struct {
+	reqs    []*comm.Request
+	ev      *cuda.Event
+	name    string
+	seq     uint64
+	release func(ok bool)
+	stop    atomic.Pointer[func() bool]
+	cancel  context.CancelFunc
+	done    atomic.Bool
+}
+
+// finish completes w once: its requests, its timer, its memory.
+func (w *work) finish(err error) {
+	if w.done.Swap(true) {
+		return
+	}
+	if stop := w.stop.Load(); stop != nil {
+		(*stop)()
+	}
+	if w.cancel != nil {
+		w.cancel()
+	}
+	if w.release != nil {
+		w.release(err == nil)
+	}
+	for _, r := range w.reqs {
+		r.Complete(err)
+	}
+}
+
+func (c *Comm) opErr(w *work, err error) error {
+	return &comm.OpError{Op: w.name, Seq: w.seq, Rank: c.reportRank, Err: err}
+}
+
+// opContext bounds an operation by ctx, the Comm's timeout and its life.
+func (c *Comm) opContext(user context.Context) (context.Context, context.CancelFunc) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if d := c.opts.OpTimeout(); d > 0 {
+		ctx, cancel = context.WithTimeout(user, d)
+	} else {
+		ctx, cancel = context.WithCancel(user)
+	}
+	stop := context.AfterFunc(c.life, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// errLocked is why no operation may start (c.mu held), or nil.
+func (c *Comm) errLocked(name string, seq uint64) error {
+	switch {
+	case c.closed:
+		return &comm.OpError{Op: name, Seq: seq, Rank: c.reportRank, Err: comm.ErrClosed}
+	case c.failed != nil:
+		return &comm.OpError{Op: name, Seq: seq, Rank: c.reportRank, Err: c.failed}
+	}
+	return nil
+}
+
+type launchFn func(h, st, ev C.uintptr_t) C.int
+
+// issue enqueues an operation on t's stream with launch and returns a Work
+// that completes when the stream has done it. release (if not nil) gets the
+// operation's temporary memory back: ok says whether it may be reused.
+func (c *Comm) issue(ctx context.Context, t *tracker, name string, coll bool, launch launchFn, release func(bool)) (comm.Work, error) {
+	if ctx == nil {
+		if release != nil {
+			release(true)
+		}
+		return nil, comm.InvalidArgf("%s: nil context", name)
+	}
+	c.mu.Lock()
+	w, err := c.issueLocked(ctx, t, name, coll, launch, release, nil)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return w.reqs[0], nil
+}
+
+// issueLocked is issue with c.mu held; extra, if not nil, completes with
+// the Work.
+func (c *Comm) issueLocked(ctx context.Context, t *tracker, name string, coll bool, launch launchFn, release func(bool), extra *comm.Request) (*work, error) {
+	if err := c.errLocked(name, 0); err != nil {
+		if release != nil {
+			release(true)
+		}
+		return nil, err
+	}
+	var seq uint64
+	if coll {
+		c.seq++
+		seq = c.seq
+	}
+	w := &work{reqs: []*comm.Request{comm.NewRequest()}, name: name, seq: seq, release: release}
+	if extra != nil {
+		w.reqs = append(w.reqs, extra)
+	}
+	var ev *cuda.Event
+	var err error
+	if n := len(t.events); n > 0 {
+		ev, t.events = t.events[n-1], t.events[:n-1]
+	} else if ev, err = cuda.NewBlockingEvent(c.device); err != nil {
+		err = fmt.Errorf("nccl: %s: %w", name, err)
+	}
+	if err == nil {
+		c.hmu.RLock()
+		r := launch(c.h, C.uintptr_t(t.stream.Handle()), C.uintptr_t(t.legacy.Handle()))
+		err = c.lib.err(name, r, c.h)
+		c.hmu.RUnlock()
+		if err == nil {
+			err = ev.Record(t.stream)
+		}
+	}
+	if err != nil {
+		// The ranks now disagree on what was issued: nothing can be trusted.
+		if release != nil {
+			release(false)
+		}
+		c.failLocked(err)
+		return nil, c.opErr(w, err)
+	}
+	w.ev = ev
+	octx, cancel := c.opContext(ctx)
+	w.cancel = cancel
+	stop := context.AfterFunc(octx, func() { c.expire(w, ctx) })
+	w.stop.Store(&stop)
+	t.pending = append(t.pending, w)
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case c.busy <- struct{}{}:
+	default:
+	}
+	return w, nil
+}
+
+// expire fails the Comm when an operation's context ends before it is done:
+// NCCL cannot cancel one operation, so the communicator is aborted.
+func (c *Comm) expire(w *work, user context.Context) {
+	if w.done.Load() {
+		return
+	}
+	err := c.ctxErr(w.name, user)
+	c.fail(err)
+	w.finish(c.opErr(w, err))
+}
+
+// ctxErr explains why an operation's context ended.
+func (c *Comm) ctxErr(name string, user context.Context) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return comm.ErrClosed
+	case user.Err() != nil:
+		return fmt.Errorf("%w: %s did not finish before its context ended; the NCCL communicator was aborted", user.Err(), name)
+	}
+	return fmt.Errorf("%w: %s did not finish within %v; the NCCL communicator was aborted", comm.ErrTimeout, name, c.opts.OpTimeout())
+}
+
+// watch completes t's works in order as their events complete.
+func (t *tracker) watch() {
+	c := t.c
+	for {
+		c.mu.Lock()
+		var w *work
+		if len(t.pending) > 0 {
+			w = t.pending[0]
+		}
+		c.mu.Unlock()
+		if w == nil {
+			select {
+			case <-t.wake:
+				continue
+			case <-c.life.Done():
+				return
+			}
+		}
+		err := t.await(w)
+		c.mu.Lock()
+		if len(t.pending) == 0 || t.pending[0] != w { // failed meanwhile
+			c.mu.Unlock()
+			continue
+		}
+		t.pending = t.pending[1:]
+		if err == nil {
+			t.events = append(t.events, w.ev)
+		}
+		c.mu.Unlock()
+		if err != nil {
+			c.fail(err)
+		}
+		w.finish(err)
+	}
+}
+
+// spinFor is how long a watcher polls an event before it blocks on it:
+// small operations finish within it, and a blocked wait (an event with
+// cudaEventBlockingSync) costs a thread wake-up, not a spinning core.
+const spinFor = 100 * time.Microsecond
+
+// await waits for w's event: polling it for spinFor, then blocking in the
+// driver. A failure (async error, timeout, Close) aborts the communicator,
+// which ends the work, so the blocked wait always returns.
+func (t *tracker) await(w *work) error {
+	deadline := time.Now().Add(spinFor)
+	for !w.done.Load() {
+		done, err := w.ev.Query()
+		if err != nil {
+			return fmt.Errorf("nccl: %s: %w", w.name, err)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err := w.ev.Synchronize(); err != nil {
+				return fmt.Errorf("nccl: %s: %w", w.name, err)
+			}
+			return nil
+		}
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// monitorEvery is how often NCCL's asynchronous error is checked while
+// operations are pending.
+const monitorEvery = 10 * time.Millisecond
+
+// monitor polls ncclCommGetAsyncError while operations are pending (a lost
+// peer leaves NCCL's kernels waiting forever; the error is how one learns
+// of it) and fails the Comm when there is one.
+func (c *Comm) monitor() {
+	for {
+		select {
+		case <-c.life.Done():
+			return
+		case <-c.busy:
+		}
+		for c.pending() {
+			select {
+			case <-c.life.Done():
+				return
+			case <-time.After(monitorEvery):
+			}
+			if err := c.asyncError(); err != nil {
+				c.fail(err)
+			}
+		}
+	}
+}
+
+func (c *Comm) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.coll.pending) > 0 || c.self != nil && len(c.self.pending) > 0
+}
+
+// asyncError is the communicator's asynchronous error (a failed peer or
+// network), or nil.
+func (c *Comm) asyncError() error {
+	c.hmu.RLock()
+	defer c.hmu.RUnlock()
+	if c.h == 0 {
+		return nil
+	}
+	var res C.int
+	if r := C.gdnc_async_error(c.lib.c, c.h, &res); r != ncclSuccess {
+		return c.lib.err("ncclCommGetAsyncError", r, c.h)
+	}
+	if res == ncclSuccess || res == ncclInProgress {
+		return nil
+	}
+	return fmt.Errorf("nccl: asynchronous error on rank %d: %w", c.reportRank, c.lib.err("communicator", res, c.h))
+}
+
+// abort aborts the NCCL communicator (once): pending work ends.
+func (c *Comm) abort() {
+	c.hmu.Lock()
+	h := c.h
+	c.h = 0
+	c.hmu.Unlock()
+	if h != 0 {
+		C.gdnc_abort(c.lib.c, C.int(c.device), h)
+	}
+}
+
+// fail poisons the Comm with err (the first error wins), aborts the
+// communicator and fails every pending operation.
+func (c *Comm) fail(err error) {
+	c.mu.Lock()
+	c.failLocked(err)
+	c.mu.Unlock()
+}
+
+// failLocked is fail with c.mu held. Later operations see the error at
+// once; the abort and the failing of pending operations run in a goroutine
+// (they may take a while and need no lock).
+func (c *Comm) failLocked(err error) {
+	if c.failed != nil {
+		return
+	}
+	c.failed = err
+	var ws []*work
+	for _, t := range []*tracker{c.coll, c.self} {
+		if t != nil {
+			ws = append(ws, t.pending...)
+			t.pending = nil
+		}
+	}
+	var selfOps []*selfOp
+	for tag, q := range c.selfq {
+		selfOps = append(selfOps, q.ops...)
+		delete(c.selfq, tag)
+	}
+	var chans []*channel
+	for _, ch := range c.chans {
+		chans = append(chans, ch)
+	}
+	parent := c.parent
+	go func() {
+		c.abort()
+		for _, w := range ws {
+			w.finish(c.opErr(w, err)) // release(false): aborted work may still touch its memory
+		}
+		for _, o := range selfOps {
+			o.fail(c, err)
+		}
+		for _, ch := range chans {
+			ch.fail(err)
+		}
+		if parent != nil {
+			parent.fail(err)
+		}
+	}()
+}
+
+// Close aborts the NCCL communicator (which never hangs, unlike its
+// destruction, which waits for the peers), fails pending operations with
+// comm.ErrClosed and closes the sub-groups made by Split. The device memory
+// and streams are released in the background once the device is done with
+// them.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	children := c.children
+	c.children = nil
+	c.mu.Unlock()
+	for _, ch := range children {
+		ch.Close()
+	}
+	c.fail(comm.ErrClosed)
+	c.mu.Lock()
+	var chans []*channel
+	for _, ch := range c.chans {
+		chans = append(chans, ch)
+	}
+	self := c.self
+	c.mu.Unlock()
+	for _, ch := range chans {
+		ch.close()
+	}
+	c.finish()
+	go c.cleanup(self)
+	return nil
+}
+
+// cleanup frees the Comm's device resources once its streams are idle (or
+// leaks them if they never become idle).
+func (c *Comm) cleanup(self *tracker) {
+	ts := []*tracker{c.coll}
+	if self != nil {
+		ts = append(ts, self)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, t := range ts {
+		ev, err := cuda.NewEvent(c.device)
+		if err != nil {
+			return
+		}
+		if err := ev.Record(t.stream); err != nil {
+			return
+		}
+		for {
+			done, err := ev.Query()
+			if err != nil || time.Now().After(deadline) {
+				return
+			}
+			if done {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ev.Destroy()
+	}
+	for _, t := range ts {
+		for _, ev := range t.events {
+			ev.Destroy()
+		}
+		t.legacy.Destroy()
+		t.stream.Destroy()
+	}
+	cuda.Free(c.device, c.scratch)
+	c.devPool.Close()
+	c.hostPool.Close()
+}

@@ -1,0 +1,185 @@
+//go:build cgo
+
+package nccl
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gdist/gdist/gpu/cuda"
+)
+
+// NCCL's result codes that gdist looks at.
+const (
+	ncclSuccess    = 0
+	ncclInProgress = 7
+)
+
+type library struct {
+	c       *C.gdnc_lib
+	path    string
+	version int // e.g. 21903 for 2.19.3
+}
+
+type state struct {
+	lib *library
+	err error
+}
+
+var (
+	loadMu  sync.Mutex
+	current atomic.Pointer[state]
+)
+
+func get() *state {
+	if s := current.Load(); s != nil {
+		return s
+	}
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if s := current.Load(); s != nil {
+		return s
+	}
+	s := load()
+	current.Store(s)
+	return s
+}
+
+// Reload forgets the library loaded so far and loads one again (after
+// cuda.Reload, or after setting EnvLibrary). For tests.
+func Reload() {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	current.Store(load())
+}
+
+func load() *state {
+	if ok, why := cuda.Available(); !ok {
+		return &state{err: fmt.Errorf("%w: no CUDA: %s", ErrUnavailable, why)}
+	}
+	var syms [5]uintptr
+	for i, name := range []string{"cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMemcpyAsync", "cudaLaunchHostFunc"} {
+		p, err := cuda.Symbol(name)
+		if err != nil {
+			return &state{err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
+		}
+		syms[i] = p
+	}
+	names := DefaultLibraries
+	if p := os.Getenv(EnvLibrary); p != "" {
+		names = []string{p}
+	}
+	var tried []string
+	for _, name := range names {
+		cname := C.CString(name)
+		var buf [512]C.char
+		c := C.gdnc_open(cname, C.uintptr_t(syms[0]), C.uintptr_t(syms[1]), C.uintptr_t(syms[2]),
+			C.uintptr_t(syms[3]), C.uintptr_t(syms[4]), &buf[0], C.size_t(len(buf)))
+		C.free(unsafe.Pointer(cname))
+		if c == nil {
+			tried = append(tried, C.GoString(&buf[0]))
+			continue
+		}
+		l := &library{c: c, path: name}
+		var v C.int
+		if r := C.gdnc_version(c, &v); r != 0 {
+			return &state{err: fmt.Errorf("%w: %s loaded, but %v", ErrUnavailable, name, l.err("ncclGetVersion", r, 0))}
+		}
+		l.version = int(v)
+		return &state{lib: l}
+	}
+	msg := "cannot load NCCL (" + strings.Join(tried, "; ") + ")"
+	if os.Getenv(EnvLibrary) == "" {
+		msg += "; set " + EnvLibrary + " to a libnccl.so.2 (the pip package nvidia-nccl-cu12 ships one)"
+	}
+	return &state{err: fmt.Errorf("%w: %s", ErrUnavailable, msg)}
+}
+
+// lib returns the loaded library or why there is none.
+func lib() (*library, error) {
+	s := get()
+	return s.lib, s.err
+}
+
+// err turns a wrapper's result into an error (nil for success).
+func (l *library) err(call string, code C.int, comm C.uintptr_t) error {
+	if code == ncclSuccess {
+		return nil
+	}
+	if code >= C.GDNC_CUDA_ERROR {
+		c := int(code - C.GDNC_CUDA_ERROR)
+		return &cuda.Error{Call: call + " (CUDA runtime call)", Code: c, Msg: cuda.ErrorString(c)}
+	}
+	e := &Error{Call: call, Code: int(code), Msg: C.GoString(C.gdnc_error_string(l.c, code))}
+	e.Last = C.GoString(C.gdnc_last_error(l.c, comm))
+	return e
+}
+
+func (l *library) versionString() string {
+	v := l.version
+	if v >= 10000 {
+		return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
+}
+
+// atLeast reports whether the library is at least version major.minor.
+func (l *library) atLeast(major, minor int) bool {
+	v := l.version
+	var maj, min int
+	if v >= 10000 {
+		maj, min = v/10000, v%10000/100
+	} else {
+		maj, min = v/1000, v%1000/100
+	}
+	return maj > major || maj == major && min >= minor
+}
+
+// Version returns the NCCL version ("2.19.3") and the library's name.
+func Version() (version, path string, err error) {
+	l, err := lib()
+	if err != nil {
+		return "", "", err
+	}
+	return l.versionString(), l.path, nil
+}
+
+// Usable reports whether the nccl backend can run here: a CUDA runtime with
+// at least one device, and libnccl. When not, reason says what is missing.
+func Usable() (ok bool, reason string) {
+	if _, err := lib(); err != nil {
+		return false, strings.TrimPrefix(err.Error(), ErrUnavailable.Error()+": ")
+	}
+	return true, ""
+}
+
+// UsableFor is Usable for a host that runs localSize ranks: NCCL needs one
+// GPU per rank (it refuses two ranks on one GPU).
+func UsableFor(localSize int) (ok bool, reason string) {
+	if ok, why := Usable(); !ok {
+		return false, why
+	}
+	if n := cuda.DeviceCount(); localSize > n {
+		return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); NCCL needs one GPU per rank", localSize, n)
+	}
+	return true, ""
+}
+
+func (l *library) uniqueID() ([]byte, error) {
+	id := make([]byte, 128)
+	if r := C.gdnc_unique_id(l.c, (*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
+		return nil, l.err("ncclGetUniqueId", r, 0)
+	}
+	return id, nil
+}

@@ -1,0 +1,457 @@
+//go:build cgo
+
+package nccl
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/gpu/cuda"
+)
+
+// ncclDataType_t of each comm.DType.
+var ncclTypes = map[comm.DType]C.int{
+	comm.Uint8:    1, // ncclUint8
+	comm.Int32:    2, // ncclInt32
+	comm.Int64:    4, // ncclInt64
+	comm.Float16:  6, // ncclFloat16
+	comm.Float32:  7, // ncclFloat32
+	comm.Float64:  8, // ncclFloat64
+	comm.BFloat16: 9, // ncclBfloat16
+}
+
+// ncclRedOp_t of the arithmetic reductions.
+var ncclOps = map[comm.ReduceOp]C.int{
+	comm.Sum:  0, // ncclSum
+	comm.Prod: 1, // ncclProd
+	comm.Max:  2, // ncclMax
+	comm.Min:  3, // ncclMin
+	comm.Avg:  4, // ncclAvg
+}
+
+func (c *Comm) dtype(name string, dt comm.DType) (C.int, error) {
+	if dt == comm.BFloat16 && !c.lib.atLeast(2, 10) {
+		return 0, fmt.Errorf("%w: %s: bfloat16 needs NCCL 2.10 or later, this is %s", comm.ErrUnsupported, name, c.lib.versionString())
+	}
+	return ncclTypes[dt], nil
+}
+
+func (c *Comm) redop(name string, op comm.ReduceOp) (C.int, error) {
+	if op == comm.Avg && !c.lib.atLeast(2, 10) {
+		return 0, fmt.Errorf("%w: %s: avg needs NCCL 2.10 or later (ncclAvg), this is %s", comm.ErrUnsupported, name, c.lib.versionString())
+	}
+	return ncclOps[op], nil
+}
+
+// checkBuf checks a buffer the operation reads or writes on this rank: well
+// formed and, unless empty, device memory on this rank's device.
+func (c *Comm) checkBuf(name, which string, b comm.Buffer) error {
+	if err := b.Validate(); err != nil {
+		return fmt.Errorf("%s: %s: %w", name, which, err)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if !b.IsDevice() {
+		return comm.InvalidArgf("%s: %s is host memory; this Comm takes device buffers on cuda:%d "+
+			"(the Comm that comm.New(ctx, \"nccl\", cfg) returns takes host buffers too)", name, which, c.device)
+	}
+	if _, dev := b.Device(); dev != c.device {
+		return comm.InvalidArgf("%s: %s is on cuda:%d, but this rank's communicator is on cuda:%d", name, which, dev, c.device)
+	}
+	if err := cuda.CheckDevice(b); err != nil {
+		return fmt.Errorf("%s: %s: %w", name, which, err)
+	}
+	return nil
+}
+
+func (c *Comm) checkRoot(name string, root int) error {
+	if root < 0 || root >= c.size {
+		return comm.InvalidArgf("%s: root %d out of range [0, %d)", name, root, c.size)
+	}
+	return nil
+}
+
+// dptr is b's device address (0 for an empty buffer, whose memory is never
+// touched).
+func dptr(b comm.Buffer) C.uintptr_t {
+	if b.Len() == 0 {
+		return 0
+	}
+	p, _ := b.Device()
+	return C.uintptr_t(p)
+}
+
+// overlap reports whether device buffers a and b share memory.
+func overlap(a, b comm.Buffer) bool {
+	if a.Len() == 0 || b.Len() == 0 || !a.IsDevice() || !b.IsDevice() {
+		return false
+	}
+	pa, da := a.Device()
+	pb, db := b.Device()
+	return da == db && pa < pb+uintptr(b.Bytes()) && pb < pa+uintptr(a.Bytes())
+}
+
+// checkPair checks dst/src of an op where big is n times small, allowing
+// only the in-place alias (small is big's slice for slot).
+func (c *Comm) checkPair(name string, big, small comm.Buffer, bigName, smallName string, n, slot int) error {
+	if err := c.checkBuf(name, bigName, big); err != nil {
+		return err
+	}
+	if err := c.checkBuf(name, smallName, small); err != nil {
+		return err
+	}
+	if big.DType() != small.DType() {
+		return comm.InvalidArgf("%s: %s is %v but %s is %v", name, bigName, big.DType(), smallName, small.DType())
+	}
+	if big.Len() != n*small.Len() {
+		return comm.InvalidArgf("%s: %s has %d elements, want %d (%d ranks x %d)", name, bigName, big.Len(), n*small.Len(), n, small.Len())
+	}
+	k := small.Len()
+	if overlap(big, small) && !comm.Same(big.Slice(slot*k, (slot+1)*k), small) {
+		return comm.InvalidArgf("%s: %s and %s overlap; only the in-place alias (%s = %s's slice for rank %d) is allowed", name, bigName, smallName, smallName, bigName, slot)
+	}
+	return nil
+}
+
+// empty issues an operation that moves no data: it still completes in
+// order.
+func (c *Comm) empty(ctx context.Context, name string) (comm.Work, error) {
+	return c.issue(ctx, c.coll, name, true, func(_, st, ev C.uintptr_t) C.int {
+		return C.gdnc_no_op(c.lib.c, C.int(c.device), st, ev)
+	}, nil)
+}
+
+// AllReduce: see comm.Comm. In place (ncclAllReduce with sendbuff ==
+// recvbuff). BAnd, BOr and BXor, which NCCL lacks, all-gather the inputs and
+// combine them on the host (see bitwise).
+func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp) (comm.Work, error) {
+	const name = "all_reduce"
+	if err := c.checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if err := comm.CheckReduce(buf.DType(), op); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if op.Bitwise() {
+		return c.bitwise(ctx, name, buf, buf, op, -1, false)
+	}
+	dt, err := c.dtype(name, buf.DType())
+	if err != nil {
+		return nil, err
+	}
+	nop, err := c.redop(name, op)
+	if err != nil {
+		return nil, err
+	}
+	if buf.Len() == 0 {
+		return c.empty(ctx, name)
+	}
+	p, n := dptr(buf), C.size_t(buf.Len())
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_all_reduce(c.lib.c, C.int(c.device), st, ev, h, p, p, n, dt, nop)
+	}, nil)
+}
+
+// Broadcast: see comm.Comm (ncclBroadcast, in place).
+func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.Work, error) {
+	const name = "broadcast"
+	if err := c.checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	dt, err := c.dtype(name, buf.DType())
+	if err != nil {
+		return nil, err
+	}
+	if buf.Len() == 0 {
+		return c.empty(ctx, name)
+	}
+	p, n := dptr(buf), C.size_t(buf.Len())
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_broadcast(c.lib.c, C.int(c.device), st, ev, h, p, p, n, dt, C.int(root))
+	}, nil)
+}
+
+// Reduce: see comm.Comm (ncclReduce, in place; other ranks' buffers are only
+// read).
+func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp, root int) (comm.Work, error) {
+	const name = "reduce"
+	if err := c.checkBuf(name, "buf", buf); err != nil {
+		return nil, err
+	}
+	if err := comm.CheckReduce(buf.DType(), op); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	if op.Bitwise() {
+		return c.bitwise(ctx, name, buf, buf, op, root, false)
+	}
+	dt, err := c.dtype(name, buf.DType())
+	if err != nil {
+		return nil, err
+	}
+	nop, err := c.redop(name, op)
+	if err != nil {
+		return nil, err
+	}
+	if buf.Len() == 0 {
+		return c.empty(ctx, name)
+	}
+	p, n := dptr(buf), C.size_t(buf.Len())
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_reduce(c.lib.c, C.int(c.device), st, ev, h, p, p, n, dt, nop, C.int(root))
+	}, nil)
+}
+
+// AllGather: see comm.Comm (ncclAllGather; NCCL's in-place form is ours).
+func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
+	const name = "all_gather"
+	if err := c.checkPair(name, dst, src, "dst", "src", c.size, c.rank); err != nil {
+		return nil, err
+	}
+	dt, err := c.dtype(name, src.DType())
+	if err != nil {
+		return nil, err
+	}
+	if src.Len() == 0 {
+		return c.empty(ctx, name)
+	}
+	s, d, n := dptr(src), dptr(dst), C.size_t(src.Len())
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_all_gather(c.lib.c, C.int(c.device), st, ev, h, s, d, n, dt)
+	}, nil)
+}
+
+// ReduceScatter: see comm.Comm (ncclReduceScatter; NCCL's in-place form is
+// ours).
+func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buffer, op comm.ReduceOp) (comm.Work, error) {
+	const name = "reduce_scatter"
+	if err := c.checkPair(name, src, dst, "src", "dst", c.size, c.rank); err != nil {
+		return nil, err
+	}
+	if err := comm.CheckReduce(src.DType(), op); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if op.Bitwise() {
+		return c.bitwise(ctx, name, dst, src, op, -1, true)
+	}
+	dt, err := c.dtype(name, src.DType())
+	if err != nil {
+		return nil, err
+	}
+	nop, err := c.redop(name, op)
+	if err != nil {
+		return nil, err
+	}
+	if dst.Len() == 0 {
+		return c.empty(ctx, name)
+	}
+	s, d, n := dptr(src), dptr(dst), C.size_t(dst.Len())
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_reduce_scatter(c.lib.c, C.int(c.device), st, ev, h, s, d, n, dt, nop)
+	}, nil)
+}
+
+// group issues ops (grouped ncclSend/ncclRecv and device copies) as one
+// collective.
+func (c *Comm) group(ctx context.Context, name string, ops []C.gdnc_p2p) (comm.Work, error) {
+	if len(ops) == 0 {
+		return c.empty(ctx, name)
+	}
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_group(c.lib.c, C.int(c.device), st, ev, h, &ops[0], C.int(len(ops)))
+	}, nil)
+}
+
+func p2pOp(send bool, b comm.Buffer, peer int, dt C.int) C.gdnc_p2p {
+	kind := C.int(1)
+	if send {
+		kind = 0
+	}
+	return C.gdnc_p2p{kind: kind, peer: C.int(peer), dt: dt, buf: dptr(b), count: C.size_t(b.Len())}
+}
+
+func copyOp(dst, src comm.Buffer) C.gdnc_p2p {
+	return C.gdnc_p2p{kind: 2, buf: dptr(dst), src: dptr(src), bytes: C.size_t(dst.Bytes())}
+}
+
+// Gather: see comm.Comm. NCCL has no gather: the root receives from every
+// rank in one group of ncclRecv, the others ncclSend.
+func (c *Comm) Gather(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
+	const name = "gather"
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	if c.rank == root {
+		if err := c.checkPair(name, dst, src, "dst", "src", c.size, c.rank); err != nil {
+			return nil, err
+		}
+	} else if err := c.checkBuf(name, "src", src); err != nil {
+		return nil, err
+	}
+	dt, err := c.dtype(name, src.DType())
+	if err != nil {
+		return nil, err
+	}
+	k := src.Len()
+	var ops []C.gdnc_p2p
+	if k > 0 {
+		if c.rank != root {
+			ops = append(ops, p2pOp(true, src, root, dt))
+		} else {
+			for p := 0; p < c.size; p++ {
+				part := dst.Slice(p*k, (p+1)*k)
+				switch {
+				case p != root:
+					ops = append(ops, p2pOp(false, part, p, dt))
+				case !comm.Same(part, src):
+					ops = append(ops, copyOp(part, src))
+				}
+			}
+		}
+	}
+	return c.group(ctx, name, ops)
+}
+
+// Scatter: see comm.Comm. NCCL has no scatter: the root sends every rank its
+// part in one group of ncclSend, the others ncclRecv.
+func (c *Comm) Scatter(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
+	const name = "scatter"
+	if err := c.checkRoot(name, root); err != nil {
+		return nil, err
+	}
+	if c.rank == root {
+		if err := c.checkPair(name, src, dst, "src", "dst", c.size, c.rank); err != nil {
+			return nil, err
+		}
+	} else if err := c.checkBuf(name, "dst", dst); err != nil {
+		return nil, err
+	}
+	dt, err := c.dtype(name, dst.DType())
+	if err != nil {
+		return nil, err
+	}
+	k := dst.Len()
+	var ops []C.gdnc_p2p
+	if k > 0 {
+		if c.rank != root {
+			ops = append(ops, p2pOp(false, dst, root, dt))
+		} else {
+			for p := 0; p < c.size; p++ {
+				part := src.Slice(p*k, (p+1)*k)
+				switch {
+				case p != root:
+					ops = append(ops, p2pOp(true, part, p, dt))
+				case !comm.Same(part, dst):
+					ops = append(ops, copyOp(dst, part))
+				}
+			}
+		}
+	}
+	return c.group(ctx, name, ops)
+}
+
+// AllToAll: see comm.Comm. NCCL has no all-to-all: one group of ncclSend and
+// ncclRecv with every other rank, and a device copy for this rank's part.
+func (c *Comm) AllToAll(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
+	const name = "all_to_all"
+	if err := c.checkBuf(name, "dst", dst); err != nil {
+		return nil, err
+	}
+	if err := c.checkBuf(name, "src", src); err != nil {
+		return nil, err
+	}
+	if dst.DType() != src.DType() || dst.Len() != src.Len() {
+		return nil, comm.InvalidArgf("%s: dst is %v and src is %v; they must have the same dtype and length", name, dst, src)
+	}
+	if src.Len()%c.size != 0 {
+		return nil, comm.InvalidArgf("%s: length %d is not a multiple of the group size %d", name, src.Len(), c.size)
+	}
+	if overlap(dst, src) {
+		return nil, comm.InvalidArgf("%s: dst and src overlap", name)
+	}
+	dt, err := c.dtype(name, src.DType())
+	if err != nil {
+		return nil, err
+	}
+	k := src.Len() / c.size
+	var ops []C.gdnc_p2p
+	if k > 0 {
+		for p := 0; p < c.size; p++ {
+			s, d := src.Slice(p*k, (p+1)*k), dst.Slice(p*k, (p+1)*k)
+			if p == c.rank {
+				ops = append(ops, copyOp(d, s))
+				continue
+			}
+			ops = append(ops, p2pOp(true, s, p, dt), p2pOp(false, d, p, dt))
+		}
+	}
+	return c.group(ctx, name, ops)
+}
+
+// Barrier: see comm.Comm (an all-reduce of one element).
+func (c *Comm) Barrier(ctx context.Context) (comm.Work, error) {
+	p := C.uintptr_t(c.scratch)
+	return c.issue(ctx, c.coll, "barrier", true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_all_reduce(c.lib.c, C.int(c.device), st, ev, h, p, p, 1, ncclTypes[comm.Float32], ncclOps[comm.Sum])
+	}, nil)
+}
+
+// bitwise does BAnd, BOr or BXor, which NCCL lacks, exactly: the inputs are
+// all-gathered into device memory, copied to pinned host memory, combined
+// there by a host function queued on the stream (cudaLaunchHostFunc), and
+// the result is copied into out; all in stream order, so the Work still
+// completes in order. It costs Size() times the memory and traffic of a
+// native reduction. src is all-reduced (scatter: this rank's part of it goes
+// to out); with root >= 0 only the root writes out.
+func (c *Comm) bitwise(ctx context.Context, name string, out, src comm.Buffer, op comm.ReduceOp, root int, scatter bool) (comm.Work, error) {
+	if !cuda.HasHostFunc() {
+		return nil, fmt.Errorf("%w: %s %v: NCCL has no bitwise reductions, and the host step needs cudaLaunchHostFunc (CUDA 10 or later)", comm.ErrUnsupported, name, op)
+	}
+	bytes := src.Bytes()
+	if bytes == 0 {
+		return c.empty(ctx, name)
+	}
+	n := c.size
+	off, ln := 0, bytes
+	if scatter {
+		ln = out.Bytes()
+		off = c.rank * ln
+	}
+	tmp, err := c.devPool.Get(n * bytes)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: %s: %w", name, err)
+	}
+	pin, err := c.hostPool.Get(n * bytes)
+	if err != nil {
+		c.devPool.Put(tmp)
+		return nil, fmt.Errorf("nccl: %s: %w", name, err)
+	}
+	var outp C.uintptr_t
+	if root < 0 || root == c.rank {
+		outp = dptr(out)
+	}
+	bop := map[comm.ReduceOp]C.int{comm.BAnd: 0, comm.BOr: 1, comm.BXor: 2}[op]
+	release := func(ok bool) {
+		if ok {
+			c.devPool.Put(tmp)
+			c.hostPool.Put(pin)
+		}
+	}
+	s := dptr(src)
+	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_bitwise(c.lib.c, C.int(c.device), st, ev, h, s, C.size_t(bytes), C.uintptr_t(tmp.Ptr),
+			C.uintptr_t(pin.Ptr), C.int(n), bop, C.size_t(off), C.size_t(ln), outp)
+	}, release)
+}

@@ -1,0 +1,94 @@
+//go:build cgo
+
+// The NCCL entry points gdist calls, re-declared so that the package builds
+// without nccl.h, and loaded with dlopen at run time. Values (nccl.h, NCCL 2.x):
+//
+//   ncclResult_t:   ncclSuccess = 0, ncclUnhandledCudaError = 1,
+//                   ncclSystemError = 2, ncclInternalError = 3,
+//                   ncclInvalidArgument = 4, ncclInvalidUsage = 5,
+//                   ncclRemoteError = 6 (2.12+), ncclInProgress = 7 (2.14+,
+//                   non-blocking communicators only).
+//   ncclDataType_t: ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2,
+//                   ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
+//                   ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8,
+//                   ncclBfloat16 = 9 (2.10+, CUDA 11+).
+//   ncclRedOp_t:    ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3,
+//                   ncclAvg = 4 (2.10+).
+//   ncclUniqueId:   struct { char internal[128]; }, passed by value to
+//                   ncclCommInitRank.
+//   ncclGetVersion: X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+//
+// Every wrapper returns an ncclResult_t, or GDNC_CUDA_ERROR + a cudaError_t
+// when one of the CUDA runtime calls around the NCCL call failed.
+#ifndef GDIST_NCCL_SHIM_H
+#define GDIST_NCCL_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GDNC_CUDA_ERROR 100000
+
+typedef struct {
+	char internal[128];
+} gdnc_uid;
+
+typedef struct gdnc_lib {
+	void *handle;
+	int (*getVersion)(int *);
+	int (*getUniqueId)(gdnc_uid *);
+	int (*commInitRank)(void **, int, gdnc_uid, int);
+	int (*commAbort)(void *);
+	int (*commGetAsyncError)(void *, int *);
+	const char *(*getErrorString)(int);
+	const char *(*getLastError)(void *); /* optional (2.13+) */
+	int (*allReduce)(const void *, void *, size_t, int, int, void *, void *);
+	int (*broadcast)(const void *, void *, size_t, int, int, void *, void *);
+	int (*reduce)(const void *, void *, size_t, int, int, int, void *, void *);
+	int (*allGather)(const void *, void *, size_t, int, void *, void *);
+	int (*reduceScatter)(const void *, void *, size_t, int, int, void *, void *);
+	int (*send)(const void *, size_t, int, int, void *, void *);
+	int (*recv)(void *, size_t, int, int, void *, void *);
+	int (*groupStart)(void);
+	int (*groupEnd)(void);
+	/* from the CUDA runtime that gpu/cuda loaded */
+	int (*setDevice)(int);
+	int (*eventRecord)(void *, void *);
+	int (*streamWaitEvent)(void *, void *, unsigned int);
+	int (*memcpyAsync)(void *, const void *, size_t, int, void *);
+	int (*launchHostFunc)(void *, void (*)(void *), void *); /* optional */
+} gdnc_lib;
+
+/* One operation of a grouped launch. kind: 0 send, 1 recv, 2 device copy
+   (bytes from src to buf on the stream). */
+typedef struct {
+	int kind, peer, dt;
+	uintptr_t buf, src;
+	size_t count, bytes;
+} gdnc_p2p;
+
+gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord, uintptr_t streamWaitEvent,
+		    uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen);
+const char *gdnc_error_string(gdnc_lib *l, int code);
+const char *gdnc_last_error(gdnc_lib *l, uintptr_t comm);
+int gdnc_version(gdnc_lib *l, int *v);
+int gdnc_unique_id(gdnc_lib *l, char *out128);
+int gdnc_init(gdnc_lib *l, int dev, uintptr_t *comm, int n, const char *id128, int rank);
+int gdnc_abort(gdnc_lib *l, int dev, uintptr_t comm);
+int gdnc_async_error(gdnc_lib *l, uintptr_t comm, int *res);
+
+int gdnc_all_reduce(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, uintptr_t recv,
+		    size_t count, int dt, int op);
+int gdnc_broadcast(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, uintptr_t recv,
+		   size_t count, int dt, int root);
+int gdnc_reduce(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, uintptr_t recv,
+		size_t count, int dt, int op, int root);
+int gdnc_all_gather(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, uintptr_t recv,
+		    size_t sendcount, int dt);
+int gdnc_reduce_scatter(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send,
+			uintptr_t recv, size_t recvcount, int dt, int op);
+int gdnc_group(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, gdnc_p2p *ops, int n);
+int gdnc_bitwise(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, size_t bytes,
+		 uintptr_t tmp, uintptr_t pinned, int nranks, int op, size_t off, size_t len, uintptr_t out);
+int gdnc_no_op(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev);
+
+#endif

@@ -1,0 +1,30 @@
+// Package staging lets a backend take buffers of the memory kind it cannot
+// address, by copying them through memory it can:
+//
+//   - Wrap(c) gives a host backend (inproc, tcp, shm) device buffers: inputs
+//     are copied from the device into pinned host memory when the operation
+//     is issued, the backend runs on the host copies, and outputs are copied
+//     back to the device before the Work completes. Several ranks can share
+//     one GPU this way, which NCCL refuses.
+//   - WrapDevice(c, dev) gives a device backend (nccl) host buffers, through
+//     memory on dev.
+//
+// Buffers of the kind the backend takes pass straight through, so a wrapped
+// Comm costs nothing for them. Only what the operation reads on this rank is
+// copied in and only what it writes is copied out (a broadcast root copies
+// in, the others copy out). Buffers that overlap are staged in one region,
+// so the wrapped Comm sees the same aliasing and applies its own in-place
+// rules. Staging memory comes from a cache (CacheBytes per world Comm,
+// shared with its sub-groups). Collectives complete in issue order, as the
+// comm.Comm contract requires.
+//
+// Device memory is read when the operation is issued and written before its
+// Work completes, with synchronous copies on the legacy default stream: work
+// the caller queued on that stream (or on blocking streams) before issuing
+// is seen; work on other streams must be synchronized by the caller first.
+//
+// Importing this package registers a comm.Adapter: when CUDA is available,
+// comm.New wraps the Comm of every backend that does not take device buffers
+// itself (see DeviceCapable) with Wrap. Without CUDA nothing is wrapped, and
+// the host backends refuse device buffers with ErrInvalidArgument.
+package staging

@@ -1,0 +1,103 @@
+package cuda
+
+import (
+	"github.com/gdist/gdist/comm"
+)
+
+// NewBuffer allocates n elements of dt on device and returns a comm.Buffer
+// that describes them (comm.DeviceBuffer). The memory is not initialized.
+// Free it with FreeBuffer. A zero-length buffer still gets a (one-element)
+// allocation, so that it is a device buffer.
+func NewBuffer(device int, dt comm.DType, n int) (comm.Buffer, error) {
+	if !dt.Valid() {
+		return comm.Buffer{}, comm.InvalidArgf("cuda: NewBuffer: unsupported dtype %v", dt)
+	}
+	if n < 0 {
+		return comm.Buffer{}, comm.InvalidArgf("cuda: NewBuffer: negative length %d", n)
+	}
+	p, err := Malloc(device, max(n, 1)*dt.Size())
+	if err != nil {
+		return comm.Buffer{}, err
+	}
+	return comm.DeviceBuffer(p, device, dt, n), nil
+}
+
+// FreeBuffer releases a buffer from NewBuffer.
+func FreeBuffer(b comm.Buffer) error {
+	if !b.IsDevice() {
+		return comm.InvalidArgf("cuda: FreeBuffer of %v, which is not device memory", b)
+	}
+	ptr, dev := b.Device()
+	return Free(dev, ptr)
+}
+
+// Copy copies src into dst, each host or device memory, with cudaMemcpy: it
+// returns once the data is in place (for host-to-device copies: once the
+// source may be reused and later work on the default stream will see the
+// data). dst and src must have the same dtype and length.
+func Copy(dst, src comm.Buffer) error {
+	if dst.DType() != src.DType() || dst.Len() != src.Len() {
+		return comm.InvalidArgf("cuda: Copy from %v to %v: dtypes and lengths must match", src, dst)
+	}
+	n := dst.Bytes()
+	if n == 0 {
+		return nil
+	}
+	switch {
+	case dst.IsDevice() && src.IsDevice():
+		dp, dd := dst.Device()
+		sp, _ := src.Device()
+		return CopyDtoD(dd, dp, sp, n)
+	case dst.IsDevice():
+		dp, dd := dst.Device()
+		return CopyHtoD(dd, dp, src.Host())
+	case src.IsDevice():
+		sp, sd := src.Device()
+		return CopyDtoH(sd, dst.Host(), sp)
+	}
+	copy(dst.Host(), src.Host())
+	return nil
+}
+
+// Upload returns a new device buffer on device holding a copy of host
+// buffer src (free it with FreeBuffer).
+func Upload(device int, src comm.Buffer) (comm.Buffer, error) {
+	if src.IsDevice() {
+		return comm.Buffer{}, comm.InvalidArgf("cuda: Upload of %v, which is already device memory", src)
+	}
+	d, err := NewBuffer(device, src.DType(), src.Len())
+	if err != nil {
+		return comm.Buffer{}, err
+	}
+	if err := Copy(d, src); err != nil {
+		FreeBuffer(d)
+		return comm.Buffer{}, err
+	}
+	return d, nil
+}
+
+// CheckDevice returns an error wrapping comm.ErrInvalidArgument unless b is
+// device memory that CUDA knows, on the device b names.
+func CheckDevice(b comm.Buffer) error {
+	if !b.IsDevice() {
+		return comm.InvalidArgf("%v is not device memory", b)
+	}
+	ptr, dev := b.Device()
+	if n := DeviceCount(); dev < 0 || dev >= n {
+		return comm.InvalidArgf("%v names device %d, but there are %d CUDA device(s)", b, dev, n)
+	}
+	typ, pdev, err := PointerInfo(ptr)
+	if err != nil {
+		return comm.InvalidArgf("%v at %#x: %v", b, ptr, err)
+	}
+	switch typ {
+	case DeviceMemory:
+		if pdev != dev {
+			return comm.InvalidArgf("%v at %#x: the memory is on cuda:%d", b, ptr, pdev)
+		}
+	case Managed:
+	default:
+		return comm.InvalidArgf("%v at %#x is %v, not device memory", b, ptr, typ)
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+//go:build cgo
+
+package cuda
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+type library struct {
+	c       *C.gdcu_lib
+	path    string
+	devices int
+	driver  int // cudaDriverGetVersion, e.g. 12040
+	runtime int // cudaRuntimeGetVersion
+}
+
+// state is what one load attempt found: a library (possibly with no
+// devices) and, when CUDA is not usable, why.
+type state struct {
+	lib    *library
+	reason string // "" when usable
+}
+
+var (
+	loadMu  sync.Mutex
+	current atomic.Pointer[state]
+)
+
+func get() *state {
+	if s := current.Load(); s != nil {
+		return s
+	}
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if s := current.Load(); s != nil {
+		return s
+	}
+	s := load()
+	current.Store(s)
+	return s
+}
+
+// Reload forgets the library loaded so far (it stays mapped: unloading the
+// CUDA runtime is unsafe) and loads one again, reading EnvLibrary anew. It is
+// meant for tests and for programs that set EnvLibrary after start; memory,
+// streams and events from the previous library must not be used with the
+// new one.
+func Reload() {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	current.Store(load())
+}
+
+func load() *state {
+	names := DefaultLibraries
+	if p := os.Getenv(EnvLibrary); p != "" {
+		names = []string{p}
+	}
+	var tried []string
+	for _, name := range names {
+		cname := C.CString(name)
+		var buf [512]C.char
+		c := C.gdcu_open(cname, &buf[0], C.size_t(len(buf)))
+		C.free(unsafe.Pointer(cname))
+		if c == nil {
+			tried = append(tried, C.GoString(&buf[0]))
+			continue
+		}
+		l := &library{c: c, path: name}
+		var drv, rt C.int
+		C.gdcu_versions(c, &drv, &rt)
+		l.driver, l.runtime = int(drv), int(rt)
+		var n C.int
+		if e := C.gdcu_device_count(c, &n); e != 0 {
+			return &state{lib: l, reason: fmt.Sprintf("%s loaded, but %v", name, l.err("cudaGetDeviceCount", e))}
+		}
+		l.devices = int(n)
+		if l.devices == 0 {
+			return &state{lib: l, reason: name + " loaded, but it reports no CUDA device"}
+		}
+		return &state{lib: l}
+	}
+	reason := "cannot load the CUDA runtime (" + strings.Join(tried, "; ") + ")"
+	if os.Getenv(EnvLibrary) == "" {
+		reason += "; set " + EnvLibrary + " to a libcudart.so (the pip package nvidia-cuda-runtime-cu12 ships one)"
+	}
+	if C.gdcu_driver_present() != 0 {
+		reason += "; the NVIDIA driver (libcuda.so.1) is present"
+	} else {
+		reason += "; no NVIDIA driver (libcuda.so.1) either"
+	}
+	return &state{reason: reason}
+}
+
+func (l *library) err(call string, code C.int) error {
+	if code == 0 {
+		return nil
+	}
+	return &Error{Call: call, Code: int(code),
+		Name: C.GoString(C.gdcu_error_name(l.c, code)),
+		Msg:  C.GoString(C.gdcu_error_string(l.c, code))}
+}
+
+// lib returns the loaded library, or an error wrapping ErrUnavailable.
+func lib() (*library, error) {
+	s := get()
+	if s.lib == nil || s.lib.devices == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, s.reason)
+	}
+	return s.lib, nil
+}
+
+// Available reports whether a CUDA runtime is loaded and sees at least one
+// device; when not, reason says why (which libraries were tried, what the
+// runtime said).
+func Available() (ok bool, reason string) {
+	s := get()
+	return s.reason == "", s.reason
+}
+
+// DeviceCount is the number of CUDA devices (0 when CUDA is unavailable).
+func DeviceCount() int {
+	s := get()
+	if s.lib == nil {
+		return 0
+	}
+	return s.lib.devices
+}
+
+// Info describes the loaded runtime in one line for logs: library, runtime
+// and driver versions and the devices' PCI bus ids; or why CUDA is not
+// available.
+func Info() string {
+	s := get()
+	if s.reason != "" {
+		return "no CUDA: " + s.reason
+	}
+	l := s.lib
+	var ids []string
+	for d := 0; d < l.devices; d++ {
+		id, err := PCIBusID(d)
+		if err != nil {
+			id = "?"
+		}
+		ids = append(ids, id)
+	}
+	return fmt.Sprintf("%s (runtime %s, driver %s), %d device(s): %s", l.path,
+		version(l.runtime), version(l.driver), l.devices, strings.Join(ids, " "))
+}
+
+// ErrorString is the runtime's description of a cudaError_t value.
+func ErrorString(code int) string {
+	s := get()
+	if s.lib == nil {
+		return fmt.Sprintf("cudaError %d", code)
+	}
+	return C.GoString(C.gdcu_error_string(s.lib.c, C.int(code)))
+}
+
+// Symbol returns the address of a function of the loaded CUDA runtime (0 if
+// it has none), for packages such as comm/nccl that call the runtime from
+// their own C code.
+func Symbol(name string) (uintptr, error) {
+	l, err := lib()
+	if err != nil {
+		return 0, err
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	return uintptr(C.gdcu_sym(l.c, cname)), nil
+}
+
+// PCIBusID returns the PCI bus id of device ("0000:3b:00.0").
+func PCIBusID(device int) (string, error) {
+	l, err := lib()
+	if err != nil {
+		return "", err
+	}
+	var buf [64]C.char
+	if e := C.gdcu_pci_bus_id(l.c, C.int(device), &buf[0], C.int(len(buf))); e != 0 {
+		return "", l.err("cudaDeviceGetPCIBusId", e)
+	}
+	return C.GoString(&buf[0]), nil
+}

@@ -1,0 +1,22 @@
+// Package cudafake lets the GPU code of gdist be tested where there is no
+// GPU (CI has none). It compiles a fake CUDA runtime and a fake NCCL
+// (testdata/fakecuda.c, embedded in this package) with the C compiler into a
+// shared library, and points the loaders of gpu/cuda and comm/nccl at it.
+//
+// The fake is strict: "device" memory sits at addresses that host code cannot
+// dereference, every copy is checked against its allocation's bounds and its
+// cudaMemcpyKind, async copies must use pinned memory, streams run their work
+// on their own threads, and NCCL communicators of one process match
+// collectives by launch order (ranks being goroutines). See the C file's
+// header for the details and its environment variables.
+//
+// A test package opts in with
+//
+//	func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
+//
+// Main chooses the mode once: "real" when a CUDA runtime with a device is
+// found (the tests then run on the GPU), else "fake" when the fake builds,
+// else "none". $GDIST_CUDA_TEST=fake forces the fake, =real forbids it.
+// Tests call RequireCUDA (real or fake), RequireReal or RequireFake, which
+// skip with the reason ("no CUDA: ...") when the mode does not fit.
+package cudafake

@@ -1,0 +1,1554 @@
+// fakecuda.c: a fake CUDA runtime and a fake NCCL in one shared library, for
+// gdist's tests on machines without a GPU (package gpu/cudafake builds it).
+// It implements exactly the entry points gdist loads, with the real
+// libraries' signatures, enum values and error codes, and it is strict where
+// the real ones would crash, corrupt memory or only be slow:
+//
+//   - "Device" memory lives at addresses from 0xd000000000000000 up, which no
+//     host code can dereference; each allocation has its own 64 GiB slot, so
+//     every copy is checked against the allocation's bounds, and freed
+//     memory is never handed out again. New allocations hold 0xa5 bytes.
+//   - Copies are checked against their cudaMemcpyKind; async copies must use
+//     pinned host memory (cudaHostAlloc); work queued on a stream must come
+//     from its device.
+//   - Streams are queues run by one thread each; events complete when their
+//     stream reaches them. The legacy default stream runs work at once,
+//     after the blocking streams of the device drain.
+//   - NCCL: communicators of one unique id are ranks of one process
+//     (threads or goroutines); collectives match by launch order and the
+//     last rank to arrive performs the whole collective; point-to-point
+//     messages match in order per (sender, receiver). Mismatched
+//     collectives set ncclInvalidUsage as the async error (real NCCL would
+//     hang or corrupt). Two ranks on one device are refused ("Duplicate GPU"),
+//     as real NCCL does, unless FAKE_NCCL_ALLOW_SHARED_GPU=1.
+//
+// Environment: FAKE_CUDA_DEVICES (number of devices, default 1; 0 means
+// none), FAKE_CUDA_VERBOSE=1 (explain every error on stderr),
+// FAKE_NCCL_VERSION (default 21903, i.e. 2.19.3), FAKE_NCCL_INIT_TIMEOUT_MS
+// (default 30000), FAKE_NCCL_FAIL_AFTER=k (a communicator created while it
+// is set reports ncclRemoteError at its k-th collective, counted from 0, and
+// that collective hangs until the communicator is aborted).
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+static void warnf(const char *fmt, ...) {
+	const char *v = getenv("FAKE_CUDA_VERBOSE");
+	if (!v || !*v || *v == '0') return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "fakecuda: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+/* ======================== CUDA runtime ======================== */
+
+enum {
+	cudaSuccess = 0,
+	cudaErrorInvalidValue = 1,
+	cudaErrorMemoryAllocation = 2,
+	cudaErrorNoDevice = 100,
+	cudaErrorInvalidDevice = 101,
+	cudaErrorInvalidResourceHandle = 400,
+	cudaErrorNotReady = 600,
+};
+
+static __thread int last_error;
+static __thread int cur_dev;
+
+static int seterr(int e) {
+	if (e != cudaSuccess && e != cudaErrorNotReady) last_error = e;
+	return e;
+}
+
+static int ndevices(void) {
+	const char *s = getenv("FAKE_CUDA_DEVICES");
+	if (!s || !*s) return 1;
+	return atoi(s);
+}
+
+API int cudaGetDeviceCount(int *n) {
+	int d = ndevices();
+	if (d <= 0) {
+		*n = 0;
+		return seterr(cudaErrorNoDevice);
+	}
+	*n = d;
+	return cudaSuccess;
+}
+
+API int cudaSetDevice(int d) {
+	if (d < 0 || d >= ndevices()) {
+		warnf("cudaSetDevice(%d): there are %d devices", d, ndevices());
+		return seterr(cudaErrorInvalidDevice);
+	}
+	cur_dev = d;
+	return cudaSuccess;
+}
+
+API int cudaGetDevice(int *d) {
+	*d = cur_dev;
+	return cudaSuccess;
+}
+
+API int cudaDriverGetVersion(int *v) {
+	*v = 12040;
+	return cudaSuccess;
+}
+
+API int cudaRuntimeGetVersion(int *v) {
+	*v = 12010;
+	return cudaSuccess;
+}
+
+API int cudaDeviceGetPCIBusId(char *buf, int len, int dev) {
+	if (dev < 0 || dev >= ndevices()) return seterr(cudaErrorInvalidDevice);
+	snprintf(buf, len, "0000:%02x:00.0", dev + 1);
+	return cudaSuccess;
+}
+
+API int cudaGetLastError(void) {
+	int e = last_error;
+	last_error = 0;
+	return e;
+}
+
+API const char *cudaGetErrorString(int e) {
+	switch (e) {
+	case cudaSuccess: return "no error";
+	case cudaErrorInvalidValue: return "invalid argument";
+	case cudaErrorMemoryAllocation: return "out of memory";
+	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+	case cudaErrorInvalidDevice: return "invalid device ordinal";
+	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+	case cudaErrorNotReady: return "device not ready";
+	}
+	return "unrecognized error code";
+}
+
+API const char *cudaGetErrorName(int e) {
+	switch (e) {
+	case cudaSuccess: return "cudaSuccess";
+	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+	case cudaErrorNoDevice: return "cudaErrorNoDevice";
+	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+	case cudaErrorNotReady: return "cudaErrorNotReady";
+	}
+	return "cudaErrorUnknown";
+}
+
+/* ---- memory ---- */
+
+#define DEV_BASE 0xd000000000000000ULL
+#define SLOT_BITS 36
+#define SLOT_MASK ((1ULL << SLOT_BITS) - 1)
+
+typedef struct {
+	unsigned char *mem;
+	size_t size;
+	int dev, live;
+} dalloc;
+
+typedef struct {
+	unsigned char *p;
+	size_t size;
+} halloc;
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static dalloc *slots;
+static size_t nslots = 1, capslots; /* slot 0 is never used */
+static halloc *pins;
+static size_t npins, cappins;
+
+/* 1: [p, p+n) lies in a live device allocation (*host, *dev set);
+   0: p is not a fake device address; -1: it is one, but not valid for n bytes. */
+static int dev_lookup(uintptr_t p, size_t n, unsigned char **host, int *dev) {
+	if (p < DEV_BASE) return 0;
+	uint64_t slot = (p - DEV_BASE) >> SLOT_BITS, off = (p - DEV_BASE) & SLOT_MASK;
+	int r = -1;
+	pthread_mutex_lock(&mem_mu);
+	if (slot > 0 && slot < nslots && slots[slot].live && off <= slots[slot].size && n <= slots[slot].size - off) {
+		*host = slots[slot].mem + off;
+		if (dev) *dev = slots[slot].dev;
+		r = 1;
+	}
+	pthread_mutex_unlock(&mem_mu);
+	return r;
+}
+
+static int pinned_lookup(const void *p, size_t n) {
+	const unsigned char *q = p;
+	int r = 0;
+	pthread_mutex_lock(&mem_mu);
+	for (size_t i = 0; i < npins; i++) {
+		if (q >= pins[i].p && q <= pins[i].p + pins[i].size && n <= (size_t)(pins[i].p + pins[i].size - q)) {
+			r = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mem_mu);
+	return r;
+}
+
+API int cudaMalloc(void **out, size_t n) {
+	*out = NULL;
+	if (n == 0) return cudaSuccess;
+	if (n > SLOT_MASK) return seterr(cudaErrorMemoryAllocation);
+	unsigned char *m = malloc(n);
+	if (!m) return seterr(cudaErrorMemoryAllocation);
+	memset(m, 0xa5, n);
+	pthread_mutex_lock(&mem_mu);
+	if (nslots == capslots || !slots) {
+		size_t c = capslots ? 2 * capslots : 1024;
+		dalloc *s = realloc(slots, c * sizeof *s);
+		if (!s) {
+			pthread_mutex_unlock(&mem_mu);
+			free(m);
+			return seterr(cudaErrorMemoryAllocation);
+		}
+		slots = s;
+		capslots = c;
+	}
+	size_t slot = nslots++;
+	slots[slot] = (dalloc){m, n, cur_dev, 1};
+	pthread_mutex_unlock(&mem_mu);
+	*out = (void *)(uintptr_t)(DEV_BASE + ((uint64_t)slot << SLOT_BITS));
+	return cudaSuccess;
+}
+
+API int cudaFree(void *p) {
+	if (!p) return cudaSuccess;
+	uintptr_t a = (uintptr_t)p;
+	if (a < DEV_BASE || ((a - DEV_BASE) & SLOT_MASK) != 0) {
+		warnf("cudaFree(%p): not the start of a device allocation", p);
+		return seterr(cudaErrorInvalidValue);
+	}
+	uint64_t slot = (a - DEV_BASE) >> SLOT_BITS;
+	pthread_mutex_lock(&mem_mu);
+	if (slot == 0 || slot >= nslots || !slots[slot].live) {
+		pthread_mutex_unlock(&mem_mu);
+		warnf("cudaFree(%p): not a live allocation (double free?)", p);
+		return seterr(cudaErrorInvalidValue);
+	}
+	unsigned char *m = slots[slot].mem;
+	slots[slot].live = 0;
+	slots[slot].mem = NULL;
+	pthread_mutex_unlock(&mem_mu);
+	free(m);
+	return cudaSuccess;
+}
+
+API int cudaHostAlloc(void **out, size_t n, unsigned int flags) {
+	(void)flags;
+	*out = NULL;
+	unsigned char *m = malloc(n ? n : 1);
+	if (!m) return seterr(cudaErrorMemoryAllocation);
+	pthread_mutex_lock(&mem_mu);
+	if (npins == cappins) {
+		size_t c = cappins ? 2 * cappins : 256;
+		halloc *h = realloc(pins, c * sizeof *h);
+		if (!h) {
+			pthread_mutex_unlock(&mem_mu);
+			free(m);
+			return seterr(cudaErrorMemoryAllocation);
+		}
+		pins = h;
+		cappins = c;
+	}
+	pins[npins++] = (halloc){m, n};
+	pthread_mutex_unlock(&mem_mu);
+	*out = m;
+	return cudaSuccess;
+}
+
+API int cudaMallocHost(void **out, size_t n) { return cudaHostAlloc(out, n, 0); }
+
+API int cudaFreeHost(void *p) {
+	pthread_mutex_lock(&mem_mu);
+	for (size_t i = 0; i < npins; i++) {
+		if (pins[i].p == p) {
+			pins[i] = pins[--npins];
+			pthread_mutex_unlock(&mem_mu);
+			free(p);
+			return cudaSuccess;
+		}
+	}
+	pthread_mutex_unlock(&mem_mu);
+	warnf("cudaFreeHost(%p): not from cudaHostAlloc", p);
+	return seterr(cudaErrorInvalidValue);
+}
+
+/* Resolves one side of a copy. want: 1 device, 0 host, -1 either. */
+static int side(const char *call, const char *which, uintptr_t p, size_t n, int want, int async, unsigned char **out) {
+	unsigned char *h;
+	int r = dev_lookup(p, n, &h, NULL);
+	if (r < 0) {
+		warnf("%s: %s %#lx is not a live device range of %zu bytes", call, which, (unsigned long)p, n);
+		return cudaErrorInvalidValue;
+	}
+	if (r == 1) {
+		if (want == 0) {
+			warnf("%s: %s %#lx is device memory, but the copy kind says host", call, which, (unsigned long)p);
+			return cudaErrorInvalidValue;
+		}
+		*out = h;
+		return cudaSuccess;
+	}
+	if (want == 1) {
+		warnf("%s: %s %#lx is host memory, but the copy kind says device", call, which, (unsigned long)p);
+		return cudaErrorInvalidValue;
+	}
+	if (p == 0) {
+		warnf("%s: %s is NULL", call, which);
+		return cudaErrorInvalidValue;
+	}
+	if (async && !pinned_lookup((void *)p, n)) {
+		warnf("%s: %s %#lx is pageable host memory; async copies need cudaHostAlloc memory", call, which, (unsigned long)p);
+		return cudaErrorInvalidValue;
+	}
+	*out = (unsigned char *)p;
+	return cudaSuccess;
+}
+
+static int copy_sides(const char *call, void *dst, const void *src, size_t n, int kind, int async,
+		      unsigned char **d, unsigned char **s) {
+	int wd, ws;
+	switch (kind) {
+	case 0: wd = 0; ws = 0; break;
+	case 1: wd = 1; ws = 0; break;
+	case 2: wd = 0; ws = 1; break;
+	case 3: wd = 1; ws = 1; break;
+	case 4: wd = -1; ws = -1; break;
+	default:
+		warnf("%s: bad cudaMemcpyKind %d", call, kind);
+		return cudaErrorInvalidValue;
+	}
+	int e = side(call, "dst", (uintptr_t)dst, n, wd, async, d);
+	if (e) return e;
+	return side(call, "src", (uintptr_t)src, n, ws, async, s);
+}
+
+/* ---- streams and events ---- */
+
+#define STREAM_MAGIC 0x5354524du
+#define EVENT_MAGIC 0x45564e54u
+
+typedef struct task {
+	struct task *next;
+	void (*fn)(void *);
+	void *arg;
+} task;
+
+typedef struct stream {
+	unsigned magic;
+	int dev;
+	unsigned flags;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	task *head, *tail;
+	uint64_t enq, done;
+	int stop;
+	struct stream *next;
+} stream;
+
+typedef struct event {
+	unsigned magic;
+	int dev;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t rec, done;
+} event;
+
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static stream *streams;
+
+static int is_legacy(void *s) { return s == NULL || s == (void *)1 || s == (void *)2; }
+
+static void *worker(void *a) {
+	stream *s = a;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+		if (!s->head) break;
+		task *t = s->head;
+		s->head = t->next;
+		if (!s->head) s->tail = NULL;
+		pthread_mutex_unlock(&s->mu);
+		t->fn(t->arg);
+		free(t);
+		pthread_mutex_lock(&s->mu);
+		s->done++;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static int check_stream(const char *call, void *h, stream **out) {
+	if (is_legacy(h)) {
+		*out = NULL;
+		return cudaSuccess;
+	}
+	stream *s = h;
+	if (s->magic != STREAM_MAGIC) {
+		warnf("%s: %p is not a live stream", call, h);
+		return cudaErrorInvalidResourceHandle;
+	}
+	*out = s;
+	return cudaSuccess;
+}
+
+/* Waits until the streams of dev (only the blocking ones if blocking_only)
+   have done everything queued so far. */
+static void drain(int dev, int blocking_only) {
+	stream *list[1024];
+	uint64_t want[1024];
+	int n = 0;
+	pthread_mutex_lock(&streams_mu);
+	for (stream *s = streams; s && n < 1024; s = s->next) {
+		if (s->dev != dev || (blocking_only && (s->flags & 1))) continue;
+		pthread_mutex_lock(&s->mu);
+		want[n] = s->enq;
+		pthread_mutex_unlock(&s->mu);
+		list[n++] = s;
+	}
+	pthread_mutex_unlock(&streams_mu);
+	for (int i = 0; i < n; i++) {
+		pthread_mutex_lock(&list[i]->mu);
+		while (list[i]->done < want[i]) pthread_cond_wait(&list[i]->cv, &list[i]->mu);
+		pthread_mutex_unlock(&list[i]->mu);
+	}
+}
+
+/* Runs fn(arg) in stream order: on the stream's thread, or now for the
+   legacy default stream (after the device's blocking streams drain). */
+static void submit(stream *s, void (*fn)(void *), void *arg) {
+	if (!s) {
+		drain(cur_dev, 1);
+		fn(arg);
+		return;
+	}
+	task *t = malloc(sizeof *t);
+	t->next = NULL;
+	t->fn = fn;
+	t->arg = arg;
+	pthread_mutex_lock(&s->mu);
+	if (s->tail)
+		s->tail->next = t;
+	else
+		s->head = t;
+	s->tail = t;
+	s->enq++;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int stream_dev_ok(const char *call, stream *s) {
+	if (s && s->dev != cur_dev) {
+		warnf("%s: the stream is on device %d but device %d is current", call, s->dev, cur_dev);
+		return 0;
+	}
+	return 1;
+}
+
+API int cudaStreamCreateWithFlags(void **out, unsigned int flags) {
+	stream *s = calloc(1, sizeof *s);
+	if (!s) return seterr(cudaErrorMemoryAllocation);
+	s->magic = STREAM_MAGIC;
+	s->dev = cur_dev;
+	s->flags = flags;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &at, worker, s) != 0) {
+		pthread_attr_destroy(&at);
+		free(s);
+		return seterr(cudaErrorMemoryAllocation);
+	}
+	pthread_attr_destroy(&at);
+	pthread_mutex_lock(&streams_mu);
+	s->next = streams;
+	streams = s;
+	pthread_mutex_unlock(&streams_mu);
+	*out = s;
+	return cudaSuccess;
+}
+
+API int cudaStreamCreate(void **out) { return cudaStreamCreateWithFlags(out, 0); }
+
+API int cudaStreamDestroy(void *h) {
+	stream *s;
+	int e = check_stream("cudaStreamDestroy", h, &s);
+	if (e || !s) return seterr(e ? e : cudaErrorInvalidResourceHandle);
+	pthread_mutex_lock(&streams_mu);
+	for (stream **p = &streams; *p; p = &(*p)->next) {
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&streams_mu);
+	pthread_mutex_lock(&s->mu);
+	s->magic = 0; /* the struct is never freed: late users see a dead handle */
+	s->stop = 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return cudaSuccess;
+}
+
+API int cudaStreamSynchronize(void *h) {
+	stream *s;
+	int e = check_stream("cudaStreamSynchronize", h, &s);
+	if (e) return seterr(e);
+	if (!s) {
+		drain(cur_dev, 1);
+		return cudaSuccess;
+	}
+	pthread_mutex_lock(&s->mu);
+	uint64_t want = s->enq;
+	while (s->done < want) pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	return cudaSuccess;
+}
+
+API int cudaStreamQuery(void *h) {
+	stream *s;
+	int e = check_stream("cudaStreamQuery", h, &s);
+	if (e) return seterr(e);
+	if (!s) return cudaSuccess;
+	pthread_mutex_lock(&s->mu);
+	int r = s->done == s->enq ? cudaSuccess : cudaErrorNotReady;
+	pthread_mutex_unlock(&s->mu);
+	return r;
+}
+
+API int cudaDeviceSynchronize(void) {
+	drain(cur_dev, 0);
+	return cudaSuccess;
+}
+
+struct copy_task {
+	unsigned char *d;
+	const unsigned char *s;
+	size_t n;
+	int set, v;
+};
+
+static void run_copy(void *a) {
+	struct copy_task *c = a;
+	if (c->set)
+		memset(c->d, c->v, c->n);
+	else
+		memmove(c->d, c->s, c->n);
+	free(c);
+}
+
+API int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+	if (n == 0) return cudaSuccess;
+	unsigned char *d, *s;
+	int e = copy_sides("cudaMemcpy", dst, src, n, kind, 0, &d, &s);
+	if (e) return seterr(e);
+	drain(cur_dev, 1);
+	memmove(d, s, n);
+	return cudaSuccess;
+}
+
+API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h) {
+	stream *st;
+	int e = check_stream("cudaMemcpyAsync", h, &st);
+	if (e) return seterr(e);
+	if (!stream_dev_ok("cudaMemcpyAsync", st)) return seterr(cudaErrorInvalidResourceHandle);
+	if (n == 0) return cudaSuccess;
+	unsigned char *d, *s;
+	e = copy_sides("cudaMemcpyAsync", dst, src, n, kind, 1, &d, &s);
+	if (e) return seterr(e);
+	struct copy_task *c = malloc(sizeof *c);
+	*c = (struct copy_task){d, s, n, 0, 0};
+	submit(st, run_copy, c);
+	return cudaSuccess;
+}
+
+API int cudaMemset(void *p, int v, size_t n) {
+	if (n == 0) return cudaSuccess;
+	unsigned char *d;
+	int e = side("cudaMemset", "ptr", (uintptr_t)p, n, 1, 0, &d);
+	if (e) return seterr(e);
+	drain(cur_dev, 1);
+	memset(d, v, n);
+	return cudaSuccess;
+}
+
+API int cudaMemsetAsync(void *p, int v, size_t n, void *h) {
+	stream *st;
+	int e = check_stream("cudaMemsetAsync", h, &st);
+	if (e) return seterr(e);
+	if (!stream_dev_ok("cudaMemsetAsync", st)) return seterr(cudaErrorInvalidResourceHandle);
+	if (n == 0) return cudaSuccess;
+	unsigned char *d;
+	e = side("cudaMemsetAsync", "ptr", (uintptr_t)p, n, 1, 1, &d);
+	if (e) return seterr(e);
+	struct copy_task *c = malloc(sizeof *c);
+	*c = (struct copy_task){d, NULL, n, 1, v};
+	submit(st, run_copy, c);
+	return cudaSuccess;
+}
+
+API int cudaLaunchHostFunc(void *h, void (*fn)(void *), void *arg) {
+	stream *st;
+	int e = check_stream("cudaLaunchHostFunc", h, &st);
+	if (e) return seterr(e);
+	if (!stream_dev_ok("cudaLaunchHostFunc", st)) return seterr(cudaErrorInvalidResourceHandle);
+	if (!fn) return seterr(cudaErrorInvalidValue);
+	submit(st, fn, arg);
+	return cudaSuccess;
+}
+
+static int check_event(const char *call, void *h, event **out) {
+	event *e = h;
+	if (!e || e->magic != EVENT_MAGIC) {
+		warnf("%s: %p is not a live event", call, h);
+		return cudaErrorInvalidResourceHandle;
+	}
+	*out = e;
+	return cudaSuccess;
+}
+
+API int cudaEventCreateWithFlags(void **out, unsigned int flags) {
+	(void)flags;
+	event *e = calloc(1, sizeof *e);
+	if (!e) return seterr(cudaErrorMemoryAllocation);
+	e->magic = EVENT_MAGIC;
+	e->dev = cur_dev;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	*out = e;
+	return cudaSuccess;
+}
+
+API int cudaEventCreate(void **out) { return cudaEventCreateWithFlags(out, 0); }
+
+struct evmark {
+	event *e;
+	uint64_t g;
+};
+
+static void ev_mark(void *a) {
+	struct evmark *m = a;
+	pthread_mutex_lock(&m->e->mu);
+	if (m->g > m->e->done) m->e->done = m->g;
+	pthread_cond_broadcast(&m->e->cv);
+	pthread_mutex_unlock(&m->e->mu);
+	free(m);
+}
+
+static void ev_wait(void *a) {
+	struct evmark *m = a;
+	pthread_mutex_lock(&m->e->mu);
+	while (m->e->done < m->g) pthread_cond_wait(&m->e->cv, &m->e->mu);
+	pthread_mutex_unlock(&m->e->mu);
+	free(m);
+}
+
+API int cudaEventRecord(void *eh, void *sh) {
+	event *e;
+	stream *s;
+	int r = check_event("cudaEventRecord", eh, &e);
+	if (!r) r = check_stream("cudaEventRecord", sh, &s);
+	if (r) return seterr(r);
+	if (!stream_dev_ok("cudaEventRecord", s)) return seterr(cudaErrorInvalidResourceHandle);
+	if (e->dev != cur_dev) {
+		warnf("cudaEventRecord: the event is on device %d but device %d is current", e->dev, cur_dev);
+		return seterr(cudaErrorInvalidResourceHandle);
+	}
+	pthread_mutex_lock(&e->mu);
+	uint64_t g = ++e->rec;
+	pthread_mutex_unlock(&e->mu);
+	struct evmark *m = malloc(sizeof *m);
+	*m = (struct evmark){e, g};
+	submit(s, ev_mark, m);
+	return cudaSuccess;
+}
+
+API int cudaEventQuery(void *eh) {
+	event *e;
+	int r = check_event("cudaEventQuery", eh, &e);
+	if (r) return seterr(r);
+	pthread_mutex_lock(&e->mu);
+	r = e->done >= e->rec ? cudaSuccess : cudaErrorNotReady;
+	pthread_mutex_unlock(&e->mu);
+	return r;
+}
+
+API int cudaEventSynchronize(void *eh) {
+	event *e;
+	int r = check_event("cudaEventSynchronize", eh, &e);
+	if (r) return seterr(r);
+	pthread_mutex_lock(&e->mu);
+	uint64_t g = e->rec;
+	while (e->done < g) pthread_cond_wait(&e->cv, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+	return cudaSuccess;
+}
+
+API int cudaEventDestroy(void *eh) {
+	event *e;
+	int r = check_event("cudaEventDestroy", eh, &e);
+	if (r) return seterr(r);
+	e->magic = 0; /* never freed: queued marks may still point at it */
+	return cudaSuccess;
+}
+
+API int cudaStreamWaitEvent(void *sh, void *eh, unsigned int flags) {
+	(void)flags;
+	event *e;
+	stream *s;
+	int r = check_event("cudaStreamWaitEvent", eh, &e);
+	if (!r) r = check_stream("cudaStreamWaitEvent", sh, &s);
+	if (r) return seterr(r);
+	if (!stream_dev_ok("cudaStreamWaitEvent", s)) return seterr(cudaErrorInvalidResourceHandle);
+	pthread_mutex_lock(&e->mu);
+	uint64_t g = e->rec;
+	pthread_mutex_unlock(&e->mu);
+	struct evmark *m = malloc(sizeof *m);
+	*m = (struct evmark){e, g};
+	submit(s, ev_wait, m);
+	return cudaSuccess;
+}
+
+struct attrs {
+	int type;
+	int device;
+	void *devicePointer;
+	void *hostPointer;
+};
+
+API int cudaPointerGetAttributes(void *a, const void *p) {
+	struct attrs *at = a;
+	memset(at, 0, sizeof *at);
+	unsigned char *h;
+	int dev;
+	if (dev_lookup((uintptr_t)p, 0, &h, &dev) == 1) {
+		at->type = 2;
+		at->device = dev;
+		at->devicePointer = (void *)p;
+		return cudaSuccess;
+	}
+	if (pinned_lookup(p, 0)) {
+		at->type = 1;
+		at->device = cur_dev;
+		at->devicePointer = at->hostPointer = (void *)p;
+		return cudaSuccess;
+	}
+	at->type = 0;
+	at->device = -2;
+	return cudaSuccess;
+}
+
+/* ======================== NCCL ======================== */
+
+typedef struct {
+	char internal[128];
+} ncclUniqueId;
+
+enum {
+	ncclSuccess = 0,
+	ncclUnhandledCudaError = 1,
+	ncclSystemError = 2,
+	ncclInternalError = 3,
+	ncclInvalidArgument = 4,
+	ncclInvalidUsage = 5,
+	ncclRemoteError = 6,
+	ncclInProgress = 7,
+};
+
+/* ncclDataType_t */
+enum { tInt8 = 0, tUint8 = 1, tInt32 = 2, tUint32 = 3, tInt64 = 4, tUint64 = 5, tFloat16 = 6, tFloat32 = 7, tFloat64 = 8, tBfloat16 = 9 };
+/* ncclRedOp_t */
+enum { oSum = 0, oProd = 1, oMax = 2, oMin = 3, oAvg = 4 };
+
+static size_t dt_size(int d) {
+	switch (d) {
+	case tInt8: case tUint8: return 1;
+	case tFloat16: case tBfloat16: return 2;
+	case tInt32: case tUint32: case tFloat32: return 4;
+	case tInt64: case tUint64: case tFloat64: return 8;
+	}
+	return 0;
+}
+
+#define MAXR 64
+#define COMM_MAGIC 0x4e43434cu
+
+enum { T_ALLREDUCE = 1, T_BCAST, T_REDUCE, T_ALLGATHER, T_REDSCAT };
+
+static const char *tname(int t) {
+	switch (t) {
+	case T_ALLREDUCE: return "ncclAllReduce";
+	case T_BCAST: return "ncclBroadcast";
+	case T_REDUCE: return "ncclReduce";
+	case T_ALLGATHER: return "ncclAllGather";
+	case T_REDSCAT: return "ncclReduceScatter";
+	}
+	return "?";
+}
+
+typedef struct clique clique;
+
+typedef struct ncclComm {
+	unsigned magic;
+	clique *cl;
+	int rank, n, dev;
+	uint64_t seq; /* collectives launched so far */
+	int aborted, destroyed;
+	int async_err; /* atomic */
+	int pending;   /* stream tasks in flight (atomic) */
+	long fail_after;
+	char lasterr[512];
+} ncclComm;
+
+typedef struct coll {
+	int type;
+	const unsigned char *send;
+	unsigned char *recv;
+	size_t count;
+	int dt, op, root;
+	ncclComm *comm;
+	stream *st;
+	uint64_t seq;
+} coll;
+
+typedef struct msg {
+	struct msg *next;
+	const unsigned char *buf;
+	size_t bytes;
+	int done;
+} msg;
+
+struct clique {
+	unsigned char id[128];
+	int n, joined, complete;
+	ncclComm *ranks[MAXR];
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	clique *next;
+	uint64_t cur;
+	int posted;
+	coll *slot[MAXR];
+	msg *qh[MAXR][MAXR], *qt[MAXR][MAXR];
+};
+
+static pthread_mutex_t cliques_mu = PTHREAD_MUTEX_INITIALIZER;
+static clique *joining;
+static __thread char tl_lasterr[512];
+
+static void set_last(ncclComm *c, const char *fmt, ...) {
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	snprintf(tl_lasterr, sizeof tl_lasterr, "%s", buf);
+	if (c) snprintf(c->lasterr, sizeof c->lasterr, "%s", buf);
+	warnf("nccl: %s", buf);
+}
+
+API int ncclGetVersion(int *v) {
+	const char *s = getenv("FAKE_NCCL_VERSION");
+	*v = s && *s ? atoi(s) : 21903;
+	return ncclSuccess;
+}
+
+API const char *ncclGetErrorString(int r) {
+	switch (r) {
+	case ncclSuccess: return "no error";
+	case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+	case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+	case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+	case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+	case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+	case ncclRemoteError: return "remote process exited or there was a network error";
+	case ncclInProgress: return "NCCL operation in progress";
+	}
+	return "unknown result code";
+}
+
+API const char *ncclGetLastError(ncclComm *c) {
+	if (c && c->magic == COMM_MAGIC) return c->lasterr;
+	return tl_lasterr;
+}
+
+API int ncclGetUniqueId(ncclUniqueId *id) {
+	static uint64_t counter;
+	uint64_t k = __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	memset(id, 0, sizeof *id);
+	snprintf(id->internal, sizeof id->internal, "fakenccl:%d:%llu:%lld.%09ld", (int)getpid(),
+		 (unsigned long long)k, (long long)ts.tv_sec, ts.tv_nsec);
+	return ncclSuccess;
+}
+
+static int check_comm(const char *call, ncclComm *c) {
+	if (!c || c->magic != COMM_MAGIC || c->destroyed) {
+		set_last(NULL, "%s: %p is not a live communicator", call, (void *)c);
+		return ncclInvalidArgument;
+	}
+	return ncclSuccess;
+}
+
+API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
+	*out = NULL;
+	if (n < 1 || n > MAXR || rank < 0 || rank >= n) {
+		set_last(NULL, "ncclCommInitRank: rank %d of %d (at most %d ranks)", rank, n, MAXR);
+		return ncclInvalidArgument;
+	}
+	pthread_mutex_lock(&cliques_mu);
+	clique *cl = joining;
+	while (cl && memcmp(cl->id, id.internal, sizeof cl->id) != 0) cl = cl->next;
+	if (!cl) {
+		cl = calloc(1, sizeof *cl);
+		if (!cl) {
+			pthread_mutex_unlock(&cliques_mu);
+			return ncclSystemError;
+		}
+		memcpy(cl->id, id.internal, sizeof cl->id);
+		cl->n = n;
+		pthread_mutex_init(&cl->mu, NULL);
+		pthread_cond_init(&cl->cv, NULL);
+		cl->next = joining;
+		joining = cl;
+	}
+	pthread_mutex_lock(&cl->mu);
+	if (cl->n != n) {
+		pthread_mutex_unlock(&cl->mu);
+		pthread_mutex_unlock(&cliques_mu);
+		set_last(NULL, "ncclCommInitRank: rank %d says %d ranks, others said %d", rank, n, cl->n);
+		return ncclInvalidArgument;
+	}
+	if (cl->ranks[rank]) {
+		pthread_mutex_unlock(&cl->mu);
+		pthread_mutex_unlock(&cliques_mu);
+		set_last(NULL, "ncclCommInitRank: rank %d joined twice", rank);
+		return ncclInvalidUsage;
+	}
+	const char *shared = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
+	if (!shared || *shared != '1') {
+		for (int r = 0; r < n; r++) {
+			if (cl->ranks[r] && cl->ranks[r]->dev == cur_dev) {
+				pthread_mutex_unlock(&cl->mu);
+				pthread_mutex_unlock(&cliques_mu);
+				set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, cur_dev);
+				return ncclInvalidUsage;
+			}
+		}
+	}
+	ncclComm *c = calloc(1, sizeof *c);
+	c->magic = COMM_MAGIC;
+	c->cl = cl;
+	c->rank = rank;
+	c->n = n;
+	c->dev = cur_dev;
+	const char *fa = getenv("FAKE_NCCL_FAIL_AFTER");
+	c->fail_after = fa && *fa ? atol(fa) : -1;
+	cl->ranks[rank] = c;
+	cl->joined++;
+	if (cl->joined == n) {
+		for (clique **p = &joining; *p; p = &(*p)->next) {
+			if (*p == cl) {
+				*p = cl->next;
+				break;
+			}
+		}
+		cl->complete = 1;
+		pthread_cond_broadcast(&cl->cv);
+	}
+	pthread_mutex_unlock(&cliques_mu);
+	const char *ts = getenv("FAKE_NCCL_INIT_TIMEOUT_MS");
+	long ms = ts && *ts ? atol(ts) : 30000;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	while (!cl->complete) {
+		if (pthread_cond_timedwait(&cl->cv, &cl->mu, &dl) == ETIMEDOUT && !cl->complete) {
+			cl->ranks[rank] = NULL;
+			cl->joined--;
+			pthread_mutex_unlock(&cl->mu);
+			set_last(NULL, "ncclCommInitRank: rank %d timed out after %ld ms waiting for the other ranks", rank, ms);
+			c->magic = 0;
+			return ncclSystemError;
+		}
+	}
+	pthread_mutex_unlock(&cl->mu);
+	*out = c;
+	return ncclSuccess;
+}
+
+API int ncclCommAbort(ncclComm *c) {
+	int r = check_comm("ncclCommAbort", c);
+	if (r) return r;
+	pthread_mutex_lock(&c->cl->mu);
+	c->aborted = 1;
+	c->destroyed = 1;
+	pthread_cond_broadcast(&c->cl->cv);
+	pthread_mutex_unlock(&c->cl->mu);
+	c->magic = 0; /* never freed: stream tasks may still point at it */
+	return ncclSuccess;
+}
+
+API int ncclCommDestroy(ncclComm *c) {
+	int r = check_comm("ncclCommDestroy", c);
+	if (r) return r;
+	for (int i = 0; i < 30000 && __atomic_load_n(&c->pending, __ATOMIC_SEQ_CST) > 0; i++) usleep(1000);
+	return ncclCommAbort(c);
+}
+
+API int ncclCommGetAsyncError(ncclComm *c, int *res) {
+	int r = check_comm("ncclCommGetAsyncError", c);
+	if (r) return r;
+	*res = __atomic_load_n(&c->async_err, __ATOMIC_SEQ_CST);
+	return ncclSuccess;
+}
+
+API int ncclCommCount(ncclComm *c, int *n) {
+	int r = check_comm("ncclCommCount", c);
+	if (!r) *n = c->n;
+	return r;
+}
+
+API int ncclCommCuDevice(ncclComm *c, int *d) {
+	int r = check_comm("ncclCommCuDevice", c);
+	if (!r) *d = c->dev;
+	return r;
+}
+
+API int ncclCommUserRank(ncclComm *c, int *rank) {
+	int r = check_comm("ncclCommUserRank", c);
+	if (!r) *rank = c->rank;
+	return r;
+}
+
+/* ---- reductions ---- */
+
+static float h2f(uint16_t h) {
+	uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, f;
+	if (e == 0x1f)
+		f = s | 0x7f800000u | (m << 13);
+	else if (e == 0) {
+		if (m == 0)
+			f = s;
+		else {
+			e = 127 - 15 + 1;
+			while (!(m & 0x400)) {
+				m <<= 1;
+				e--;
+			}
+			m &= 0x3ff;
+			f = s | (e << 23) | (m << 13);
+		}
+	} else
+		f = s | ((e + 127 - 15) << 23) | (m << 13);
+	float out;
+	memcpy(&out, &f, 4);
+	return out;
+}
+
+static uint16_t f2h(float x) {
+	uint32_t b;
+	memcpy(&b, &x, 4);
+	uint16_t sign = (b >> 16) & 0x8000;
+	int32_t exp = (b >> 23) & 0xff;
+	uint32_t man = b & 0x7fffff;
+	if (exp == 0xff) return man ? (sign | 0x7e00) : (sign | 0x7c00);
+	if (exp - 127 > 15) return sign | 0x7c00;
+	if (exp - 127 >= -14) {
+		uint32_t v = ((uint32_t)(exp - 127 + 15) << 10) | (man >> 13);
+		uint32_t rest = man & 0x1fff;
+		if (rest > 0x1000 || (rest == 0x1000 && (v & 1))) v++;
+		return (uint16_t)(sign | v);
+	}
+	if (exp - 127 >= -25) {
+		man |= 0x800000;
+		uint32_t shift = (uint32_t)(-14 - (exp - 127)) + 13;
+		uint32_t v = man >> shift, rest = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rest > half || (rest == half && (v & 1))) v++;
+		return (uint16_t)(sign | v);
+	}
+	return sign;
+}
+
+static float b2f(uint16_t b) {
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f2b(float x) {
+	uint32_t b;
+	memcpy(&b, &x, 4);
+	if ((b & 0x7fffffff) > 0x7f800000) return (uint16_t)((b >> 16) | 0x40);
+	b += 0x7fff + ((b >> 16) & 1);
+	return (uint16_t)(b >> 16);
+}
+
+#define INT_REDUCE(T, UT)                                                              \
+	for (size_t i = 0; i < cnt; i++) {                                             \
+		T acc, v;                                                              \
+		memcpy(&acc, src[0] + i * sizeof(T), sizeof(T));                       \
+		for (int r = 1; r < n; r++) {                                          \
+			memcpy(&v, src[r] + i * sizeof(T), sizeof(T));                 \
+			switch (op) {                                                  \
+			case oSum: case oAvg: acc = (T)((UT)acc + (UT)v); break;       \
+			case oProd: acc = (T)((UT)acc * (UT)v); break;                 \
+			case oMax: if (v > acc) acc = v; break;                        \
+			case oMin: if (v < acc) acc = v; break;                        \
+			}                                                              \
+		}                                                                      \
+		if (op == oAvg) acc = (T)(acc / (T)n);                                 \
+		memcpy(dst + i * sizeof(T), &acc, sizeof(T));                          \
+	}
+
+#define FLT_REDUCE(T, ACC, LOAD, STORE)                                                \
+	for (size_t i = 0; i < cnt; i++) {                                             \
+		T raw;                                                                 \
+		memcpy(&raw, src[0] + i * sizeof(T), sizeof(T));                       \
+		ACC acc = LOAD(raw);                                                   \
+		for (int r = 1; r < n; r++) {                                          \
+			memcpy(&raw, src[r] + i * sizeof(T), sizeof(T));               \
+			ACC v = LOAD(raw);                                             \
+			switch (op) {                                                  \
+			case oSum: case oAvg: acc = acc + v; break;                    \
+			case oProd: acc = acc * v; break;                              \
+			case oMax: if (v > acc) acc = v; break;                        \
+			case oMin: if (v < acc) acc = v; break;                        \
+			}                                                              \
+		}                                                                      \
+		if (op == oAvg) acc = acc / (ACC)n;                                    \
+		raw = STORE(acc);                                                      \
+		memcpy(dst + i * sizeof(T), &raw, sizeof(T));                          \
+	}
+
+#define ID(x) (x)
+
+static void reduce(unsigned char *dst, const unsigned char **src, int n, size_t cnt, int dt, int op) {
+	switch (dt) {
+	case tInt8: INT_REDUCE(int8_t, unsigned) break;
+	case tUint8: INT_REDUCE(uint8_t, unsigned) break;
+	case tInt32: INT_REDUCE(int32_t, uint32_t) break;
+	case tUint32: INT_REDUCE(uint32_t, uint32_t) break;
+	case tInt64: INT_REDUCE(int64_t, uint64_t) break;
+	case tUint64: INT_REDUCE(uint64_t, uint64_t) break;
+	case tFloat32: FLT_REDUCE(float, float, ID, ID) break;
+	case tFloat64: FLT_REDUCE(double, double, ID, ID) break;
+	case tFloat16: FLT_REDUCE(uint16_t, float, h2f, f2h) break;
+	case tBfloat16: FLT_REDUCE(uint16_t, float, b2f, f2b) break;
+	}
+}
+
+/* ---- collectives ---- */
+
+static int is_reduction(int t) { return t == T_ALLREDUCE || t == T_REDUCE || t == T_REDSCAT; }
+static int is_rooted(int t) { return t == T_BCAST || t == T_REDUCE; }
+
+static void describe(char *buf, size_t len, coll *k) {
+	snprintf(buf, len, "%s(count %zu, datatype %d, op %d, root %d)", tname(k->type), k->count, k->dt,
+		 is_reduction(k->type) ? k->op : -1, is_rooted(k->type) ? k->root : -1);
+}
+
+/* Performs the collective whose every rank has posted (cl->mu held). */
+static void exec_coll(clique *cl) {
+	int n = cl->n;
+	coll *k0 = cl->slot[0];
+	for (int r = 1; r < n; r++) {
+		coll *k = cl->slot[r];
+		if (k->type != k0->type || k->count != k0->count || k->dt != k0->dt ||
+		    (is_reduction(k->type) && k->op != k0->op) || (is_rooted(k->type) && k->root != k0->root)) {
+			char a[160], b[160];
+			describe(a, sizeof a, k0);
+			describe(b, sizeof b, k);
+			for (int q = 0; q < n; q++) {
+				ncclComm *c = cl->slot[q]->comm;
+				__atomic_store_n(&c->async_err, ncclInvalidUsage, __ATOMIC_SEQ_CST);
+				set_last(c, "collective #%llu does not match: rank 0 called %s, rank %d called %s",
+					 (unsigned long long)k0->seq, a, r, b);
+			}
+			return;
+		}
+	}
+	size_t es = dt_size(k0->dt), cnt = k0->count, bytes = cnt * es;
+	const unsigned char *src[MAXR];
+	for (int r = 0; r < n; r++) src[r] = cl->slot[r]->send;
+	unsigned char *tmp;
+	switch (k0->type) {
+	case T_ALLREDUCE:
+		if (!bytes) return;
+		tmp = malloc(bytes);
+		reduce(tmp, src, n, cnt, k0->dt, k0->op);
+		for (int r = 0; r < n; r++) memcpy(cl->slot[r]->recv, tmp, bytes);
+		free(tmp);
+		return;
+	case T_BCAST:
+		if (!bytes) return;
+		tmp = malloc(bytes);
+		memcpy(tmp, src[k0->root], bytes);
+		for (int r = 0; r < n; r++) memcpy(cl->slot[r]->recv, tmp, bytes);
+		free(tmp);
+		return;
+	case T_REDUCE:
+		if (!bytes) return;
+		tmp = malloc(bytes);
+		reduce(tmp, src, n, cnt, k0->dt, k0->op);
+		memcpy(cl->slot[k0->root]->recv, tmp, bytes);
+		free(tmp);
+		return;
+	case T_ALLGATHER:
+		if (!bytes) return;
+		tmp = malloc(n * bytes);
+		for (int r = 0; r < n; r++) memcpy(tmp + r * bytes, src[r], bytes);
+		for (int r = 0; r < n; r++) memcpy(cl->slot[r]->recv, tmp, n * bytes);
+		free(tmp);
+		return;
+	case T_REDSCAT:
+		if (!bytes) return;
+		tmp = malloc(n * bytes);
+		reduce(tmp, src, n, n * cnt, k0->dt, k0->op);
+		for (int r = 0; r < n; r++) memcpy(cl->slot[r]->recv, tmp + r * bytes, bytes);
+		free(tmp);
+		return;
+	}
+}
+
+static void run_coll(void *a) {
+	coll *k = a;
+	ncclComm *c = k->comm;
+	clique *cl = c->cl;
+	pthread_mutex_lock(&cl->mu);
+	if (c->fail_after >= 0 && k->seq >= (uint64_t)c->fail_after) {
+		__atomic_store_n(&c->async_err, ncclRemoteError, __ATOMIC_SEQ_CST);
+		snprintf(c->lasterr, sizeof c->lasterr, "injected remote error at collective #%llu", (unsigned long long)k->seq);
+		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		goto out;
+	}
+	while (cl->cur != k->seq && !c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+	if (c->aborted) goto out;
+	cl->slot[c->rank] = k;
+	cl->posted++;
+	if (cl->posted == cl->n) {
+		exec_coll(cl);
+		cl->posted = 0;
+		memset(cl->slot, 0, sizeof cl->slot);
+		cl->cur++;
+		pthread_cond_broadcast(&cl->cv);
+	} else {
+		while (cl->cur == k->seq && !c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		if (cl->cur == k->seq) { /* aborted before the others came */
+			cl->slot[c->rank] = NULL;
+			cl->posted--;
+		}
+	}
+out:
+	pthread_mutex_unlock(&cl->mu);
+	__atomic_sub_fetch(&c->pending, 1, __ATOMIC_SEQ_CST);
+	free(k);
+}
+
+/* ---- groups and point-to-point ---- */
+
+typedef struct p2pent {
+	int send, peer;
+	unsigned char *buf;
+	size_t bytes;
+	msg m;
+} p2pent;
+
+typedef struct p2pgroup {
+	ncclComm *comm;
+	int nops;
+	p2pent ops[];
+} p2pgroup;
+
+typedef struct gop {
+	coll *k; /* a collective, or NULL for p2p */
+	int send, peer;
+	unsigned char *buf;
+	size_t bytes;
+	ncclComm *comm;
+	stream *st;
+} gop;
+
+static __thread gop *gops;
+static __thread int ngops, capgops, gdepth;
+
+static void unlink_msg(clique *cl, int from, int to, msg *m) {
+	msg **p = &cl->qh[from][to];
+	msg *prev = NULL;
+	while (*p && *p != m) {
+		prev = *p;
+		p = &(*p)->next;
+	}
+	if (!*p) return;
+	*p = m->next;
+	if (cl->qt[from][to] == m) cl->qt[from][to] = prev;
+}
+
+static void run_p2p(void *a) {
+	p2pgroup *g = a;
+	ncclComm *c = g->comm;
+	clique *cl = c->cl;
+	int me = c->rank;
+	pthread_mutex_lock(&cl->mu);
+	for (int i = 0; i < g->nops; i++) {
+		p2pent *o = &g->ops[i];
+		if (!o->send) continue;
+		o->m = (msg){NULL, o->buf, o->bytes, 0};
+		if (cl->qt[me][o->peer])
+			cl->qt[me][o->peer]->next = &o->m;
+		else
+			cl->qh[me][o->peer] = &o->m;
+		cl->qt[me][o->peer] = &o->m;
+	}
+	pthread_cond_broadcast(&cl->cv);
+	for (int i = 0; i < g->nops && !c->aborted; i++) {
+		p2pent *o = &g->ops[i];
+		if (o->send) continue;
+		msg *m;
+		while (!(m = cl->qh[o->peer][me]) && !c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		if (!m) break;
+		cl->qh[o->peer][me] = m->next;
+		if (!m->next) cl->qt[o->peer][me] = NULL;
+		if (m->bytes != o->bytes) {
+			__atomic_store_n(&c->async_err, ncclInvalidUsage, __ATOMIC_SEQ_CST);
+			set_last(c, "ncclRecv of %zu bytes from rank %d matched an ncclSend of %zu bytes", o->bytes, o->peer, m->bytes);
+		} else if (o->bytes) {
+			memcpy(o->buf, m->buf, o->bytes);
+		}
+		m->done = 1;
+		pthread_cond_broadcast(&cl->cv);
+	}
+	for (int i = 0; i < g->nops; i++) {
+		p2pent *o = &g->ops[i];
+		if (!o->send) continue;
+		while (!o->m.done && !c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		if (!o->m.done) unlink_msg(cl, me, o->peer, &o->m);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	__atomic_sub_fetch(&c->pending, 1, __ATOMIC_SEQ_CST);
+	free(g);
+}
+
+static int push_gop(gop g) {
+	if (ngops == capgops) {
+		int c = capgops ? 2 * capgops : 64;
+		gop *p = realloc(gops, c * sizeof *p);
+		if (!p) return ncclSystemError;
+		gops = p;
+		capgops = c;
+	}
+	gops[ngops++] = g;
+	return ncclSuccess;
+}
+
+static void launch_coll_now(coll *k) {
+	k->seq = k->comm->seq++;
+	__atomic_add_fetch(&k->comm->pending, 1, __ATOMIC_SEQ_CST);
+	submit(k->st, run_coll, k);
+}
+
+static int flush_group(void) {
+	int err = ncclSuccess;
+	for (int i = 0; i < ngops; i++) {
+		if (gops[i].k) {
+			launch_coll_now(gops[i].k);
+			gops[i].k = NULL;
+			gops[i].comm = NULL;
+		}
+	}
+	for (int i = 0; i < ngops; i++) {
+		ncclComm *c = gops[i].comm;
+		if (!c) continue;
+		int n = 0;
+		for (int j = i; j < ngops; j++)
+			if (gops[j].comm == c) n++;
+		p2pgroup *g = malloc(sizeof *g + n * sizeof(p2pent));
+		g->comm = c;
+		g->nops = 0;
+		stream *st = gops[i].st;
+		for (int j = i; j < ngops; j++) {
+			if (gops[j].comm != c) continue;
+			if (gops[j].st != st) {
+				set_last(c, "ncclGroupEnd: operations of one communicator on different streams");
+				err = ncclInvalidUsage;
+			}
+			g->ops[g->nops++] = (p2pent){gops[j].send, gops[j].peer, gops[j].buf, gops[j].bytes, {0}};
+			gops[j].comm = NULL;
+		}
+		__atomic_add_fetch(&c->pending, 1, __ATOMIC_SEQ_CST);
+		submit(st, run_p2p, g);
+	}
+	ngops = 0;
+	return err;
+}
+
+API int ncclGroupStart(void) {
+	gdepth++;
+	return ncclSuccess;
+}
+
+API int ncclGroupEnd(void) {
+	if (gdepth == 0) {
+		set_last(NULL, "ncclGroupEnd without ncclGroupStart");
+		return ncclInvalidUsage;
+	}
+	if (--gdepth > 0) return ncclSuccess;
+	return flush_group();
+}
+
+/* Resolves a buffer of a launch: a live device range on the comm's device. */
+static int nbuf(ncclComm *c, const char *call, const char *which, const void *p, size_t bytes, unsigned char **out) {
+	*out = NULL;
+	if (bytes == 0) return ncclSuccess;
+	unsigned char *h;
+	int dev;
+	if (dev_lookup((uintptr_t)p, bytes, &h, &dev) != 1) {
+		set_last(c, "%s: %s %p is not a valid device buffer of %zu bytes", call, which, p, bytes);
+		return ncclInvalidArgument;
+	}
+	if (dev != c->dev) {
+		set_last(c, "%s: %s is on device %d, the communicator on device %d", call, which, dev, c->dev);
+		return ncclInvalidArgument;
+	}
+	*out = h;
+	return ncclSuccess;
+}
+
+static int nstream(ncclComm *c, const char *call, void *h, stream **out) {
+	if (check_stream(call, h, out)) {
+		set_last(c, "%s: %p is not a live stream", call, h);
+		return ncclInvalidArgument;
+	}
+	if (*out && (*out)->dev != c->dev) {
+		set_last(c, "%s: the stream is on device %d, the communicator on device %d", call, (*out)->dev, c->dev);
+		return ncclInvalidArgument;
+	}
+	return ncclSuccess;
+}
+
+static int launch_coll(int type, const void *sendbuff, void *recvbuff, size_t count, int dt, int op, int root,
+		       ncclComm *c, void *sh) {
+	const char *call = tname(type);
+	int r = check_comm(call, c);
+	if (r) return r;
+	size_t es = dt_size(dt);
+	if (!es) {
+		set_last(c, "%s: bad datatype %d", call, dt);
+		return ncclInvalidArgument;
+	}
+	if (is_reduction(type) && (op < oSum || op > oAvg)) {
+		set_last(c, "%s: bad reduction op %d", call, op);
+		return ncclInvalidArgument;
+	}
+	if (is_rooted(type) && (root < 0 || root >= c->n)) {
+		set_last(c, "%s: root %d of %d ranks", call, root, c->n);
+		return ncclInvalidArgument;
+	}
+	size_t in = count * es, outb = count * es;
+	int read = 1, write = 1;
+	switch (type) {
+	case T_BCAST: read = c->rank == root; break;
+	case T_REDUCE: write = c->rank == root; break;
+	case T_ALLGATHER: outb = c->n * count * es; break;
+	case T_REDSCAT: in = c->n * count * es; break;
+	}
+	coll *k = calloc(1, sizeof *k);
+	k->type = type;
+	k->count = count;
+	k->dt = dt;
+	k->op = op;
+	k->root = root;
+	k->comm = c;
+	unsigned char *s = NULL, *d = NULL;
+	if ((r = nstream(c, call, sh, &k->st)) || (read && (r = nbuf(c, call, "sendbuff", sendbuff, in, &s))) ||
+	    (write && (r = nbuf(c, call, "recvbuff", recvbuff, outb, &d)))) {
+		free(k);
+		return r;
+	}
+	k->send = s;
+	k->recv = d;
+	if (gdepth > 0) return push_gop((gop){k, 0, 0, NULL, 0, c, k->st});
+	launch_coll_now(k);
+	return ncclSuccess;
+}
+
+API int ncclAllReduce(const void *s, void *r, size_t count, int dt, int op, ncclComm *c, void *st) {
+	return launch_coll(T_ALLREDUCE, s, r, count, dt, op, 0, c, st);
+}
+
+API int ncclBroadcast(const void *s, void *r, size_t count, int dt, int root, ncclComm *c, void *st) {
+	return launch_coll(T_BCAST, s, r, count, dt, 0, root, c, st);
+}
+
+API int ncclReduce(const void *s, void *r, size_t count, int dt, int op, int root, ncclComm *c, void *st) {
+	return launch_coll(T_REDUCE, s, r, count, dt, op, root, c, st);
+}
+
+API int ncclAllGather(const void *s, void *r, size_t sendcount, int dt, ncclComm *c, void *st) {
+	return launch_coll(T_ALLGATHER, s, r, sendcount, dt, 0, 0, c, st);
+}
+
+API int ncclReduceScatter(const void *s, void *r, size_t recvcount, int dt, int op, ncclComm *c, void *st) {
+	return launch_coll(T_REDSCAT, s, r, recvcount, dt, op, 0, c, st);
+}
+
+static int launch_p2p(int send, const void *buf, size_t count, int dt, int peer, ncclComm *c, void *sh) {
+	const char *call = send ? "ncclSend" : "ncclRecv";
+	int r = check_comm(call, c);
+	if (r) return r;
+	size_t es = dt_size(dt);
+	if (!es) {
+		set_last(c, "%s: bad datatype %d", call, dt);
+		return ncclInvalidArgument;
+	}
+	if (peer < 0 || peer >= c->n) {
+		set_last(c, "%s: peer %d of %d ranks", call, peer, c->n);
+		return ncclInvalidArgument;
+	}
+	stream *st;
+	unsigned char *b;
+	if ((r = nstream(c, call, sh, &st)) || (r = nbuf(c, call, "buffer", buf, count * es, &b))) return r;
+	gop g = {NULL, send, peer, b, count * es, c, st};
+	if (gdepth > 0) return push_gop(g);
+	gdepth++;
+	r = push_gop(g);
+	gdepth--;
+	int e = flush_group();
+	return r ? r : e;
+}
+
+API int ncclSend(const void *buf, size_t count, int dt, int peer, ncclComm *c, void *st) {
+	return launch_p2p(1, buf, count, dt, peer, c, st);
+}
+
+API int ncclRecv(void *buf, size_t count, int dt, int peer, ncclComm *c, void *st) {
+	return launch_p2p(0, buf, count, dt, peer, c, st);
+}
