@@ -39,10 +39,12 @@
 //
 // Backends live in sub-packages and register by name (Register, New):
 // "inproc" (comm/inproc: ranks are goroutines of one process, no
-// serialization) and "tcp" (comm/tcp: processes on one or many hosts, a
-// full mesh of authenticated connections). The collective algorithms are
-// written once in comm/algo over a point-to-point Transport, so a new
-// transport gets every collective. comm/rendezvous holds the key-value store
-// ranks meet through and the env init that reads the variables of torchrun,
-// Open MPI and Slurm.
+// serialization), "tcp" (comm/tcp: processes on one or many hosts, a
+// full mesh of authenticated connections), "shm" (comm/shm: processes on
+// one host, lock-free rings in a shared-memory segment) and "auto"
+// (comm/auto: shm between the ranks of each host, tcp across hosts). The
+// collective algorithms are written once in comm/algo over a point-to-point
+// Transport, so a new transport gets every collective. comm/rendezvous
+// holds the key-value store ranks meet through and the env init that reads
+// the variables of torchrun, Open MPI and Slurm.
 package comm

@@ -3,12 +3,16 @@
 // the bus bandwidth (algbw times nccl-tests' bus factor for the op), and it
 // checks the result of every op.
 //
-//	go run ./benchmarks/commbench -backend inproc|tcp -np N \
-//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json]
+//	go run ./benchmarks/commbench -backend inproc|tcp|shm|auto|nccl -np N \
+//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device]
+//
+// -device (the default with nccl) puts the buffers in GPU memory: the timed
+// runs then move device memory only (host backends stage it, see
+// comm/staging), and the checked run copies inputs in and results out.
 //
 // Sizes follow nccl-tests: for all_gather and gather the total output; for
 // reduce_scatter, scatter and all_to_all the total input; for sendrecv the
-// bytes each rank sends. With a process backend (tcp) commbench launches
+// bytes each rank sends. With a process backend (tcp, shm, auto, nccl) commbench launches
 // the N local processes itself, like torchrun; it also runs as one worker
 // under torchrun, mpirun or srun (the env init of comm/rendezvous).
 package main
@@ -22,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,9 +35,11 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	_ "github.com/gdist/gdist/comm/auto"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/shm"
 	_ "github.com/gdist/gdist/comm/tcp"
 	"github.com/gdist/gdist/launch"
 )
@@ -50,6 +57,8 @@ type config struct {
 	dtype   comm.DType
 	redop   comm.ReduceOp
 	timeout time.Duration
+	cpuProf string
+	device  bool // device buffers (device.go)
 }
 
 // Row is one line of output.
@@ -98,7 +107,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("commbench", flag.ContinueOnError)
 	var cfg config
 	var ops, sizes, dtype, redop string
-	fs.StringVar(&cfg.backend, "backend", "inproc", "backend: inproc or tcp")
+	fs.StringVar(&cfg.backend, "backend", "inproc", "backend: inproc, tcp, shm (shared memory, one host) or auto (shm within a host, tcp across)")
 	fs.IntVar(&cfg.np, "np", 2, "number of ranks")
 	fs.StringVar(&ops, "ops", "all", "comma-separated ops, or all: "+strings.Join(allOps, ","))
 	fs.StringVar(&sizes, "sizes", "4K,64K,1M,16M", "comma-separated sizes in bytes (K, M, G suffixes)")
@@ -108,14 +117,20 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.StringVar(&redop, "op", "sum", "reduction for all_reduce, reduce, reduce_scatter")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	fs.BoolVar(&cfg.device, "device", false, "use GPU buffers (CUDA); the default with -backend nccl")
+	fs.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile (pprof) to this file; with a process backend every rank writes FILE.rankN")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
-	if cfg.backend != "inproc" && cfg.backend != "tcp" {
-		return cfg, fmt.Errorf("-backend %q: want inproc or tcp", cfg.backend)
+	switch cfg.backend {
+	case "inproc", "tcp", "shm", "auto":
+	case "nccl":
+		cfg.device = true
+	default:
+		return cfg, fmt.Errorf("-backend %q: want inproc, tcp, shm, auto or nccl", cfg.backend)
 	}
 	if cfg.np < 1 || cfg.np > 1024 {
 		return cfg, fmt.Errorf("-np %d: want 1..1024", cfg.np)
@@ -178,8 +193,16 @@ func run() error {
 	defer cancel()
 
 	if cfg.backend == "inproc" {
+		stopProf, err := startCPUProfile(cfg.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer stopProf()
 		comms, err := inproc.New(cfg.np, comm.Options{})
 		if err != nil {
+			return err
+		}
+		if comms, err = deviceComms(comms, cfg); err != nil {
 			return err
 		}
 		var wg sync.WaitGroup
@@ -205,12 +228,36 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if cfg.cpuProf != "" {
+		stopProf, err := startCPUProfile(fmt.Sprintf("%s.rank%d", cfg.cpuProf, c.Rank()))
+		if err != nil {
+			return err
+		}
+		defer stopProf()
+	}
 	berr := bench(ctx, c, cfg, os.Stdout)
 	cerr := closeFn()
 	if berr != nil {
 		return fmt.Errorf("rank %d: %w", c.Rank(), berr)
 	}
 	return cerr
+}
+
+// startCPUProfile starts a pprof CPU profile into path ("" : none) and
+// returns the function that stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func busFactor(op string, n int) float64 {
@@ -343,7 +390,7 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 
 func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 	n := c.Size()
-	backend := cfg.backend
+	backend := backendName(cfg)
 	failed := 0
 	for _, op := range cfg.ops {
 		sizes := cfg.sizes
@@ -358,7 +405,11 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			fmt.Fprintf(out, "\n# %12s %12s %10s %12s %12s %6s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check")
 		}
 		for _, size := range sizes {
-			oc := newCase(c, cfg, op, size)
+			dc, err := newDevCase(c, cfg)
+			if err != nil {
+				return err
+			}
+			oc := newCase(dc.comm(), cfg, op, size)
 			iters := cfg.iters
 			if iters == 0 {
 				iters = int(min(200, max(3, (64<<20)/max(size, 1))))
@@ -384,9 +435,16 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			}
 			// One more run with known inputs, checked on every rank.
 			oc.fill()
+			if err := dc.upload(); err != nil {
+				return err
+			}
 			if err := oc.run(ctx); err != nil {
 				return fmt.Errorf("%s %d bytes (checked run): %w", op, size, err)
 			}
+			if err := dc.download(); err != nil {
+				return err
+			}
+			dc.free()
 			bad := []int32{0}
 			cerr := oc.check()
 			if cerr != nil {

@@ -4,7 +4,7 @@
 //	go run ./cmd/train                      # MLP on Fashion-MNIST, DDP over 2 local processes
 //	go run ./cmd/train -nproc 4 -model cnn -epochs 3 -json
 //
-// With a process backend (tcp; -backend auto with -nproc > 1) it launches
+// With a process backend (tcp, shm; -backend auto with -nproc > 1) it launches
 // -nproc local worker processes itself, like torchrun, and serves their
 // rendezvous store. It also runs as one worker when started by torchrun
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun (OMPI_COMM_WORLD_*)
@@ -25,8 +25,10 @@ import (
 	"syscall"
 
 	"github.com/gdist/gdist/comm"
+	_ "github.com/gdist/gdist/comm/auto"
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/shm"
 	_ "github.com/gdist/gdist/comm/tcp"
 	"github.com/gdist/gdist/data"
 	"github.com/gdist/gdist/launch"
@@ -46,7 +48,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks (local worker processes, or goroutines with -backend inproc)")
-	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp or auto (tcp for several processes, inproc for one)")
+	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm or auto (for several processes: shared memory between ranks on one host, tcp across hosts; inproc for one process)")
 	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn (mlp-xl: 36.8M parameters, for ZeRO experiments)")
 	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set)")
 	fs.IntVar(&c.Epochs, "epochs", 2, "epochs")
@@ -92,13 +94,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	switch o.backend {
 	case "auto":
-		o.backend = "tcp"
 		if o.nproc == 1 && !launch.UnderLauncher() {
 			o.backend = "inproc"
 		}
-	case "inproc", "tcp":
+	case "inproc", "tcp", "shm":
 	default:
-		return o, fmt.Errorf("-backend %q: want inproc, tcp or auto", o.backend)
+		return o, fmt.Errorf("-backend %q: want inproc, tcp, shm or auto", o.backend)
 	}
 	c.Backend = o.backend
 	if err := c.Validate(); err != nil {

@@ -120,7 +120,7 @@ func TestMPIRun(t *testing.T) {
 		t.Fatalf("mpirun: %v\n%s", err, stderr.String())
 	}
 	s := summary(t, string(out))
-	if s.WorldSize != 2 || s.Backend != "tcp" {
+	if s.WorldSize != 2 || s.Backend != "auto" { // -backend auto (the default): shm on one host
 		t.Fatalf("summary %+v", s)
 	}
 }

@@ -2,18 +2,21 @@ package algo
 
 import "github.com/gdist/gdist/comm"
 
-// allReduce picks recursive doubling for small messages (2 lg p latency
-// steps) and the pipelined ring for large ones (bandwidth-optimal).
+// allReduce picks, by the cost model (tuning.go), recursive doubling (small
+// messages: lg p rounds of the whole message), Rabenseifner's halving and
+// doubling (halving.go: 2 lg p rounds, bandwidth-optimal), or the chunked,
+// pipelined ring (2(p-1) steps, bandwidth-optimal, copy and reduce of one
+// chunk overlapping the transfer of the next).
 func (o *op) allReduce(buf []byte) error {
 	p := o.c.Size()
 	o.hdr.Algo = o.tun.allReduceAlgo(len(buf), p)
-	var err error
-	if o.hdr.Algo == AlgoRD {
-		err = o.allReduceRD(buf)
-	} else {
-		err = o.ring(buf, bounds(len(buf)/o.dt.Size(), p, o.dt.Size()), 0, true, true, o.finishAvg)
+	switch o.hdr.Algo {
+	case AlgoRD:
+		return o.allReduceRD(buf)
+	case AlgoHD:
+		return o.allReduceHD(buf)
 	}
-	return err
+	return o.ring(buf, buf, bounds(len(buf)/o.dt.Size(), p, o.dt.Size()), 0, true, true, o.finishAvg)
 }
 
 func (o *op) finishAvg(b []byte) {
@@ -33,7 +36,7 @@ func (o *op) allReduceRD(buf []byte) error {
 		pof2 *= 2
 	}
 	rem := p - pof2
-	tmp := make([]byte, len(buf))
+	tmp := getScratch(len(buf))
 	const foldIn, foldOut = 0, 1 << 20
 	newRank := r - rem
 	if r < 2*rem {
@@ -66,11 +69,16 @@ func (o *op) allReduceRD(buf []byte) error {
 		}
 		o.finishAvg(buf)
 	}
+	var err error
 	if r < 2*rem {
 		if r%2 == 1 {
-			return o.send(r-1, foldOut, buf)
+			err = o.send(r-1, foldOut, buf)
+		} else {
+			err = o.recv(r+1, foldOut, buf)
 		}
-		return o.recv(r+1, foldOut, buf)
 	}
-	return nil
+	if err == nil {
+		putScratch(tmp)
+	}
+	return err
 }

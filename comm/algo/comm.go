@@ -261,6 +261,66 @@ func (o *op) recv(from int, step uint32, b []byte) error {
 	return o.explain(err, from, false)
 }
 
+// staged reports whether reductions need a scratch buffer to receive into
+// (the transport is not a PayloadReceiver).
+func (o *op) staged() bool {
+	_, ok := o.c.t.(PayloadReceiver)
+	return !ok
+}
+
+// recvReduce receives len(dst) bytes from rank from and sets dst = acc op
+// received (acc may be dst). With a PayloadReceiver transport it reduces
+// straight from the payload; otherwise it receives into tmp (at least
+// len(dst) bytes) first.
+func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
+	if pr, ok := o.c.t.(PayloadReceiver); ok {
+		h := o.hdr
+		h.Step = step
+		pc := pieces{dt: o.dt, red: o.red, dst: dst, acc: acc}
+		err := pr.RecvPayload(o.ctx, o.c.members[from], h, len(dst), pc.add)
+		if err == nil && from != o.c.rank {
+			o.c.received.Add(int64(len(dst)))
+		}
+		return o.explain(err, from, false)
+	}
+	t := tmp[:len(dst)]
+	if err := o.recv(from, step, t); err != nil {
+		return err
+	}
+	ReduceTo(o.dt, o.red, dst, acc, t)
+	return nil
+}
+
+// pieces reduces a payload that arrives in consecutive pieces, carrying an
+// element split between two pieces over in a small buffer.
+type pieces struct {
+	dt       comm.DType
+	red      comm.ReduceOp
+	dst, acc []byte
+	carry    [8]byte
+	nc       int // bytes in carry
+}
+
+func (p *pieces) add(off int, b []byte) {
+	es := p.dt.Size()
+	if p.nc > 0 {
+		k := copy(p.carry[p.nc:es], b)
+		p.nc += k
+		b, off = b[k:], off+k
+		if p.nc < es {
+			return
+		}
+		at := off - es
+		ReduceTo(p.dt, p.red, p.dst[at:at+es], p.acc[at:at+es], p.carry[:es])
+		p.nc = 0
+	}
+	whole := len(b) / es * es
+	if whole > 0 {
+		ReduceTo(p.dt, p.red, p.dst[off:off+whole], p.acc[off:off+whole], b[:whole])
+	}
+	p.nc = copy(p.carry[:], b[whole:])
+}
+
 // Traffic returns the payload bytes this rank has sent to and received
 // from other ranks on this Comm (sub-groups count their own).
 func (c *Comm) Traffic() (sent, received int64) { return c.sent.Load(), c.received.Load() }

@@ -2,6 +2,7 @@ package algo
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -65,17 +66,28 @@ func (o *op) pipeline(nsend, nrecv, lag int, send, recv func(o *op, i int) error
 	return first
 }
 
-// ring runs the chunked, pipelined ring over buf, whose p segments are
-// delimited by the byte offsets seg (len p+1).
+// chunk is the pipelining unit in bytes: ChunkBytes rounded down to whole
+// elements.
+func (o *op) chunk() int {
+	es := o.dt.Size()
+	return max(o.tun.ChunkBytes/es*es, es)
+}
+
+// ring runs the chunked, pipelined ring over the p segments delimited by
+// the byte offsets seg (len p+1). in holds this rank's input and out gets
+// the results; they are the same memory for in-place ops, and in is never
+// written.
 //
-// With rs, p-1 reduce-scatter steps: at step t rank r sends segment r+a-t and
-// receives segment r+a-t-1, reducing it into buf; it ends owning segment
-// r+a+1 fully reduced, and calls finish on each of its chunks. With ag, p-1
-// all-gather steps follow (or run alone): at step s rank r sends segment
-// r+a+1-s and receives segment r+a-s into buf. Each step's send is the
-// previous step's receive, so chunk k of step u can leave as soon as chunk k
-// of step u-1 has arrived: the steps overlap.
-func (o *op) ring(buf []byte, seg []int, a int, rs, ag bool, finish func([]byte)) error {
+// With rs, p-1 reduce-scatter steps: at step t rank r sends segment r+a-t
+// and receives segment r+a-t-1, setting out = in op received (one fused
+// pass, ReduceTo); it ends owning segment r+a+1 of out fully reduced, and
+// calls finish on each of its chunks. The first step sends from in, later
+// ones from out (the segment the previous step reduced). With ag, p-1
+// all-gather steps follow (or run alone, on out): at step s rank r sends
+// segment r+a+1-s and receives segment r+a-s into out. Each step's send is
+// the previous step's receive, so chunk k of step u can leave as soon as
+// chunk k of step u-1 has arrived: the steps overlap.
+func (o *op) ring(in, out []byte, seg []int, a int, rs, ag bool, finish func([]byte)) error {
 	c := o.c
 	p, r := c.Size(), c.rank
 	es := o.dt.Size()
@@ -88,8 +100,13 @@ func (o *op) ring(buf []byte, seg []int, a int, rs, ag bool, finish func([]byte)
 		nag = p - 1
 	}
 	if nrs+nag == 0 {
-		if rs && finish != nil {
-			finish(buf[seg[owned]:seg[owned+1]])
+		if rs {
+			if !sameMem(in, out) {
+				copy(out[seg[owned]:seg[owned+1]], in[seg[owned]:seg[owned+1]])
+			}
+			if finish != nil {
+				finish(out[seg[owned]:seg[owned+1]])
+			}
 		}
 		return nil
 	}
@@ -97,10 +114,10 @@ func (o *op) ring(buf []byte, seg []int, a int, rs, ag bool, finish func([]byte)
 	for i := 0; i < p; i++ {
 		maxSeg = max(maxSeg, seg[i+1]-seg[i])
 	}
-	chunk := max(o.tun.ChunkBytes/es*es, es)
+	chunk := o.chunk()
 	nch := max(1, (maxSeg+chunk-1)/chunk)
-	// chunk k of segment j
-	part := func(j, k int) []byte {
+	// chunk k of segment j of buf
+	part := func(buf []byte, j, k int) []byte {
 		lo, hi := seg[j], seg[j+1]
 		n := (hi - lo) / es
 		return buf[lo+int(int64(k)*int64(n)/int64(nch))*es : lo+int(int64(k+1)*int64(n)/int64(nch))*es]
@@ -120,31 +137,81 @@ func (o *op) ring(buf []byte, seg []int, a int, rs, ag bool, finish func([]byte)
 	}
 	next, prev := mod(r+1, p), mod(r-1, p)
 	var tmp []byte
-	if nrs > 0 {
-		tmp = make([]byte, (maxSeg/es+nch-1)/nch*es)
+	if nrs > 0 && o.staged() {
+		tmp = getScratch((maxSeg/es + nch - 1) / nch * es)
 	}
 	total := (nrs + nag) * nch
 	send := func(o *op, i int) error {
 		u, k := i/nch, i%nch
-		return o.send(next, uint32(i), part(segOf(u, true), k))
+		src := out
+		if u == 0 && nrs > 0 {
+			src = in
+		}
+		return o.send(next, uint32(i), part(src, segOf(u, true), k))
 	}
 	recv := func(o *op, i int) error {
 		u, k := i/nch, i%nch
-		dst := part(segOf(u, false), k)
+		j := segOf(u, false)
+		dst := part(out, j, k)
 		if u >= nrs {
 			return o.recv(prev, uint32(i), dst)
 		}
-		t := tmp[:len(dst)]
-		if err := o.recv(prev, uint32(i), t); err != nil {
+		if err := o.recvReduce(prev, uint32(i), dst, part(in, j, k), tmp); err != nil {
 			return err
 		}
-		Reduce(o.dt, o.red, dst, t)
 		if u == nrs-1 && finish != nil {
 			finish(dst)
 		}
 		return nil
 	}
-	return o.pipeline(total, total, nch, send, recv)
+	err := o.pipeline(total, total, nch, send, recv)
+	if err == nil {
+		putScratch(tmp)
+	}
+	return err
+}
+
+// xfer is one round of a pairwise exchange, chunked and pipelined: it
+// sends sb to rank to (none if to < 0) while it receives len(rb) bytes from
+// rank from (none if from < 0). Without acc the chunks land in rb; with acc
+// (as long as rb) each chunk is reduced as it arrives, rb = acc op
+// received, so the reduction of chunk k overlaps the transfer of chunk
+// k+1. Steps are round<<24 | chunk.
+func (o *op) xfer(round uint32, to int, sb []byte, from int, rb, acc []byte) error {
+	es := o.dt.Size()
+	chunk := o.chunk()
+	nchunks := func(n int) int { return max(1, (n+chunk-1)/chunk) }
+	ns, nr := 0, 0
+	var sbnd, rbnd []int
+	if to >= 0 {
+		ns = nchunks(len(sb))
+		sbnd = bounds(len(sb)/es, ns, es)
+	}
+	if from >= 0 {
+		nr = nchunks(len(rb))
+		rbnd = bounds(len(rb)/es, nr, es)
+	}
+	if max(ns, nr) >= 1<<24 {
+		return fmt.Errorf("algo: %d chunks in one message; raise GDIST_CHUNK_BYTES", max(ns, nr))
+	}
+	var tmp []byte
+	if acc != nil && nr > 0 && o.staged() {
+		tmp = getScratch(min(len(rb), (len(rb)/es+nr-1)/nr*es))
+	}
+	step := func(k int) uint32 { return round<<24 | uint32(k) }
+	send := func(o *op, k int) error { return o.send(to, step(k), sb[sbnd[k]:sbnd[k+1]]) }
+	recv := func(o *op, k int) error {
+		lo, hi := rbnd[k], rbnd[k+1]
+		if acc == nil {
+			return o.recv(from, step(k), rb[lo:hi])
+		}
+		return o.recvReduce(from, step(k), rb[lo:hi], acc[lo:hi], tmp)
+	}
+	err := o.pipeline(ns, nr, -1, send, recv)
+	if err == nil {
+		putScratch(tmp)
+	}
+	return err
 }
 
 // fanout runs fn(i) for every i in [0, n) except skip, concurrently, and

@@ -46,3 +46,20 @@ type Transport interface {
 	// more than once.
 	Close() error
 }
+
+// PayloadReceiver is an optional extension of Transport for transports
+// whose received payload sits in memory this process can read: the
+// sender's buffer (in-process ranks) or a shared segment. The reductions
+// use it to reduce straight from that memory (dst = own op payload, one
+// pass) instead of copying the payload into scratch and reducing from
+// there.
+//
+// RecvPayload is Recv without the copy: it checks the message the same way
+// (with h.Total = n) and then calls fn with the payload in one or more
+// consecutive pieces, in order (off is the piece's byte offset in the
+// message; pieces may split elements). fn must not keep the slice or call
+// the transport. RecvPayload returns after the last call; if it fails, fn
+// may have seen part of the message.
+type PayloadReceiver interface {
+	RecvPayload(ctx context.Context, from int, h wire.Header, n int, fn func(off int, payload []byte)) error
+}

@@ -221,12 +221,24 @@ func (t *Transport) Send(ctx context.Context, to int, hd wire.Header, payload []
 
 // Recv takes the next message of the stream and copies it into dst.
 func (t *Transport) Recv(ctx context.Context, from int, hd wire.Header, dst []byte) error {
+	return t.recv(ctx, from, hd, len(dst), func(p []byte) { copy(dst, p) })
+}
+
+var _ algo.PayloadReceiver = (*Transport)(nil)
+
+// RecvPayload takes the next message of the stream and hands fn the
+// sender's memory (one piece) instead of copying it (algo.PayloadReceiver).
+func (t *Transport) RecvPayload(ctx context.Context, from int, hd wire.Header, n int, fn func(off int, payload []byte)) error {
+	return t.recv(ctx, from, hd, n, func(p []byte) { fn(0, p) })
+}
+
+func (t *Transport) recv(ctx context.Context, from int, hd wire.Header, n int, deliver func(payload []byte)) error {
 	h := t.hub
 	if from < 0 || from >= h.n {
 		return comm.InvalidArgf("inproc: recv from rank %d of %d", from, h.n)
 	}
 	want := hd
-	want.Total, want.Offset, want.Len = uint64(len(dst)), 0, 0
+	want.Total, want.Offset, want.Len = uint64(n), 0, 0
 	h.mu.Lock()
 	s := h.stream(t.rank, key(from, hd))
 	for {
@@ -252,7 +264,7 @@ func (t *Transport) Recv(ctx context.Context, from int, hd wire.Header, dst []by
 				m.done <- &wire.MismatchError{Got: want, Want: got}
 				return err
 			}
-			copy(dst, m.payload)
+			deliver(m.payload)
 			m.done <- nil
 			return nil
 		}

@@ -9,7 +9,9 @@
 //	<prefix>/<job>/<gen>/addr/<rank>
 //
 // and then rank i dials every rank j < i and accepts a connection from every
-// rank j > i. prefix is Options.Prefix ("tcp"), job is Config.Job, and gen
+// rank j > i. With Options.Peers the mesh is partial: only the listed ranks
+// are linked (composite transports such as the auto backend reach the
+// others another way). prefix is Options.Prefix ("tcp"), job is Config.Job, and gen
 // counts the transports this rank has built on the store for that job (a
 // per-rank counter kept in the store), so a rebuilt mesh never meets the
 // connections or stale addresses of an earlier one, as long as every rank

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -41,6 +42,26 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 		return nil, err
 	}
 	o = o.withDefaults()
+	linked := make([]bool, cfg.Size)
+	missing := 0
+	for r := range linked {
+		linked[r] = o.Peers == nil || r == cfg.Rank
+		if linked[r] && r != cfg.Rank {
+			missing++
+		}
+	}
+	for _, r := range o.Peers {
+		if r < 0 || r >= cfg.Size {
+			return nil, comm.InvalidArgf("tcp: peer rank %d out of range [0, %d)", r, cfg.Size)
+		}
+		if r != cfg.Rank && linked[r] {
+			return nil, comm.InvalidArgf("tcp: peer rank %d listed twice", r)
+		}
+		if r != cfg.Rank {
+			linked[r] = true
+			missing++
+		}
+	}
 	t := &Transport{
 		rank: cfg.Rank, size: cfg.Size, cfg: cfg, opts: o,
 		peerDL:  cfg.PeerDeadline(),
@@ -49,12 +70,13 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 		aborted: map[uint64]error{},
 		abortCh: make(chan struct{}),
 		conns:   make([]*conn, cfg.Size),
+		linked:  linked,
 		claimed: make([]bool, cfg.Size),
 		ready:   make(chan struct{}),
-		missing: cfg.Size - 1,
+		missing: missing,
 	}
 	t.conns[t.rank] = newConn(t, t.rank, nil)
-	if t.size == 1 {
+	if missing == 0 {
 		return t, nil
 	}
 	if cfg.Store == nil {
@@ -123,7 +145,7 @@ func (t *Transport) connect(ctx context.Context) error {
 	defer ccancel()
 	var cw sync.WaitGroup // the goroutines of construction, all done on return
 
-	if t.rank < t.size-1 { // higher ranks dial us
+	if slices.Contains(t.linked[t.rank+1:], true) { // higher ranks dial us
 		host, laddr := advertised(cfg)
 		ln, err := net.Listen("tcp", laddr)
 		if err != nil {
@@ -139,7 +161,9 @@ func (t *Transport) connect(ctx context.Context) error {
 		cw.Go(func() { t.acceptLoop(cctx, &cw, m, ln) })
 	}
 	for j := 0; j < t.rank; j++ {
-		cw.Go(func() { t.dialLoop(cctx, m, j) })
+		if t.linked[j] {
+			cw.Go(func() { t.dialLoop(cctx, m, j) })
+		}
 	}
 
 	select {
@@ -160,7 +184,7 @@ func (t *Transport) connect(ctx context.Context) error {
 	}
 	var missing []int
 	for r, c := range t.conns {
-		if c == nil {
+		if c == nil && t.linked[r] {
 			missing = append(missing, r)
 		}
 	}
@@ -283,7 +307,7 @@ func (t *Transport) checkClientHello(m mesh, hello string) (int, error) {
 	var gen int64
 	var size int
 	_, err := fmt.Sscanf(hello, "gdist-tcp/1 job=%s gen=%d size=%d from=%d to=%d", &job, &gen, &size, &from, &to)
-	if err != nil || from <= t.rank || from >= t.size || hello != t.clientHello(m, from, t.rank) {
+	if err != nil || from <= t.rank || from >= t.size || !t.linked[from] || hello != t.clientHello(m, from, t.rank) {
 		return -1, fmt.Errorf("%w: unexpected hello %q (want job %s gen %d size %d, to rank %d from a higher rank)",
 			comm.ErrAuth, hello, m.jobID, m.gen, t.size, t.rank)
 	}

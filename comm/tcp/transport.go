@@ -32,6 +32,12 @@ type Options struct {
 	// receives that are not posted yet (DefaultMaxUnexpected if <= 0). A
 	// peer that sends more is a protocol error.
 	MaxUnexpected int64
+	// Peers, if not nil, lists the world ranks this transport connects to
+	// (this rank may be listed or not; it always has its local mailbox):
+	// a partial mesh, for composite transports that reach the other ranks
+	// another way. Each listed rank must list this one. Sends to and
+	// receives from unlisted ranks fail with comm.ErrInvalidArgument.
+	Peers []int
 }
 
 func (o Options) withDefaults() Options {
@@ -57,6 +63,8 @@ type Transport struct {
 	// mailbox (no socket). Written under mu during New, fixed afterwards.
 	conns []*conn
 	ln    net.Listener
+	// linked[r] says whether rank r is linked (Options.Peers); fixed.
+	linked []bool
 
 	mu      sync.Mutex
 	err     error         // first failure (or errTransportClosed); set once
@@ -222,6 +230,9 @@ func ctxErr(ctx context.Context) error {
 func (t *Transport) checkArgs(what string, peer int, h wire.Header) error {
 	if peer < 0 || peer >= t.size {
 		return comm.InvalidArgf("tcp: %s rank %d out of range [0, %d)", what, peer, t.size)
+	}
+	if !t.linked[peer] {
+		return comm.InvalidArgf("tcp: %s rank %d: not one of this transport's peers %v", what, peer, t.opts.Peers)
 	}
 	if h.Kind != wire.KindColl && h.Kind != wire.KindP2P {
 		return comm.InvalidArgf("tcp: %s rank %d: message kind %v", what, peer, h.Kind)

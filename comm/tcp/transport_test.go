@@ -903,3 +903,70 @@ func TestGoodbyeCarriesReason(t *testing.T) {
 		t.Errorf("send after the goodbye: %v", err)
 	}
 }
+
+// TestPartialMesh: with Options.Peers each rank links only with the listed
+// ranks; the mesh completes without the others, and they are not
+// reachable through it.
+func TestPartialMesh(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := ctxT(t, 10*time.Second)
+	peers := map[int][]int{0: {2, 3}, 1: {1}, 2: {0}, 3: {0, 3}}
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Go(func() {
+			w.ts[r], errs[r] = NewWithOptions(ctx, config(w, r, 4, comm.Options{}), Options{Peers: peers[r]})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for _, pair := range [][2]int{{0, 2}, {3, 0}, {0, 3}, {1, 1}} {
+		from, to := pair[0], pair[1]
+		if err := w.ts[from].Send(ctx, to, coll(0, 1), []byte{byte(from)}); err != nil {
+			t.Fatalf("%d -> %d: %v", from, to, err)
+		}
+		got := make([]byte, 1)
+		if err := w.ts[to].Recv(ctx, from, coll(0, 1), got); err != nil || got[0] != byte(from) {
+			t.Fatalf("%d -> %d: got %v, %v", from, to, got, err)
+		}
+	}
+	for _, pair := range [][2]int{{0, 1}, {2, 3}, {1, 0}} {
+		if err := w.ts[pair[0]].Send(ctx, pair[1], coll(0, 2), nil); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("%d -> %d (not linked): %v", pair[0], pair[1], err)
+		}
+	}
+	if err := w.ts[2].Recv(ctx, 3, coll(0, 2), nil); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("recv from an unlinked rank: %v", err)
+	}
+	for _, bad := range [][]int{{5}, {2, 2}} {
+		if _, err := NewWithOptions(ctx, config(w, 0, 4, comm.Options{}), Options{Peers: bad}); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("Peers %v: %v", bad, err)
+		}
+	}
+}
+
+// A rank that lists a peer which does not list it back never completes
+// its mesh, and says which rank is missing.
+func TestPartialMeshAsymmetric(t *testing.T) {
+	w := newWorld(t, 3)
+	ctx := ctxT(t, 500*time.Millisecond)
+	peers := map[int][]int{0: {1, 2}, 1: {0}, 2: {}}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Go(func() {
+			w.ts[r], errs[r] = NewWithOptions(ctx, config(w, r, 3, comm.Options{}), Options{Peers: peers[r]})
+		})
+	}
+	wg.Wait()
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank(s) [2]") {
+		t.Errorf("rank 0: %v, want an error naming rank 2", errs[0])
+	}
+	if errs[1] != nil || errs[2] != nil {
+		t.Errorf("ranks 1, 2: %v, %v", errs[1], errs[2])
+	}
+}

@@ -1,0 +1,151 @@
+package algo
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gdist/gdist/comm"
+)
+
+// Kernel benchmarks: GB/s are bytes of dst per second (one input buffer's
+// worth; the kernel reads two and writes one). "ref" is the plain-Go
+// reference, the others the kernel sets this machine has.
+//
+//	go test -run '^$' -bench 'Reduce|Copy' ./comm/algo
+
+var benchSizes = []int{4 << 10, 256 << 10, 4 << 20, 64 << 20}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	default:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+}
+
+func benchInputs(dt comm.DType, n int) (a, b []byte) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	a, b = make([]byte, n), make([]byte, n)
+	for i := 0; i+dt.Size() <= n; i += dt.Size() {
+		putFloat(dt, a[i:], rng.Float64()*100)
+		putFloat(dt, b[i:], rng.Float64()*100)
+	}
+	return a, b
+}
+
+func BenchmarkReduce(b *testing.B) {
+	cases := []struct {
+		dt comm.DType
+		op comm.ReduceOp
+	}{
+		{comm.Float32, comm.Sum}, {comm.Float32, comm.Max}, {comm.Float64, comm.Sum},
+		{comm.BFloat16, comm.Sum}, {comm.Float16, comm.Sum},
+	}
+	for _, c := range cases {
+		for _, n := range benchSizes {
+			x, y := benchInputs(c.dt, n)
+			b.Run(fmt.Sprintf("%v-%v/%s/ref", c.dt, c.op, sizeName(n)), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				for b.Loop() {
+					reduceRef(c.dt, c.op, x, y)
+				}
+			})
+			for _, s := range kernelSets() {
+				b.Run(fmt.Sprintf("%v-%v/%s/%s", c.dt, c.op, sizeName(n), s.name), func(b *testing.B) {
+					b.SetBytes(int64(n))
+					k := s.bin[c.dt][c.op]
+					for b.Loop() {
+						k(x, x, y)
+					}
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkDivide(b *testing.B) {
+	for _, dt := range []comm.DType{comm.Float32, comm.BFloat16, comm.Float16} {
+		n := 4 << 20
+		x, _ := benchInputs(dt, n)
+		b.Run(fmt.Sprintf("%v/%s/ref", dt, sizeName(n)), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				divideRef(dt, x, 3)
+			}
+		})
+		for _, s := range kernelSets() {
+			b.Run(fmt.Sprintf("%v/%s/%s", dt, sizeName(n), s.name), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				for b.Loop() {
+					s.div[dt](x, 3)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCopy is the yardstick: copy moves one buffer, a reduce reads two
+// and writes one.
+func BenchmarkCopy(b *testing.B) {
+	for _, n := range benchSizes {
+		x, y := make([]byte, n), make([]byte, n)
+		b.Run(sizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				copy(x, y)
+			}
+		})
+	}
+}
+
+// BenchmarkReduceSplit asks whether splitting one large float32 sum over
+// two goroutines pays on this machine, alone and while another goroutine
+// (the other rank of a 2-rank job) runs the same kernel on its own buffers.
+func BenchmarkReduceSplit(b *testing.B) {
+	const n = 16 << 20
+	k := activeKernels().bin[comm.Float32][comm.Sum]
+	x, y := benchInputs(comm.Float32, n)
+	for _, other := range []bool{false, true} {
+		for _, parts := range []int{1, 2} {
+			name := fmt.Sprintf("parts=%d/alone", parts)
+			if other {
+				name = fmt.Sprintf("parts=%d/beside-another-rank", parts)
+			}
+			b.Run(name, func(b *testing.B) {
+				var stop atomic.Bool
+				var bg sync.WaitGroup
+				if other {
+					ox, oy := benchInputs(comm.Float32, n)
+					bg.Add(1)
+					go func() {
+						defer bg.Done()
+						for !stop.Load() {
+							k(ox, ox, oy)
+						}
+					}()
+				}
+				b.SetBytes(n)
+				for b.Loop() {
+					if parts == 1 {
+						k(x, x, y)
+						continue
+					}
+					var wg sync.WaitGroup
+					for p := 0; p < parts; p++ {
+						lo, hi := p*n/parts, (p+1)*n/parts
+						wg.Add(1)
+						go func() { defer wg.Done(); k(x[lo:hi], x[lo:hi], y[lo:hi]) }()
+					}
+					wg.Wait()
+				}
+				b.StopTimer()
+				stop.Store(true)
+				bg.Wait()
+			})
+		}
+	}
+}

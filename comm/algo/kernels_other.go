@@ -1,0 +1,5 @@
+//go:build !amd64 || purego
+
+package algo
+
+func archKernelSets() []*kernelSet { return nil }

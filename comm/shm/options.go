@@ -1,0 +1,157 @@
+package shm
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gdist/gdist/comm"
+)
+
+// Defaults.
+const (
+	// maxLocal bounds the ranks of one segment.
+	maxLocal = 256
+	// ringBudget: without an explicit ring size, rings shrink (to 64 KiB
+	// at least) so that all of a segment's rings fit in this many bytes.
+	ringBudget = 256 << 20
+
+	DefaultRingBytes     = 256 << 10
+	DefaultFrameBytes    = 64 << 10
+	DefaultMaxUnexpected = 1 << 30
+	DefaultDir           = "/dev/shm"
+)
+
+// Options tunes the shared-memory transport beyond comm.Config. The zero
+// value gives the defaults.
+type Options struct {
+	// Prefix namespaces the transport's rendezvous keys ("shm" if empty).
+	Prefix string
+	// Ranks lists the world ranks that share the segment, this rank
+	// included (nil: every rank). Sends to and receives from other ranks
+	// fail with comm.ErrInvalidArgument. Every listed rank must pass the
+	// same list.
+	Ranks []int
+	// Dir is where the segment file is created: $GDIST_SHM_DIR, else
+	// /dev/shm. Only the creating rank's Dir matters.
+	Dir string
+	// RingBytes is the size of each data ring (one per ordered pair of
+	// ranks), a power of two of at least 64 KiB: $GDIST_SHM_RING_BYTES,
+	// else DefaultRingBytes, halved while the n*(n-1) rings of n ranks
+	// would exceed 256 MiB. Only the creating rank's value matters.
+	RingBytes int
+	// FrameBytes bounds the payload of one ring record, the unit in which
+	// a large message is pipelined (the receiver copies one frame while
+	// the sender writes the next): $GDIST_SHM_FRAME_BYTES, else
+	// DefaultFrameBytes; at most a quarter of the ring.
+	FrameBytes int
+	// MaxUnexpected caps the payload bytes one link may hold queued for
+	// receives not posted yet (DefaultMaxUnexpected if <= 0). A peer that
+	// sends more is a protocol error.
+	MaxUnexpected int64
+	// HostID identifies this host (HostID() if empty). Ranks that report
+	// different hosts cannot share memory and fail at once, naming both.
+	HostID string
+	// OnAbort, if not nil, is called when a peer's abort of group
+	// arrives, after the transport has failed the group's ops with err.
+	// It runs on the control goroutine and must not block. Composite
+	// transports use it to fail the group in their other parts too.
+	OnAbort func(group uint64, err error)
+}
+
+func envInt(name string) (int, bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, false, comm.InvalidArgf("shm: %s=%q is not an integer", name, v)
+	}
+	return n, true, nil
+}
+
+func (o Options) withDefaults(cfg comm.Config) (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = "shm"
+	}
+	if o.Dir == "" {
+		o.Dir = os.Getenv("GDIST_SHM_DIR")
+	}
+	if o.Dir == "" {
+		o.Dir = DefaultDir
+	}
+	if o.Ranks == nil {
+		o.Ranks = make([]int, cfg.Size)
+		for i := range o.Ranks {
+			o.Ranks[i] = i
+		}
+	} else {
+		o.Ranks = slices.Clone(o.Ranks)
+		slices.Sort(o.Ranks)
+		for i, r := range o.Ranks {
+			if r < 0 || r >= cfg.Size {
+				return o, comm.InvalidArgf("shm: rank %d in Ranks is out of range [0, %d)", r, cfg.Size)
+			}
+			if i > 0 && o.Ranks[i-1] == r {
+				return o, comm.InvalidArgf("shm: rank %d listed twice in Ranks", r)
+			}
+		}
+		if _, ok := slices.BinarySearch(o.Ranks, cfg.Rank); !ok {
+			return o, comm.InvalidArgf("shm: Ranks %v does not include this rank, %d", o.Ranks, cfg.Rank)
+		}
+	}
+	if len(o.Ranks) > maxLocal {
+		return o, comm.InvalidArgf("shm: %d ranks share a segment; at most %d can", len(o.Ranks), maxLocal)
+	}
+	if o.RingBytes == 0 {
+		n, ok, err := envInt("GDIST_SHM_RING_BYTES")
+		if err != nil {
+			return o, err
+		}
+		o.RingBytes = DefaultRingBytes
+		if ok {
+			o.RingBytes = n
+		} else if n := len(o.Ranks); n > 1 {
+			for o.RingBytes > 64<<10 && n*(n-1)*o.RingBytes > ringBudget {
+				o.RingBytes /= 2
+			}
+		}
+	}
+	if o.RingBytes < 64<<10 || o.RingBytes > 1<<30 || o.RingBytes&(o.RingBytes-1) != 0 {
+		return o, comm.InvalidArgf("shm: ring size %d is not a power of two in [64 KiB, 1 GiB]", o.RingBytes)
+	}
+	if o.FrameBytes == 0 {
+		n, ok, err := envInt("GDIST_SHM_FRAME_BYTES")
+		if err != nil {
+			return o, err
+		}
+		o.FrameBytes = DefaultFrameBytes
+		if ok {
+			o.FrameBytes = n
+		}
+	}
+	if o.FrameBytes < 1024 {
+		return o, comm.InvalidArgf("shm: frame size %d < 1024", o.FrameBytes)
+	}
+	if o.MaxUnexpected <= 0 {
+		o.MaxUnexpected = DefaultMaxUnexpected
+	}
+	if o.HostID == "" {
+		o.HostID = HostID()
+	}
+	return o, nil
+}
+
+// HostID identifies this host for the purpose of sharing memory:
+// $GDIST_HOST_ID if set, else the hostname and the kernel's boot id, so
+// that two containers or two boots never look alike.
+func HostID() string {
+	if v := os.Getenv("GDIST_HOST_ID"); v != "" {
+		return v
+	}
+	host, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return host + "/" + strings.TrimSpace(string(boot))
+}

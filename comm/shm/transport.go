@@ -1,0 +1,617 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/comm/internal/wire"
+)
+
+var _ algo.Transport = (*Transport)(nil)
+
+// Supported reports whether this platform has the shared-memory transport
+// (Linux only: it needs futexes and pidfds).
+const Supported = true
+
+// Transport is the shared-memory implementation of algo.Transport for one
+// rank. Its methods are safe for concurrent use.
+type Transport struct {
+	rank, size int
+	cfg        comm.Config
+	opts       Options
+	peerDL     time.Duration
+	tick       time.Duration
+	logf       func(format string, args ...any)
+
+	seg   *segment // nil when this rank is alone
+	path  string   // the segment file (unlinked once every rank mapped it)
+	local []int    // local index -> world rank
+	me    int      // this rank's local index
+	// links[r] is the link to world rank r (nil: not in this segment);
+	// links[rank] is the local mailbox. Fixed after New.
+	links []*link
+	peers []*link // the links with a ring, in local order
+
+	// This rank's slot words.
+	doorbell, sleepers, ctrlBell, myState, reasonLen *uint32
+	heartbeat                                        *uint64
+	reason                                           []byte
+
+	// epoch moves on every event a waiter may have to react to: failure,
+	// close, abort, a peer's goodbye.
+	epoch atomic.Uint64
+
+	mu      sync.Mutex
+	err     error         // first failure (or errTransportClosed); set once
+	dead    chan struct{} // closed when err is set
+	aborted map[uint64]error
+	abortCh chan struct{} // closed and replaced whenever a group is aborted
+	saidBye bool
+	claimed bool // this rank owns its slot (setup got that far)
+
+	// Calls that may touch the mapping hold inflight; Close unmaps once
+	// closing is set and inflight is back to zero.
+	inflight atomic.Int64
+	closing  atomic.Bool
+	stopCtrl atomic.Bool
+	ctrlDone chan struct{}
+
+	closeOnce sync.Once
+}
+
+var errTransportClosed = fmt.Errorf("shm: transport closed: %w", comm.ErrClosed)
+
+// peerClosedErr is the error of ops on a link whose peer said goodbye;
+// reason is the failure the peer gave for closing, if any.
+func peerClosedErr(rank int, reason string) error {
+	if reason != "" {
+		return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm after a failure (%s): %w", reason, comm.ErrClosed)}
+	}
+	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm: %w", comm.ErrClosed)}
+}
+
+func lostErr(rank int, format string, args ...any) error {
+	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrPeerLost, fmt.Sprintf(format, args...))}
+}
+
+func protoErr(rank int, format string, args ...any) error {
+	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrProtocol, fmt.Sprintf(format, args...))}
+}
+
+func ctxErr(ctx context.Context) error { return fmt.Errorf("shm: %w", ctx.Err()) }
+
+// Rank is this rank's world rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the world size.
+func (t *Transport) Size() int { return t.size }
+
+// Ranks returns the world ranks that share this transport's segment, this
+// rank included, in increasing order.
+func (t *Transport) Ranks() []int { return append([]int(nil), t.local...) }
+
+// Err returns the failure that ended the transport (an error wrapping
+// comm.ErrClosed after Close), or nil while it works.
+func (t *Transport) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// enter registers a call that may touch the mapping; it fails once Close
+// has begun unmapping.
+func (t *Transport) enter() bool {
+	t.inflight.Add(1)
+	if t.closing.Load() {
+		t.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (t *Transport) exit() { t.inflight.Add(-1) }
+
+// state returns the error that ops of group must fail with.
+func (t *Transport) state(group uint64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return t.err
+	}
+	return t.aborted[group]
+}
+
+func (t *Transport) isDead() bool {
+	select {
+	case <-t.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// wakeLocal wakes this rank's sleeping waiters, if any.
+func (t *Transport) wakeLocal() {
+	if atomic.LoadUint32(t.sleepers) != 0 {
+		ring(t.doorbell)
+	}
+}
+
+// wakeAll wakes this rank's waiters unconditionally.
+func (t *Transport) wakeAll() {
+	if t.doorbell != nil {
+		ring(t.doorbell)
+	}
+}
+
+// Fail ends the transport with err as if a peer had been lost: pending and
+// later calls fail with err, and the peers get a goodbye that quotes it (so
+// that they blame the rank err names). The first failure wins. Composite
+// transports (the auto backend) use it to fail this part when another
+// part fails.
+func (t *Transport) Fail(err error) {
+	if err == nil {
+		return
+	}
+	t.fail(err)
+}
+
+// fail records the transport's first failure, says goodbye with it as the
+// reason, and wakes every waiter.
+func (t *Transport) fail(err error) {
+	t.mu.Lock()
+	if t.err != nil {
+		t.mu.Unlock()
+		return
+	}
+	t.err = err
+	close(t.dead)
+	t.epoch.Add(1)
+	t.mu.Unlock()
+	t.logf("shm: rank %d: transport failed: %v", t.rank, err)
+	t.goodbye(fmt.Sprintf("rank %d: %v", t.rank, err))
+	t.wakeAll()
+}
+
+// goodbye publishes this rank's goodbye (with reason, when not empty) in
+// its slot and wakes every peer. Later Recvs of the peers from this rank
+// fail once they have consumed what it sent before.
+func (t *Transport) goodbye(reason string) {
+	t.mu.Lock()
+	if t.saidBye || t.seg == nil || !t.claimed {
+		t.mu.Unlock()
+		return
+	}
+	t.saidBye = true
+	t.mu.Unlock()
+	if !t.enter() {
+		return
+	}
+	defer t.exit()
+	reason = truncateText(reason, wire.MaxAbortText)
+	n := copy(t.reason, reason)
+	atomic.StoreUint32(t.reasonLen, uint32(n))
+	atomic.StoreUint32(t.myState, stateClosed)
+	for _, l := range t.peers {
+		ring(l.peerDoorbell)
+		ring(l.peerCtrlBell)
+	}
+}
+
+func (t *Transport) abortGroup(group uint64, err error) {
+	t.mu.Lock()
+	if _, ok := t.aborted[group]; ok {
+		t.mu.Unlock()
+		return
+	}
+	t.aborted[group] = err
+	close(t.abortCh)
+	t.abortCh = make(chan struct{})
+	t.epoch.Add(1)
+	t.mu.Unlock()
+	if t.enter() {
+		t.wakeAll()
+		t.exit()
+	}
+}
+
+// acquire takes the one-slot semaphore sem, giving up when ctx ends, the
+// transport fails or group is aborted.
+func (t *Transport) acquire(ctx context.Context, sem chan struct{}, group uint64) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
+	}
+	for {
+		t.mu.Lock()
+		err := t.err
+		if err == nil {
+			err = t.aborted[group]
+		}
+		ch := t.abortCh
+		t.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+		select {
+		case sem <- struct{}{}:
+			if err := t.state(group); err != nil {
+				<-sem
+				return err
+			}
+			return nil
+		case <-ctx.Done():
+		case <-t.dead:
+		case <-ch:
+		}
+	}
+}
+
+// Waiting. A waiter first polls its condition, then polls while yielding
+// the processor (for spinFor), then sleeps on this rank's doorbell, a
+// futex word in its slot. Before sleeping it counts itself in the slot's
+// sleepers and, for waits on a ring, in the pair's waiter count; whoever
+// makes the condition true (the peer publishing data or freeing space, a
+// local drainer finishing the op, a failure, an abort, ctx's end) checks
+// the count after its change and rings the doorbell. Both sides use
+// sequentially consistent atomics, so either the waiter sees the change
+// or the changer sees the waiter. Sleeps are bounded (sleepMax), so a lost
+// wake-up would cost time, never a hang.
+var (
+	// spinFor is $GDIST_SHM_SPIN_US microseconds if set.
+	spinFor  = 50 * time.Microsecond
+	sleepMax = 50 * time.Millisecond
+	// pokeAfter: a producer that has slept this long for ring space asks
+	// the consumer's control goroutine to drain the ring (into queues).
+	pokeAfter = time.Millisecond
+)
+
+// await waits until ready() holds (and returns true), or until the epoch
+// moves past ep or ctx ends (false). flag, if not nil, is the pair-level
+// count of waiters that the other side checks; poke, if not nil, is a
+// futex word rung once after sleeping pokeAfter.
+func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, ready func() bool) bool {
+	done := ctx.Done()
+	interrupted := func() bool {
+		if t.epoch.Load() != ep {
+			return true
+		}
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+	for range 16 {
+		if ready() {
+			return true
+		}
+	}
+	// Let the goroutines of this process run between polls (often the
+	// one that is about to send what this one waits for), then other
+	// processes too.
+	start := time.Now()
+	for i := 1; ; i++ {
+		if i&3 == 0 {
+			osYield()
+		} else {
+			runtime.Gosched()
+		}
+		if ready() {
+			return true
+		}
+		if interrupted() {
+			return false
+		}
+		if i&7 == 0 && time.Since(start) > spinFor {
+			break
+		}
+	}
+	if done != nil {
+		stop := context.AfterFunc(ctx, t.wakeFromCtx)
+		defer stop()
+	}
+	slept := time.Duration(0)
+	for {
+		if flag != nil {
+			atomic.AddUint32(flag, 1)
+		}
+		atomic.AddUint32(t.sleepers, 1)
+		d := atomic.LoadUint32(t.doorbell)
+		ok := ready()
+		intr := !ok && interrupted()
+		if !ok && !intr {
+			nap := sleepMax
+			if poke != nil && slept < pokeAfter {
+				nap = pokeAfter
+			}
+			t0 := time.Now()
+			futexWait(t.doorbell, d, nap)
+			slept += time.Since(t0)
+			if poke != nil && slept >= pokeAfter {
+				// Still counted in flag, so whoever acts on the poke
+				// sees this waiter and wakes it.
+				ring(poke)
+				poke = nil
+			}
+		}
+		atomic.AddUint32(t.sleepers, ^uint32(0))
+		if flag != nil {
+			atomic.AddUint32(flag, ^uint32(0))
+		}
+		if ok || ready() {
+			return true
+		}
+		if intr || interrupted() {
+			return false
+		}
+	}
+}
+
+// wakeFromCtx runs when the ctx of a sleeping waiter ends.
+func (t *Transport) wakeFromCtx() {
+	if t.enter() {
+		t.wakeAll()
+		t.exit()
+	}
+}
+
+// checkArgs validates a peer and a header for Send and Recv.
+func (t *Transport) checkArgs(what string, peer int, h wire.Header) error {
+	if peer < 0 || peer >= t.size {
+		return comm.InvalidArgf("shm: %s rank %d out of range [0, %d)", what, peer, t.size)
+	}
+	if t.links[peer] == nil {
+		return comm.InvalidArgf("shm: %s rank %d: that rank does not share this segment (ranks %v)", what, peer, t.local)
+	}
+	if h.Kind != wire.KindColl && h.Kind != wire.KindP2P {
+		return comm.InvalidArgf("shm: %s rank %d: message kind %v", what, peer, h.Kind)
+	}
+	h.Offset, h.Total, h.Len = 0, 0, 0
+	var b [wire.HeaderSize]byte
+	h.Encode(b[:])
+	if _, err := wire.Decode(b[:]); err != nil {
+		return comm.InvalidArgf("shm: %s rank %d: %v", what, peer, err)
+	}
+	return nil
+}
+
+// Send delivers payload as one message to world rank to (see
+// algo.Transport). It copies payload into the ring to that rank, frame by
+// frame, and returns once the last frame is in the ring (or, for to ==
+// Rank(), copied into the local mailbox). It blocks while the ring is full;
+// ctx is honoured while it waits.
+func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []byte) error {
+	if err := t.checkArgs("send to", to, h); err != nil {
+		return err
+	}
+	if !t.enter() {
+		return errTransportClosed
+	}
+	defer t.exit()
+	if err := t.state(h.Group); err != nil {
+		return err
+	}
+	l := t.links[to]
+	if l.self {
+		return l.deliverLocal(h, payload)
+	}
+	if err := l.closedErr(); err != nil {
+		return err
+	}
+	key := keyOf(h)
+	ss, err := l.lockSendStream(ctx, key, h.Group)
+	if err != nil {
+		return err
+	}
+	defer l.unlockSendStream(key, ss)
+	total := len(payload)
+	h.Total = uint64(total)
+	for off := 0; ; {
+		n := min(total-off, l.maxFrame)
+		h.Offset, h.Len = uint64(off), uint32(n)
+		if err := t.acquire(ctx, l.wsem, h.Group); err != nil {
+			return err
+		}
+		err := l.writeFrame(ctx, &h, payload[off:off+n])
+		<-l.wsem
+		if err != nil {
+			return err
+		}
+		if off += n; off == total {
+			return nil
+		}
+	}
+}
+
+// Recv receives the next message of stream (from, h.Group, h.Kind[, h.Seq])
+// into dst (see algo.Transport). It blocks until the whole message is in
+// dst, or fails; it never returns while the transport still writes dst.
+func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byte) error {
+	if err := t.checkArgs("recv from", from, h); err != nil {
+		return err
+	}
+	return t.recv(ctx, from, h, &recvOp{dst: dst, n: len(dst)})
+}
+
+// RecvPayload is Recv without the copy out of the ring (see
+// algo.PayloadReceiver): it checks the message of n bytes the same way and
+// calls fn with each frame's payload where it lies, in the shared segment
+// (or in a queued copy, if the frame arrived before the receive), in order.
+// fn runs on whichever goroutine drains the ring, must not keep the slice
+// or call the transport, and should be quick: the ring's space is freed
+// after it returns. RecvPayload returns after the last call; it never
+// returns while fn runs.
+func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n int, fn func(off int, payload []byte)) error {
+	if err := t.checkArgs("recv from", from, h); err != nil {
+		return err
+	}
+	if n < 0 || fn == nil {
+		return comm.InvalidArgf("shm: RecvPayload of %d bytes with fn %p", n, fn)
+	}
+	return t.recv(ctx, from, h, &recvOp{fn: fn, n: n})
+}
+
+var _ algo.PayloadReceiver = (*Transport)(nil)
+
+func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *recvOp) error {
+	if !t.enter() {
+		return errTransportClosed
+	}
+	defer t.exit()
+	if err := t.state(h.Group); err != nil {
+		return err
+	}
+	l := t.links[from]
+	key := keyOf(h)
+	op.want = h
+	op.want.Offset, op.want.Len, op.want.Total = 0, 0, uint64(op.n)
+
+	l.mu.Lock()
+	s := l.stream(key)
+	s.waiters++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		s.waiters--
+		l.gc(key, s)
+		l.mu.Unlock()
+	}()
+	if err := t.acquire(ctx, s.rsem, h.Group); err != nil {
+		return err
+	}
+	defer func() { <-s.rsem }()
+
+	l.mu.Lock()
+	for len(s.q) > 0 && !op.finished {
+		f := s.pop()
+		l.queued -= int64(len(f.data))
+		op.apply(f.h, f.data)
+	}
+	if !op.finished {
+		s.posted = op
+	}
+	l.mu.Unlock()
+	if op.done.Load() {
+		return op.err
+	}
+	return l.wait(ctx, s, op)
+}
+
+// Abort fails every pending and later Send and Recv of group on this rank
+// with cause, and writes an abort record carrying cause's text (truncated
+// to wire.MaxAbortText) into the control ring of each listed world rank
+// that shares the segment. It does not wait for them.
+func (t *Transport) Abort(group uint64, peers []int, cause error) {
+	if cause == nil {
+		cause = comm.ErrAborted
+	}
+	t.abortGroup(group, cause)
+	text := truncateText(cause.Error(), wire.MaxAbortText)
+	seen := map[int]bool{}
+	for _, p := range peers {
+		if p < 0 || p >= t.size || p == t.rank || seen[p] || t.links[p] == nil {
+			continue
+		}
+		seen[p] = true
+		l := t.links[p]
+		if !t.enter() {
+			return
+		}
+		if t.isDead() {
+			t.exit()
+			return
+		}
+		if l.sendAbort(group, text) {
+			t.exit()
+			continue
+		}
+		// The control ring is full: keep trying in the background (the
+		// goroutine holds the inflight reference).
+		go func() {
+			defer t.exit()
+			deadline := time.Now().Add(t.peerDL)
+			for !t.isDead() {
+				time.Sleep(time.Millisecond)
+				if l.sendAbort(group, text) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.logf("shm: rank %d: could not tell rank %d about the abort: control ring full", t.rank, l.peer)
+					return
+				}
+			}
+		}()
+	}
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cutting may split a rune; drop the pieces.
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// Close says goodbye to every peer, fails pending calls with
+// comm.ErrClosed, stops the control goroutine and unmaps the segment. It
+// never hangs and may be called more than once.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(t.close)
+	return nil
+}
+
+// closeWait bounds how long Close waits for calls in flight to leave the
+// mapping; past it the mapping is leaked rather than pulled from under them.
+const closeWait = 5 * time.Second
+
+func (t *Transport) close() {
+	t.mu.Lock()
+	first := t.err == nil
+	if first {
+		t.err = errTransportClosed
+		close(t.dead)
+	}
+	t.epoch.Add(1)
+	t.mu.Unlock()
+	if first {
+		t.goodbye("")
+	}
+	if t.seg == nil {
+		return
+	}
+	t.wakeAll()
+	t.stopCtrl.Store(true)
+	ring(t.ctrlBell)
+	<-t.ctrlDone
+	t.closing.Store(true)
+	deadline := time.Now().Add(closeWait)
+	for t.inflight.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.logf("shm: rank %d: calls still in flight after %v; leaving the segment mapped", t.rank, closeWait)
+			return
+		}
+		t.wakeAll()
+		time.Sleep(50 * time.Microsecond)
+	}
+	for _, l := range t.peers {
+		if l.watch != nil {
+			l.watch.close()
+		}
+	}
+	t.seg.unmap()
+}

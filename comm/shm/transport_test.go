@@ -1,0 +1,1007 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/wire"
+)
+
+var token = []byte("test-token")
+
+// logBuf collects a rank's diagnostics; the test prints them if it fails.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuf) logf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+type world struct {
+	store *memStore
+	job   string
+	dir   string
+	ts    []*Transport
+	logs  []*logBuf
+}
+
+func newWorld(t *testing.T, size int) *world {
+	t.Helper()
+	w := &world{store: newMemStore(), job: t.Name(), dir: t.TempDir(), ts: make([]*Transport, size)}
+	for range size {
+		w.logs = append(w.logs, &logBuf{})
+	}
+	t.Cleanup(func() {
+		for _, tr := range w.ts {
+			if tr != nil {
+				tr.Close()
+			}
+		}
+		if t.Failed() {
+			for r, l := range w.logs {
+				t.Logf("rank %d log:\n%s", r, l)
+			}
+		}
+	})
+	return w
+}
+
+func (w *world) config(rank, size int, opts comm.Options) comm.Config {
+	return comm.Config{
+		Rank: rank, Size: size, Store: w.store, Token: token, Job: w.job,
+		Options: opts, Logf: w.logs[rank].logf,
+	}
+}
+
+// build builds the transports of the listed ranks concurrently.
+func (w *world) build(ctx context.Context, size int, opts comm.Options, o Options, ranks ...int) []error {
+	errs := make([]error, size)
+	if o.Dir == "" {
+		o.Dir = w.dir
+	}
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Go(func() {
+			tr, err := NewWithOptions(ctx, w.config(r, size, opts), o)
+			w.ts[r], errs[r] = tr, err
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func all(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// mkWorld builds a complete world of size ranks.
+func mkWorld(t *testing.T, size int, opts comm.Options, o Options) *world {
+	t.Helper()
+	w := newWorld(t, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for r, err := range w.build(ctx, size, opts, o, all(size)...) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return w
+}
+
+func coll(group, seq uint64) wire.Header {
+	return wire.Header{Kind: wire.KindColl, Op: wire.OpAllReduce, DType: 1, Red: 1, Group: group, Seq: seq, Count: 5}
+}
+
+func p2p(group, tag uint64) wire.Header {
+	return wire.Header{Kind: wire.KindP2P, Op: wire.OpSend, DType: 5, Group: group, Seq: tag}
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+	return b
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func posted(tr *Transport, from int, h wire.Header) bool {
+	l := tr.links[from]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.streams[keyOf(h)]
+	return s != nil && s.posted != nil
+}
+
+func queued(tr *Transport, from int) int64 {
+	l := tr.links[from]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queued
+}
+
+func wantPeerErr(t *testing.T, err error, rank int, sentinel error) {
+	t.Helper()
+	var pe *comm.PeerError
+	if !errors.As(err, &pe) || pe.Rank != rank || !errors.Is(err, sentinel) {
+		t.Fatalf("got %v, want a PeerError naming rank %d wrapping %v", err, rank, sentinel)
+	}
+}
+
+func segFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, namePrefix+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMesh(t *testing.T) {
+	for size := 1; size <= 4; size++ {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			w := mkWorld(t, size, comm.Options{}, Options{})
+			if f := segFiles(t, w.dir); len(f) != 0 {
+				t.Errorf("segment files left after setup: %v", f)
+			}
+			ctx := ctxT(t, 10*time.Second)
+			var wg sync.WaitGroup
+			errs := make(chan error, 2*size*size)
+			for r, tr := range w.ts {
+				if tr.Rank() != r || tr.Size() != size {
+					t.Fatalf("rank %d: Rank %d Size %d", r, tr.Rank(), tr.Size())
+				}
+				for p := range size {
+					wg.Go(func() { errs <- tr.Send(ctx, p, coll(1, 1), []byte{byte(r), byte(p)}) })
+					wg.Go(func() {
+						got := make([]byte, 2)
+						if err := tr.Recv(ctx, p, coll(1, 1), got); err != nil {
+							errs <- err
+						} else if got[0] != byte(p) || got[1] != byte(r) {
+							errs <- fmt.Errorf("rank %d from %d: got %v", r, p, got)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestSendRecvSizes sends messages of many sizes both ways, through a small
+// ring, so that records wrap around its end and large messages are split
+// into frames that the sender writes while the receiver copies.
+func TestSendRecvSizes(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10, FrameBytes: 4 << 10})
+	ctx := ctxT(t, 20*time.Second)
+	sizes := []int{0, 1, 63, 64, 65, 4095, 4096, 4097, 20000, 1<<20 + 3}
+	for i, n := range sizes {
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for r, tr := range w.ts {
+			for _, p := range []int{1 - r, r} { // the peer and the rank itself
+				h := coll(3, uint64(i))
+				h.Count = uint64(n)
+				wg.Go(func() { errs <- tr.Send(ctx, p, h, pattern(n, byte(r))) })
+				wg.Go(func() {
+					got := make([]byte, n)
+					if err := tr.Recv(ctx, p, h, got); err != nil {
+						errs <- err
+					} else if !bytes.Equal(got, pattern(n, byte(p))) {
+						errs <- fmt.Errorf("size %d: rank %d from %d: wrong data", n, r, p)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+func TestStreamsIndependent(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10, FrameBytes: 8 << 10})
+	ctx := ctxT(t, 20*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	big := 100<<10 + 5 // more than the ring holds
+	hs := []wire.Header{p2p(1, 1), p2p(1, 2), coll(1, 1), coll(2, 1)}
+	// Multi-frame messages on four streams, sent concurrently (their
+	// frames interleave in the ring), received in the reverse order: the
+	// receiver queues what it is not waiting for, so the senders finish.
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() {
+			if err := a.Send(ctx, 1, h, pattern(big, byte(i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for i := len(hs) - 1; i >= 0; i-- {
+		got := make([]byte, big)
+		if err := b.Recv(ctx, 0, hs[i], got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pattern(big, byte(i))) {
+			t.Errorf("stream %d: wrong data", i)
+		}
+	}
+	wg.Wait()
+
+	// Messages of one stream keep their order, and concurrent sends on one
+	// stream never interleave their frames.
+	h := p2p(1, 9)
+	for i := range 3 {
+		if err := a.Send(ctx, 1, h, pattern(10, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		got := make([]byte, 10)
+		if err := b.Recv(ctx, 0, h, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pattern(10, byte(i))) {
+			t.Fatalf("message %d out of order: %v", i, got)
+		}
+	}
+	for i := range 2 {
+		wg.Go(func() {
+			msg := bytes.Repeat([]byte{byte(i + 1)}, big)
+			if err := a.Send(ctx, 1, h, msg); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	seen := map[byte]bool{}
+	for range 2 {
+		got := make([]byte, big)
+		if err := b.Recv(ctx, 0, h, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, bytes.Repeat(got[:1], big)) {
+			t.Fatal("frames of two messages interleaved")
+		}
+		seen[got[0]] = true
+	}
+	wg.Wait()
+	if !seen[1] || !seen[2] {
+		t.Fatalf("got messages %v", seen)
+	}
+	// Idle streams are forgotten.
+	for _, tr := range w.ts {
+		for _, l := range tr.links {
+			l.mu.Lock()
+			n, m, q := len(l.streams), len(l.sends), l.queued
+			l.mu.Unlock()
+			if n != 0 || m != 0 || q != 0 {
+				t.Errorf("rank %d link %d: %d streams, %d send streams, %d queued bytes left", tr.rank, l.peer, n, m, q)
+			}
+		}
+	}
+}
+
+// A sender whose ring is full of messages nobody receives yet is not stuck:
+// the receiver's control goroutine drains them into queues.
+func TestSendWithoutReceiver(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10})
+	ctx := ctxT(t, 10*time.Second)
+	n := 300 << 10
+	if err := w.ts[0].Send(ctx, 1, p2p(0, 1), pattern(n, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if q := queued(w.ts[1], 0); q < int64(n-64<<10) {
+		t.Fatalf("only %d bytes queued", q)
+	}
+	got := make([]byte, n)
+	if err := w.ts[1].Recv(ctx, 0, p2p(0, 1), got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, pattern(n, 3)) {
+		t.Fatal("wrong data")
+	}
+}
+
+func TestMismatch(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	other := coll(4, 1)
+	other.Op = wire.OpBroadcast
+	count := coll(4, 1)
+	count.Count = 6
+	cases := map[string]struct {
+		want wire.Header
+		n    int
+	}{
+		"op":     {other, 8},
+		"count":  {count, 8},
+		"length": {coll(4, 1), 9},
+	}
+	for name, c := range cases {
+		for _, postFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/posted=%v", name, postFirst), func(t *testing.T) {
+				done := make(chan error, 1)
+				recv := func() { done <- b.Recv(ctx, 0, c.want, make([]byte, c.n)) }
+				if postFirst {
+					go recv()
+					waitFor(t, "the receive to be posted", func() bool { return posted(b, 0, c.want) })
+				}
+				if err := a.Send(ctx, 1, coll(4, 1), make([]byte, 8)); err != nil {
+					t.Fatal(err)
+				}
+				if !postFirst {
+					go recv()
+				}
+				err := <-done
+				var me *wire.MismatchError
+				if !errors.As(err, &me) {
+					t.Fatalf("got %v, want a *wire.MismatchError", err)
+				}
+				if me.Got.Op != wire.OpAllReduce || me.Got.Count != 5 {
+					t.Fatalf("mismatch names %+v", me.Got)
+				}
+				if q := queued(b, 0); q != 0 {
+					t.Fatalf("mismatched frame not discarded: %d bytes queued", q)
+				}
+			})
+		}
+	}
+	// The transport still works.
+	if err := a.Send(ctx, 1, coll(4, 2), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 0, coll(4, 2), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{})
+	ctx := ctxT(t, time.Second)
+	tr := w.ts[0]
+	bad := coll(0, 1)
+	bad.Op = 0
+	for name, err := range map[string]error{
+		"rank":      tr.Send(ctx, 2, coll(0, 1), nil),
+		"neg rank":  tr.Recv(ctx, -1, coll(0, 1), nil),
+		"kind":      tr.Send(ctx, 1, wire.Header{Kind: wire.KindAbort}, nil),
+		"op":        tr.Recv(ctx, 0, bad, nil),
+		"heartbeat": tr.Recv(ctx, 1, wire.Header{Kind: wire.KindHeartbeat}, nil),
+	} {
+		if !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, o := range map[string]Options{
+		"ring not a power of two": {RingBytes: 100 << 10},
+		"ring too small":          {RingBytes: 4 << 10},
+		"frame too small":         {FrameBytes: 10},
+		"ranks without self":      {Ranks: []int{1}},
+		"rank out of range":       {Ranks: []int{0, 5}},
+		"rank twice":              {Ranks: []int{0, 0}},
+	} {
+		_, err := NewWithOptions(ctx, w.config(0, 2, comm.Options{}), o)
+		if !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// A subset of the world can share a segment; the other ranks are not
+// reachable through it.
+func TestSubset(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := ctxT(t, 10*time.Second)
+	errs := w.build(ctx, 4, comm.Options{}, Options{Ranks: []int{3, 1}}, 1, 3)
+	for _, r := range []int{1, 3} {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+	if got := w.ts[1].Ranks(); len(got) != 2 || got[0] != 1 || got[1] != 3 {
+		t.Fatalf("Ranks() = %v", got)
+	}
+	if err := w.ts[1].Send(ctx, 3, coll(0, 1), []byte{9}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	if err := w.ts[3].Recv(ctx, 1, coll(0, 1), got); err != nil || got[0] != 9 {
+		t.Fatal(got, err)
+	}
+	if err := w.ts[1].Send(ctx, 2, coll(0, 1), nil); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("send to a rank outside the segment: %v", err)
+	}
+}
+
+func TestRebuildOnOneStore(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	for _, tr := range w.ts {
+		tr.Close()
+	}
+	for r, err := range w.build(ctx, 2, comm.Options{}, Options{}, 0, 1) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if err := w.ts[0].Send(ctx, 1, coll(0, 1), []byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	if err := w.ts[1].Recv(ctx, 0, coll(0, 1), got); err != nil || got[0] != 7 {
+		t.Fatal(got, err)
+	}
+}
+
+func TestMissingPeers(t *testing.T) {
+	w := newWorld(t, 3)
+	ctx := ctxT(t, 500*time.Millisecond)
+	errs := w.build(ctx, 3, comm.Options{}, Options{}, 0, 1)
+	for r, err := range errs[:2] {
+		if err == nil || !strings.Contains(err.Error(), "rank(s) [2]") || !errors.Is(err, comm.ErrTimeout) {
+			t.Errorf("rank %d: got %v, want an error naming rank 2", r, err)
+		}
+	}
+	if f := segFiles(t, w.dir); len(f) != 0 {
+		t.Errorf("segment files left after a failed setup: %v", f)
+	}
+}
+
+// TestWrongTokenRefused: a rank with another token cannot find the segment
+// or join it; the file is private to this user, named from the token, and
+// a process that opens it anyway (listing the directory) and claims a slot
+// without the token is refused by the others.
+func TestWrongTokenRefused(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := ctxT(t, 10*time.Second)
+	errs := make(chan error, 1)
+	go func() { errs <- w.build(ctx, 2, comm.Options{}, Options{}, 0)[0] }()
+	var path string
+	waitFor(t, "the segment file", func() bool {
+		f := segFiles(t, w.dir)
+		if len(f) == 1 {
+			path = f[0]
+		}
+		return path != ""
+	})
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("segment mode %v, want 0600", st.Mode())
+	}
+
+	// A rank holding another token is refused before it touches the file.
+	cfg := w.config(1, 2, comm.Options{})
+	cfg.Token = []byte("wrong")
+	_, err = NewWithOptions(ctx, cfg, Options{Dir: w.dir})
+	if !errors.Is(err, comm.ErrAuth) {
+		t.Fatalf("rank with the wrong token: %v", err)
+	}
+	var si segInfo
+	b, err := w.store.Get(ctx, "shm/"+w.job+"/1/0/seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &si); err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Join(w.dir, segName([]byte("wrong"), si.Nonce, si.PID)) == path {
+		t.Fatal("the segment name does not depend on the token")
+	}
+
+	// A process of this user that opens the file by listing the directory
+	// and claims rank 1's slot without the token is refused.
+	g := geometry{n: 2, ringBytes: si.Ring, ctrlBytes: si.Ctrl}
+	seg, err := openSegment(path, g, 2, si.Nonce, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := g.slotOff(1)
+	atomic.StoreUint64(seg.u64(off+slotPid), uint64(os.Getpid()))
+	copy(seg.mem[off+slotProof:], bytes.Repeat([]byte{1}, 32))
+	atomic.StoreUint32(seg.u32(off+slotState), stateAttached)
+	atomic.AddUint32(seg.u32(hdrAttached), 1)
+	seg.unmap()
+	err = <-errs
+	wantPeerErr(t, err, 1, comm.ErrAuth)
+	if f := segFiles(t, w.dir); len(f) != 0 {
+		t.Errorf("segment files left: %v", f)
+	}
+}
+
+func TestHostMismatch(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := ctxT(t, 10*time.Second)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Go(func() {
+			_, errs[r] = NewWithOptions(ctx, w.config(r, 2, comm.Options{}), Options{Dir: w.dir, HostID: fmt.Sprintf("host%d", r)})
+		})
+	}
+	wg.Wait()
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), `"host1"`) || !strings.Contains(errs[1].Error(), `"host0"`) {
+		t.Errorf("rank 1: %v, want an error naming both hosts", errs[1])
+	}
+	// Rank 0 hears of it at once instead of waiting for its timeout.
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1") {
+		t.Errorf("rank 0: %v", errs[0])
+	}
+	if ctx.Err() != nil {
+		t.Error("setup waited for the deadline")
+	}
+}
+
+// crash stops tr's control goroutine without a goodbye, as a hung or dead
+// process in this same pid would: its heartbeats stop.
+func crash(tr *Transport) {
+	tr.stopCtrl.Store(true)
+	ring(tr.ctrlBell)
+	<-tr.ctrlDone
+}
+
+func TestHeartbeat(t *testing.T) {
+	opts := comm.Options{PeerTimeout: 300 * time.Millisecond}
+	w := mkWorld(t, 3, opts, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	time.Sleep(time.Second)
+	for _, tr := range w.ts {
+		if err := tr.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.ts[0].Send(ctx, 1, coll(0, 1), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ts[1].Recv(ctx, 0, coll(0, 1), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, from := range []int{1, 2} {
+		wg.Go(func() { errs[i] = w.ts[0].Recv(ctx, from, coll(0, 2), make([]byte, 4)) })
+	}
+	waitFor(t, "the receives to be posted", func() bool {
+		return posted(w.ts[0], 1, coll(0, 2)) && posted(w.ts[0], 2, coll(0, 2))
+	})
+	start := time.Now()
+	crash(w.ts[1])
+	wg.Wait()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v to notice", d)
+	}
+	wantPeerErr(t, errs[0], 1, comm.ErrPeerLost)
+	// Rank 2 noticed too, and its goodbye names rank 1; or rank 0 failed
+	// first. Either way the error names rank 1, the root cause.
+	if !strings.Contains(errs[1].Error(), "rank 1") {
+		t.Errorf("receive from rank 2: %v", errs[1])
+	}
+	for _, r := range []int{0, 2} {
+		waitFor(t, "the transport to fail", func() bool { return w.ts[r].Err() != nil })
+		wantPeerErr(t, w.ts[r].Err(), 1, comm.ErrPeerLost)
+	}
+	wantPeerErr(t, w.ts[0].Send(ctx, 2, coll(0, 3), nil), 1, comm.ErrPeerLost)
+}
+
+func TestCloseWithPending(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	// A message sent before the goodbye stays receivable.
+	if err := a.Send(ctx, 1, coll(0, 1), []byte{42}); err != nil {
+		t.Fatal(err)
+	}
+	pending := make(chan error, 2)
+	go func() { pending <- a.Recv(ctx, 1, coll(7, 1), make([]byte, 1)) }()
+	go func() { pending <- a.Recv(ctx, 0, coll(7, 1), make([]byte, 1)) }()
+	waitFor(t, "the receives to be posted", func() bool { return posted(a, 1, coll(7, 1)) && posted(a, 0, coll(7, 1)) })
+
+	peerPending := make(chan error, 1)
+	go func() { peerPending <- b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)) }()
+	waitFor(t, "the receive to be posted", func() bool { return posted(b, 0, coll(8, 1)) })
+
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	for range 2 {
+		if err := <-pending; !errors.Is(err, comm.ErrClosed) {
+			t.Errorf("pending recv: %v", err)
+		}
+	}
+	if err := a.Send(ctx, 1, coll(0, 1), nil); !errors.Is(err, comm.ErrClosed) {
+		t.Errorf("send after close: %v", err)
+	}
+	wantPeerErr(t, <-peerPending, 0, comm.ErrClosed)
+	got := make([]byte, 1)
+	if err := b.Recv(ctx, 0, coll(0, 1), got); err != nil || got[0] != 42 {
+		t.Fatalf("message sent before close: %v %v", got, err)
+	}
+	wantPeerErr(t, b.Recv(ctx, 0, coll(0, 1), got), 0, comm.ErrClosed)
+	wantPeerErr(t, b.Send(ctx, 0, coll(0, 1), got), 0, comm.ErrClosed)
+	if err := b.Err(); err != nil {
+		t.Fatalf("the peer's transport failed: %v", err)
+	}
+	// b still talks to itself.
+	if err := b.Send(ctx, 1, coll(0, 1), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 1, coll(0, 1), got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A sender blocked on a full ring (the receiver hung: nothing drains it)
+// fails once the receiver says goodbye, with the receiver's reason.
+func TestGoodbyeReleasesBlockedSender(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10})
+	ctx := ctxT(t, 10*time.Second)
+	crash(w.ts[1])
+	done := make(chan error, 1)
+	go func() { done <- w.ts[0].Send(ctx, 1, p2p(0, 1), make([]byte, 1<<20)) }()
+	select {
+	case err := <-done:
+		t.Fatalf("send into a full ring returned %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.ts[1].goodbye("going away")
+	select {
+	case err := <-done:
+		wantPeerErr(t, err, 1, comm.ErrClosed)
+		if !strings.Contains(err.Error(), "going away") {
+			t.Errorf("error lacks the reason: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("sender hung after the receiver said goodbye")
+	}
+}
+
+func TestAbort(t *testing.T) {
+	w := mkWorld(t, 3, comm.Options{}, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := w.ts[0], w.ts[1]
+	pending := make(chan error, 1)
+	go func() { pending <- b.Recv(ctx, 2, coll(7, 1), make([]byte, 1)) }()
+	waitFor(t, "the receive to be posted", func() bool { return posted(b, 2, coll(7, 1)) })
+
+	cause := errors.New("boom")
+	a.Abort(7, []int{1, 0, 1, 9}, cause)
+	err := <-pending
+	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
+		t.Fatalf("peer's pending recv: %v", err)
+	}
+	if err := b.Send(ctx, 2, coll(7, 2), nil); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("peer's later send: %v", err)
+	}
+	if err := a.Recv(ctx, 1, coll(7, 2), nil); !errors.Is(err, cause) {
+		t.Fatalf("local recv: %v", err)
+	}
+	// Other groups go on.
+	if err := a.Send(ctx, 1, coll(8, 1), []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Long causes are truncated, and more aborts than the control ring
+	// holds at once all arrive.
+	long := strings.Repeat("é", wire.MaxAbortText)
+	for g := uint64(100); g < 110; g++ {
+		a.Abort(g, []int{1}, errors.New(long))
+	}
+	for g := uint64(100); g < 110; g++ {
+		if err := b.Recv(ctx, 0, coll(g, 1), nil); !errors.Is(err, comm.ErrAborted) {
+			t.Fatalf("group %d: %v", g, err)
+		}
+	}
+}
+
+func TestRecvCancel(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := w.ts[0].Recv(ctx, 1, coll(0, 1), make([]byte, 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	if posted(w.ts[0], 1, coll(0, 1)) {
+		t.Fatal("cancelled receive still posted")
+	}
+}
+
+// A Recv cancelled while its message streams in returns only once the
+// transport has stopped writing its buffer (the race detector checks it too).
+func TestRecvCancelNeverWritesLate(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10, FrameBytes: 4 << 10})
+	ctx := ctxT(t, 20*time.Second)
+	n := 1 << 20
+	for i := range 4 {
+		h := p2p(0, uint64(100+i))
+		dst := make([]byte, n)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.ts[1].Recv(rctx, 0, h, dst) }()
+		waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[1], 0, h) })
+		sent := make(chan error, 1)
+		go func() { sent <- w.ts[0].Send(ctx, 1, h, pattern(n, 1)) }()
+		time.Sleep(time.Duration(i) * 300 * time.Microsecond)
+		cancel()
+		err := <-done
+		snap := bytes.Clone(dst)
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if err != nil && !bytes.Equal(snap, dst) {
+			t.Fatalf("iteration %d: buffer written after Recv returned %v", i, err)
+		}
+	}
+	if err := w.ts[1].Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadRecords: a peer (holding the token) that writes malformed records
+// into its ring makes the receiver fail that peer with a protocol error
+// naming it; nothing is written out of bounds and nothing hangs.
+func TestBadRecords(t *testing.T) {
+	corrupt := map[string]func(rec []byte){
+		"record length":    func(rec []byte) { binary.LittleEndian.PutUint32(rec, 7) },
+		"longer than ring": func(rec []byte) { binary.LittleEndian.PutUint32(rec, 1<<30) },
+		"record type":      func(rec []byte) { rec[4] = 99 },
+		"header magic":     func(rec []byte) { rec[64] ^= 0xff },
+		"frame length": func(rec []byte) {
+			h, _ := wire.Decode(rec[64:128])
+			h.Len, h.Total = 1<<20, 1<<20
+			h.Encode(rec[64:128])
+		},
+	}
+	for name, f := range corrupt {
+		t.Run(name, func(t *testing.T) {
+			w := mkWorld(t, 2, comm.Options{}, Options{})
+			ctx := ctxT(t, 10*time.Second)
+			// Rank 1 writes a good record, then corrupts it before
+			// publishing it (by hand, as a bad peer would).
+			l := w.ts[1].links[0]
+			h := coll(0, 1)
+			h.Total, h.Len = 20, 20
+			rec := l.out.data[:dataRecHdr+64]
+			binary.LittleEndian.PutUint32(rec, uint32(len(rec)))
+			rec[4] = recData
+			h.Encode(rec[64:128])
+			f(rec)
+			atomic.StoreUint64(l.out.tail, uint64(len(rec)))
+			ring(l.peerDoorbell)
+			guard := make([]byte, 64)
+			err := w.ts[0].Recv(ctx, 1, coll(0, 1), guard[:20])
+			wantPeerErr(t, err, 1, comm.ErrProtocol)
+			for i, b := range guard {
+				if b != 0 {
+					t.Fatalf("byte %d of the receive buffer was written", i)
+				}
+			}
+		})
+	}
+}
+
+// A rank whose transport fails says goodbye with the failure as its reason,
+// so that ranks that were not linked to the culprit learn the root cause.
+func TestGoodbyeCarriesReason(t *testing.T) {
+	w := mkWorld(t, 3, comm.Options{}, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	errc := make(chan error, 1)
+	go func() { errc <- w.ts[0].Recv(ctx, 2, coll(0, 1), make([]byte, 4)) }()
+	waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[0], 2, coll(0, 1)) })
+	w.ts[2].Fail(lostErr(1, "test crash"))
+	err := <-errc
+	wantPeerErr(t, err, 2, comm.ErrClosed)
+	if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "test crash") {
+		t.Errorf("error does not give rank 2's reason: %v", err)
+	}
+	err = w.ts[0].Send(ctx, 2, coll(0, 2), []byte{1})
+	if err == nil || !strings.Contains(err.Error(), "test crash") {
+		t.Errorf("send after the goodbye: %v", err)
+	}
+}
+
+// Without an explicit size, rings shrink as the ranks sharing a segment
+// grow, so that the segment stays bounded.
+func TestRingSizing(t *testing.T) {
+	t.Setenv("GDIST_SHM_RING_BYTES", "")
+	for _, c := range []struct{ n, want int }{{2, 256 << 10}, {32, 256 << 10}, {64, 64 << 10}, {256, 64 << 10}} {
+		o, err := Options{}.withDefaults(comm.Config{Rank: 0, Size: c.n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.RingBytes != c.want {
+			t.Errorf("%d ranks: ring of %d bytes, want %d", c.n, o.RingBytes, c.want)
+		}
+	}
+	t.Setenv("GDIST_SHM_RING_BYTES", "131072")
+	if o, err := (Options{}).withDefaults(comm.Config{Rank: 0, Size: 2}); err != nil || o.RingBytes != 128<<10 {
+		t.Errorf("GDIST_SHM_RING_BYTES ignored: %d, %v", o.RingBytes, err)
+	}
+	t.Setenv("GDIST_SHM_RING_BYTES", "lots")
+	if _, err := (Options{}).withDefaults(comm.Config{Rank: 0, Size: 2}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("bad GDIST_SHM_RING_BYTES: %v", err)
+	}
+	if _, err := (Options{}).withDefaults(comm.Config{Rank: 0, Size: maxLocal + 1}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("%d ranks accepted", maxLocal+1)
+	}
+}
+
+// collect returns an fn for RecvPayload that assembles the pieces into a
+// buffer and checks that they come in order.
+func collect(t *testing.T, n int) (buf []byte, fn func(off int, p []byte), pieces *int) {
+	buf = make([]byte, n)
+	next, count := 0, 0
+	return buf, func(off int, p []byte) {
+		if off != next {
+			t.Errorf("piece at %d, want %d", off, next)
+		}
+		next = off + copy(buf[off:], p)
+		count++
+	}, &count
+}
+
+// TestRecvPayload: RecvPayload hands over every byte in order, in pieces
+// of at most a frame, whether the receive was posted before the message
+// arrived (pieces straight from the ring), after (queued copies), or from
+// the rank itself; a message of another length is a mismatch, and fn is
+// never called for it.
+func TestRecvPayload(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10, FrameBytes: 4 << 10})
+	ctx := ctxT(t, 10*time.Second)
+	n := 100<<10 + 3
+	for i, mode := range []string{"posted", "queued", "self"} {
+		t.Run(mode, func(t *testing.T) {
+			h := p2p(0, uint64(i))
+			from, to := 0, 1
+			if mode == "self" {
+				from = 1
+			}
+			buf, fn, pieces := collect(t, n)
+			done := make(chan error, 1)
+			recv := func() { done <- w.ts[1].RecvPayload(ctx, from, h, n, fn) }
+			if mode == "posted" {
+				go recv()
+				waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[1], from, h) })
+			}
+			sent := make(chan error, 1)
+			go func() { sent <- w.ts[from].Send(ctx, to, h, pattern(n, byte(i))) }()
+			if mode != "posted" {
+				// The whole message is sent (what did not fit in the
+				// ring is queued) before the receive is posted.
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
+				if mode == "queued" && queued(w.ts[1], 0) == 0 {
+					t.Fatal("nothing queued")
+				}
+				sent <- nil
+				go recv()
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf, pattern(n, byte(i))) {
+				t.Fatal("wrong data")
+			}
+			if mode != "self" && *pieces < n/(4<<10) {
+				t.Errorf("%d pieces for %d bytes in 4 KiB frames", *pieces, n)
+			}
+		})
+	}
+	called := false
+	go w.ts[0].Send(ctx, 1, p2p(0, 9), make([]byte, 10))
+	err := w.ts[1].RecvPayload(ctx, 0, p2p(0, 9), 11, func(int, []byte) { called = true })
+	var me *wire.MismatchError
+	if !errors.As(err, &me) || called {
+		t.Fatalf("wrong length: %v (fn called: %v)", err, called)
+	}
+	if err := w.ts[1].RecvPayload(ctx, 0, p2p(0, 9), -1, func(int, []byte) {}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("negative length: %v", err)
+	}
+}
+
+// A RecvPayload whose ctx ends while fn runs returns only after fn has
+// returned.
+func TestRecvPayloadCancelWaitsForFn(t *testing.T) {
+	w := mkWorld(t, 2, comm.Options{}, Options{})
+	ctx := ctxT(t, 10*time.Second)
+	rctx, cancel := context.WithCancel(ctx)
+	var inFn, returned atomic.Bool
+	h := p2p(0, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- w.ts[1].RecvPayload(rctx, 0, h, 2<<20, func(off int, p []byte) {
+			inFn.Store(true)
+			if off == 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if returned.Load() {
+				t.Error("fn running after RecvPayload returned")
+			}
+			inFn.Store(false)
+		})
+	}()
+	waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[1], 0, h) })
+	go w.ts[0].Send(ctx, 1, h, make([]byte, 2<<20))
+	waitFor(t, "fn to run", inFn.Load)
+	cancel()
+	err := <-done
+	returned.Store(true)
+	if inFn.Load() {
+		t.Fatal("RecvPayload returned while fn ran")
+	}
+	if err == nil {
+		return // it finished before the cancel took effect
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
