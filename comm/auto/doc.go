@@ -3,6 +3,12 @@
 // hosts, so one job may use both. Importing it registers the "auto"
 // backend with package comm (see register.go).
 //
+// Where every rank can use NCCL (CUDA and NCCL load at run time and each
+// host has a GPU per local rank: PickNCCL, agreed through the store) the
+// "auto" backend builds the "nccl" Comm instead (host buffers are then
+// staged through the GPU); GDIST_AUTO_NCCL=0 on any rank keeps it on
+// shared memory and TCP.
+//
 // # Building
 //
 // Each rank publishes its host identity in the rendezvous store under

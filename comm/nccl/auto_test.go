@@ -1,0 +1,78 @@
+package nccl_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/auto"
+	"github.com/gdist/gdist/comm/nccl"
+	"github.com/gdist/gdist/gpu/cudafake"
+)
+
+// TestAutoPicksNCCL: the auto backend takes NCCL when every rank has a GPU
+// of its own, and not when a host runs more ranks than it has GPUs or
+// GDIST_AUTO_NCCL=0; an auto world on GPUs all-reduces host buffers.
+func TestAutoPicksNCCL(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	if ok, why := nccl.Usable(); !ok {
+		t.Skipf("no NCCL: %s", why)
+	}
+	pick := func(localSize int) ([]bool, []string) {
+		ss := stores(t, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		use, why := make([]bool, 2), make([]string, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Go(func() {
+				var err error
+				use[r], why[r], err = auto.PickNCCL(ctx, comm.Config{Rank: r, Size: 2, LocalRank: r, LocalSize: localSize, Store: ss[r], Job: t.Name()})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		return use, why
+	}
+	if use, why := pick(2); !use[0] || !use[1] {
+		t.Errorf("2 ranks with a GPU each: use nccl %v (%v)", use, why)
+	}
+	if use, why := pick(1000); use[0] || use[1] || !strings.Contains(why[0], "GPU") {
+		t.Errorf("more ranks than GPUs: use nccl %v, why %q", use, why)
+	}
+	t.Setenv(auto.EnvNCCL, "0")
+	if use, why := pick(2); use[0] || use[1] || !strings.Contains(why[1], auto.EnvNCCL) {
+		t.Errorf("%s=0: use nccl %v, why %q", auto.EnvNCCL, use, why)
+	}
+	t.Setenv(auto.EnvNCCL, "")
+
+	ss := stores(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	bufs := [][]float32{{1, 2, 3}, {10, 20, 30}}
+	for r := range 2 {
+		wg.Go(func() {
+			c, err := comm.New(ctx, "auto", comm.Config{Rank: r, Size: 2, LocalRank: r, LocalSize: 2, Store: ss[r], Job: t.Name() + "/world"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bufs[r]), comm.Sum)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for r, b := range bufs {
+		if b[0] != 11 || b[1] != 22 || b[2] != 33 {
+			t.Errorf("rank %d: %v, want [11 22 33]", r, b)
+		}
+	}
+}
