@@ -32,7 +32,8 @@
 // out = in op received in one pass (ReduceTo), so reduce-scatter and
 // reduce never copy their input first, and a Transport that is also a
 // PayloadReceiver (memory the receiver can read: in-process ranks, shared
-// memory) is reduced from directly, without the staging copy. Scratch
+// memory, or TCP frames as they are read, a cache-sized piece at a time) is
+// reduced from directly, without the staging copy. Scratch
 // buffers come from pools (scratch.go) rather than fresh zeroed memory.
 //
 // Every message carries a header with the op, sequence number, dtype,

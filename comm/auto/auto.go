@@ -285,8 +285,8 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 
 // RecvPayload receives like Recv but hands the payload to fn instead of
 // copying it into a buffer (see algo.PayloadReceiver): in place, in the
-// shared segment, from a rank on this host; from a rank elsewhere, after
-// receiving it into a pooled buffer.
+// shared segment, from a rank on this host; from a rank elsewhere, as the
+// TCP transport's RecvPayload hands it over (frame by frame, as it comes).
 func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n int, fn func(off int, payload []byte)) error {
 	if err := t.checkPeer("recv from", from); err != nil {
 		return err
@@ -302,30 +302,10 @@ func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n 
 		t.couple(err)
 		return err
 	}
-	bp := getBuf(n)
-	defer putBuf(bp)
-	buf := (*bp)[:n]
-	err := t.viaTCP(ctx, h.Group, func(ctx context.Context) error { return t.tcp.Recv(ctx, from, h, buf) })
-	if err == nil && n > 0 {
-		fn(0, buf)
-	}
-	return err
+	return t.viaTCP(ctx, h.Group, func(ctx context.Context) error { return t.tcp.RecvPayload(ctx, from, h, n, fn) })
 }
 
 var _ algo.PayloadReceiver = (*Transport)(nil)
-
-// bufs pools the buffers RecvPayload receives TCP messages into.
-var bufs sync.Pool
-
-func getBuf(n int) *[]byte {
-	if bp, ok := bufs.Get().(*[]byte); ok && cap(*bp) >= n {
-		return bp
-	}
-	b := make([]byte, n)
-	return &b
-}
-
-func putBuf(bp *[]byte) { bufs.Put(bp) }
 
 // viaTCP runs a TCP op of group that also ends when the transport fails.
 // A peer's abort that the op reports is passed on to the shared-memory

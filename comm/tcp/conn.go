@@ -29,6 +29,7 @@ type conn struct {
 	lastWrite atomic.Int64          // unix nanos of the last frame written
 
 	readerDone chan struct{} // closed when the reader has exited
+	stage      []byte        // the reader's staging buffer (readStaged)
 
 	mu         sync.Mutex
 	streams    map[streamKey]*stream
@@ -241,7 +242,9 @@ func (c *conn) discard(n uint32) error {
 }
 
 // readData reads the payload of a data frame: straight into a posted
-// receive's buffer when possible, else into the stream's queue.
+// receive's buffer (or, for RecvPayload, through the reader's staging
+// buffer to its fn) when possible, else into a pooled buffer queued on the
+// stream.
 func (c *conn) readData(h wire.Header) error {
 	if c.t.isDead() {
 		return c.discard(h.Len)
@@ -257,36 +260,25 @@ func (c *conn) readData(h wire.Header) error {
 			c.mu.Unlock()
 			return c.discard(h.Len)
 		}
-		// Direct path: the socket writes the caller's buffer. Recv
-		// waits for this read before it returns (op.writing).
+		// Direct path: the socket writes the caller's buffer (or the
+		// staging buffer that fn reads). Recv waits for this frame
+		// before it returns (op.writing).
 		op.writing = true
-		into := op.dst[op.got : op.got+int(h.Len)]
+		base := op.got
 		c.mu.Unlock()
-		_, rerr := io.ReadFull(c.br, into)
+		var rerr error
+		if op.fn == nil {
+			_, rerr = io.ReadFull(c.br, op.dst[base:base+int(h.Len)])
+		} else {
+			rerr = c.readStaged(op.fn, base, int(h.Len))
+		}
 		var lerr error
 		if rerr != nil {
 			lerr = c.readFailed(rerr)
 			c.t.fail(lerr)
 		}
 		c.mu.Lock()
-		op.writing = false
-		switch {
-		case rerr == nil:
-			op.got += int(h.Len)
-			if op.got == len(op.dst) {
-				op.finish(nil)
-			} else if op.cancelErr != nil {
-				op.finish(op.cancelErr)
-			}
-		case op.cancelErr != nil:
-			op.finish(op.cancelErr)
-		default:
-			op.finish(c.t.Err())
-		}
-		if op.finished && s.posted == op {
-			s.posted = nil
-		}
-		c.gc(key, s)
+		c.written(key, s, op, int(h.Len), rerr)
 		c.mu.Unlock()
 		return lerr
 	}
@@ -296,19 +288,90 @@ func (c *conn) readData(h wire.Header) error {
 	}
 	c.queued += int64(h.Len) // reserved while the payload is read
 	c.mu.Unlock()
-	buf := make([]byte, h.Len)
+	buf := getBuf(int(h.Len))
 	if _, err := io.ReadFull(c.br, buf); err != nil {
 		return c.readFailed(err)
 	}
 	c.mu.Lock()
 	s = c.stream(key)
+	if op := s.posted; op != nil && len(s.q) == 0 && op.fn != nil {
+		// The receive was posted while the payload was read: hand it
+		// to fn outside the lock, as on the direct path.
+		c.queued -= int64(h.Len)
+		if err := op.check(h); err != nil {
+			s.posted = nil
+			op.finish(err)
+			c.gc(key, s)
+			c.mu.Unlock()
+			putBuf(buf)
+			return nil
+		}
+		op.writing = true
+		base := op.got
+		c.mu.Unlock()
+		if len(buf) > 0 {
+			op.fn(base, buf)
+		}
+		putBuf(buf)
+		c.mu.Lock()
+		c.written(key, s, op, int(h.Len), nil)
+		c.mu.Unlock()
+		return nil
+	}
 	if c.offer(key, s, h, buf) {
 		c.queued -= int64(h.Len)
+		putBuf(buf)
 	} else {
 		s.push(frame{h: h, data: buf})
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// stagePiece is the most payload the reader stages at a time for
+// RecvPayload: fn reduces each piece while it is still in cache.
+const stagePiece = 256 << 10
+
+// readStaged reads n payload bytes through the reader's staging buffer,
+// calling fn(off, piece) for each piece (off counts from base).
+func (c *conn) readStaged(fn func(off int, payload []byte), base, n int) error {
+	if c.stage == nil && n > 0 {
+		c.stage = make([]byte, stagePiece)
+	}
+	for off := 0; off < n; {
+		k := min(n-off, len(c.stage))
+		if _, err := io.ReadFull(c.br, c.stage[:k]); err != nil {
+			return err
+		}
+		fn(base+off, c.stage[:k])
+		off += k
+	}
+	return nil
+}
+
+// written ends the reader's write of an n-byte frame into op (rerr: the
+// read failed): it advances op and finishes it when the message is
+// complete, the Recv gave up meanwhile, or the read failed. Callers hold
+// c.mu.
+func (c *conn) written(key streamKey, s *stream, op *recvOp, n int, rerr error) {
+	op.writing = false
+	switch {
+	case rerr == nil:
+		op.got += n
+		if op.got == op.n {
+			op.finish(nil)
+		} else if op.cancelErr != nil {
+			op.finish(op.cancelErr)
+		}
+	case op.cancelErr != nil:
+		op.finish(op.cancelErr)
+	default:
+		op.finish(c.t.Err())
+	}
+	if op.finished && s.posted == op {
+		s.posted = nil
+	}
+	c.gc(key, s)
 }
 
 // onGoodbye marks the peer closed and fails the receives posted on it.

@@ -46,8 +46,9 @@
 // every size). If a Recv is posted on the frame's stream and nothing is queued
 // there, the frame is checked against it (wire.Match with Total = len(dst),
 // and Offset = bytes received so far) and its payload is read from the socket
-// straight into the caller's buffer; otherwise the payload is read into a new
-// buffer and queued. Queued ("unexpected") bytes per connection are capped
+// straight into the caller's buffer; otherwise the payload is read into a
+// pooled buffer (power-of-two size classes, reused without zeroing) and
+// queued. Queued ("unexpected") bytes per connection are capped
 // (Options.MaxUnexpected, 1 GiB by default): a peer that exceeds the cap is a
 // protocol error. A Recv first consumes queued frames (copying), then posts
 // itself. A frame that does not match fails the Recv with a
@@ -56,6 +57,14 @@
 // to finish, so user memory is never written after Recv returns; the stream
 // may then hold part of a message, which is fine since the caller poisons the
 // Comm after any failure.
+//
+// RecvPayload (algo.PayloadReceiver, which the reductions use to reduce
+// straight from the received bytes) works the same way, except that a frame
+// for a posted RecvPayload is read through the reader's staging buffer, a
+// quarter MiB at a time, and each piece is handed to its fn on the reader's
+// goroutine while it is still in cache; queued frames are handed to fn by
+// the caller's goroutine (for a message to this rank itself, by the
+// sender's). Either way fn never runs after RecvPayload returns.
 //
 // Sends to this rank itself are copied into the local mailbox.
 //

@@ -50,13 +50,16 @@ func (s *stream) pop() frame {
 	return f
 }
 
-// recvOp is one Recv in progress. Its fields are guarded by the conn's mu.
+// recvOp is one Recv or RecvPayload in progress. Its fields are guarded by
+// the conn's mu.
 type recvOp struct {
-	want      wire.Header // Total = len(dst)
-	dst       []byte
-	got       int   // bytes received so far
-	writing   bool  // the reader is reading a frame into dst
-	cancelErr error // set when Recv gave up while writing was true
+	want      wire.Header                   // Total = n
+	dst       []byte                        // Recv: where the message goes (len n)
+	fn        func(off int, payload []byte) // RecvPayload: where it goes
+	n         int                           // bytes in the message
+	got       int                           // bytes received so far
+	writing   bool                          // the reader is reading a frame into dst
+	cancelErr error                         // set when Recv gave up while writing was true
 	finished  bool
 	err       error
 	done      chan struct{}
@@ -85,16 +88,29 @@ func (op *recvOp) check(h wire.Header) error {
 	return nil
 }
 
-// apply hands a frame to op: checks it, copies it, and finishes op when the
-// message is complete or the frame does not match (the frame is dropped).
+// apply hands a frame to op: checks it, copies it (or passes it to op.fn),
+// and finishes op when the message is complete or the frame does not match
+// (the frame is dropped).
 func (op *recvOp) apply(h wire.Header, data []byte) {
 	if err := op.check(h); err != nil {
 		op.finish(err)
 		return
 	}
-	op.got += copy(op.dst[op.got:], data)
-	if op.got == len(op.dst) {
+	op.deliver(data)
+	op.got += len(data)
+	if op.got == op.n {
 		op.finish(nil)
+	}
+}
+
+// deliver puts data at op.got of the message: into dst, or to fn.
+func (op *recvOp) deliver(data []byte) {
+	switch {
+	case len(data) == 0:
+	case op.fn != nil:
+		op.fn(op.got, data)
+	default:
+		copy(op.dst[op.got:], data)
 	}
 }
 
@@ -167,7 +183,9 @@ func (c *conn) deliverLocal(h wire.Header, payload []byte) error {
 		data := payload[off : off+n]
 		s := c.stream(key)
 		if !c.offer(key, s, h, data) {
-			s.push(frame{h: h, data: append([]byte(nil), data...)})
+			buf := getBuf(n)
+			copy(buf, data)
+			s.push(frame{h: h, data: buf})
 			c.queued += int64(n)
 		}
 		if off += n; off == total {

@@ -290,6 +290,28 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 // into dst (see algo.Transport). It blocks until the whole message is in
 // dst, or fails; it never returns while the transport still writes dst.
 func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byte) error {
+	return t.recv(ctx, from, h, &recvOp{dst: dst, n: len(dst)})
+}
+
+// RecvPayload receives like Recv but hands the payload to fn instead of
+// copying it into a buffer (see algo.PayloadReceiver): frames that arrive
+// while it waits pass through a small staging buffer of the connection's
+// reader, which calls fn; frames that arrived before are handed over from
+// the queue (and a message to this rank itself by its Send). fn runs one
+// call at a time, on the reader's goroutine, the caller's or the local
+// sender's, and never after RecvPayload returns.
+func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n int, fn func(off int, payload []byte)) error {
+	if n < 0 || fn == nil {
+		return comm.InvalidArgf("tcp: RecvPayload of %d bytes with fn %p", n, fn)
+	}
+	return t.recv(ctx, from, h, &recvOp{fn: fn, n: n})
+}
+
+var _ algo.PayloadReceiver = (*Transport)(nil)
+
+// recv runs op (its dst or fn and n set) as the next receive of stream
+// (from, h.Group, h.Kind[, h.Seq]).
+func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *recvOp) error {
 	if err := t.checkArgs("recv from", from, h); err != nil {
 		return err
 	}
@@ -299,7 +321,9 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 	c := t.conns[from]
 	key := keyOf(h)
 	want := h
-	want.Offset, want.Len, want.Total = 0, 0, uint64(len(dst))
+	want.Offset, want.Len, want.Total = 0, 0, uint64(op.n)
+	op.want = want
+	op.done = make(chan struct{})
 
 	c.mu.Lock()
 	s := c.stream(key)
@@ -316,12 +340,17 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 	}
 	defer func() { <-s.rsem }()
 
-	op := &recvOp{want: want, dst: dst, done: make(chan struct{})}
+	// Drain the frames that came first. op is not posted yet, so nothing
+	// else touches it, and the reader only queues behind them: each is
+	// copied (or handed to fn) outside the lock.
 	c.mu.Lock()
 	for len(s.q) > 0 && !op.finished {
 		f := s.pop()
 		c.queued -= int64(len(f.data))
+		c.mu.Unlock()
 		op.apply(f.h, f.data)
+		putBuf(f.data)
+		c.mu.Lock()
 	}
 	if !op.finished {
 		if c.peerClosed {
