@@ -61,10 +61,9 @@ func (o *op) allReduceRD(buf []byte) error {
 			if np < rem {
 				peer = np*2 + 1
 			}
-			if err := o.sendrecv(peer, buf, peer, tmp, round); err != nil {
+			if err := o.sendRecvReduce(peer, buf, tmp, round); err != nil {
 				return err
 			}
-			Reduce(o.dt, o.red, buf, tmp)
 			round++
 		}
 		o.finishAvg(buf)

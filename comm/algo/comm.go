@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/internal/wire"
@@ -30,11 +31,26 @@ type Comm struct {
 	life   context.Context // ends on Close
 	finish context.CancelFunc
 
+	// collCtx is the ctx of collectives issued under a ctx that never
+	// ends, and the parent of those of the others (uctx): it ends on
+	// Close and when a collective overruns the timeout (watch).
+	collCtx    context.Context
+	collCancel context.CancelFunc
+
 	sent, received atomic.Int64 // payload bytes
 
 	mu      sync.Mutex
 	seq     uint64
-	tail    chan struct{}            // done channel of the last collective issued
+	cq      []*collOp                // collectives issued and not yet started, in issue order
+	cbusy   bool                     // a goroutine is running a collective of cq
+	kick    *time.Timer              // runs kicked
+	kickSet bool                     // kick is armed
+	kickFor *collOp                  // cq's head when kick last ran
+	cur     *collOp                  // the collective running, if any
+	uctx    *userCtx                 // op ctx of collectives under the latest user ctx
+	dog     *time.Timer              // runs watch; nil until the first collective
+	dogSet  bool                     // dog is armed
+	ticks   uint64                   // times watch ran
 	p2pTail map[p2pKey]chan struct{} // done channel of the last p2p op per (dir, peer, tag)
 	failed  error
 	closed  bool
@@ -63,10 +79,12 @@ func NewComm(t Transport, opts comm.Options) *Comm {
 
 func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, world bool) *Comm {
 	life, finish := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	close(done)
-	return &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
-		tuning: TuningFromEnv(), life: life, finish: finish, tail: done, p2pTail: map[p2pKey]chan struct{}{}}
+	c := &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
+		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{}}
+	c.collCtx, c.collCancel = context.WithCancel(life)
+	c.kick = time.AfterFunc(time.Hour, c.kicked)
+	c.kick.Stop()
+	return c
 }
 
 // Rank is this rank's index in the Comm.
@@ -93,6 +111,12 @@ func (c *Comm) Close() error {
 	c.closed = true
 	if c.failed == nil {
 		c.failed = comm.ErrClosed
+	}
+	if u := c.uctx; u != nil {
+		c.uctx = nil
+		if u.refs == 0 {
+			u.release()
+		}
 	}
 	c.mu.Unlock()
 	c.finish()
@@ -147,8 +171,87 @@ func (c *Comm) opContext(user context.Context) (context.Context, context.CancelF
 	return ctx, func() { stop(); cancel() }
 }
 
-// issueColl starts a collective: it takes the next sequence number, waits
-// for the previous collective, runs fn, and completes the returned Work.
+// Collectives of one Comm run one at a time, in issue order, from a queue
+// (cq). An issued collective does not get a goroutine of its own: the
+// caller's Wait runs it (and any issued before it) on the caller's
+// goroutine when it can, which saves the hand-off to and from another
+// goroutine that dominates small messages. So that every collective makes
+// progress whether or not anybody waits for it, a queue that nobody runs
+// gets a runner goroutine: between one and two kickDelays after its head
+// was issued (kicked), at once when a Wait cannot run it, and after a Wait
+// that ran its own collective leaves others queued.
+
+// kickDelay: see kicked.
+var kickDelay = 50 * time.Microsecond
+
+// kicked runs kickDelay after an idle queue got a head (the timer is not
+// re-armed or stopped per collective: setting a timer is a clock read
+// and often a thread wake-up). A head that nobody took since the last run
+// has waited at least kickDelay: a runner goroutine starts it.
+func (c *Comm) kicked() {
+	c.mu.Lock()
+	c.kickSet = false
+	if c.cbusy || len(c.cq) == 0 {
+		// Whoever runs the queue hands on what is left.
+		c.kickFor = nil
+		c.mu.Unlock()
+		return
+	}
+	if h := c.cq[0]; h != c.kickFor {
+		c.kickFor = h
+		c.kick.Reset(kickDelay)
+		c.kickSet = true
+		c.mu.Unlock()
+		return
+	}
+	c.kickFor = nil
+	c.mu.Unlock()
+	c.runColl(nil)
+}
+
+// collOp is a collective in a Comm's queue.
+type collOp struct {
+	o       *op
+	fn      func(o *op) error
+	uc      *userCtx // o.ctx, if not collCtx
+	issued  uint64   // c.ticks when it was issued
+	req     *comm.Request
+	started bool        // taken off the queue (guarded by c.mu)
+	unwatch func() bool // stops the watch on o.ctx while queued, if any
+}
+
+// collWork is the Work of a collective: its Wait runs the collective
+// itself when nothing else is running the Comm's queue.
+type collWork struct {
+	*comm.Request
+	q *collOp
+}
+
+// Wait: see comm.Work. If ctx can only end when the collective's own ctx
+// does (the usual comm.Run pattern: the same ctx, or one that never ends),
+// Wait runs the queue up to this collective on the calling goroutine;
+// otherwise it makes sure a runner goroutine does, and waits for it.
+func (w *collWork) Wait(ctx context.Context) error {
+	select {
+	case <-w.Done():
+		return w.Err()
+	default:
+	}
+	c := w.q.o.c
+	if d := ctx.Done(); d == nil || d == w.q.o.user.Done() {
+		c.runColl(w.q)
+	} else {
+		c.mu.Lock()
+		if !c.cbusy && len(c.cq) > 0 {
+			go c.runColl(nil)
+		}
+		c.mu.Unlock()
+	}
+	return w.Request.Wait(ctx)
+}
+
+// issueColl queues a collective: it takes the next sequence number and
+// returns the Work; fn runs once every collective issued before it ended.
 func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt comm.DType, red comm.ReduceOp, fn func(o *op) error) (comm.Work, error) {
 	if ctx == nil {
 		return nil, comm.InvalidArgf("%s: nil context", name)
@@ -165,26 +268,143 @@ func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt com
 	h.Seq = c.seq
 	h.DType = uint8(dt)
 	h.Red = uint8(red)
-	prev := c.tail
-	done := make(chan struct{})
-	c.tail = done
-	tun := c.tuning
-	c.mu.Unlock()
-
-	req := comm.NewRequest()
-	o := &op{c: c, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: tun}
-	go func() {
-		defer close(done)
-		octx, cancel := c.opContext(ctx)
-		defer cancel()
-		o.ctx = octx
-		select {
-		case <-prev:
-		case <-octx.Done():
+	octx, uc := c.collCtxFor(ctx)
+	o := &op{c: c, ctx: octx, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: c.tuning}
+	q := &collOp{o: o, fn: fn, uc: uc, issued: c.ticks, req: comm.NewRequest()}
+	if d := c.opts.OpTimeout(); d > 0 && !c.dogSet {
+		if c.dog == nil {
+			c.dog = time.AfterFunc(d/dogTicks, c.watch)
+		} else {
+			c.dog.Reset(d / dogTicks)
 		}
-		req.Complete(c.run(o, fn))
-	}()
-	return req, nil
+		c.dogSet = true
+	}
+	c.cq = append(c.cq, q)
+	head := len(c.cq) == 1 && !c.cbusy
+	if head {
+		if !c.kickSet {
+			c.kick.Reset(kickDelay)
+			c.kickSet = true
+		}
+	} else if ctx.Done() != nil {
+		// Queued behind another collective: if its ctx ends first, fail
+		// the Comm now (which ends the ones ahead of it too) rather than
+		// when its turn comes. (Close and the timeout end the one
+		// running, which reports them.)
+		q.unwatch = context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			started := q.started
+			c.mu.Unlock()
+			if !started {
+				c.fail(o.ctxErr(-1))
+			}
+		})
+	}
+	c.mu.Unlock()
+	return &collWork{Request: q.req, q: q}, nil
+}
+
+// userCtx is the ctx of the collectives issued under user ctxs with one
+// Done channel: it ends when they end or collCtx does. A Comm keeps the
+// latest one (most programs issue every op under one ctx), so a collective
+// usually costs no ctx of its own.
+type userCtx struct {
+	done    <-chan struct{}
+	ctx     context.Context
+	release func()
+	refs    int // collectives not finished that use it
+}
+
+// collCtxFor returns the ctx a collective issued under user runs with, and
+// the userCtx it holds a reference to (nil for collCtx). c.mu is held.
+func (c *Comm) collCtxFor(user context.Context) (context.Context, *userCtx) {
+	d := user.Done()
+	if d == nil {
+		return c.collCtx, nil
+	}
+	u := c.uctx
+	if u == nil || u.done != d {
+		if u != nil && u.refs == 0 {
+			u.release()
+		}
+		ctx, cancel := context.WithCancel(c.collCtx)
+		stop := context.AfterFunc(user, cancel)
+		u = &userCtx{done: d, ctx: ctx, release: func() { stop(); cancel() }}
+		if !c.closed {
+			c.uctx = u
+		}
+	}
+	u.refs++
+	return u.ctx, u
+}
+
+// dogTicks is how many times per timeout watch runs while collectives are
+// pending: a collective fails between 1 and 1+1/dogTicks timeouts after it
+// was issued. (Counting ticks spares each collective reading the clock.)
+const dogTicks = 16
+
+// watch enforces the timeout on collectives with one timer for all of
+// them, which ticks while any is pending: once the oldest unfinished one
+// is more than dogTicks ticks old it ends collCtx, which fails it (with
+// comm.ErrTimeout) and so the Comm.
+func (c *Comm) watch() {
+	c.mu.Lock()
+	c.ticks++
+	oldest := c.cur
+	if oldest == nil && len(c.cq) > 0 {
+		oldest = c.cq[0]
+	}
+	if oldest == nil {
+		c.dogSet = false
+		c.mu.Unlock()
+		return
+	}
+	if c.ticks-oldest.issued <= dogTicks {
+		c.dog.Reset(c.opts.OpTimeout() / dogTicks)
+		c.mu.Unlock()
+		return
+	}
+	c.dogSet = false
+	c.mu.Unlock()
+	c.collCancel()
+}
+
+// runColl runs queued collectives in order while no other goroutine runs
+// one: all of them (upTo nil: a runner goroutine), or up to and including
+// upTo (a Wait), handing any left to a runner goroutine.
+func (c *Comm) runColl(upTo *collOp) {
+	c.mu.Lock()
+	for !c.cbusy && len(c.cq) > 0 && (upTo == nil || !upTo.started) {
+		q := c.cq[0]
+		c.cq[0] = nil
+		c.cq = c.cq[1:]
+		if len(c.cq) == 0 {
+			c.cq = nil
+		}
+		q.started = true
+		c.cbusy = true
+		c.cur = q
+		c.mu.Unlock()
+		if q.unwatch != nil {
+			q.unwatch()
+		}
+		err := c.run(q.o, q.fn)
+		c.mu.Lock()
+		c.cbusy = false
+		c.cur = nil
+		if u := q.uc; u != nil {
+			if u.refs--; u.refs == 0 && c.uctx != u {
+				u.release()
+			}
+		}
+		c.mu.Unlock()
+		q.req.Complete(err)
+		c.mu.Lock()
+	}
+	if upTo != nil && !c.cbusy && len(c.cq) > 0 {
+		go c.runColl(nil)
+	}
+	c.mu.Unlock()
 }
 
 func (c *Comm) run(o *op, fn func(o *op) error) error {
@@ -325,11 +545,43 @@ func (p *pieces) add(off int, b []byte) {
 // from other ranks on this Comm (sub-groups count their own).
 func (c *Comm) Traffic() (sent, received int64) { return c.sent.Load(), c.received.Load() }
 
+// eager reports whether a send of n bytes to rank to returns without
+// waiting for its receive (see EagerSender), so that the sender may
+// receive afterwards on the same goroutine.
+func (o *op) eager(to, n int) bool {
+	es, ok := o.c.t.(EagerSender)
+	return ok && n <= es.EagerBytes(o.c.members[to])
+}
+
+// sendRecvReduce sends buf to peer and sets buf = buf op (what peer sends),
+// using tmp (len(buf) bytes) as scratch if it must.
+func (o *op) sendRecvReduce(peer int, buf, tmp []byte, step uint32) error {
+	if peer != o.c.rank && o.eager(peer, len(buf)) {
+		// buf is copied out once send returns: reduce into it in place,
+		// straight from the payload where the transport allows.
+		if err := o.send(peer, step, buf); err != nil {
+			return err
+		}
+		return o.recvReduce(peer, step, buf, buf, tmp)
+	}
+	if err := o.sendrecv(peer, buf, peer, tmp, step); err != nil {
+		return err
+	}
+	Reduce(o.dt, o.red, buf, tmp)
+	return nil
+}
+
 // sendrecv sends sb to `to` while it receives rb from `from`.
 func (o *op) sendrecv(to int, sb []byte, from int, rb []byte, step uint32) error {
 	if to == o.c.rank && from == o.c.rank {
 		copy(rb, sb)
 		return nil
+	}
+	if o.eager(to, len(sb)) {
+		if err := o.send(to, step, sb); err != nil {
+			return err
+		}
+		return o.recv(from, step, rb)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- o.send(to, step, sb) }()

@@ -28,6 +28,14 @@
 //     collective's algorithm by message size and group size, and the
 //     GDIST_ALGO / GDIST_CHUNK_BYTES overrides.
 //
+// Collectives of a Comm run one at a time in issue order (comm.go): an
+// issued collective is queued, and the Wait of its Work runs it on the
+// caller's goroutine when nothing else is running the queue (a runner
+// goroutine takes over when nobody waits), so a small collective costs no
+// goroutine hand-off. One ctx per user ctx and one timer per Comm bound
+// them (Options.Timeout). Over a Transport that is an EagerSender (shm),
+// short exchanges send and then receive on one goroutine.
+//
 // Reductions are fused: a received chunk is reduced into place as
 // out = in op received in one pass (ReduceTo), so reduce-scatter and
 // reduce never copy their input first, and a Transport that is also a

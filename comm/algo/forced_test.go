@@ -32,8 +32,11 @@ func TestEveryForcedAlgorithm(t *testing.T) {
 	}
 	for _, force := range forces {
 		for _, n := range sizes {
-			for _, tr := range []string{"inproc", "payload"} {
+			for _, tr := range []string{"inproc", "payload", "eager"} {
 				if tr == "payload" && (force == "" || testing.Short() && n != 3 && n != 4) {
+					continue
+				}
+				if tr == "eager" && testing.Short() && n != 2 && n != 3 {
 					continue
 				}
 				testForced(t, force, tr, n, counts)
@@ -50,9 +53,12 @@ func testForced(t *testing.T, force, tr string, n int, counts []int) {
 	name = strings.NewReplacer("all_reduce=", "ar=", "reduce_scatter=", "rs=", "all_gather=", "ag=", "all_to_all=", "a2a=").Replace(name)
 	t.Run(fmt.Sprintf("%s/%s/n=%d", tr, name, n), func(t *testing.T) {
 		var cs []comm.Comm
-		if tr == "payload" {
+		switch tr {
+		case "payload":
 			cs = algo.NewMemWorld(n, true)
-		} else {
+		case "eager":
+			cs = algo.NewMemEagerWorld(n, comm.Options{})
+		default:
 			var err error
 			cs, err = inproc.New(n, comm.Options{})
 			if err != nil {

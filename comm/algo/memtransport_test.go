@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -220,4 +221,46 @@ func (t memPayloadTransport) RecvPayload(ctx context.Context, from int, h wire.H
 	}
 	m.done <- nil
 	return nil
+}
+
+// memEagerTransport is a memPayloadTransport whose Send of up to eagerBytes
+// hands a copy over and returns at once: an EagerSender, so that the tests
+// cover sending, then receiving, on one goroutine.
+type memEagerTransport struct{ memPayloadTransport }
+
+const eagerBytes = 1 << 12
+
+var _ EagerSender = memEagerTransport{}
+
+func (t memEagerTransport) EagerBytes(int) int { return eagerBytes }
+
+func (t memEagerTransport) Send(ctx context.Context, to int, h wire.Header, payload []byte) error {
+	if len(payload) > eagerBytes {
+		return t.memTransport.Send(ctx, to, h, payload)
+	}
+	hub := t.hub
+	h.Total, h.Offset, h.Len = uint64(len(payload)), 0, 0
+	m := &memMsg{h: h, data: bytes.Clone(payload), done: make(chan error, 1)}
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if err := t.errLocked(h.Group); err != nil {
+		return err
+	}
+	k := t.key(t.rank, to, h)
+	hub.q[k] = append(hub.q[k], m)
+	hub.wake()
+	return nil
+}
+
+// newMemEagerWorld returns n Comms with opts over one memHub of
+// memEagerTransports.
+func newMemEagerWorld(n int, opts comm.Options) []comm.Comm {
+	h := &memHub{n: n, payload: true, q: map[memKey][]*memMsg{}, failed: map[[2]uint64]error{},
+		closed: make([]bool, n), changed: make(chan struct{})}
+	out := make([]comm.Comm, n)
+	for r := range out {
+		mt := &memTransport{hub: h, rank: r, rng: rand.New(rand.NewPCG(uint64(r), 9))}
+		out[r] = NewComm(memEagerTransport{memPayloadTransport{mt}}, opts)
+	}
+	return out
 }

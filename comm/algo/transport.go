@@ -63,3 +63,15 @@ type Transport interface {
 type PayloadReceiver interface {
 	RecvPayload(ctx context.Context, from int, h wire.Header, n int, fn func(off int, payload []byte)) error
 }
+
+// EagerSender is an optional extension of Transport for transports whose
+// Send of a short message never waits for the matching Recv to be posted:
+// it copies the payload out (into a ring, a queue) and returns, making room
+// on its own if it has to. Algorithms use it to send a short message and
+// then receive on one goroutine, rather than sending on another goroutine
+// while they receive.
+type EagerSender interface {
+	// EagerBytes is the longest payload to world rank to that Send
+	// delivers eagerly (0: none).
+	EagerBytes(to int) int
+}

@@ -301,15 +301,16 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, re
 			return true
 		}
 	}
-	// Let the goroutines of this process run between polls (often the
-	// one that is about to send what this one waits for), then other
-	// processes too.
+	// Let other processes run between polls (often the peer that is
+	// about to send what this one waits for), and every fourth poll the
+	// goroutines of this process too. (runtime.Gosched wakes an idle
+	// thread each time, which cost more than it gave as the common case.)
 	start := time.Now()
 	for i := 1; ; i++ {
 		if i&3 == 0 {
-			osYield()
-		} else {
 			runtime.Gosched()
+		} else {
+			osYield()
 		}
 		if ready() {
 			return true
@@ -615,3 +616,17 @@ func (t *Transport) close() {
 	}
 	t.seg.unmap()
 }
+
+// EagerBytes is the longest payload to world rank to that Send delivers
+// without waiting for its receive (see algo.EagerSender): one frame. Send
+// never waits for a receive to be posted (a full ring is drained into
+// queues), and a message of one frame does not profit from being sent
+// while the receive runs.
+func (t *Transport) EagerBytes(to int) int {
+	if to < 0 || to >= t.size || t.links[to] == nil {
+		return 0
+	}
+	return t.links[to].maxFrame
+}
+
+var _ algo.EagerSender = (*Transport)(nil)
