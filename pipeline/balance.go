@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gdist/gdist/models"
@@ -65,9 +66,9 @@ func BalanceTime(costs []LayerCost, k int) ([]int, error) {
 }
 
 // ProfileLayers measures each layer of m on micro-batches of micro samples
-// of random data: the median of reps runs of its forward graph and of its
-// training graph, each compiled on its own (the last layer's with the
-// loss). Parameter gradients are discarded; m is not changed.
+// of random data: its forward graph and its training graph, each compiled
+// on its own (the last layer's with the loss), timed as the fastest of reps
+// runs after a warm-up run (the least disturbed by other work). Parameter gradients are discarded; m is not changed.
 func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
 	n := m.NumLayers()
 	if reps < 1 {
@@ -114,8 +115,10 @@ func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: profiling layer %d: %w", i, err)
 		}
-		// The first run warms up (allocations, caches): drop it.
-		costs[i] = LayerCost{Forward: median(fwd[min(1, len(fwd)):]), Train: median(trn[1:])}
+		// The first run warms up (allocations, caches): drop it. The
+		// fastest of the rest is the least disturbed by other work on the
+		// machine (the other ranks start up meanwhile).
+		costs[i] = LayerCost{Forward: fastest(fwd[min(1, len(fwd)):]), Train: fastest(trn[1:])}
 	}
 	return costs, nil
 }
@@ -128,17 +131,12 @@ func fillRandom(v []float32, seed uint64) {
 	}
 }
 
-func median(d []time.Duration) time.Duration {
+// fastest is the smallest of d (0 if empty).
+func fastest(d []time.Duration) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
-	s := append([]time.Duration(nil), d...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s[len(s)/2]
+	return slices.Min(d)
 }
 
 // balance splits n layers into k non-empty contiguous stages minimising
@@ -211,7 +209,7 @@ func topSplits(n, k, top int, cost func(from, to int) float64) ([][]int, error) 
 }
 
 // MeasureStage times a whole stage of m, layers [from, to), on
-// micro-batches of micro samples of random data: the median of reps runs
+// micro-batches of micro samples of random data: the fastest of reps runs
 // of its forward pass plus its training graph (the training graph alone on
 // the last stage). Parameter gradients are discarded.
 func MeasureStage(m *models.Model, from, to, micro, reps int) (time.Duration, error) {
@@ -240,7 +238,7 @@ func MeasureStage(m *models.Model, from, to, micro, reps int) (time.Duration, er
 		}
 		ts = append(ts, time.Since(t0))
 	}
-	return median(ts[1:]), nil
+	return fastest(ts[1:]), nil
 }
 
 // BalanceMeasured refines BalanceTime: it takes the top splits that the

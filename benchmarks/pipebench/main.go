@@ -52,7 +52,7 @@ func main() {
 	stages := flag.Int("stages", 2, "pipeline stages (= ranks)")
 	micro := flag.String("micro", "2,4,8,16", "micro-batch counts")
 	model := flag.String("model", "mlp-deep", "model")
-	batch := flag.Int("batch", 256, "batch")
+	batch := flag.Int("batch", 512, "batch")
 	limit := flag.Int("limit", 12800, "training samples (one epoch)")
 	balance := flag.String("balance", "time", "stage balance: params or time")
 	reps := flag.Int("reps", 3, "runs of each configuration (median reported)")
@@ -100,7 +100,7 @@ func main() {
 		fail("%v", err)
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s, %d stages on %d ranks (tcp), -balance %s, batch %d, one epoch of %d samples, SGD, %s; median of %d interleaved runs. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
+	fmt.Fprintf(&t, "%s, %d stages on %d ranks (auto: shared memory), -balance %s, batch %d, one epoch of %d samples, SGD, %s; median of %d interleaved runs. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
 		*model, *stages, *stages, *balance, *batch, *limit, time.Now().UTC().Format("2006-01-02"), *reps)
 	t.WriteString("| schedule | M | bubble | (K-1)/(M+K-1) | bubble / theory | all runs | samples/s | stages | busy ms/step per stage | stage 0 peak inputs held | stage 0 peak activation bytes |\n|---|---:|---:|---:|---:|---|---:|---|---|---:|---:|\n")
 	for _, r := range runs {
@@ -175,7 +175,7 @@ func rewrite(path, table string) error {
 
 // once runs one training job and returns its measurements.
 func once(bin, sch string, m, stages int, model string, batch, limit int, balance string) run {
-	cmd := exec.Command(bin, "-nproc", strconv.Itoa(stages), "-backend", "tcp", "-strategy", "pipeline", "-schedule", sch,
+	cmd := exec.Command(bin, "-nproc", strconv.Itoa(stages), "-backend", "auto", "-strategy", "pipeline", "-schedule", sch,
 		"-microbatches", strconv.Itoa(m), "-model", model, "-batch", strconv.Itoa(batch), "-limit", strconv.Itoa(limit),
 		"-balance", balance, "-epochs", "1", "-json", "-progress=false")
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
