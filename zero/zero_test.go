@@ -231,6 +231,7 @@ func TestBadStage(t *testing.T) {
 func TestDeadRankDuringGather(t *testing.T) {
 	cs := world(t, 3)
 	errs := make(chan error, 3)
+	setupErrs := make(chan error, 3) // apart from errs: a survivor's step may fail before a slower rank reports started
 	started := make(chan struct{}, 3)
 	for _, c := range cs {
 		go func(c comm.Comm) {
@@ -238,7 +239,7 @@ func TestDeadRankDuringGather(t *testing.T) {
 			m, _ := models.New("mlp", 1)
 			e, err := zero.New(ctx, c, m, zero.Options{Stage: 3, Optim: optim.Config{Name: "sgd", LR: 0.1}})
 			if err != nil {
-				errs <- err
+				setupErrs <- err
 				return
 			}
 			started <- struct{}{}
@@ -255,7 +256,7 @@ func TestDeadRankDuringGather(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		select {
 		case <-started:
-		case err := <-errs:
+		case err := <-setupErrs:
 			t.Fatalf("setup: %v", err)
 		case <-time.After(30 * time.Second):
 			t.Fatal("setup hung")

@@ -325,7 +325,7 @@ func (t *Transport) attach(ctx context.Context, ns string, si segInfo) error {
 			case stateAttached:
 			case stateClosed:
 				n := min(int(atomic.LoadUint32(s.u32(soff+slotReasonLen))), wire.MaxAbortText)
-				return fmt.Errorf("shm: rank %d: rank %d gave up while joining: %s", t.rank, r, s.mem[soff+slotReason:soff+slotReason+n])
+				return fmt.Errorf("shm: rank %d: rank %d gave up while joining (%s): %w", t.rank, r, s.mem[soff+slotReason:soff+slotReason+n], comm.ErrAborted)
 			default:
 				missing = append(missing, r)
 				continue

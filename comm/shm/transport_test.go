@@ -492,9 +492,12 @@ func TestMissingPeers(t *testing.T) {
 	w := newWorld(t, 3)
 	ctx := ctxT(t, 500*time.Millisecond)
 	errs := w.build(ctx, 3, comm.Options{}, Options{}, 0, 1)
+	// Each rank either times out itself or first sees the other give up
+	// (its slot closed with the reason); either way the error names rank 2.
 	for r, err := range errs[:2] {
-		if err == nil || !strings.Contains(err.Error(), "rank(s) [2]") || !errors.Is(err, comm.ErrTimeout) {
-			t.Errorf("rank %d: got %v, want an error naming rank 2", r, err)
+		if err == nil || !strings.Contains(err.Error(), "rank(s) [2]") ||
+			!(errors.Is(err, comm.ErrTimeout) || errors.Is(err, comm.ErrAborted)) {
+			t.Errorf("rank %d: got %v, want a timeout naming rank 2", r, err)
 		}
 	}
 	if f := segFiles(t, w.dir); len(f) != 0 {
