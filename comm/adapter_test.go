@@ -2,13 +2,17 @@ package comm
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 )
+
+var adapterRuns atomic.Int32 // names stay unique under -count
 
 type adaptedComm struct{ Comm }
 
 func TestRegisterAdapter(t *testing.T) {
-	const name = "adapter-test-backend"
+	name := fmt.Sprintf("adapter-test-backend-%d", adapterRuns.Add(1))
 	Register(name, func(ctx context.Context, cfg Config) (Comm, error) { return nil, nil })
 	var seen []string
 	RegisterAdapter(func(backend string, c Comm) Comm {
