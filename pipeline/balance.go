@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
+	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/models"
 )
 
@@ -291,6 +294,96 @@ func checkBoundaries(m *models.Model, b []int, k int) error {
 	for i := 0; i < k; i++ {
 		if b[i+1] <= b[i] {
 			return fmt.Errorf("pipeline: boundaries %v not strictly increasing", b)
+		}
+	}
+	return nil
+}
+
+// splitByTime is Split's ByTime: see there.
+func splitByTime(ctx context.Context, c comm.Comm, m *models.Model, k, micro int) ([]int, error) {
+	const reps, top = 7, 4
+	runtime.GC()
+	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
+		return nil, fmt.Errorf("pipeline: before profiling: %w", err)
+	}
+	costs, err := ProfileLayers(m, micro, reps)
+	if err := agree(ctx, c, err); err != nil {
+		return nil, err
+	}
+	n := len(costs)
+	v := make([]int64, 2*n)
+	for i, lc := range costs {
+		v[2*i], v[2*i+1] = int64(lc.Forward), int64(lc.Train)
+	}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Min)); err != nil {
+		return nil, fmt.Errorf("pipeline: combining layer timings: %w", err)
+	}
+	for i := range costs {
+		costs[i] = LayerCost{Forward: time.Duration(v[2*i]), Train: time.Duration(v[2*i+1])}
+	}
+	cands, err := topSplits(n, k, top, func(from, to int) float64 { return float64(StageCost(costs, from, to)) })
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) == 1 {
+		return cands[0], nil
+	}
+	// Every distinct stage of the candidates, timed whole on every rank.
+	index := map[[2]int]int{}
+	var stages [][2]int
+	for _, b := range cands {
+		for s := 0; s < k; s++ {
+			key := [2]int{b[s], b[s+1]}
+			if _, ok := index[key]; !ok {
+				index[key] = len(stages)
+				stages = append(stages, key)
+			}
+		}
+	}
+	times := make([]int64, len(stages))
+	var merr error
+	for i, st := range stages {
+		d, err := MeasureStage(m, st[0], st[1], micro, reps)
+		if err != nil {
+			merr = err
+			break
+		}
+		times[i] = int64(d)
+	}
+	if err := agree(ctx, c, merr); err != nil {
+		return nil, err
+	}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(times), comm.Min)); err != nil {
+		return nil, fmt.Errorf("pipeline: combining stage timings: %w", err)
+	}
+	var best []int
+	var bestMax int64
+	for _, b := range cands {
+		var mx int64
+		for s := 0; s < k; s++ {
+			mx = max(mx, times[index[[2]int{b[s], b[s+1]}]])
+		}
+		if best == nil || mx < bestMax {
+			best, bestMax = b, mx
+		}
+	}
+	return best, nil
+}
+
+// agree fails every rank of c if err is not nil on any of them, naming the
+// first rank that failed and its error.
+func agree(ctx context.Context, c comm.Comm, err error) error {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	all, gerr := comm.AllGatherObject(ctx, c, msg)
+	if gerr != nil {
+		return fmt.Errorf("pipeline: profiling: %w", gerr)
+	}
+	for r, e := range all {
+		if e != "" {
+			return fmt.Errorf("pipeline: profiling on rank %d: %s", r, e)
 		}
 	}
 	return nil

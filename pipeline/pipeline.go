@@ -56,8 +56,8 @@ type Config struct {
 	// by Balance.
 	Boundaries []int
 	// Balance is how stages are chosen when Boundaries is nil: ByParams
-	// ("" too) or ByTime (rank 0 profiles every layer on a micro-batch,
-	// ProfileLayers, and broadcasts the split that BalanceTime finds).
+	// ("" too) or ByTime (every rank profiles the layers and the best few
+	// splits' stages on a micro-batch; see Split).
 	Balance string
 	// Micro is the number of micro-batches per batch (0: K).
 	Micro int
@@ -76,7 +76,13 @@ type Stats struct {
 	// for a later backward pass; PeakHeldBytes their size.
 	PeakHeld      int
 	PeakHeldBytes int64
+	// OpTimes[j][o] is the compute time of Ops()[o] in step j (the first
+	// MaxOpSteps steps), for Replay.
+	OpTimes [][]time.Duration
 }
+
+// MaxOpSteps caps how many steps' op times Stats keeps.
+const MaxOpSteps = 4096
 
 // Pipeline is one rank's stage. It is not safe for concurrent use.
 type Pipeline struct {
@@ -149,9 +155,13 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 }
 
 // Split chooses the boundaries of k stages of m by balance (ByParams or
-// ByTime), the same on every rank of c: with ByTime, c's rank 0 profiles
-// the layers on micro-batches of micro samples, times the stages of the
-// best few splits as wholes (BalanceMeasured) and broadcasts its choice.
+// ByTime), the same on every rank of c. With ByTime every rank of c, once
+// all are quiet (a garbage collection, then a barrier), profiles the
+// layers on micro-batches of micro samples and times the stages of the
+// best few splits as wholes, as in BalanceMeasured; the ranks combine
+// their timings by taking the fastest of each (the least disturbed) and so
+// reach the same choice. Profiling on every rank at once measures under the
+// load of training, when every core is busy.
 func Split(ctx context.Context, c comm.Comm, m *models.Model, k int, balance string, micro int) ([]int, error) {
 	switch balance {
 	case "", ByParams:
@@ -160,32 +170,14 @@ func Split(ctx context.Context, c comm.Comm, m *models.Model, k int, balance str
 	default:
 		return nil, fmt.Errorf("pipeline: unknown balance %q (want %q or %q)", balance, ByParams, ByTime)
 	}
-	var b []int
-	var msg string
-	if c.Rank() == 0 {
-		costs, err := ProfileLayers(m, micro, 7)
-		if err == nil {
-			b, err = BalanceMeasured(m, costs, k, 4, micro, 7)
-		}
-		if err != nil {
-			msg = err.Error()
-		}
-	}
-	type choice struct {
-		B   []int
-		Err string
-	}
-	ch := choice{b, msg}
-	if err := comm.BroadcastObject(ctx, c, &ch, 0); err != nil {
-		return nil, fmt.Errorf("pipeline: sharing the stage split: %w", err)
-	}
-	if ch.Err != "" {
-		return nil, fmt.Errorf("pipeline: rank 0: %s", ch.Err)
-	}
-	if err := checkBoundaries(m, ch.B, k); err != nil {
+	b, err := splitByTime(ctx, c, m, k, micro)
+	if err != nil {
 		return nil, err
 	}
-	return ch.B, nil
+	if err := checkBoundaries(m, b, k); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Stage is this rank's stage index.
@@ -198,7 +190,11 @@ func (p *Pipeline) Layers() (from, to int) { return p.from, p.to }
 func (p *Pipeline) Boundaries() []int { return append([]int(nil), p.boundaries...) }
 
 // Stats returns the stage's cumulative measurements.
-func (p *Pipeline) Stats() Stats { return p.stats }
+func (p *Pipeline) Stats() Stats {
+	st := p.stats
+	st.OpTimes = append([][]time.Duration(nil), st.OpTimes...)
+	return st
+}
 
 // MicroBatches lists the micro-batch sizes.
 func (p *Pipeline) MicroBatches() []int { return append([]int(nil), p.sizes...) }
@@ -341,7 +337,18 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 	if err := postFwd(0); err != nil {
 		return 0, err
 	}
-	for _, op := range p.ops {
+	var times []time.Duration
+	if len(p.stats.OpTimes) < MaxOpSteps {
+		times = make([]time.Duration, len(p.ops))
+	}
+	busy := func(o int, t0 time.Time) {
+		d := time.Since(t0)
+		p.stats.Busy += d
+		if times != nil {
+			times[o] = d
+		}
+	}
+	for o, op := range p.ops {
 		i, g := op.Micro, p.graph(op.Micro)
 		switch {
 		case p.last():
@@ -353,7 +360,7 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 			g.Scale = float32(p.sizes[i]) / float32(p.batch)
 			t0 := time.Now()
 			l, dx, err := g.Step(xi, y[p.starts[i]:p.starts[i]+p.sizes[i]])
-			p.stats.Busy += time.Since(t0)
+			busy(o, t0)
 			if err != nil {
 				return 0, err
 			}
@@ -373,7 +380,7 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 			p.hold(len(held), heldB)
 			t0 := time.Now()
 			out, err := g.Forward(xi)
-			p.stats.Busy += time.Since(t0)
+			busy(o, t0)
 			if err != nil {
 				return 0, err
 			}
@@ -392,7 +399,7 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 			xi := held[i]
 			t0 := time.Now()
 			dx, err := g.Backward(xi, r.buf)
-			p.stats.Busy += time.Since(t0)
+			busy(o, t0)
 			if err != nil {
 				return 0, err
 			}
@@ -418,6 +425,9 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 	}
 	if err := wait(w); err != nil {
 		return 0, err
+	}
+	if times != nil {
+		p.stats.OpTimes = append(p.stats.OpTimes, times)
 	}
 	return lb[0], nil
 }

@@ -292,6 +292,18 @@ func TestEqualsUnsplit(t *testing.T) {
 					if st.Steps != steps || st.Busy <= 0 {
 						t.Errorf("stage %d: stats %+v", s, st)
 					}
+					var sum time.Duration
+					for _, ts := range st.OpTimes {
+						if len(ts) != len(r.p.Ops()) {
+							t.Errorf("stage %d: %d op times for %d ops", s, len(ts), len(r.p.Ops()))
+						}
+						for _, d := range ts {
+							sum += d
+						}
+					}
+					if len(st.OpTimes) != steps || sum != st.Busy {
+						t.Errorf("stage %d: op times of %d steps summing to %v, want %d steps summing to busy %v", s, len(st.OpTimes), sum, steps, st.Busy)
+					}
 				}
 			})
 		}
@@ -455,7 +467,8 @@ func TestBalanceMeasured(t *testing.T) {
 	}
 }
 
-// TestSplitByTime: every rank gets rank 0's measured split, a valid one.
+// TestSplitByTime: the ranks, profiling together, agree on a valid split;
+// a rank whose profiling fails fails them all, named.
 func TestSplitByTime(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
 	costs, err := ProfileLayers(m, 8, 2)
@@ -490,6 +503,21 @@ func TestSplitByTime(t *testing.T) {
 	}
 	if _, err := Split(context.Background(), nil, m, 2, "flops", 8); err == nil {
 		t.Error("unknown balance accepted")
+	}
+	cs, err = inproc.New(2, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 2)
+	commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+		mm, _ := models.New("mlp-deep", 1)
+		_, errs[c.Rank()] = Split(ctx, c, mm, 2, ByTime, 8*(1-c.Rank())) // rank 1: micro-batches of 0
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 1") {
+			t.Errorf("rank %d: got %v, want an error naming rank 1", r, err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/models"
@@ -175,25 +176,38 @@ type StageStats struct {
 	Bubble        float64 `json:"bubble"` // idle / (busy + idle)
 	PeakHeld      int     `json:"peak_held_microbatches"`
 	PeakHeldBytes int64   `json:"peak_activation_bytes"`
+	// The stage's schedule and its ops' compute times per step, for
+	// the replay (not in the JSON).
+	Ops     []pipeline.Op     `json:"-"`
+	OpTimes [][]time.Duration `json:"-"`
 }
 
 // PipelineSummary is the pipeline part of the summary.
 type PipelineSummary struct {
-	Stages       int          `json:"stages"`
-	Replicas     int          `json:"replicas"`
-	Microbatches int          `json:"microbatches"`
-	Schedule     string       `json:"schedule"`
-	Balance      string       `json:"balance"` // how Boundaries were chosen: params or time
-	Boundaries   []int        `json:"boundaries"`
-	Bubble       float64      `json:"bubble"`        // mean over stages
-	BubbleTheory float64      `json:"bubble_theory"` // (K-1)/(M+K-1)
-	PerStage     []StageStats `json:"per_stage"`
+	Stages       int     `json:"stages"`
+	Replicas     int     `json:"replicas"`
+	Microbatches int     `json:"microbatches"`
+	Schedule     string  `json:"schedule"`
+	Balance      string  `json:"balance"` // how Boundaries were chosen: params or time
+	Boundaries   []int   `json:"boundaries"`
+	Bubble       float64 `json:"bubble"`        // mean over stages
+	BubbleTheory float64 `json:"bubble_theory"` // (K-1)/(M+K-1)
+	// The bubble the schedule would have with instant communication
+	// (pipeline.Replay): with every op's measured compute time in each
+	// step (ReplayBubble: stage imbalance and compute jitter), and with
+	// each op's mean time over the steps (ReplayMeanBubble: imbalance
+	// only). Bubble - ReplayBubble is what communication, waking up and
+	// bookkeeping add.
+	ReplayBubble     float64      `json:"bubble_replay"`
+	ReplayMeanBubble float64      `json:"bubble_replay_mean"`
+	PerStage         []StageStats `json:"per_stage"`
 }
 
 func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm, cfg Config) (*PipelineSummary, error) {
 	st := s.p.Stats()
 	mine := StageStats{Rank: c.Rank(), Stage: s.p.Stage(), Replica: c.Rank() / s.k,
-		BusyMs: st.Busy.Seconds() * 1e3, IdleMs: st.Idle.Seconds() * 1e3, PeakHeld: st.PeakHeld, PeakHeldBytes: st.PeakHeldBytes}
+		BusyMs: st.Busy.Seconds() * 1e3, IdleMs: st.Idle.Seconds() * 1e3, PeakHeld: st.PeakHeld, PeakHeldBytes: st.PeakHeldBytes,
+		Ops: s.p.Ops(), OpTimes: st.OpTimes}
 	if t := st.Busy + st.Idle; t > 0 {
 		mine.Bubble = st.Idle.Seconds() / t.Seconds()
 	}
@@ -207,5 +221,71 @@ func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm, cfg Config)
 	for _, x := range all {
 		ps.Bubble += x.Bubble / float64(len(all))
 	}
+	ps.ReplayBubble, ps.ReplayMeanBubble = replayBubbles(all, s.k)
+	for i := range ps.PerStage {
+		ps.PerStage[i].Ops, ps.PerStage[i].OpTimes = nil, nil
+	}
 	return ps, nil
+}
+
+// replayBubbles replays every recorded step of each replica's k stages
+// (pipeline.Replay) and returns the mean over stages of idle / span, with
+// the measured op times and with each op's mean time.
+func replayBubbles(all []StageStats, k int) (actual, mean float64) {
+	byReplica := map[int][]StageStats{}
+	for _, x := range all {
+		byReplica[x.Replica] = append(byReplica[x.Replica], x)
+	}
+	n := 0
+	for _, st := range byReplica {
+		if len(st) != k {
+			return 0, 0
+		}
+		slices.SortFunc(st, func(a, b StageStats) int { return a.Stage - b.Stage })
+		steps := len(st[0].OpTimes)
+		ops := make([][]pipeline.Op, k)
+		for s, x := range st {
+			ops[s] = x.Ops
+			steps = min(steps, len(x.OpTimes))
+		}
+		if steps == 0 {
+			return 0, 0
+		}
+		avg := make([][]time.Duration, k)
+		for s, x := range st {
+			avg[s] = make([]time.Duration, len(x.Ops))
+			for j := 0; j < steps; j++ {
+				for o, d := range x.OpTimes[j] {
+					avg[s][o] += d / time.Duration(steps)
+				}
+			}
+		}
+		var span, spanMean time.Duration
+		busy, busyMean := make([]time.Duration, k), make([]time.Duration, k)
+		for j := 0; j < steps; j++ {
+			d := make([][]time.Duration, k)
+			for s, x := range st {
+				d[s] = x.OpTimes[j]
+			}
+			sp, b, err := pipeline.Replay(ops, d)
+			if err != nil {
+				return 0, 0
+			}
+			span += sp
+			for s := range b {
+				busy[s] += b[s]
+			}
+		}
+		sp, b, err := pipeline.Replay(ops, avg)
+		if err != nil {
+			return 0, 0
+		}
+		spanMean, busyMean = sp*time.Duration(steps), b
+		for s := 0; s < k; s++ {
+			actual += float64(span-busy[s]) / float64(span)
+			mean += float64(spanMean-busyMean[s]*time.Duration(steps)) / float64(spanMean)
+			n++
+		}
+	}
+	return actual / float64(n), mean / float64(n)
 }

@@ -356,6 +356,11 @@ func TestPipelineMatchesOneRank(t *testing.T) {
 			if p == nil || len(p.PerStage) != tc.n || p.Microbatches != 3 || p.BubbleTheory <= 0 || got[0].GlobalBatch != 24 {
 				t.Fatalf("pipeline summary %+v, global batch %d", p, got[0].GlobalBatch)
 			}
+			// With M = 3 the fill and drain alone leave every stage idle
+			// a good part of each step, even with instant messages.
+			if p.ReplayBubble <= 0.05 || p.ReplayBubble >= 1 || p.ReplayMeanBubble <= 0.05 || p.ReplayMeanBubble >= 1 {
+				t.Errorf("replayed bubbles %v (measured op times), %v (mean op times)", p.ReplayBubble, p.ReplayMeanBubble)
+			}
 		})
 	}
 	bad := cfg

@@ -9,8 +9,11 @@
 // Each configuration runs -reps times, interleaved (all configurations
 // once, then again), and the table reports the median run by bubble. The
 // default model, mlp-deep, has seven equal hidden layers so that -balance
-// time can give the stages equal compute: the bubble formula assumes
-// balanced stages.
+// time can give the stages near-equal compute: the bubble formula assumes
+// balanced stages. Next to the measured bubble it reports the bubble that
+// pipeline.Replay computes for the same schedule with instant messages,
+// from the measured op times and from their means, which separates what
+// stage imbalance, compute jitter and communication each add.
 //
 //	go run ./benchmarks/pipebench -stages 2 -micro 2,4,8,16
 package main
@@ -40,6 +43,8 @@ type run struct {
 	Micro         int       `json:"micro"`
 	Bubble        float64   `json:"bubble"`
 	Theory        float64   `json:"bubble_theory"`
+	Replay        float64   `json:"bubble_replay"`      // instant messages, measured op times
+	ReplayMean    float64   `json:"bubble_replay_mean"` // instant messages, mean op times
 	SamplesPerSec float64   `json:"samples_per_sec"`
 	PeakBytes     int64     `json:"peak_activation_bytes"` // stage 0
 	PeakHeld      int       `json:"peak_held"`             // stage 0
@@ -80,8 +85,8 @@ func main() {
 	for rep := 0; rep < *reps; rep++ {
 		for _, k := range order {
 			r := once(bin, k.sch, k.m, *stages, *model, *batch, *limit, *balance)
-			fmt.Fprintf(os.Stderr, "rep %d %-5s M=%2d: bubble %.3f (theory %.3f), %6.0f samples/s, stages %v busy %v ms/step, stage 0 holds %d inputs (%d bytes)\n",
-				rep, k.sch, k.m, r.Bubble, r.Theory, r.SamplesPerSec, r.Boundaries, r.BusyMs, r.PeakHeld, r.PeakBytes)
+			fmt.Fprintf(os.Stderr, "rep %d %-5s M=%2d: bubble %.3f (theory %.3f, replayed %.3f, with mean op times %.3f), %6.0f samples/s, stages %v busy %v ms/step, stage 0 holds %d inputs (%d bytes)\n",
+				rep, k.sch, k.m, r.Bubble, r.Theory, r.Replay, r.ReplayMean, r.SamplesPerSec, r.Boundaries, r.BusyMs, r.PeakHeld, r.PeakBytes)
 			all[k] = append(all[k], r)
 		}
 	}
@@ -102,7 +107,8 @@ func main() {
 	var t strings.Builder
 	fmt.Fprintf(&t, "%s, %d stages on %d ranks (auto: shared memory), -balance %s, batch %d, one epoch of %d samples, SGD, %s; median of %d interleaved runs. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
 		*model, *stages, *stages, *balance, *batch, *limit, time.Now().UTC().Format("2006-01-02"), *reps)
-	t.WriteString("| schedule | M | bubble | (K-1)/(M+K-1) | bubble / theory | all runs | samples/s | stages | busy ms/step per stage | stage 0 peak inputs held | stage 0 peak activation bytes |\n|---|---:|---:|---:|---:|---|---:|---|---|---:|---:|\n")
+	t.WriteString("Replayed: the same schedule on paper with instant messages (pipeline.Replay), from each op's measured compute time in every step (imbalance + compute jitter) and from each op's mean time (imbalance only).\n\n")
+	t.WriteString("| schedule | M | bubble | (K-1)/(M+K-1) | bubble / theory | replayed, op times | replayed, mean op times | all runs | samples/s | stages | busy ms/step per stage | stage 0 peak inputs held | stage 0 peak activation bytes |\n|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|---:|\n")
 	for _, r := range runs {
 		var rs []string
 		for _, b := range r.Runs {
@@ -112,8 +118,8 @@ func main() {
 		for _, b := range r.BusyMs {
 			bs = append(bs, fmt.Sprintf("%.0f", b))
 		}
-		fmt.Fprintf(&t, "| %s | %d | %.3f | %.3f | %.2f | %s | %.0f | %v | %s | %d | %d |\n", r.Schedule, r.Micro, r.Bubble, r.Theory, r.Bubble/r.Theory,
-			strings.Join(rs, " "), r.SamplesPerSec, r.Boundaries, strings.Join(bs, " / "), r.PeakHeld, r.PeakBytes)
+		fmt.Fprintf(&t, "| %s | %d | %.3f | %.3f | %.2f | %.3f | %.3f | %s | %.0f | %v | %s | %d | %d |\n", r.Schedule, r.Micro, r.Bubble, r.Theory, r.Bubble/r.Theory,
+			r.Replay, r.ReplayMean, strings.Join(rs, " "), r.SamplesPerSec, r.Boundaries, strings.Join(bs, " / "), r.PeakHeld, r.PeakBytes)
 	}
 	fmt.Println(t.String())
 	if err := plotBubble(runs, "benchmarks/pipe_bubble.png"); err != nil {
@@ -191,6 +197,8 @@ func once(bin, sch string, m, stages int, model string, batch, limit int, balanc
 		Pipeline      struct {
 			Bubble       float64 `json:"bubble"`
 			BubbleTheory float64 `json:"bubble_theory"`
+			Replay       float64 `json:"bubble_replay"`
+			ReplayMean   float64 `json:"bubble_replay_mean"`
 			Boundaries   []int   `json:"boundaries"`
 			PerStage     []struct {
 				Stage         int     `json:"stage"`
@@ -203,7 +211,7 @@ func once(bin, sch string, m, stages int, model string, batch, limit int, balanc
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
 		fail("bad summary: %v", err)
 	}
-	r := run{Schedule: sch, Stages: stages, Micro: m, Bubble: s.Pipeline.Bubble, Theory: s.Pipeline.BubbleTheory,
+	r := run{Schedule: sch, Stages: stages, Micro: m, Bubble: s.Pipeline.Bubble, Theory: s.Pipeline.BubbleTheory, Replay: s.Pipeline.Replay, ReplayMean: s.Pipeline.ReplayMean,
 		SamplesPerSec: s.SamplesPerSec, Boundaries: s.Pipeline.Boundaries}
 	r.BusyMs = make([]float64, stages)
 	for _, st := range s.Pipeline.PerStage {
