@@ -30,7 +30,10 @@ package models
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 )
 
 // Param is one learnable tensor, a slice of the flat buffers.
@@ -71,8 +74,38 @@ func Names() []string { return []string{"mlp", "cnn", "cnn-bn"} }
 // "mlp-deep" (784-784x7-10, 4.3M parameters: seven equal hidden layers) is
 // the pipeline benchmark's model: its layers are many and alike, so that
 // stages can be balanced (a pipeline's bubble matches theory only when
-// stages take equal time).
-func AllNames() []string { return append(Names(), "mlp-xl", "mlp-deep") }
+// stages take equal time). "mlp-deep-N" has N such hidden layers (1 to
+// 64): more layers balance more finely.
+func AllNames() []string { return append(Names(), "mlp-xl", "mlp-deep", "mlp-deep-N") }
+
+// Known tells whether New builds the named model.
+func Known(name string) bool {
+	if _, ok := deepLayers(name); ok {
+		return true
+	}
+	return slices.Contains(append(Names(), "mlp-xl"), name)
+}
+
+// deepLayers is the hidden layer count of an mlp-deep model name.
+func deepLayers(name string) (int, bool) {
+	if name == "mlp-deep" {
+		return 7, true
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "mlp-deep-"))
+	if !strings.HasPrefix(name, "mlp-deep-") || err != nil || n < 1 || n > 64 || strconv.Itoa(n) != name[len("mlp-deep-"):] {
+		return 0, false
+	}
+	return n, true
+}
+
+// deep sets m's layers to 784-784xh-10 (ReLU).
+func (m *Model) deep(h int) {
+	m.layers = []layer{flatten{}}
+	for i := 0; i < h; i++ {
+		m.layers = append(m.layers, linear{torch: 2 * i, in: 784, out: 784}, relu{})
+	}
+	m.layers = append(m.layers, linear{torch: 2 * h, in: 784, out: 10})
+}
 
 // New builds the named model, initialised from seed.
 func New(name string, seed int64) (*Model, error) {
@@ -86,11 +119,7 @@ func New(name string, seed int64) (*Model, error) {
 			linear{torch: 6, in: 4096, out: 10},
 		}
 	case "mlp-deep":
-		m.layers = []layer{flatten{}}
-		for i := 0; i < 7; i++ {
-			m.layers = append(m.layers, linear{torch: 2 * i, in: 784, out: 784}, relu{})
-		}
-		m.layers = append(m.layers, linear{torch: 14, in: 784, out: 10})
+		m.deep(7)
 	case "mlp":
 		m.layers = []layer{
 			flatten{}, linear{torch: 0, in: 784, out: 256}, relu{},
@@ -115,7 +144,11 @@ func New(name string, seed int64) (*Model, error) {
 		add(relu{torch: next()})
 		add(linear{torch: next(), in: 128, out: 10})
 	default:
-		return nil, fmt.Errorf("models: unknown model %q (have %v)", name, AllNames())
+		h, ok := deepLayers(name)
+		if !ok {
+			return nil, fmt.Errorf("models: unknown model %q (have %v)", name, AllNames())
+		}
+		m.deep(h)
 	}
 	off := 0
 	for _, l := range m.layers {

@@ -181,3 +181,34 @@ func TestPositiveMask(t *testing.T) {
 		}
 	}
 }
+
+func TestDeepNames(t *testing.T) {
+	for name, layers := range map[string]int{"mlp-deep": 7, "mlp-deep-1": 1, "mlp-deep-15": 15, "mlp-deep-64": 64} {
+		if !Known(name) {
+			t.Errorf("%s not known", name)
+		}
+		m, err := New(name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.NumLayers(); got != 2*layers+2 {
+			t.Errorf("%s: %d layers, want %d", name, got, 2*layers+2)
+		}
+		if want := layers*(784*784+784) + 784*10 + 10; len(m.Flat) != want {
+			t.Errorf("%s: %d parameters, want %d", name, len(m.Flat), want)
+		}
+	}
+	for _, name := range []string{"mlp-deep-0", "mlp-deep-65", "mlp-deep-x", "mlp-deep-07", "mlp-deep-", "mlp-xxl"} {
+		if Known(name) {
+			t.Errorf("%s known", name)
+		}
+		if _, err := New(name, 1); err == nil {
+			t.Errorf("%s built", name)
+		}
+	}
+	for _, name := range append(Names(), "mlp-xl") {
+		if !Known(name) {
+			t.Errorf("%s not known", name)
+		}
+	}
+}

@@ -212,74 +212,142 @@ func topSplits(n, k, top int, cost func(from, to int) float64) ([][]int, error) 
 }
 
 // MeasureStage times a whole stage of m, layers [from, to), on
-// micro-batches of micro samples of random data: the fastest of reps runs
-// of its forward pass plus its training graph (the training graph alone on
-// the last stage). Parameter gradients are discarded.
+// micro-batches of micro samples of random data: the median of reps runs
+// (after a warm-up run) of its forward pass plus its training graph (the
+// training graph alone on the last stage). Parameter gradients are
+// discarded.
 func MeasureStage(m *models.Model, from, to, micro, reps int) (time.Duration, error) {
-	last := to == m.NumLayers()
-	g, err := m.NewStageGraph(from, to, micro, last)
+	d, err := MeasureStages(m, [][2]int{{from, to}}, micro, reps)
 	if err != nil {
 		return 0, err
 	}
-	defer g.Close()
-	g.OnGrad = func(int, []float32) {}
-	x := make([]float32, g.InSize())
-	fillRandom(x, 1)
-	var ts []time.Duration
-	y := make([]int32, micro)
-	gy := make([]float32, g.OutSize())
-	fillRandom(gy, 2)
-	for r := 0; r <= max(reps, 1); r++ {
-		t0 := time.Now()
-		if last {
-			_, _, err = g.Step(x, y)
-		} else if _, err = g.Forward(x); err == nil {
-			_, err = g.Backward(x, gy)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("pipeline: timing stage [%d, %d): %w", from, to, err)
-		}
-		ts = append(ts, time.Since(t0))
+	return d[0], nil
+}
+
+// MeasureStages is MeasureStage for several stages, timed in interleaved
+// rounds (each stage once per round) so that a slow spell of the machine
+// falls on all of them alike; each gets the median of its rounds.
+func MeasureStages(m *models.Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
+	type timed struct {
+		g       *models.StageGraph
+		last    bool
+		x, gy   []float32
+		y       []int32
+		samples []time.Duration
 	}
-	return fastest(ts[1:]), nil
+	ts := make([]*timed, len(stages))
+	defer func() {
+		for _, t := range ts {
+			if t != nil {
+				t.g.Close()
+			}
+		}
+	}()
+	for i, st := range stages {
+		last := st[1] == m.NumLayers()
+		g, err := m.NewStageGraph(st[0], st[1], micro, last)
+		if err != nil {
+			return nil, err
+		}
+		g.OnGrad = func(int, []float32) {}
+		t := &timed{g: g, last: last, x: make([]float32, g.InSize()), gy: make([]float32, g.OutSize()), y: make([]int32, micro)}
+		fillRandom(t.x, 1)
+		fillRandom(t.gy, 2)
+		ts[i] = t
+	}
+	for r := 0; r <= max(reps, 1); r++ {
+		for i, t := range ts {
+			t0 := time.Now()
+			var err error
+			if t.last {
+				_, _, err = t.g.Step(t.x, t.y)
+			} else if _, err = t.g.Forward(t.x); err == nil {
+				_, err = t.g.Backward(t.x, t.gy)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("pipeline: timing stage [%d, %d): %w", stages[i][0], stages[i][1], err)
+			}
+			if r > 0 { // the first round warms up
+				t.samples = append(t.samples, time.Since(t0))
+			}
+		}
+	}
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		slices.Sort(t.samples)
+		out[i] = t.samples[len(t.samples)/2]
+	}
+	return out, nil
+}
+
+// candidateStages returns the top splits of len(costs) layers into k stages
+// by StageCost, the distinct stages among them, and each split's stages as
+// indices into that list.
+func candidateStages(costs []LayerCost, k, top int) (cands [][]int, stages [][2]int, idx [][]int, err error) {
+	cands, err = topSplits(len(costs), k, top, func(from, to int) float64 {
+		return float64(StageCost(costs, from, to))
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	index := map[[2]int]int{}
+	for _, b := range cands {
+		var ix []int
+		for s := 0; s < k; s++ {
+			key := [2]int{b[s], b[s+1]}
+			j, ok := index[key]
+			if !ok {
+				j = len(stages)
+				index[key] = j
+				stages = append(stages, key)
+			}
+			ix = append(ix, j)
+		}
+		idx = append(idx, ix)
+	}
+	return cands, stages, idx, nil
+}
+
+// slowest picks the candidate whose slowest stage is fastest (the first
+// among equals).
+func slowest(cands [][]int, idx [][]int, times []int64) []int {
+	var best []int
+	var bestMax int64
+	for c, b := range cands {
+		var mx int64
+		for _, j := range idx[c] {
+			mx = max(mx, times[j])
+		}
+		if best == nil || mx < bestMax {
+			best, bestMax = b, mx
+		}
+	}
+	return best
 }
 
 // BalanceMeasured refines BalanceTime: it takes the top splits that the
-// per-layer costs rank best and times each of their stages as a whole
-// (MeasureStage, each distinct stage once), which also catches what
-// per-layer sums miss (the first stage computes no input gradient, graph
-// overheads), and returns the split whose slowest stage is fastest.
+// per-layer costs rank best and times each of their distinct stages as a
+// whole (MeasureStages), which also catches what per-layer sums miss (the
+// first stage computes no input gradient, a stage's weights outgrow the
+// cache that held one layer's, graph overheads), and returns the split
+// whose slowest stage is fastest.
 func BalanceMeasured(m *models.Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
-	cands, err := topSplits(len(costs), k, top, func(from, to int) float64 {
-		return float64(StageCost(costs, from, to))
-	})
+	cands, stages, idx, err := candidateStages(costs, k, top)
 	if err != nil {
 		return nil, err
 	}
 	if len(cands) == 1 {
 		return cands[0], nil
 	}
-	measured := map[[2]int]time.Duration{}
-	var best []int
-	var bestMax time.Duration
-	for _, b := range cands {
-		var mx time.Duration
-		for s := 0; s < k; s++ {
-			key := [2]int{b[s], b[s+1]}
-			d, ok := measured[key]
-			if !ok {
-				if d, err = MeasureStage(m, b[s], b[s+1], micro, reps); err != nil {
-					return nil, err
-				}
-				measured[key] = d
-			}
-			mx = max(mx, d)
-		}
-		if best == nil || mx < bestMax {
-			best, bestMax = b, mx
-		}
+	d, err := MeasureStages(m, stages, micro, reps)
+	if err != nil {
+		return nil, err
 	}
-	return best, nil
+	times := make([]int64, len(d))
+	for i := range d {
+		times[i] = int64(d[i])
+	}
+	return slowest(cands, idx, times), nil
 }
 
 // checkBoundaries validates explicit stage boundaries for k stages of m.
@@ -301,7 +369,7 @@ func checkBoundaries(m *models.Model, b []int, k int) error {
 
 // splitByTime is Split's ByTime: see there.
 func splitByTime(ctx context.Context, c comm.Comm, m *models.Model, k, micro int) ([]int, error) {
-	const reps, top = 7, 4
+	const reps, top = 7, 6
 	runtime.GC()
 	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
 		return nil, fmt.Errorf("pipeline: before profiling: %w", err)
@@ -321,53 +389,26 @@ func splitByTime(ctx context.Context, c comm.Comm, m *models.Model, k, micro int
 	for i := range costs {
 		costs[i] = LayerCost{Forward: time.Duration(v[2*i]), Train: time.Duration(v[2*i+1])}
 	}
-	cands, err := topSplits(n, k, top, func(from, to int) float64 { return float64(StageCost(costs, from, to)) })
+	cands, stages, idx, err := candidateStages(costs, k, top)
 	if err != nil {
 		return nil, err
 	}
 	if len(cands) == 1 {
 		return cands[0], nil
 	}
-	// Every distinct stage of the candidates, timed whole on every rank.
-	index := map[[2]int]int{}
-	var stages [][2]int
-	for _, b := range cands {
-		for s := 0; s < k; s++ {
-			key := [2]int{b[s], b[s+1]}
-			if _, ok := index[key]; !ok {
-				index[key] = len(stages)
-				stages = append(stages, key)
-			}
-		}
-	}
-	times := make([]int64, len(stages))
-	var merr error
-	for i, st := range stages {
-		d, err := MeasureStage(m, st[0], st[1], micro, reps)
-		if err != nil {
-			merr = err
-			break
-		}
-		times[i] = int64(d)
-	}
+	d, merr := MeasureStages(m, stages, micro, reps)
 	if err := agree(ctx, c, merr); err != nil {
 		return nil, err
 	}
-	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(times), comm.Min)); err != nil {
+	// The mean over ranks of each stage's median.
+	times := make([]int64, len(d))
+	for i := range d {
+		times[i] = int64(d[i])
+	}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(times), comm.Sum)); err != nil {
 		return nil, fmt.Errorf("pipeline: combining stage timings: %w", err)
 	}
-	var best []int
-	var bestMax int64
-	for _, b := range cands {
-		var mx int64
-		for s := 0; s < k; s++ {
-			mx = max(mx, times[index[[2]int{b[s], b[s+1]}]])
-		}
-		if best == nil || mx < bestMax {
-			best, bestMax = b, mx
-		}
-	}
-	return best, nil
+	return slowest(cands, idx, times), nil
 }
 
 // agree fails every rank of c if err is not nil on any of them, naming the

@@ -147,12 +147,8 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
-	known := false
-	for _, n := range models.AllNames() {
-		known = known || n == c.Model
-	}
 	switch {
-	case !known:
+	case !models.Known(c.Model):
 		return bad("unknown model %q (choose from %s)", c.Model, strings.Join(models.AllNames(), ", "))
 	case c.Epochs < 1:
 		return bad("-epochs %d: want at least 1", c.Epochs)
