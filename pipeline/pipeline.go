@@ -35,6 +35,11 @@
 // micro-batches are those of the whole batch's mean loss: a pipeline step
 // matches one step of the unsplit model on the whole batch.
 //
+// Stats records each stage's busy and idle time and every op's compute
+// time per step; Replay runs a schedule on paper with instant messages
+// from such op times, which separates the bubble that the schedule, stage
+// imbalance and compute jitter impose from what communication adds.
+//
 // Batch norm is not supported (micro-batch statistics differ from the
 // batch's).
 package pipeline
