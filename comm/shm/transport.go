@@ -5,7 +5,9 @@ package shm
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,12 +274,22 @@ func (t *Transport) acquire(ctx context.Context, sem chan struct{}, group uint64
 // wake-up would cost time, never a hang.
 var (
 	// spinFor is $GDIST_SHM_SPIN_US microseconds if set.
-	spinFor  = 50 * time.Microsecond
+	spinFor  = envUS("GDIST_SHM_SPIN_US", 50)
 	sleepMax = 50 * time.Millisecond
 	// pokeAfter: a producer that has slept this long for ring space asks
 	// the consumer's control goroutine to drain the ring (into queues).
 	pokeAfter = time.Millisecond
 )
+
+// envUS reads a duration in microseconds from the environment variable
+// name (def if unset or not a non-negative integer).
+func envUS(name string, def int) time.Duration {
+	v, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || v < 0 {
+		v = def
+	}
+	return time.Duration(v) * time.Microsecond
+}
 
 // await waits until ready() holds (and returns true), or until the epoch
 // moves past ep or ctx ends (false). flag, if not nil, is the pair-level
