@@ -70,7 +70,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.Stages, "stages", 0, "pipeline stages (default -nproc; with fewer, the rest is data parallel)")
 	fs.IntVar(&c.Microbatches, "microbatches", 0, "pipeline micro-batches per batch (default: the number of stages)")
 	fs.StringVar(&c.Schedule, "schedule", "1f1b", "pipeline schedule: gpipe or 1f1b")
-	fs.StringVar(&c.Balance, "balance", "params", "how pipeline stages are chosen: params (equal parameter counts) or time (rank 0 times every layer on a micro-batch; equal compute)")
+	fs.StringVar(&c.Balance, "balance", "params", "how pipeline stages are chosen: params (equal parameter counts) or time (every rank times the layers and candidate stages on a micro-batch; equal compute)")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint")
