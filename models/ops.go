@@ -114,6 +114,16 @@ func (op *biasOp) Do(v ...G.Value) (G.Value, error) {
 	out := make([]float32, len(x))
 	c := shape[1]
 	inner := len(x) / shape[0] / c
+	if inner == 1 { // (N, C): add b to every row
+		b = b[:c]
+		for r := 0; r < len(x); r += c {
+			o, xr := out[r:r+c], x[r:r+c]
+			for j, bj := range b {
+				o[j] = xr[j] + bj
+			}
+		}
+		return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+	}
 	for i := 0; i < len(x); i += inner {
 		bc := b[(i/inner)%c]
 		o, xi := out[i:i+inner], x[i:i+inner]
@@ -153,6 +163,14 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	out := make([]float32, op.c)
 	inner := len(g) / shape[0] / op.c
+	if inner == 1 { // (N, C): sum the rows
+		for r := 0; r < len(g); r += op.c {
+			for j, x := range g[r : r+op.c] {
+				out[j] += x
+			}
+		}
+		return tensor.New(tensor.WithShape(op.c), tensor.WithBacking(out)), nil
+	}
 	for i := 0; i < len(g); i += inner {
 		var s float32
 		for _, x := range g[i : i+inner] {
