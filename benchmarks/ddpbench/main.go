@@ -266,7 +266,11 @@ func report(runs []run, models, worlds string, batch int, lim map[string]string,
 			if base > 0 {
 				eff = fmt.Sprintf("%.2f", g/(float64(w)*base))
 			}
-			fmt.Fprintf(&b, "| %s (limit %s) | %d | %.0f | %.2f | %.0f | %.2f | %s | %s | %s |\n", m, lim[m], w, g, ms[key{"gdist", m, w}], gn, g/gn, torch, ratio, eff)
+			noOverlap, gain := "-", "-"
+			if gn > 0 {
+				noOverlap, gain = fmt.Sprintf("%.0f", gn), fmt.Sprintf("%.2f", g/gn)
+			}
+			fmt.Fprintf(&b, "| %s (limit %s) | %d | %.0f | %.2f | %s | %s | %s | %s | %s |\n", m, lim[m], w, g, ms[key{"gdist", m, w}], noOverlap, gain, torch, ratio, eff)
 		}
 	}
 	return b.String()
