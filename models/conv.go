@@ -284,27 +284,6 @@ func col2imSame(g convGeom, row, plane []float32, ki, kj int) {
 	addTo(plane[d0+off:d1+off], row[d0:d1])
 }
 
-// addTo adds src into dst (same length). Unrolled: about twice as fast
-// as the plain loop.
-func addTo(dst, src []float32) {
-	dst = dst[:len(src)]
-	for len(src) >= 8 {
-		d, s := dst[:8:8], src[:8:8]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-		d[4] += s[4]
-		d[5] += s[5]
-		d[6] += s[6]
-		d[7] += s[7]
-		dst, src = dst[8:], src[8:]
-	}
-	for i, v := range src {
-		dst[i] += v
-	}
-}
-
 func (op *conv2dOp) DiffWRT(int) []bool { return []bool{!op.noDX, true} }
 func (op *conv2dOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	if len(inputs) != 2 {

@@ -2,7 +2,10 @@ package models
 
 import (
 	"fmt"
+	"unsafe"
 
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/algo"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -151,10 +154,20 @@ func (gr *Graph) Logits(x []float32) ([]float32, error) {
 
 func (m *Model) accumulate(i int, g []float32) {
 	p := m.Params[i]
-	dst := m.Grad[p.Offset : p.Offset+p.Size]
-	for j, v := range g[:len(dst)] {
-		dst[j] += v
+	addTo(m.Grad[p.Offset:p.Offset+p.Size], g)
+}
+
+// addTo sets dst[j] += src[j] for j < min(len(dst), len(src)) with the
+// comm layer's vector kernels (the same sums as a plain loop: each is one
+// rounded float32 addition).
+func addTo(dst, src []float32) {
+	n := min(len(dst), len(src))
+	if n == 0 {
+		return
 	}
+	dst, src = dst[:n], src[:n]
+	algo.Reduce(comm.Float32, comm.Sum, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)),
+		unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
 }
 
 // Close releases the graph's machine.
