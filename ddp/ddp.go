@@ -194,10 +194,7 @@ func (d *DDP) Step(ctx context.Context, gr *models.Graph, x []float32, y []int32
 
 func (d *DDP) onGrad(i int, g []float32) {
 	p := d.m.Params[i]
-	dst := d.m.Grad[p.Offset : p.Offset+p.Size]
-	for j, v := range g[:len(dst)] {
-		dst[j] += v
-	}
+	models.AddTo(d.m.Grad[p.Offset:p.Offset+p.Size], g)
 	if d.noSync || d.opts.NoOverlap {
 		return
 	}

@@ -154,18 +154,33 @@ func (gr *Graph) Logits(x []float32) ([]float32, error) {
 
 func (m *Model) accumulate(i int, g []float32) {
 	p := m.Params[i]
-	addTo(m.Grad[p.Offset:p.Offset+p.Size], g)
+	AddTo(m.Grad[p.Offset:p.Offset+p.Size], g)
 }
 
-// addTo sets dst[j] += src[j] for j < min(len(dst), len(src)) with the
+// AddTo sets dst[j] += src[j] for j < min(len(dst), len(src)) with the
 // comm layer's vector kernels (the same sums as a plain loop: each is one
 // rounded float32 addition).
-func addTo(dst, src []float32) {
+func AddTo(dst, src []float32) {
 	n := min(len(dst), len(src))
-	if n == 0 {
+	dst, src = dst[:n], src[:n]
+	if n < 256 { // short rows (im2col): the call into the kernels costs more
+		for len(src) >= 8 {
+			d, s := dst[:8:8], src[:8:8]
+			d[0] += s[0]
+			d[1] += s[1]
+			d[2] += s[2]
+			d[3] += s[3]
+			d[4] += s[4]
+			d[5] += s[5]
+			d[6] += s[6]
+			d[7] += s[7]
+			dst, src = dst[8:], src[8:]
+		}
+		for i, v := range src {
+			dst[i] += v
+		}
 		return
 	}
-	dst, src = dst[:n], src[:n]
 	algo.Reduce(comm.Float32, comm.Sum, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)),
 		unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
 }

@@ -54,7 +54,7 @@ func (l linear) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return G.ApplyOp(&biasOp{baseOp{nextID(), "bias"}, y.Dims()}, y, ps[1])
+	return G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: y.Dims()}, y, ps[1])
 }
 
 type conv struct{ torch, in, out, k, pad int }
@@ -78,7 +78,7 @@ func (l conv) apply(b *builder, x *G.Node, ps []*G.Node) (*G.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return G.ApplyOp(&biasOp{baseOp{nextID(), "bias"}, y.Dims()}, y, ps[1])
+	return G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: y.Dims()}, y, ps[1])
 }
 
 type batchNorm struct{ torch, c int }
@@ -106,7 +106,7 @@ type relu struct{ torch int }
 
 func (relu) params() []Param { return nil }
 func (relu) apply(b *builder, x *G.Node, _ []*G.Node) (*G.Node, error) {
-	return G.ApplyOp(&reluOp{baseOp{nextID(), "relu"}}, x)
+	return G.ApplyOp(&reluOp{baseOp: baseOp{nextID(), "relu"}}, x)
 }
 
 type maxPool struct{ torch int }

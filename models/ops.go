@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -90,6 +91,7 @@ func (op *hookOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 type biasOp struct {
 	baseOp
 	dims int
+	out  outBuf
 }
 
 func tt(dims int) G.TensorType { return G.TensorType{Dims: dims, Of: hm.TypeVariable('a')} }
@@ -111,7 +113,7 @@ func (op *biasOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(x))
+	t, out := op.out.get(shape, x, b)
 	c := shape[1]
 	inner := len(x) / shape[0] / c
 	if inner == 1 { // (N, C): add b to every row
@@ -122,7 +124,7 @@ func (op *biasOp) Do(v ...G.Value) (G.Value, error) {
 				o[j] = xr[j] + bj
 			}
 		}
-		return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+		return t, nil
 	}
 	for i := 0; i < len(x); i += inner {
 		bc := b[(i/inner)%c]
@@ -131,11 +133,11 @@ func (op *biasOp) Do(v ...G.Value) (G.Value, error) {
 			o[j] = xi[j] + bc
 		}
 	}
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+	return t, nil
 }
 func (op *biasOp) DiffWRT(int) []bool { return []bool{true, true} }
 func (op *biasOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	db, err := G.ApplyOp(&channelSumOp{baseOp{nextID(), "channelsum"}, inputs[1].Shape()[0], op.dims}, grad)
+	db, err := G.ApplyOp(&channelSumOp{baseOp: baseOp{nextID(), "channelsum"}, c: inputs[1].Shape()[0], dims: op.dims}, grad)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +148,7 @@ func (op *biasOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 type channelSumOp struct {
 	baseOp
 	c, dims int
+	out     outBuf
 }
 
 func (op *channelSumOp) Arity() int { return 1 }
@@ -161,7 +164,8 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, op.c)
+	t, out := op.out.get(tensor.Shape{op.c}, g)
+	clear(out)
 	inner := len(g) / shape[0] / op.c
 	if inner == 1 { // (N, C): sum the rows
 		for r := 0; r < len(g); r += op.c {
@@ -169,7 +173,7 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 				out[j] += x
 			}
 		}
-		return tensor.New(tensor.WithShape(op.c), tensor.WithBacking(out)), nil
+		return t, nil
 	}
 	for i := 0; i < len(g); i += inner {
 		var s float32
@@ -178,7 +182,7 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 		}
 		out[(i/inner)%op.c] += s
 	}
-	return tensor.New(tensor.WithShape(op.c), tensor.WithBacking(out)), nil
+	return t, nil
 }
 
 // ---- softmax cross-entropy: mean over the batch, labels as float32 ----
@@ -296,7 +300,10 @@ func (op *xentGradOp) Do(v ...G.Value) (G.Value, error) {
 
 // ---- ReLU: one pass each way (gorgonia's builds a mask and multiplies) ----
 
-type reluOp struct{ baseOp }
+type reluOp struct {
+	baseOp
+	out outBuf
+}
 
 func (op *reluOp) Arity() int { return 1 }
 func (op *reluOp) Type() hm.Type {
@@ -312,12 +319,12 @@ func (op *reluOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(x))
+	t, out := op.out.get(shape, x)
 	for i, xv := range x {
 		b := math.Float32bits(xv)
 		out[i] = math.Float32frombits(b & positive(b))
 	}
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+	return t, nil
 }
 
 // positive is all ones if the float32 with bits b is > 0 (NaNs with the
@@ -330,12 +337,15 @@ func positive(b uint32) uint32 {
 
 func (op *reluOp) DiffWRT(int) []bool { return []bool{true} }
 func (op *reluOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	d, err := G.ApplyOp(&reluGradOp{baseOp{nextID(), "relu'"}}, inputs[0], grad)
+	d, err := G.ApplyOp(&reluGradOp{baseOp: baseOp{nextID(), "relu'"}}, inputs[0], grad)
 	return G.Nodes{d}, err
 }
 
 // reluGradOp: dx = dy where x > 0, else 0.
-type reluGradOp struct{ baseOp }
+type reluGradOp struct {
+	baseOp
+	out outBuf
+}
 
 func (op *reluGradOp) Arity() int { return 2 }
 func (op *reluGradOp) Type() hm.Type {
@@ -355,10 +365,57 @@ func (op *reluGradOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(x))
 	dy = dy[:len(x)]
+	t, out := op.out.get(shape, x, dy)
 	for i, xv := range x {
 		out[i] = math.Float32frombits(math.Float32bits(dy[i]) & positive(math.Float32bits(xv)))
 	}
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+	return t, nil
+}
+
+// outBuf is an op's output, reused from run to run. gorgonia's tape
+// machine forgets every value at Reset and would have the op allocate (and
+// the runtime zero and later collect) a fresh tensor each run; no value
+// outlives the run that made it (everything kept is copied out: gradients
+// into Grad by the hooks, activations and losses by their readers), so an
+// op can hand out the same memory each time. get returns the buffer for an
+// output of shape, making a new one when the size changes or when the
+// current one shares memory with an input (a register gorgonia reused).
+type outBuf struct{ t *tensor.Dense }
+
+func (b *outBuf) get(shape tensor.Shape, inputs ...[]float32) (*tensor.Dense, []float32) {
+	n := shape.TotalSize()
+	if b.t != nil && b.t.Size() == n {
+		d := b.t.Data().([]float32)
+		if !overlapsAny(d, inputs) {
+			if !b.t.Shape().Eq(shape) {
+				if err := b.t.Reshape(shape.Clone()...); err != nil {
+					b.t = nil
+				}
+			}
+			if b.t != nil {
+				return b.t, d
+			}
+		}
+	}
+	d := make([]float32, n)
+	b.t = tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(d))
+	return b.t, d
+}
+
+func overlapsAny(d []float32, inputs [][]float32) bool {
+	if len(d) == 0 {
+		return false
+	}
+	lo, hi := uintptr(unsafe.Pointer(&d[0])), uintptr(unsafe.Pointer(&d[len(d)-1]))
+	for _, in := range inputs {
+		if len(in) == 0 {
+			continue
+		}
+		a, z := uintptr(unsafe.Pointer(&in[0])), uintptr(unsafe.Pointer(&in[len(in)-1]))
+		if a <= hi && lo <= z {
+			return true
+		}
+	}
+	return false
 }

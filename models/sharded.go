@@ -144,7 +144,7 @@ func (op *shardLinearGradOp) Do(v ...G.Value) (G.Value, error) {
 	impl.Sgemm(blas.Trans, blas.NoTrans, f.in, f.out, n, 1, x, f.in, dy, f.out, 0, dw, f.out)
 	db := make([]float32, f.out)
 	for i := 0; i < n; i++ {
-		addTo(db, dy[i*f.out:(i+1)*f.out])
+		AddTo(db, dy[i*f.out:(i+1)*f.out])
 	}
 	dx := make([]float32, n*f.in)
 	if !f.noDX {

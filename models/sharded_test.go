@@ -35,7 +35,7 @@ func (s *memStore) Release(idx []int) {
 
 func (s *memStore) AddGrad(i int, g []float32) error {
 	p := s.m.Params[i]
-	addTo(s.grad[p.Offset:p.Offset+p.Size], g)
+	AddTo(s.grad[p.Offset:p.Offset+p.Size], g)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/models"
 )
 
 // layout cuts the padded flat buffer into buckets in reverse parameter
@@ -49,10 +50,7 @@ func (e *Engine) onGrad(i int, g []float32) {
 			e.track(int64(len(f.buf)) * 4)
 		}
 		lo, hi := max(p.Offset, b.lo), min(p.Offset+p.Size, b.hi)
-		dst := f.buf[lo-b.lo : hi-b.lo]
-		for j, v := range g[lo-p.Offset : hi-p.Offset] {
-			dst[j] += v
-		}
+		models.AddTo(f.buf[lo-b.lo:hi-b.lo], g[lo-p.Offset:hi-p.Offset])
 		f.left--
 		if f.left == 0 {
 			e.launch(f)
