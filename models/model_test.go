@@ -1,6 +1,7 @@
 package models
 
 import (
+	"gorgonia.org/tensor"
 	"math"
 	"testing"
 )
@@ -209,6 +210,60 @@ func TestDeepNames(t *testing.T) {
 	for _, name := range append(Names(), "mlp-xl") {
 		if !Known(name) {
 			t.Errorf("%s not known", name)
+		}
+	}
+}
+
+// outBuf hands out the same memory run after run, reshaped as asked, and a
+// new buffer when the size changes or the old one shares memory with an
+// input.
+func TestOutBuf(t *testing.T) {
+	var b outBuf
+	t1, d1 := b.get(tensor.Shape{2, 3})
+	t2, d2 := b.get(tensor.Shape{3, 2})
+	if t1 != t2 || &d1[0] != &d2[0] || !t2.Shape().Eq(tensor.Shape{3, 2}) {
+		t.Fatalf("not reused or not reshaped: %v", t2.Shape())
+	}
+	if _, d3 := b.get(tensor.Shape{6}, d2[4:]); &d3[0] == &d2[0] {
+		t.Fatal("reused a buffer that overlaps an input")
+	}
+	if _, d4 := b.get(tensor.Shape{7}); len(d4) != 7 {
+		t.Fatalf("size 7: got %d", len(d4))
+	}
+}
+
+// Steps reuse op buffers: two identical steps around a different one give
+// identical losses and gradients.
+func TestStepsRepeat(t *testing.T) {
+	for _, name := range []string{"mlp", "cnn"} {
+		m, _ := New(name, 3)
+		gr, err := m.NewGraph(4, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y := testBatch(m, 4)
+		step := func(x []float32) (float32, []float32) {
+			clear(m.Grad)
+			l, err := gr.Step(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, append([]float32(nil), m.Grad...)
+		}
+		l1, g1 := step(x)
+		other := make([]float32, len(x))
+		for i := range other {
+			other[i] = float32(i%13) - 6
+		}
+		step(other)
+		l2, g2 := step(x)
+		if l1 != l2 {
+			t.Fatalf("%s: loss %v then %v", name, l1, l2)
+		}
+		for i := range g1 {
+			if g1[i] != g2[i] {
+				t.Fatalf("%s: grad[%d] %v then %v", name, i, g1[i], g2[i])
+			}
 		}
 	}
 }
