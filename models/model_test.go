@@ -1,9 +1,10 @@
 package models
 
 import (
-	"gorgonia.org/tensor"
 	"math"
 	"testing"
+
+	"gorgonia.org/tensor"
 )
 
 func testBatch(m *Model, b int) ([]float32, []int32) {
