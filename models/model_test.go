@@ -268,3 +268,28 @@ func TestStepsRepeat(t *testing.T) {
 		}
 	}
 }
+
+// maskPositive keeps v where x > 0 (NaNs with the sign bit clear
+// included, as the branch-free mask defines) and gives +0 elsewhere, for
+// any length.
+func TestMaskPositive(t *testing.T) {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-45}
+	for n := 0; n < 40; n++ {
+		x, v, out := make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i] = special[i%len(special)]
+			v[i] = float32(i) + 0.5
+		}
+		maskPositive(out, v, x)
+		for i := range x {
+			b := math.Float32bits(x[i])
+			want := float32(0)
+			if int32(b) > 0 {
+				want = v[i]
+			}
+			if math.Float32bits(out[i]) != math.Float32bits(want) {
+				t.Fatalf("n=%d: x=%v: got %v, want %v", n, x[i], out[i], want)
+			}
+		}
+	}
+}
