@@ -402,7 +402,8 @@ type poolState struct {
 // in row-major order (with -0 below +0).
 type maxPool2x2Op struct {
 	baseOp
-	st *poolState
+	st  *poolState
+	out outBuf
 }
 
 func newMaxPool2x2() *maxPool2x2Op {
@@ -441,14 +442,14 @@ func (op *maxPool2x2Op) Do(v ...G.Value) (G.Value, error) {
 	if len(x) > math.MaxInt32 {
 		return nil, fmt.Errorf("models: maxpool2x2 input of %d values is too large", len(x))
 	}
-	out := make([]float32, ys.TotalSize())
+	t, out := op.out.get(ys, x)
 	if cap(op.st.argmax) < len(out) {
 		op.st.argmax = make([]int32, len(out))
 	}
 	op.st.argmax = op.st.argmax[:len(out)]
 	op.st.inLen = len(x)
 	maxPool2x2(x, xs[0]*xs[1], xs[2], xs[3], out, op.st.argmax)
-	return tensor.New(tensor.WithShape(ys...), tensor.WithBacking(out)), nil
+	return t, nil
 }
 
 // maxPool2x2 pools the planes (H, W) of x into y, recording in arg the
@@ -508,6 +509,7 @@ func (op *maxPool2x2Op) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, 
 type maxPool2x2GradOp struct {
 	baseOp
 	fwd *maxPool2x2Op
+	out outBuf
 }
 
 func (op *maxPool2x2GradOp) Arity() int { return 2 }
@@ -520,7 +522,7 @@ func (op *maxPool2x2GradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 func (op *maxPool2x2GradOp) ReturnsPtr() bool { return false }
 
 func (op *maxPool2x2GradOp) Do(v ...G.Value) (G.Value, error) {
-	_, xs, err := f32n(v[0])
+	x, xs, err := f32n(v[0])
 	if err != nil {
 		return nil, err
 	}
@@ -532,9 +534,10 @@ func (op *maxPool2x2GradOp) Do(v ...G.Value) (G.Value, error) {
 	if len(st.argmax) != len(dy) || st.inLen != xs.TotalSize() {
 		return nil, fmt.Errorf("models: maxpool2x2': no forward pass recorded for input %v and %d gradients", xs, len(dy))
 	}
-	dx := make([]float32, xs.TotalSize())
+	t, dx := op.out.get(xs, x, dy)
+	clear(dx)
 	for i, a := range st.argmax {
 		dx[a] += dy[i]
 	}
-	return tensor.New(tensor.WithShape(xs.Clone()...), tensor.WithBacking(dx)), nil
+	return t, nil
 }

@@ -219,7 +219,7 @@ func TestMaxPool2x2FiniteDifference(t *testing.T) {
 	if _, err := op.Do(xT); err != nil {
 		t.Fatal(err)
 	}
-	dxV, err := (&maxPool2x2GradOp{baseOp{nextID(), "t"}, op}).Do(xT, tensor.New(tensor.WithShape(ys...), tensor.WithBacking(rr)))
+	dxV, err := (&maxPool2x2GradOp{baseOp: baseOp{nextID(), "t"}, fwd: op}).Do(xT, tensor.New(tensor.WithShape(ys...), tensor.WithBacking(rr)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestMaxPool2x2GradWithoutForward(t *testing.T) {
 	op := newMaxPool2x2()
 	x := tensor.New(tensor.WithShape(1, 1, 2, 2), tensor.WithBacking(make([]float32, 4)))
 	dy := tensor.New(tensor.WithShape(1, 1, 1, 1), tensor.WithBacking(make([]float32, 1)))
-	if _, err := (&maxPool2x2GradOp{baseOp{nextID(), "t"}, op}).Do(x, dy); err == nil {
+	if _, err := (&maxPool2x2GradOp{baseOp: baseOp{nextID(), "t"}, fwd: op}).Do(x, dy); err == nil {
 		t.Fatal("gradient without a forward pass: no error")
 	}
 }
