@@ -1,21 +1,3 @@
-// Package ddp is distributed data parallelism for gdist models, like
-// PyTorch's DistributedDataParallel: every rank holds the whole model,
-// trains on its own slice of each global batch, and averages gradients with
-// all-reduce before the optimizer step.
-//
-// Gradients are all-reduced in buckets: contiguous ranges of the model's
-// flat gradient buffer (views, never copies), in reverse parameter order,
-// the first (last layers) capped at Options.FirstBucketMB and the rest at
-// Options.BucketMB. A bucket's all-reduce starts the moment the last of its
-// gradients is produced during backward (models.Graph.OnGrad), so
-// communication overlaps the rest of backward; Options.NoOverlap defers all
-// of them to the end, for comparison. Finish waits for every bucket.
-//
-// NoSync skips communication for gradient accumulation: gradients add up
-// locally until the next step that syncs. CommHook replaces the plain
-// average (FP16Compress and BF16Compress halve the bytes sent). With
-// Options.Debug, Finish also checks that every rank holds bit-identical
-// parameters. A DDP is used by one goroutine (the training loop).
 package ddp
 
 import (
@@ -29,7 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/flat"
+	G "gorgonia.org/gorgonia"
 )
 
 // Options tunes DDP. The zero value gives PyTorch's defaults.
@@ -41,8 +24,22 @@ type Options struct {
 	Debug         bool // check identical parameters after every Finish
 }
 
+// Model is what DDP needs of a model: its learnables in flat buffers
+// (package flat). *models.Model has it; Wrap makes one from plain gorgonia
+// learnables.
+type Model interface {
+	FlatParams() *flat.Params
+}
+
+// Stateful is a Model with non-learnable state (batch-norm running
+// statistics) that rank 0 broadcasts with the parameters and that Debug
+// checks.
+type Stateful interface {
+	StateBuffers() []comm.Buffer
+}
+
 // Bucket is a contiguous range [Lo, Hi) of the gradient buffer holding the
-// gradients of Params (model parameter indices).
+// gradients of Params (span indices).
 type Bucket struct {
 	Lo, Hi int
 	Params []int
@@ -55,33 +52,82 @@ type Event struct {
 	Start, Finish time.Time
 }
 
-// DDP wraps a model and a Comm.
+// ErrLateGradient is returned by Finish when a gradient was produced
+// after its bucket's all-reduce had started: two backward passes without
+// Finish between them, or gradient accumulation without SetNoSync.
+var ErrLateGradient = errors.New("ddp: gradient produced after its bucket was reduced")
+
+// DDP averages a model's gradients over the ranks of a Comm.
 type DDP struct {
 	c     comm.Comm
-	m     *models.Model
+	p     *flat.Params
+	state []comm.Buffer
 	opts  Options
 	hook  CommHook
 	bkts  []Bucket
-	owner []int // param -> bucket
+	owner []int // span -> bucket
 
-	noSync  bool
-	ctx     context.Context
-	pending []int
-	works   []comm.Work
-	started []time.Time
-	order   []int // buckets in launch order this step
+	noSync bool
+	// runCtx is the context of the Backward call under way (nil outside
+	// one): buckets launched from gradient hooks run under it.
+	runCtx   context.Context
+	pending  []int
+	works    []comm.Work
+	started  []time.Time
+	order    []int // buckets in launch order this step
+	late     error
+	verified bool
 
 	mu     sync.Mutex
-	err    error
 	events []Event
 }
 
-// New wraps m. It broadcasts rank 0's parameters and batch-norm running
-// statistics to every rank (blocking; every rank must call it) and lays out
-// the buckets.
-func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*DDP, error) {
+// New wraps m. It broadcasts rank 0's parameters (and state, for a
+// Stateful model) to every rank (blocking; every rank must call it) and
+// lays out the buckets.
+func New(ctx context.Context, c comm.Comm, m Model, opts Options) (*DDP, error) {
 	if c == nil || m == nil {
 		return nil, comm.InvalidArgf("ddp: nil comm or model")
+	}
+	p := m.FlatParams()
+	if p == nil {
+		return nil, comm.InvalidArgf("ddp: the model has no flat parameters")
+	}
+	var state []comm.Buffer
+	if s, ok := m.(Stateful); ok {
+		state = s.StateBuffers()
+	}
+	return newDDP(ctx, c, p, state, opts)
+}
+
+// Wrap makes a plain gorgonia model data parallel: it lays the learnables
+// out in one flat parameter and one flat gradient buffer (flat.Bind: the
+// nodes are re-backed onto views, never copies), broadcasts rank 0's
+// values and returns the DDP that averages their gradients. The graph,
+// loss, tape machine and solver stay the user's; build the machine with
+// gorgonia.BindDualValues(learnables...) so gradients land in the flat
+// buffer. Use Tap on each learnable in the forward code for overlap.
+func Wrap(ctx context.Context, c comm.Comm, learnables []*G.Node, opts Options) (*DDP, error) {
+	if c == nil {
+		return nil, comm.InvalidArgf("ddp: nil comm")
+	}
+	p, err := flat.Bind(learnables, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
+	}
+	return newDDP(ctx, c, p, nil, opts)
+}
+
+// Tap is flat.Tap: use the node it returns in place of the learnable w in
+// the forward code, so that w's bucket is reduced while backward goes on.
+func Tap(w *G.Node) (*G.Node, error) { return flat.Tap(w) }
+
+func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffer, opts Options) (*DDP, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
+	}
+	if p.Grad == nil {
+		return nil, comm.InvalidArgf("ddp: rank %d: the model has no gradient buffer", c.Rank())
 	}
 	if opts.BucketMB == 0 {
 		opts.BucketMB = 25
@@ -92,11 +138,12 @@ func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*DDP,
 	if !(opts.BucketMB > 0) || !(opts.FirstBucketMB > 0) || math.IsInf(opts.BucketMB, 0) || math.IsInf(opts.FirstBucketMB, 0) {
 		return nil, comm.InvalidArgf("ddp: bucket sizes must be positive (got %v MB and first %v MB)", opts.BucketMB, opts.FirstBucketMB)
 	}
-	d := &DDP{c: c, m: m, opts: opts, hook: opts.Hook}
+	d := &DDP{c: c, p: p, state: state, opts: opts, hook: opts.Hook}
 	if d.hook == nil {
 		d.hook = Average{}
 	}
 	d.layout()
+	p.OnGrad(d.tapped)
 	if err := d.Broadcast(ctx); err != nil {
 		return nil, err
 	}
@@ -104,7 +151,7 @@ func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*DDP,
 }
 
 func (d *DDP) layout() {
-	ps := d.m.Params
+	ps := d.p.Spans
 	d.owner = make([]int, len(ps))
 	capBytes := d.opts.FirstBucketMB * (1 << 20)
 	var cur *Bucket
@@ -145,27 +192,24 @@ func (d *DDP) Buckets() []Bucket { return d.bkts }
 // Comm returns the wrapped Comm.
 func (d *DDP) Comm() comm.Comm { return d.c }
 
-// Model returns the wrapped model.
-func (d *DDP) Model() *models.Model { return d.m }
+// Params returns the flat parameters and gradients.
+func (d *DDP) Params() *flat.Params { return d.p }
 
-// Broadcast copies rank 0's parameters and batch-norm state to every rank.
+// ZeroGrad clears the gradient buffer. Gradients accumulate over backward
+// passes until cleared: gorgonia's solvers clear them at the end of their
+// Step; with package optim (or any other update), call ZeroGrad after it.
+func (d *DDP) ZeroGrad() { d.p.ZeroGrad() }
+
+// Broadcast copies rank 0's parameters and state to every rank.
 func (d *DDP) Broadcast(ctx context.Context) error {
 	run := comm.Run(ctx)
-	if err := run(d.c.Broadcast(ctx, comm.FromSlice(d.m.Flat), 0)); err != nil {
+	if err := run(d.c.Broadcast(ctx, comm.FromSlice(d.p.Value), 0)); err != nil {
 		return fmt.Errorf("ddp: broadcasting parameters: %w", err)
 	}
-	for _, b := range d.m.BNs {
-		if err := run(d.c.Broadcast(ctx, comm.FromSlice(b.RunningMean), 0)); err != nil {
-			return fmt.Errorf("ddp: broadcasting batch-norm state: %w", err)
+	for _, b := range d.state {
+		if err := run(d.c.Broadcast(ctx, b, 0)); err != nil {
+			return fmt.Errorf("ddp: broadcasting model state: %w", err)
 		}
-		if err := run(d.c.Broadcast(ctx, comm.FromSlice(b.RunningVar), 0)); err != nil {
-			return fmt.Errorf("ddp: broadcasting batch-norm state: %w", err)
-		}
-		n := []int64{b.NumBatches}
-		if err := run(d.c.Broadcast(ctx, comm.FromSlice(n), 0)); err != nil {
-			return fmt.Errorf("ddp: broadcasting batch-norm state: %w", err)
-		}
-		b.NumBatches = n[0]
 	}
 	return nil
 }
@@ -175,47 +219,53 @@ func (d *DDP) Broadcast(ctx context.Context) error {
 // into the buffer, and the next synced step all-reduces the sum.
 func (d *DDP) SetNoSync(on bool) { d.noSync = on }
 
-// Attach makes gr deliver its gradients to this DDP.
-func (d *DDP) Attach(gr *models.Graph) { gr.OnGrad = d.onGrad }
-
-// Step runs forward and backward of gr on one batch (gradients added into
-// the model's gradient buffer, buckets launched as they fill) and then
-// Finish. The caller runs the optimizer and zeroes the gradients after.
-func (d *DDP) Step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	d.Attach(gr)
-	d.ctx = ctx
-	loss, err := gr.Step(x, y)
-	if err != nil {
-		d.abandon()
-		return 0, err
+// AddGrad adds g into learnable i's gradient and marks it complete: the
+// entry for layers that deliver gradients by value during backward (the
+// built-in models' Graph.OnGrad).
+func (d *DDP) AddGrad(i int, g []float32) {
+	if i < 0 || i >= len(d.p.Spans) {
+		d.setLate(fmt.Errorf("ddp: gradient for learnable %d of %d", i, len(d.p.Spans)))
+		return
 	}
-	return loss, d.Finish(ctx)
+	d.tapped(i, false)
+	flat.AddTo(d.p.GradOf(i), g)
+	d.tapped(i, true)
 }
 
-func (d *DDP) onGrad(i int, g []float32) {
-	p := d.m.Params[i]
-	models.AddTo(d.m.Grad[p.Offset:p.Offset+p.Size], g)
-	if d.noSync || d.opts.NoOverlap {
+// tapped is told about learnable i's gradient: about to be added
+// (ready false) or complete (ready true).
+func (d *DDP) tapped(i int, ready bool) {
+	if d.noSync {
 		return
 	}
 	b := d.owner[i]
+	if !ready {
+		if w := d.works[b]; w != nil {
+			// Never add into a buffer under reduction.
+			<-w.Done()
+			d.setLate(fmt.Errorf("%w: %s (call Finish after every backward pass, or SetNoSync(true) on accumulation steps)", ErrLateGradient, d.p.Spans[i].Name))
+		}
+		return
+	}
 	d.pending[b]--
-	if d.pending[b] == 0 {
-		d.launch(b)
+	if d.pending[b] == 0 && !d.opts.NoOverlap && d.runCtx != nil {
+		d.launch(d.runCtx, b)
 	}
 }
 
-func (d *DDP) launch(b int) {
+func (d *DDP) setLate(err error) {
+	if d.late == nil {
+		d.late = err
+	}
+}
+
+func (d *DDP) launch(ctx context.Context, b int) {
 	if d.works[b] != nil {
 		return
 	}
-	ctx := d.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	bk := d.bkts[b]
 	d.started[b] = time.Now()
-	w, err := d.hook.Start(ctx, d.c, d.m.Grad[bk.Lo:bk.Hi])
+	w, err := d.hook.Start(ctx, d.c, d.p.Grad[bk.Lo:bk.Hi])
 	if err != nil {
 		w = comm.Completed(err)
 	}
@@ -223,26 +273,55 @@ func (d *DDP) launch(b int) {
 	d.order = append(d.order, b)
 }
 
-func (d *DDP) abandon() {
-	// Wait for launched buckets so no all-reduce still touches the buffer.
-	for _, w := range d.works {
-		if w != nil {
-			w.Wait(context.Background())
-		}
+// Backward runs one forward and backward pass (run: the tape machine's
+// RunAll, or a built-in graph's Step) and then Finish. Buckets whose
+// gradients are complete start reducing while run goes on (with taps on a
+// plain gorgonia graph; always with the built-in models), under ctx.
+// After it returns nil the gradient buffer holds the average over ranks.
+// If run fails, Backward waits for the reductions it started and returns
+// run's error.
+func (d *DDP) Backward(ctx context.Context, run func() error) error {
+	d.runCtx = ctx
+	err := run()
+	d.runCtx = nil
+	if err != nil {
+		d.abandon()
+		return err
 	}
-	d.reset()
+	return d.Finish(ctx)
 }
 
-// Finish launches any bucket not launched yet (all of them with NoOverlap)
-// and waits for every bucket. After it returns nil, the gradient buffer
-// holds the average over ranks. With NoSync it does nothing.
+func (d *DDP) abandon() {
+	// Wait for launched buckets so no all-reduce still touches the buffer
+	// (each is bounded by the context it was launched under).
+	for _, w := range d.works {
+		if w != nil {
+			<-w.Done()
+		}
+	}
+	d.p.Flush()
+	d.reset()
+	d.late = nil
+}
+
+// Finish launches any bucket not launched yet (all of them without taps
+// or with NoOverlap) and waits for every bucket. After it returns nil,
+// the gradient buffer holds the average over ranks. With NoSync it does
+// nothing. Call it after every backward pass (Backward does).
 func (d *DDP) Finish(ctx context.Context) error {
+	d.p.Flush()
 	if d.noSync {
 		return nil
 	}
-	d.ctx = ctx
+	if !d.verified {
+		if err := d.p.Verify(); err != nil {
+			d.abandon()
+			return fmt.Errorf("ddp: rank %d: %w", d.c.Rank(), err)
+		}
+		d.verified = true
+	}
 	for b := range d.bkts {
-		d.launch(b)
+		d.launch(ctx, b)
 	}
 	var first error
 	for _, b := range d.order {
@@ -257,9 +336,14 @@ func (d *DDP) Finish(ctx context.Context) error {
 		}
 		d.mu.Unlock()
 	}
-	d.reset()
 	if first != nil {
+		d.abandon()
 		return first
+	}
+	d.reset()
+	if late := d.late; late != nil {
+		d.late = nil
+		return late
 	}
 	if d.opts.Debug {
 		return d.CheckParams(ctx)
@@ -282,13 +366,12 @@ func (d *DDP) Events() []Event {
 var ErrDiverged = errors.New("ddp: ranks hold different parameters")
 
 // CheckParams verifies that every rank holds bit-identical parameters and
-// batch-norm statistics (a hash of them, all-gathered). Blocking; every rank
-// must call it.
+// state (a hash of them, all-gathered). Blocking; every rank must call it.
 func (d *DDP) CheckParams(ctx context.Context) error {
 	h := fnv.New64a()
-	h.Write(f32bytes(d.m.Flat))
-	for _, name := range d.m.BufferNames() {
-		h.Write(f32bytes(d.m.Buffers()[name]))
+	h.Write(f32bytes(d.p.Value[:d.p.Len()]))
+	for _, b := range d.state {
+		h.Write(b.Host())
 	}
 	mine := []int64{int64(h.Sum64())}
 	all := make([]int64, d.c.Size())

@@ -105,7 +105,7 @@ func reference(t *testing.T, s setup, n int) *models.Model {
 		if _, err := gr.Step(x, y); err != nil {
 			t.Fatal(err)
 		}
-		opt.Step(m.Flat, m.Grad)
+		opt.Step(m.Flat.Value, m.Flat.Grad)
 		m.ZeroGrad()
 	}
 	return m
@@ -142,10 +142,10 @@ func distributed(t *testing.T, s setup, cs []comm.Comm, opts ddp.Options) []*mod
 			if err := s.ds.Batch(smp.Indices(0, k, nil), x, y); err != nil {
 				return err
 			}
-			if _, err := d.Step(ctx, gr, x, y); err != nil {
+			if _, err := dstep(ctx, d, gr, x, y); err != nil {
 				return err
 			}
-			opt.Step(m.Flat, m.Grad)
+			opt.Step(m.Flat.Value, m.Flat.Grad)
 			m.ZeroGrad()
 		}
 		return d.CheckParams(ctx)
@@ -204,15 +204,15 @@ func TestEquivalence(t *testing.T) {
 					// Small buckets: several all-reduces per step, overlapping backward.
 					got := distributed(t, s, worlds[backend](t, n), ddp.Options{FirstBucketMB: 0.05, BucketMB: 0.2})
 					for r, m := range got {
-						if d, name := tensorRelDiff(m, m.Flat, want.Flat); d > 1e-5 {
+						if d, name := tensorRelDiff(m, m.Flat.Value, want.Flat.Value); d > 1e-5 {
 							t.Fatalf("rank %d: tensor %s differs from the 1-rank reference by %.3g relative", r, name, d)
 						}
 						if opt.Name == "sgd" { // element-wise too
-							if d, at := maxRelDiff(m.Flat, want.Flat); d > 1e-5 {
-								t.Fatalf("rank %d: parameter %d differs from the 1-rank reference by %.3g relative (%v vs %v)", r, at, d, m.Flat[at], want.Flat[at])
+							if d, at := maxRelDiff(m.Flat.Value, want.Flat.Value); d > 1e-5 {
+								t.Fatalf("rank %d: parameter %d differs from the 1-rank reference by %.3g relative (%v vs %v)", r, at, d, m.Flat.Value[at], want.Flat.Value[at])
 							}
 						}
-						d, name := tensorRelDiff(m, m.Flat, want.Flat)
+						d, name := tensorRelDiff(m, m.Flat.Value, want.Flat.Value)
 						t.Logf("rank %d: worst tensor %s at %.2g relative", r, name, d)
 					}
 				})
@@ -230,7 +230,7 @@ func TestEquivalenceCNN(t *testing.T) {
 	s := setup{model: "cnn", opt: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}, steps: 3, batch: 8, ds: ds, seed: 5}
 	want := reference(t, s, 2)
 	got := distributed(t, s, inprocWorld(t, 2), ddp.Options{NoOverlap: true})
-	if d, at := maxRelDiff(got[0].Flat, want.Flat); d > 1e-5 {
+	if d, at := maxRelDiff(got[0].Flat.Value, want.Flat.Value); d > 1e-5 {
 		t.Fatalf("parameter %d differs by %.3g relative", at, d)
 	}
 }
@@ -253,12 +253,12 @@ func TestOverlap(t *testing.T) {
 			return err
 		}
 		gr, _ := m.NewGraph(32, true)
-		d.Attach(gr)
+		gr.OnGrad = d.AddGrad
 		x := make([]float32, 32*784)
 		y := make([]int32, 32)
 		smp := data.Sampler{N: ds.N, World: 2, Rank: c.Rank(), Batch: 32, Seed: 1}
 		ds.Batch(smp.Indices(0, 0, nil), x, y)
-		if _, err := gr.Step(x, y); err != nil { // backward only; buckets launch inside
+		if err := d.Backward(ctx, func() error { _, err := gr.Step(x, y); return err }); err != nil { // buckets launch inside
 			return err
 		}
 		done := time.Now()
@@ -301,12 +301,13 @@ func TestNoOverlapStartsAfterBackward(t *testing.T) {
 			return err
 		}
 		gr, _ := m.NewGraph(8, true)
-		d.Attach(gr)
-		if _, err := gr.Step(make([]float32, 8*784), make([]int32, 8)); err != nil {
+		gr.OnGrad = d.AddGrad
+		var done time.Time
+		if err := d.Backward(ctx, func() error {
+			_, err := gr.Step(make([]float32, 8*784), make([]int32, 8))
+			done = time.Now()
 			return err
-		}
-		done := time.Now()
-		if err := d.Finish(ctx); err != nil {
+		}); err != nil {
 			return err
 		}
 		for _, e := range d.Events() {
@@ -340,11 +341,11 @@ func TestNoSync(t *testing.T) {
 		for k := 0; k < 3; k++ {
 			d.SetNoSync(k < 2)
 			ds.Batch(smp.Indices(0, k, nil), x, y)
-			if _, err := d.Step(ctx, gr, x, y); err != nil {
+			if _, err := dstep(ctx, d, gr, x, y); err != nil {
 				return err
 			}
 		}
-		grads[c.Rank()] = append([]float32(nil), m.Grad...)
+		grads[c.Rank()] = append([]float32(nil), m.Flat.Grad...)
 		return nil
 	})
 	if err != nil {
@@ -363,11 +364,11 @@ func TestNoSync(t *testing.T) {
 			gr.Step(x, y)
 		}
 	}
-	for i := range m.Grad {
-		m.Grad[i] /= 2
+	for i := range m.Flat.Grad {
+		m.Flat.Grad[i] /= 2
 	}
 	for r := range grads {
-		if d, at := maxRelDiff(grads[r], m.Grad); d > 1e-4 {
+		if d, at := maxRelDiff(grads[r], m.Flat.Grad); d > 1e-4 {
 			t.Fatalf("rank %d: gradient %d differs by %.3g relative", r, at, d)
 		}
 	}
@@ -428,7 +429,7 @@ func TestDebugDetectsDivergence(t *testing.T) {
 			return err
 		}
 		if c.Rank() == 2 {
-			m.Flat[10] += 1e-3
+			m.Flat.Value[10] += 1e-3
 		}
 		errs[c.Rank()] = d.CheckParams(ctx)
 		return nil
@@ -470,4 +471,15 @@ func TestBucketLayout(t *testing.T) {
 	if _, err := ddp.New(context.Background(), cs[0], m, ddp.Options{BucketMB: -1}); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("negative bucket size: %v", err)
 	}
+}
+
+// dstep runs one training step of a built-in model's graph under d.
+func dstep(ctx context.Context, d *ddp.DDP, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	gr.OnGrad = d.AddGrad
+	var loss float32
+	err := d.Backward(ctx, func() (err error) {
+		loss, err = gr.Step(x, y)
+		return err
+	})
+	return loss, err
 }

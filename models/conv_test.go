@@ -359,8 +359,8 @@ func TestCNNLearns(t *testing.T) {
 				if s >= steps-4 {
 					last += float64(loss) / 4
 				}
-				for i, g := range m.Grad {
-					m.Flat[i] -= lr * g
+				for i, g := range m.Flat.Grad {
+					m.Flat.Value[i] -= lr * g
 				}
 			}
 			t.Logf("%s: mean loss of the first 4 steps %.4f, of the last 4 %.4f", name, first, last)

@@ -2,10 +2,8 @@ package models
 
 import (
 	"fmt"
-	"unsafe"
 
-	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/flat"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -20,7 +18,7 @@ type Graph struct {
 	Batch int
 	Train bool
 	// OnGrad receives each parameter's gradient during backward. The
-	// default (nil) adds it into M.Grad.
+	// default (nil) adds it into M.Flat.Grad.
 	OnGrad GradHook
 
 	hook   GradHook // what the hook ops call: OnGrad or the default
@@ -32,7 +30,17 @@ type Graph struct {
 }
 
 // NewGraph compiles m for batch samples per step.
-func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
+// Graphs are built under flat.Build's lock (gorgonia's graph building is
+// not safe for concurrent use).
+func (m *Model) NewGraph(batch int, train bool) (gr *Graph, err error) {
+	err = flat.Build(func() (err error) {
+		gr, err = m.newGraph(batch, train)
+		return err
+	})
+	return gr, err
+}
+
+func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 	if batch < 1 {
 		return nil, fmt.Errorf("models: batch %d < 1", batch)
 	}
@@ -47,7 +55,7 @@ func (m *Model) NewGraph(batch int, train bool) (*Graph, error) {
 		if m.Store != nil {
 			break // the layers fetch their parameters from the store
 		}
-		t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(m.Flat[p.Offset:p.Offset+p.Size]))
+		t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(m.Flat.Value[p.Offset:p.Offset+p.Size]))
 		raw[i] = G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
 		if train {
 			n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), "hook(" + p.Name + ")"}, param: i, fn: &gr.hook}, raw[i])
@@ -107,7 +115,7 @@ func (gr *Graph) load(x []float32) error {
 
 // Step runs forward, loss and backward on one batch (x: Batch samples,
 // y: Batch labels) and returns the mean loss. Each gradient goes to OnGrad
-// (default: added into M.Grad) as soon as it is computed.
+// (default: added into M.Flat.Grad) as soon as it is computed.
 func (gr *Graph) Step(x []float32, y []int32) (float32, error) {
 	if !gr.Train {
 		return 0, fmt.Errorf("models: Step on an evaluation graph")
@@ -154,36 +162,11 @@ func (gr *Graph) Logits(x []float32) ([]float32, error) {
 
 func (m *Model) accumulate(i int, g []float32) {
 	p := m.Params[i]
-	AddTo(m.Grad[p.Offset:p.Offset+p.Size], g)
+	AddTo(m.Flat.Grad[p.Offset:p.Offset+p.Size], g)
 }
 
-// AddTo sets dst[j] += src[j] for j < min(len(dst), len(src)) with the
-// comm layer's vector kernels (the same sums as a plain loop: each is one
-// rounded float32 addition).
-func AddTo(dst, src []float32) {
-	n := min(len(dst), len(src))
-	dst, src = dst[:n], src[:n]
-	if n < 256 { // short rows (im2col): the call into the kernels costs more
-		for len(src) >= 8 {
-			d, s := dst[:8:8], src[:8:8]
-			d[0] += s[0]
-			d[1] += s[1]
-			d[2] += s[2]
-			d[3] += s[3]
-			d[4] += s[4]
-			d[5] += s[5]
-			d[6] += s[6]
-			d[7] += s[7]
-			dst, src = dst[8:], src[8:]
-		}
-		for i, v := range src {
-			dst[i] += v
-		}
-		return
-	}
-	algo.Reduce(comm.Float32, comm.Sum, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)),
-		unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
-}
+// AddTo sets dst[j] += src[j] (flat.AddTo).
+func AddTo(dst, src []float32) { flat.AddTo(dst, src) }
 
 // Close releases the graph's machine.
 func (gr *Graph) Close() error { return gr.vm.Close() }

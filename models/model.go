@@ -29,11 +29,15 @@ package models
 
 import (
 	"fmt"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/flat"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Param is one learnable tensor, a slice of the flat buffers.
@@ -54,12 +58,14 @@ type Param struct {
 type Model struct {
 	Name   string
 	Params []Param
-	Flat   []float32 // parameters
-	Grad   []float32 // gradients
-	BNs    []*BNLayer
+	// Flat holds the parameters (Flat.Value) and gradients (Flat.Grad);
+	// its spans are Params' offsets and sizes. Strategies may pad or
+	// replace its buffers (package zero): build graphs after them.
+	Flat *flat.Params
+	BNs  []*BNLayer
 	// Store, when set before NewGraph, supplies the parameters instead of
-	// Flat and receives the gradients instead of Grad (ZeRO stage 3).
-	Store                  ParamStore
+	// Flat and receives the gradients (ZeRO stage 3).
+	Store                  flat.Store
 	layers                 []layer
 	inC, inH, inW, classes int
 }
@@ -162,8 +168,14 @@ func New(name string, seed int64) (*Model, error) {
 			m.BNs = append(m.BNs, newBNLayer(fmt.Sprint(b.torch), b.c))
 		}
 	}
-	m.Flat = make([]float32, off)
-	m.Grad = make([]float32, off)
+	spans := make([]flat.Span, len(m.Params))
+	for i, p := range m.Params {
+		spans[i] = flat.Span{Name: p.Name, Shape: p.Shape, Offset: p.Offset, Size: p.Size}
+	}
+	var err error
+	if m.Flat, err = flat.New(make([]float32, off), make([]float32, off), spans); err != nil {
+		return nil, fmt.Errorf("models: %s: %w", name, err)
+	}
 	m.Init(seed)
 	return m, nil
 }
@@ -173,7 +185,7 @@ func New(name string, seed int64) (*Model, error) {
 func (m *Model) Init(seed int64) {
 	rng := newRNG(uint64(seed))
 	for _, p := range m.Params {
-		dst := m.Flat[p.Offset : p.Offset+p.Size]
+		dst := m.Flat.Value[p.Offset : p.Offset+p.Size]
 		switch {
 		case p.ones:
 			for i := range dst {
@@ -213,7 +225,33 @@ func (m *Model) InputSize() int { return m.inC * m.inH * m.inW }
 func (m *Model) Classes() int { return m.classes }
 
 // ZeroGrad clears the gradient buffer.
-func (m *Model) ZeroGrad() { clear(m.Grad) }
+func (m *Model) ZeroGrad() { clear(m.Flat.Grad) }
+
+// StateBuffers is the non-learnable state (each batch-norm layer's
+// running mean, running variance and batch count) as views, in layer order.
+func (m *Model) StateBuffers() []comm.Buffer {
+	var out []comm.Buffer
+	for _, b := range m.BNs {
+		out = append(out, comm.FromSlice(b.RunningMean), comm.FromSlice(b.RunningVar), comm.FromSlice(unsafe.Slice(&b.NumBatches, 1)))
+	}
+	return out
+}
+
+// SetStore makes graphs built from now on take their parameters from s
+// (zero.Sharded: ZeRO stage 3).
+func (m *Model) SetStore(s flat.Store) { m.Store = s }
+
+// SetBatchNormSync sets every batch-norm layer's Sync hook (nil: per rank
+// again) and returns how many layers there are (syncbn.Convert).
+func (m *Model) SetBatchNormSync(fn func(stage string, buf []float64) error) int {
+	for _, b := range m.BNs {
+		b.Sync = fn
+	}
+	return len(m.BNs)
+}
+
+// FlatParams returns m.Flat (the strategies' view of the model).
+func (m *Model) FlatParams() *flat.Params { return m.Flat }
 
 // Buffers returns the non-learnable state (batch-norm running statistics)
 // as name -> values, with PyTorch's names ("1.running_mean", ...).

@@ -38,7 +38,7 @@ func TestGradientDirectional(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := newRNG(99)
-			d := make([]float32, len(m.Flat))
+			d := make([]float32, len(m.Flat.Value))
 			var norm float64
 			for i := range d {
 				d[i] = float32(2*r.float64() - 1)
@@ -49,13 +49,13 @@ func TestGradientDirectional(t *testing.T) {
 			var gd float64
 			for i := range d {
 				d[i] /= float32(math.Sqrt(norm))
-				gd += float64(d[i]) * float64(m.Grad[i])
+				gd += float64(d[i]) * float64(m.Flat.Grad[i])
 			}
-			base := append([]float32(nil), m.Flat...)
+			base := append([]float32(nil), m.Flat.Value...)
 			const eps = 1e-2
 			loss := func(s float32) float64 {
-				for i := range m.Flat {
-					m.Flat[i] = base[i] + s*d[i]
+				for i := range m.Flat.Value {
+					m.Flat.Value[i] = base[i] + s*d[i]
 				}
 				l, err := gr.Step(x, y)
 				if err != nil {
@@ -64,7 +64,7 @@ func TestGradientDirectional(t *testing.T) {
 				return float64(l)
 			}
 			num := (loss(eps) - loss(-eps)) / (2 * eps)
-			copy(m.Flat, base)
+			copy(m.Flat.Value, base)
 			if rel := math.Abs(num-gd) / math.Max(math.Abs(gd), 1e-3); rel > 3e-2 {
 				t.Fatalf("directional derivative: backward %.6g, finite differences %.6g (%.2g relative)", gd, num, rel)
 			}
@@ -78,9 +78,9 @@ func TestDeterministicInit(t *testing.T) {
 	b, _ := New("cnn-bn", 3)
 	c, _ := New("cnn-bn", 4)
 	same, diff := true, false
-	for i := range a.Flat {
-		same = same && a.Flat[i] == b.Flat[i]
-		diff = diff || a.Flat[i] != c.Flat[i]
+	for i := range a.Flat.Value {
+		same = same && a.Flat.Value[i] == b.Flat.Value[i]
+		diff = diff || a.Flat.Value[i] != c.Flat.Value[i]
 	}
 	if !same || !diff {
 		t.Fatalf("same seed equal: %v, other seed differs: %v", same, diff)
@@ -93,8 +93,8 @@ func TestDeterministicInit(t *testing.T) {
 		}
 		off += p.Size
 	}
-	if off != len(a.Flat) || len(a.Grad) != len(a.Flat) {
-		t.Fatalf("params cover %d of %d", off, len(a.Flat))
+	if off != len(a.Flat.Value) || len(a.Flat.Grad) != len(a.Flat.Value) {
+		t.Fatalf("params cover %d of %d", off, len(a.Flat.Value))
 	}
 }
 
@@ -123,7 +123,7 @@ func TestHooksFireLastLayerFirst(t *testing.T) {
 	if pos[len(m.Params)-1] > pos[0] || pos[len(m.Params)-2] > pos[1] {
 		t.Fatalf("hook order %v: want the last layer first", order)
 	}
-	for _, g := range m.Grad {
+	for _, g := range m.Flat.Grad {
 		if g != 0 {
 			t.Fatal("a custom OnGrad must replace the default accumulation")
 		}
@@ -196,8 +196,8 @@ func TestDeepNames(t *testing.T) {
 		if got := m.NumLayers(); got != 2*layers+2 {
 			t.Errorf("%s: %d layers, want %d", name, got, 2*layers+2)
 		}
-		if want := layers*(784*784+784) + 784*10 + 10; len(m.Flat) != want {
-			t.Errorf("%s: %d parameters, want %d", name, len(m.Flat), want)
+		if want := layers*(784*784+784) + 784*10 + 10; len(m.Flat.Value) != want {
+			t.Errorf("%s: %d parameters, want %d", name, len(m.Flat.Value), want)
 		}
 	}
 	for _, name := range []string{"mlp-deep-0", "mlp-deep-65", "mlp-deep-x", "mlp-deep-07", "mlp-deep-", "mlp-xxl"} {
@@ -244,12 +244,12 @@ func TestStepsRepeat(t *testing.T) {
 		}
 		x, y := testBatch(m, 4)
 		step := func(x []float32) (float32, []float32) {
-			clear(m.Grad)
+			clear(m.Flat.Grad)
 			l, err := gr.Step(x, y)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return l, append([]float32(nil), m.Grad...)
+			return l, append([]float32(nil), m.Flat.Grad...)
 		}
 		l1, g1 := step(x)
 		other := make([]float32, len(x))

@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 
+	"github.com/gdist/gdist/flat"
+
 	"github.com/chewxy/hm"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
@@ -10,25 +12,10 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// ParamStore supplies a graph's parameters when the model does not hold
-// them (ZeRO stage 3 keeps only a shard per rank). With Model.Store set,
-// NewGraph builds layers that fetch their parameters inside their forward
-// op and again inside their backward op, release them right after, and
-// hand their gradients to the store: gorgonia never holds a parameter, so
-// a rank holds full parameters only for the layer at work (and whatever the
-// store prefetches).
-//
-// Calls come from the goroutine running the graph, in graph order, which is
-// the same on every rank.
-type ParamStore interface {
-	// Fetch returns the full values of the listed parameters (in Param
-	// layout), valid until Release. backward says which pass asks.
-	Fetch(params []int, backward bool) ([][]float32, error)
-	Release(params []int)
-	// AddGrad takes parameter i's gradient from this backward pass. The
-	// store owns g from then on (the layers allocate it for each call).
-	AddGrad(i int, g []float32) error
-}
+// ParamStore is the parameter source of ZeRO stage 3 (flat.Store): with
+// Model.Store set, NewGraph builds layers that fetch their parameters
+// inside their forward and backward ops and hand their gradients to it.
+type ParamStore = flat.Store
 
 // LayerParams lists the parameter indices of each layer that has any, in
 // forward order (for a store's prefetching).

@@ -54,7 +54,7 @@ func TestStoreMode(t *testing.T) {
 			}
 
 			m, _ := New(name, 5)
-			st := &memStore{m: m, flat: append([]float32(nil), m.Flat...), grad: make([]float32, len(m.Flat))}
+			st := &memStore{m: m, flat: append([]float32(nil), m.Flat.Value...), grad: make([]float32, len(m.Flat.Value))}
 			m.Store = st
 			sg, err := m.NewGraph(3, true)
 			if err != nil {
@@ -68,8 +68,8 @@ func TestStoreMode(t *testing.T) {
 				t.Fatalf("loss %v, want %v", got, want)
 			}
 			for i := range st.grad {
-				if math.Abs(float64(st.grad[i]-ref.Grad[i])) > 1e-4*math.Max(1e-3, math.Abs(float64(ref.Grad[i]))) {
-					t.Fatalf("gradient %d: %v, want %v", i, st.grad[i], ref.Grad[i])
+				if math.Abs(float64(st.grad[i]-ref.Flat.Grad[i])) > 1e-4*math.Max(1e-3, math.Abs(float64(ref.Flat.Grad[i]))) {
+					t.Fatalf("gradient %d: %v, want %v", i, st.grad[i], ref.Flat.Grad[i])
 				}
 			}
 			largest := 0

@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"github.com/gdist/gdist/flat"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -112,7 +113,7 @@ type StageGraph struct {
 	Batch    int
 	Last     bool
 	// OnGrad receives each parameter's gradient during Backward or Step;
-	// the default (nil) adds it into M.Grad.
+	// the default (nil) adds it into M.Flat.Grad.
 	OnGrad GradHook
 	// Scale multiplies the loss before differentiation (last stage only).
 	// NewStageGraph sets it to 1.
@@ -140,7 +141,15 @@ type StageGraph struct {
 
 // NewStageGraph compiles layers [from, to) of m for micro-batches of batch
 // samples. last must be true exactly when to == m.NumLayers().
-func (m *Model) NewStageGraph(from, to, batch int, last bool) (*StageGraph, error) {
+func (m *Model) NewStageGraph(from, to, batch int, last bool) (s *StageGraph, err error) {
+	err = flat.Build(func() (err error) {
+		s, err = m.newStageGraph(from, to, batch, last)
+		return err
+	})
+	return s, err
+}
+
+func (m *Model) newStageGraph(from, to, batch int, last bool) (*StageGraph, error) {
 	n := len(m.layers)
 	if from < 0 || to > n || from >= to {
 		return nil, fmt.Errorf("models: stage layers [%d, %d) not a non-empty range of [0, %d)", from, to, n)
@@ -177,10 +186,10 @@ func (m *Model) NewStageGraph(from, to, batch int, last bool) (*StageGraph, erro
 	return s, nil
 }
 
-// paramNode makes the graph node of parameter i over m.Flat.
+// paramNode makes the graph node of parameter i over m.Flat.Value.
 func (s *StageGraph) paramNode(g *G.ExprGraph, i int) *G.Node {
 	p := s.M.Params[i]
-	t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(s.M.Flat[p.Offset:p.Offset+p.Size]))
+	t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(s.M.Flat.Value[p.Offset:p.Offset+p.Size]))
 	return G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
 }
 
@@ -330,7 +339,7 @@ func (s *StageGraph) gradX() []float32 {
 
 // Backward recomputes the forward pass from x and back-propagates gradOut
 // (OutSize floats, the gradient of the loss w.r.t. this stage's output):
-// parameter gradients go to OnGrad (default: added into M.Grad), and the
+// parameter gradients go to OnGrad (default: added into M.Flat.Grad), and the
 // gradient w.r.t. x is returned (nil when From == 0). Not for the last
 // stage: use Step.
 func (s *StageGraph) Backward(x, gradOut []float32) ([]float32, error) {
@@ -380,6 +389,12 @@ func (s *StageGraph) Step(x []float32, y []int32) (float32, []float32, error) {
 	}
 	return s.loss.Value().Data().(float32), s.gradX(), nil
 }
+
+// SetScale sets Scale.
+func (s *StageGraph) SetScale(v float32) { s.Scale = v }
+
+// DropGrads makes the graph discard its parameter gradients (for timing).
+func (s *StageGraph) DropGrads() { s.OnGrad = func(int, []float32) {} }
 
 // Close releases the stage's machines.
 func (s *StageGraph) Close() error {

@@ -103,8 +103,8 @@ func TestStagesEqualGraph(t *testing.T) {
 				}
 			}
 			for _, p := range m.Params {
-				a := m.Grad[p.Offset : p.Offset+p.Size]
-				w := ref.Grad[p.Offset : p.Offset+p.Size]
+				a := m.Flat.Grad[p.Offset : p.Offset+p.Size]
+				w := ref.Flat.Grad[p.Offset : p.Offset+p.Size]
 				if e := stageRelErr(a, w); e > 1e-5 {
 					t.Errorf("%s: gradient relative error %g", p.Name, e)
 				}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
 )
 
 // How Balance weighs a stage.
@@ -25,7 +24,7 @@ const (
 // minimises the largest stage's parameter count; among splits that tie, it
 // takes the one with the smallest sum of squared stage counts (the most
 // even), then the first found.
-func Balance(m *models.Model, k int) ([]int, error) {
+func Balance(m Model, k int) ([]int, error) {
 	n := m.NumLayers()
 	pre := make([]float64, n+1) // prefix sums of parameter counts
 	for i := 0; i < n; i++ {
@@ -72,7 +71,7 @@ func BalanceTime(costs []LayerCost, k int) ([]int, error) {
 // of random data: its forward graph and its training graph, each compiled
 // on its own (the last layer's with the loss), timed as the fastest of reps
 // runs after a warm-up run (the least disturbed by other work). Parameter gradients are discarded; m is not changed.
-func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
+func ProfileLayers(m Model, micro, reps int) ([]LayerCost, error) {
 	n := m.NumLayers()
 	if reps < 1 {
 		reps = 1
@@ -81,11 +80,11 @@ func ProfileLayers(m *models.Model, micro, reps int) ([]LayerCost, error) {
 	fill := func(v []float32) { fillRandom(v, 1) }
 	for i := 0; i < n; i++ {
 		last := i == n-1
-		g, err := m.NewStageGraph(i, i+1, micro, last)
+		g, err := m.NewStage(i, i+1, micro, last)
 		if err != nil {
 			return nil, err
 		}
-		g.OnGrad = func(int, []float32) {}
+		g.DropGrads()
 		x := make([]float32, g.InSize())
 		fill(x)
 		var fwd, trn []time.Duration
@@ -216,7 +215,7 @@ func topSplits(n, k, top int, cost func(from, to int) float64) ([][]int, error) 
 // (after a warm-up run) of its forward pass plus its training graph (the
 // training graph alone on the last stage). Parameter gradients are
 // discarded.
-func MeasureStage(m *models.Model, from, to, micro, reps int) (time.Duration, error) {
+func MeasureStage(m Model, from, to, micro, reps int) (time.Duration, error) {
 	d, err := MeasureStages(m, [][2]int{{from, to}}, micro, reps)
 	if err != nil {
 		return 0, err
@@ -227,9 +226,9 @@ func MeasureStage(m *models.Model, from, to, micro, reps int) (time.Duration, er
 // MeasureStages is MeasureStage for several stages, timed in interleaved
 // rounds (each stage once per round) so that a slow spell of the machine
 // falls on all of them alike; each gets the median of its rounds.
-func MeasureStages(m *models.Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
+func MeasureStages(m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
 	type timed struct {
-		g       *models.StageGraph
+		g       Stage
 		last    bool
 		x, gy   []float32
 		y       []int32
@@ -245,11 +244,11 @@ func MeasureStages(m *models.Model, stages [][2]int, micro, reps int) ([]time.Du
 	}()
 	for i, st := range stages {
 		last := st[1] == m.NumLayers()
-		g, err := m.NewStageGraph(st[0], st[1], micro, last)
+		g, err := m.NewStage(st[0], st[1], micro, last)
 		if err != nil {
 			return nil, err
 		}
-		g.OnGrad = func(int, []float32) {}
+		g.DropGrads()
 		t := &timed{g: g, last: last, x: make([]float32, g.InSize()), gy: make([]float32, g.OutSize()), y: make([]int32, micro)}
 		fillRandom(t.x, 1)
 		fillRandom(t.gy, 2)
@@ -331,7 +330,7 @@ func slowest(cands [][]int, idx [][]int, times []int64) []int {
 // first stage computes no input gradient, a stage's weights outgrow the
 // cache that held one layer's, graph overheads), and returns the split
 // whose slowest stage is fastest.
-func BalanceMeasured(m *models.Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
+func BalanceMeasured(m Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
 	cands, stages, idx, err := candidateStages(costs, k, top)
 	if err != nil {
 		return nil, err
@@ -351,7 +350,7 @@ func BalanceMeasured(m *models.Model, costs []LayerCost, k, top, micro, reps int
 }
 
 // checkBoundaries validates explicit stage boundaries for k stages of m.
-func checkBoundaries(m *models.Model, b []int, k int) error {
+func checkBoundaries(m Model, b []int, k int) error {
 	n := m.NumLayers()
 	if len(b) != k+1 {
 		return fmt.Errorf("pipeline: %d boundaries for %d stages, want %d", len(b), k, k+1)
@@ -368,7 +367,7 @@ func checkBoundaries(m *models.Model, b []int, k int) error {
 }
 
 // splitByTime is Split's ByTime: see there.
-func splitByTime(ctx context.Context, c comm.Comm, m *models.Model, k, micro int) ([]int, error) {
+func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int, error) {
 	const reps, top = 7, 6
 	runtime.GC()
 	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {

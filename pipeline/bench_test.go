@@ -30,7 +30,7 @@ func BenchmarkSchedule(b *testing.B) {
 			err = commtest.RunRanks(context.Background(), cs, 10*time.Minute, func(ctx context.Context, c comm.Comm) error {
 				defer c.Close()
 				m, _ := models.New("mlp", 1)
-				p, err := New(c, m, Config{Micro: micro, Schedule: sched}, batch)
+				p, err := New(context.Background(), c, zoo(m), Config{Micro: micro, Schedule: sched}, batch)
 				if err != nil {
 					return err
 				}

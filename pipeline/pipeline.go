@@ -50,7 +50,6 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 )
 
@@ -92,7 +91,7 @@ const MaxOpSteps = 4096
 // Pipeline is one rank's stage. It is not safe for concurrent use.
 type Pipeline struct {
 	c          comm.Comm
-	m          *models.Model
+	m          Model
 	stage, k   int
 	from, to   int
 	off, n     int
@@ -100,7 +99,7 @@ type Pipeline struct {
 	sizes      []int // micro-batch sizes
 	starts     []int // first sample of each micro-batch
 	ops        []Op
-	graphs     map[int]*models.StageGraph // by micro-batch size
+	graphs     map[int]Stage // by micro-batch size
 	boundaries []int
 	stats      Stats
 }
@@ -108,7 +107,7 @@ type Pipeline struct {
 // New builds rank c.Rank()'s stage of m for batches of batch samples.
 // c.Size() is the number of stages K. Every rank must pass the same cfg and
 // batch, and a model built from the same seed.
-func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error) {
+func New(ctx context.Context, c comm.Comm, m Model, cfg Config, batch int) (*Pipeline, error) {
 	k := c.Size()
 	micro := cfg.Micro
 	if micro == 0 {
@@ -120,7 +119,7 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 	b := cfg.Boundaries
 	if b == nil {
 		var err error
-		if b, err = Split(context.Background(), c, m, k, cfg.Balance, (batch+micro-1)/micro); err != nil {
+		if b, err = Split(ctx, c, m, k, cfg.Balance, (batch+micro-1)/micro); err != nil {
 			return nil, err
 		}
 	} else if err := checkBoundaries(m, b, k); err != nil {
@@ -131,7 +130,7 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 		sched = OneFOneB
 	}
 	p := &Pipeline{c: c, m: m, stage: c.Rank(), k: k, batch: batch,
-		graphs: map[int]*models.StageGraph{}, boundaries: append([]int(nil), b...)}
+		graphs: map[int]Stage{}, boundaries: append([]int(nil), b...)}
 	p.from, p.to = b[p.stage], b[p.stage+1]
 	p.off, p.n = m.StageRange(p.from, p.to)
 	var err error
@@ -148,7 +147,7 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 		p.starts = append(p.starts, start)
 		start += sz
 		if p.graphs[sz] == nil {
-			g, err := m.NewStageGraph(p.from, p.to, sz, p.stage == k-1)
+			g, err := m.NewStage(p.from, p.to, sz, p.stage == k-1)
 			if err != nil {
 				p.Close()
 				return nil, err
@@ -167,7 +166,7 @@ func New(c comm.Comm, m *models.Model, cfg Config, batch int) (*Pipeline, error)
 // their timings by taking the fastest of each (the least disturbed) and so
 // reach the same choice. Profiling on every rank at once measures under the
 // load of training, when every core is busy.
-func Split(ctx context.Context, c comm.Comm, m *models.Model, k int, balance string, micro int) ([]int, error) {
+func Split(ctx context.Context, c comm.Comm, m Model, k int, balance string, micro int) ([]int, error) {
 	switch balance {
 	case "", ByParams:
 		return Balance(m, k)
@@ -211,13 +210,13 @@ func (p *Pipeline) Ops() []Op { return append([]Op(nil), p.ops...) }
 func (p *Pipeline) Range() (off, n int) { return p.off, p.n }
 
 // Params and Grads are views of the stage's range of Flat and Grad.
-func (p *Pipeline) Params() []float32 { return p.m.Flat[p.off : p.off+p.n] }
+func (p *Pipeline) Params() []float32 { return p.m.FlatParams().Value[p.off : p.off+p.n] }
 
 // Grads: see Params.
-func (p *Pipeline) Grads() []float32 { return p.m.Grad[p.off : p.off+p.n] }
+func (p *Pipeline) Grads() []float32 { return p.m.FlatParams().Grad[p.off : p.off+p.n] }
 
-func (p *Pipeline) last() bool                     { return p.stage == p.k-1 }
-func (p *Pipeline) graph(i int) *models.StageGraph { return p.graphs[p.sizes[i]] }
+func (p *Pipeline) last() bool        { return p.stage == p.k-1 }
+func (p *Pipeline) graph(i int) Stage { return p.graphs[p.sizes[i]] }
 
 // Update applies opt (made for Range's n elements) to this stage's
 // parameters and zeroes their gradients.
@@ -362,7 +361,7 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 				return 0, err
 			}
 			p.hold(1, int64(len(xi))*4)
-			g.Scale = float32(p.sizes[i]) / float32(p.batch)
+			g.SetScale(float32(p.sizes[i]) / float32(p.batch))
 			t0 := time.Now()
 			l, dx, err := g.Step(xi, y[p.starts[i]:p.starts[i]+p.sizes[i]])
 			busy(o, t0)

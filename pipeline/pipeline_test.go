@@ -112,11 +112,11 @@ func simulate(t *testing.T, sched string, all [][]Op, m int) {
 func TestBalance(t *testing.T) {
 	m, _ := models.New("mlp", 1)
 	for k := 1; k <= m.NumLayers(); k++ {
-		b, err := Balance(m, k)
+		b, err := Balance(zoo(m), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := checkBoundaries(m, b, k); err != nil {
+		if err := checkBoundaries(zoo(m), b, k); err != nil {
 			t.Fatal(err)
 		}
 		var mx int
@@ -128,11 +128,11 @@ func TestBalance(t *testing.T) {
 			t.Errorf("k=%d: %v has a stage of %d parameters", k, b, mx)
 		}
 	}
-	b, _ := Balance(m, 3)
+	b, _ := Balance(zoo(m), 3)
 	if fmt.Sprint(b) != "[0 2 4 6]" {
-		t.Errorf("Balance(mlp, 3) = %v", b)
+		t.Errorf("Balance(zoo(mlp), 3) = %v", b)
 	}
-	if _, err := Balance(m, 7); err == nil {
+	if _, err := Balance(zoo(m), 7); err == nil {
 		t.Error("7 stages of 6 layers accepted")
 	}
 }
@@ -161,7 +161,7 @@ func reference(t *testing.T, name string, steps int) (*models.Model, []float64) 
 	}
 	defer gr.Close()
 	d := batches(steps)
-	opt := sgd(len(m.Flat))
+	opt := sgd(len(m.Flat.Value))
 	var losses []float64
 	in := m.InputSize()
 	for s := 0; s < steps; s++ {
@@ -170,7 +170,7 @@ func reference(t *testing.T, name string, steps int) (*models.Model, []float64) 
 			t.Fatal(err)
 		}
 		losses = append(losses, float64(l))
-		opt.Step(m.Flat, m.Grad)
+		opt.Step(m.Flat.Value, m.Flat.Grad)
 		m.ZeroGrad()
 	}
 	return m, losses
@@ -195,7 +195,7 @@ func runPipeline(t *testing.T, name string, k int, cfg Config, steps int) []resu
 		if err != nil {
 			return err
 		}
-		p, err := New(c, m, cfg, testBatch)
+		p, err := New(context.Background(), c, zoo(m), cfg, testBatch)
 		if err != nil {
 			return err
 		}
@@ -271,8 +271,8 @@ func TestEqualsUnsplit(t *testing.T) {
 						end = len(r.m.Params)
 					}
 					for _, p := range r.m.Params[first:end] {
-						got := r.m.Flat[p.Offset : p.Offset+p.Size]
-						want := ref.Flat[p.Offset : p.Offset+p.Size]
+						got := r.m.Flat.Value[p.Offset : p.Offset+p.Size]
+						want := ref.Flat.Value[p.Offset : p.Offset+p.Size]
 						if e := relErr(got, want); e > 1e-5 {
 							t.Errorf("stage %d: %s differs from the unsplit model by %g", s, p.Name, e)
 						}
@@ -358,7 +358,7 @@ func TestStageDies(t *testing.T) {
 					defer wg.Done()
 					defer c.Close()
 					m, _ := models.New("mlp", 3)
-					p, err := New(c, m, Config{Micro: 4}, testBatch)
+					p, err := New(context.Background(), c, zoo(m), Config{Micro: 4}, testBatch)
 					if err != nil {
 						errs[r] = err
 						return
@@ -443,15 +443,15 @@ func TestBalanceTime(t *testing.T) {
 // candidate splits, a valid one.
 func TestBalanceMeasured(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
-	costs, err := ProfileLayers(m, 8, 2)
+	costs, err := ProfileLayers(zoo(m), 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := BalanceMeasured(m, costs, 2, 3, 8, 2)
+	b, err := BalanceMeasured(zoo(m), costs, 2, 3, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkBoundaries(m, b, 2); err != nil {
+	if err := checkBoundaries(zoo(m), b, 2); err != nil {
 		t.Fatal(err)
 	}
 	top, _ := topSplits(len(costs), 2, 3, func(from, to int) float64 { return float64(StageCost(costs, from, to)) })
@@ -462,7 +462,7 @@ func TestBalanceMeasured(t *testing.T) {
 	if !found {
 		t.Errorf("BalanceMeasured chose %v, not one of the candidates %v", b, top)
 	}
-	if d, err := MeasureStage(m, 0, 5, 8, 1); err != nil || d <= 0 {
+	if d, err := MeasureStage(zoo(m), 0, 5, 8, 1); err != nil || d <= 0 {
 		t.Errorf("MeasureStage: %v, %v", d, err)
 	}
 }
@@ -471,7 +471,7 @@ func TestBalanceMeasured(t *testing.T) {
 // a rank whose profiling fails fails them all, named.
 func TestSplitByTime(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
-	costs, err := ProfileLayers(m, 8, 2)
+	costs, err := ProfileLayers(zoo(m), 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func TestSplitByTime(t *testing.T) {
 	}
 	err = commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
 		mm, _ := models.New("mlp-deep", 1)
-		b, err := Split(ctx, c, mm, 2, ByTime, 8)
+		b, err := Split(ctx, c, zoo(mm), 2, ByTime, 8)
 		got[c.Rank()] = b
 		return err
 	})
@@ -498,10 +498,10 @@ func TestSplitByTime(t *testing.T) {
 	if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
 		t.Errorf("ranks disagree: %v vs %v", got[0], got[1])
 	}
-	if err := checkBoundaries(m, got[0], 2); err != nil {
+	if err := checkBoundaries(zoo(m), got[0], 2); err != nil {
 		t.Error(err)
 	}
-	if _, err := Split(context.Background(), nil, m, 2, "flops", 8); err == nil {
+	if _, err := Split(context.Background(), nil, zoo(m), 2, "flops", 8); err == nil {
 		t.Error("unknown balance accepted")
 	}
 	cs, err = inproc.New(2, comm.Options{})
@@ -511,7 +511,7 @@ func TestSplitByTime(t *testing.T) {
 	errs := make([]error, 2)
 	commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
 		mm, _ := models.New("mlp-deep", 1)
-		_, errs[c.Rank()] = Split(ctx, c, mm, 2, ByTime, 8*(1-c.Rank())) // rank 1: micro-batches of 0
+		_, errs[c.Rank()] = Split(ctx, c, zoo(mm), 2, ByTime, 8*(1-c.Rank())) // rank 1: micro-batches of 0
 		return nil
 	})
 	for r, err := range errs {
@@ -547,7 +547,7 @@ func TestStageComputeFails(t *testing.T) {
 			defer wg.Done()
 			defer c.Close()
 			m, _ := models.New("mlp", 3)
-			p, err := New(c, m, Config{Micro: 4}, testBatch)
+			p, err := New(context.Background(), c, zoo(m), Config{Micro: 4}, testBatch)
 			if err != nil {
 				errs[r] = err
 				return

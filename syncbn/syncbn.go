@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
 )
 
 // Syncer implements models.BNLayer.Sync over a Comm.
@@ -138,30 +137,37 @@ func Combine(all []float64, p, c int) (count float64, mean, m2 []float64) {
 	return count, mean, m2
 }
 
+// Model is a model whose batch-norm layers can synchronise: it sets fn
+// as every such layer's hook (nil: per rank) and says how many it has.
+// fn is called during the forward pass with stage "forward" and the
+// layer's [sum (C), M2 (C), count], which it replaces by the values over
+// all ranks, and during backward with "backward" and [sum dy (C),
+// sum dy*xhat (C)], which it sums over all ranks. *models.Model has it.
+type Model interface {
+	SetBatchNormSync(fn func(stage string, buf []float64) error) int
+}
+
 // Convert makes every batch-norm layer of m synchronise over c and
 // returns the Syncer (Layers says how many it converted; 0 if m has no
 // batch norm). The layers talk on a duplicate of c (a Split with one
 // color), so their small, blocking collectives never queue behind DDP's
 // gradient buckets; Convert is therefore a blocking collective over c.
 // Close the Syncer after training.
-func Convert(ctx context.Context, m *models.Model, c comm.Comm) (*Syncer, error) {
-	if len(m.BNs) == 0 {
+func Convert(ctx context.Context, m Model, c comm.Comm) (*Syncer, error) {
+	if m == nil || c == nil {
+		return nil, comm.InvalidArgf("syncbn: nil model or comm")
+	}
+	if m.SetBatchNormSync(nil) == 0 {
 		return &Syncer{C: c}, nil
 	}
 	dup, err := c.Split(ctx, 0, c.Rank())
 	if err != nil {
 		return nil, fmt.Errorf("syncbn: %w", err)
 	}
-	s := &Syncer{C: dup, Layers: len(m.BNs), owned: true}
-	for _, l := range m.BNs {
-		l.Sync = s.Hook()
-	}
+	s := &Syncer{C: dup, owned: true}
+	s.Layers = m.SetBatchNormSync(s.Hook())
 	return s, nil
 }
 
 // Revert makes m's batch-norm layers per-rank again.
-func Revert(m *models.Model) {
-	for _, l := range m.BNs {
-		l.Sync = nil
-	}
-}
+func Revert(m Model) { m.SetBatchNormSync(nil) }

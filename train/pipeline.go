@@ -34,7 +34,7 @@ func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 	d := c.Size() / k
 	r := c.Rank()
 	// Every rank starts from rank 0's parameters.
-	if err := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(m.Flat), 0)); err != nil {
+	if err := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(m.Flat.Value), 0)); err != nil {
 		return nil, err
 	}
 	pc, err := c.Split(ctx, r/k, r%k)
@@ -51,11 +51,11 @@ func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 		micro = k
 	}
 	micro = min(max(micro, 1), cfg.Batch)
-	bounds, err := pipeline.Split(ctx, c, m, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
+	bounds, err := pipeline.Split(ctx, c, zooModel{m}, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	p, err := pipeline.New(pc, m, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
+	p, err := pipeline.New(ctx, pc, zooModel{m}, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -71,6 +71,8 @@ func (s *pipelineStrategy) step(ctx context.Context, _ *models.Graph, x []float3
 	loss, err := s.p.Step(ctx, x, y)
 	return float32(loss), err
 }
+
+func (s *pipelineStrategy) eval(_ context.Context, run func() error) error { return run() }
 
 func (s *pipelineStrategy) update(ctx context.Context) error {
 	if s.d > 1 {
@@ -91,7 +93,7 @@ func (s *pipelineStrategy) gatherParams(ctx context.Context) error {
 		if n == 0 {
 			continue
 		}
-		if err := comm.Run(ctx)(s.pc.Broadcast(ctx, comm.FromSlice(s.m.Flat[off:off+n]), st)); err != nil {
+		if err := comm.Run(ctx)(s.pc.Broadcast(ctx, comm.FromSlice(s.m.Flat.Value[off:off+n]), st)); err != nil {
 			return fmt.Errorf("train: gathering stage %d's parameters: %w", st, err)
 		}
 	}
@@ -155,7 +157,7 @@ func (s *pipelineStrategy) memory() (MemoryBytes, int64) {
 	}
 	// Every rank allocates the whole model's buffers; only its stage's
 	// range is trained.
-	return MemoryBytes{Params: int64(len(s.m.Flat)) * 4, Grads: int64(len(s.m.Grad)) * 4, Optimizer: ob}, s.p.Stats().PeakHeldBytes
+	return MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: ob}, s.p.Stats().PeakHeldBytes
 }
 
 func (s *pipelineStrategy) buckets() int { return 0 }

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gdist/gdist/flat"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -87,20 +88,31 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 	md["epoch"] = strconv.Itoa(pos.Epoch)
 	md["batch"] = strconv.Itoa(pos.Batch)
 	md["step"] = strconv.FormatInt(pos.Step, 10)
-	err := e.WriteShard(ctx, path, md)
+	md["model"] = m.Name
+	var extra []checkpoint.Tensor
+	if c.Rank() == 0 {
+		for _, b := range m.BNs {
+			p := "buffers." + b.Prefix
+			extra = append(extra,
+				checkpoint.F32(p+".running_mean", []int{b.C}, b.RunningMean),
+				checkpoint.F32(p+".running_var", []int{b.C}, b.RunningVar),
+				checkpoint.I64(p+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
+		}
+	}
+	err := e.WriteShard(ctx, path, md, extra)
 	if err := agree(ctx, c, err, "its shard of "+path); err != nil {
 		return err
 	}
 	// Rank 0 writes the whole model: with stage 3 every rank takes part in
 	// gathering it (tensor by tensor), and only rank 0 keeps it.
 	full := m
-	if m.Flat == nil {
+	if m.Store != nil {
 		params, gerr := e.FullParams(ctx)
 		if gerr != nil {
 			return fmt.Errorf("train: saving %s: %w", path, gerr)
 		}
 		cp := *m
-		cp.Flat = params
+		cp.Flat = &flat.Params{Value: params, Spans: m.Flat.Spans}
 		full = &cp
 	}
 	if c.Rank() == 0 {
@@ -224,7 +236,7 @@ func LoadCheckpoint(path string, m *models.Model, opt optim.Optimizer) (Position
 	if err := setBuffers(m, sh.Buffers, zero.ShardPath(path, 0, world)); err != nil {
 		return pos, nil, err
 	}
-	copy(m.Flat, sh.Params)
+	copy(m.Flat.Value, sh.Params)
 	for k, dst := range st {
 		copy(dst, sh.OptState[k])
 	}
@@ -307,7 +319,7 @@ func ConsolidateZero(path, out string) error {
 	if m.NumParams() != sh.NumParams {
 		return fmt.Errorf("%w: the shards of %s hold %d parameters, model %s has %d", ErrCheckpoint, path, sh.NumParams, m.Name, m.NumParams())
 	}
-	copy(m.Flat, sh.Params)
+	copy(m.Flat.Value, sh.Params)
 	if err := setBuffers(m, sh.Buffers, zero.ShardPath(path, 0, sh.World)); err != nil {
 		return err
 	}

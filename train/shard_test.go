@@ -93,7 +93,7 @@ func modelFlat(t *testing.T, name, path string) []float32 {
 	if err := LoadModelTensors(m, ts, path); err != nil {
 		t.Fatal(err)
 	}
-	return m.Flat
+	return m.Flat.Value
 }
 
 func equalF32(a, b []float32) error {
@@ -201,7 +201,7 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		if got != pos {
 			return fmt.Errorf("position %+v, want %+v", got, pos)
 		}
-		flat := m.Flat
+		flat := m.Flat.Value
 		if strategy == "zero3" { // sharded at rest: gather them
 			if flat, err = s.(*zeroStrategy).e.FullParams(ctx); err != nil {
 				return err

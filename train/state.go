@@ -28,7 +28,7 @@ type Position struct {
 func ModelTensors(m *models.Model) []checkpoint.Tensor {
 	var out []checkpoint.Tensor
 	for _, p := range m.Params {
-		v := m.Flat[p.Offset : p.Offset+p.Size]
+		v := m.Flat.Value[p.Offset : p.Offset+p.Size]
 		if p.TransT {
 			v = transpose(v, p.Shape[0], p.Shape[1])
 		}
@@ -75,7 +75,7 @@ func LoadModelTensors(m *models.Model, ts map[string]checkpoint.Tensor, file str
 		if p.TransT {
 			v = transpose(v, p.Torch[0], p.Torch[1])
 		}
-		copy(m.Flat[p.Offset:p.Offset+p.Size], v)
+		copy(m.Flat.Value[p.Offset:p.Offset+p.Size], v)
 	}
 	for _, b := range m.BNs {
 		for _, name := range []string{"running_mean", "running_var"} {

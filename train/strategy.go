@@ -7,6 +7,7 @@ import (
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/zero"
 )
 
@@ -21,6 +22,32 @@ type strategy interface {
 	// transiently on top.
 	memory() (MemoryBytes, int64)
 	buckets() int
+	// eval runs a forward-only pass (evaluation) under ctx.
+	eval(ctx context.Context, run func() error) error
+}
+
+// zooModel adapts a built-in model to pipeline.Model.
+type zooModel struct{ *models.Model }
+
+func (m zooModel) NewStage(from, to, batch int, last bool) (pipeline.Stage, error) {
+	g, err := m.NewStageGraph(from, to, batch, last)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// backward runs gr's training step inside a strategy's Backward.
+func backward(ctx context.Context, bw func(context.Context, func() error) error, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	var loss float32
+	err := bw(ctx, func() (err error) {
+		loss, err = gr.Step(x, y)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return loss, nil
 }
 
 type ddpStrategy struct {
@@ -30,11 +57,14 @@ type ddpStrategy struct {
 }
 
 func (s *ddpStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	return s.d.Step(ctx, gr, x, y)
+	gr.OnGrad = s.d.AddGrad
+	return backward(ctx, s.d.Backward, gr, x, y)
 }
 
+func (s *ddpStrategy) eval(_ context.Context, run func() error) error { return run() }
+
 func (s *ddpStrategy) update(ctx context.Context) error {
-	s.opt.Step(s.m.Flat, s.m.Grad)
+	s.opt.Step(s.m.Flat.Value, s.m.Flat.Grad)
 	s.m.ZeroGrad()
 	return nil
 }
@@ -45,7 +75,7 @@ func (s *ddpStrategy) memory() (MemoryBytes, int64) {
 	for _, v := range st {
 		ob += int64(len(v)) * 4
 	}
-	return MemoryBytes{Params: int64(len(s.m.Flat)) * 4, Grads: int64(len(s.m.Grad)) * 4, Optimizer: ob}, 0
+	return MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: ob}, 0
 }
 
 func (s *ddpStrategy) buckets() int { return len(s.d.Buckets()) }
@@ -53,10 +83,13 @@ func (s *ddpStrategy) buckets() int { return len(s.d.Buckets()) }
 type zeroStrategy struct{ e *zero.Engine }
 
 func (s *zeroStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	return s.e.Step(ctx, gr, x, y)
+	gr.OnGrad = s.e.AddGrad // stage 3's layers hand theirs to the store
+	return backward(ctx, s.e.Backward, gr, x, y)
 }
 
-func (s *zeroStrategy) update(ctx context.Context) error { return s.e.Update(ctx) }
+func (s *zeroStrategy) update(ctx context.Context) error { return s.e.Step(ctx) }
+
+func (s *zeroStrategy) eval(ctx context.Context, run func() error) error { return s.e.Eval(ctx, run) }
 
 func (s *zeroStrategy) memory() (MemoryBytes, int64) {
 	m := s.e.Memory()

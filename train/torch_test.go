@@ -70,7 +70,7 @@ func TestLoadsInPyTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			opt, _ := optim.New(optim.Config{Name: "sgd", LR: 0.1}, m.NumParams())
-			opt.Step(m.Flat, m.Grad)
+			opt.Step(m.Flat.Value, m.Flat.Grad)
 			path := filepath.Join(t.TempDir(), "m.safetensors")
 			if err := Save(path, m, opt, Position{}, nil); err != nil {
 				t.Fatal(err)

@@ -427,7 +427,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err := gatherAll(); err != nil {
 			return nil, err
 		}
-		loss, acc, err := Evaluate(ctx, c, ev, testSet)
+		loss, acc, err := evaluate(ctx, c, ev, testSet, strat.eval)
 		if err != nil {
 			return nil, err
 		}
@@ -462,7 +462,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err := gatherAll(); err != nil {
 			return nil, err
 		}
-		l, a, err := Evaluate(ctx, c, ev, testSet)
+		l, a, err := evaluate(ctx, c, ev, testSet, strat.eval)
 		if err != nil {
 			return nil, err
 		}
@@ -472,7 +472,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err := gatherAll(); err != nil {
 			return nil, err
 		}
-		l, a, err := Evaluate(ctx, c, ev, testSet)
+		l, a, err := evaluate(ctx, c, ev, testSet, strat.eval)
 		if err != nil {
 			return nil, err
 		}
@@ -562,6 +562,12 @@ func save(ctx context.Context, c comm.Comm, cfg Config, m *models.Model, opt opt
 // ranks, and returns the mean cross-entropy and the accuracy (the same on
 // every rank).
 func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Dataset) (loss, acc float64, err error) {
+	return evaluate(ctx, c, ev, ds, func(_ context.Context, run func() error) error { return run() })
+}
+
+// evaluate is Evaluate with each forward pass run inside wrap (ZeRO-3
+// gathers its parameters under the wrapping call's context).
+func evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Dataset, wrap func(context.Context, func() error) error) (loss, acc float64, err error) {
 	rank, world := c.Rank(), c.Size()
 	m := ev.M
 	k := m.Classes()
@@ -580,8 +586,11 @@ func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Datas
 		if err := ds.Batch(idx, x[:len(idx)*m.InputSize()], y[:len(idx)]); err != nil {
 			return 0, 0, err
 		}
-		logits, err := ev.Logits(x)
-		if err != nil {
+		var logits []float32
+		if err := wrap(ctx, func() (err error) {
+			logits, err = ev.Logits(x)
+			return err
+		}); err != nil {
 			return 0, 0, err
 		}
 		n := len(idx)

@@ -63,15 +63,17 @@ func shardSpan(p, world, rank int) (lo, n, s int) {
 }
 
 // WriteShard writes this rank's shard of the parameters and of the
-// optimizer state (and, on rank 0, the batch-norm buffers) to
+// optimizer state, and extra (the caller's: package train passes the
+// model's batch-norm buffers as "buffers.<name>" on rank 0), to
 // ShardPath(path, rank, N), atomically. meta is added to the file's
-// metadata; it cannot override the keys WriteShard sets. It is not a
+// metadata (package train adds "model"); it cannot override the keys
+// WriteShard sets. It is not a
 // collective: the caller makes sure that every rank wrote its file (see
 // package train). Not safe for use concurrently with Step or Update.
 // With stage 3, whose shards are per tensor, it first gathers this rank's
 // contiguous span of the file format tensor by tensor (one tensor held
 // at a time): then it is a collective, which every rank must call.
-func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]string) error {
+func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor) error {
 	n := e.c.Size()
 	lo, ln, s := shardSpan(e.p, n, e.rank)
 	st, t := e.opt.State()
@@ -90,7 +92,6 @@ func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]st
 	}
 	for k, v := range map[string]string{
 		"format":     ShardFormat,
-		"model":      e.m.Name,
 		"num_params": strconv.Itoa(e.p),
 		"world_size": strconv.Itoa(n),
 		"rank":       strconv.Itoa(e.rank),
@@ -107,15 +108,7 @@ func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]st
 	for k, v := range st {
 		ts = append(ts, checkpoint.F32("optimizer."+k, []int{ln}, v[:ln]))
 	}
-	if e.rank == 0 {
-		for _, b := range e.m.BNs {
-			p := "buffers." + b.Prefix
-			ts = append(ts,
-				checkpoint.F32(p+".running_mean", []int{b.C}, b.RunningMean),
-				checkpoint.F32(p+".running_var", []int{b.C}, b.RunningVar),
-				checkpoint.I64(p+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
-		}
-	}
+	ts = append(ts, extra...)
 	if err := checkpoint.Write(ShardPath(path, e.rank, n), ts, md); err != nil {
 		return fmt.Errorf("zero: saving the shard of rank %d: %w", e.rank, err)
 	}

@@ -75,12 +75,12 @@ func TestShardRoundTrip(t *testing.T) {
 		}
 		e.Optimizer().SetStep(7)
 		if c.Rank() == 0 {
-			want = append([]float32(nil), m.Flat...)
+			want = append([]float32(nil), m.Flat.Value...)
 			if hi-lo != (m.NumParams()+4)/5 || m.NumParams()%5 == 0 {
 				return fmt.Errorf("shard [%d, %d) of %d: no padding to test", lo, hi, m.NumParams())
 			}
 		}
-		return e.WriteShard(context.Background(), path, map[string]string{"save_id": "s1", "rank": "bogus"})
+		return e.WriteShard(context.Background(), path, map[string]string{"save_id": "s1", "rank": "bogus"}, nil)
 	})
 	sh, err := zero.ReadShards(path, 0, "")
 	if err != nil {
@@ -134,10 +134,10 @@ func TestShardErrors(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	onRanks(t, 2, 1, func(c comm.Comm, m *models.Model, e *zero.Engine) error {
-		if err := e.WriteShard(context.Background(), a, map[string]string{"save_id": "A"}); err != nil {
+		if err := e.WriteShard(context.Background(), a, map[string]string{"save_id": "A"}, nil); err != nil {
 			return err
 		}
-		return e.WriteShard(context.Background(), b, map[string]string{"save_id": "B"})
+		return e.WriteShard(context.Background(), b, map[string]string{"save_id": "B"}, nil)
 	})
 	if _, err := zero.ReadShards(a, 2, "A"); err != nil {
 		t.Fatal(err)

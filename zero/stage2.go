@@ -5,14 +5,14 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/flat"
 )
 
 // layout cuts the padded flat buffer into buckets in reverse parameter
 // order, capped like DDP's, and never crossing a shard boundary, so each
 // bucket has exactly one owner.
 func (e *Engine) layout() {
-	ps := e.m.Params
+	ps := e.fp.Spans
 	hi := e.c.Size() * e.s
 	capBytes := e.opts.FirstBucketMB * (1 << 20)
 	// Cut points: every shard boundary, and cap-sized steps within.
@@ -35,12 +35,21 @@ func (e *Engine) layout() {
 		}
 	}
 	e.pending = make([]*inflight, len(e.bkts))
+	e.left = make([]int, len(e.bkts))
+	e.resetLeft()
+}
+
+func (e *Engine) resetLeft() {
+	for bi, b := range e.bkts {
+		e.left[bi] = len(b.params)
+	}
 }
 
 // onGrad copies a parameter's gradient into the buckets it touches and
-// launches every bucket it completes.
+// launches every bucket it completes (models without a full gradient
+// buffer).
 func (e *Engine) onGrad(i int, g []float32) {
-	p := e.m.Params[i]
+	p := e.fp.Spans[i]
 	for _, bi := range e.owner[i] {
 		b := e.bkts[bi]
 		f := e.pending[bi]
@@ -49,13 +58,30 @@ func (e *Engine) onGrad(i int, g []float32) {
 			e.pending[bi] = f
 			e.track(int64(len(f.buf)) * 4)
 		}
+		if f.w != nil {
+			// Never add into a buffer under reduction: the pass ran twice
+			// without Finish; the bucket's sum misses this gradient.
+			continue
+		}
 		lo, hi := max(p.Offset, b.lo), min(p.Offset+p.Size, b.hi)
-		models.AddTo(f.buf[lo-b.lo:hi-b.lo], g[lo-p.Offset:hi-p.Offset])
+		flat.AddTo(f.buf[lo-b.lo:hi-b.lo], g[lo-p.Offset:hi-p.Offset])
 		f.left--
-		if f.left == 0 {
-			e.launch(f)
+		if f.left == 0 && e.runCtx != nil {
+			e.launch(e.runCtx, f)
 		}
 	}
+}
+
+// launchBucket reduces bucket bi straight from the full gradient buffer
+// (in place; plain gorgonia models).
+func (e *Engine) launchBucket(ctx context.Context, bi int) {
+	if e.pending[bi] != nil {
+		return
+	}
+	b := e.bkts[bi]
+	f := &inflight{b: bi, buf: e.fp.Grad[b.lo:b.hi]}
+	e.pending[bi] = f
+	e.launch(ctx, f)
 }
 
 func (e *Engine) track(delta int64) {
@@ -65,13 +91,9 @@ func (e *Engine) track(delta int64) {
 	e.mu.Unlock()
 }
 
-func (e *Engine) launch(f *inflight) {
+func (e *Engine) launch(ctx context.Context, f *inflight) {
 	if f.w != nil {
 		return
-	}
-	ctx := e.ctx
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	b := e.bkts[f.b]
 	w, err := e.c.Reduce(ctx, comm.FromSlice(f.buf), comm.Avg, b.root)
@@ -80,29 +102,43 @@ func (e *Engine) launch(f *inflight) {
 	}
 	f.w = w
 	f.done = make(chan struct{})
+	transient := !e.inPlace
 	// As soon as the bucket is reduced, the owner folds it into its shard
 	// and everyone drops the buffer: transient memory stays at the buckets
 	// actually in flight. Buckets cover disjoint ranges, so these
-	// goroutines never touch the same shard elements.
+	// goroutines never touch the same shard elements. The wait is bounded
+	// by ctx: the Comm fails the op when it ends.
 	go func() {
 		defer close(f.done)
-		if f.err = w.Wait(context.Background()); f.err == nil && b.root == e.rank {
+		<-w.Done()
+		if f.err = w.Err(); f.err == nil && b.root == e.rank {
 			dst := e.gradShard[b.lo-e.lo : b.hi-e.lo]
 			for j, v := range f.buf {
 				dst[j] += v
 			}
 		}
-		e.track(-int64(len(f.buf)) * 4)
+		if transient {
+			e.track(-int64(len(f.buf)) * 4)
+		}
 		f.buf = nil
 	}()
 }
 
-// finish2 launches buckets no gradient reached (parameters unused in this
-// step), waits for every bucket, adds the owned ones into the shard
-// gradients and frees the buffers.
+// finish2 launches buckets not launched yet (parameters unused in this
+// step, untapped ones, or all of them outside Backward), waits for every
+// bucket, adds the owned ones into the shard gradients and frees the
+// buffers.
 func (e *Engine) finish2(ctx context.Context) error {
 	var first error
+	if e.noSync && e.inPlace {
+		// The full buffer accumulates; the next synced step reduces it.
+		return nil
+	}
 	for bi := range e.bkts {
+		if e.inPlace {
+			e.launchBucket(ctx, bi)
+			continue
+		}
 		f := e.pending[bi]
 		if f == nil {
 			b := e.bkts[bi]
@@ -110,19 +146,16 @@ func (e *Engine) finish2(ctx context.Context) error {
 			e.pending[bi] = f
 			e.track(int64(len(f.buf)) * 4)
 		}
-		e.launch(f)
+		e.launch(ctx, f)
 	}
 	for bi, f := range e.pending {
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			<-f.done // the Comm fails the op when ctx's deadline passes; never leave it writing
-		}
+		<-f.done
 		if f.err != nil && first == nil {
 			first = fmt.Errorf("zero: reduce of gradient bucket %d: %w", bi, f.err)
 		}
 		e.pending[bi] = nil
 	}
+	e.resetLeft()
 	return first
 }
 
@@ -132,10 +165,13 @@ func (e *Engine) drain() {
 		if f != nil {
 			if f.done != nil {
 				<-f.done
-			} else {
+			} else if !e.inPlace {
 				e.track(-int64(len(f.buf)) * 4)
 			}
 			e.pending[bi] = nil
 		}
+	}
+	if e.left != nil {
+		e.resetLeft()
 	}
 }

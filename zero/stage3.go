@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/flat"
 )
 
 // stage3 shards every parameter tensor evenly over the ranks (padded to a
@@ -41,37 +41,40 @@ type rsOp struct {
 	err  error
 }
 
-func (e *Engine) initStage3(ctx context.Context) error {
-	m := e.m
+func (e *Engine) initStage3(sh Sharded) error {
+	fp := e.fp
 	n := e.c.Size()
-	st := &stage3{e: e, n: n, slots: map[int]*slot{}, layers: m.LayerParams()}
-	st.off = make([]int, len(m.Params))
-	st.sz = make([]int, len(m.Params))
-	st.layer = make([]int, len(m.Params))
+	st := &stage3{e: e, n: n, slots: map[int]*slot{}, layers: sh.LayerParams()}
+	st.off = make([]int, len(fp.Spans))
+	st.sz = make([]int, len(fp.Spans))
+	st.layer = make([]int, len(fp.Spans))
 	total := 0
-	for i, p := range m.Params {
+	for i, p := range fp.Spans {
 		st.off[i] = total
 		st.sz[i] = (p.Size + n - 1) / n
 		total += st.sz[i]
 	}
 	for li, l := range st.layers {
 		for _, i := range l {
+			if i < 0 || i >= len(fp.Spans) {
+				return comm.InvalidArgf("zero: rank %d: layer %d lists parameter %d of %d", e.rank, li, i, len(fp.Spans))
+			}
 			st.layer[i] = li
 		}
 	}
 	e.s = total
 	e.flatP = make([]float32, total)
-	for i, p := range m.Params {
+	for i, p := range fp.Spans {
 		lo := e.rank * st.sz[i]
 		hi := min(lo+st.sz[i], p.Size)
 		if lo < hi {
-			copy(e.flatP[st.off[i]:], m.Flat[p.Offset+lo:p.Offset+hi])
+			copy(e.flatP[st.off[i]:], fp.Value[p.Offset+lo:p.Offset+hi])
 		}
 	}
 	e.gradShard = make([]float32, total)
 	// The model holds no parameters or gradients from here on.
-	m.Flat, m.Grad = nil, nil
-	m.Store = st
+	fp.Value, fp.Grad = nil, nil
+	sh.SetStore(st)
 	e.st3 = st
 	return nil
 }
@@ -84,7 +87,13 @@ func (st *stage3) gather(i int) *slot {
 	s := &slot{buf: make([]float32, st.n*st.sz[i])}
 	e.track(int64(len(s.buf)) * 4)
 	shard := comm.FromSlice(e.flatP[st.off[i] : st.off[i]+st.sz[i]])
-	w, err := e.c.AllGather(e.opctx(), comm.FromSlice(s.buf), shard)
+	ctx := e.runCtx
+	if ctx == nil {
+		s.w = comm.Completed(errNoCtx)
+		st.slots[i] = s
+		return s
+	}
+	w, err := e.c.AllGather(ctx, comm.FromSlice(s.buf), shard)
 	if err != nil {
 		w = comm.Completed(err)
 	}
@@ -117,10 +126,11 @@ func (st *stage3) Fetch(idx []int, backward bool) ([][]float32, error) {
 	st.mu.Unlock()
 	vals := make([][]float32, len(idx))
 	for k, s := range slots {
-		if err := s.w.Wait(st.e.opctx()); err != nil {
-			return nil, fmt.Errorf("zero: gathering %s: %w", st.e.m.Params[idx[k]].Name, err)
+		<-s.w.Done() // bounded by the context it was started under
+		if err := s.w.Err(); err != nil {
+			return nil, fmt.Errorf("zero: gathering %s: %w", st.e.fp.Spans[idx[k]].Name, err)
 		}
-		vals[k] = s.buf[:st.e.m.Params[idx[k]].Size]
+		vals[k] = s.buf[:st.e.fp.Spans[idx[k]].Size]
 	}
 	return vals, nil
 }
@@ -148,7 +158,11 @@ func (st *stage3) AddGrad(i int, g []float32) error {
 	}
 	part := make([]float32, s)
 	e.track(int64(len(buf)+len(part)) * 4)
-	w, err := e.c.ReduceScatter(e.opctx(), comm.FromSlice(part), comm.FromSlice(buf), comm.Avg)
+	if e.runCtx == nil {
+		e.track(-int64(len(buf)+len(part)) * 4)
+		return errNoCtx
+	}
+	w, err := e.c.ReduceScatter(e.runCtx, comm.FromSlice(part), comm.FromSlice(buf), comm.Avg)
 	if err != nil {
 		e.track(-int64(len(buf)+len(part)) * 4)
 		return err
@@ -160,7 +174,8 @@ func (st *stage3) AddGrad(i int, g []float32) error {
 	dst := e.gradShard[st.off[i] : st.off[i]+s]
 	go func() {
 		defer close(op.done)
-		if op.err = w.Wait(context.Background()); op.err == nil {
+		<-w.Done()
+		if op.err = w.Err(); op.err == nil {
 			for j, v := range part {
 				dst[j] += v
 			}
@@ -193,20 +208,23 @@ func (st *stage3) finish() error {
 		s := st.slots[i]
 		st.mu.Unlock()
 		if s != nil {
-			s.w.Wait(context.Background())
+			<-s.w.Done()
 		}
 	}
 	st.Release(left)
 	return first
 }
 
-var _ models.ParamStore = (*stage3)(nil)
+var _ flat.Store = (*stage3)(nil)
+
+// errNoCtx: a stage-3 graph ran outside Backward or Eval.
+var errNoCtx = fmt.Errorf("zero: a stage-3 graph ran outside Backward or Eval, which give its collectives their context")
 
 // takeShard copies this rank's per-tensor shards of full (the model's flat
 // layout, P values) into dst (the shard layout).
 func (st *stage3) takeShard(dst, full []float32) {
 	e := st.e
-	for i, p := range e.m.Params {
+	for i, p := range e.fp.Spans {
 		lo := e.rank * st.sz[i]
 		hi := min(lo+st.sz[i], p.Size)
 		if lo < hi {
@@ -229,7 +247,7 @@ func (st *stage3) fileSpan(ctx context.Context, lo, n int, opt map[string][]floa
 		names = append(names, k)
 	}
 	sort.Strings(names) // every rank gathers in the same order
-	for i, p := range e.m.Params {
+	for i, p := range e.fp.Spans {
 		a, b := max(lo, p.Offset), min(lo+n, p.Offset+p.Size)
 		sources := [][]float32{e.flatP}
 		dsts := [][]float32{params}
@@ -255,7 +273,7 @@ func (st *stage3) fileSpan(ctx context.Context, lo, n int, opt map[string][]floa
 // by tensor, in the model's flat layout. A collective.
 func (e *Engine) FullParams(ctx context.Context) ([]float32, error) {
 	if e.st3 == nil {
-		return append([]float32(nil), e.m.Flat...), nil
+		return append([]float32(nil), e.fp.Value[:e.p]...), nil
 	}
 	params, _, err := e.st3.fileSpan(ctx, 0, e.p, nil)
 	return params, err

@@ -46,6 +46,20 @@
 // first layer's backward needs no gather (its input, the data, needs no
 // gradient).
 //
+// # Plain gorgonia models
+//
+// Wrap takes a plain gorgonia model's learnables, like ddp.Wrap, for
+// stages 1 and 2: the flat buffers (package flat) are padded to N*S, and
+// the engine owns the optimizer (the state it shards), so the loop is
+// Backward (forward, backward, reduce), then Step (update this rank's
+// shard, all-gather the parameters, clear the gradients). gorgonia's tape
+// machine keeps a full gradient per learnable in its dual values (build
+// it with gorgonia.BindDualValues), so for these models stage 2 saves what
+// stage 1 saves (the optimizer state) and differs in reducing each bucket
+// to its owner during backward (with taps, as in package ddp). Stage 3
+// needs layers that fetch their parameters from a store (Sharded: the
+// built-in models).
+//
 // Checkpoints (checkpoint.go, package train): every rank writes its
 // contiguous span of the flat parameters and optimizer state; stage 3
 // gathers that span tensor by tensor first. Any world size and stage (or
@@ -58,16 +72,40 @@ import (
 	"sync"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/optim"
+	G "gorgonia.org/gorgonia"
 )
 
 // Options configure a ZeRO engine.
 type Options struct {
-	Stage         int // 1 or 2
+	Stage         int // 1, 2 or 3
 	Optim         optim.Config
 	BucketMB      float64 // stage 2 bucket cap (default 25)
 	FirstBucketMB float64 // stage 2 first bucket cap (default 1)
+}
+
+// Model is what the engine needs of a model: its learnables in flat
+// buffers (package flat).
+type Model interface {
+	FlatParams() *flat.Params
+}
+
+// Stateful is a Model with non-learnable state that rank 0 broadcasts.
+type Stateful interface {
+	StateBuffers() []comm.Buffer
+}
+
+// Sharded is a Model whose layers can take their parameters from a store
+// (flat.Store) inside their own ops: what stage 3 needs.
+type Sharded interface {
+	Model
+	// LayerParams lists the span indices of each layer with parameters,
+	// in forward order (for prefetching).
+	LayerParams() [][]int
+	// SetStore makes the model's graphs fetch parameters from s. Graphs
+	// built before do not.
+	SetStore(s flat.Store)
 }
 
 // Memory is what a rank holds, in bytes.
@@ -83,7 +121,8 @@ type Memory struct {
 // Engine runs one stage of ZeRO for one rank.
 type Engine struct {
 	c      comm.Comm
-	m      *models.Model
+	fp     *flat.Params
+	state  []comm.Buffer
 	opts   Options
 	p, s   int // parameters, shard length
 	rank   int
@@ -102,12 +141,17 @@ type Engine struct {
 	// stage 2
 	bkts    []bucket
 	owner   [][]int // param -> buckets it touches
-	ctx     context.Context
+	inPlace bool    // buckets are views of a full gradient buffer (plain gorgonia)
+	left    []int   // in-place buckets: tapped gradients still to come
 	mu      sync.Mutex
 	live    int64 // bytes in live bucket buffers
 	peak    int64
 	pending []*inflight
-	ferr    error
+
+	// runCtx is the context of the Backward call under way (nil outside
+	// one): collectives started from inside the graph run under it.
+	runCtx   context.Context
+	verified bool
 }
 
 type bucket struct {
@@ -125,10 +169,53 @@ type inflight struct {
 	err  error
 }
 
-// New builds the engine. It pads m's buffers to N*S (so create graphs
-// after New), broadcasts rank 0's parameters and batch-norm state, and
-// makes the shard-sized optimizer. Blocking; every rank calls it.
-func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*Engine, error) {
+// New builds the engine for m. It pads m's buffers to N*S (so create
+// graphs after New), broadcasts rank 0's parameters and state, and makes
+// the shard-sized optimizer. Blocking; every rank calls it. Stage 3 needs
+// a Sharded model.
+func New(ctx context.Context, c comm.Comm, m Model, opts Options) (*Engine, error) {
+	if c == nil || m == nil {
+		return nil, comm.InvalidArgf("zero: nil comm or model")
+	}
+	fp := m.FlatParams()
+	if fp == nil {
+		return nil, comm.InvalidArgf("zero: rank %d: the model has no flat parameters", c.Rank())
+	}
+	var state []comm.Buffer
+	if s, ok := m.(Stateful); ok {
+		state = s.StateBuffers()
+	}
+	var sh Sharded
+	if opts.Stage == 3 {
+		var ok bool
+		if sh, ok = m.(Sharded); !ok || fp.Bound() {
+			return nil, comm.InvalidArgf("zero: rank %d: stage 3 needs a model whose layers fetch their parameters from a store (zero.Sharded: the built-in models); use stage 1 or 2 for a plain gorgonia model", c.Rank())
+		}
+	}
+	return newEngine(ctx, c, fp, state, sh, opts)
+}
+
+// Wrap is New for a plain gorgonia model's learnables (stages 1 and 2):
+// see ddp.Wrap and the package doc. Use Tap on each learnable in the
+// forward code for stage 2 to reduce buckets during backward.
+func Wrap(ctx context.Context, c comm.Comm, learnables []*G.Node, opts Options) (*Engine, error) {
+	if c == nil {
+		return nil, comm.InvalidArgf("zero: nil comm")
+	}
+	if opts.Stage == 3 {
+		return nil, comm.InvalidArgf("zero: rank %d: stage 3 needs a model whose layers fetch their parameters from a store (zero.Sharded); use stage 1 or 2 for a plain gorgonia model", c.Rank())
+	}
+	fp, err := flat.Bind(learnables, 0)
+	if err != nil {
+		return nil, fmt.Errorf("zero: rank %d: %w", c.Rank(), err)
+	}
+	return newEngine(ctx, c, fp, nil, nil, opts)
+}
+
+// Tap is flat.Tap (see ddp.Tap).
+func Tap(w *G.Node) (*G.Node, error) { return flat.Tap(w) }
+
+func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.Buffer, sh Sharded, opts Options) (*Engine, error) {
 	if opts.Stage < 1 || opts.Stage > 3 {
 		return nil, comm.InvalidArgf("zero: stage %d does not exist (1, 2 or 3)", opts.Stage)
 	}
@@ -144,65 +231,59 @@ func New(ctx context.Context, c comm.Comm, m *models.Model, opts Options) (*Engi
 	if !(opts.BucketMB > 0) || !(opts.FirstBucketMB > 0) {
 		return nil, comm.InvalidArgf("zero: bucket sizes must be positive")
 	}
+	if err := fp.Check(); err != nil {
+		return nil, fmt.Errorf("zero: rank %d: %w", c.Rank(), err)
+	}
 	n := c.Size()
-	p := m.NumParams()
+	p := fp.Len()
 	s := (p + n - 1) / n
-	e := &Engine{c: c, m: m, opts: opts, p: p, s: s, rank: c.Rank(), lo: c.Rank() * s}
-	if m.Store != nil {
-		return nil, comm.InvalidArgf("zero: the model already has a parameter store")
-	}
-	if len(m.Flat) != p {
-		return nil, comm.InvalidArgf("zero: the model's parameters are already sharded")
-	}
+	e := &Engine{c: c, fp: fp, state: state, opts: opts, p: p, s: s, rank: c.Rank(), lo: c.Rank() * s}
 	run := comm.Run(ctx)
 	if opts.Stage != 3 {
-		e.flatP = make([]float32, n*s)
-		copy(e.flatP, m.Flat)
-		m.Flat = e.flatP[:p]
-		if err := run(c.Broadcast(ctx, comm.FromSlice(e.flatP), 0)); err != nil {
-			return nil, fmt.Errorf("zero: broadcasting parameters: %w", err)
+		if fp.Grad == nil && opts.Stage == 1 {
+			return nil, comm.InvalidArgf("zero: rank %d: stage 1 needs the model's gradient buffer", c.Rank())
 		}
-	} else if err := run(c.Broadcast(ctx, comm.FromSlice(m.Flat), 0)); err != nil {
+		if err := fp.Grow(n * s); err != nil {
+			return nil, fmt.Errorf("zero: rank %d: %w", c.Rank(), err)
+		}
+		e.flatP = fp.Value[:n*s]
+	}
+	if err := run(c.Broadcast(ctx, comm.FromSlice(fp.Value[:p]), 0)); err != nil {
 		return nil, fmt.Errorf("zero: broadcasting parameters: %w", err)
 	}
-	for _, b := range m.BNs {
-		for _, v := range [][]float32{b.RunningMean, b.RunningVar} {
-			if err := run(c.Broadcast(ctx, comm.FromSlice(v), 0)); err != nil {
-				return nil, fmt.Errorf("zero: broadcasting batch-norm state: %w", err)
-			}
+	for _, b := range state {
+		if err := run(c.Broadcast(ctx, b, 0)); err != nil {
+			return nil, fmt.Errorf("zero: broadcasting model state: %w", err)
 		}
 	}
 	switch opts.Stage {
 	case 3:
-		if err := e.initStage3(ctx); err != nil {
+		if err := e.initStage3(sh); err != nil {
 			return nil, err
 		}
 	case 1:
 		// The reduce-scatter runs in place: this rank's averaged shard
 		// lands in its own slice of the full buffer.
-		e.gradFull = make([]float32, n*s)
-		m.Grad = e.gradFull[:p]
+		e.gradFull = fp.Grad[:n*s]
 		e.gradShard = e.gradFull[e.lo : e.lo+s]
 	case 2:
-		// The model keeps no full gradient buffer.
-		m.Grad = nil
+		if fp.Bound() {
+			// gorgonia keeps full gradients in its dual values: reduce
+			// each bucket straight from them.
+			e.inPlace = true
+		} else {
+			// The model keeps no full gradient buffer.
+			fp.Grad = nil
+		}
 		e.gradShard = make([]float32, s)
 		e.layout()
 	}
+	fp.OnGrad(e.tapped)
 	var err error
 	if e.opt, err = optim.New(opts.Optim, e.s); err != nil {
 		return nil, err
 	}
 	return e, nil
-}
-
-// opctx is the context for collectives issued from inside the graph (which
-// has none): the Comm's own timeout and peer-loss detection bound them.
-func (e *Engine) opctx() context.Context {
-	if e.ctx != nil {
-		return e.ctx
-	}
-	return context.Background()
 }
 
 // Shard returns this rank's range [lo, hi) of the (padded) flat buffer
@@ -212,6 +293,10 @@ func (e *Engine) Shard() (lo, hi int) { return e.lo, e.lo + e.s }
 // Optimizer returns the shard optimizer.
 func (e *Engine) Optimizer() optim.Optimizer { return e.opt }
 
+// Params returns the flat parameters (stage 3: the spans only; no rank
+// holds the values).
+func (e *Engine) Params() *flat.Params { return e.fp }
+
 // Memory reports the bytes held (see the package doc).
 func (e *Engine) Memory() Memory {
 	st, _ := e.opt.State()
@@ -220,8 +305,11 @@ func (e *Engine) Memory() Memory {
 		ob += int64(len(v)) * 4
 	}
 	g := int64(len(e.gradShard)) * 4
-	if e.gradFull != nil {
-		g = int64(len(e.gradFull)) * 4 // stage 1: the shard is a view of it
+	if e.gradFull != nil || e.inPlace {
+		g = int64(len(e.fp.Grad)) * 4 // the shard is a view of it, or gorgonia holds it
+	}
+	if e.inPlace {
+		g += int64(len(e.gradShard)) * 4
 	}
 	e.mu.Lock()
 	peak := e.peak
@@ -232,54 +320,114 @@ func (e *Engine) Memory() Memory {
 // SetNoSync: see the package doc on gradient accumulation.
 func (e *Engine) SetNoSync(on bool) { e.noSync = on }
 
-// Attach makes gr deliver its gradients to this engine.
-func (e *Engine) Attach(gr *models.Graph) {
-	if e.opts.Stage == 3 {
-		return // the graph talks to the store
+// AddGrad takes learnable i's gradient from a backward pass: the entry for
+// layers that deliver gradients by value (the built-in models'
+// Graph.OnGrad; stage 3 models hand theirs to the store instead).
+func (e *Engine) AddGrad(i int, g []float32) {
+	if i < 0 || i >= len(e.fp.Spans) {
+		return
 	}
-	if e.opts.Stage == 2 {
-		gr.OnGrad = e.onGrad
-	} else {
-		gr.OnGrad = nil // the default adds into m.Grad (the padded full buffer)
+	switch {
+	case e.opts.Stage == 2 && !e.inPlace:
+		e.onGrad(i, g)
+	case e.fp.Grad != nil:
+		flat.AddTo(e.fp.GradOf(i), g)
+		e.tapped(i, true)
 	}
 }
 
-// Step runs forward and backward on one batch and reduces the gradients
-// (unless no-sync applies). Call Update after the steps of one batch.
-func (e *Engine) Step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	e.Attach(gr)
-	e.ctx = ctx
-	loss, err := gr.Step(x, y)
+// tapped is told about learnable i's gradient in the full buffer (taps).
+func (e *Engine) tapped(i int, ready bool) {
+	if !e.inPlace || e.noSync {
+		return
+	}
+	if !ready {
+		// Never add into a bucket under reduction (a second backward
+		// pass before Finish): wait for it.
+		for _, bi := range e.owner[i] {
+			if f := e.pending[bi]; f != nil && f.done != nil {
+				<-f.done
+			}
+		}
+		return
+	}
+	for _, bi := range e.owner[i] {
+		e.left[bi]--
+		if e.left[bi] == 0 && e.runCtx != nil {
+			e.launchBucket(e.runCtx, bi)
+		}
+	}
+}
+
+// Backward runs one forward and backward pass (run: the tape machine's
+// RunAll, or a built-in graph's Step) and then Finish; collectives that
+// start during run (stage 2 buckets, stage 3 gathers) run under ctx.
+func (e *Engine) Backward(ctx context.Context, run func() error) error {
+	e.runCtx = ctx
+	err := run()
+	e.runCtx = nil
 	if err != nil {
+		e.fp.Flush()
 		if e.st3 != nil {
 			e.st3.finish()
 		} else {
 			e.drain()
 		}
-		return 0, err
+		return err
+	}
+	return e.Finish(ctx)
+}
+
+// Eval runs a forward-only pass (run: an evaluation graph's Logits)
+// under ctx: stage 3 gathers each layer's parameters inside its ops, with
+// ctx. Other stages just call run.
+func (e *Engine) Eval(ctx context.Context, run func() error) error {
+	e.runCtx = ctx
+	defer func() { e.runCtx = nil }()
+	err := run()
+	if e.st3 != nil {
+		if ferr := e.st3.finish(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// Finish reduces the gradients of the backward pass that ended (unless
+// no-sync applies): after it, this rank's shard holds the average over
+// ranks. Backward calls it.
+func (e *Engine) Finish(ctx context.Context) error {
+	e.fp.Flush()
+	if !e.verified {
+		if err := e.fp.Verify(); err != nil {
+			e.drain()
+			return fmt.Errorf("zero: rank %d: %w", e.rank, err)
+		}
+		e.verified = true
 	}
 	switch {
 	case e.opts.Stage == 3:
-		return loss, e.st3.finish()
+		return e.st3.finish()
 	case e.opts.Stage == 2:
-		return loss, e.finish2(ctx)
+		return e.finish2(ctx)
 	case e.noSync:
-		return loss, nil
+		return nil
 	default:
 		w, err := e.c.ReduceScatter(ctx, comm.FromSlice(e.gradShard), comm.FromSlice(e.gradFull), comm.Avg)
 		if err == nil {
 			err = w.Wait(ctx)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("zero: reduce-scatter of gradients: %w", err)
+			return fmt.Errorf("zero: reduce-scatter of gradients: %w", err)
 		}
-		return loss, nil
+		return nil
 	}
 }
 
-// Update steps the optimizer on this rank's shard, all-gathers the
-// parameters and clears the gradients.
-func (e *Engine) Update(ctx context.Context) error {
+// Step steps the optimizer on this rank's shard, all-gathers the
+// parameters (stages 1 and 2) and clears the gradients. Blocking; every
+// rank calls it.
+func (e *Engine) Step(ctx context.Context) error {
 	if e.st3 != nil {
 		// Parameters stay sharded: nothing to gather.
 		e.opt.Step(e.flatP, e.gradShard)
@@ -288,7 +436,7 @@ func (e *Engine) Update(ctx context.Context) error {
 	}
 	e.opt.Step(e.flatP[e.lo:e.lo+e.s], e.gradShard)
 	clear(e.gradShard)
-	clear(e.gradFull) // stage 1: drop the other ranks' unreduced parts
+	clear(e.fp.Grad) // the other ranks' unreduced parts (stage 1; stage 2 in place)
 	shard := comm.FromSlice(e.flatP).Slice(e.lo, e.lo+e.s)
 	if err := comm.Run(ctx)(e.c.AllGather(ctx, comm.FromSlice(e.flatP), shard)); err != nil {
 		return fmt.Errorf("zero: all-gather of parameters: %w", err)

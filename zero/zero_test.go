@@ -66,11 +66,11 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 				for a := 0; a < accum; a++ {
 					d.SetNoSync(a < accum-1)
 					ds.Batch(smp.Indices(0, k*accum+a, nil), x, y)
-					if _, err := d.Step(ctx, gr, x, y); err != nil {
+					if _, err := ddpStep(ctx, d, gr, x, y); err != nil {
 						return err
 					}
 				}
-				opt.Step(m.Flat, m.Grad)
+				opt.Step(m.Flat.Value, m.Flat.Grad)
 				m.ZeroGrad()
 				return nil
 			}
@@ -84,11 +84,11 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 				for a := 0; a < accum; a++ {
 					e.SetNoSync(a < accum-1)
 					ds.Batch(smp.Indices(0, k*accum+a, nil), x, y)
-					if _, err := e.Step(ctx, gr, x, y); err != nil {
+					if _, err := zstep(ctx, e, gr, x, y); err != nil {
 						return err
 					}
 				}
-				return e.Update(ctx)
+				return e.Step(ctx)
 			}
 			defer func() { mems[r] = e.Memory() }()
 		}
@@ -108,7 +108,7 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 			return nil
 		}
 		if r == 0 {
-			out = append([]float32(nil), m.Flat...)
+			out = append([]float32(nil), m.Flat.Value...)
 		}
 		return nil
 	})
@@ -249,7 +249,7 @@ func TestDeadRankDuringGather(t *testing.T) {
 			}
 			gr, _ := m.NewGraph(4, true)
 			x := make([]float32, 4*784)
-			_, err = e.Step(ctx, gr, x, []int32{1, 2, 3, 4})
+			_, err = zstep(ctx, e, gr, x, []int32{1, 2, 3, 4})
 			errs <- err
 		}(c)
 	}
@@ -279,4 +279,24 @@ func TestDeadRankDuringGather(t *testing.T) {
 	if failed != 2 {
 		t.Fatalf("%d surviving ranks failed, want 2", failed)
 	}
+}
+
+func ddpStep(ctx context.Context, d *ddp.DDP, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	gr.OnGrad = d.AddGrad
+	var loss float32
+	err := d.Backward(ctx, func() (err error) {
+		loss, err = gr.Step(x, y)
+		return err
+	})
+	return loss, err
+}
+
+func zstep(ctx context.Context, e *zero.Engine, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	gr.OnGrad = e.AddGrad
+	var loss float32
+	err := e.Backward(ctx, func() (err error) {
+		loss, err = gr.Step(x, y)
+		return err
+	})
+	return loss, err
 }

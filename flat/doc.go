@@ -1,0 +1,44 @@
+// Package flat lays a model's learnables out in two flat float32 buffers,
+// one for the parameters and one for their gradients, so that a strategy
+// (package ddp, package zero) can reduce a bucket of gradients as one
+// contiguous view: never a copy.
+//
+// It is the meeting point of the two ways into gdist: a plain gorgonia
+// model (learnables as []*gorgonia.Node, bound here with Bind) and the
+// built-in models (package models), which lay out their own Params.
+//
+// # Plain gorgonia models
+//
+// Bind takes the learnables (in the order their Spans will have), copies
+// their current values into Params.Value and re-backs every node onto
+// views of it: the node's value becomes a *tensor.Dense over
+// Value[Offset:Offset+Size], and its gradient (gorgonia's dual value) a
+// *tensor.Dense over Grad[Offset:Offset+Size]. gorgonia's solvers and
+// package optim then read and write the flat buffers in place.
+//
+// Gradients land in the dual values only when the tape machine binds
+// them: build it with gorgonia.BindDualValues(learnables...), as
+// gorgonia's own examples do. The tape machine then adds every backward
+// pass's gradient into Grad (gradients accumulate until someone zeroes
+// them: gorgonia's solvers do at the end of Step; with package optim call
+// ZeroGrad after the update).
+//
+// # Gradient taps
+//
+// Tap(w) returns an identity node to use in place of the learnable w in
+// the forward code. Its backward tells the strategy the moment w's
+// gradient is complete in Grad, so that a bucket's reduction can start
+// while backward goes on (the overlap of PyTorch's DDP). Without taps
+// everything still works, with every reduction after backward. Rules,
+// each checked with an error that names the learnable: tap each learnable
+// at most once, use only the tapped node in the forward code, and tap
+// before gorgonia.Grad differentiates the graph.
+//
+// # Building graphs concurrently
+//
+// Ranks as goroutines of one process (the inproc backend) build their
+// graphs at the same time; gorgonia's graph construction and
+// differentiation share unsynchronised state, so hold BuildLock while
+// building a graph, calling gorgonia.Grad and making its machine (see
+// BuildLock for the exact rule).
+package flat

@@ -1,0 +1,46 @@
+package pipeline
+
+import "github.com/gdist/gdist/flat"
+
+// Model is what the pipeline needs of a sequential model: its layers in
+// order, where each range of layers keeps its parameters, and a compiled
+// graph for any range. Every rank holds the whole model (built from the
+// same seed) and runs only its stage's range.
+type Model interface {
+	// NumLayers is the number of layers a stage boundary may fall
+	// between.
+	NumLayers() int
+	// LayerParamRange is layer i's first parameter index, its parameter
+	// count and its number of scalars.
+	LayerParamRange(i int) (first, count, scalars int)
+	// StageRange is the range [off, off+n) of the flat buffers holding
+	// the parameters of layers [from, to).
+	StageRange(from, to int) (off, n int)
+	// InputSize is the number of floats per sample.
+	InputSize() int
+	FlatParams() *flat.Params
+	// NewStage compiles layers [from, to) for micro-batches of batch
+	// samples; last adds the loss.
+	NewStage(from, to, batch int, last bool) (Stage, error)
+}
+
+// Stage is a compiled range of layers for one micro-batch size. Its
+// parameter gradients are added into the model's flat gradient buffer.
+type Stage interface {
+	// Forward runs the layers on x and returns their output.
+	Forward(x []float32) ([]float32, error)
+	// Backward recomputes the forward pass from x, back-propagates
+	// gradOut and returns the gradient with respect to x.
+	Backward(x, gradOut []float32) ([]float32, error)
+	// Step (last stage) runs forward, loss and backward, returning the
+	// mean loss and the gradient with respect to x.
+	Step(x []float32, y []int32) (float32, []float32, error)
+	InSize() int
+	OutSize() int
+	// SetScale multiplies the loss before differentiation (the share of
+	// the batch in a micro-batch).
+	SetScale(s float32)
+	// DropGrads makes the stage discard parameter gradients (profiling).
+	DropGrads()
+	Close() error
+}
