@@ -258,11 +258,12 @@ func TestOverlap(t *testing.T) {
 		y := make([]int32, 32)
 		smp := data.Sampler{N: ds.N, World: 2, Rank: c.Rank(), Batch: 32, Seed: 1}
 		ds.Batch(smp.Indices(0, 0, nil), x, y)
-		if err := d.Backward(ctx, func() error { _, err := gr.Step(x, y); return err }); err != nil { // buckets launch inside
+		var done time.Time
+		if err := d.Backward(ctx, func() error { // buckets launch inside
+			_, err := gr.Step(x, y)
+			done = time.Now()
 			return err
-		}
-		done := time.Now()
-		if err := d.Finish(ctx); err != nil {
+		}); err != nil {
 			return err
 		}
 		res[c.Rank()] = result{d.Events(), done, len(d.Buckets())}

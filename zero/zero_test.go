@@ -55,6 +55,7 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 		x := make([]float32, batch*m.InputSize())
 		y := make([]int32, batch)
 		var step func(k int) error
+		var eng *zero.Engine
 		if stage == 0 {
 			d, err := ddp.New(ctx, c, m, ddp.Options{})
 			if err != nil {
@@ -79,6 +80,7 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 			if err != nil {
 				return err
 			}
+			eng = e
 			gr, _ := m.NewGraph(batch, true)
 			step = func(k int) error {
 				for a := 0; a < accum; a++ {
@@ -98,7 +100,7 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 			}
 		}
 		if stage == 3 {
-			full, err := zeroFull(ctx, m)
+			full, err := eng.FullParams(ctx)
 			if err != nil {
 				return err
 			}
@@ -119,19 +121,6 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 }
 
 // zeroFull gathers a stage-3 model's parameters through its store.
-func zeroFull(ctx context.Context, m *models.Model) ([]float32, error) {
-	out := make([]float32, m.NumParams())
-	for i, p := range m.Params {
-		vals, err := m.Store.Fetch([]int{i}, false)
-		if err != nil {
-			return nil, err
-		}
-		copy(out[p.Offset:], vals[0])
-		m.Store.Release([]int{i})
-	}
-	return out, nil
-}
-
 func relNorm(m *models.Model, a, b []float32) (float64, string) {
 	worst, name := 0.0, ""
 	for _, p := range m.Params {
