@@ -1,7 +1,10 @@
 // Package models defines the networks gdist trains, as gorgonia expression
-// graphs whose parameters all live in one contiguous float32 buffer (Flat)
-// and whose gradients live in another (Grad), so that a gradient bucket is a
-// view of Grad, never a copy.
+// graphs whose parameters all live in one contiguous float32 buffer
+// (Flat.Value, a flat.Params) and whose gradients live in another
+// (Flat.Grad), so that a gradient bucket is a view, never a copy. A Model
+// satisfies the small interfaces the strategies define (ddp.Model,
+// zero.Sharded, syncbn.Model; pipeline.Model through a two-line adapter,
+// see package train).
 //
 // Models: "mlp" (784-256-128-10, ReLU), "cnn" (two conv 3x3 + ReLU + 2x2
 // max-pool blocks of 32 and 64 channels, then 3136-128-10) and "cnn-bn" (the
@@ -16,8 +19,12 @@
 // Gradients: every learnable enters the forward graph through an identity
 // op whose gradient op calls Graph.OnGrad with the parameter's index and
 // gradient the moment gorgonia produces it during backward (last layer
-// first). The default OnGrad adds the gradient into Grad; package ddp
-// wraps it to start bucket all-reduces while backward goes on.
+// first). The default OnGrad adds the gradient into Flat.Grad; set it to
+// ddp.DDP.AddGrad or zero.Engine.AddGrad to start reductions while
+// backward goes on.
+//
+// Graphs are built under flat.Build's lock, so ranks as goroutines may
+// build them at the same time.
 //
 // With Model.Store set (ZeRO stage 3), the model holds no parameters:
 // layers fetch theirs from the ParamStore inside their own forward and

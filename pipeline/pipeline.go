@@ -1,9 +1,10 @@
 // Package pipeline trains a sequential model split into K stages, one per
 // rank, with micro-batch pipelining (GPipe and 1F1B schedules).
 //
-// Every rank holds the whole models.Model (built from the same seed) but
-// computes and updates only its stage's layers, whose parameters are one
-// contiguous range of the model's Flat and Grad buffers (Range). A later
+// Every rank holds the whole Model (built from the same seed; the built-in
+// models through package train's adapter) but computes and updates only
+// its stage's layers, whose parameters are one contiguous range of the
+// model's flat parameter and gradient buffers (Range). A later
 // data-parallel group over the replicas of one stage can all-reduce that
 // range as one buffer.
 //
@@ -25,7 +26,7 @@
 // communication overlaps compute.
 //
 // Backward passes recompute the stage's forward pass from the saved input
-// (see models.StageGraph), so a stage holds only the input of each
+// (see Stage), so a stage holds only the input of each
 // micro-batch in flight: GPipe M on every stage but the last, 1F1B at most
 // K-s on stage s. The last stage fuses each micro-batch's forward and
 // backward, so it holds one under both schedules.

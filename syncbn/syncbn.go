@@ -1,4 +1,5 @@
-// Package syncbn is SyncBatchNorm for gdist models: batch normalisation
+// Package syncbn is SyncBatchNorm for any Model whose batch-norm layers
+// take a synchronisation hook (the built-in models have it): batch normalisation
 // whose batch statistics span every rank of a Comm (or a sub-group), so that
 // N ranks at batch B normalise exactly as one rank at batch N*B would.
 //
@@ -29,7 +30,7 @@ import (
 	"github.com/gdist/gdist/comm"
 )
 
-// Syncer implements models.BNLayer.Sync over a Comm.
+// Syncer synchronises batch-norm statistics over a Comm (the hook Model.SetBatchNormSync takes).
 type Syncer struct {
 	C comm.Comm
 	// Timeout bounds each collective (0: the Comm's own default). A lost

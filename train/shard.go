@@ -118,6 +118,7 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 	if c.Rank() == 0 {
 		md["format"] = zero.ShardFormat
 		md["model"] = m.Name
+		md["input_normalization"] = InputNormalization
 		md["num_params"] = strconv.Itoa(m.NumParams())
 		md["world_size"] = strconv.Itoa(c.Size())
 		md["shards"] = fmt.Sprintf("%s.rank<r>-of-%d.safetensors", filepath.Base(path), c.Size())

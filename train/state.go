@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"github.com/gdist/gdist/data"
 	"os"
 	"sort"
 	"strconv"
@@ -134,6 +135,11 @@ func sameShape(a, b []int) bool {
 // model checkpoint.
 func TrainStatePath(path string) string { return path + ".train" }
 
+// InputNormalization says, in every checkpoint's metadata, how inputs
+// were prepared in training: pixels scaled to [0, 1], then normalised with
+// the Fashion-MNIST training set's mean and standard deviation.
+var InputNormalization = fmt.Sprintf("x = (pixel/255 - %.4f) / %.4f", data.FashionMNISTMean, data.FashionMNISTStd)
+
 // Save writes the model to path (loadable by PyTorch's load_state_dict)
 // and the optimizer state and position to TrainStatePath(path), each file
 // atomically; the training state is written first and both carry the step,
@@ -143,6 +149,8 @@ func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta 
 		"format": "gdist-v1",
 		"model":  m.Name,
 		"step":   strconv.FormatInt(pos.Step, 10),
+		// What a PyTorch user must feed the loaded model.
+		"input_normalization": InputNormalization,
 	}
 	for k, v := range meta {
 		common[k] = v
