@@ -142,7 +142,7 @@ func distributed(t *testing.T, s setup, cs []comm.Comm, opts ddp.Options) []*mod
 			if err := s.ds.Batch(smp.Indices(0, k, nil), x, y); err != nil {
 				return err
 			}
-			if _, err := dstep(ctx, d, gr, x, y); err != nil {
+			if _, err := trainStep(ctx, d, gr, x, y); err != nil {
 				return err
 			}
 			opt.Step(m.Flat.Value, m.Flat.Grad)
@@ -342,7 +342,7 @@ func TestNoSync(t *testing.T) {
 		for k := 0; k < 3; k++ {
 			d.SetNoSync(k < 2)
 			ds.Batch(smp.Indices(0, k, nil), x, y)
-			if _, err := dstep(ctx, d, gr, x, y); err != nil {
+			if _, err := trainStep(ctx, d, gr, x, y); err != nil {
 				return err
 			}
 		}
@@ -474,13 +474,12 @@ func TestBucketLayout(t *testing.T) {
 	}
 }
 
-// dstep runs one training step of a built-in model's graph under d.
-func dstep(ctx context.Context, d *ddp.DDP, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	gr.OnGrad = d.AddGrad
-	var loss float32
-	err := d.Backward(ctx, func() (err error) {
-		loss, err = gr.Step(x, y)
-		return err
-	})
-	return loss, err
+// trainStep runs one training step of a built-in model's graph under a
+// strategy (its AddGrad and Backward).
+func trainStep(ctx context.Context, s interface {
+	AddGrad(int, []float32)
+	Backward(context.Context, func() error) error
+}, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	gr.OnGrad = s.AddGrad
+	return gr.StepIn(ctx, s.Backward, x, y)
 }

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/gdist/gdist/flat"
@@ -142,6 +143,21 @@ func (gr *Graph) Step(x []float32, y []int32) (float32, error) {
 		return 0, err
 	}
 	return gr.loss.Value().Data().(float32), nil
+}
+
+// StepIn runs Step inside a strategy's Backward (ddp.DDP.Backward,
+// zero.Engine.Backward), which reduces the gradients, and returns the
+// loss. Set OnGrad to the strategy's AddGrad first.
+func (gr *Graph) StepIn(ctx context.Context, backward func(context.Context, func() error) error, x []float32, y []int32) (float32, error) {
+	var loss float32
+	err := backward(ctx, func() (err error) {
+		loss, err = gr.Step(x, y)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return loss, nil
 }
 
 // Logits runs the forward pass and returns Batch x Classes logits (valid

@@ -37,19 +37,6 @@ func (m zooModel) NewStage(from, to, batch int, last bool) (pipeline.Stage, erro
 	return g, nil
 }
 
-// backward runs gr's training step inside a strategy's Backward.
-func backward(ctx context.Context, bw func(context.Context, func() error) error, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	var loss float32
-	err := bw(ctx, func() (err error) {
-		loss, err = gr.Step(x, y)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return loss, nil
-}
-
 type ddpStrategy struct {
 	d   *ddp.DDP
 	m   *models.Model
@@ -58,7 +45,7 @@ type ddpStrategy struct {
 
 func (s *ddpStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
 	gr.OnGrad = s.d.AddGrad
-	return backward(ctx, s.d.Backward, gr, x, y)
+	return gr.StepIn(ctx, s.d.Backward, x, y)
 }
 
 func (s *ddpStrategy) eval(_ context.Context, run func() error) error { return run() }
@@ -84,7 +71,7 @@ type zeroStrategy struct{ e *zero.Engine }
 
 func (s *zeroStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
 	gr.OnGrad = s.e.AddGrad // stage 3's layers hand theirs to the store
-	return backward(ctx, s.e.Backward, gr, x, y)
+	return gr.StepIn(ctx, s.e.Backward, x, y)
 }
 
 func (s *zeroStrategy) update(ctx context.Context) error { return s.e.Step(ctx) }

@@ -67,7 +67,7 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 				for a := 0; a < accum; a++ {
 					d.SetNoSync(a < accum-1)
 					ds.Batch(smp.Indices(0, k*accum+a, nil), x, y)
-					if _, err := ddpStep(ctx, d, gr, x, y); err != nil {
+					if _, err := trainStep(ctx, d, gr, x, y); err != nil {
 						return err
 					}
 				}
@@ -86,7 +86,7 @@ func train(t *testing.T, model string, n, stage int, oc optim.Config, accum int)
 				for a := 0; a < accum; a++ {
 					e.SetNoSync(a < accum-1)
 					ds.Batch(smp.Indices(0, k*accum+a, nil), x, y)
-					if _, err := zstep(ctx, e, gr, x, y); err != nil {
+					if _, err := trainStep(ctx, e, gr, x, y); err != nil {
 						return err
 					}
 				}
@@ -238,7 +238,7 @@ func TestDeadRankDuringGather(t *testing.T) {
 			}
 			gr, _ := m.NewGraph(4, true)
 			x := make([]float32, 4*784)
-			_, err = zstep(ctx, e, gr, x, []int32{1, 2, 3, 4})
+			_, err = trainStep(ctx, e, gr, x, []int32{1, 2, 3, 4})
 			errs <- err
 		}(c)
 	}
@@ -270,22 +270,12 @@ func TestDeadRankDuringGather(t *testing.T) {
 	}
 }
 
-func ddpStep(ctx context.Context, d *ddp.DDP, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	gr.OnGrad = d.AddGrad
-	var loss float32
-	err := d.Backward(ctx, func() (err error) {
-		loss, err = gr.Step(x, y)
-		return err
-	})
-	return loss, err
-}
-
-func zstep(ctx context.Context, e *zero.Engine, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	gr.OnGrad = e.AddGrad
-	var loss float32
-	err := e.Backward(ctx, func() (err error) {
-		loss, err = gr.Step(x, y)
-		return err
-	})
-	return loss, err
+// trainStep runs one training step of a built-in model's graph under a
+// strategy (its AddGrad and Backward).
+func trainStep(ctx context.Context, s interface {
+	AddGrad(int, []float32)
+	Backward(context.Context, func() error) error
+}, gr *models.Graph, x []float32, y []int32) (float32, error) {
+	gr.OnGrad = s.AddGrad
+	return gr.StepIn(ctx, s.Backward, x, y)
 }
