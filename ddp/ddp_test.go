@@ -102,7 +102,7 @@ func reference(t *testing.T, s setup, n int) *models.Model {
 		if err := s.ds.Batch(smp.Indices(0, k, nil), x, y); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := gr.Step(x, y); err != nil {
+		if _, err := gr.Step(context.Background(), x, y); err != nil {
 			t.Fatal(err)
 		}
 		opt.Step(m.Flat.Value, m.Flat.Grad)
@@ -260,7 +260,7 @@ func TestOverlap(t *testing.T) {
 		ds.Batch(smp.Indices(0, 0, nil), x, y)
 		var done time.Time
 		if err := d.Backward(ctx, func() error { // buckets launch inside
-			_, err := gr.Step(x, y)
+			_, err := gr.Step(context.Background(), x, y)
 			done = time.Now()
 			return err
 		}); err != nil {
@@ -305,7 +305,7 @@ func TestNoOverlapStartsAfterBackward(t *testing.T) {
 		gr.OnGrad = d.AddGrad
 		var done time.Time
 		if err := d.Backward(ctx, func() error {
-			_, err := gr.Step(make([]float32, 8*784), make([]int32, 8))
+			_, err := gr.Step(context.Background(), make([]float32, 8*784), make([]int32, 8))
 			done = time.Now()
 			return err
 		}); err != nil {
@@ -362,7 +362,7 @@ func TestNoSync(t *testing.T) {
 		smp := data.Sampler{N: ds.N, World: 2, Rank: r, Batch: 8, Seed: 9}
 		for k := 0; k < 3; k++ {
 			ds.Batch(smp.Indices(0, k, nil), x, y)
-			gr.Step(x, y)
+			gr.Step(context.Background(), x, y)
 		}
 	}
 	for i := range m.Flat.Grad {

@@ -38,6 +38,19 @@ func Tap(w *G.Node) (*G.Node, error) {
 
 var tapIDs atomic.Int64
 
+// Hook returns an identity node standing for the learnable w whose
+// backward calls fn with w's complete gradient for this pass (the sum
+// over every use of the returned node) right where gorgonia produces it.
+// fn must not keep grad after it returns. Unlike Tap, it needs no dual
+// values and no binding: it is how a graph builder that owns its
+// learnables (package nn) routes their gradients.
+func Hook(w *G.Node, fn func(grad []float32) error) (*G.Node, error) {
+	if w == nil || fn == nil {
+		return nil, fmt.Errorf("%w: Hook of a nil node or with a nil function", ErrInvalid)
+	}
+	return G.ApplyOp(&tapOp{id: tapIDs.Add(1), name: w.Name(), fn: fn}, w)
+}
+
 // tapCell routes a tap's backward to the Params that bound its learnable.
 type tapCell struct {
 	p   *Params
@@ -160,7 +173,8 @@ func allZero(s []float32) bool {
 type tapOp struct {
 	id   int64
 	name string
-	cell *tapCell
+	cell *tapCell                   // Tap
+	fn   func(grad []float32) error // Hook
 }
 
 func (op *tapOp) Arity() int { return 1 }
@@ -186,7 +200,7 @@ func (op *tapOp) String() string                   { return "tap(" + op.name + "
 func (op *tapOp) Do(v ...G.Value) (G.Value, error) { return v[0], nil }
 func (op *tapOp) DiffWRT(int) []bool               { return []bool{true} }
 func (op *tapOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	n, err := G.ApplyOp(&tapGradOp{tapOp{id: tapIDs.Add(1), name: op.name + "'", cell: op.cell}}, grad)
+	n, err := G.ApplyOp(&tapGradOp{tapOp{id: tapIDs.Add(1), name: op.name + "'", cell: op.cell, fn: op.fn}}, grad)
 	return G.Nodes{n}, err
 }
 
@@ -194,6 +208,17 @@ func (op *tapOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) 
 type tapGradOp struct{ tapOp }
 
 func (op *tapGradOp) Do(v ...G.Value) (G.Value, error) {
+	if op.fn != nil {
+		t, ok := v[0].(*tensor.Dense)
+		if !ok {
+			return nil, fmt.Errorf("%w: gradient of %q is a %T, not a dense tensor", ErrInvalid, op.name, v[0])
+		}
+		g, ok := t.Data().([]float32)
+		if !ok {
+			return nil, fmt.Errorf("%w: gradient of %q is %v, not float32", ErrInvalid, op.name, t.Dtype())
+		}
+		return v[0], op.fn(g)
+	}
 	c := op.cell
 	if c.p == nil {
 		return nil, fmt.Errorf("%w: learnable %q was tapped but never bound: pass it to ddp.Wrap or zero.Wrap", ErrInvalid, op.name[:len(op.name)-1])

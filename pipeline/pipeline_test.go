@@ -165,7 +165,7 @@ func reference(t *testing.T, name string, steps int) (*models.Model, []float64) 
 	var losses []float64
 	in := m.InputSize()
 	for s := 0; s < steps; s++ {
-		l, err := gr.Step(d.Images[s*testBatch*in:(s+1)*testBatch*in], d.Labels[s*testBatch:(s+1)*testBatch])
+		l, err := gr.Step(context.Background(), d.Images[s*testBatch*in:(s+1)*testBatch*in], d.Labels[s*testBatch:(s+1)*testBatch])
 		if err != nil {
 			t.Fatal(err)
 		}

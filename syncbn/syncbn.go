@@ -59,15 +59,19 @@ func (s *Syncer) Close() error {
 	return s.C.Close()
 }
 
-// Hook returns the function to put in a BNLayer's Sync field.
-func (s *Syncer) Hook() func(stage string, buf []float64) error {
-	return func(stage string, buf []float64) error {
+// Hook returns the function to put in a BNLayer's Sync field. Each call
+// runs its collective under the ctx it is given (the graph step's), bounded
+// further by Timeout when set.
+func (s *Syncer) Hook() func(ctx context.Context, stage string, buf []float64) error {
+	return func(ctx context.Context, stage string, buf []float64) error {
 		t0 := time.Now()
 		defer func() {
 			s.spent.Add(int64(time.Since(t0)))
 			s.calls.Add(1)
 		}()
-		ctx := context.Background()
+		if ctx == nil {
+			return comm.InvalidArgf("syncbn: %s statistics without a context: run the graph with Step(ctx, ...)", stage)
+		}
 		if s.Timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, s.Timeout)
@@ -143,9 +147,10 @@ func Combine(all []float64, p, c int) (count float64, mean, m2 []float64) {
 // fn is called during the forward pass with stage "forward" and the
 // layer's [sum (C), M2 (C), count], which it replaces by the values over
 // all ranks, and during backward with "backward" and [sum dy (C),
-// sum dy*xhat (C)], which it sums over all ranks. *models.Model has it.
+// sum dy*xhat (C)], which it sums over all ranks; ctx is the context of the
+// graph step that runs the layer and bounds the collectives. *nn.Model has it.
 type Model interface {
-	SetBatchNormSync(fn func(stage string, buf []float64) error) int
+	SetBatchNormSync(fn func(ctx context.Context, stage string, buf []float64) error) int
 }
 
 // Convert makes every batch-norm layer of m synchronise over c and

@@ -74,18 +74,18 @@ func TestEquivalence(t *testing.T) {
 				var want refOut
 				st := &models.BNState{}
 				for step := 0; step < 2; step++ {
-					y, err := ref.Forward(x, total, inner, gamma, beta, true, st)
+					y, err := ref.Forward(context.Background(), x, total, inner, gamma, beta, true, st)
 					if err != nil {
 						t.Fatal(err)
 					}
-					dx, dg, db, err := ref.Backward(dy, inner, gamma, st)
+					dx, dg, db, err := ref.Backward(context.Background(), dy, inner, gamma, st)
 					if err != nil {
 						t.Fatal(err)
 					}
 					want = refOut{y: y, dx: dx, dg: dg, db: db}
 				}
 				want.rm, want.rv = ref.RunningMean, ref.RunningVar
-				want.yEval, _ = ref.Forward(x, total, inner, gamma, beta, false, nil)
+				want.yEval, _ = ref.Forward(context.Background(), x, total, inner, gamma, beta, false, nil)
 
 				cs, err := inproc.New(len(batches), comm.Options{})
 				if err != nil {
@@ -107,18 +107,18 @@ func TestEquivalence(t *testing.T) {
 					xs, dys := slice(x, lo, hi, c, inner), slice(dy, lo, hi, c, inner)
 					var out refOut
 					for step := 0; step < 2; step++ {
-						y, err := l.Forward(xs, hi-lo, inner, gamma, beta, true, st)
+						y, err := l.Forward(context.Background(), xs, hi-lo, inner, gamma, beta, true, st)
 						if err != nil {
 							return err
 						}
-						dx, dg, db, err := l.Backward(dys, inner, gamma, st)
+						dx, dg, db, err := l.Backward(context.Background(), dys, inner, gamma, st)
 						if err != nil {
 							return err
 						}
 						out = refOut{y: y, dx: dx, dg: dg, db: db}
 					}
 					out.rm, out.rv = l.RunningMean, l.RunningVar
-					out.yEval, _ = l.Forward(xs, hi-lo, inner, gamma, beta, false, nil)
+					out.yEval, _ = l.Forward(context.Background(), xs, hi-lo, inner, gamma, beta, false, nil)
 					results[r] = out
 					return nil
 				})
@@ -223,7 +223,7 @@ func TestDeadRank(t *testing.T) {
 		go func(r int) {
 			l := newLayer(2)
 			l.Sync = (&Syncer{C: cs[r]}).Hook()
-			_, err := l.Forward(gen(4, 2, 1, 0, r), 4, 1, []float32{1, 1}, []float32{0, 0}, true, &models.BNState{})
+			_, err := l.Forward(context.Background(), gen(4, 2, 1, 0, r), 4, 1, []float32{1, 1}, []float32{0, 0}, true, &models.BNState{})
 			errs <- err
 		}(r)
 	}
@@ -245,7 +245,7 @@ func TestAllEmpty(t *testing.T) {
 	err := commtest.RunRanks(context.Background(), cs, 10*time.Second, func(ctx context.Context, c comm.Comm) error {
 		l := newLayer(2)
 		l.Sync = (&Syncer{C: c}).Hook()
-		_, err := l.Forward(nil, 0, 1, []float32{1, 1}, []float32{0, 0}, true, &models.BNState{})
+		_, err := l.Forward(context.Background(), nil, 0, 1, []float32{1, 1}, []float32{0, 0}, true, &models.BNState{})
 		if err == nil {
 			return fmt.Errorf("no error")
 		}
@@ -269,7 +269,7 @@ func TestConvert(t *testing.T) {
 			return fmt.Errorf("converted %d layers", s.Layers)
 		}
 		gr, _ := m.NewGraph(2, true)
-		if _, err := gr.Step(make([]float32, 2*784), []int32{1, 2}); err != nil {
+		if _, err := gr.Step(context.Background(), make([]float32, 2*784), []int32{1, 2}); err != nil {
 			return err
 		}
 		if _, calls := s.Spent(); calls != 4 { // 2 layers x (forward + backward)

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"bytes"
 	"fmt"
 	"os/exec"
@@ -66,7 +67,7 @@ func TestLoadsInPyTorch(t *testing.T) {
 			for i := range x {
 				x[i] = float32(i%13) / 7
 			}
-			if _, err := gr.Step(x, []int32{1, 2, 3, 4}); err != nil {
+			if _, err := gr.Step(context.Background(), x, []int32{1, 2, 3, 4}); err != nil {
 				t.Fatal(err)
 			}
 			opt, _ := optim.New(optim.Config{Name: "sgd", LR: 0.1}, m.NumParams())

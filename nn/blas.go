@@ -1,6 +1,6 @@
 //go:build cgo && !noblas
 
-package models
+package nn
 
 // The default build multiplies matrices with OpenBLAS through gonum's netlib
 // bindings (about 15x faster than gonum's pure-Go BLAS on this project's

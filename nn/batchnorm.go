@@ -1,6 +1,7 @@
-package models
+package nn
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -30,7 +31,19 @@ type BNLayer struct {
 	// (stage "backward") it gets [sum dy (C), sum dy*xhat (C)] and must
 	// replace them with their sums over all ranks. nil means plain
 	// (per-rank) batch norm.
-	Sync func(stage string, buf []float64) error
+	Sync SyncFunc
+}
+
+// SyncFunc makes batch-norm statistics span ranks (see BNLayer.Sync); ctx
+// bounds its collectives (it is the context of the graph's Step).
+type SyncFunc = func(ctx context.Context, stage string, buf []float64) error
+
+func (l *BNLayer) reset() {
+	clear(l.RunningMean)
+	for i := range l.RunningVar {
+		l.RunningVar[i] = 1
+	}
+	l.NumBatches = 0
 }
 
 func newBNLayer(prefix string, c int) *BNLayer {
@@ -57,10 +70,10 @@ type BNState struct {
 // mode it uses the batch statistics (spanning ranks when Sync is set),
 // updates the running statistics and fills st; in eval mode it uses the
 // running statistics.
-func (l *BNLayer) Forward(x []float32, n, inner int, gamma, beta []float32, train bool, st *BNState) ([]float32, error) {
+func (l *BNLayer) Forward(ctx context.Context, x []float32, n, inner int, gamma, beta []float32, train bool, st *BNState) ([]float32, error) {
 	c := l.C
 	if len(x) != n*c*inner || len(gamma) != c || len(beta) != c {
-		return nil, fmt.Errorf("models: batch norm %s: input of %d values is not %d x %d x %d, or scale/shift not of length %d", l.Prefix, len(x), n, c, inner, c)
+		return nil, fmt.Errorf("nn: batch norm %s: input of %d values is not %d x %d x %d, or scale/shift not of length %d", l.Prefix, len(x), n, c, inner, c)
 	}
 	out := make([]float32, len(x))
 	mean := make([]float64, c)
@@ -96,8 +109,8 @@ func (l *BNLayer) Forward(x []float32, n, inner int, gamma, beta []float32, trai
 			}
 		}
 		if l.Sync != nil {
-			if err := l.Sync("forward", stats); err != nil {
-				return nil, fmt.Errorf("models: batch norm %s: %w", l.Prefix, err)
+			if err := l.Sync(ctx, "forward", stats); err != nil {
+				return nil, fmt.Errorf("nn: batch norm %s: %w", l.Prefix, err)
 			}
 		}
 		m := stats[2*c]
@@ -176,16 +189,16 @@ func (l *BNLayer) ParamGrads(dy []float32, inner int, st *BNState) (dgamma, dbet
 
 // InputGrad returns dx. With Sync set, the per-channel sums it needs span
 // all ranks (one all-reduce of [sum dy, sum dy*xhat]).
-func (l *BNLayer) InputGrad(dy []float32, inner int, gamma []float32, st *BNState) ([]float32, error) {
+func (l *BNLayer) InputGrad(ctx context.Context, dy []float32, inner int, gamma []float32, st *BNState) ([]float32, error) {
 	if len(dy) != len(st.XHat) {
-		return nil, fmt.Errorf("models: batch norm %s: gradient of %d values for an input of %d", l.Prefix, len(dy), len(st.XHat))
+		return nil, fmt.Errorf("nn: batch norm %s: gradient of %d values for an input of %d", l.Prefix, len(dy), len(st.XHat))
 	}
 	sums := l.localSums(dy, inner, st)
 	c := l.C
 	if l.Sync != nil {
 		sums = append([]float64(nil), sums...)
-		if err := l.Sync("backward", sums); err != nil {
-			return nil, fmt.Errorf("models: batch norm %s: %w", l.Prefix, err)
+		if err := l.Sync(ctx, "backward", sums); err != nil {
+			return nil, fmt.Errorf("nn: batch norm %s: %w", l.Prefix, err)
 		}
 	}
 	out := make([]float32, len(dy))
@@ -201,9 +214,9 @@ func (l *BNLayer) InputGrad(dy []float32, inner int, gamma []float32, st *BNStat
 }
 
 // Backward is InputGrad and ParamGrads together.
-func (l *BNLayer) Backward(dy []float32, inner int, gamma []float32, st *BNState) (dx, dgamma, dbeta []float32, err error) {
+func (l *BNLayer) Backward(ctx context.Context, dy []float32, inner int, gamma []float32, st *BNState) (dx, dgamma, dbeta []float32, err error) {
 	dgamma, dbeta = l.ParamGrads(dy, inner, st)
-	dx, err = l.InputGrad(dy, inner, gamma, st)
+	dx, err = l.InputGrad(ctx, dy, inner, gamma, st)
 	return dx, dgamma, dbeta, err
 }
 
@@ -213,6 +226,7 @@ type bnOp struct {
 	l     *BNLayer
 	train bool
 	st    *BNState
+	ctx   *context.Context // the running Step's
 }
 
 func (op *bnOp) Arity() int { return 3 }
@@ -245,7 +259,7 @@ func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := op.l.Forward(x, shape[0], inner(shape), gamma, beta, op.train, op.st)
+	out, err := op.l.Forward(*op.ctx, x, shape[0], inner(shape), gamma, beta, op.train, op.st)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +311,7 @@ func (op *bnGradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	l, st, in := op.fwd.l, op.fwd.st, inner(shape)
 	if op.which == 0 {
-		dx, err := l.InputGrad(dy, in, gamma, st)
+		dx, err := l.InputGrad(*op.fwd.ctx, dy, in, gamma, st)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
-package models
+package nn
 
 import (
+	"context"
 	"math"
 	"testing"
 )
@@ -24,18 +25,18 @@ func TestStagesEqualGraph(t *testing.T) {
 		name   string
 		bounds []int
 	}{
-		{"mlp", []int{0, 2, 6}},
-		{"mlp", []int{0, 1, 3, 4, 6}}, // a parameter-less first stage
+		{"mlp", []int{0, 2, 5}},
+		{"mlp", []int{0, 1, 2, 4, 5}}, // a parameter-less middle stage
 		{"cnn", []int{0, 4, 7, 10}},   // 4-D and flattened boundaries
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			const b = 3
-			ref, err := New(tc.name, 5)
+			ref, err := newZoo(tc.name, 5)
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, _ := New(tc.name, 5)
+			m, _ := newZoo(tc.name, 5)
 			if n := m.NumLayers(); n != tc.bounds[len(tc.bounds)-1] {
 				t.Fatalf("NumLayers %d", n)
 			}
@@ -44,7 +45,7 @@ func TestStagesEqualGraph(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := gr.Step(x, y)
+			want, err := gr.Step(context.Background(), x, y)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +118,7 @@ func TestStagesEqualGraph(t *testing.T) {
 }
 
 func TestStageErrors(t *testing.T) {
-	m, _ := New("mlp", 1)
+	m, _ := newZoo("mlp", 1)
 	if _, err := m.NewStageGraph(2, 2, 4, false); err == nil {
 		t.Error("empty range accepted")
 	}
@@ -127,7 +128,7 @@ func TestStageErrors(t *testing.T) {
 	if _, err := m.NewStageGraph(0, 3, 4, true); err == nil {
 		t.Error("last=true for a middle stage accepted")
 	}
-	bn, _ := New("cnn-bn", 1)
+	bn, _ := newZoo("cnn-bn", 1)
 	if _, err := bn.NewStageGraph(0, 3, 4, false); err == nil {
 		t.Error("batch norm accepted")
 	}

@@ -1,4 +1,4 @@
-package models
+package nn
 
 import (
 	"context"
@@ -22,7 +22,9 @@ type Graph struct {
 	// default (nil) adds it into M.Flat.Grad.
 	OnGrad GradHook
 
-	hook   GradHook // what the hook ops call: OnGrad or the default
+	hook   GradHook        // what the hook ops call: OnGrad or the default
+	ctx    context.Context // the running Step's, only while it runs
+	gates  []*gate
 	g      *G.ExprGraph
 	xT, yT *tensor.Dense
 	loss   *G.Node
@@ -43,47 +45,28 @@ func (m *Model) NewGraph(batch int, train bool) (gr *Graph, err error) {
 
 func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 	if batch < 1 {
-		return nil, fmt.Errorf("models: batch %d < 1", batch)
+		return nil, fmt.Errorf("nn: batch %d < 1", batch)
 	}
 	gr := &Graph{M: m, Batch: batch, Train: train}
 	g := G.NewGraph()
 	gr.g = g
-	gr.xT = tensor.New(tensor.WithShape(batch, m.inC, m.inH, m.inW), tensor.WithBacking(make([]float32, batch*m.InputSize())))
-	x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(batch, m.inC, m.inH, m.inW), G.WithName("x"), G.WithValue(gr.xT))
-	raw := make([]*G.Node, len(m.Params))
-	hooked := make([]*G.Node, len(m.Params))
-	for i, p := range m.Params {
-		if m.Store != nil {
-			break // the layers fetch their parameters from the store
-		}
-		t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(m.Flat.Value[p.Offset:p.Offset+p.Size]))
-		raw[i] = G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
-		if train {
-			n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), "hook(" + p.Name + ")"}, param: i, fn: &gr.hook}, raw[i])
-			if err != nil {
-				return nil, err
-			}
-			hooked[i] = n
-		} else {
-			hooked[i] = raw[i]
-		}
+	shape := append([]int{batch}, m.inShape...)
+	gr.xT = tensor.New(tensor.WithShape(shape...), tensor.WithBacking(make([]float32, batch*m.InputSize())))
+	x := G.NewTensor(g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName("x"), G.WithValue(gr.xT))
+	var hooks *hookSet
+	if train {
+		hooks = &hookSet{m: m, onGrad: &gr.hook}
 	}
-	b := &builder{m: m, train: train, batch: batch, atInput: true}
-	h := x
-	pi := 0
-	for _, l := range m.layers {
-		np := len(l.params())
-		var err error
-		b.pi = pi
-		if h, err = l.apply(b, h, hooked[pi:pi+np]); err != nil {
-			return nil, fmt.Errorf("models: building %s: %w", m.Name, err)
-		}
-		_, reshape := l.(flatten)
-		b.atInput = b.atInput && reshape
-		pi += np
+	b := m.builder(g, train, batch, hooks)
+	b.ctx = &gr.ctx
+	h, err := b.build(0, x)
+	if err != nil {
+		return nil, fmt.Errorf("nn: building %s: %w", m.Name, err)
 	}
+	gr.gates = b.gates
 	gr.logits = h
 	if train {
+		hooks.gates = gateIndex(b.gates)
 		gr.yT = tensor.New(tensor.WithShape(batch), tensor.WithBacking(make([]float32, batch)))
 		y := G.NewVector(g, tensor.Float32, G.WithShape(batch), G.WithName("y"), G.WithValue(gr.yT))
 		loss, err := G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, h, y)
@@ -91,24 +74,38 @@ func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 			return nil, err
 		}
 		gr.loss = loss
-		wrt := raw
-		if m.Store != nil {
-			// No parameter nodes: differentiate down to the input, so
-			// every layer's backward op runs (and hands its gradients
-			// to the store).
-			wrt = []*G.Node{x}
-		}
-		if _, err := G.Grad(loss, wrt...); err != nil {
-			return nil, fmt.Errorf("models: gradients of %s: %w", m.Name, err)
+		if len(b.leaves) > 0 {
+			if _, err := G.Grad(loss, b.leaves...); err != nil {
+				return nil, fmt.Errorf("nn: gradients of %s: %w", m.Name, err)
+			}
 		}
 	}
 	gr.vm = G.NewTapeMachine(g)
 	return gr, nil
 }
 
+// gateIndex maps each parameter to its layer's gate.
+func gateIndex(gates []*gate) map[int]*gate {
+	out := map[int]*gate{}
+	for _, g := range gates {
+		for _, i := range g.idx {
+			out[i] = g
+		}
+	}
+	return out
+}
+
+// releaseAll drops whatever gathered parameters a pass left (learnables
+// without a gradient, or a pass that failed).
+func releaseAll(gates []*gate) {
+	for _, g := range gates {
+		g.release()
+	}
+}
+
 func (gr *Graph) load(x []float32) error {
 	if len(x) != gr.Batch*gr.M.InputSize() {
-		return fmt.Errorf("models: got %d input floats, want %d (batch %d x %d)", len(x), gr.Batch*gr.M.InputSize(), gr.Batch, gr.M.InputSize())
+		return fmt.Errorf("nn: got %d input floats, want %d (batch %d x %d)", len(x), gr.Batch*gr.M.InputSize(), gr.Batch, gr.M.InputSize())
 	}
 	copy(gr.xT.Data().([]float32), x)
 	return nil
@@ -117,20 +114,20 @@ func (gr *Graph) load(x []float32) error {
 // Step runs forward, loss and backward on one batch (x: Batch samples,
 // y: Batch labels) and returns the mean loss. Each gradient goes to OnGrad
 // (default: added into M.Flat.Grad) as soon as it is computed.
-func (gr *Graph) Step(x []float32, y []int32) (float32, error) {
+func (gr *Graph) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	if !gr.Train {
-		return 0, fmt.Errorf("models: Step on an evaluation graph")
+		return 0, fmt.Errorf("nn: Step on an evaluation graph")
 	}
 	if err := gr.load(x); err != nil {
 		return 0, err
 	}
 	if len(y) != gr.Batch {
-		return 0, fmt.Errorf("models: got %d labels, want %d", len(y), gr.Batch)
+		return 0, fmt.Errorf("nn: got %d labels, want %d", len(y), gr.Batch)
 	}
 	yd := gr.yT.Data().([]float32)
 	for i, l := range y {
 		if l < 0 || int(l) >= gr.M.classes {
-			return 0, fmt.Errorf("models: label %d out of range [0, %d)", l, gr.M.classes)
+			return 0, fmt.Errorf("nn: label %d out of range [0, %d)", l, gr.M.classes)
 		}
 		yd[i] = float32(l)
 	}
@@ -138,8 +135,7 @@ func (gr *Graph) Step(x []float32, y []int32) (float32, error) {
 	if gr.hook == nil {
 		gr.hook = gr.M.accumulate
 	}
-	defer gr.vm.Reset()
-	if err := gr.vm.RunAll(); err != nil {
+	if err := gr.run(ctx); err != nil {
 		return 0, err
 	}
 	return gr.loss.Value().Data().(float32), nil
@@ -151,7 +147,7 @@ func (gr *Graph) Step(x []float32, y []int32) (float32, error) {
 func (gr *Graph) StepIn(ctx context.Context, backward func(context.Context, func() error) error, x []float32, y []int32) (float32, error) {
 	var loss float32
 	err := backward(ctx, func() (err error) {
-		loss, err = gr.Step(x, y)
+		loss, err = gr.Step(ctx, x, y)
 		return err
 	})
 	if err != nil {
@@ -164,16 +160,26 @@ func (gr *Graph) StepIn(ctx context.Context, backward func(context.Context, func
 // until the next call).
 func (gr *Graph) Logits(x []float32) ([]float32, error) {
 	if gr.Train {
-		return nil, fmt.Errorf("models: Logits on a training graph")
+		return nil, fmt.Errorf("nn: Logits on a training graph")
 	}
 	if err := gr.load(x); err != nil {
 		return nil, err
 	}
-	defer gr.vm.Reset()
-	if err := gr.vm.RunAll(); err != nil {
+	if err := gr.run(nil); err != nil {
 		return nil, err
 	}
 	return append([]float32(nil), gr.logits.Value().Data().([]float32)...), nil
+}
+
+// run runs the machine once under ctx.
+func (gr *Graph) run(ctx context.Context) error {
+	gr.ctx = ctx
+	defer func() {
+		gr.ctx = nil
+		releaseAll(gr.gates)
+		gr.vm.Reset()
+	}()
+	return gr.vm.RunAll()
 }
 
 func (m *Model) accumulate(i int, g []float32) {

@@ -1,6 +1,7 @@
-package models
+package nn
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -264,7 +265,7 @@ func TestConv2dBadShapes(t *testing.T) {
 // TestCNNSkipsInputGrad checks that the first convolution, whose input is
 // the data, gets no input-gradient op, and the second one does.
 func TestCNNSkipsInputGrad(t *testing.T) {
-	m, err := New("cnn", 1)
+	m, err := newZoo("cnn", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestCNNLearns(t *testing.T) {
 		name, lr := c.name, c.lr
 		t.Run(name, func(t *testing.T) {
 			const batch, steps = 16, 20
-			m, err := New(name, 1)
+			m, err := newZoo(name, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,7 +347,7 @@ func TestCNNLearns(t *testing.T) {
 					t.Fatal(err)
 				}
 				m.ZeroGrad()
-				loss, err := gr.Step(x, y)
+				loss, err := gr.Step(context.Background(), x, y)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -381,7 +382,7 @@ func TestCNNLearns(t *testing.T) {
 			}
 			want := CrossEntropy(lg, y, m.Classes())
 			m.ZeroGrad()
-			got, err := gr.Step(x, y)
+			got, err := gr.Step(context.Background(), x, y)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -393,7 +394,7 @@ func TestCNNLearns(t *testing.T) {
 }
 
 func benchStep(b *testing.B, name string) {
-	m, err := New(name, 1)
+	m, err := newZoo(name, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -416,7 +417,7 @@ func benchStep(b *testing.B, name string) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.ZeroGrad()
-		if _, err := gr.Step(x, y); err != nil {
+		if _, err := gr.Step(context.Background(), x, y); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,8 +1,10 @@
-package models
+package nn
 
 import (
+	"context"
 	"fmt"
 	"github.com/gdist/gdist/flat"
+	"strings"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -14,73 +16,6 @@ import (
 // parameters are laid out layer by layer, the parameters of layers
 // [from, to) are one contiguous range of Flat and Grad (StageRange), which a
 // data-parallel group over the same stage can all-reduce as one buffer.
-
-// NumLayers is the number of layers in the model's sequential layer list
-// (activations and reshapes count as layers).
-func (m *Model) NumLayers() int { return len(m.layers) }
-
-// LayerParamRange returns, for layer i, the index in m.Params of its first
-// parameter, how many parameters it has, and how many scalars they hold.
-func (m *Model) LayerParamRange(i int) (first, count, scalars int) {
-	for j, l := range m.layers {
-		ps := l.params()
-		if j == i {
-			for k := range ps {
-				scalars += m.Params[first+k].Size
-			}
-			return first, len(ps), scalars
-		}
-		first += len(ps)
-	}
-	return first, 0, 0
-}
-
-// StageRange returns the range [off, off+n) of Flat and Grad holding the
-// parameters of layers [from, to).
-func (m *Model) StageRange(from, to int) (off, n int) {
-	first, _, _ := m.LayerParamRange(from)
-	off = m.NumParams()
-	if first < len(m.Params) {
-		off = m.Params[first].Offset
-	}
-	for i := from; i < to; i++ {
-		_, _, s := m.LayerParamRange(i)
-		n += s
-	}
-	return off, n
-}
-
-// LayerShapes returns the activation shapes at every layer boundary for a
-// batch: element i is the input shape of layer i, element NumLayers() the
-// logits' shape.
-func (m *Model) LayerShapes(batch int) ([]tensor.Shape, error) {
-	if batch < 1 {
-		return nil, fmt.Errorf("models: batch %d < 1", batch)
-	}
-	if m.Store != nil {
-		return nil, fmt.Errorf("models: stages of a store-backed model are not supported")
-	}
-	g := G.NewGraph()
-	h := G.NewTensor(g, tensor.Float32, 4, G.WithShape(batch, m.inC, m.inH, m.inW), G.WithName("x"))
-	out := []tensor.Shape{h.Shape().Clone()}
-	b := &builder{m: m, train: true, batch: batch, atInput: true}
-	pi := 0
-	for _, l := range m.layers {
-		ps := l.params()
-		nodes := make([]*G.Node, len(ps))
-		for k, p := range ps {
-			nodes[k] = G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(fmt.Sprintf("p%d", pi+k)))
-		}
-		b.pi = pi
-		var err error
-		if h, err = l.apply(b, h, nodes); err != nil {
-			return nil, err
-		}
-		out = append(out, h.Shape().Clone())
-		pi += len(ps)
-	}
-	return out, nil
-}
 
 // StageGraph is layers [From, To) of a model compiled for one micro-batch
 // size, as one stage of a pipeline. It shares the model's Flat and Grad
@@ -122,6 +57,7 @@ type StageGraph struct {
 	InShape, OutShape tensor.Shape
 
 	hook GradHook
+	ctx  context.Context // stays nil: stages hold no batch norm
 
 	// forward-only graph (non-last stages)
 	fvm G.VM
@@ -150,66 +86,56 @@ func (m *Model) NewStageGraph(from, to, batch int, last bool) (s *StageGraph, er
 }
 
 func (m *Model) newStageGraph(from, to, batch int, last bool) (*StageGraph, error) {
-	n := len(m.layers)
+	n := m.NumLayers()
 	if from < 0 || to > n || from >= to {
-		return nil, fmt.Errorf("models: stage layers [%d, %d) not a non-empty range of [0, %d)", from, to, n)
+		return nil, fmt.Errorf("nn: stage layers [%d, %d) not a non-empty range of [0, %d)", from, to, n)
 	}
 	if last != (to == n) {
-		return nil, fmt.Errorf("models: stage [%d, %d) of %d layers: last=%v", from, to, n, last)
+		return nil, fmt.Errorf("nn: stage [%d, %d) of %d layers: last=%v", from, to, n, last)
 	}
-	for i := from; i < to; i++ {
-		if _, ok := m.layers[i].(batchNorm); ok {
-			return nil, fmt.Errorf("models: %s: batch norm (layer %d) is not supported in pipeline stages", m.Name, i)
+	if m.Store != nil {
+		return nil, fmt.Errorf("nn: %s: pipeline stages of a store-backed (ZeRO-3) model are not supported", m.Name)
+	}
+	for _, bn := range m.BNs {
+		for i := from; i < to; i++ {
+			md := m.mods[m.layerMod(i)]
+			if bn.Prefix == md.prefix || strings.HasPrefix(bn.Prefix, md.prefix+".") || md.prefix == "" {
+				return nil, fmt.Errorf("nn: %s: batch norm (%s, in layer %d) is not supported in pipeline stages", m.Name, bn.Prefix, i)
+			}
 		}
 	}
-	shapes, err := m.LayerShapes(batch)
+	shapes, err := m.shapesLocked(batch, 0, n)
 	if err != nil {
 		return nil, err
 	}
 	s := &StageGraph{M: m, From: from, To: to, Batch: batch, Last: last, Scale: 1,
 		InShape: shapes[from].Clone(), OutShape: shapes[to].Clone()}
-	first, _, _ := m.LayerParamRange(from)
-	end, _, _ := m.LayerParamRange(to)
-	if to == n {
-		end = len(m.Params)
+	_, np, _ := m.LayerParamRange(from)
+	for i := from + 1; i < to; i++ {
+		_, c, _ := m.LayerParamRange(i)
+		np += c
 	}
 	if !last {
-		if err := s.buildForward(first, end); err != nil {
+		if err := s.buildForward(); err != nil {
 			return nil, err
 		}
 	}
-	if from > 0 || end > first || last {
-		if err := s.buildTrain(first, end); err != nil {
+	if from > 0 || np > 0 || last {
+		if err := s.buildTrain(); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// paramNode makes the graph node of parameter i over m.Flat.Value.
-func (s *StageGraph) paramNode(g *G.ExprGraph, i int) *G.Node {
-	p := s.M.Params[i]
-	t := tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(s.M.Flat.Value[p.Offset:p.Offset+p.Size]))
-	return G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name), G.WithValue(t))
-}
-
-// layers applies the stage's layers to x with parameter nodes ps
-// (indexed from the stage's first parameter).
-func (s *StageGraph) layers(x *G.Node, first int, ps []*G.Node, train bool) (*G.Node, error) {
-	b := &builder{m: s.M, train: train, batch: s.Batch, atInput: s.From == 0}
+// layers applies the stage's layers to x.
+func (s *StageGraph) layers(b *Builder, x *G.Node) (*G.Node, error) {
 	h := x
-	pi := first
 	for i := s.From; i < s.To; i++ {
-		l := s.M.layers[i]
-		np := len(l.params())
-		b.pi = pi
 		var err error
-		if h, err = l.apply(b, h, ps[pi-first:pi-first+np]); err != nil {
-			return nil, fmt.Errorf("models: building %s layer %d: %w", s.M.Name, i, err)
+		if h, err = b.build(s.M.layerMod(i), h); err != nil {
+			return nil, fmt.Errorf("nn: building %s layer %d: %w", s.M.Name, i, err)
 		}
-		_, reshape := l.(flatten)
-		b.atInput = b.atInput && reshape
-		pi += np
 	}
 	return h, nil
 }
@@ -219,14 +145,12 @@ func (s *StageGraph) input(g *G.ExprGraph) (*G.Node, *tensor.Dense) {
 	return G.NewTensor(g, tensor.Float32, len(s.InShape), G.WithShape(s.InShape.Clone()...), G.WithName("x"), G.WithValue(t)), t
 }
 
-func (s *StageGraph) buildForward(first, end int) error {
+func (s *StageGraph) buildForward() error {
 	g := G.NewGraph()
 	x, xt := s.input(g)
-	ps := make([]*G.Node, end-first)
-	for i := range ps {
-		ps[i] = s.paramNode(g, first+i)
-	}
-	out, err := s.layers(x, first, ps, true)
+	b := s.M.builder(g, true, s.Batch, nil)
+	b.ctx = &s.ctx
+	out, err := s.layers(b, x)
 	if err != nil {
 		return err
 	}
@@ -235,20 +159,15 @@ func (s *StageGraph) buildForward(first, end int) error {
 	return nil
 }
 
-func (s *StageGraph) buildTrain(first, end int) error {
+func (s *StageGraph) buildTrain() error {
 	g := G.NewGraph()
 	x, xt := s.input(g)
-	raw := make([]*G.Node, end-first)
-	hooked := make([]*G.Node, end-first)
-	for i := range raw {
-		raw[i] = s.paramNode(g, first+i)
-		n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), "hook(" + s.M.Params[first+i].Name + ")"}, param: first + i, fn: &s.hook}, raw[i])
-		if err != nil {
-			return err
-		}
-		hooked[i] = n
+	b := s.M.builder(g, true, s.Batch, &hookSet{m: s.M, onGrad: &s.hook})
+	b.ctx = &s.ctx
+	if s.From > 0 {
+		b.needDX[x] = true
 	}
-	out, err := s.layers(x, first, hooked, true)
+	out, err := s.layers(b, x)
 	if err != nil {
 		return err
 	}
@@ -271,14 +190,14 @@ func (s *StageGraph) buildTrain(first, end int) error {
 			return err
 		}
 	}
-	wrt := raw
+	wrt := b.leaves
 	if s.From > 0 {
-		wrt = append(append([]*G.Node(nil), raw...), x)
+		wrt = append(append([]*G.Node(nil), wrt...), x)
 	}
 	if len(wrt) > 0 {
 		grads, err := G.Grad(cost, wrt...)
 		if err != nil {
-			return fmt.Errorf("models: gradients of %s stage [%d, %d): %w", s.M.Name, s.From, s.To, err)
+			return fmt.Errorf("nn: gradients of %s stage [%d, %d): %w", s.M.Name, s.From, s.To, err)
 		}
 		if s.From > 0 {
 			s.dx = grads[len(grads)-1]
@@ -292,7 +211,7 @@ func (s *StageGraph) buildTrain(first, end int) error {
 func (s *StageGraph) loadX(dst *tensor.Dense, x []float32) error {
 	d := dst.Data().([]float32)
 	if len(x) != len(d) {
-		return fmt.Errorf("models: stage [%d, %d): got %d input floats, want %d (shape %v)", s.From, s.To, len(x), len(d), s.InShape)
+		return fmt.Errorf("nn: stage [%d, %d): got %d input floats, want %d (shape %v)", s.From, s.To, len(x), len(d), s.InShape)
 	}
 	copy(d, x)
 	return nil
@@ -308,7 +227,7 @@ func (s *StageGraph) OutSize() int { return s.OutShape.TotalSize() }
 // Parameters and gradients are untouched.
 func (s *StageGraph) Forward(x []float32) ([]float32, error) {
 	if s.Last {
-		return nil, fmt.Errorf("models: Forward on the last stage; use Step")
+		return nil, fmt.Errorf("nn: Forward on the last stage; use Step")
 	}
 	if err := s.loadX(s.fx, x); err != nil {
 		return nil, err
@@ -344,10 +263,10 @@ func (s *StageGraph) gradX() []float32 {
 // stage: use Step.
 func (s *StageGraph) Backward(x, gradOut []float32) ([]float32, error) {
 	if s.Last {
-		return nil, fmt.Errorf("models: Backward on the last stage; use Step")
+		return nil, fmt.Errorf("nn: Backward on the last stage; use Step")
 	}
 	if len(gradOut) != s.OutSize() {
-		return nil, fmt.Errorf("models: stage [%d, %d): got %d output gradient floats, want %d", s.From, s.To, len(gradOut), s.OutSize())
+		return nil, fmt.Errorf("nn: stage [%d, %d): got %d output gradient floats, want %d", s.From, s.To, len(gradOut), s.OutSize())
 	}
 	if s.tvm == nil {
 		return nil, nil // the first stage has no parameters: nothing to do
@@ -369,18 +288,18 @@ func (s *StageGraph) Backward(x, gradOut []float32) ([]float32, error) {
 // Scale*loss) go to OnGrad.
 func (s *StageGraph) Step(x []float32, y []int32) (float32, []float32, error) {
 	if !s.Last {
-		return 0, nil, fmt.Errorf("models: Step on a stage that is not the last")
+		return 0, nil, fmt.Errorf("nn: Step on a stage that is not the last")
 	}
 	if err := s.loadX(s.tx, x); err != nil {
 		return 0, nil, err
 	}
 	if len(y) != s.Batch {
-		return 0, nil, fmt.Errorf("models: got %d labels, want %d", len(y), s.Batch)
+		return 0, nil, fmt.Errorf("nn: got %d labels, want %d", len(y), s.Batch)
 	}
 	yd := s.yT.Data().([]float32)
 	for i, l := range y {
 		if l < 0 || int(l) >= s.M.classes {
-			return 0, nil, fmt.Errorf("models: label %d out of range [0, %d)", l, s.M.classes)
+			return 0, nil, fmt.Errorf("nn: label %d out of range [0, %d)", l, s.M.classes)
 		}
 		yd[i] = float32(l)
 	}
@@ -451,7 +370,7 @@ func scalarF32(v G.Value) (float32, error) {
 			return f[0], nil
 		}
 	}
-	return 0, fmt.Errorf("models: want a float32 scalar, got %T", v)
+	return 0, fmt.Errorf("nn: want a float32 scalar, got %T", v)
 }
 
 // ---- dot: sum(a * b) of two same-shape tensors; d a = b * dcost ----

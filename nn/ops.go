@@ -1,4 +1,4 @@
-package models
+package nn
 
 import (
 	"fmt"
@@ -39,52 +39,19 @@ func (op baseOp) OverwritesInput() int { return -1 }
 func f32(v G.Value) ([]float32, tensor.Shape, error) {
 	t, ok := v.(*tensor.Dense)
 	if !ok {
-		return nil, nil, fmt.Errorf("models: want a *tensor.Dense, got %T", v)
+		return nil, nil, fmt.Errorf("nn: want a *tensor.Dense, got %T", v)
 	}
 	d, ok := t.Data().([]float32)
 	if !ok {
-		return nil, nil, fmt.Errorf("models: want float32 data, got %v", t.Dtype())
+		return nil, nil, fmt.Errorf("nn: want float32 data, got %v", t.Dtype())
 	}
 	return d, t.Shape(), nil
 }
 
-// ---- hook: identity forward; its gradient runs a callback ----
-
 // GradHook is called with a parameter's index and its gradient for the
 // current backward pass, right where gorgonia produces it (last layer first).
+// grad is valid only during the call.
 type GradHook func(param int, grad []float32)
-
-type hookOp struct {
-	baseOp
-	param int
-	fn    *GradHook // shared with the Graph, so the callback can change
-	back  bool
-}
-
-func (op *hookOp) Arity() int { return 1 }
-func (op *hookOp) Type() hm.Type {
-	a := hm.TypeVariable('a')
-	return hm.NewFnType(a, a)
-}
-func (op *hookOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
-	return ds[0].(tensor.Shape).Clone(), nil
-}
-func (op *hookOp) ReturnsPtr() bool { return true }
-func (op *hookOp) Do(v ...G.Value) (G.Value, error) {
-	if op.back && *op.fn != nil {
-		g, _, err := f32(v[0])
-		if err != nil {
-			return nil, err
-		}
-		(*op.fn)(op.param, g)
-	}
-	return v[0], nil
-}
-func (op *hookOp) DiffWRT(int) []bool { return []bool{true} }
-func (op *hookOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	n, err := G.ApplyOp(&hookOp{baseOp: baseOp{nextID(), op.name + "'"}, param: op.param, fn: op.fn, back: true}, grad)
-	return G.Nodes{n}, err
-}
 
 // ---- bias add along axis 1 of (N, C) or (N, C, H, W) ----
 

@@ -1,6 +1,6 @@
 //go:build !cgo || noblas
 
-package models
+package nn
 
 // BLAS names the matrix-multiply implementation in use.
 const BLAS = "gonum (pure Go)"

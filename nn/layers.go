@@ -1,0 +1,174 @@
+package nn
+
+import (
+	"fmt"
+	"strconv"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Sequential applies its layers in order (PyTorch's nn.Sequential: the
+// children are named "0", "1", ...). A pipeline splits a Sequential model
+// between its layers.
+type Sequential struct{ Layers []Layer }
+
+// Seq makes a Sequential.
+func Seq(layers ...Layer) *Sequential { return &Sequential{Layers: layers} }
+
+func (s *Sequential) Params() []Param { return nil }
+func (s *Sequential) Children() []Child {
+	out := make([]Child, len(s.Layers))
+	for i, l := range s.Layers {
+		out[i] = Child{strconv.Itoa(i), l}
+	}
+	return out
+}
+func (s *Sequential) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	var err error
+	for i := range s.Layers {
+		if x, err = b.Child(i, x); err != nil {
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// Residual is x + Fn(x) (its child is named "fn").
+type Residual struct{ Fn Layer }
+
+func (r *Residual) Params() []Param   { return nil }
+func (r *Residual) Children() []Child { return []Child{{"fn", r.Fn}} }
+func (r *Residual) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	h, err := b.Child(0, x)
+	if err != nil {
+		return nil, err
+	}
+	if !h.Shape().Eq(x.Shape()) {
+		return nil, fmt.Errorf("residual: fn maps %v to %v; the shapes must agree", x.Shape(), h.Shape())
+	}
+	return G.Add(x, h)
+}
+
+// Linear is y = x W^T + b over the last axis (PyTorch's nn.Linear; the
+// weight is stored [in, out] here and transposed in checkpoints). Input
+// (N, in) or (N, T, in).
+type Linear struct{ In, Out int }
+
+func (l *Linear) Params() []Param {
+	return []Param{
+		{Name: "weight", Shape: []int{l.In, l.Out}, Torch: []int{l.Out, l.In}, TransT: true, Init: FanIn(l.In)},
+		{Name: "bias", Shape: []int{l.Out}, Init: FanIn(l.In)},
+	}
+}
+
+func (l *Linear) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	s := x.Shape()
+	if len(s) < 2 || s[len(s)-1] != l.In {
+		return nil, fmt.Errorf("linear %d->%d: input shape %v; want (..., %d)", l.In, l.Out, s, l.In)
+	}
+	h := x
+	if len(s) > 2 {
+		var err error
+		if h, err = G.Reshape(x, tensor.Shape{s.TotalSize() / l.In, l.In}); err != nil {
+			return nil, err
+		}
+	}
+	y, err := G.Mul(h, b.Param(0))
+	if err != nil {
+		return nil, err
+	}
+	if y, err = G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: 2}, y, b.Param(1)); err != nil {
+		return nil, err
+	}
+	if len(s) > 2 {
+		out := s.Clone()
+		out[len(out)-1] = l.Out
+		return G.Reshape(y, out)
+	}
+	return y, nil
+}
+
+// Conv2d is a 2-d convolution, stride 1, square kernel K, zero padding
+// Pad, NCHW (PyTorch's nn.Conv2d(in, out, k, padding=pad)).
+type Conv2d struct{ In, Out, K, Pad int }
+
+func (l *Conv2d) Params() []Param {
+	fan := l.In * l.K * l.K
+	return []Param{
+		{Name: "weight", Shape: []int{l.Out, l.In, l.K, l.K}, Init: FanIn(fan)},
+		{Name: "bias", Shape: []int{l.Out}, Init: FanIn(fan)},
+	}
+}
+
+func (l *Conv2d) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	op := newConv2d(l.K, l.Pad)
+	// The network's input needs no gradient: skip dx.
+	op.noDX = !b.NeedsGrad(x)
+	y, err := G.ApplyOp(op, x, b.Param(0))
+	if err != nil {
+		return nil, err
+	}
+	return G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: y.Dims()}, y, b.Param(1))
+}
+
+// BatchNorm normalises over every axis but 1 of (N, C) (BatchNorm1d) or
+// (N, C, H, W) input (BatchNorm2d), with a learnt scale ("weight") and
+// shift ("bias") and running statistics ("running_mean", "running_var",
+// "num_batches_tracked") as in PyTorch. With its state's Sync set (see
+// package syncbn), the batch statistics span ranks (SyncBatchNorm).
+type BatchNorm struct{ state *BNLayer }
+
+// BatchNorm1d normalises (N, C) input.
+func BatchNorm1d(c int) *BatchNorm { return &BatchNorm{newBNLayer("", c)} }
+
+// BatchNorm2d normalises (N, C, H, W) input.
+func BatchNorm2d(c int) *BatchNorm { return &BatchNorm{newBNLayer("", c)} }
+
+// State is the layer's running statistics and sync hook.
+func (l *BatchNorm) State() *BNLayer { return l.state }
+
+func (l *BatchNorm) Params() []Param {
+	c := l.state.C
+	return []Param{{Name: "weight", Shape: []int{c}, Init: Fill(1)}, {Name: "bias", Shape: []int{c}, Init: Fill(0)}}
+}
+
+func (l *BatchNorm) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	if s := x.Shape(); len(s) < 2 || s[1] != l.state.C {
+		return nil, fmt.Errorf("batch norm of %d channels: input shape %v", l.state.C, s)
+	}
+	op := &bnOp{baseOp: baseOp{nextID(), "batchnorm"}, dims: x.Dims(), l: l.state, train: b.Train(), st: &BNState{}, ctx: b.ctx}
+	return G.ApplyOp(op, x, b.Param(0), b.Param(1))
+}
+
+// ReLU is max(x, 0).
+type ReLU struct{}
+
+func (ReLU) Params() []Param { return nil }
+func (ReLU) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	return G.ApplyOp(&reluOp{baseOp: baseOp{nextID(), "relu"}}, x)
+}
+
+// Tanh is tanh(x).
+type Tanh struct{}
+
+func (Tanh) Params() []Param                            { return nil }
+func (Tanh) Fwd(b *Builder, x *G.Node) (*G.Node, error) { return G.Tanh(x) }
+
+// MaxPool2d is 2x2 max pooling with stride 2 over (N, C, H, W) (PyTorch's
+// nn.MaxPool2d(2)).
+type MaxPool2d struct{}
+
+func (MaxPool2d) Params() []Param { return nil }
+func (MaxPool2d) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	return G.ApplyOp(newMaxPool2x2(), x)
+}
+
+// Flatten reshapes (N, ...) to (N, rest).
+type Flatten struct{}
+
+func (Flatten) Params() []Param { return nil }
+func (Flatten) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	s := x.Shape()
+	return G.Reshape(x, tensor.Shape{s[0], s.TotalSize() / s[0]})
+}
