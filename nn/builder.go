@@ -125,6 +125,16 @@ func (b *Builder) wrapErr(md module, err error) error {
 	return fmt.Errorf("layer %s (%T): %w", md.prefix, md.l, err)
 }
 
+// NoBackwardFetch declares that the current layer's backward reads none
+// of its parameters (its input needs no gradient, and its parameters'
+// gradients do not depend on them: Linear or Conv2d at the network's
+// input). Under ZeRO-3 they are then not gathered again for backward.
+func (b *Builder) NoBackwardFetch() {
+	if b.gate != nil {
+		b.gate.noBack = true
+	}
+}
+
 // NeedsGrad reports whether x needs a gradient: whether any learnable of
 // the graph (or an input whose gradient is wanted) feeds it. A layer at
 // the network's input may skip computing its input gradient.

@@ -66,15 +66,15 @@ func (g convGeom) direct() bool { return g.k == 1 && g.pad == 0 }
 
 func newConvGeom(x, w tensor.Shape, k, pad int) (convGeom, error) {
 	if len(x) != 4 || len(w) != 4 {
-		return convGeom{}, fmt.Errorf("models: conv2d wants 4-d input and filter, got %v and %v", x, w)
+		return convGeom{}, fmt.Errorf("nn: conv2d wants 4-d input and filter, got %v and %v", x, w)
 	}
 	if w[1] != x[1] || w[2] != k || w[3] != k {
-		return convGeom{}, fmt.Errorf("models: conv2d filter %v does not fit input %v with a %dx%d kernel", w, x, k, k)
+		return convGeom{}, fmt.Errorf("nn: conv2d filter %v does not fit input %v with a %dx%d kernel", w, x, k, k)
 	}
 	g := convGeom{n: x[0], cin: x[1], h: x[2], w: x[3], cout: w[0], k: k, pad: pad}
 	g.ho, g.wo = g.h+2*pad-k+1, g.w+2*pad-k+1
 	if k < 1 || pad < 0 || g.ho < 1 || g.wo < 1 {
-		return convGeom{}, fmt.Errorf("models: conv2d kernel %d, padding %d: no output for input %v", k, pad, x)
+		return convGeom{}, fmt.Errorf("nn: conv2d kernel %d, padding %d: no output for input %v", k, pad, x)
 	}
 	return g, nil
 }
@@ -85,12 +85,12 @@ func (op *conv2dOp) Type() hm.Type {
 }
 func (op *conv2dOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 	if len(ds) != 2 {
-		return nil, fmt.Errorf("models: conv2d wants 2 inputs, got %d", len(ds))
+		return nil, fmt.Errorf("nn: conv2d wants 2 inputs, got %d", len(ds))
 	}
 	x, ok1 := ds[0].(tensor.Shape)
 	w, ok2 := ds[1].(tensor.Shape)
 	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("models: conv2d wants shapes, got %T and %T", ds[0], ds[1])
+		return nil, fmt.Errorf("nn: conv2d wants shapes, got %T and %T", ds[0], ds[1])
 	}
 	g, err := newConvGeom(x, w, op.k, op.pad)
 	if err != nil {
@@ -107,7 +107,7 @@ func f32n(v G.Value) ([]float32, tensor.Shape, error) {
 		return nil, nil, err
 	}
 	if len(d) != s.TotalSize() {
-		return nil, nil, fmt.Errorf("models: tensor of shape %v holds %d values", s, len(d))
+		return nil, nil, fmt.Errorf("nn: tensor of shape %v holds %d values", s, len(d))
 	}
 	return d, s, nil
 }
@@ -287,7 +287,7 @@ func col2imSame(g convGeom, row, plane []float32, ki, kj int) {
 func (op *conv2dOp) DiffWRT(int) []bool { return []bool{!op.noDX, true} }
 func (op *conv2dOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	if len(inputs) != 2 {
-		return nil, fmt.Errorf("models: conv2d has 2 inputs, got %d", len(inputs))
+		return nil, fmt.Errorf("nn: conv2d has 2 inputs, got %d", len(inputs))
 	}
 	var dx *G.Node
 	if !op.noDX {
@@ -340,7 +340,7 @@ func (op *conv2dGradOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	if !dys.Eq(g.outShape()) {
-		return nil, fmt.Errorf("models: %s: gradient of shape %v, want %v", op.name, dys, g.outShape())
+		return nil, fmt.Errorf("nn: %s: gradient of shape %v, want %v", op.name, dys, g.outShape())
 	}
 	out := make([]float32, op.out.TotalSize())
 	if op.wrtW {
@@ -412,7 +412,7 @@ func newMaxPool2x2() *maxPool2x2Op {
 
 func poolShape(x tensor.Shape) (tensor.Shape, error) {
 	if len(x) != 4 || x[2] < 2 || x[3] < 2 {
-		return nil, fmt.Errorf("models: maxpool2x2 wants (N, C, H>=2, W>=2), got %v", x)
+		return nil, fmt.Errorf("nn: maxpool2x2 wants (N, C, H>=2, W>=2), got %v", x)
 	}
 	return tensor.Shape{x[0], x[1], x[2] / 2, x[3] / 2}, nil
 }
@@ -424,7 +424,7 @@ func (op *maxPool2x2Op) Type() hm.Type {
 func (op *maxPool2x2Op) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 	x, ok := ds[0].(tensor.Shape)
 	if !ok {
-		return nil, fmt.Errorf("models: maxpool2x2 wants a shape, got %T", ds[0])
+		return nil, fmt.Errorf("nn: maxpool2x2 wants a shape, got %T", ds[0])
 	}
 	return poolShape(x)
 }
@@ -440,7 +440,7 @@ func (op *maxPool2x2Op) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	if len(x) > math.MaxInt32 {
-		return nil, fmt.Errorf("models: maxpool2x2 input of %d values is too large", len(x))
+		return nil, fmt.Errorf("nn: maxpool2x2 input of %d values is too large", len(x))
 	}
 	t, out := op.out.get(ys, x)
 	if cap(op.st.argmax) < len(out) {
@@ -532,7 +532,7 @@ func (op *maxPool2x2GradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	st := op.fwd.st
 	if len(st.argmax) != len(dy) || st.inLen != xs.TotalSize() {
-		return nil, fmt.Errorf("models: maxpool2x2': no forward pass recorded for input %v and %d gradients", xs, len(dy))
+		return nil, fmt.Errorf("nn: maxpool2x2': no forward pass recorded for input %v and %d gradients", xs, len(dy))
 	}
 	t, dx := op.out.get(xs, x, dy)
 	clear(dx)

@@ -2,4 +2,4 @@ package nn
 
 import "errors"
 
-var errEmptyBN = errors.New("models: batch norm over an empty batch on every rank")
+var errEmptyBN = errors.New("nn: batch norm over an empty batch on every rank")

@@ -63,8 +63,10 @@ type gate struct {
 	idx   []int
 	ts    []*tensor.Dense
 	held  bool
-	need  int // backward events that end the layer's backward
-	got   int
+	// noBack: the layer's backward reads no parameter (NoBackwardFetch).
+	noBack bool
+	need   int // backward events that end the layer's backward
+	got    int
 }
 
 func (g *gate) add(i int, t *tensor.Dense) {
@@ -146,6 +148,9 @@ func (op *gateOp) Do(v ...G.Value) (G.Value, error) {
 	case !op.fetch && !op.back: // forward, output side
 		op.g.release()
 	case !op.fetch && op.back: // backward starts at the output
+		if op.g.noBack {
+			return v[0], nil
+		}
 		return v[0], op.g.fetch(true)
 	default: // the input's gradient is done
 		op.g.tick()

@@ -74,7 +74,11 @@ func (l *Linear) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 			return nil, err
 		}
 	}
-	y, err := G.Mul(h, b.Param(0))
+	noDX := !b.NeedsGrad(h)
+	if noDX {
+		b.NoBackwardFetch()
+	}
+	y, err := G.ApplyOp(newMatMul(noDX), h, b.Param(0))
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +109,9 @@ func (l *Conv2d) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 	op := newConv2d(l.K, l.Pad)
 	// The network's input needs no gradient: skip dx.
 	op.noDX = !b.NeedsGrad(x)
+	if op.noDX {
+		b.NoBackwardFetch()
+	}
 	y, err := G.ApplyOp(op, x, b.Param(0))
 	if err != nil {
 		return nil, err

@@ -87,6 +87,9 @@ func (m *Model) NewStageGraph(from, to, batch int, last bool) (s *StageGraph, er
 
 func (m *Model) newStageGraph(from, to, batch int, last bool) (*StageGraph, error) {
 	n := m.NumLayers()
+	if batch < 1 {
+		return nil, fmt.Errorf("nn: stage micro-batch %d < 1", batch)
+	}
 	if from < 0 || to > n || from >= to {
 		return nil, fmt.Errorf("nn: stage layers [%d, %d) not a non-empty range of [0, %d)", from, to, n)
 	}

@@ -129,11 +129,11 @@ func TestBalance(t *testing.T) {
 		}
 	}
 	b, _ := Balance(zoo(m), 3)
-	if fmt.Sprint(b) != "[0 2 4 6]" {
+	if fmt.Sprint(b) != "[0 1 3 5]" {
 		t.Errorf("Balance(zoo(mlp), 3) = %v", b)
 	}
-	if _, err := Balance(zoo(m), 7); err == nil {
-		t.Error("7 stages of 6 layers accepted")
+	if _, err := Balance(zoo(m), 6); err == nil {
+		t.Error("6 stages of 5 layers accepted")
 	}
 }
 
@@ -243,7 +243,7 @@ func TestEqualsUnsplit(t *testing.T) {
 	}
 	cases := []tc{
 		{"mlp", 2, 4, nil}, {"mlp", 2, 5, nil}, {"mlp", 3, 4, nil}, {"mlp", 3, 5, nil},
-		{"mlp", 3, 5, []int{0, 1, 3, 6}}, // a parameter-less first stage
+		{"mlp", 3, 5, []int{0, 1, 2, 5}}, // a parameter-less middle stage
 		{"cnn", 3, 5, []int{0, 4, 7, 10}},
 	}
 	refs := map[string]*models.Model{}
