@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
 )
 
 func testBatch(m *Model, b int) ([]float32, []int32) {

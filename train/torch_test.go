@@ -1,8 +1,8 @@
 package train
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
