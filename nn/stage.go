@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/gdist/gdist/flat"
+	"github.com/gdist/gdist/pipeline"
 	"strings"
 
 	"github.com/chewxy/hm"
@@ -447,4 +448,15 @@ func (op *dotGradOp) Do(v ...G.Value) (G.Value, error) {
 		}
 	}
 	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
+}
+
+// NewStage is NewStageGraph as a pipeline.Stage, so that a Model is a
+// pipeline.Model: a pipeline splits any Sequential model between its
+// layers with no adapter.
+func (m *Model) NewStage(from, to, batch int, last bool) (pipeline.Stage, error) {
+	s, err := m.NewStageGraph(from, to, batch, last)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

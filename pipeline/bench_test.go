@@ -1,8 +1,9 @@
-package pipeline
+package pipeline_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/gdist/gdist/pipeline"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // stages, and the first stage's peak held input bytes.
 func BenchmarkSchedule(b *testing.B) {
 	const k, micro, batch = 3, 6, 60
-	for _, sched := range []string{GPipe, OneFOneB} {
+	for _, sched := range []string{pipeline.GPipe, pipeline.OneFOneB} {
 		b.Run(sched, func(b *testing.B) {
 			cs, err := inproc.New(k, comm.Options{})
 			if err != nil {
@@ -25,12 +26,12 @@ func BenchmarkSchedule(b *testing.B) {
 			}
 			ds := batches(batch / testBatch)
 			x, y := ds.Images[:batch*784], ds.Labels[:batch]
-			stats := make([]Stats, k)
+			stats := make([]pipeline.Stats, k)
 			b.ResetTimer()
 			err = commtest.RunRanks(context.Background(), cs, 10*time.Minute, func(ctx context.Context, c comm.Comm) error {
 				defer c.Close()
 				m, _ := models.New("mlp", 1)
-				p, err := New(context.Background(), c, zoo(m), Config{Micro: micro, Schedule: sched}, batch)
+				p, err := pipeline.New(context.Background(), c, m, pipeline.Config{Micro: micro, Schedule: sched}, batch)
 				if err != nil {
 					return err
 				}
@@ -61,8 +62,8 @@ func BenchmarkSchedule(b *testing.B) {
 // micro-batches.
 func Example_ops() {
 	for s := 0; s < 3; s++ {
-		ops, _ := Ops(OneFOneB, 3, s, 5)
-		fmt.Println(s, ops, MaxHeld(ops, s == 2))
+		ops, _ := pipeline.Ops(pipeline.OneFOneB, 3, s, 5)
+		fmt.Println(s, ops, pipeline.MaxHeld(ops, s == 2))
 	}
 	// Output:
 	// 0 [F0 F1 F2 B0 F3 B1 F4 B2 B3 B4] 3

@@ -1,9 +1,10 @@
-package pipeline
+package pipeline_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gdist/gdist/pipeline"
 	"math"
 	"strings"
 	"sync"
@@ -23,12 +24,12 @@ import (
 // stages run together (a simulation where an op runs once the message it
 // needs has been sent).
 func TestOps(t *testing.T) {
-	for _, sched := range []string{GPipe, OneFOneB} {
+	for _, sched := range []string{pipeline.GPipe, pipeline.OneFOneB} {
 		for k := 1; k <= 5; k++ {
 			for m := 1; m <= 8; m++ {
-				all := make([][]Op, k)
+				all := make([][]pipeline.Op, k)
 				for s := 0; s < k; s++ {
-					ops, err := Ops(sched, k, s, m)
+					ops, err := pipeline.Ops(sched, k, s, m)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -53,12 +54,12 @@ func TestOps(t *testing.T) {
 					want := 1
 					switch {
 					case last:
-					case sched == GPipe:
+					case sched == pipeline.GPipe:
 						want = m
 					default:
 						want = min(k-s, m)
 					}
-					if got := MaxHeld(ops, last); got != want {
+					if got := pipeline.MaxHeld(ops, last); got != want {
 						t.Errorf("%s k=%d s=%d m=%d: holds %d, want %d (%v)", sched, k, s, m, got, want, ops)
 					}
 				}
@@ -68,7 +69,7 @@ func TestOps(t *testing.T) {
 	}
 }
 
-func simulate(t *testing.T, sched string, all [][]Op, m int) {
+func simulate(t *testing.T, sched string, all [][]pipeline.Op, m int) {
 	k := len(all)
 	fdone := make([][]bool, k) // F (or fused) of micro i done on stage s
 	bdone := make([][]bool, k) // gradient for micro i sent by stage s
@@ -112,11 +113,11 @@ func simulate(t *testing.T, sched string, all [][]Op, m int) {
 func TestBalance(t *testing.T) {
 	m, _ := models.New("mlp", 1)
 	for k := 1; k <= m.NumLayers(); k++ {
-		b, err := Balance(zoo(m), k)
+		b, err := pipeline.Balance(m, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := checkBoundaries(zoo(m), b, k); err != nil {
+		if err := pipeline.CheckBoundaries(m, b, k); err != nil {
 			t.Fatal(err)
 		}
 		var mx int
@@ -128,11 +129,11 @@ func TestBalance(t *testing.T) {
 			t.Errorf("k=%d: %v has a stage of %d parameters", k, b, mx)
 		}
 	}
-	b, _ := Balance(zoo(m), 3)
+	b, _ := pipeline.Balance(m, 3)
 	if fmt.Sprint(b) != "[0 1 3 5]" {
-		t.Errorf("Balance(zoo(mlp), 3) = %v", b)
+		t.Errorf("Balance(mlp, 3) = %v", b)
 	}
-	if _, err := Balance(zoo(m), 6); err == nil {
+	if _, err := pipeline.Balance(m, 6); err == nil {
 		t.Error("6 stages of 5 layers accepted")
 	}
 }
@@ -178,11 +179,11 @@ func reference(t *testing.T, name string, steps int) (*models.Model, []float64) 
 
 type result struct {
 	m      *models.Model
-	p      *Pipeline
+	p      *pipeline.Pipeline
 	losses []float64
 }
 
-func runPipeline(t *testing.T, name string, k int, cfg Config, steps int) []result {
+func runPipeline(t *testing.T, name string, k int, cfg pipeline.Config, steps int) []result {
 	cs, err := inproc.New(k, comm.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func runPipeline(t *testing.T, name string, k int, cfg Config, steps int) []resu
 		if err != nil {
 			return err
 		}
-		p, err := New(context.Background(), c, zoo(m), cfg, testBatch)
+		p, err := pipeline.New(context.Background(), c, m, cfg, testBatch)
 		if err != nil {
 			return err
 		}
@@ -254,9 +255,9 @@ func TestEqualsUnsplit(t *testing.T) {
 		}
 	}
 	for _, c := range cases {
-		for _, sched := range []string{GPipe, OneFOneB} {
+		for _, sched := range []string{pipeline.GPipe, pipeline.OneFOneB} {
 			t.Run(fmt.Sprintf("%s/k%d/m%d/%v/%s", c.model, c.k, c.m, c.bnd, sched), func(t *testing.T) {
-				res := runPipeline(t, c.model, c.k, Config{Boundaries: c.bnd, Micro: c.m, Schedule: sched}, steps)
+				res := runPipeline(t, c.model, c.k, pipeline.Config{Boundaries: c.bnd, Micro: c.m, Schedule: sched}, steps)
 				ref := refs[c.model]
 				for s, r := range res {
 					for j, l := range r.losses {
@@ -281,7 +282,7 @@ func TestEqualsUnsplit(t *testing.T) {
 					want := 1
 					switch {
 					case s == c.k-1:
-					case sched == GPipe:
+					case sched == pipeline.GPipe:
 						want = c.m
 					default:
 						want = min(c.k-s, c.m)
@@ -358,7 +359,7 @@ func TestStageDies(t *testing.T) {
 					defer wg.Done()
 					defer c.Close()
 					m, _ := models.New("mlp", 3)
-					p, err := New(context.Background(), c, zoo(m), Config{Micro: 4}, testBatch)
+					p, err := pipeline.New(context.Background(), c, m, pipeline.Config{Micro: 4}, testBatch)
 					if err != nil {
 						errs[r] = err
 						return
@@ -393,32 +394,32 @@ func TestBalanceTime(t *testing.T) {
 	// Seven equal layers (forward 1, training graph 3): a non-last stage
 	// costs 4 per layer, the last 3, so 3 layers then 4 is even (12, 12),
 	// where equal layer counts (4, 3) would give (16, 9).
-	costs := make([]LayerCost, 7)
+	costs := make([]pipeline.LayerCost, 7)
 	for i := range costs {
-		costs[i] = LayerCost{Forward: ms, Train: 3 * ms}
+		costs[i] = pipeline.LayerCost{Forward: ms, Train: 3 * ms}
 	}
-	b, err := BalanceTime(costs, 2)
+	b, err := pipeline.BalanceTime(costs, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(b) != "[0 3 7]" {
 		t.Errorf("BalanceTime = %v, want [0 3 7]", b)
 	}
-	if c0, c1 := StageCost(costs, 0, 3), StageCost(costs, 3, 7); c0 != 12*ms || c1 != 12*ms {
+	if c0, c1 := pipeline.StageCost(costs, 0, 3), pipeline.StageCost(costs, 3, 7); c0 != 12*ms || c1 != 12*ms {
 		t.Errorf("stage costs %v, %v, want 12ms each", c0, c1)
 	}
 	// One slow layer gets a stage of its own.
 	costs[5].Train = 40 * ms
-	b, _ = BalanceTime(costs, 3)
+	b, _ = pipeline.BalanceTime(costs, 3)
 	if fmt.Sprint(b) != "[0 5 6 7]" {
 		t.Errorf("BalanceTime with a slow layer 5 = %v", b)
 	}
-	if _, err := BalanceTime(costs, 8); err == nil {
+	if _, err := pipeline.BalanceTime(costs, 8); err == nil {
 		t.Error("8 stages of 7 layers accepted")
 	}
 	// topSplits ranks every split: the best first, worse ones after.
-	cost := func(from, to int) float64 { return float64(StageCost(costs, from, to)) }
-	top, err := topSplits(7, 3, 100, cost)
+	cost := func(from, to int) float64 { return float64(pipeline.StageCost(costs, from, to)) }
+	top, err := pipeline.TopSplits(7, 3, 100, cost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,18 +444,18 @@ func TestBalanceTime(t *testing.T) {
 // candidate splits, a valid one.
 func TestBalanceMeasured(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
-	costs, err := ProfileLayers(zoo(m), 8, 2)
+	costs, err := pipeline.ProfileLayers(m, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := BalanceMeasured(zoo(m), costs, 2, 3, 8, 2)
+	b, err := pipeline.BalanceMeasured(m, costs, 2, 3, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkBoundaries(zoo(m), b, 2); err != nil {
+	if err := pipeline.CheckBoundaries(m, b, 2); err != nil {
 		t.Fatal(err)
 	}
-	top, _ := topSplits(len(costs), 2, 3, func(from, to int) float64 { return float64(StageCost(costs, from, to)) })
+	top, _ := pipeline.TopSplits(len(costs), 2, 3, func(from, to int) float64 { return float64(pipeline.StageCost(costs, from, to)) })
 	found := false
 	for _, c := range top {
 		found = found || fmt.Sprint(c) == fmt.Sprint(b)
@@ -462,7 +463,7 @@ func TestBalanceMeasured(t *testing.T) {
 	if !found {
 		t.Errorf("BalanceMeasured chose %v, not one of the candidates %v", b, top)
 	}
-	if d, err := MeasureStage(zoo(m), 0, 5, 8, 1); err != nil || d <= 0 {
+	if d, err := pipeline.MeasureStage(m, 0, 5, 8, 1); err != nil || d <= 0 {
 		t.Errorf("MeasureStage: %v, %v", d, err)
 	}
 }
@@ -471,7 +472,7 @@ func TestBalanceMeasured(t *testing.T) {
 // a rank whose profiling fails fails them all, named.
 func TestSplitByTime(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
-	costs, err := ProfileLayers(zoo(m), 8, 2)
+	costs, err := pipeline.ProfileLayers(m, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +489,7 @@ func TestSplitByTime(t *testing.T) {
 	}
 	err = commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
 		mm, _ := models.New("mlp-deep", 1)
-		b, err := Split(ctx, c, zoo(mm), 2, ByTime, 8)
+		b, err := pipeline.Split(ctx, c, mm, 2, pipeline.ByTime, 8)
 		got[c.Rank()] = b
 		return err
 	})
@@ -498,10 +499,10 @@ func TestSplitByTime(t *testing.T) {
 	if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
 		t.Errorf("ranks disagree: %v vs %v", got[0], got[1])
 	}
-	if err := checkBoundaries(zoo(m), got[0], 2); err != nil {
+	if err := pipeline.CheckBoundaries(m, got[0], 2); err != nil {
 		t.Error(err)
 	}
-	if _, err := Split(context.Background(), nil, zoo(m), 2, "flops", 8); err == nil {
+	if _, err := pipeline.Split(context.Background(), nil, m, 2, "flops", 8); err == nil {
 		t.Error("unknown balance accepted")
 	}
 	cs, err = inproc.New(2, comm.Options{})
@@ -511,7 +512,7 @@ func TestSplitByTime(t *testing.T) {
 	errs := make([]error, 2)
 	commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
 		mm, _ := models.New("mlp-deep", 1)
-		_, errs[c.Rank()] = Split(ctx, c, zoo(mm), 2, ByTime, 8*(1-c.Rank())) // rank 1: micro-batches of 0
+		_, errs[c.Rank()] = pipeline.Split(ctx, c, mm, 2, pipeline.ByTime, 8*(1-c.Rank())) // rank 1: micro-batches of 0
 		return nil
 	})
 	for r, err := range errs {
@@ -547,7 +548,7 @@ func TestStageComputeFails(t *testing.T) {
 			defer wg.Done()
 			defer c.Close()
 			m, _ := models.New("mlp", 3)
-			p, err := New(context.Background(), c, zoo(m), Config{Micro: 4}, testBatch)
+			p, err := pipeline.New(context.Background(), c, m, pipeline.Config{Micro: 4}, testBatch)
 			if err != nil {
 				errs[r] = err
 				return
