@@ -13,12 +13,10 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
+	"github.com/gdist/gdist/examples/internal/equiv"
 	"log"
-	"math"
-	"os"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/inproc"
@@ -174,10 +172,5 @@ func finish(cfg config, rank int, m *mlp) error {
 	if cfg.out == "" {
 		return nil
 	}
-	p := m.params()
-	b := make([]byte, 4*len(p))
-	for i, v := range p {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return os.WriteFile(cfg.out, b, 0o644)
+	return equiv.Write(cfg.out, m.params())
 }

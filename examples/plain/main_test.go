@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
+	"github.com/gdist/gdist/examples/internal/equiv"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -15,17 +13,7 @@ import (
 // so the launcher's children (re-executions of the same binary) are the
 // example too.
 func TestMain(m *testing.M) {
-	if os.Getenv("PLAIN_MAIN") == "1" {
-		var args []string
-		for _, a := range os.Args[1:] {
-			if !strings.HasPrefix(a, "-test.") {
-				args = append(args, a)
-			}
-		}
-		os.Args = append([]string{os.Args[0]}, args...)
-		main()
-		os.Exit(0)
-	}
+	equiv.MainIf("PLAIN_MAIN", main)
 	os.Exit(m.Run())
 }
 
@@ -42,56 +30,16 @@ func reference(t *testing.T) []float32 {
 	return readParams(t, out)
 }
 
-func readParams(t *testing.T, path string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := make([]float32, len(b)/4)
-	for i := range p {
-		p[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return p
-}
+func readParams(t *testing.T, path string) []float32 { return equiv.Read(t, path) }
 
-// sameParams: every element within 1e-5 relative (elements much smaller
-// than their tensor's typical size are compared at that size: float32
-// rounding of the sums is relative to the tensor's scale, not to an
-// element that happens to cross zero).
+// sameParams: every element within 1e-5 relative (see equiv.Same).
 func sameParams(t *testing.T, name string, got, want []float32) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d parameters, want %d", name, len(got), len(want))
-	}
-	off := 0
-	for _, n := range []int{features * hidden, hidden, hidden * classes, classes} {
-		var rms float64
-		for _, v := range want[off : off+n] {
-			rms += float64(v) * float64(v)
-		}
-		rms = math.Sqrt(rms / float64(n))
-		for i := off; i < off+n; i++ {
-			d := math.Abs(float64(got[i]) - float64(want[i]))
-			if d > 1e-5*math.Max(math.Abs(float64(want[i])), rms) {
-				t.Fatalf("%s: parameter %d is %v, the one-process run has %v", name, i, got[i], want[i])
-			}
-		}
-		off += n
-	}
-	// A run that did not train at all would pass nothing above; make sure
-	// the parameters moved.
 	init, err := newMLP(1, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved := 0.0
-	for i, v := range init.params() {
-		moved = math.Max(moved, math.Abs(float64(v-want[i])))
-	}
-	if moved < 1e-2 {
-		t.Fatalf("the reference barely trained (max change %v)", moved)
-	}
+	equiv.Same(t, name, got, want, init.params(), []int{features * hidden, hidden, hidden * classes, classes}, 1e-5)
 }
 
 // TestGoroutines: 2 ranks x 16 == 1 rank x 32 over 200 SGD steps, ranks
