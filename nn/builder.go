@@ -27,6 +27,9 @@ type Builder struct {
 	// needDX: nodes whose gradient is wanted although no learnable feeds
 	// them (a pipeline stage's input).
 	needDX map[*G.Node]bool
+	stage  bool   // building a pipeline stage
+	runs   *int64 // the graph's run count (dropout masks)
+	offset *int   // the graph's SampleOffset
 	gates  []*gate
 	gate   *gate            // the layer being built (store mode)
 	ctx    *context.Context // the running Step's (batch-norm sync)

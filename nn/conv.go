@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"github.com/gdist/gdist/flat"
 	"math"
 
 	"github.com/chewxy/hm"
@@ -256,7 +257,7 @@ func col2im(g convGeom, col, dx []float32) {
 					if iy < 0 || iy >= g.h {
 						continue
 					}
-					AddTo(dc[iy*g.w+lo+shift:iy*g.w+hi+shift], row[oy*g.wo+lo:oy*g.wo+hi])
+					flat.AddTo(dc[iy*g.w+lo+shift:iy*g.w+hi+shift], row[oy*g.wo+lo:oy*g.wo+hi])
 				}
 			}
 		}
@@ -281,7 +282,7 @@ func col2imSame(g convGeom, row, plane []float32, ki, kj int) {
 			}
 		}
 	}
-	AddTo(plane[d0+off:d1+off], row[d0:d1])
+	flat.AddTo(plane[d0+off:d1+off], row[d0:d1])
 }
 
 func (op *conv2dOp) DiffWRT(int) []bool { return []bool{!op.noDX, true} }

@@ -21,10 +21,16 @@ type Graph struct {
 	// OnGrad receives each parameter's gradient during backward. The
 	// default (nil) adds it into M.Flat.Grad.
 	OnGrad GradHook
+	// SampleOffset is the index of this rank's first sample in the global
+	// batch (rank x Batch for data parallelism): Dropout's masks depend on
+	// it, so that N ranks drop what one process with the whole batch
+	// would.
+	SampleOffset int
 
 	hook   GradHook        // what the hook ops call: OnGrad or the default
 	ctx    context.Context // the running Step's, only while it runs
 	gates  []*gate
+	runs   int64
 	g      *G.ExprGraph
 	xT, yT *tensor.Dense
 	loss   *G.Node
@@ -58,7 +64,7 @@ func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 		hooks = &hookSet{m: m, onGrad: &gr.hook}
 	}
 	b := m.builder(g, train, batch, hooks)
-	b.ctx = &gr.ctx
+	b.ctx, b.runs, b.offset = &gr.ctx, &gr.runs, &gr.SampleOffset
 	h, err := b.build(0, x)
 	if err != nil {
 		return nil, fmt.Errorf("nn: building %s: %w", m.Name, err)
@@ -174,6 +180,7 @@ func (gr *Graph) Logits(x []float32) ([]float32, error) {
 // run runs the machine once under ctx.
 func (gr *Graph) run(ctx context.Context) error {
 	gr.ctx = ctx
+	gr.runs++
 	defer func() {
 		gr.ctx = nil
 		releaseAll(gr.gates)
@@ -184,11 +191,8 @@ func (gr *Graph) run(ctx context.Context) error {
 
 func (m *Model) accumulate(i int, g []float32) {
 	p := m.Params[i]
-	AddTo(m.Flat.Grad[p.Offset:p.Offset+p.Size], g)
+	flat.AddTo(m.Flat.Grad[p.Offset:p.Offset+p.Size], g)
 }
-
-// AddTo sets dst[j] += src[j] (flat.AddTo).
-func AddTo(dst, src []float32) { flat.AddTo(dst, src) }
 
 // Close releases the graph's machine.
 func (gr *Graph) Close() error { return gr.vm.Close() }

@@ -63,14 +63,21 @@ func (l *Linear) Params() []Param {
 }
 
 func (l *Linear) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	return affine(b, x, b.Param(0), b.Param(1), l.In, l.Out)
+}
+
+// affine is x w + bias over the last axis of x (..., in), w [in, out]. At
+// the network's input it skips the input's gradient (and tells ZeRO-3 not
+// to gather w again for backward).
+func affine(b *Builder, x, w, bias *G.Node, in, out int) (*G.Node, error) {
 	s := x.Shape()
-	if len(s) < 2 || s[len(s)-1] != l.In {
-		return nil, fmt.Errorf("linear %d->%d: input shape %v; want (..., %d)", l.In, l.Out, s, l.In)
+	if len(s) < 2 || s[len(s)-1] != in {
+		return nil, fmt.Errorf("linear %d->%d: input shape %v; want (..., %d)", in, out, s, in)
 	}
 	h := x
 	if len(s) > 2 {
 		var err error
-		if h, err = G.Reshape(x, tensor.Shape{s.TotalSize() / l.In, l.In}); err != nil {
+		if h, err = G.Reshape(x, tensor.Shape{s.TotalSize() / in, in}); err != nil {
 			return nil, err
 		}
 	}
@@ -78,17 +85,17 @@ func (l *Linear) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 	if noDX {
 		b.NoBackwardFetch()
 	}
-	y, err := G.ApplyOp(newMatMul(noDX), h, b.Param(0))
+	y, err := G.ApplyOp(newMatMul(noDX), h, w)
 	if err != nil {
 		return nil, err
 	}
-	if y, err = G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: 2}, y, b.Param(1)); err != nil {
+	if y, err = G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: 2}, y, bias); err != nil {
 		return nil, err
 	}
 	if len(s) > 2 {
-		out := s.Clone()
-		out[len(out)-1] = l.Out
-		return G.Reshape(y, out)
+		o := s.Clone()
+		o[len(o)-1] = out
+		return G.Reshape(y, o)
 	}
 	return y, nil
 }

@@ -153,7 +153,7 @@ func (s *StageGraph) buildForward() error {
 	g := G.NewGraph()
 	x, xt := s.input(g)
 	b := s.M.builder(g, true, s.Batch, nil)
-	b.ctx = &s.ctx
+	b.ctx, b.stage = &s.ctx, true
 	out, err := s.layers(b, x)
 	if err != nil {
 		return err
@@ -167,7 +167,7 @@ func (s *StageGraph) buildTrain() error {
 	g := G.NewGraph()
 	x, xt := s.input(g)
 	b := s.M.builder(g, true, s.Batch, &hookSet{m: s.M, onGrad: &s.hook})
-	b.ctx = &s.ctx
+	b.ctx, b.stage = &s.ctx, true
 	if s.From > 0 {
 		b.needDX[x] = true
 	}
