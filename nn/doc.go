@@ -1,0 +1,82 @@
+// Package nn is gdist's layer library: layers with PyTorch's names, a
+// Model that keeps every parameter in one flat buffer, and graphs that the
+// strategies (ddp, zero 1 to 3, syncbn, pipeline) train without knowing
+// the layers.
+//
+// # Layers
+//
+// Linear, Conv2d, BatchNorm1d/2d, LayerNorm, Embedding, ReLU, GELU, Tanh,
+// MaxPool2d, Flatten, Dropout, CausalSelfAttention, and the containers
+// Sequential and Residual. Parameter names and shapes follow PyTorch's
+// state_dict ("0.weight", "3.in_proj_weight", ...), so a checkpoint loads
+// there with load_state_dict; Param.Torch and Param.TransT say how a
+// tensor is laid out there when it is stored transposed here.
+//
+// # Your own layer
+//
+// A layer implements Layer: Params declares its learnables (name, shape,
+// initialisation), Fwd builds its output from gorgonia ops, taking each
+// learnable from b.Param(k):
+//
+//	type Scale struct{ C int }
+//
+//	func (l *Scale) Params() []nn.Param {
+//		return []nn.Param{{Name: "weight", Shape: []int{l.C}, Init: nn.Fill(1)}}
+//	}
+//	func (l *Scale) Fwd(b *nn.Builder, x *gorgonia.Node) (*gorgonia.Node, error) {
+//		return gorgonia.BroadcastHadamardProd(x, b.Param(0), nil, []byte{0})
+//	}
+//
+// That is all: the layer's gradients reach the strategies, ZeRO-3 gathers
+// its parameters around it (see below), a pipeline can cut before or after
+// it. Containers implement Container and build their children with
+// b.Child. Func makes a layer from a function.
+//
+// Layers of Go's other gorgonia layer libraries (golgi, goras: a Fwd(x)
+// method over learnables given at construction) wrap with Adapt: declare
+// the learnables, and build the layer over the nodes nn hands you with
+// the library's constructor that takes its weights:
+//
+//	nn.Adapt(params, func(ws []*gorgonia.Node) (nn.Fwder, error) {
+//		return theirLayer(ws[0], ws[1]) // e.g. a golgi layer made with these weights
+//	})
+//
+// # Models, graphs and gradients
+//
+// New(name, net, sampleShape, seed) lays the parameters out in
+// declaration order in Model.Flat (flat.Params: Value and Grad, one
+// buffer each, a Span per tensor) and initialises them from seed (the
+// same everywhere). NewGraph(batch, train) compiles a graph: the network,
+// then softmax cross-entropy against class labels. Graph.Step(ctx, x, y)
+// runs forward and backward; every learnable's complete gradient goes to
+// Graph.OnGrad the moment gorgonia produces it (last layer first) — a
+// strategy's AddGrad, so that reductions start while backward goes on —
+// or, by default, is added into Flat.Grad. Nothing zeroes Flat.Grad but
+// Model.ZeroGrad (the strategies' Step/update does it for you).
+//
+// Graphs are built under flat.Build's lock, so ranks as goroutines may
+// build them at the same time; a graph is used by one goroutine.
+//
+// # ZeRO stage 3
+//
+// With a flat.Store set (zero.New with Stage 3 does it), the model holds
+// no parameters. Each layer with learnables is built between two identity
+// ops: the one before it fetches the layer's parameters from the store and
+// points the learnables' tensors at them, the one after releases them;
+// in backward the layer's parameters are fetched again and released once
+// all its gradients are out (handed to the store). A rank thus holds full
+// parameters only for the layers at work, and every layer, yours
+// included, is sharded without code of its own. Builder.NoBackwardFetch
+// lets a layer whose backward does not read its parameters skip the
+// second fetch (Linear and Conv2d at the network's input do).
+//
+// # Pipelines, batch norm, dropout
+//
+// A Model is a pipeline.Model: a pipeline splits a Sequential between its
+// children (StageGraph). Batch norm takes its statistics over the rank's
+// batch, or over all ranks' with syncbn.Convert (SyncBatchNorm; its
+// collectives run under the ctx given to Step). Dropout's masks are a
+// hash of the seed, the run and the sample's place in the global batch
+// (Graph.SampleOffset), so data-parallel runs drop what one process
+// would. Neither batch norm nor dropout may sit in a pipeline stage.
+package nn
