@@ -70,8 +70,10 @@ func BalanceTime(costs []LayerCost, k int) ([]int, error) {
 // ProfileLayers measures each layer of m on micro-batches of micro samples
 // of random data: its forward graph and its training graph, each compiled
 // on its own (the last layer's with the loss), timed as the fastest of reps
-// runs after a warm-up run (the least disturbed by other work). Parameter gradients are discarded; m is not changed.
-func ProfileLayers(m Model, micro, reps int) ([]LayerCost, error) {
+// runs after a warm-up run (the least disturbed by other work). Parameter
+// gradients are discarded; m is not changed. It stops with ctx's error
+// between runs once ctx is done.
+func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, error) {
 	n := m.NumLayers()
 	if reps < 1 {
 		reps = 1
@@ -79,6 +81,9 @@ func ProfileLayers(m Model, micro, reps int) ([]LayerCost, error) {
 	costs := make([]LayerCost, n)
 	fill := func(v []float32) { fillRandom(v, 1) }
 	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("pipeline: profiling layer %d: %w", i, err)
+		}
 		last := i == n-1
 		g, err := m.NewStage(i, i+1, micro, last)
 		if err != nil {
@@ -214,9 +219,9 @@ func topSplits(n, k, top int, cost func(from, to int) float64) ([][]int, error) 
 // micro-batches of micro samples of random data: the median of reps runs
 // (after a warm-up run) of its forward pass plus its training graph (the
 // training graph alone on the last stage). Parameter gradients are
-// discarded.
-func MeasureStage(m Model, from, to, micro, reps int) (time.Duration, error) {
-	d, err := MeasureStages(m, [][2]int{{from, to}}, micro, reps)
+// discarded. It stops with ctx's error between runs once ctx is done.
+func MeasureStage(ctx context.Context, m Model, from, to, micro, reps int) (time.Duration, error) {
+	d, err := MeasureStages(ctx, m, [][2]int{{from, to}}, micro, reps)
 	if err != nil {
 		return 0, err
 	}
@@ -226,7 +231,7 @@ func MeasureStage(m Model, from, to, micro, reps int) (time.Duration, error) {
 // MeasureStages is MeasureStage for several stages, timed in interleaved
 // rounds (each stage once per round) so that a slow spell of the machine
 // falls on all of them alike; each gets the median of its rounds.
-func MeasureStages(m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
+func MeasureStages(ctx context.Context, m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
 	type timed struct {
 		g       Stage
 		last    bool
@@ -255,6 +260,9 @@ func MeasureStages(m Model, stages [][2]int, micro, reps int) ([]time.Duration, 
 		ts[i] = t
 	}
 	for r := 0; r <= max(reps, 1); r++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("pipeline: timing stages: %w", err)
+		}
 		for i, t := range ts {
 			t0 := time.Now()
 			var err error
@@ -330,7 +338,7 @@ func slowest(cands [][]int, idx [][]int, times []int64) []int {
 // first stage computes no input gradient, a stage's weights outgrow the
 // cache that held one layer's, graph overheads), and returns the split
 // whose slowest stage is fastest.
-func BalanceMeasured(m Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
+func BalanceMeasured(ctx context.Context, m Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
 	cands, stages, idx, err := candidateStages(costs, k, top)
 	if err != nil {
 		return nil, err
@@ -338,7 +346,7 @@ func BalanceMeasured(m Model, costs []LayerCost, k, top, micro, reps int) ([]int
 	if len(cands) == 1 {
 		return cands[0], nil
 	}
-	d, err := MeasureStages(m, stages, micro, reps)
+	d, err := MeasureStages(ctx, m, stages, micro, reps)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +381,7 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
 		return nil, fmt.Errorf("pipeline: before profiling: %w", err)
 	}
-	costs, err := ProfileLayers(m, micro, reps)
+	costs, err := ProfileLayers(ctx, m, micro, reps)
 	if err := agree(ctx, c, err); err != nil {
 		return nil, err
 	}
@@ -395,7 +403,7 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 	if len(cands) == 1 {
 		return cands[0], nil
 	}
-	d, merr := MeasureStages(m, stages, micro, reps)
+	d, merr := MeasureStages(ctx, m, stages, micro, reps)
 	if err := agree(ctx, c, merr); err != nil {
 		return nil, err
 	}

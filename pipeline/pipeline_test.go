@@ -444,11 +444,11 @@ func TestBalanceTime(t *testing.T) {
 // candidate splits, a valid one.
 func TestBalanceMeasured(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
-	costs, err := pipeline.ProfileLayers(m, 8, 2)
+	costs, err := pipeline.ProfileLayers(context.Background(), m, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pipeline.BalanceMeasured(m, costs, 2, 3, 8, 2)
+	b, err := pipeline.BalanceMeasured(context.Background(), m, costs, 2, 3, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +463,7 @@ func TestBalanceMeasured(t *testing.T) {
 	if !found {
 		t.Errorf("BalanceMeasured chose %v, not one of the candidates %v", b, top)
 	}
-	if d, err := pipeline.MeasureStage(m, 0, 5, 8, 1); err != nil || d <= 0 {
+	if d, err := pipeline.MeasureStage(context.Background(), m, 0, 5, 8, 1); err != nil || d <= 0 {
 		t.Errorf("MeasureStage: %v, %v", d, err)
 	}
 }
@@ -472,7 +472,7 @@ func TestBalanceMeasured(t *testing.T) {
 // a rank whose profiling fails fails them all, named.
 func TestSplitByTime(t *testing.T) {
 	m, _ := models.New("mlp-deep", 1)
-	costs, err := pipeline.ProfileLayers(m, 8, 2)
+	costs, err := pipeline.ProfileLayers(context.Background(), m, 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
