@@ -25,7 +25,7 @@ type Options struct {
 }
 
 // Model is what DDP needs of a model: its learnables in flat buffers
-// (package flat). *models.Model has it; Wrap makes one from plain gorgonia
+// (package flat). *nn.Model has it; Wrap makes one from plain gorgonia
 // learnables.
 type Model interface {
 	FlatParams() *flat.Params
@@ -221,7 +221,7 @@ func (d *DDP) SetNoSync(on bool) { d.noSync = on }
 
 // AddGrad adds g into learnable i's gradient and marks it complete: the
 // entry for layers that deliver gradients by value during backward (the
-// built-in models' Graph.OnGrad).
+// nn models' Graph.OnGrad).
 func (d *DDP) AddGrad(i int, g []float32) {
 	if i < 0 || i >= len(d.p.Spans) {
 		d.setLate(fmt.Errorf("ddp: gradient for learnable %d of %d", i, len(d.p.Spans)))
@@ -274,9 +274,9 @@ func (d *DDP) launch(ctx context.Context, b int) {
 }
 
 // Backward runs one forward and backward pass (run: the tape machine's
-// RunAll, or a built-in graph's Step) and then Finish. Buckets whose
+// RunAll, or an nn graph's Step) and then Finish. Buckets whose
 // gradients are complete start reducing while run goes on (with taps on a
-// plain gorgonia graph; always with the built-in models), under ctx.
+// plain gorgonia graph; always with nn models), under ctx.
 // After it returns nil the gradient buffer holds the average over ranks.
 // If run fails, Backward waits for the reductions it started and returns
 // run's error.

@@ -47,7 +47,7 @@
 // Options.Debug, Finish also checks that every rank holds bit-identical
 // parameters.
 //
-// The built-in models (package models) implement Model; their graphs hand
+// Models built from package nn implement Model; their graphs hand
 // each gradient to AddGrad as it is produced. A DDP is used by one
 // goroutine (the training loop).
 package ddp

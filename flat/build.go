@@ -12,7 +12,7 @@ var buildMu sync.Mutex
 // must build them one at a time: every node constructor, ApplyOp, Grad,
 // and NewTapeMachine for good measure. Running machines (RunAll, Reset,
 // Close) needs no lock, concurrently with building too, as long as each
-// machine and graph is used by one goroutine. The built-in models take
+// machine and graph is used by one goroutine. nn models (nn.New, NewGraph) take
 // this lock themselves: do not build them inside fn (the lock is not
 // reentrant).
 func Build(fn func() error) error {

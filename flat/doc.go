@@ -5,7 +5,7 @@
 //
 // It is the meeting point of the two ways into gdist: a plain gorgonia
 // model (learnables as []*gorgonia.Node, bound here with Bind) and the
-// built-in models (package models), which lay out their own Params.
+// models built from package nn, which lay out their own Params.
 //
 // # Plain gorgonia models
 //

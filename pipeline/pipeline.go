@@ -1,8 +1,9 @@
 // Package pipeline trains a sequential model split into K stages, one per
 // rank, with micro-batch pipelining (GPipe and 1F1B schedules).
 //
-// Every rank holds the whole Model (built from the same seed; the built-in
-// models through package train's adapter) but computes and updates only
+// Every rank holds the whole Model (built from the same seed: a pipeline
+// broadcasts nothing; any nn model built on a Sequential is one, with no
+// adapter) but computes and updates only
 // its stage's layers, whose parameters are one contiguous range of the
 // model's flat parameter and gradient buffers (Range). A later
 // data-parallel group over the replicas of one stage can all-reduce that

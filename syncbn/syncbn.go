@@ -1,5 +1,5 @@
 // Package syncbn is SyncBatchNorm for any Model whose batch-norm layers
-// take a synchronisation hook (the built-in models have it): batch normalisation
+// take a synchronisation hook (nn models have it): batch normalisation
 // whose batch statistics span every rank of a Comm (or a sub-group), so that
 // N ranks at batch B normalise exactly as one rank at batch N*B would.
 //

@@ -151,7 +151,7 @@ func (st *stage3) Release(idx []int) {
 func (st *stage3) AddGrad(i int, g []float32) error {
 	e := st.e
 	s := st.sz[i]
-	buf := g // the store owns g (see models.ParamStore)
+	buf := g // the store owns g (see flat.Store)
 	if len(g) != st.n*s {
 		buf = make([]float32, st.n*s)
 		copy(buf, g)

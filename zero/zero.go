@@ -14,7 +14,7 @@
 //     it, while backward goes on, and its buffer is dropped.
 //   - Stage 3 also shards the parameters at rest, tensor by tensor (each
 //     parameter split evenly over the ranks, padded to a multiple of N). The
-//     engine becomes the model's models.ParamStore: every layer gathers its
+//     engine becomes the model's flat.Store: every layer gathers its
 //     parameters inside its forward op and again inside its backward op and
 //     drops them when the op ends, and the next layer's gather (in the
 //     pass's direction) is issued at once so that it overlaps the current
@@ -58,7 +58,7 @@
 // stage 1 saves (the optimizer state) and differs in reducing each bucket
 // to its owner during backward (with taps, as in package ddp). Stage 3
 // needs layers that fetch their parameters from a store (Sharded: the
-// built-in models).
+// nn models).
 //
 // Checkpoints (checkpoint.go, package train): every rank writes its
 // contiguous span of the flat parameters and optimizer state; stage 3
@@ -189,7 +189,7 @@ func New(ctx context.Context, c comm.Comm, m Model, opts Options) (*Engine, erro
 	if opts.Stage == 3 {
 		var ok bool
 		if sh, ok = m.(Sharded); !ok || fp.Bound() {
-			return nil, comm.InvalidArgf("zero: rank %d: stage 3 needs a model whose layers fetch their parameters from a store (zero.Sharded: the built-in models); use stage 1 or 2 for a plain gorgonia model", c.Rank())
+			return nil, comm.InvalidArgf("zero: rank %d: stage 3 needs a model whose layers fetch their parameters from a store (zero.Sharded: a model built from package nn); use stage 1 or 2 for a plain gorgonia model", c.Rank())
 		}
 	}
 	return newEngine(ctx, c, fp, state, sh, opts)
@@ -321,7 +321,7 @@ func (e *Engine) Memory() Memory {
 func (e *Engine) SetNoSync(on bool) { e.noSync = on }
 
 // AddGrad takes learnable i's gradient from a backward pass: the entry for
-// layers that deliver gradients by value (the built-in models'
+// layers that deliver gradients by value (nn models'
 // Graph.OnGrad; stage 3 models hand theirs to the store instead).
 func (e *Engine) AddGrad(i int, g []float32) {
 	if i < 0 || i >= len(e.fp.Spans) {
@@ -360,7 +360,7 @@ func (e *Engine) tapped(i int, ready bool) {
 }
 
 // Backward runs one forward and backward pass (run: the tape machine's
-// RunAll, or a built-in graph's Step) and then Finish; collectives that
+// RunAll, or an nn graph's Step) and then Finish; collectives that
 // start during run (stage 2 buckets, stage 3 gathers) run under ctx.
 func (e *Engine) Backward(ctx context.Context, run func() error) error {
 	e.runCtx = ctx
