@@ -268,37 +268,15 @@ func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 
 func (op *bnOp) DiffWRT(int) []bool { return []bool{true, true, true} }
 func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	res := make(G.Nodes, 3)
-	for i := range res {
-		n, err := G.ApplyOp(&bnGradOp{baseOp: baseOp{nextID(), "bn'"}, fwd: op, which: i}, inputs[i], inputs[1], grad)
-		if err != nil {
-			return nil, err
-		}
-		res[i] = n
-	}
-	return res, nil
+	return normGrads(inputs, grad, func(g normGrad) G.Op { return &bnGradOp{g, op} }, "bn'", op.dims)
 }
 
-// bnGradOp computes one of dx (which 0), dgamma (1), dbeta (2) from
-// (input, gamma, dy) and the forward pass's state.
+// bnGradOp computes one of dx, dgamma, dbeta (normGrad) from the forward
+// pass's state.
 type bnGradOp struct {
-	baseOp
-	fwd   *bnOp
-	which int
+	normGrad
+	fwd *bnOp
 }
-
-func (op *bnGradOp) Arity() int { return 3 }
-func (op *bnGradOp) Type() hm.Type {
-	in := op.fwd.dims
-	if op.which > 0 {
-		in = 1
-	}
-	return hm.NewFnType(tt(in), tt(1), tt(op.fwd.dims), tt(in))
-}
-func (op *bnGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
-	return ds[0].(tensor.Shape).Clone(), nil
-}
-func (op *bnGradOp) ReturnsPtr() bool { return false }
 
 func (op *bnGradOp) Do(v ...G.Value) (G.Value, error) {
 	gamma, _, err := f32(v[1])

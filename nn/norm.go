@@ -99,36 +99,14 @@ func (op *lnOp) Do(v ...G.Value) (G.Value, error) {
 
 func (op *lnOp) DiffWRT(int) []bool { return []bool{true, true, true} }
 func (op *lnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	res := make(G.Nodes, 3)
-	for i := range res {
-		n, err := G.ApplyOp(&lnGradOp{baseOp: baseOp{nextID(), "layernorm'"}, fwd: op, which: i}, inputs[i], inputs[1], grad)
-		if err != nil {
-			return nil, err
-		}
-		res[i] = n
-	}
-	return res, nil
+	return normGrads(inputs, grad, func(g normGrad) G.Op { return &lnGradOp{g, op} }, "layernorm'", op.dims)
 }
 
-// lnGradOp computes dx (which 0), dgamma (1) or dbeta (2) from
-// (input, gamma, dy) and the forward pass's state.
+// lnGradOp computes one of dx, dgamma, dbeta (normGrad) from the forward
+// pass's state.
 type lnGradOp struct {
-	baseOp
-	fwd   *lnOp
-	which int
-}
-
-func (op *lnGradOp) Arity() int { return 3 }
-func (op *lnGradOp) Type() hm.Type {
-	in := op.fwd.dims
-	if op.which > 0 {
-		in = 1
-	}
-	return hm.NewFnType(tt(in), tt(1), tt(op.fwd.dims), tt(in))
-}
-func (op *lnGradOp) ReturnsPtr() bool { return false }
-func (op *lnGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
-	return ds[0].(tensor.Shape).Clone(), nil
+	normGrad
+	fwd *lnOp
 }
 
 func (op *lnGradOp) Do(v ...G.Value) (G.Value, error) {

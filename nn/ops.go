@@ -408,3 +408,40 @@ func overlapsAny(d []float32, inputs [][]float32) bool {
 	}
 	return false
 }
+
+// normGrad is the shared part of a normalisation's gradient ops (batch
+// norm, layer norm): for inputs (x, gamma, beta) there is one op per
+// input, computing dx (which 0), dgamma (1) or dbeta (2) from (that
+// input, gamma, dy).
+type normGrad struct {
+	baseOp
+	dims  int // x's
+	which int
+}
+
+func (op *normGrad) Arity() int { return 3 }
+func (op *normGrad) Type() hm.Type {
+	in := op.dims
+	if op.which > 0 {
+		in = 1
+	}
+	return hm.NewFnType(tt(in), tt(1), tt(op.dims), tt(in))
+}
+func (op *normGrad) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *normGrad) ReturnsPtr() bool { return false }
+
+// normGrads applies the gradient op mk(which) to (inputs[which], gamma,
+// grad) for each of x, gamma and beta.
+func normGrads(inputs G.Nodes, grad *G.Node, mk func(g normGrad) G.Op, name string, dims int) (G.Nodes, error) {
+	res := make(G.Nodes, 3)
+	for i := range res {
+		n, err := G.ApplyOp(mk(normGrad{baseOp{nextID(), name}, dims, i}), inputs[i], inputs[1], grad)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = n
+	}
+	return res, nil
+}

@@ -16,19 +16,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/gdist/gdist/examples/internal/equiv"
+	"github.com/gdist/gdist/examples/internal/kit"
 	"log"
+	"sync"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/inproc"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/ddp"
-	"github.com/gdist/gdist/launch"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/zero"
-	"golang.org/x/sync/errgroup"
 
 	_ "github.com/gdist/gdist/comm/auto"
 	_ "github.com/gdist/gdist/comm/shm"
@@ -65,51 +62,35 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config) error {
-	switch {
-	case cfg.strategy == "none":
+	if cfg.strategy == "none" {
 		r, err := single(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		return finish(cfg, 0, r)
-	case cfg.backend == "inproc":
-		_, err := goroutines(ctx, cfg)
-		return err
-	case launch.IsWorker() || launch.UnderLauncher():
-		c, closeComm, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{})
-		if err != nil {
-			return err
-		}
-		defer closeComm()
+	}
+	_, err := runRanks(ctx, cfg)
+	return err
+}
+
+// runRanks runs the ranks (kit.Ranks) and returns rank 0's result (when
+// rank 0 is in this process).
+func runRanks(ctx context.Context, cfg config) (result, error) {
+	var mu sync.Mutex
+	var r0 result
+	err := kit.Ranks(ctx, cfg.backend, cfg.nproc, func(ctx context.Context, c comm.Comm) error {
 		r, err := worker(ctx, c, cfg)
 		if err != nil {
 			return err
 		}
+		if c.Rank() == 0 {
+			mu.Lock()
+			r0 = r
+			mu.Unlock()
+		}
 		return finish(cfg, c.Rank(), r)
-	default:
-		return launch.Run(ctx, launch.Spec{NProc: cfg.nproc})
-	}
-}
-
-// goroutines runs the ranks as goroutines and returns rank 0's result.
-func goroutines(ctx context.Context, cfg config) (result, error) {
-	cs, err := inproc.New(cfg.nproc, comm.Options{})
-	if err != nil {
-		return result{}, err
-	}
-	res := make([]result, len(cs))
-	var g errgroup.Group
-	for i, c := range cs {
-		g.Go(func() (err error) {
-			defer c.Close()
-			res[i], err = worker(ctx, c, cfg)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return result{}, err
-	}
-	return res[0], finish(cfg, 0, res[0])
+	})
+	return r0, err
 }
 
 func (cfg config) optim() optim.Config { return optim.Config{Name: cfg.optimizer, LR: cfg.lr} }
@@ -249,5 +230,5 @@ func finish(cfg config, rank int, r result) error {
 	if cfg.out == "" {
 		return nil
 	}
-	return equiv.Write(cfg.out, r.params)
+	return kit.Write(cfg.out, r.params)
 }

@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gdist/gdist/examples/internal/equiv"
+	"github.com/gdist/gdist/examples/internal/kit"
 )
 
 func TestMain(m *testing.M) {
-	equiv.MainIf("CUSTOM_MAIN", main)
+	kit.MainIf("CUSTOM_MAIN", main)
 	os.Exit(m.Run())
 }
 
@@ -29,7 +29,7 @@ func check(t *testing.T, name string, got, want []float32) {
 	for _, p := range init.Params {
 		sizes = append(sizes, p.Size)
 	}
-	equiv.Same(t, name, got, want, init.Flat.Value, sizes, 1e-5)
+	kit.Same(t, name, got, want, init.Flat.Value, sizes, 1e-5)
 }
 
 func reference(t *testing.T, optimizer string) []float32 {
@@ -60,7 +60,7 @@ func TestStrategies(t *testing.T) {
 			if s == "pipeline" {
 				cfg.batch = ranks * perRank
 			}
-			r, err := goroutines(context.Background(), cfg)
+			r, err := runRanks(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestStrategies(t *testing.T) {
 // and trains like the one-process run.
 func TestZeRO3Memory(t *testing.T) {
 	want := reference(t, "adam")
-	r, err := goroutines(context.Background(), config{strategy: "zero3", backend: "inproc", nproc: ranks, steps: steps, batch: perRank, lr: 1e-3, optimizer: "adam"})
+	r, err := runRanks(context.Background(), config{strategy: "zero3", backend: "inproc", nproc: ranks, steps: steps, batch: perRank, lr: 1e-3, optimizer: "adam"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,5 +100,5 @@ func TestProcesses(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
-	check(t, "zero3/shm", equiv.Read(t, out), want)
+	check(t, "zero3/shm", kit.Read(t, out), want)
 }

@@ -15,18 +15,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/gdist/gdist/examples/internal/equiv"
+	"github.com/gdist/gdist/examples/internal/kit"
 	"log"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/inproc"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/flat"
-	"github.com/gdist/gdist/launch"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/zero"
-	"golang.org/x/sync/errgroup"
 	G "gorgonia.org/gorgonia"
 
 	_ "github.com/gdist/gdist/comm/auto"
@@ -63,32 +59,12 @@ func run(ctx context.Context, cfg config) error {
 		return single(cfg)
 	case cfg.strategy != "ddp" && cfg.strategy != "zero1" && cfg.strategy != "zero2":
 		return fmt.Errorf("unknown -strategy %q (none, ddp, zero1, zero2)", cfg.strategy)
-	case cfg.backend == "inproc":
-		// Ranks as goroutines of this process.
-		cs, err := inproc.New(cfg.nproc, comm.Options{})
-		if err != nil {
-			return err
-		}
-		var g errgroup.Group
-		for _, c := range cs {
-			g.Go(func() error {
-				defer c.Close()
-				return worker(ctx, c, cfg)
-			})
-		}
-		return g.Wait()
-	case launch.IsWorker() || launch.UnderLauncher():
-		// One rank of a job started by our launcher, torchrun, mpirun or srun.
-		c, closeComm, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{})
-		if err != nil {
-			return err
-		}
-		defer closeComm()
-		return worker(ctx, c, cfg)
-	default:
-		// Start cfg.nproc copies of this program as the ranks.
-		return launch.Run(ctx, launch.Spec{NProc: cfg.nproc})
 	}
+	// Ranks as goroutines (inproc), as processes this program starts, or
+	// as one rank of a job started by a launcher (ours, torchrun, mpirun).
+	return kit.Ranks(ctx, cfg.backend, cfg.nproc, func(ctx context.Context, c comm.Comm) error {
+		return worker(ctx, c, cfg)
+	})
 }
 
 // single is the model trained the plain gorgonia way, on one process.
@@ -172,5 +148,5 @@ func finish(cfg config, rank int, m *mlp) error {
 	if cfg.out == "" {
 		return nil
 	}
-	return equiv.Write(cfg.out, m.params())
+	return kit.Write(cfg.out, m.params())
 }

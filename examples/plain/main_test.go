@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"github.com/gdist/gdist/examples/internal/equiv"
+	"github.com/gdist/gdist/examples/internal/kit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +13,7 @@ import (
 // so the launcher's children (re-executions of the same binary) are the
 // example too.
 func TestMain(m *testing.M) {
-	equiv.MainIf("PLAIN_MAIN", main)
+	kit.MainIf("PLAIN_MAIN", main)
 	os.Exit(m.Run())
 }
 
@@ -30,16 +30,16 @@ func reference(t *testing.T) []float32 {
 	return readParams(t, out)
 }
 
-func readParams(t *testing.T, path string) []float32 { return equiv.Read(t, path) }
+func readParams(t *testing.T, path string) []float32 { return kit.Read(t, path) }
 
-// sameParams: every element within 1e-5 relative (see equiv.Same).
+// sameParams: every element within 1e-5 relative (see kit.Same).
 func sameParams(t *testing.T, name string, got, want []float32) {
 	t.Helper()
 	init, err := newMLP(1, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equiv.Same(t, name, got, want, init.params(), []int{features * hidden, hidden, hidden * classes, classes}, 1e-5)
+	kit.Same(t, name, got, want, init.params(), []int{features * hidden, hidden, hidden * classes, classes}, 1e-5)
 }
 
 // TestGoroutines: 2 ranks x 16 == 1 rank x 32 over 200 SGD steps, ranks

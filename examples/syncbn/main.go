@@ -16,15 +16,11 @@ import (
 	"math"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/inproc"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/ddp"
-	"github.com/gdist/gdist/examples/internal/equiv"
-	"github.com/gdist/gdist/launch"
+	"github.com/gdist/gdist/examples/internal/kit"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/syncbn"
-	"golang.org/x/sync/errgroup"
 
 	_ "github.com/gdist/gdist/comm/auto"
 	_ "github.com/gdist/gdist/comm/shm"
@@ -83,30 +79,13 @@ func images(first, n int) ([]float32, []int32) {
 }
 
 func run(ctx context.Context, cfg config) error {
-	switch {
-	case cfg.backend == "inproc" || cfg.nproc == 1:
-		cs, err := inproc.New(cfg.nproc, comm.Options{})
-		if err != nil {
-			return err
-		}
-		var g errgroup.Group
-		for _, c := range cs {
-			g.Go(func() error {
-				defer c.Close()
-				return worker(ctx, c, cfg)
-			})
-		}
-		return g.Wait()
-	case launch.IsWorker() || launch.UnderLauncher():
-		c, closeComm, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{})
-		if err != nil {
-			return err
-		}
-		defer closeComm()
-		return worker(ctx, c, cfg)
-	default:
-		return launch.Run(ctx, launch.Spec{NProc: cfg.nproc})
+	backend := cfg.backend
+	if cfg.nproc == 1 {
+		backend = "inproc"
 	}
+	return kit.Ranks(ctx, backend, cfg.nproc, func(ctx context.Context, c comm.Comm) error {
+		return worker(ctx, c, cfg)
+	})
 }
 
 func worker(ctx context.Context, c comm.Comm, cfg config) error {
@@ -150,7 +129,7 @@ func worker(ctx context.Context, c comm.Comm, cfg config) error {
 	if cfg.out == "" {
 		return nil
 	}
-	return equiv.Write(cfg.out, state(m))
+	return kit.Write(cfg.out, state(m))
 }
 
 // state is the parameters, then every running mean and variance.

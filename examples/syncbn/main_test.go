@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gdist/gdist/examples/internal/equiv"
+	"github.com/gdist/gdist/examples/internal/kit"
 )
 
 func TestMain(m *testing.M) {
-	equiv.MainIf("SYNCBN_MAIN", main)
+	kit.MainIf("SYNCBN_MAIN", main)
 	os.Exit(m.Run())
 }
 
@@ -40,7 +40,7 @@ func train(t *testing.T, cfg config) []float32 {
 	if err := run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	return equiv.Read(t, cfg.out)
+	return kit.Read(t, cfg.out)
 }
 
 // TestSyncBN: with SyncBatchNorm, 2 ranks x 8 == 1 rank x 16 within 1e-5
@@ -51,7 +51,7 @@ func TestSyncBN(t *testing.T) {
 	s, init := sizes(t)
 	want := train(t, config{backend: "inproc", nproc: 1, batch: 16, sync: true})
 	got := train(t, config{backend: "inproc", nproc: 2, batch: 8, sync: true})
-	equiv.Same(t, "syncbn/inproc", got, want, init, s, 1e-5)
+	kit.Same(t, "syncbn/inproc", got, want, init, s, 1e-5)
 
 	plain := train(t, config{backend: "inproc", nproc: 2, batch: 8, sync: false})
 	var d float64
@@ -71,5 +71,5 @@ func TestSyncBN(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
-	equiv.Same(t, "syncbn/tcp", equiv.Read(t, out), want, init, s, 1e-5)
+	kit.Same(t, "syncbn/tcp", kit.Read(t, out), want, init, s, 1e-5)
 }
