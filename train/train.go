@@ -1,9 +1,3 @@
-// Package train is the training loop behind cmd/train: data loading and
-// distributed sampling, the model, the strategy (DDP, or ZeRO stage 1, 2
-// or 3; optionally SyncBatchNorm), the optimizer, evaluation after every
-// epoch, checkpoints (sharded for ZeRO 1-2) and resume, progress on stderr
-// and JSON events on stdout. It takes a comm.Comm, so it runs the
-// same whether the ranks are goroutines (inproc) or processes (tcp).
 package train
 
 import (
