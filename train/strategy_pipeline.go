@@ -90,6 +90,12 @@ func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
 	}
 	dp, err := c.Split(ctx, r%k, r/k)
 	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	fail := func(err error) (Strategy, error) {
+		pc.Close()
+		dp.Close()
 		return nil, err
 	}
 	// Every replica must split the model alike: choose over the world.
@@ -100,16 +106,17 @@ func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
 	micro = min(max(micro, 1), cfg.Batch)
 	bounds, err := pipeline.Split(ctx, c, zooModel{m}, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
 	}
 	p, err := pipeline.New(ctx, pc, zooModel{m}, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
 	}
 	_, n := p.Range()
 	opt, err := optim.New(cfg.OptimConfig(), n)
 	if err != nil {
-		return nil, err
+		p.Close()
+		return fail(err)
 	}
 	return &pipelineStrategy{c: c, p: p, m: m, opt: opt, cfg: cfg, pc: pc, dp: dp, k: k, d: d}, nil
 }
