@@ -32,6 +32,8 @@ func init() {
 	})
 }
 
+var _ train.Strategy = (*replicated)(nil)
+
 type replicated struct {
 	c   comm.Comm
 	m   *models.Model

@@ -27,6 +27,8 @@ func checkDDP(cfg *Config) error {
 	return err
 }
 
+var _ Strategy = (*ddpStrategy)(nil)
+
 type ddpStrategy struct {
 	c   comm.Comm
 	d   *ddp.DDP

@@ -54,6 +54,8 @@ func checkPipeline(c *Config) error {
 	return nil
 }
 
+var _ Strategy = (*pipelineStrategy)(nil)
+
 // pipelineStrategy runs K pipeline stages times D data-parallel replicas
 // on K*D ranks. World rank r is stage r%K of replica r/K: each replica's K
 // ranks form a pipeline Comm, and each stage's D replicas a data-parallel

@@ -40,6 +40,8 @@ func checkZero(cfg *Config) error {
 	return nil
 }
 
+var _ Strategy = (*zeroStrategy)(nil)
+
 type zeroStrategy struct {
 	name string
 	c    comm.Comm

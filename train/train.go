@@ -39,7 +39,7 @@ type Config struct {
 	NoOverlap   bool
 	Compress    string // none | fp16 | bf16
 	Debug       bool
-	Strategy    string // ddp | zero1 | zero2 | zero3 | pipeline
+	Strategy    string // a registered strategy (Strategies): ddp, zero1, zero2, zero3, pipeline, ...
 	SyncBN      bool
 	// Pipeline: stages (0: every rank is a stage; fewer: the rest is data
 	// parallel), micro-batches per batch (0: stages) and schedule.
