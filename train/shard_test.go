@@ -181,21 +181,13 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		if err != nil {
 			return err
 		}
-		var o optim.Optimizer
-		if strategy == "ddp" {
-			if o, err = optim.New(cfg.optimConfig(), m.NumParams()); err != nil {
-				return err
-			}
-		}
-		got, loaded, err := resume(cfg, m, o)
+		s, err := newStrategy(ctx, c, m, cfg)
 		if err != nil {
 			return err
 		}
-		s, err := newStrategy(ctx, c, m, o, cfg)
+		defer s.Close()
+		got, err := s.Load(ctx, path)
 		if err != nil {
-			return err
-		}
-		if err := restoreShard(s, loaded); err != nil {
 			return err
 		}
 		if got != pos {
@@ -236,9 +228,15 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 			return nil
 		}
 		lo, p := 0, m.NumParams()
-		if zs, ok := s.(*zeroStrategy); ok {
-			lo, _ = zs.e.Shard()
-			o = zs.e.Optimizer()
+		var o optim.Optimizer
+		switch s := s.(type) {
+		case *zeroStrategy:
+			lo, _ = s.e.Shard()
+			o = s.e.Optimizer()
+		case *ddpStrategy:
+			o = s.opt
+		default:
+			return fmt.Errorf("strategy %T", s)
 		}
 		st, gotStep := o.State()
 		if gotStep != step || len(st) != len(opt) {

@@ -2,28 +2,193 @@ package train
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/models"
-	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
-	"github.com/gdist/gdist/zero"
 )
 
-// strategy is how the ranks share the work of one training step.
-type strategy interface {
-	// step runs forward and backward on one batch and synchronises the
-	// gradients.
-	step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error)
-	// update applies the optimizer and clears the gradients.
-	update(ctx context.Context) error
-	// memory is what this rank holds persistently, and the most it held
-	// transiently on top.
-	memory() (MemoryBytes, int64)
-	buckets() int
-	// eval runs a forward-only pass (evaluation) under ctx.
-	eval(ctx context.Context, run func() error) error
+// Strategy is how the ranks share the work of training: each rank holds
+// one, built by the Factory registered under Config.Strategy. Run calls
+// its methods from one goroutine, in this order: Load (when resuming),
+// Step and Update for every batch, Eval and Save after every epoch,
+// Memory and Report at the end, then Close.
+//
+// A method marked collective must be called by every rank of the training
+// Comm, in the same order (it may issue collectives on that Comm or on
+// Comms the strategy split from it); the others are local to the rank.
+// Every blocking method takes ctx and returns ctx's error if it ends
+// first.
+type Strategy interface {
+	// DataRank places this rank among the model's replicas: ranks that
+	// share a replica (a pipeline's stages) have the same rank and take
+	// the same samples; world is the number of replicas, the
+	// data-parallel degree (the Comm's size for DDP and ZeRO).
+	DataRank() (rank, world int)
+
+	// Step runs forward and backward on this rank's batch (x: Batch
+	// samples of the model's input size, y: their labels; Batch is
+	// Setup.Config.Batch) on the strategy's own training graph, and
+	// synchronises the gradients: after it they hold the average over
+	// the replicas, wherever the strategy keeps them. It returns this
+	// rank's mean loss. Collective.
+	Step(ctx context.Context, x []float32, y []int32) (loss float32, err error)
+
+	// Update steps the optimizer on the synchronised gradients and
+	// zeroes them: the strategy owns the optimizer and the gradient
+	// buffers, and the next Step starts from zero gradients. Collective
+	// (ZeRO all-gathers the updated parameters).
+	Update(ctx context.Context) error
+
+	// Eval runs eval, one whole forward-only evaluation with graphs built
+	// from the model by the caller (eval may issue collectives on the
+	// training Comm), with every parameter in reach of those graphs: a
+	// pipeline first gathers its stages' parameters onto every rank,
+	// ZeRO-3 gathers each layer's parameters inside its ops under ctx.
+	// Collective.
+	Eval(ctx context.Context, eval func() error) error
+
+	// Save writes a checkpoint of the model, the optimizer state and
+	// pos at path (checkpoint.go describes the formats: DDP's two files,
+	// or ZeRO's shard files and model file), adding meta to the files'
+	// metadata. Collective: every rank returns an error if any rank
+	// failed, naming it, so that no rank goes on alone.
+	Save(ctx context.Context, path string, pos Position, meta map[string]string) error
+
+	// Load restores the checkpoint at path, of either format, saved by
+	// any strategy on any number of ranks (LoadCheckpoint), into the
+	// model and this rank's optimizer (or its part of it), and returns
+	// the position to go on from. Every rank reads the files itself; Run
+	// calls it right after the Factory, before the first Step. Errors
+	// wrap ErrCheckpoint.
+	Load(ctx context.Context, path string) (Position, error)
+
+	// Memory reports the model state this rank holds persistently, and
+	// the most it held on top of that transiently during a step (ZeRO-2's
+	// buckets, ZeRO-3's gathered layers, a pipeline's activations).
+	Memory() (held MemoryBytes, transient int64)
+
+	// Report fills in the strategy's own fields of the summary (Buckets,
+	// Pipeline); Run has filled in the rest. Collective.
+	Report(ctx context.Context, s *Summary) error
+
+	// Close releases what the Factory built (graphs, Comms split from
+	// the training Comm), not the training Comm or the model.
+	io.Closer
+}
+
+// Setup is what a Factory builds a strategy from.
+type Setup struct {
+	// Comm is the training Comm: all ranks.
+	Comm comm.Comm
+	// Model is this rank's model, built with Config.Seed (every rank's
+	// alike) and, with -syncbn, already converted. Resumed state is
+	// loaded after the Factory (Strategy.Load).
+	Model *models.Model
+	// Config is the run's configuration, validated.
+	Config Config
+}
+
+// Factory builds and checks one registered strategy.
+type Factory struct {
+	// New builds this rank's strategy for s.Model on s.Comm: it makes
+	// every rank start from rank 0's parameters, builds the optimizer
+	// and the training graph(s) (the model's layout is final once New
+	// returns: Run builds the evaluation graph after it). Collective.
+	New func(ctx context.Context, s Setup) (Strategy, error)
+	// Check, when not nil, validates the strategy's own settings in cfg
+	// and fills in their defaults; Config.Validate calls it after the
+	// common checks and wraps its error in ErrConfig.
+	Check func(cfg *Config) error
+	// Doc describes the strategy in a few words (for -help).
+	Doc string
+}
+
+var (
+	stratMu    sync.Mutex
+	strategies = map[string]Factory{}
+)
+
+// Register makes a strategy available as Config.Strategy = name. Call it
+// from an init function. It panics if the name is empty or taken, or if
+// f.New is nil.
+func Register(name string, f Factory) {
+	stratMu.Lock()
+	defer stratMu.Unlock()
+	switch _, dup := strategies[name]; {
+	case name == "":
+		panic("train: Register with an empty strategy name")
+	case f.New == nil:
+		panic("train: strategy " + name + " registered with a nil New")
+	case dup:
+		panic("train: strategy " + name + " registered twice")
+	}
+	strategies[name] = f
+}
+
+// Strategies lists the registered strategy names, sorted.
+func Strategies() []string {
+	stratMu.Lock()
+	defer stratMu.Unlock()
+	out := make([]string, 0, len(strategies))
+	for n := range strategies {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// StrategyDoc is the Doc of the strategy registered as name ("" if none).
+func StrategyDoc(name string) string {
+	f, _ := lookup(name)
+	return f.Doc
+}
+
+func lookup(name string) (Factory, bool) {
+	stratMu.Lock()
+	defer stratMu.Unlock()
+	f, ok := strategies[name]
+	return f, ok
+}
+
+// checkStrategy validates cfg.Strategy and its own settings.
+func checkStrategy(cfg *Config) error {
+	f, ok := lookup(cfg.Strategy)
+	if !ok {
+		return fmt.Errorf("%w: unknown -strategy %q (choose from %s)", ErrConfig, cfg.Strategy, strings.Join(Strategies(), ", "))
+	}
+	if f.Check == nil {
+		return nil
+	}
+	err := f.Check(cfg)
+	if err != nil && !errors.Is(err, ErrConfig) {
+		err = fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return err
+}
+
+// newStrategy builds cfg's strategy for m on c. Blocking; every rank
+// calls it.
+func newStrategy(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) (Strategy, error) {
+	f, ok := lookup(cfg.Strategy)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown -strategy %q", ErrConfig, cfg.Strategy)
+	}
+	return f.New(ctx, Setup{Comm: c, Model: m, Config: cfg})
+}
+
+// errDDPOnly is what a strategy other than DDP says of DDP's flags.
+var errDDPOnly = errors.New("-no-overlap, -compress and -debug apply to -strategy ddp only")
+
+// ddpFlagsSet reports whether cfg sets a flag only DDP implements.
+func ddpFlagsSet(cfg *Config) bool {
+	return cfg.NoOverlap || cfg.Compress != "" && cfg.Compress != "none" || cfg.Debug
 }
 
 // zooModel adapts a built-in model to pipeline.Model.
@@ -35,75 +200,4 @@ func (m zooModel) NewStage(from, to, batch int, last bool) (pipeline.Stage, erro
 		return nil, err
 	}
 	return g, nil
-}
-
-type ddpStrategy struct {
-	d   *ddp.DDP
-	m   *models.Model
-	opt optim.Optimizer
-}
-
-func (s *ddpStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	gr.OnGrad = s.d.AddGrad
-	return gr.StepIn(ctx, s.d.Backward, x, y)
-}
-
-func (s *ddpStrategy) eval(_ context.Context, run func() error) error { return run() }
-
-func (s *ddpStrategy) update(ctx context.Context) error {
-	s.opt.Step(s.m.Flat.Value, s.m.Flat.Grad)
-	s.m.ZeroGrad()
-	return nil
-}
-
-func (s *ddpStrategy) memory() (MemoryBytes, int64) {
-	st, _ := s.opt.State()
-	var ob int64
-	for _, v := range st {
-		ob += int64(len(v)) * 4
-	}
-	return MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: ob}, 0
-}
-
-func (s *ddpStrategy) buckets() int { return len(s.d.Buckets()) }
-
-type zeroStrategy struct{ e *zero.Engine }
-
-func (s *zeroStrategy) step(ctx context.Context, gr *models.Graph, x []float32, y []int32) (float32, error) {
-	gr.OnGrad = s.e.AddGrad // stage 3's layers hand theirs to the store
-	return gr.StepIn(ctx, s.e.Backward, x, y)
-}
-
-func (s *zeroStrategy) update(ctx context.Context) error { return s.e.Step(ctx) }
-
-func (s *zeroStrategy) eval(ctx context.Context, run func() error) error { return s.e.Eval(ctx, run) }
-
-func (s *zeroStrategy) memory() (MemoryBytes, int64) {
-	m := s.e.Memory()
-	return MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient
-}
-
-func (s *zeroStrategy) buckets() int { return 0 }
-
-// newStrategy builds cfg's strategy for m on c (blocking: it broadcasts
-// rank 0's state). opt is the full-size optimizer DDP uses (and a resume
-// has filled); ZeRO makes its own shard-sized one.
-func newStrategy(ctx context.Context, c comm.Comm, m *models.Model, opt optim.Optimizer, cfg Config) (strategy, error) {
-	switch cfg.Strategy {
-	case "pipeline":
-		return newPipeline(ctx, c, m, cfg)
-	case "zero1", "zero2", "zero3":
-		e, err := zero.New(ctx, c, m, zero.Options{Stage: int(cfg.Strategy[4] - '0'), Optim: cfg.optimConfig(),
-			BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket})
-		if err != nil {
-			return nil, err
-		}
-		return &zeroStrategy{e}, nil
-	}
-	hook, _ := ddp.HookByName(cfg.Compress)
-	d, err := ddp.New(ctx, c, m, ddp.Options{BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket, NoOverlap: cfg.NoOverlap, Hook: hook, Debug: cfg.Debug})
-	if err != nil {
-		return nil, err
-	}
-	return &ddpStrategy{d: d, m: m, opt: opt}, nil
 }

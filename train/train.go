@@ -1,9 +1,3 @@
-// Package train is the training loop behind cmd/train: data loading and
-// distributed sampling, the model, the strategy (DDP, or ZeRO stage 1, 2
-// or 3; optionally SyncBatchNorm), the optimizer, evaluation after every
-// epoch, checkpoints (sharded for ZeRO 1-2) and resume, progress on stderr
-// and JSON events on stdout. It takes a comm.Comm, so it runs the
-// same whether the ranks are goroutines (inproc) or processes (tcp).
 package train
 
 import (
@@ -21,10 +15,8 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/data"
-	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
-	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/syncbn"
 )
 
@@ -47,7 +39,7 @@ type Config struct {
 	NoOverlap   bool
 	Compress    string // none | fp16 | bf16
 	Debug       bool
-	Strategy    string // ddp | zero1 | zero2 | zero3 | pipeline
+	Strategy    string // a registered strategy (Strategies): ddp, zero1, zero2, zero3, pipeline, ...
 	SyncBN      bool
 	// Pipeline: stages (0: every rank is a stage; fewer: the rest is data
 	// parallel), micro-batches per batch (0: stages) and schedule.
@@ -163,53 +155,20 @@ func (c *Config) Validate() error {
 	case c.MaxSteps < 0:
 		return bad("max steps %d is negative", c.MaxSteps)
 	}
-	switch c.Strategy {
-	case "ddp":
-	case "zero1", "zero2", "zero3":
-		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
-			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
-		}
-	case "pipeline":
-		if c.Model == "cnn-bn" || c.SyncBN {
-			return bad("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")
-		}
-		if c.NoOverlap || c.Compress != "" && c.Compress != "none" || c.Debug {
-			return bad("-no-overlap, -compress and -debug apply to -strategy ddp only")
-		}
-		if c.Schedule == "" {
-			c.Schedule = "1f1b"
-		}
-		if c.Schedule != "gpipe" && c.Schedule != "1f1b" {
-			return bad("-schedule %q: want gpipe or 1f1b", c.Schedule)
-		}
-		if c.Balance == "" {
-			c.Balance = pipeline.ByParams
-		}
-		if c.Balance != pipeline.ByParams && c.Balance != pipeline.ByTime {
-			return bad("-balance %q: want params or time", c.Balance)
-		}
-		if c.Stages < 0 || c.Microbatches < 0 {
-			return bad("-stages and -microbatches must not be negative")
-		}
-		if c.Microbatches > c.Batch {
-			return bad("-microbatches %d is more than the batch of %d", c.Microbatches, c.Batch)
-		}
-	default:
-		return bad("unknown -strategy %q (ddp, zero1, zero2, zero3, pipeline)", c.Strategy)
+	if err := checkStrategy(c); err != nil {
+		return err
 	}
 	if c.SyncBN && c.Model != "cnn-bn" {
 		return bad("-syncbn: model %s has no batch-norm layers (use -model cnn-bn)", c.Model)
 	}
-	if _, err := ddp.HookByName(c.Compress); err != nil {
-		return bad("%v", err)
-	}
-	if _, err := optim.New(c.optimConfig(), 0); err != nil {
+	if _, err := optim.New(c.OptimConfig(), 0); err != nil {
 		return bad("%v", err)
 	}
 	return nil
 }
 
-func (c *Config) optimConfig() optim.Config {
+// OptimConfig is the optimizer c configures.
+func (c *Config) OptimConfig() optim.Config {
 	return optim.Config{Name: c.Optimizer, LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay}
 }
 
@@ -251,23 +210,6 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	trainSet = trainSet.Limit(cfg.Limit)
-	// The data-parallel world: every rank, or, for a pipeline, its
-	// replicas (the K ranks of one pipeline share each batch).
-	dataWorld, dataRank := world, rank
-	if cfg.Strategy == "pipeline" {
-		k := cfg.Stages
-		if k == 0 {
-			k = world
-		}
-		if k > world || world%k != 0 {
-			return nil, fmt.Errorf("%w: -stages %d does not divide the %d ranks", ErrConfig, k, world)
-		}
-		dataWorld, dataRank = world/k, rank/k
-	}
-	smp := data.Sampler{N: trainSet.N, World: dataWorld, Rank: dataRank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
-	if err := smp.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-	}
 	m, err := models.New(cfg.Model, cfg.Seed)
 	if err != nil {
 		return nil, err
@@ -275,61 +217,47 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	if trainSet.SampleSize() != m.InputSize() {
 		return nil, fmt.Errorf("%w: the data has %dx%d samples, model %s takes %d values", ErrConfig, trainSet.Rows, trainSet.Cols, cfg.Model, m.InputSize())
 	}
-	var opt optim.Optimizer
-	if cfg.Strategy == "ddp" {
-		if opt, err = optim.New(cfg.optimConfig(), m.NumParams()); err != nil {
-			return nil, err
-		}
-	}
-	var pos Position
-	var loaded optim.Optimizer // the full optimizer state resumed from
-	if cfg.Resume != "" {
-		// Every rank reads the checkpoint, of either format (DDP's and
-		// ZeRO's broadcasts would also fix the parameters, but each rank
-		// needs the optimizer state).
-		if pos, loaded, err = resume(cfg, m, opt); err != nil {
-			return nil, err
-		}
-	}
 	var syncer *syncbn.Syncer
 	if cfg.SyncBN {
-		// Before DDP: its broadcast of rank 0's state then covers the
-		// running statistics, which SyncBN keeps identical from there on.
+		// Before the strategy: its broadcast of rank 0's state then covers
+		// the running statistics, which SyncBN keeps identical from there on.
 		if syncer, err = syncbn.Convert(ctx, m, c); err != nil {
 			return nil, err
 		}
 		defer syncer.Close()
 	}
-	strat, err := newStrategy(ctx, c, m, opt, cfg)
+	strat, err := newStrategy(ctx, c, m, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := restoreShard(strat, loaded); err != nil {
-		return nil, err
-	}
-	pipe, _ := strat.(*pipelineStrategy)
-	if pipe != nil {
-		defer pipe.close()
-	}
-	// Before evaluating or saving, a pipeline's ranks share their stages.
-	gatherAll := func() error {
-		if pipe == nil {
-			return nil
-		}
-		return pipe.gatherParams(ctx)
-	}
-	var gr *models.Graph // the pipeline builds its own stage graphs
-	if pipe == nil {
-		if gr, err = m.NewGraph(cfg.Batch, true); err != nil {
+	defer strat.Close()
+	var pos Position
+	if cfg.Resume != "" {
+		// Every rank reads the checkpoint, of either format.
+		if pos, err = strat.Load(ctx, cfg.Resume); err != nil {
 			return nil, err
 		}
-		defer gr.Close()
+	}
+	// The data-parallel world: every rank, or, for a pipeline, its
+	// replicas (the K ranks of one pipeline share each batch).
+	dataRank, dataWorld := strat.DataRank()
+	smp := data.Sampler{N: trainSet.N, World: dataWorld, Rank: dataRank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	if err := smp.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	ev, err := m.NewGraph(cfg.EvalBatch, false)
 	if err != nil {
 		return nil, err
 	}
 	defer ev.Close()
+	eval := func() (loss, acc float64, err error) {
+		err = strat.Eval(ctx, func() (err error) {
+			loss, acc, err = Evaluate(ctx, c, ev, testSet)
+			return err
+		})
+		return loss, acc, err
+	}
+	meta := map[string]string{"seed": strconv.FormatInt(cfg.Seed, 10)}
 
 	nb := smp.NumBatches()
 	x := make([]float32, cfg.Batch*m.InputSize())
@@ -376,11 +304,11 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := trainSet.Batch(idx, x, y); err != nil {
 				return nil, err
 			}
-			loss, err := strat.step(ctx, gr, x, y)
+			loss, err := strat.Step(ctx, x, y)
 			if err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
-			if err := strat.update(ctx); err != nil {
+			if err := strat.Update(ctx); err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
 			dt := time.Since(t0)
@@ -424,16 +352,13 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err := syncBuffers(ctx, c, m); err != nil {
 			return nil, err
 		}
-		if err := gatherAll(); err != nil {
-			return nil, err
-		}
-		loss, acc, err := evaluate(ctx, c, ev, testSet, strat.eval)
+		loss, acc, err := eval()
 		if err != nil {
 			return nil, err
 		}
 		lastEval = [2]float64{loss, acc}
 		if cfg.Save != "" {
-			if err := saveCheckpoint(ctx, c, cfg, m, opt, strat, pos); err != nil {
+			if err := strat.Save(ctx, cfg.Save, pos, meta); err != nil {
 				return nil, err
 			}
 		}
@@ -455,24 +380,18 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		if cfg.Save != "" {
-			if err := saveCheckpoint(ctx, c, cfg, m, opt, strat, pos); err != nil {
+			if err := strat.Save(ctx, cfg.Save, pos, meta); err != nil {
 				return nil, err
 			}
 		}
-		if err := gatherAll(); err != nil {
-			return nil, err
-		}
-		l, a, err := evaluate(ctx, c, ev, testSet, strat.eval)
+		l, a, err := eval()
 		if err != nil {
 			return nil, err
 		}
 		lastEval = [2]float64{l, a}
 	} else if lastEval == [2]float64{} {
 		// Resumed at the very end: nothing trained, still report.
-		if err := gatherAll(); err != nil {
-			return nil, err
-		}
-		l, a, err := evaluate(ctx, c, ev, testSet, strat.eval)
+		l, a, err := eval()
 		if err != nil {
 			return nil, err
 		}
@@ -483,7 +402,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	if stepsThisRun > 0 {
 		sentPerStep = float64(stepSent) / float64(stepsThisRun)
 	}
-	held, transient := strat.memory()
+	held, transient := strat.Memory()
 	mem := []int64{held.Params, held.Grads, held.Optimizer, peakRSS(), held.Params + held.Grads + held.Optimizer + transient}
 	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(mem), comm.Max)); err != nil {
 		return nil, err
@@ -498,11 +417,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
-		Overlap: !cfg.NoOverlap, Buckets: strat.buckets(), BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
-	if pipe != nil {
-		if s.Pipeline, err = pipe.summary(ctx, c, cfg); err != nil {
-			return nil, err
-		}
+		Overlap: !cfg.NoOverlap, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+	if err := strat.Report(ctx, s); err != nil {
+		return nil, err
 	}
 	if syncer != nil && stepsThisRun > 0 {
 		spent, _ := syncer.Spent()
@@ -536,38 +453,11 @@ func syncBuffers(ctx context.Context, c comm.Comm, m *models.Model) error {
 	return nil
 }
 
-func save(ctx context.Context, c comm.Comm, cfg Config, m *models.Model, opt optim.Optimizer, pos Position) error {
-	var err error
-	if c.Rank() == 0 {
-		err = Save(cfg.Save, m, opt, pos, map[string]string{"world_size": strconv.Itoa(c.Size()), "seed": strconv.FormatInt(cfg.Seed, 10)})
-	}
-	// Everyone learns whether the save worked, so no rank goes on alone.
-	flag := []int32{0}
-	if err != nil {
-		flag[0] = 1
-	}
-	if e := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(flag), 0)); e != nil {
-		return e
-	}
-	if flag[0] != 0 {
-		if err == nil {
-			err = fmt.Errorf("train: rank 0 failed to save the checkpoint to %s", cfg.Save)
-		}
-		return err
-	}
-	return nil
-}
-
 // Evaluate runs the evaluation graph over the test set, sharded over the
 // ranks, and returns the mean cross-entropy and the accuracy (the same on
 // every rank).
+// With ZeRO-3 or a pipeline, run it inside Strategy.Eval.
 func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Dataset) (loss, acc float64, err error) {
-	return evaluate(ctx, c, ev, ds, func(_ context.Context, run func() error) error { return run() })
-}
-
-// evaluate is Evaluate with each forward pass run inside wrap (ZeRO-3
-// gathers its parameters under the wrapping call's context).
-func evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Dataset, wrap func(context.Context, func() error) error) (loss, acc float64, err error) {
 	rank, world := c.Rank(), c.Size()
 	m := ev.M
 	k := m.Classes()
@@ -586,11 +476,8 @@ func evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Datas
 		if err := ds.Batch(idx, x[:len(idx)*m.InputSize()], y[:len(idx)]); err != nil {
 			return 0, 0, err
 		}
-		var logits []float32
-		if err := wrap(ctx, func() (err error) {
-			logits, err = ev.Logits(x)
-			return err
-		}); err != nil {
+		logits, err := ev.Logits(x)
+		if err != nil {
 			return 0, 0, err
 		}
 		n := len(idx)

@@ -142,6 +142,25 @@ func (e *Engine) LoadOptimizerState(full map[string][]float32, step int64) error
 	return nil
 }
 
+// LoadParams sets the parameters from the full (unpadded, P values, the
+// model's flat layout) parameters of a checkpoint, the inverse of
+// FullParams: stages 1 and 2 copy them into the flat buffer every rank
+// holds (the padding stays zero), stage 3 takes this rank's shard of each
+// tensor. Every rank must load the same values. Call it after New and
+// before the first Step.
+func (e *Engine) LoadParams(full []float32) error {
+	if len(full) != e.p {
+		return fmt.Errorf("%w: %d parameters, the model has %d", ErrShard, len(full), e.p)
+	}
+	if e.st3 != nil {
+		clear(e.flatP)
+		e.st3.takeShard(e.flatP, full)
+		return nil
+	}
+	copy(e.flatP[:e.p], full)
+	return nil
+}
+
 // Shards is a sharded checkpoint put back together.
 type Shards struct {
 	Model     string

@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -40,6 +41,15 @@ type options struct {
 	backend  string
 	cfg      train.Config
 	progress bool
+}
+
+// strategyHelp lists the registered strategies with their descriptions.
+func strategyHelp() string {
+	var parts []string
+	for _, n := range train.Strategies() {
+		parts = append(parts, n+" ("+train.StrategyDoc(n)+")")
+	}
+	return strings.Join(parts, ", ")
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -66,7 +76,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&c.NoOverlap, "no-overlap", false, "start gradient all-reduces only after backward (for comparison)")
 	fs.StringVar(&c.Compress, "compress", "none", "gradient compression: none, fp16, bf16")
 	fs.BoolVar(&c.Debug, "debug", false, "check after every step that all ranks hold identical parameters")
-	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: ddp, zero1 (sharded optimizer state), zero2 (and gradients), zero3 (and parameters), pipeline (-stages, -microbatches, -schedule)")
+	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: "+strategyHelp())
 	fs.IntVar(&c.Stages, "stages", 0, "pipeline stages (default -nproc; with fewer, the rest is data parallel)")
 	fs.IntVar(&c.Microbatches, "microbatches", 0, "pipeline micro-batches per batch (default: the number of stages)")
 	fs.StringVar(&c.Schedule, "schedule", "1f1b", "pipeline schedule: gpipe or 1f1b")

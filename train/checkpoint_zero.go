@@ -1,16 +1,8 @@
 package train
 
-// Checkpoints for every strategy.
+// Sharded checkpoints (ZeRO; checkpoint.go has the overview).
 //
-// DDP (Save, Load): <path> holds the model with PyTorch's names and
-// layouts, <path>.train the full optimizer state and the position.
-//
-// Pipeline: the same files as DDP: the stages' parameters and optimizer
-// state are first gathered from their ranks into the whole model and a
-// full-size optimizer, so a pipeline checkpoint resumes with any strategy,
-// split or world size, and any checkpoint resumes a pipeline.
-//
-// ZeRO (SaveZero): every rank writes its shard file
+// SaveZero: every rank writes its shard file
 // zero.ShardPath(path, r, N) (see package zero for its layout), then rank
 // 0 writes <path>: the whole model with PyTorch's names and layouts, like
 // DDP's, whose metadata (format zero.ShardFormat, world_size, save_id)
@@ -19,17 +11,13 @@ package train
 // shard files whose save_id differs from the one <path> names, which
 // loading reports instead of mixing two saves.
 //
-// LoadCheckpoint reads either format into a model and a full-size
-// optimizer, so a checkpoint saved by N ranks with any strategy resumes on
-// M ranks with any strategy: DDP takes the whole optimizer state, a ZeRO
-// engine its new shard of it (restoreShard). ConsolidateZero rebuilds the
-// single PyTorch file from the shard files alone.
+// ConsolidateZero rebuilds the single PyTorch file from the shard files
+// alone.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gdist/gdist/flat"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -38,28 +26,11 @@ import (
 
 	"github.com/gdist/gdist/checkpoint"
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/zero"
 )
-
-// saveCheckpoint saves to cfg.Save in the format of the strategy. Every
-// rank calls it.
-func saveCheckpoint(ctx context.Context, c comm.Comm, cfg Config, m *models.Model, opt optim.Optimizer, s strategy, pos Position) error {
-	if ps, ok := s.(*pipelineStrategy); ok {
-		full, err := ps.fullState(ctx)
-		if err != nil {
-			return err
-		}
-		return save(ctx, c, cfg, m, full, pos)
-	}
-	zs, ok := s.(*zeroStrategy)
-	if !ok {
-		return save(ctx, c, cfg, m, opt, pos)
-	}
-	meta := map[string]string{"strategy": cfg.Strategy, "seed": strconv.FormatInt(cfg.Seed, 10)}
-	return SaveZero(ctx, c, cfg.Save, m, zs.e, pos, meta)
-}
 
 // SaveZero saves a ZeRO run's checkpoint at path: every rank writes its
 // shard file, then rank 0 writes the model to path (loadable by PyTorch's
@@ -154,50 +125,10 @@ func agree(ctx context.Context, c comm.Comm, err error, what string) error {
 	return nil
 }
 
-// resume loads cfg.Resume (either format) into m and returns the position
-// and the optimizer holding the full loaded state: opt itself for DDP; for
-// ZeRO (opt nil) a full-size one that restoreShard hands to the engine, to
-// be dropped after.
-func resume(cfg Config, m *models.Model, opt optim.Optimizer) (Position, optim.Optimizer, error) {
-	if opt == nil {
-		var err error
-		if opt, err = optim.New(cfg.optimConfig(), m.NumParams()); err != nil {
-			return Position{}, nil, err
-		}
-	}
-	pos, _, err := LoadCheckpoint(cfg.Resume, m, opt)
-	return pos, opt, err
-}
-
-// restoreShard gives a ZeRO strategy its shard of the full optimizer state
-// resume loaded, and a pipeline stage its range of it. Nothing to do for
-// DDP, whose optimizer resume filled.
-func restoreShard(s strategy, full optim.Optimizer) error {
-	if ps, ok := s.(*pipelineStrategy); ok && full != nil {
-		ps.restore(full)
-		return nil
-	}
-	zs, ok := s.(*zeroStrategy)
-	if !ok || full == nil {
-		return nil
-	}
-	st, t := full.State()
-	if err := zs.e.LoadOptimizerState(st, t); err != nil {
-		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	return nil
-}
-
-// LoadCheckpoint restores a checkpoint written by Save or by SaveZero, by
-// any number of ranks, into m and opt (a full-size optimizer: a ZeRO
-// engine takes its shard with LoadOptimizerState) and returns the position
-// and path's metadata. For a sharded checkpoint it reads every shard file
-// (see package zero). Errors wrap ErrCheckpoint.
-func LoadCheckpoint(path string, m *models.Model, opt optim.Optimizer) (Position, map[string]string, error) {
-	_, meta, err := checkpoint.Read(path)
-	if err != nil || meta["format"] != zero.ShardFormat {
-		return Load(path, m, opt) // a missing or bad file is reported there
-	}
+// loadZero is LoadCheckpoint for the sharded checkpoint at path, whose
+// model file's metadata is meta: it reads every shard file (see package
+// zero).
+func loadZero(path string, meta map[string]string, m *models.Model, opt optim.Optimizer) (Position, map[string]string, error) {
 	var pos Position
 	if meta["model"] != m.Name {
 		return pos, nil, fmt.Errorf("%w: %s holds a %q model, not %q", ErrCheckpoint, path, meta["model"], m.Name)

@@ -1,16 +1,38 @@
 package train
 
+// Checkpoints. Each Strategy saves and loads its own (Strategy.Save,
+// Strategy.Load); there are two formats, and every strategy loads both.
+//
+// Full (Save, Load; DDP and the pipeline): <path> holds the model with
+// PyTorch's names and layouts, <path>.train the full optimizer state and
+// the position, both written by rank 0 (saveFull). The pipeline first
+// gathers its stages' parameters and optimizer state from their ranks
+// into the whole model and a full-size optimizer, so its checkpoints are
+// DDP's.
+//
+// Sharded (SaveZero; ZeRO, checkpoint_zero.go): every rank writes its
+// shard file, then rank 0 the whole model at <path>, as above, naming the
+// shard files.
+//
+// LoadCheckpoint reads either format into a model and a full-size
+// optimizer, so a checkpoint saved by N ranks with any strategy resumes on
+// M ranks with any strategy: DDP keeps the whole optimizer state, a ZeRO
+// engine takes its new shard of it, a pipeline stage its range.
+
 import (
+	"context"
 	"errors"
 	"fmt"
-	"github.com/gdist/gdist/data"
 	"os"
 	"sort"
 	"strconv"
 
 	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/data"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/zero"
 )
 
 // ErrCheckpoint wraps every problem with a checkpoint to resume from.
@@ -241,4 +263,62 @@ func Load(path string, m *models.Model, opt optim.Optimizer) (Position, map[stri
 	}
 	opt.SetStep(ot)
 	return pos, meta, nil
+}
+
+// LoadCheckpoint restores a checkpoint written by Save or by SaveZero, by
+// any number of ranks, into m and opt (a full-size optimizer: a ZeRO
+// engine takes its shard with LoadOptimizerState) and returns the position
+// and path's metadata. For a sharded checkpoint it reads every shard file
+// (see package zero). Errors wrap ErrCheckpoint.
+func LoadCheckpoint(path string, m *models.Model, opt optim.Optimizer) (Position, map[string]string, error) {
+	_, meta, err := checkpoint.Read(path)
+	if err != nil || meta["format"] != zero.ShardFormat {
+		return Load(path, m, opt) // a missing or bad file is reported there
+	}
+	return loadZero(path, meta, m, opt)
+}
+
+// saveFull is Save as a collective: rank 0 writes the files, and every
+// rank learns whether that worked, so that no rank goes on alone.
+func saveFull(ctx context.Context, c comm.Comm, path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
+	var err error
+	if c.Rank() == 0 {
+		err = Save(path, m, opt, pos, meta)
+	}
+	flag := []int32{0}
+	if err != nil {
+		flag[0] = 1
+	}
+	if e := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(flag), 0)); e != nil {
+		return e
+	}
+	if flag[0] != 0 {
+		if err == nil {
+			err = fmt.Errorf("train: rank 0 failed to save the checkpoint to %s", path)
+		}
+		return err
+	}
+	return nil
+}
+
+// withMeta returns a copy of meta with the key-value pairs kv added.
+func withMeta(meta map[string]string, kv ...string) map[string]string {
+	out := make(map[string]string, len(meta)+len(kv)/2)
+	for k, v := range meta {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+// optimBytes is the size of opt's state.
+func optimBytes(opt optim.Optimizer) int64 {
+	st, _ := opt.State()
+	var n int64
+	for _, v := range st {
+		n += int64(len(v)) * 4
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gdist/gdist/comm"
@@ -12,24 +13,72 @@ import (
 	"github.com/gdist/gdist/pipeline"
 )
 
+// Pipeline parallelism (package pipeline), combinable with data
+// parallelism. Checkpoints are DDP's files: the stages' parameters and
+// optimizer state are gathered into the whole model and a full-size
+// optimizer first, so they resume with any strategy and split.
+
+func init() {
+	Register("pipeline", Factory{
+		New:   newPipeline,
+		Check: checkPipeline,
+		Doc:   "pipeline parallel: -stages, -microbatches, -schedule, -balance",
+	})
+}
+
+func checkPipeline(c *Config) error {
+	if c.Model == "cnn-bn" || c.SyncBN {
+		return fmt.Errorf("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")
+	}
+	if ddpFlagsSet(c) {
+		return errDDPOnly
+	}
+	if c.Schedule == "" {
+		c.Schedule = "1f1b"
+	}
+	if c.Schedule != "gpipe" && c.Schedule != "1f1b" {
+		return fmt.Errorf("-schedule %q: want gpipe or 1f1b", c.Schedule)
+	}
+	if c.Balance == "" {
+		c.Balance = pipeline.ByParams
+	}
+	if c.Balance != pipeline.ByParams && c.Balance != pipeline.ByTime {
+		return fmt.Errorf("-balance %q: want params or time", c.Balance)
+	}
+	if c.Stages < 0 || c.Microbatches < 0 {
+		return fmt.Errorf("-stages and -microbatches must not be negative")
+	}
+	if c.Microbatches > c.Batch {
+		return fmt.Errorf("-microbatches %d is more than the batch of %d", c.Microbatches, c.Batch)
+	}
+	return nil
+}
+
+var _ Strategy = (*pipelineStrategy)(nil)
+
 // pipelineStrategy runs K pipeline stages times D data-parallel replicas
 // on K*D ranks. World rank r is stage r%K of replica r/K: each replica's K
 // ranks form a pipeline Comm, and each stage's D replicas a data-parallel
 // Comm that averages the stage's gradients (one all-reduce of the stage's
 // contiguous gradient range) before the optimizer step.
 type pipelineStrategy struct {
+	c      comm.Comm
 	p      *pipeline.Pipeline
 	m      *models.Model
 	opt    optim.Optimizer
-	cfg    optim.Config
+	cfg    Config
 	pc, dp comm.Comm
 	k, d   int
 }
 
-func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) (*pipelineStrategy, error) {
+func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
+	c, m, cfg := s.Comm, s.Model, s.Config
 	k := cfg.Stages
 	if k == 0 {
 		k = c.Size()
+	}
+	if k > c.Size() || c.Size()%k != 0 {
+		return nil, fmt.Errorf("%w: -stages %d does not divide the %d ranks", ErrConfig, k, c.Size())
 	}
 	d := c.Size() / k
 	r := c.Rank()
@@ -43,6 +92,12 @@ func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 	}
 	dp, err := c.Split(ctx, r%k, r/k)
 	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	fail := func(err error) (Strategy, error) {
+		pc.Close()
+		dp.Close()
 		return nil, err
 	}
 	// Every replica must split the model alike: choose over the world.
@@ -53,28 +108,38 @@ func newPipeline(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 	micro = min(max(micro, 1), cfg.Batch)
 	bounds, err := pipeline.Split(ctx, c, zooModel{m}, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
 	}
 	p, err := pipeline.New(ctx, pc, zooModel{m}, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
 	}
 	_, n := p.Range()
-	opt, err := optim.New(cfg.optimConfig(), n)
+	opt, err := optim.New(cfg.OptimConfig(), n)
 	if err != nil {
-		return nil, err
+		p.Close()
+		return fail(err)
 	}
-	return &pipelineStrategy{p: p, m: m, opt: opt, cfg: cfg.optimConfig(), pc: pc, dp: dp, k: k, d: d}, nil
+	return &pipelineStrategy{c: c, p: p, m: m, opt: opt, cfg: cfg, pc: pc, dp: dp, k: k, d: d}, nil
 }
 
-func (s *pipelineStrategy) step(ctx context.Context, _ *models.Graph, x []float32, y []int32) (float32, error) {
+// DataRank: the K ranks of one pipeline share each batch.
+func (s *pipelineStrategy) DataRank() (rank, world int) { return s.c.Rank() / s.k, s.d }
+
+func (s *pipelineStrategy) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	loss, err := s.p.Step(ctx, x, y)
 	return float32(loss), err
 }
 
-func (s *pipelineStrategy) eval(_ context.Context, run func() error) error { return run() }
+// Eval gives every rank the whole model first.
+func (s *pipelineStrategy) Eval(ctx context.Context, eval func() error) error {
+	if err := s.gatherParams(ctx); err != nil {
+		return err
+	}
+	return eval()
+}
 
-func (s *pipelineStrategy) update(ctx context.Context) error {
+func (s *pipelineStrategy) Update(ctx context.Context) error {
 	if s.d > 1 {
 		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, comm.FromSlice(s.p.Grads()), comm.Avg)); err != nil {
 			return fmt.Errorf("train: averaging stage gradients over replicas: %w", err)
@@ -108,7 +173,7 @@ func (s *pipelineStrategy) fullState(ctx context.Context) (optim.Optimizer, erro
 		return nil, err
 	}
 	mine, step := s.opt.State()
-	full, err := optim.New(s.cfg, s.m.NumParams())
+	full, err := optim.New(s.cfg.OptimConfig(), s.m.NumParams())
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +203,27 @@ func (s *pipelineStrategy) fullState(ctx context.Context) (optim.Optimizer, erro
 	return full, nil
 }
 
-// restore gives the stage its range of a full-size optimizer's state.
-func (s *pipelineStrategy) restore(full optim.Optimizer) {
+// Save gathers the stages into the whole model and a full-size optimizer
+// and saves them as DDP does.
+func (s *pipelineStrategy) Save(ctx context.Context, path string, pos Position, meta map[string]string) error {
+	full, err := s.fullState(ctx)
+	if err != nil {
+		return err
+	}
+	return saveFull(ctx, s.c, path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))
+}
+
+// Load reads the whole model (every rank holds it) and a full-size
+// optimizer, of which the stage keeps its range.
+func (s *pipelineStrategy) Load(_ context.Context, path string) (Position, error) {
+	full, err := optim.New(s.cfg.OptimConfig(), s.m.NumParams())
+	if err != nil {
+		return Position{}, err
+	}
+	pos, _, err := LoadCheckpoint(path, s.m, full)
+	if err != nil {
+		return Position{}, err
+	}
 	fst, step := full.State()
 	mine, _ := s.opt.State()
 	off, n := s.p.Range()
@@ -147,25 +231,29 @@ func (s *pipelineStrategy) restore(full optim.Optimizer) {
 		copy(v, fst[k][off:off+n])
 	}
 	s.opt.SetStep(step)
+	return pos, nil
 }
 
-func (s *pipelineStrategy) memory() (MemoryBytes, int64) {
-	st, _ := s.opt.State()
-	var ob int64
-	for _, v := range st {
-		ob += int64(len(v)) * 4
-	}
+func (s *pipelineStrategy) Memory() (MemoryBytes, int64) {
 	// Every rank allocates the whole model's buffers; only its stage's
 	// range is trained.
-	return MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: ob}, s.p.Stats().PeakHeldBytes
+	return MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: optimBytes(s.opt)}, s.p.Stats().PeakHeldBytes
 }
 
-func (s *pipelineStrategy) buckets() int { return 0 }
+func (s *pipelineStrategy) Report(ctx context.Context, sum *Summary) error {
+	ps, err := s.summary(ctx, s.c, s.cfg)
+	if err != nil {
+		return err
+	}
+	sum.Pipeline = ps
+	return nil
+}
 
-func (s *pipelineStrategy) close() {
-	s.p.Close()
+func (s *pipelineStrategy) Close() error {
+	err := s.p.Close()
 	s.dp.Close()
 	s.pc.Close()
+	return err
 }
 
 // StageStats is one pipeline stage's measurements in the summary.

@@ -1,0 +1,41 @@
+// Package train is the training loop behind cmd/train: data loading and
+// distributed sampling, the model, the strategy, the optimizer, evaluation
+// after every epoch, checkpoints and resume, progress on stderr and JSON
+// events on stdout. It takes a comm.Comm, so it runs the same whether the
+// ranks are goroutines (inproc) or processes (tcp, shm).
+//
+// # Strategies
+//
+// How the ranks share the work is a Strategy, registered by name
+// (Register) and chosen with Config.Strategy. The built-in ones are one
+// file each:
+//
+//   - "ddp" (strategy_ddp.go): every rank holds the whole model;
+//     gradients are averaged in buckets during backward (package ddp).
+//   - "zero1", "zero2", "zero3" (strategy_zero.go): ZeRO stages 1-3
+//     (package zero), sharding the optimizer state, then the gradients,
+//     then the parameters.
+//   - "pipeline" (strategy_pipeline.go): K pipeline stages times D
+//     data-parallel replicas (package pipeline).
+//
+// Run never looks behind the interface: it builds the strategy with the
+// registered Factory (after -syncbn converted the model), lets it Load
+// the checkpoint to resume from, asks it where this rank sits among the
+// data-parallel replicas (DataRank) for the sampler, then calls Step and
+// Update for every batch, Eval and Save after every epoch, and Memory and
+// Report for the summary. A Strategy owns its training graph, its
+// optimizer and its gradient buffers (Update zeroes them); Run builds the
+// evaluation graph. A new strategy is one file that implements Strategy
+// and calls Register from an init function; the Factory's Check validates
+// its own settings, so Config.Validate knows every registered name.
+// example_strategy_test.go is one, written outside the package.
+//
+// # Checkpoints
+//
+// Every strategy saves and loads its own checkpoints (Strategy.Save and
+// Strategy.Load) in one of two formats (checkpoint.go): DDP's model file
+// with PyTorch's names plus a training-state file (DDP; the pipeline,
+// after gathering its stages), or ZeRO's shard files plus the same model
+// file (checkpoint_zero.go). LoadCheckpoint reads both, so a checkpoint
+// saved by N ranks with any strategy resumes on M ranks with any other.
+package train

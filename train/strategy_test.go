@@ -1,0 +1,135 @@
+package train_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/train"
+)
+
+func runOn(t *testing.T, n int, cfg train.Config) []*train.Summary {
+	t.Helper()
+	cs, err := inproc.New(n, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := make([]*train.Summary, n)
+	err = commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
+		defer c.Close()
+		s, err := train.Run(ctx, c, cfg)
+		sums[c.Rank()] = s
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s on %d ranks: %v", cfg.Strategy, n, err)
+	}
+	return sums
+}
+
+// TestRegisteredStrategy: a strategy registered from one file outside
+// package train (example_strategy_test.go) trains, saves and resumes
+// through train.Run: on 2 ranks it ends exactly where DDP on 1 rank does
+// (the same checkpoint tensors, bit for bit; the evaluation, with the
+// test set split over 2 ranks instead of 1, within rounding), and resuming it mid-epoch (from
+// its own checkpoint or DDP's) changes nothing.
+func TestRegisteredStrategy(t *testing.T) {
+	dir := t.TempDir()
+	cfg := train.Config{Model: "mlp", DataDir: "synthetic", Epochs: 2, Batch: 16, LR: 1e-3, Optimizer: "adam",
+		Seed: 3, Limit: 640, Backend: "inproc"}
+	ddp := cfg
+	ddp.Strategy, ddp.Save = "ddp", filepath.Join(dir, "ddp.safetensors")
+	want := runOn(t, 1, ddp)[0]
+	rep := cfg
+	rep.Strategy, rep.Save = "replicated", filepath.Join(dir, "rep.safetensors")
+	got := runOn(t, 2, rep)
+	for r, s := range got {
+		if !close(s.EvalLoss, want.EvalLoss) || s.Steps != want.Steps || s.Strategy != "replicated" || s.GlobalBatch != 16 {
+			t.Fatalf("rank %d: replicated on 2 ranks: eval loss %v after %d steps (global batch %d); ddp on 1: %v after %d",
+				r, s.EvalLoss, s.Steps, s.GlobalBatch, want.EvalLoss, want.Steps)
+		}
+	}
+	sameFiles(t, ddp.Save, rep.Save)
+
+	for _, from := range []string{"replicated", "ddp"} {
+		part := cfg
+		part.Strategy, part.MaxSteps = from, 13
+		part.Save = filepath.Join(dir, from+"-part.safetensors")
+		runOn(t, 1, part)
+		rest := cfg
+		rest.Strategy, rest.Resume = "replicated", part.Save
+		rest.Save = filepath.Join(dir, from+"-rest.safetensors")
+		if s := runOn(t, 2, rest)[0]; !close(s.EvalLoss, want.EvalLoss) || s.Steps != want.Steps {
+			t.Errorf("replicated resumed from %s: eval loss %v after %d steps, want %v after %d", from, s.EvalLoss, s.Steps, want.EvalLoss, want.Steps)
+		}
+		sameFiles(t, ddp.Save, rest.Save)
+	}
+}
+
+func close(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
+
+// sameFiles: the checkpoints at a and b (model and training state) hold
+// the same tensors.
+func sameFiles(t *testing.T, a, b string) {
+	t.Helper()
+	for _, suffix := range []string{"", ".train"} {
+		ta, _, err := checkpoint.Read(a + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, _, err := checkpoint.Read(b + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ta) != len(tb) {
+			t.Errorf("%s: %d tensors, %s: %d", a+suffix, len(ta), b+suffix, len(tb))
+		}
+		for name, x := range ta {
+			if !bytes.Equal(x.Data, tb[name].Data) {
+				t.Errorf("tensor %s differs between %s and %s", name, a+suffix, b+suffix)
+			}
+		}
+	}
+}
+
+// TestRegistry: validation goes by the registry, and a strategy's Check
+// errors are configuration errors.
+func TestRegistry(t *testing.T) {
+	names := strings.Join(train.Strategies(), " ")
+	if names != "ddp pipeline replicated zero1 zero2 zero3" {
+		t.Errorf("Strategies() = %s", names)
+	}
+	if train.StrategyDoc("zero2") == "" || train.StrategyDoc("fsdp") != "" {
+		t.Errorf("StrategyDoc")
+	}
+	cfg := train.Config{Model: "cnn-bn", Epochs: 1, Batch: 1, LR: 0.1, Strategy: "fsdp"}
+	if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), `"fsdp"`) || !strings.Contains(err.Error(), "replicated") {
+		t.Errorf("unknown strategy: %v", err)
+	}
+	cfg.Strategy, cfg.SyncBN = "replicated", true
+	if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), "no ranks to share") {
+		t.Errorf("replicated's own check: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    train.Factory
+	}{{"ddp", train.Factory{New: func(context.Context, train.Setup) (train.Strategy, error) { return nil, nil }}}, {"x", train.Factory{}}, {"", train.Factory{}}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", tc.name)
+				}
+			}()
+			train.Register(tc.name, tc.f)
+		}()
+	}
+}

@@ -1,0 +1,122 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/flat"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/zero"
+)
+
+// ZeRO stages 1, 2 and 3 (package zero): the optimizer state, then also
+// the gradients, then also the parameters, sharded over the ranks.
+// Checkpoints are sharded: every rank writes its shard file and rank 0
+// the whole model beside them (SaveZero).
+
+func init() {
+	for stage, doc := range []string{
+		1: "ZeRO stage 1: sharded optimizer state",
+		2: "ZeRO stage 2: sharded optimizer state and gradients",
+		3: "ZeRO stage 3: sharded optimizer state, gradients and parameters",
+	} {
+		if stage == 0 {
+			continue
+		}
+		Register(fmt.Sprintf("zero%d", stage), Factory{
+			New:   func(ctx context.Context, s Setup) (Strategy, error) { return newZero(ctx, s, stage) },
+			Check: checkZero,
+			Doc:   doc,
+		})
+	}
+}
+
+func checkZero(cfg *Config) error {
+	if ddpFlagsSet(cfg) {
+		return errDDPOnly
+	}
+	return nil
+}
+
+var _ Strategy = (*zeroStrategy)(nil)
+
+type zeroStrategy struct {
+	name string
+	c    comm.Comm
+	m    *models.Model
+	e    *zero.Engine
+	gr   *models.Graph
+	opt  optim.Config
+}
+
+func newZero(ctx context.Context, s Setup, stage int) (Strategy, error) {
+	cfg := s.Config
+	e, err := zero.New(ctx, s.Comm, s.Model, zero.Options{Stage: stage, Optim: cfg.OptimConfig(),
+		BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket})
+	if err != nil {
+		return nil, err
+	}
+	// After zero.New, which pads the model's buffers (stages 1 and 2) or
+	// makes itself the model's parameter store (stage 3).
+	gr, err := s.Model.NewGraph(cfg.Batch, true)
+	if err != nil {
+		return nil, err
+	}
+	gr.OnGrad = e.AddGrad // stage 3's layers hand theirs to the store
+	return &zeroStrategy{name: cfg.Strategy, c: s.Comm, m: s.Model, e: e, gr: gr, opt: cfg.OptimConfig()}, nil
+}
+
+func (s *zeroStrategy) DataRank() (rank, world int) { return s.c.Rank(), s.c.Size() }
+
+func (s *zeroStrategy) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	return s.gr.StepIn(ctx, s.e.Backward, x, y)
+}
+
+func (s *zeroStrategy) Update(ctx context.Context) error { return s.e.Step(ctx) }
+
+func (s *zeroStrategy) Eval(ctx context.Context, eval func() error) error { return s.e.Eval(ctx, eval) }
+
+func (s *zeroStrategy) Save(ctx context.Context, path string, pos Position, meta map[string]string) error {
+	return SaveZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name))
+}
+
+// Load reads the checkpoint into the model (stage 3, whose model holds no
+// parameters: into a full-size copy, of which the engine takes its
+// shards) and a full-size optimizer, of which the engine takes its shard.
+func (s *zeroStrategy) Load(_ context.Context, path string) (Position, error) {
+	full, err := optim.New(s.opt, s.m.NumParams())
+	if err != nil {
+		return Position{}, err
+	}
+	into := s.m
+	if s.m.Store != nil {
+		cp := *s.m
+		cp.Flat = &flat.Params{Value: make([]float32, s.m.NumParams()), Spans: s.m.Flat.Spans}
+		into = &cp
+	}
+	pos, _, err := LoadCheckpoint(path, into, full)
+	if err != nil {
+		return Position{}, err
+	}
+	if into != s.m {
+		if err := s.e.LoadParams(into.Flat.Value); err != nil {
+			return Position{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+	}
+	st, t := full.State()
+	if err := s.e.LoadOptimizerState(st, t); err != nil {
+		return Position{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	return pos, nil
+}
+
+func (s *zeroStrategy) Memory() (MemoryBytes, int64) {
+	m := s.e.Memory()
+	return MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient
+}
+
+func (s *zeroStrategy) Report(context.Context, *Summary) error { return nil }
+
+func (s *zeroStrategy) Close() error { return s.gr.Close() }
