@@ -59,8 +59,8 @@ func (s *replicated) DataRank() (rank, world int) { return 0, 1 }
 
 // Step leaves the gradients in the model's flat gradient buffer (the
 // graph's default OnGrad).
-func (s *replicated) Step(_ context.Context, x []float32, y []int32) (float32, error) {
-	return s.gr.Step(x, y)
+func (s *replicated) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	return s.gr.Step(ctx, x, y)
 }
 
 func (s *replicated) Update(context.Context) error {

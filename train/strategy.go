@@ -11,7 +11,6 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/models"
-	"github.com/gdist/gdist/pipeline"
 )
 
 // Strategy is how the ranks share the work of training: each rank holds
@@ -189,15 +188,4 @@ var errDDPOnly = errors.New("-no-overlap, -compress and -debug apply to -strateg
 // ddpFlagsSet reports whether cfg sets a flag only DDP implements.
 func ddpFlagsSet(cfg *Config) bool {
 	return cfg.NoOverlap || cfg.Compress != "" && cfg.Compress != "none" || cfg.Debug
-}
-
-// zooModel adapts a built-in model to pipeline.Model.
-type zooModel struct{ *models.Model }
-
-func (m zooModel) NewStage(from, to, batch int, last bool) (pipeline.Stage, error) {
-	g, err := m.NewStageGraph(from, to, batch, last)
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
 }

@@ -106,11 +106,11 @@ func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
 		micro = k
 	}
 	micro = min(max(micro, 1), cfg.Batch)
-	bounds, err := pipeline.Split(ctx, c, zooModel{m}, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
+	bounds, err := pipeline.Split(ctx, c, m, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
 	}
-	p, err := pipeline.New(ctx, pc, zooModel{m}, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
+	p, err := pipeline.New(ctx, pc, m, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
 	}
