@@ -73,9 +73,14 @@ func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 	gr.logits = h
 	if train {
 		hooks.gates = gateIndex(b.gates)
-		gr.yT = tensor.New(tensor.WithShape(batch), tensor.WithBacking(make([]float32, batch)))
-		y := G.NewVector(g, tensor.Float32, G.WithShape(batch), G.WithName("y"), G.WithValue(gr.yT))
-		loss, err := G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, h, y)
+		rows := batch * m.perLab
+		gr.yT = tensor.New(tensor.WithShape(rows), tensor.WithBacking(make([]float32, rows)))
+		y := G.NewVector(g, tensor.Float32, G.WithShape(rows), G.WithName("y"), G.WithValue(gr.yT))
+		lg, err := m.lossInput(h)
+		if err != nil {
+			return nil, err
+		}
+		loss, err := G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, lg, y)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +123,8 @@ func (gr *Graph) load(x []float32) error {
 }
 
 // Step runs forward, loss and backward on one batch (x: Batch samples,
-// y: Batch labels) and returns the mean loss. Each gradient goes to OnGrad
+// y: Batch x M.LabelsPerSample() labels) and returns the mean loss; ctx
+// bounds what the layers' ops wait for (SyncBN's collectives). Each gradient goes to OnGrad
 // (default: added into M.Flat.Grad) as soon as it is computed.
 func (gr *Graph) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	if !gr.Train {
@@ -127,15 +133,8 @@ func (gr *Graph) Step(ctx context.Context, x []float32, y []int32) (float32, err
 	if err := gr.load(x); err != nil {
 		return 0, err
 	}
-	if len(y) != gr.Batch {
-		return 0, fmt.Errorf("nn: got %d labels, want %d", len(y), gr.Batch)
-	}
-	yd := gr.yT.Data().([]float32)
-	for i, l := range y {
-		if l < 0 || int(l) >= gr.M.classes {
-			return 0, fmt.Errorf("nn: label %d out of range [0, %d)", l, gr.M.classes)
-		}
-		yd[i] = float32(l)
+	if err := gr.M.checkLabels(gr.yT.Data().([]float32), y); err != nil {
+		return 0, err
 	}
 	gr.hook = gr.OnGrad
 	if gr.hook == nil {

@@ -44,14 +44,17 @@ type Model struct {
 
 	inShape []int
 	classes int
+	perLab  int // labels per sample: 1, or T for (batch, T, classes) logits
 	mods    []module
 	inits   []InitFunc
 }
 
 // New makes a model of net for samples of shape in (for example
 // {1, 28, 28} for an image, {784} for a vector), its parameters
-// initialised from seed. The output of net must be (batch, classes)
-// logits: graphs end in the softmax cross-entropy against class labels.
+// initialised from seed. The output of net must be logits, (batch,
+// classes) or (batch, T, classes) for a sequence (a language model: one
+// label per position): graphs end in the mean softmax cross-entropy
+// against the labels.
 func New(name string, net Layer, in []int, seed int64) (*Model, error) {
 	if len(in) == 0 || prod(in) < 1 {
 		return nil, fmt.Errorf("nn: %s: sample shape %v is empty", name, in)
@@ -93,10 +96,11 @@ func New(name string, net Layer, in []int, seed int64) (*Model, error) {
 		return nil, fmt.Errorf("nn: %s: %w", name, err)
 	}
 	out := shapes[len(shapes)-1]
-	if len(out) != 2 || out[0] != 1 {
-		return nil, fmt.Errorf("nn: %s: output shape %v for one sample; want (1, classes) logits", name, out)
+	if len(out) < 2 || len(out) > 3 || out[0] != 1 {
+		return nil, fmt.Errorf("nn: %s: output shape %v for one sample; want (1, classes) or (1, T, classes) logits", name, out)
 	}
-	m.classes = out[1]
+	m.classes = out[len(out)-1]
+	m.perLab = out.TotalSize() / m.classes
 	m.Init(seed)
 	return m, nil
 }
@@ -133,6 +137,32 @@ func (m *Model) InputShape() []int { return append([]int(nil), m.inShape...) }
 
 // Classes is the number of output classes.
 func (m *Model) Classes() int { return m.classes }
+
+// LabelsPerSample is 1 for (batch, classes) logits and T for (batch, T,
+// classes): Step takes Batch x LabelsPerSample labels.
+func (m *Model) LabelsPerSample() int { return m.perLab }
+
+// lossInput reshapes logits to (rows, classes) for the cross-entropy.
+func (m *Model) lossInput(h *G.Node) (*G.Node, error) {
+	if h.Dims() == 2 {
+		return h, nil
+	}
+	return G.Reshape(h, tensor.Shape{h.Shape().TotalSize() / m.classes, m.classes})
+}
+
+// checkLabels copies labels y into dst (as float32), checking count and range.
+func (m *Model) checkLabels(dst []float32, y []int32) error {
+	if len(y) != len(dst) {
+		return fmt.Errorf("nn: got %d labels, want %d (batch x %d per sample)", len(y), len(dst), m.perLab)
+	}
+	for i, l := range y {
+		if l < 0 || int(l) >= m.classes {
+			return fmt.Errorf("nn: label %d (index %d) out of range [0, %d)", l, i, m.classes)
+		}
+		dst[i] = float32(l)
+	}
+	return nil
+}
 
 // ZeroGrad clears the gradient buffer.
 func (m *Model) ZeroGrad() { clear(m.Flat.Grad) }

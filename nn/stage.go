@@ -178,9 +178,14 @@ func (s *StageGraph) buildTrain() error {
 	s.tOut = out
 	var cost *G.Node
 	if s.Last {
-		s.yT = tensor.New(tensor.WithShape(s.Batch), tensor.WithBacking(make([]float32, s.Batch)))
-		y := G.NewVector(g, tensor.Float32, G.WithShape(s.Batch), G.WithName("y"), G.WithValue(s.yT))
-		if s.loss, err = G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, out, y); err != nil {
+		rows := s.Batch * s.M.perLab
+		s.yT = tensor.New(tensor.WithShape(rows), tensor.WithBacking(make([]float32, rows)))
+		y := G.NewVector(g, tensor.Float32, G.WithShape(rows), G.WithName("y"), G.WithValue(s.yT))
+		lg, err := s.M.lossInput(out)
+		if err != nil {
+			return err
+		}
+		if s.loss, err = G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, lg, y); err != nil {
 			return err
 		}
 		if cost, err = G.ApplyOp(&scaleOp{baseOp{nextID(), "scale"}, &s.Scale}, s.loss); err != nil {
@@ -297,15 +302,8 @@ func (s *StageGraph) Step(x []float32, y []int32) (float32, []float32, error) {
 	if err := s.loadX(s.tx, x); err != nil {
 		return 0, nil, err
 	}
-	if len(y) != s.Batch {
-		return 0, nil, fmt.Errorf("nn: got %d labels, want %d", len(y), s.Batch)
-	}
-	yd := s.yT.Data().([]float32)
-	for i, l := range y {
-		if l < 0 || int(l) >= s.M.classes {
-			return 0, nil, fmt.Errorf("nn: label %d out of range [0, %d)", l, s.M.classes)
-		}
-		yd[i] = float32(l)
+	if err := s.M.checkLabels(s.yT.Data().([]float32), y); err != nil {
+		return 0, nil, err
 	}
 	if err := s.run(); err != nil {
 		return 0, nil, err

@@ -45,7 +45,7 @@ func (s *memStore) AddGrad(i int, g []float32) error {
 // gradients and evaluation outputs as graphs over Flat, and never hold
 // more than one layer's parameters out at once.
 func TestStoreMode(t *testing.T) {
-	for _, name := range []string{"mlp", "cnn", "cnn-bn"} {
+	for _, name := range []string{"mlp", "cnn", "cnn-bn", "seq"} {
 		t.Run(name, func(t *testing.T) {
 			ref, _ := newZoo(name, 5)
 			gr, _ := ref.NewGraph(3, true)

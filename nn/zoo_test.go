@@ -22,6 +22,8 @@ func newZoo(name string, seed int64) (*Model, error) {
 		}
 		s.Layers = append(s.Layers, Flatten{}, &Linear{3136, 128}, ReLU{}, &Linear{128, 10})
 		return New(name, s, []int{1, 28, 28}, seed)
+	case "seq": // a tiny language model: one label per position
+		return New(name, Seq(&Embedding{11, 8}, &CausalSelfAttention{Dim: 8, Heads: 2}, &LayerNorm{C: 8}, &Linear{8, 11}), []int{5}, seed)
 	}
 	return nil, fmt.Errorf("no test model %q", name)
 }
@@ -30,8 +32,11 @@ func testBatch(m *Model, b int) ([]float32, []int32) {
 	x := make([]float32, b*m.InputSize())
 	for i := range x {
 		x[i] = float32(math.Sin(float64(i)*0.37)) * 1.5
+		if m.Name == "seq" {
+			x[i] = float32((i * 7) % 11) // token ids
+		}
 	}
-	y := make([]int32, b)
+	y := make([]int32, b*m.LabelsPerSample())
 	for i := range y {
 		y[i] = int32((i * 7) % m.Classes())
 	}

@@ -260,8 +260,8 @@ func (p *Pipeline) Step(ctx context.Context, x []float32, y []int32) (float64, e
 	if p.stage == 0 && len(x) != p.batch*p.m.InputSize() {
 		return 0, fmt.Errorf("pipeline: got %d input floats, want %d", len(x), p.batch*p.m.InputSize())
 	}
-	if p.last() && len(y) != p.batch {
-		return 0, fmt.Errorf("pipeline: got %d labels, want %d", len(y), p.batch)
+	if p.last() && (len(y) < p.batch || len(y)%p.batch != 0) {
+		return 0, fmt.Errorf("pipeline: got %d labels for a batch of %d (want a positive multiple: labels per sample x batch)", len(y), p.batch)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // on error: fails pending operations (and tells peers)
@@ -365,7 +365,8 @@ func (p *Pipeline) step(ctx context.Context, x []float32, y []int32) (float64, e
 			p.hold(1, int64(len(xi))*4)
 			g.SetScale(float32(p.sizes[i]) / float32(p.batch))
 			t0 := time.Now()
-			l, dx, err := g.Step(xi, y[p.starts[i]:p.starts[i]+p.sizes[i]])
+			per := len(y) / p.batch // labels per sample (a sequence model's positions)
+			l, dx, err := g.Step(xi, y[p.starts[i]*per:(p.starts[i]+p.sizes[i])*per])
 			busy(o, t0)
 			if err != nil {
 				return 0, err
