@@ -11,13 +11,41 @@ import (
 )
 
 // Embedding maps token ids to rows of "weight" [Num, Dim] (PyTorch's
-// nn.Embedding, initialised N(0, 1)). Its input holds the ids as float32
-// (exact up to 2^24), shape (N) or (N, T); the output is (..., Dim). The
-// ids get no gradient.
-type Embedding struct{ Num, Dim int }
+// nn.Embedding), initialised N(0, Std^2) (Std 0: 1, PyTorch's default).
+// Its input holds the ids as float32 (exact up to 2^24), shape (N) or
+// (N, T); the output is (..., Dim). The ids get no gradient.
+type Embedding struct {
+	Num, Dim int
+	Std      float64
+}
 
 func (l *Embedding) Params() []Param {
-	return []Param{{Name: "weight", Shape: []int{l.Num, l.Dim}, Init: Normal(1)}}
+	return []Param{{Name: "weight", Shape: []int{l.Num, l.Dim}, Init: Normal(stdOr1(l.Std))}}
+}
+
+func stdOr1(s float64) float64 {
+	if s == 0 {
+		return 1
+	}
+	return s
+}
+
+// PositionEmbedding adds a learnt vector per position, "weight" [T, Dim]
+// (GPT-2's wpe), to (N, T, Dim) input; initialised N(0, Std^2) (Std 0: 1).
+type PositionEmbedding struct {
+	T, Dim int
+	Std    float64
+}
+
+func (l *PositionEmbedding) Params() []Param {
+	return []Param{{Name: "weight", Shape: []int{l.T, l.Dim}, Init: Normal(stdOr1(l.Std))}}
+}
+
+func (l *PositionEmbedding) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
+	if s := x.Shape(); len(s) != 3 || s[1] != l.T || s[2] != l.Dim {
+		return nil, fmt.Errorf("position embedding (%d, %d): input shape %v; want (N, %d, %d)", l.T, l.Dim, s, l.T, l.Dim)
+	}
+	return G.BroadcastAdd(x, b.Param(0), nil, []byte{0})
 }
 
 func (l *Embedding) Fwd(b *Builder, x *G.Node) (*G.Node, error) {

@@ -28,8 +28,11 @@ func layerCases() []layerCase {
 			return Seq(&Linear{6, 8}, &Residual{Fn: Seq(&Linear{8, 8}, Tanh{})}, &Linear{8, 3})
 		}, []int{6}, smooth},
 		{"attention", func() Layer {
-			return Seq(&Embedding{11, 8}, &CausalSelfAttention{Dim: 8, Heads: 2}, &LayerNorm{C: 8}, GELU{}, Flatten{}, &Linear{40, 3})
+			return Seq(&Embedding{Num: 11, Dim: 8}, &CausalSelfAttention{Dim: 8, Heads: 2}, &LayerNorm{C: 8}, GELU{}, Flatten{}, &Linear{40, 3})
 		}, []int{5}, func(i, j int) float32 { return float32((i*7 + j*3) % 11) }},
+		{"positions", func() Layer {
+			return Seq(&Embedding{Num: 11, Dim: 4}, &PositionEmbedding{T: 5, Dim: 4, Std: 0.5}, Tanh{}, Flatten{}, &Linear{20, 3})
+		}, []int{5}, func(i, j int) float32 { return float32((i*3 + j*5) % 11) }},
 	}
 }
 

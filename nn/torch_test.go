@@ -59,7 +59,12 @@ func TestAttentionMatchesPyTorch(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
 		t.Skip("python3-torch is not installed (Debian: apt-get install python3-torch)")
 	}
-	c := layerCases()[len(layerCases())-1]
+	var c layerCase
+	for _, lc := range layerCases() {
+		if lc.name == "attention" {
+			c = lc
+		}
+	}
 	m, err := New(c.name, c.net(), c.in, 3)
 	if err != nil {
 		t.Fatal(err)
