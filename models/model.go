@@ -57,14 +57,19 @@ func Names() []string { return []string{"mlp", "cnn", "cnn-bn"} }
 // stages can be balanced (a pipeline's bubble matches theory only when
 // stages take equal time). "mlp-deep-N" has N such hidden layers (1 to
 // 64): more layers balance more finely.
-func AllNames() []string { return append(Names(), "mlp-xl", "mlp-deep", "mlp-deep-N") }
+//
+// "gpt" and "gpt-large" are byte-level transformer language models
+// (GPTSmall, GPTLarge; see GPT) for text.
+func AllNames() []string {
+	return append(Names(), "mlp-xl", "mlp-deep", "mlp-deep-N", "gpt", "gpt-large")
+}
 
 // Known tells whether New builds the named model.
 func Known(name string) bool {
 	if _, ok := deepLayers(name); ok {
 		return true
 	}
-	return slices.Contains(append(Names(), "mlp-xl"), name)
+	return slices.Contains(append(Names(), "mlp-xl", "gpt", "gpt-large"), name)
 }
 
 // deepLayers is the hidden layer count of an mlp-deep model name.
@@ -109,6 +114,10 @@ func Net(name string) (nn.Layer, []int, error) {
 		}
 		s.Layers = append(s.Layers, nn.Flatten{}, &nn.Linear{In: 64 * 7 * 7, Out: 128}, nn.ReLU{}, &nn.Linear{In: 128, Out: 10})
 		return s, []int{1, 28, 28}, nil
+	case "gpt":
+		return GPTSmall.Net()
+	case "gpt-large":
+		return GPTLarge.Net()
 	}
 	h, ok := deepLayers(name)
 	if !ok {

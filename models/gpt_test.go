@@ -1,0 +1,138 @@
+package models
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/gdist/gdist/nn"
+)
+
+// torchGPT loads the weights (PyTorch layout) into the reference module of
+// benchmarks/peers/gpt.py with load_state_dict(strict=True), runs the
+// batch in float64 and prints the loss and the gradients.
+const torchGPT = `
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import gpt
+torch.set_default_dtype(torch.float64)
+inp = json.load(sys.stdin)
+m = gpt.GPT(*inp["shape"])
+m.load_state_dict({k: torch.tensor(v["data"]).reshape(v["shape"]) for k, v in inp["params"].items()}, strict=True)
+x = torch.tensor(inp["x"]).reshape(inp["n"], -1)
+y = torch.tensor(inp["y"], dtype=torch.long)
+loss = torch.nn.functional.cross_entropy(m(x).reshape(-1, gpt.VOCAB), y)
+loss.backward()
+json.dump({"loss": loss.item(), "grads": {k: p.grad.reshape(-1).tolist() for k, p in m.named_parameters()}}, sys.stdout)
+`
+
+// torchLayout returns a parameter in PyTorch's layout.
+func torchLayout(p nn.ParamInfo, v []float32) []float32 {
+	if !p.TransT {
+		return append([]float32(nil), v...)
+	}
+	r, c := p.Shape[0], p.Shape[1]
+	out := make([]float32, len(v))
+	for i := 0; i < r; i++ {
+		for j := 0; j < c; j++ {
+			out[j*r+i] = v[i*c+j]
+		}
+	}
+	return out
+}
+
+// TestGPTMatchesPyTorch: a small GPT's loss and every parameter's gradient
+// equal the PyTorch reference module's on the same weights and batch
+// within 1e-4 (relative to each tensor's largest gradient).
+func TestGPTMatchesPyTorch(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		t.Skip("python3-torch is not installed (Debian: apt-get install python3-torch)")
+	}
+	g := GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
+	m, err := NewGPT("gpt-test", g, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	text := []byte("func main() {\n\tfmt.Println(\"hello, world\")\n}\n")
+	x := make([]float32, n*g.Context)
+	y := make([]int32, n*g.Context)
+	for i := 0; i < n; i++ {
+		for j := 0; j < g.Context; j++ {
+			x[i*g.Context+j] = float32(text[i*5+j])
+			y[i*g.Context+j] = int32(text[i*5+j+1])
+		}
+	}
+	gr, err := m.NewGraph(n, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := gr.Step(context.Background(), x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tensor struct {
+		Shape []int     `json:"shape"`
+		Data  []float32 `json:"data"`
+	}
+	params := map[string]tensor{}
+	for _, p := range m.Params {
+		params[p.Name] = tensor{p.Torch, torchLayout(p, m.Flat.Value[p.Offset:p.Offset+p.Size])}
+	}
+	body, _ := json.Marshal(map[string]any{"shape": []int{g.Layers, g.Dim, g.Heads, g.Context}, "params": params, "n": n, "x": x, "y": y})
+	peers, _ := filepath.Abs("../benchmarks/peers")
+	cmd := exec.Command("/usr/bin/python3", "-c", torchGPT, peers)
+	cmd.Stdin = bytes.NewReader(body)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var ref struct {
+		Loss  float64              `json:"loss"`
+		Grads map[string][]float64 `json:"grads"`
+	}
+	if err := json.Unmarshal(out, &ref); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(float64(loss)-ref.Loss) > 1e-4*ref.Loss {
+		t.Errorf("loss %v, PyTorch %v", loss, ref.Loss)
+	}
+	for _, p := range m.Params {
+		want := ref.Grads[p.Name]
+		got := torchLayout(p, m.Flat.Grad[p.Offset:p.Offset+p.Size])
+		if len(want) != len(got) {
+			t.Fatalf("%s: %d gradients, PyTorch %d", p.Name, len(got), len(want))
+		}
+		var scale float64
+		for _, w := range want {
+			scale = math.Max(scale, math.Abs(w))
+		}
+		for i := range got {
+			if d := math.Abs(float64(got[i]) - want[i]); d > 1e-4*scale+1e-9 {
+				t.Fatalf("%s[%d]: gradient %v, PyTorch %v (largest %v)", p.Name, i, got[i], want[i], scale)
+			}
+		}
+	}
+}
+
+func TestGPTSizes(t *testing.T) {
+	m, err := New("gpt", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := m.NumParams(); p < 1e6 || p > 4e6 {
+		t.Errorf("gpt has %d parameters; the default should be 1-4M", p)
+	}
+	if m.LabelsPerSample() != GPTSmall.Context || m.Classes() != Vocab || m.InputSize() != GPTSmall.Context {
+		t.Errorf("gpt: %d labels per sample, %d classes, %d inputs", m.LabelsPerSample(), m.Classes(), m.InputSize())
+	}
+	if _, err := NewGPT("bad", GPT{Layers: 1, Dim: 10, Heads: 3, Context: 4}, 1); err == nil {
+		t.Error("3 heads over dimension 10 accepted")
+	}
+}
