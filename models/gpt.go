@@ -20,6 +20,22 @@ var (
 	GPTLarge = GPT{Layers: 8, Dim: 256, Heads: 8, Context: 128}
 )
 
+// Name is the model name that builds g with New (and that checkpoints
+// record): "gpt-L<layers>-D<dim>-H<heads>-T<context>".
+func (g GPT) Name() string {
+	return fmt.Sprintf("gpt-L%d-D%d-H%d-T%d", g.Layers, g.Dim, g.Heads, g.Context)
+}
+
+// ParseGPT reads a name Name wrote.
+func ParseGPT(name string) (GPT, bool) {
+	var g GPT
+	n, err := fmt.Sscanf(name, "gpt-L%d-D%d-H%d-T%d", &g.Layers, &g.Dim, &g.Heads, &g.Context)
+	if err != nil || n != 4 || g.Name() != name {
+		return GPT{}, false
+	}
+	return g, true
+}
+
 // Vocab is the GPT models' vocabulary: bytes.
 const Vocab = 256
 

@@ -136,3 +136,74 @@ func TestGPTSizes(t *testing.T) {
 		t.Error("3 heads over dimension 10 accepted")
 	}
 }
+
+// TestGenerate: a GPT trained for a few steps on one repeated line
+// continues it; the same seed gives the same text.
+func TestGenerate(t *testing.T) {
+	g := GPT{Layers: 1, Dim: 32, Heads: 2, Context: 16}
+	m, err := NewGPT("gpt-gen", g, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := []byte("abcdefgh")
+	text := bytes.Repeat(line, 8)
+	const n = 4
+	x := make([]float32, n*g.Context)
+	y := make([]int32, n*g.Context)
+	for i := 0; i < n; i++ {
+		for j := 0; j < g.Context; j++ {
+			x[i*g.Context+j] = float32(text[i+j])
+			y[i*g.Context+j] = int32(text[i+j+1])
+		}
+	}
+	gr, err := m.NewGraph(n, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := 0; step < 150; step++ {
+		if _, err := gr.Step(context.Background(), x, y); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range m.Flat.Grad {
+			m.Flat.Value[i] -= 0.1 * v
+		}
+		m.ZeroGrad()
+	}
+	out, err := Generate(m, []byte("abc"), 10, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != "defghabcde" {
+		t.Errorf("greedy continuation of %q: %q", "abc", out)
+	}
+	a, _ := Generate(m, []byte("ab"), 12, 0.8, 7)
+	b, _ := Generate(m, []byte("ab"), 12, 0.8, 7)
+	if string(a) != string(b) {
+		t.Errorf("same seed, different text: %q and %q", a, b)
+	}
+	if _, err := Generate(m, nil, 3, -1, 1); err == nil {
+		t.Error("negative temperature accepted")
+	}
+}
+
+func TestGPTNames(t *testing.T) {
+	g := GPT{Layers: 2, Dim: 24, Heads: 3, Context: 10}
+	if !Known(g.Name()) {
+		t.Fatalf("%s not known", g.Name())
+	}
+	m, err := New(g.Name(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.InputSize() != 10 || m.Name != "gpt-L2-D24-H3-T10" {
+		t.Errorf("%s: %d inputs", m.Name, m.InputSize())
+	}
+	for _, bad := range []string{"gpt-L2-D24-H3", "gpt-L02-D24-H3-T10", "gpt-L2-D24-H5-T10x"} {
+		if Known(bad) {
+			t.Errorf("%q known", bad)
+		}
+	}
+	if _, err := New("gpt-L2-D24-H5-T10", 1); err == nil {
+		t.Error("5 heads over dimension 24 built")
+	}
+}

@@ -59,14 +59,18 @@ func Names() []string { return []string{"mlp", "cnn", "cnn-bn"} }
 // 64): more layers balance more finely.
 //
 // "gpt" and "gpt-large" are byte-level transformer language models
-// (GPTSmall, GPTLarge; see GPT) for text.
+// (GPTSmall, GPTLarge; see GPT) for text; "gpt-L<layers>-D<dim>-H<heads>-T<context>"
+// (GPT.Name) any other size.
 func AllNames() []string {
-	return append(Names(), "mlp-xl", "mlp-deep", "mlp-deep-N", "gpt", "gpt-large")
+	return append(Names(), "mlp-xl", "mlp-deep", "mlp-deep-N", "gpt", "gpt-large", "gpt-L<n>-D<n>-H<n>-T<n>")
 }
 
 // Known tells whether New builds the named model.
 func Known(name string) bool {
 	if _, ok := deepLayers(name); ok {
+		return true
+	}
+	if _, ok := ParseGPT(name); ok {
 		return true
 	}
 	return slices.Contains(append(Names(), "mlp-xl", "gpt", "gpt-large"), name)
@@ -118,6 +122,9 @@ func Net(name string) (nn.Layer, []int, error) {
 		return GPTSmall.Net()
 	case "gpt-large":
 		return GPTLarge.Net()
+	}
+	if g, ok := ParseGPT(name); ok {
+		return g.Net()
 	}
 	h, ok := deepLayers(name)
 	if !ok {
