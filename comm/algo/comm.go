@@ -38,6 +38,7 @@ type Comm struct {
 	collCancel context.CancelFunc
 
 	sent, received atomic.Int64 // payload bytes
+	heard          []heard      // per rank: the last collective message received from it
 
 	mu      sync.Mutex
 	seq     uint64
@@ -80,7 +81,8 @@ func NewComm(t Transport, opts comm.Options) *Comm {
 func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, world bool) *Comm {
 	life, finish := context.WithCancel(context.Background())
 	c := &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
-		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{}}
+		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{},
+		heard: make([]heard, len(members))}
 	c.collCtx, c.collCancel = context.WithCancel(life)
 	c.kick = time.AfterFunc(time.Hour, c.kicked)
 	c.kick.Stop()
@@ -411,7 +413,11 @@ func (c *Comm) run(o *op, fn func(o *op) error) error {
 	c.mu.Lock()
 	failed := c.failed
 	c.mu.Unlock()
-	wrap := func(err error) error { return &comm.OpError{Op: o.name, Seq: o.hdr.Seq, Rank: c.rank, Err: err} }
+	var seq uint64 // a p2p header's Seq is its tag
+	if o.hdr.Kind == wire.KindColl {
+		seq = o.hdr.Seq
+	}
+	wrap := func(err error) error { return &comm.OpError{Op: o.name, Seq: seq, Rank: c.rank, Err: err} }
 	if failed != nil {
 		return wrap(failed)
 	}
@@ -425,7 +431,9 @@ func (c *Comm) run(o *op, fn func(o *op) error) error {
 	return wrap(c.fail(err))
 }
 
-// ctxErr explains why o.ctx ended while waiting on peer (-1: none).
+// ctxErr explains why o.ctx ended while waiting on peer (-1: none): the
+// cause (the user's ctx error, Close, or the Comm's timeout) and, for a
+// collective, what this rank knows of the peer it waited for (stall).
 func (o *op) ctxErr(peer int) error {
 	c := o.c
 	c.mu.Lock()
@@ -435,13 +443,54 @@ func (o *op) ctxErr(peer int) error {
 		return comm.ErrClosed
 	}
 	if err := o.user.Err(); err != nil {
-		return err
+		if peer < 0 {
+			return err
+		}
+		return fmt.Errorf("%w %s", err, o.stall(peer))
 	}
 	who := ""
 	if peer >= 0 {
-		who = fmt.Sprintf(" waiting for rank %d", peer)
+		who = " " + o.stall(peer)
 	}
 	return fmt.Errorf("%w: %s did not finish within %v%s", comm.ErrTimeout, o.name, c.opts.OpTimeout(), who)
+}
+
+// heard is the sequence number and step of the last collective message a
+// Comm received from one rank: what a timed-out rank knows of the rank it
+// waited for, as a stall inspector would report it.
+type heard struct {
+	seq  atomic.Uint64
+	step atomic.Uint32
+}
+
+// note records a collective message received from rank from.
+func (o *op) note(from int, step uint32) {
+	if o.hdr.Kind == wire.KindColl && from != o.c.rank {
+		h := &o.c.heard[from]
+		h.step.Store(step)
+		h.seq.Store(o.hdr.Seq)
+	}
+}
+
+// stall says whom o waits for and whether that rank reached o, from the
+// messages this rank received: "waiting for rank 1, which never arrived at
+// all_reduce #5 ...". Each rank that times out says what it saw; the rank
+// that all of them name is the one that stalled.
+func (o *op) stall(peer int) string {
+	if o.hdr.Kind != wire.KindColl {
+		return fmt.Sprintf("waiting for rank %d", peer)
+	}
+	h := &o.c.heard[peer]
+	seq, step := h.seq.Load(), h.step.Load()
+	this := fmt.Sprintf("%s #%d", o.name, o.hdr.Seq)
+	last := "nothing from it on this group yet"
+	switch {
+	case seq >= o.hdr.Seq:
+		return fmt.Sprintf("waiting for rank %d, which did arrive at %s (this rank has its step %d) and so waits for another rank", peer, this, step)
+	case seq > 0:
+		last = fmt.Sprintf("its last message here was of collective #%d", seq)
+	}
+	return fmt.Sprintf("waiting for rank %d, which never arrived at %s (%s), unless it waits for another rank", peer, this, last)
 }
 
 // explain turns a transport error on a message with peer into the error
@@ -452,8 +501,10 @@ func (o *op) explain(err error, peer int, sending bool) error {
 	}
 	var me *wire.MismatchError
 	if errors.As(err, &me) {
+		// Got is the peer's side and Want this rank's; a point-to-point
+		// pair is one send and one recv.
 		return fmt.Errorf("%w: rank %d called %s but rank %d (this rank) called %s",
-			comm.ErrMismatch, peer, wire.Describe(me.Got), o.c.rank, wire.Describe(me.Want))
+			comm.ErrMismatch, peer, wire.DescribeP2P(me.Got, sending), o.c.rank, wire.DescribeP2P(me.Want, !sending))
 	}
 	if o.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return o.ctxErr(peer)
@@ -477,6 +528,7 @@ func (o *op) recv(from int, step uint32, b []byte) error {
 	err := o.c.t.Recv(o.ctx, o.c.members[from], h, b)
 	if err == nil && from != o.c.rank {
 		o.c.received.Add(int64(len(b)))
+		o.note(from, step)
 	}
 	return o.explain(err, from, false)
 }
@@ -500,6 +552,7 @@ func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
 		err := pr.RecvPayload(o.ctx, o.c.members[from], h, len(dst), pc.add)
 		if err == nil && from != o.c.rank {
 			o.c.received.Add(int64(len(dst)))
+			o.note(from, step)
 		}
 		return o.explain(err, from, false)
 	}

@@ -101,6 +101,8 @@ func TestConformance(t *testing.T) {
 			cfg.Sizes = append(cfg.Sizes, n)
 		}
 	}
+	// NCCL cannot say which rank a timed-out collective waits for.
+	cfg.NoStallReport = true
 	commtest.Suite(t, ncclWorld, cfg)
 }
 
