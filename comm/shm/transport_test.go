@@ -154,15 +154,14 @@ func posted(tr *Transport, from int, h wire.Header) bool {
 	l := tr.links[from]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.streams[keyOf(h)]
-	return s != nil && s.posted != nil
+	return l.box.HasPosted(h)
 }
 
 func queued(tr *Transport, from int) int64 {
 	l := tr.links[from]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.queued
+	return l.box.Queued
 }
 
 func wantPeerErr(t *testing.T, err error, rank int, sentinel error) {
@@ -326,7 +325,7 @@ func TestStreamsIndependent(t *testing.T) {
 	for _, tr := range w.ts {
 		for _, l := range tr.links {
 			l.mu.Lock()
-			n, m, q := len(l.streams), len(l.sends), l.queued
+			n, m, q := l.box.Counts()
 			l.mu.Unlock()
 			if n != 0 || m != 0 || q != 0 {
 				t.Errorf("rank %d link %d: %d streams, %d send streams, %d queued bytes left", tr.rank, l.peer, n, m, q)

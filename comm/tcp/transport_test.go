@@ -274,7 +274,7 @@ func TestStreamsIndependent(t *testing.T) {
 	for _, tr := range w.ts {
 		for _, c := range tr.conns {
 			c.mu.Lock()
-			n, m, q := len(c.streams), len(c.sends), c.queued
+			n, m, q := c.box.Counts()
 			c.mu.Unlock()
 			if n != 0 || m != 0 || q != 0 {
 				t.Errorf("rank %d link %d: %d streams, %d send streams, %d queued bytes left", tr.rank, c.peer, n, m, q)
@@ -299,15 +299,14 @@ func posted(tr *Transport, from int, h wire.Header) bool {
 	c := tr.conns[from]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.streams[keyOf(h)]
-	return s != nil && s.posted != nil
+	return c.box.HasPosted(h)
 }
 
 func queued(tr *Transport, from int) int64 {
 	c := tr.conns[from]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.queued
+	return c.box.Queued
 }
 
 func TestPostedAndUnexpected(t *testing.T) {
