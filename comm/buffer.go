@@ -190,8 +190,15 @@ func AsSlice[T Elem](b Buffer) ([]T, error) {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b.host))), b.count), nil
 }
 
-// Overlap reports whether a and b share any host memory.
+// Overlap reports whether a and b share any memory: host memory, or device
+// memory of one device. Empty buffers overlap nothing.
 func Overlap(a, b Buffer) bool {
+	if a.dev != 0 || b.dev != 0 {
+		if a.dev == 0 || b.dev == 0 || a.devID != b.devID || a.count == 0 || b.count == 0 {
+			return false
+		}
+		return a.dev < b.dev+uintptr(b.Bytes()) && b.dev < a.dev+uintptr(a.Bytes())
+	}
 	if len(a.host) == 0 || len(b.host) == 0 {
 		return false
 	}
