@@ -10,8 +10,10 @@
 // and reduced in float32).
 //
 // Memory is described by a Buffer, a view (never a copy) of a Go slice
-// (FromSlice), of raw bytes (FromBytes), of a gorgonia *tensor.Dense
-// (FromDense), or of device memory (DeviceBuffer, for GPU backends).
+// (FromSlice), of raw bytes (FromBytes), or of device memory (DeviceBuffer,
+// for GPU backends); flat.FromDense views a gorgonia *tensor.Dense (comm
+// itself imports no gorgonia, so a program that only runs collectives does
+// not build it).
 // BroadcastObject and AllGatherObject move small Go values (gob-encoded)
 // for metadata.
 //
