@@ -14,6 +14,7 @@ import (
 	"github.com/gdist/gdist/comm/algo"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/internal/wire"
+	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/comm/shm"
 )
 
@@ -23,7 +24,7 @@ var token = []byte("test-token")
 // rank r claiming to run on host hostOf(r).
 func build(t testing.TB, n int, opts comm.Options, hostOf func(r int) string) []*Transport {
 	t.Helper()
-	store := newMemStore()
+	store := rendezvous.NewMemStore()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ts := make([]*Transport, n)
@@ -73,7 +74,7 @@ func TestConformanceOneHost(t *testing.T) {
 		cfg.Sizes = []int{1}
 	}
 	commtest.Suite(t, func(t testing.TB, n int) []comm.Comm {
-		store := newMemStore()
+		store := rendezvous.NewMemStore()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		cs := make([]comm.Comm, n)

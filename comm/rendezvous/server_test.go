@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/internal/auth"
 )
 
@@ -80,121 +81,31 @@ func dialTest(t *testing.T, ctx context.Context, addr string) comm.Store {
 	return st
 }
 
-func TestSetGetAddCASWait(t *testing.T) {
+// TestStore runs the store test kit against clients of a server and
+// against MemStore.
+func TestStore(t *testing.T) {
+	t.Run("server", func(t *testing.T) {
+		commtest.StoreSuite(t, func(t *testing.T) (comm.Store, comm.Store) {
+			s, _ := newTestServer(t)
+			ctx := testCtx(t)
+			return dialTest(t, ctx, s.Addr()), dialTest(t, ctx, s.Addr())
+		})
+	})
+	t.Run("mem", func(t *testing.T) {
+		commtest.StoreSuite(t, func(t *testing.T) (comm.Store, comm.Store) {
+			m := NewMemStore()
+			return m, m
+		})
+	})
+}
+
+// Keys longer than MaxKeyLen are refused by the client.
+func TestKeyBound(t *testing.T) {
 	s, _ := newTestServer(t)
 	ctx := testCtx(t)
 	a := dialTest(t, ctx, s.Addr())
-	b := dialTest(t, ctx, s.Addr())
-
-	if err := a.Set(ctx, "k", []byte("v1")); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := b.Get(ctx, "k"); err != nil || string(v) != "v1" {
-		t.Fatalf("get = %q, %v", v, err)
-	}
-	if err := a.Set(ctx, "empty", nil); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := b.Get(ctx, "empty"); err != nil || len(v) != 0 {
-		t.Fatalf("get empty = %q, %v", v, err)
-	}
-
-	// Add: absent is 0; stored as decimal text.
-	if n, err := a.Add(ctx, "ctr", 5); err != nil || n != 5 {
-		t.Fatalf("add = %d, %v", n, err)
-	}
-	if n, err := b.Add(ctx, "ctr", -2); err != nil || n != 3 {
-		t.Fatalf("add = %d, %v", n, err)
-	}
-	if v, _ := a.Get(ctx, "ctr"); string(v) != "3" {
-		t.Fatalf("counter reads %q", v)
-	}
-	if _, err := a.Add(ctx, "k", 1); !errors.Is(err, comm.ErrInvalidArgument) {
-		t.Fatalf("add to non-integer: %v", err)
-	}
-
-	// CAS: absent matches empty old; a mismatch returns the current value.
-	if v, err := a.CompareAndSet(ctx, "cas", nil, []byte("x")); err != nil || string(v) != "x" {
-		t.Fatalf("cas absent = %q, %v", v, err)
-	}
-	if v, err := b.CompareAndSet(ctx, "cas", []byte("wrong"), []byte("y")); err != nil || string(v) != "x" {
-		t.Fatalf("cas mismatch = %q, %v", v, err)
-	}
-	if v, err := b.CompareAndSet(ctx, "cas", []byte("x"), []byte("y")); err != nil || string(v) != "y" {
-		t.Fatalf("cas match = %q, %v", v, err)
-	}
-	if v, err := b.CompareAndSet(ctx, "cas-absent", []byte("x"), []byte("y")); err != nil || len(v) != 0 {
-		t.Fatalf("cas absent with old = %q, %v", v, err)
-	}
-
-	// Wait on existing and on later keys; no keys returns at once.
-	if err := a.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Wait(ctx, "k", "w1", "w2") }()
-	b.Set(ctx, "w1", []byte("1"))
-	select {
-	case err := <-done:
-		t.Fatalf("wait returned early: %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	b.Set(ctx, "w2", []byte("2"))
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-
-	// Client-side bounds.
 	if err := a.Set(ctx, strings.Repeat("x", MaxKeyLen+1), nil); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("long key: %v", err)
-	}
-}
-
-func TestConcurrentClients(t *testing.T) {
-	s, _ := newTestServer(t)
-	ctx := testCtx(t)
-	const clients, per = 4, 25
-	var wg sync.WaitGroup
-	wins := make(chan int, clients*per)
-	for i := range clients {
-		st := dialTest(t, ctx, s.Addr())
-		for j := range per {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := st.Add(ctx, "n", 1); err != nil {
-					t.Error(err)
-				}
-				me := []byte(fmt.Sprint(i, "/", j))
-				v, err := st.CompareAndSet(ctx, "winner", nil, me)
-				if err != nil {
-					t.Error(err)
-				}
-				if string(v) == string(me) {
-					wins <- 1
-				}
-				// Another goroutine's key, maybe not there yet.
-				if _, err := st.Get(ctx, fmt.Sprint("key", (i+1)%clients, "/", j)); err != nil {
-					t.Error(err)
-				}
-			}()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := st.Set(ctx, fmt.Sprint("key", i, "/", j), []byte{byte(j)}); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(wins)
-	if n := len(wins); n != 1 {
-		t.Errorf("%d CAS winners, want 1", n)
-	}
-	st := dialTest(t, ctx, s.Addr())
-	if n, err := st.Add(ctx, "n", 0); err != nil || n != clients*per {
-		t.Errorf("counter = %d, %v; want %d", n, err, clients*per)
 	}
 }
 

@@ -10,12 +10,13 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
 // shmWorld builds n Comms through the registered "shm" backend, all in
 // this process, with their segment in a test directory.
 func shmWorld(t testing.TB, n int) []comm.Comm {
-	store := newMemStore()
+	store := rendezvous.NewMemStore()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cs := make([]comm.Comm, n)

@@ -68,7 +68,7 @@ func child(mode string) int {
 	case "leader-crash":
 		// Rank 0 of a job whose rank 1 never comes: it creates the
 		// segment and waits until it is killed.
-		_, err := NewWithOptions(ctx, comm.Config{Rank: 0, Size: 2, Store: newMemStore(), Token: token, Job: "crash"},
+		_, err := NewWithOptions(ctx, comm.Config{Rank: 0, Size: 2, Store: rendezvous.NewMemStore(), Token: token, Job: "crash"},
 			Options{Dir: dir})
 		fmt.Fprintln(os.Stderr, "leader returned:", err)
 		return 1

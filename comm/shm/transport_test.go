@@ -19,6 +19,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/internal/wire"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
 var token = []byte("test-token")
@@ -42,7 +43,7 @@ func (l *logBuf) String() string {
 }
 
 type world struct {
-	store *memStore
+	store *rendezvous.MemStore
 	job   string
 	dir   string
 	ts    []*Transport
@@ -51,7 +52,7 @@ type world struct {
 
 func newWorld(t *testing.T, size int) *world {
 	t.Helper()
-	w := &world{store: newMemStore(), job: t.Name(), dir: t.TempDir(), ts: make([]*Transport, size)}
+	w := &world{store: rendezvous.NewMemStore(), job: t.Name(), dir: t.TempDir(), ts: make([]*Transport, size)}
 	for range size {
 		w.logs = append(w.logs, &logBuf{})
 	}

@@ -8,11 +8,12 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
 // tcpWorld builds n Comms through the registered "tcp" backend.
 func tcpWorld(t testing.TB, n int) []comm.Comm {
-	store := newMemStore()
+	store := rendezvous.NewMemStore()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cs := make([]comm.Comm, n)

@@ -14,6 +14,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/internal/auth"
 	"github.com/gdist/gdist/comm/internal/wire"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
 var token = []byte("test-token")
@@ -48,7 +49,7 @@ func (l *logBuf) String() string {
 }
 
 type world struct {
-	store *memStore
+	store *rendezvous.MemStore
 	job   string
 	ts    []*Transport
 	logs  []*logBuf
@@ -63,7 +64,7 @@ func config(w *world, rank, size int, opts comm.Options) comm.Config {
 
 func newWorld(t *testing.T, size int) *world {
 	t.Helper()
-	w := &world{store: newMemStore(), job: t.Name(), ts: make([]*Transport, size)}
+	w := &world{store: rendezvous.NewMemStore(), job: t.Name(), ts: make([]*Transport, size)}
 	for range size {
 		w.logs = append(w.logs, &logBuf{})
 	}
