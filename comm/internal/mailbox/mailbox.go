@@ -420,3 +420,12 @@ func (b *Box) HasPosted(h wire.Header) bool {
 	s := b.streams[KeyOf(h)]
 	return s != nil && s.posted != nil
 }
+
+// Inspect reports, taking the lock itself, whether a receive is posted on
+// the stream of h, and what the Box holds (see Counts): for tests.
+func (b *Box) Inspect(h wire.Header) (posted bool, streams, sends int, queued int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	streams, sends, queued = b.Counts()
+	return b.HasPosted(h), streams, sends, queued
+}
