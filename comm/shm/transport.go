@@ -73,22 +73,12 @@ type Transport struct {
 
 var errTransportClosed = fmt.Errorf("shm: transport closed: %w", comm.ErrClosed)
 
-// peerClosedErr is the error of ops on a link whose peer said goodbye;
-// reason is the failure the peer gave for closing, if any.
-func peerClosedErr(rank int, reason string) error {
-	if reason != "" {
-		return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm after a failure (%s): %w", reason, comm.ErrClosed)}
-	}
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm: %w", comm.ErrClosed)}
-}
-
-func lostErr(rank int, format string, args ...any) error {
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrPeerLost, fmt.Sprintf(format, args...))}
-}
-
-func protoErr(rank int, format string, args ...any) error {
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrProtocol, fmt.Sprintf(format, args...))}
-}
+// The errors of a link (see package mailbox).
+var (
+	peerClosedErr = mailbox.PeerClosedErr
+	lostErr       = mailbox.LostErr
+	protoErr      = mailbox.ProtoErr
+)
 
 func ctxErr(ctx context.Context) error { return fmt.Errorf("shm: %w", ctx.Err()) }
 

@@ -457,46 +457,6 @@ func TestGoodbyeReleasesBlockedSender(t *testing.T) {
 	}
 }
 
-func TestAbort(t *testing.T) {
-	w := mkWorld(t, 3, comm.Options{}, Options{})
-	ctx := ctxT(t, 10*time.Second)
-	a, b := w.ts[0], w.ts[1]
-	pending := make(chan error, 1)
-	go func() { pending <- b.Recv(ctx, 2, coll(7, 1), make([]byte, 1)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(b, 2, coll(7, 1)) })
-
-	cause := errors.New("boom")
-	a.Abort(7, []int{1, 0, 1, 9}, cause)
-	err := <-pending
-	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
-		t.Fatalf("peer's pending recv: %v", err)
-	}
-	if err := b.Send(ctx, 2, coll(7, 2), nil); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("peer's later send: %v", err)
-	}
-	if err := a.Recv(ctx, 1, coll(7, 2), nil); !errors.Is(err, cause) {
-		t.Fatalf("local recv: %v", err)
-	}
-	// Other groups go on.
-	if err := a.Send(ctx, 1, coll(8, 1), []byte{3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	// Long causes are truncated, and more aborts than the control ring
-	// holds at once all arrive.
-	long := strings.Repeat("é", wire.MaxAbortText)
-	for g := uint64(100); g < 110; g++ {
-		a.Abort(g, []int{1}, errors.New(long))
-	}
-	for g := uint64(100); g < 110; g++ {
-		if err := b.Recv(ctx, 0, coll(g, 1), nil); !errors.Is(err, comm.ErrAborted) {
-			t.Fatalf("group %d: %v", g, err)
-		}
-	}
-}
-
 // TestBadRecords: a peer (holding the token) that writes malformed records
 // into its ring makes the receiver fail that peer with a protocol error
 // naming it; nothing is written out of bounds and nothing hangs.
@@ -537,26 +497,6 @@ func TestBadRecords(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// A rank whose transport fails says goodbye with the failure as its reason,
-// so that ranks that were not linked to the culprit learn the root cause.
-func TestGoodbyeCarriesReason(t *testing.T) {
-	w := mkWorld(t, 3, comm.Options{}, Options{})
-	ctx := ctxT(t, 10*time.Second)
-	errc := make(chan error, 1)
-	go func() { errc <- w.ts[0].Recv(ctx, 2, coll(0, 1), make([]byte, 4)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[0], 2, coll(0, 1)) })
-	w.ts[2].Fail(lostErr(1, "test crash"))
-	err := <-errc
-	wantPeerErr(t, err, 2, comm.ErrClosed)
-	if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "test crash") {
-		t.Errorf("error does not give rank 2's reason: %v", err)
-	}
-	err = w.ts[0].Send(ctx, 2, coll(0, 2), []byte{1})
-	if err == nil || !strings.Contains(err.Error(), "test crash") {
-		t.Errorf("send after the goodbye: %v", err)
 	}
 }
 
@@ -720,6 +660,7 @@ func TestTransportKit(t *testing.T) {
 		Box:  func(tr algo.Transport, from int) *mailbox.Box { return tr.(*Transport).links[from].box },
 		Big:  100<<10 + 5,
 		Lazy: true,
+		Fail: func(tr algo.Transport, err error) { tr.(*Transport).Fail(err) },
 	})
 }
 

@@ -449,41 +449,6 @@ func TestHeartbeat(t *testing.T) {
 	}
 }
 
-func TestAbort(t *testing.T) {
-	w := mkMesh(t, 3, comm.Options{})
-	ctx := ctxT(t, 10*time.Second)
-	a, b := w.ts[0], w.ts[1]
-	pending := make(chan error, 1)
-	go func() { pending <- b.Recv(ctx, 2, coll(7, 1), make([]byte, 1)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(b, 2, coll(7, 1)) })
-
-	cause := errors.New("boom")
-	a.Abort(7, []int{1, 0, 1, 9}, cause)
-	err := <-pending
-	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
-		t.Fatalf("peer's pending recv: %v", err)
-	}
-	if err := b.Send(ctx, 2, coll(7, 2), nil); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("peer's later send: %v", err)
-	}
-	if err := a.Recv(ctx, 1, coll(7, 2), nil); !errors.Is(err, cause) {
-		t.Fatalf("local recv: %v", err)
-	}
-	// Other groups go on.
-	if err := a.Send(ctx, 1, coll(8, 1), []byte{3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	// A long cause is truncated.
-	a.Abort(9, []int{1}, errors.New(strings.Repeat("é", wire.MaxAbortText)))
-	err = b.Recv(ctx, 0, coll(9, 1), nil)
-	if !errors.Is(err, comm.ErrAborted) {
-		t.Fatal(err)
-	}
-}
-
 func TestBadArguments(t *testing.T) {
 	w := mkMesh(t, 1, comm.Options{})
 	ctx := ctxT(t, time.Second)
@@ -577,27 +542,6 @@ func TestBadFrames(t *testing.T) {
 	})
 }
 
-// A rank whose transport fails says goodbye with the failure as its reason,
-// so that ranks that were not linked to the culprit learn the root cause.
-func TestGoodbyeCarriesReason(t *testing.T) {
-	w := mkMesh(t, 3, comm.Options{})
-	ctx := ctxT(t, 10*time.Second)
-	errc := make(chan error, 1)
-	go func() { errc <- w.ts[0].Recv(ctx, 2, coll(0, 1), make([]byte, 4)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[0], 2, coll(0, 1)) })
-	w.ts[2].fail(lostErr(1, "test crash"))
-	err := <-errc
-	wantPeerErr(t, err, 2, comm.ErrClosed)
-	if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "test crash") {
-		t.Errorf("error does not give rank 2's reason: %v", err)
-	}
-	// Later ops on that link fail the same way.
-	err = w.ts[0].Send(ctx, 2, coll(0, 2), []byte{1})
-	if err == nil || !strings.Contains(err.Error(), "test crash") {
-		t.Errorf("send after the goodbye: %v", err)
-	}
-}
-
 // TestPartialMesh: with Options.Peers each rank links only with the listed
 // ranks; the mesh completes without the others, and they are not
 // reachable through it.
@@ -676,8 +620,9 @@ func TestTransportKit(t *testing.T) {
 			}
 			return ts
 		},
-		Box: func(tr algo.Transport, from int) *mailbox.Box { return tr.(*Transport).conns[from].box },
-		Big: 2*wire.MaxFrame + 5,
+		Box:  func(tr algo.Transport, from int) *mailbox.Box { return tr.(*Transport).conns[from].box },
+		Big:  2*wire.MaxFrame + 5,
+		Fail: func(tr algo.Transport, err error) { tr.(*Transport).fail(err) },
 	})
 }
 

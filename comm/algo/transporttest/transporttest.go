@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,9 @@ type World struct {
 	// Lazy: frames stay in the link (a ring) until a receive drains it,
 	// so nothing is queued before a receive waits.
 	Lazy bool
+	// Fail ends tr with err as a failure inside it would (it says goodbye
+	// to its peers with err as the reason).
+	Fail func(tr algo.Transport, err error)
 }
 
 // Run runs the kit.
@@ -48,6 +52,8 @@ func Run(t *testing.T, w World) {
 	t.Run("RecvCancel", func(t *testing.T) { recvCancel(t, w) })
 	t.Run("RecvCancelNeverWritesLate", func(t *testing.T) { recvCancelNeverWritesLate(t, w) })
 	t.Run("CloseWithPending", func(t *testing.T) { closeWithPending(t, w) })
+	t.Run("Abort", func(t *testing.T) { abort(t, w) })
+	t.Run("GoodbyeCarriesReason", func(t *testing.T) { goodbyeCarriesReason(t, w) })
 }
 
 // Coll is the header of a collective message of group and seq.
@@ -386,5 +392,66 @@ func closeWithPending(t *testing.T, w World) {
 	}
 	if err := b.Recv(ctx, 1, Coll(0, 1), got); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// abort: Abort fails the group's pending and later operations on the
+// listed peers (naming this rank and the cause) and on this rank (with
+// the cause), and no other group; long causes are truncated, and more
+// aborts than a link buffers at once all arrive.
+func abort(t *testing.T, w World) {
+	ts := w.New(t, 3, comm.Options{})
+	ctx := Ctx(t, 10*time.Second)
+	a, b := ts[0], ts[1]
+	pending := make(chan error, 1)
+	go func() { pending <- b.Recv(ctx, 2, Coll(7, 1), make([]byte, 1)) }()
+	WaitFor(t, "the receive to be posted", func() bool { return w.posted(b, 2, Coll(7, 1)) })
+
+	cause := errors.New("boom")
+	a.Abort(7, []int{1, 0, 1, 9}, cause)
+	err := <-pending
+	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
+		t.Fatalf("peer's pending recv: %v", err)
+	}
+	if err := b.Send(ctx, 2, Coll(7, 2), nil); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("peer's later send: %v", err)
+	}
+	if err := a.Recv(ctx, 1, Coll(7, 2), nil); !errors.Is(err, cause) {
+		t.Fatalf("local recv: %v", err)
+	}
+	if err := a.Send(ctx, 1, Coll(8, 1), []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recv(ctx, 0, Coll(8, 1), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", wire.MaxAbortText)
+	for g := uint64(100); g < 110; g++ {
+		a.Abort(g, []int{1}, errors.New(long))
+	}
+	for g := uint64(100); g < 110; g++ {
+		if err := b.Recv(ctx, 0, Coll(g, 1), nil); !errors.Is(err, comm.ErrAborted) {
+			t.Fatalf("group %d: %v", g, err)
+		}
+	}
+}
+
+// goodbyeCarriesReason: when a rank fails, its peers' operations on it
+// fail with a PeerError (comm.ErrClosed) that gives the failure.
+func goodbyeCarriesReason(t *testing.T, w World) {
+	ts := w.New(t, 3, comm.Options{})
+	ctx := Ctx(t, 10*time.Second)
+	errc := make(chan error, 1)
+	go func() { errc <- ts[0].Recv(ctx, 2, Coll(0, 1), make([]byte, 4)) }()
+	WaitFor(t, "the receive to be posted", func() bool { return w.posted(ts[0], 2, Coll(0, 1)) })
+	w.Fail(ts[2], &comm.PeerError{Rank: 1, Err: fmt.Errorf("%w: test crash", comm.ErrPeerLost)})
+	err := <-errc
+	WantPeerErr(t, err, 2, comm.ErrClosed)
+	if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "test crash") {
+		t.Errorf("error does not give rank 2's reason: %v", err)
+	}
+	err = ts[0].Send(ctx, 2, Coll(0, 2), []byte{1})
+	if err == nil || !strings.Contains(err.Error(), "test crash") {
+		t.Errorf("send after the goodbye: %v", err)
 	}
 }
