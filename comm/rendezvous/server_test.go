@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,45 +17,13 @@ import (
 
 var testToken = []byte("test-token")
 
-type logBuf struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuf) logf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-}
-
-// waitFor waits until a logged line contains every one of parts.
-func (l *logBuf) waitFor(t *testing.T, parts ...string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		l.mu.Lock()
-		for _, line := range l.lines {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(line, p)
-			}
-			if ok {
-				l.mu.Unlock()
-				return
-			}
-		}
-		l.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t.Fatalf("no log line with %q; log:\n%s", parts, strings.Join(l.lines, "\n"))
-}
+// logBuf collects a rank's diagnostics; the test prints them if it fails.
+type logBuf = commtest.Log
 
 func newTestServer(t *testing.T) (*Server, *logBuf) {
 	t.Helper()
 	lb := &logBuf{}
-	s, err := NewServer("127.0.0.1:0", testToken, lb.logf)
+	s, err := NewServer("127.0.0.1:0", testToken, lb.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +161,7 @@ func TestWrongToken(t *testing.T) {
 	if !errors.Is(err, comm.ErrAuth) {
 		t.Fatalf("dial with a wrong token: %v", err)
 	}
-	lb.waitFor(t, "refused connection from 127.0.0.1:")
+	lb.WaitFor(t, "refused connection from 127.0.0.1:")
 	good := dialTest(t, ctx, s.Addr())
 	if err := good.Set(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
@@ -315,7 +281,7 @@ func TestMalformedFrames(t *testing.T) {
 				t.Fatal(err)
 			}
 			expectClosed(t, c)
-			lb.waitFor(t, "closing connection from "+c.LocalAddr().String())
+			lb.WaitFor(t, "closing connection from "+c.LocalAddr().String())
 			if err := good.Set(ctx, "still", []byte("up")); err != nil {
 				t.Fatalf("server stopped serving good clients: %v", err)
 			}
@@ -345,5 +311,5 @@ func TestNotAStoreClient(t *testing.T) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	auth.Client(c, testToken, []byte("tcp rank 3")) // right token, wrong hello
 	expectClosed(t, c)
-	lb.waitFor(t, "refused connection from", "not a store client")
+	lb.WaitFor(t, "refused connection from", "not a store client")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
 	"github.com/gdist/gdist/comm/algo/transporttest"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
 	"github.com/gdist/gdist/comm/rendezvous"
@@ -28,22 +29,7 @@ import (
 var token = []byte("test-token")
 
 // logBuf collects a rank's diagnostics; the test prints them if it fails.
-type logBuf struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuf) logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
+type logBuf = commtest.Log
 
 type world struct {
 	store *rendezvous.MemStore
@@ -77,7 +63,7 @@ func newWorld(t *testing.T, size int) *world {
 func (w *world) config(rank, size int, opts comm.Options) comm.Config {
 	return comm.Config{
 		Rank: rank, Size: size, Store: w.store, Token: token, Job: w.job,
-		Options: opts, Logf: w.logs[rank].logf,
+		Options: opts, Logf: w.logs[rank].Logf,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
 	"github.com/gdist/gdist/comm/algo/transporttest"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/internal/auth"
 	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
@@ -23,33 +24,7 @@ import (
 var token = []byte("test-token")
 
 // logBuf collects a rank's diagnostics; the test prints them if it fails.
-type logBuf struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuf) logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *logBuf) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
+type logBuf = commtest.Log
 
 type world struct {
 	store *rendezvous.MemStore
@@ -61,7 +36,7 @@ type world struct {
 func config(w *world, rank, size int, opts comm.Options) comm.Config {
 	return comm.Config{
 		Rank: rank, Size: size, Store: w.store, Token: token, Job: w.job,
-		Options: opts, Logf: w.logs[rank].logf,
+		Options: opts, Logf: w.logs[rank].Logf,
 	}
 }
 
@@ -270,7 +245,7 @@ func TestWrongTokenRefused(t *testing.T) {
 	}
 	raw.Close()
 	waitFor(t, "the refusals to be logged", func() bool {
-		return w.logs[0].contains("refused connection from "+raw.LocalAddr().String()) &&
+		return w.logs[0].Contains("refused connection from "+raw.LocalAddr().String()) &&
 			strings.Count(w.logs[0].String(), "refused connection from") == 2
 	})
 	// The right peer still gets in.
