@@ -1,6 +1,7 @@
 package commtest
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"sync"
@@ -56,4 +57,23 @@ func (l *Log) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Join(l.lines, "\n")
+}
+
+// Buffer is a bytes.Buffer safe for concurrent writers (a child process's
+// stdout and stderr, a launcher's log).
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -3,7 +3,6 @@
 package shm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/launch"
 )
@@ -78,22 +78,7 @@ func child(mode string) int {
 }
 
 // syncBuf is a bytes.Buffer safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = commtest.Buffer
 
 // TestKillRank: three worker processes all-reduce over shm; rank 1 is
 // killed with SIGKILL. The other two must fail on their own (not be killed
