@@ -382,13 +382,7 @@ func (t *Transport) checkArgs(what string, peer int, h wire.Header) error {
 	if t.links[peer] == nil {
 		return comm.InvalidArgf("shm: %s rank %d: that rank does not share this segment (ranks %v)", what, peer, t.local)
 	}
-	if h.Kind != wire.KindColl && h.Kind != wire.KindP2P {
-		return comm.InvalidArgf("shm: %s rank %d: message kind %v", what, peer, h.Kind)
-	}
-	h.Offset, h.Total, h.Len = 0, 0, 0
-	var b [wire.HeaderSize]byte
-	h.Encode(b[:])
-	if _, err := wire.Decode(b[:]); err != nil {
+	if err := wire.CheckMessage(h); err != nil {
 		return comm.InvalidArgf("shm: %s rank %d: %v", what, peer, err)
 	}
 	return nil

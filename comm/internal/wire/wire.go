@@ -245,3 +245,17 @@ func Match(got, want Header) error {
 	}
 	return nil
 }
+
+// CheckMessage checks the header a caller hands a transport's Send or
+// Recv: a data kind (collective or point-to-point) with fields that Decode
+// accepts (the framing fields Offset, Total and Len are the transport's).
+func CheckMessage(h Header) error {
+	if h.Kind != KindColl && h.Kind != KindP2P {
+		return fmt.Errorf("message kind %v", h.Kind)
+	}
+	h.Offset, h.Total, h.Len = 0, 0, 0
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	_, err := Decode(b[:])
+	return err
+}
