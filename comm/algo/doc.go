@@ -74,5 +74,7 @@
 // count, reduction, root, algorithm and step, which the transport checks
 // before it writes a byte, so ranks that disagree get an error naming both
 // sides rather than wrong data. Transports: comm/inproc, comm/tcp,
-// comm/shm.
+// comm/shm. A new transport gets every collective, and proves itself with
+// the transport test kit (algo/transporttest) and, through the Comm, the
+// conformance suite (comm/commtest).
 package algo
