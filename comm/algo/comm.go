@@ -434,10 +434,13 @@ func (o *op) ctxErr(peer int) error {
 		return comm.ErrClosed
 	}
 	if err := o.user.Err(); err != nil {
-		if peer < 0 {
-			return err
+		if peer >= 0 {
+			return fmt.Errorf("%w %s", err, o.stall(peer))
 		}
-		return fmt.Errorf("%w %s", err, o.stall(peer))
+		if o.hdr.Kind == wire.KindColl {
+			return fmt.Errorf("%w before %s #%d started (it was queued behind earlier collectives)", err, o.name, o.hdr.Seq)
+		}
+		return err
 	}
 	who := ""
 	if peer >= 0 {
