@@ -3,8 +3,6 @@ package comm
 import (
 	"fmt"
 	"unsafe"
-
-	"gorgonia.org/tensor"
 )
 
 // Elem is the set of Go element types a Buffer can be made from.
@@ -73,48 +71,6 @@ func FromBytes(dt DType, b []byte) (Buffer, error) {
 // device. Only device-capable backends accept it.
 func DeviceBuffer(ptr uintptr, device int, dt DType, count int) Buffer {
 	return Buffer{dtype: dt, count: count, dev: ptr, devID: device}
-}
-
-// FromDense returns a Buffer that aliases the backing memory of t (no copy).
-// t must be contiguous (not a strided view) and of a supported type.
-func FromDense(t *tensor.Dense) (Buffer, error) {
-	if t == nil {
-		return Buffer{}, InvalidArgf("nil tensor")
-	}
-	if t.RequiresIterator() {
-		return Buffer{}, InvalidArgf("tensor of shape %v is a non-contiguous view; make it contiguous (Materialize) first", t.Shape())
-	}
-	n := t.Shape().TotalSize()
-	if t.IsScalar() {
-		n = 1
-	}
-	var b Buffer
-	switch d := t.Data().(type) {
-	case []float32:
-		b = FromSlice(d)
-	case []float64:
-		b = FromSlice(d)
-	case []int32:
-		b = FromSlice(d)
-	case []int64:
-		b = FromSlice(d)
-	case []uint8:
-		b = FromSlice(d)
-	case []int:
-		if unsafe.Sizeof(int(0)) != 8 {
-			return Buffer{}, InvalidArgf("tensor dtype int is not 64-bit here")
-		}
-		bb := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(d))), len(d))
-		b = FromSlice(bb)
-	case float32:
-		return Buffer{}, InvalidArgf("scalar tensor has no addressable backing; use a shape-(1) tensor")
-	default:
-		return Buffer{}, InvalidArgf("tensor dtype %v is not supported", t.Dtype())
-	}
-	if b.count < n {
-		return Buffer{}, InvalidArgf("tensor backing holds %d elements, shape needs %d", b.count, n)
-	}
-	return b.Slice(0, n), nil
 }
 
 // DType is the element type.
@@ -190,8 +146,15 @@ func AsSlice[T Elem](b Buffer) ([]T, error) {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b.host))), b.count), nil
 }
 
-// Overlap reports whether a and b share any host memory.
+// Overlap reports whether a and b share any memory: host memory, or device
+// memory of one device. Empty buffers overlap nothing.
 func Overlap(a, b Buffer) bool {
+	if a.dev != 0 || b.dev != 0 {
+		if a.dev == 0 || b.dev == 0 || a.devID != b.devID || a.count == 0 || b.count == 0 {
+			return false
+		}
+		return a.dev < b.dev+uintptr(b.Bytes()) && b.dev < a.dev+uintptr(a.Bytes())
+	}
 	if len(a.host) == 0 || len(b.host) == 0 {
 		return false
 	}

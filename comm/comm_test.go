@@ -4,8 +4,6 @@ import (
 	"errors"
 	"math"
 	"testing"
-
-	"gorgonia.org/tensor"
 )
 
 func TestHalfConversions(t *testing.T) {
@@ -50,34 +48,6 @@ func TestCheckReduce(t *testing.T) {
 	}
 	if err := CheckReduce(BFloat16, BAnd); err == nil {
 		t.Errorf("band on bfloat16 accepted")
-	}
-}
-
-func TestFromDense(t *testing.T) {
-	back := []float32{1, 2, 3, 4, 5, 6}
-	d := tensor.New(tensor.WithShape(2, 3), tensor.WithBacking(back))
-	b, err := FromDense(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Len() != 6 || b.DType() != Float32 {
-		t.Fatalf("got %v", b)
-	}
-	s, _ := AsSlice[float32](b)
-	s[4] = 42 // no copy: the tensor sees it
-	if back[4] != 42 {
-		t.Fatal("FromDense copied the data")
-	}
-	i64 := tensor.New(tensor.WithShape(3), tensor.WithBacking([]int64{1, 2, 3}))
-	if b, err := FromDense(i64); err != nil || b.DType() != Int64 {
-		t.Fatalf("int64 tensor: %v %v", b, err)
-	}
-	c := tensor.New(tensor.WithShape(2), tensor.WithBacking([]complex64{1, 2}))
-	if _, err := FromDense(c); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("complex tensor: %v", err)
-	}
-	if _, err := FromDense(nil); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("nil tensor: %v", err)
 	}
 }
 

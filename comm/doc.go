@@ -10,8 +10,10 @@
 // and reduced in float32).
 //
 // Memory is described by a Buffer, a view (never a copy) of a Go slice
-// (FromSlice), of raw bytes (FromBytes), of a gorgonia *tensor.Dense
-// (FromDense), or of device memory (DeviceBuffer, for GPU backends).
+// (FromSlice), of raw bytes (FromBytes), or of device memory (DeviceBuffer,
+// for GPU backends); flat.FromDense views a gorgonia *tensor.Dense (comm
+// itself imports no gorgonia, so a program that only runs collectives does
+// not build it).
 // BroadcastObject and AllGatherObject move small Go values (gob-encoded)
 // for metadata.
 //
@@ -28,10 +30,15 @@
 //     default timeout (Options.Timeout, 30 minutes). Process backends also
 //     detect a lost peer (connection cut, process died, heartbeats stopped
 //     for Options.PeerTimeout, 30 s): every pending and later op then fails
-//     with a *PeerError naming the rank.
+//     with a *PeerError naming the rank. A collective that times out on a
+//     host backend names the rank it waited for and whether that rank ever
+//     arrived at it ("waiting for rank 3, which never arrived at
+//     all_reduce #12"), like a stall inspector.
 //   - Ranks that issue different collectives (another op, count, dtype,
-//     reduction or root) get an error wrapping ErrMismatch that names both
-//     sides. After any failure the Comm stays failed; Close never hangs.
+//     reduction or root), or a send and a recv of one tag that differ in
+//     dtype or count, get an error wrapping ErrMismatch that names both
+//     sides ("rank 0 called send(tag 3, float32 x 10) but rank 1 (this
+//     rank) called recv(tag 3, int32 x 10)"). After any failure the Comm stays failed; Close never hangs.
 //   - A Buffer belongs to its op until the Work is done. AllReduce, Reduce
 //     and Broadcast work in place; the others state their in-place alias.
 //

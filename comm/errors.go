@@ -16,8 +16,9 @@ var (
 	// answering heartbeats.
 	ErrPeerLost = errors.New("comm: peer lost")
 	// ErrMismatch: ranks issued collectives that do not match (another op,
-	// count, dtype, reduction or root).
-	ErrMismatch = errors.New("comm: collective mismatch")
+	// count, dtype, reduction or root), or a send and a recv of one tag
+	// that do not (another dtype or count).
+	ErrMismatch = errors.New("comm: mismatch")
 	// ErrTimeout: an operation did not finish in time.
 	ErrTimeout = errors.New("comm: timeout")
 	// ErrAuth: a connection failed to prove the job token.

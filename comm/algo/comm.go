@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/opcheck"
 	"github.com/gdist/gdist/comm/internal/wire"
 )
 
@@ -27,6 +28,7 @@ type Comm struct {
 	opts    comm.Options
 	world   bool // closing it closes the transport
 	tuning  Tuning
+	args    opcheck.Args // argument checks
 
 	life   context.Context // ends on Close
 	finish context.CancelFunc
@@ -38,6 +40,7 @@ type Comm struct {
 	collCancel context.CancelFunc
 
 	sent, received atomic.Int64 // payload bytes
+	heard          []heard      // per rank: the last collective message received from it
 
 	mu      sync.Mutex
 	seq     uint64
@@ -80,7 +83,9 @@ func NewComm(t Transport, opts comm.Options) *Comm {
 func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, world bool) *Comm {
 	life, finish := context.WithCancel(context.Background())
 	c := &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
-		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{}}
+		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{},
+		heard: make([]heard, len(members)),
+		args:  opcheck.Args{Rank: rank, Size: len(members), Buf: opcheck.HostBuf}}
 	c.collCtx, c.collCancel = context.WithCancel(life)
 	c.kick = time.AfterFunc(time.Hour, c.kicked)
 	c.kick.Stop()
@@ -157,18 +162,6 @@ func (c *Comm) fail(err error) error {
 	}
 	c.t.Abort(c.group, peers, err)
 	return err
-}
-
-func (c *Comm) opContext(user context.Context) (context.Context, context.CancelFunc) {
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if d := c.opts.OpTimeout(); d > 0 {
-		ctx, cancel = context.WithTimeout(user, d)
-	} else {
-		ctx, cancel = context.WithCancel(user)
-	}
-	stop := context.AfterFunc(c.life, cancel)
-	return ctx, func() { stop(); cancel() }
 }
 
 // Collectives of one Comm run one at a time, in issue order, from a queue
@@ -253,8 +246,8 @@ func (w *collWork) Wait(ctx context.Context) error {
 // issueColl queues a collective: it takes the next sequence number and
 // returns the Work; fn runs once every collective issued before it ended.
 func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt comm.DType, red comm.ReduceOp, fn func(o *op) error) (comm.Work, error) {
-	if ctx == nil {
-		return nil, comm.InvalidArgf("%s: nil context", name)
+	if err := opcheck.Ctx(name, ctx); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.failed != nil {
@@ -411,7 +404,11 @@ func (c *Comm) run(o *op, fn func(o *op) error) error {
 	c.mu.Lock()
 	failed := c.failed
 	c.mu.Unlock()
-	wrap := func(err error) error { return &comm.OpError{Op: o.name, Seq: o.hdr.Seq, Rank: c.rank, Err: err} }
+	var seq uint64 // a p2p header's Seq is its tag
+	if o.hdr.Kind == wire.KindColl {
+		seq = o.hdr.Seq
+	}
+	wrap := func(err error) error { return &comm.OpError{Op: o.name, Seq: seq, Rank: c.rank, Err: err} }
 	if failed != nil {
 		return wrap(failed)
 	}
@@ -425,7 +422,9 @@ func (c *Comm) run(o *op, fn func(o *op) error) error {
 	return wrap(c.fail(err))
 }
 
-// ctxErr explains why o.ctx ended while waiting on peer (-1: none).
+// ctxErr explains why o.ctx ended while waiting on peer (-1: none): the
+// cause (the user's ctx error, Close, or the Comm's timeout) and, for a
+// collective, what this rank knows of the peer it waited for (stall).
 func (o *op) ctxErr(peer int) error {
 	c := o.c
 	c.mu.Lock()
@@ -435,13 +434,57 @@ func (o *op) ctxErr(peer int) error {
 		return comm.ErrClosed
 	}
 	if err := o.user.Err(); err != nil {
+		if peer >= 0 {
+			return fmt.Errorf("%w %s", err, o.stall(peer))
+		}
+		if o.hdr.Kind == wire.KindColl {
+			return fmt.Errorf("%w before %s #%d started (it was queued behind earlier collectives)", err, o.name, o.hdr.Seq)
+		}
 		return err
 	}
 	who := ""
 	if peer >= 0 {
-		who = fmt.Sprintf(" waiting for rank %d", peer)
+		who = " " + o.stall(peer)
 	}
 	return fmt.Errorf("%w: %s did not finish within %v%s", comm.ErrTimeout, o.name, c.opts.OpTimeout(), who)
+}
+
+// heard is the sequence number and step of the last collective message a
+// Comm received from one rank: what a timed-out rank knows of the rank it
+// waited for, as a stall inspector would report it.
+type heard struct {
+	seq  atomic.Uint64
+	step atomic.Uint32
+}
+
+// note records a collective message received from rank from.
+func (o *op) note(from int, step uint32) {
+	if o.hdr.Kind == wire.KindColl && from != o.c.rank {
+		h := &o.c.heard[from]
+		h.step.Store(step)
+		h.seq.Store(o.hdr.Seq)
+	}
+}
+
+// stall says whom o waits for and whether that rank reached o, from the
+// messages this rank received: "waiting for rank 1, which never arrived at
+// all_reduce #5 ...". Each rank that times out says what it saw; the rank
+// that all of them name is the one that stalled.
+func (o *op) stall(peer int) string {
+	if o.hdr.Kind != wire.KindColl {
+		return fmt.Sprintf("waiting for rank %d", peer)
+	}
+	h := &o.c.heard[peer]
+	seq, step := h.seq.Load(), h.step.Load()
+	this := fmt.Sprintf("%s #%d", o.name, o.hdr.Seq)
+	last := "nothing from it on this group yet"
+	switch {
+	case seq >= o.hdr.Seq:
+		return fmt.Sprintf("waiting for rank %d, which did arrive at %s (this rank has its step %d) and so waits for another rank", peer, this, step)
+	case seq > 0:
+		last = fmt.Sprintf("its last message here was of collective #%d", seq)
+	}
+	return fmt.Sprintf("waiting for rank %d, which never arrived at %s (%s), unless it waits for another rank", peer, this, last)
 }
 
 // explain turns a transport error on a message with peer into the error
@@ -452,8 +495,10 @@ func (o *op) explain(err error, peer int, sending bool) error {
 	}
 	var me *wire.MismatchError
 	if errors.As(err, &me) {
+		// Got is the peer's side and Want this rank's; a point-to-point
+		// pair is one send and one recv.
 		return fmt.Errorf("%w: rank %d called %s but rank %d (this rank) called %s",
-			comm.ErrMismatch, peer, wire.Describe(me.Got), o.c.rank, wire.Describe(me.Want))
+			comm.ErrMismatch, peer, wire.DescribeP2P(me.Got, sending), o.c.rank, wire.DescribeP2P(me.Want, !sending))
 	}
 	if o.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return o.ctxErr(peer)
@@ -477,6 +522,7 @@ func (o *op) recv(from int, step uint32, b []byte) error {
 	err := o.c.t.Recv(o.ctx, o.c.members[from], h, b)
 	if err == nil && from != o.c.rank {
 		o.c.received.Add(int64(len(b)))
+		o.note(from, step)
 	}
 	return o.explain(err, from, false)
 }
@@ -500,6 +546,7 @@ func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
 		err := pr.RecvPayload(o.ctx, o.c.members[from], h, len(dst), pc.add)
 		if err == nil && from != o.c.rank {
 			o.c.received.Add(int64(len(dst)))
+			o.note(from, step)
 		}
 		return o.explain(err, from, false)
 	}
@@ -593,177 +640,90 @@ func (o *op) sendrecv(to int, sb []byte, from int, rb []byte, step uint32) error
 	return serr
 }
 
-func (c *Comm) checkRoot(name string, root int) error {
-	if root < 0 || root >= len(c.members) {
-		return comm.InvalidArgf("%s: root %d out of range [0, %d)", name, root, len(c.members))
-	}
-	return nil
-}
-
-func checkBuf(name, which string, b comm.Buffer) error {
-	if err := b.Validate(); err != nil {
-		return fmt.Errorf("%s: %s: %w", name, which, err)
-	}
-	if b.IsDevice() {
-		return comm.InvalidArgf("%s: %s is device memory, which this backend cannot access", name, which)
-	}
-	return nil
-}
-
-// checkPair checks dst/src of an op where one is n times the other, allowing
-// only the in-place alias (small is big's slice for slot).
-func checkPair(name string, big, small comm.Buffer, bigName, smallName string, n, slot int) error {
-	if err := checkBuf(name, bigName, big); err != nil {
-		return err
-	}
-	if err := checkBuf(name, smallName, small); err != nil {
-		return err
-	}
-	if big.DType() != small.DType() {
-		return comm.InvalidArgf("%s: %s is %v but %s is %v", name, bigName, big.DType(), smallName, small.DType())
-	}
-	if big.Len() != n*small.Len() {
-		return comm.InvalidArgf("%s: %s has %d elements, want %d (%d ranks x %d)", name, bigName, big.Len(), n*small.Len(), n, small.Len())
-	}
-	if comm.Overlap(big, small) && !comm.Same(big.Slice(slot*small.Len(), (slot+1)*small.Len()), small) {
-		return comm.InvalidArgf("%s: %s and %s overlap; only the in-place alias (%s = %s's slice for rank %d) is allowed", name, bigName, smallName, smallName, bigName, slot)
-	}
-	return nil
-}
-
 // AllReduce: see comm.Comm.
 func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp) (comm.Work, error) {
-	const name = "all_reduce"
-	if err := checkBuf(name, "buf", buf); err != nil {
+	if err := c.args.AllReduce(buf, red); err != nil {
 		return nil, err
 	}
-	if err := comm.CheckReduce(buf.DType(), red); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	h := wire.Header{Op: wire.OpAllReduce, Count: uint64(buf.Len())}
-	return c.issueColl(ctx, name, h, buf.DType(), red, func(o *op) error {
+	return c.issueColl(ctx, "all_reduce", h, buf.DType(), red, func(o *op) error {
 		return o.allReduce(buf.Host())
 	})
 }
 
 // Broadcast: see comm.Comm.
 func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.Work, error) {
-	const name = "broadcast"
-	if err := checkBuf(name, "buf", buf); err != nil {
-		return nil, err
-	}
-	if err := c.checkRoot(name, root); err != nil {
+	if err := c.args.Broadcast(buf, root); err != nil {
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpBroadcast, Count: uint64(buf.Len()), Root: int32(root)}
-	return c.issueColl(ctx, name, h, buf.DType(), 0, func(o *op) error {
+	return c.issueColl(ctx, "broadcast", h, buf.DType(), 0, func(o *op) error {
 		return o.broadcast(buf.Host(), root)
 	})
 }
 
 // Reduce: see comm.Comm.
 func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp, root int) (comm.Work, error) {
-	const name = "reduce"
-	if err := checkBuf(name, "buf", buf); err != nil {
-		return nil, err
-	}
-	if err := comm.CheckReduce(buf.DType(), red); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.checkRoot(name, root); err != nil {
+	if err := c.args.Reduce(buf, red, root); err != nil {
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpReduce, Count: uint64(buf.Len()), Root: int32(root)}
-	return c.issueColl(ctx, name, h, buf.DType(), red, func(o *op) error {
+	return c.issueColl(ctx, "reduce", h, buf.DType(), red, func(o *op) error {
 		return o.reduce(buf.Host(), root)
 	})
 }
 
 // AllGather: see comm.Comm.
 func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
-	const name = "all_gather"
-	if err := checkPair(name, dst, src, "dst", "src", c.Size(), c.rank); err != nil {
+	if err := c.args.AllGather(dst, src); err != nil {
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpAllGather, Count: uint64(src.Len())}
-	return c.issueColl(ctx, name, h, src.DType(), 0, func(o *op) error {
+	return c.issueColl(ctx, "all_gather", h, src.DType(), 0, func(o *op) error {
 		return o.allGather(dst.Host(), src.Host())
 	})
 }
 
 // Gather: see comm.Comm.
 func (c *Comm) Gather(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
-	const name = "gather"
-	if err := c.checkRoot(name, root); err != nil {
-		return nil, err
-	}
-	if c.rank == root {
-		if err := checkPair(name, dst, src, "dst", "src", c.Size(), c.rank); err != nil {
-			return nil, err
-		}
-	} else if err := checkBuf(name, "src", src); err != nil {
+	if err := c.args.Gather(dst, src, root); err != nil {
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpGather, Count: uint64(src.Len()), Root: int32(root)}
-	return c.issueColl(ctx, name, h, src.DType(), 0, func(o *op) error {
+	return c.issueColl(ctx, "gather", h, src.DType(), 0, func(o *op) error {
 		return o.gather(dst.Host(), src.Host(), root)
 	})
 }
 
 // Scatter: see comm.Comm.
 func (c *Comm) Scatter(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
-	const name = "scatter"
-	if err := c.checkRoot(name, root); err != nil {
-		return nil, err
-	}
-	if c.rank == root {
-		if err := checkPair(name, src, dst, "src", "dst", c.Size(), c.rank); err != nil {
-			return nil, err
-		}
-	} else if err := checkBuf(name, "dst", dst); err != nil {
+	if err := c.args.Scatter(dst, src, root); err != nil {
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpScatter, Count: uint64(dst.Len()), Root: int32(root)}
-	return c.issueColl(ctx, name, h, dst.DType(), 0, func(o *op) error {
+	return c.issueColl(ctx, "scatter", h, dst.DType(), 0, func(o *op) error {
 		return o.scatter(dst.Host(), src.Host(), root)
 	})
 }
 
 // ReduceScatter: see comm.Comm.
 func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buffer, red comm.ReduceOp) (comm.Work, error) {
-	const name = "reduce_scatter"
-	if err := checkPair(name, src, dst, "src", "dst", c.Size(), c.rank); err != nil {
+	if err := c.args.ReduceScatter(dst, src, red); err != nil {
 		return nil, err
 	}
-	if err := comm.CheckReduce(src.DType(), red); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	h := wire.Header{Op: wire.OpReduceScatter, Count: uint64(dst.Len())}
-	return c.issueColl(ctx, name, h, src.DType(), red, func(o *op) error {
+	return c.issueColl(ctx, "reduce_scatter", h, src.DType(), red, func(o *op) error {
 		return o.reduceScatter(dst.Host(), src.Host())
 	})
 }
 
 // AllToAll: see comm.Comm.
 func (c *Comm) AllToAll(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
-	const name = "all_to_all"
-	if err := checkBuf(name, "dst", dst); err != nil {
+	if err := c.args.AllToAll(dst, src); err != nil {
 		return nil, err
-	}
-	if err := checkBuf(name, "src", src); err != nil {
-		return nil, err
-	}
-	if dst.DType() != src.DType() || dst.Len() != src.Len() {
-		return nil, comm.InvalidArgf("%s: dst is %v and src is %v; they must have the same dtype and length", name, dst, src)
-	}
-	if src.Len()%c.Size() != 0 {
-		return nil, comm.InvalidArgf("%s: length %d is not a multiple of the group size %d", name, src.Len(), c.Size())
-	}
-	if comm.Overlap(dst, src) {
-		return nil, comm.InvalidArgf("%s: dst and src overlap", name)
 	}
 	h := wire.Header{Op: wire.OpAllToAll, Count: uint64(src.Len())}
-	return c.issueColl(ctx, name, h, src.DType(), 0, func(o *op) error {
+	return c.issueColl(ctx, "all_to_all", h, src.DType(), 0, func(o *op) error {
 		return o.allToAll(dst.Host(), src.Host())
 	})
 }
@@ -785,18 +745,9 @@ func (c *Comm) Recv(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.W
 }
 
 func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag int) (comm.Work, error) {
-	name := "recv"
-	if send {
-		name = "send"
-	}
-	if ctx == nil {
-		return nil, comm.InvalidArgf("%s: nil context", name)
-	}
-	if err := checkBuf(name, "buf", buf); err != nil {
+	name, err := c.args.P2P(ctx, send, buf, peer)
+	if err != nil {
 		return nil, err
-	}
-	if peer < 0 || peer >= c.Size() {
-		return nil, comm.InvalidArgf("%s: peer %d out of range [0, %d)", name, peer, c.Size())
 	}
 	c.mu.Lock()
 	if c.failed != nil {
@@ -823,7 +774,7 @@ func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag in
 			}
 			c.mu.Unlock()
 		}()
-		octx, cancel := c.opContext(ctx)
+		octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 		defer cancel()
 		o.ctx = octx
 		if prev != nil {

@@ -13,17 +13,12 @@ import (
 	"github.com/gdist/gdist/comm/inproc"
 )
 
-// TestEveryForcedAlgorithm runs every algorithm of every collective
-// (GDIST_ALGO's choices) at group sizes with and without a power of two,
-// every root, uneven counts, and a small chunk so that the pipelines have
-// many stages; in-place forms included.
+// TestEveryForcedAlgorithm runs every algorithm of every collective (each
+// row of algo.Algorithms, forced by GDIST_ALGO's syntax) at group sizes with
+// and without a power of two, every root, uneven counts, and a small chunk
+// so that the pipelines have many stages; in-place forms included.
 func TestEveryForcedAlgorithm(t *testing.T) {
-	forces := []string{
-		"all_reduce=ring,reduce_scatter=ring,all_gather=ring,reduce=ring,gather=direct,scatter=direct,all_to_all=pairwise,broadcast=chain",
-		"all_reduce=hd,reduce_scatter=hd,all_gather=rd,reduce=hd,gather=tree,scatter=tree,all_to_all=bruck,broadcast=tree",
-		"all_reduce=rd,reduce=tree",
-		"", // the cost model's choice
-	}
+	forces := append(tableForces(), "") // "": the cost model's choice
 	sizes := []int{1, 2, 3, 4, 5, 6, 7, 8}
 	counts := []int{0, 1, 7, 64, 1023, 20011}
 	if testing.Short() {
@@ -43,6 +38,32 @@ func TestEveryForcedAlgorithm(t *testing.T) {
 			}
 		}
 	}
+}
+
+// tableForces returns GDIST_ALGO values that together force every row of
+// the algorithm table: the k-th forces each collective's k-th algorithm
+// (its first once it has no more).
+func tableForces() []string {
+	rows := map[string][]string{}
+	var ops []string
+	most := 0
+	for _, a := range algo.Algorithms() {
+		if rows[a.Op] == nil {
+			ops = append(ops, a.Op)
+		}
+		rows[a.Op] = append(rows[a.Op], a.Name)
+		most = max(most, len(rows[a.Op]))
+	}
+	var forces []string
+	for k := 0; k < most; k++ {
+		var parts []string
+		for _, op := range ops {
+			names := rows[op]
+			parts = append(parts, op+"="+names[min(k, len(names)-1)])
+		}
+		forces = append(forces, strings.Join(parts, ","))
+	}
+	return forces
 }
 
 func testForced(t *testing.T, force, tr string, n int, counts []int) {

@@ -143,32 +143,3 @@ func (o *op) doubling(h hdPlan, buf []byte, seg []int, first uint32) error {
 	}
 	return nil
 }
-
-// allReduceHD is Rabenseifner's all-reduce: fold in, reduce-scatter by
-// recursive halving, all-gather by recursive doubling, fold out.
-func (o *op) allReduceHD(buf []byte) error {
-	p := o.c.Size()
-	h := newHD(p, o.c.rank)
-	es := o.dt.Size()
-	seg := bounds(len(buf)/es, p, es)
-	in, err := o.foldIn(h, buf, buf)
-	if err != nil {
-		return err
-	}
-	_, partner := h.folded()
-	if !in {
-		return o.xfer(roundFoldOut, -1, nil, partner, buf, nil)
-	}
-	a, b, err := o.halving(h, buf, buf, seg)
-	if err != nil {
-		return err
-	}
-	o.finishAvg(buf[a:b])
-	if err := o.doubling(h, buf, seg, 128); err != nil {
-		return err
-	}
-	if partner >= 0 {
-		return o.xfer(roundFoldOut, partner, buf, -1, nil, nil)
-	}
-	return nil
-}

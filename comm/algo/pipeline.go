@@ -34,6 +34,10 @@ func (o *op) pipeline(nsend, nrecv, lag int, send, recv func(o *op, i int) error
 		once.Do(func() { first = err; cancel() })
 	}
 	tokens := make(chan struct{}, nrecv+1)
+	// cut: the sender stopped waiting for a token because ctx ended. The
+	// receiver, blocked on a peer, then fails too and names that peer, so
+	// cut counts only if nothing else failed.
+	var cut error
 	var wg sync.WaitGroup
 	if nsend > 0 {
 		wg.Add(1)
@@ -44,7 +48,7 @@ func (o *op) pipeline(nsend, nrecv, lag int, send, recv func(o *op, i int) error
 					select {
 					case <-tokens:
 					case <-ctx.Done():
-						setErr(po.explain(ctx.Err(), -1, true))
+						cut = po.explain(ctx.Err(), -1, true)
 						return
 					}
 				}
@@ -63,6 +67,9 @@ func (o *op) pipeline(nsend, nrecv, lag int, send, recv func(o *op, i int) error
 		tokens <- struct{}{}
 	}
 	wg.Wait()
+	if first == nil {
+		first = cut
+	}
 	return first
 }
 

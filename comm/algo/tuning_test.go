@@ -2,70 +2,43 @@ package algo
 
 import "testing"
 
-// TestChooserFollowsModel checks, for every op with a choice, that the
-// chosen algorithm is the cheapest by the model (the first of equals), over
-// sizes from 0 to 1 GiB and group sizes 1..64.
+// TestChooserFollowsModel checks, for every collective with a choice, that
+// the chosen algorithm is the cheapest by the model (the first of equals),
+// over sizes from 0 to 1 GiB and group sizes 1..64; that every algorithm
+// wins somewhere (or it would be dead code); and that forcing overrides the
+// model.
 func TestChooserFollowsModel(t *testing.T) {
 	tu := DefaultTuning()
-	type chooser struct {
-		op     string
-		costs  func(n, p int) []cand
-		choose func(n, p int) uint8
-	}
-	ops := []chooser{
-		{"all_reduce", tu.allReduceCosts, tu.allReduceAlgo},
-		{"reduce_scatter", tu.reduceScatterCosts, tu.reduceScatterAlgo},
-		{"all_gather", tu.allGatherCosts, tu.allGatherAlgo},
-		{"broadcast", tu.broadcastCosts, tu.broadcastAlgo},
-		{"reduce", tu.reduceCosts, tu.reduceAlgo},
-		{"gather", tu.gatherCosts, tu.gatherAlgo},
-		{"scatter", tu.gatherCosts, tu.scatterAlgo},
-		{"all_to_all", tu.allToAllCosts, tu.allToAllAlgo},
-	}
-	for _, o := range ops {
+	for opName, rows := range byOp {
 		seen := map[uint8]bool{}
 		for p := 1; p <= 64; p++ {
 			for n := 0; n <= 1<<30; n = max(1, n*2) {
-				cs := o.costs(n, p)
-				if len(cs) != len(validAlgos[o.op]) {
-					t.Fatalf("%s: %d candidates, %d valid algorithms", o.op, len(cs), len(validAlgos[o.op]))
-				}
-				best := cs[0]
-				for i, c := range cs {
-					if c.algo != validAlgos[o.op][i] {
-						t.Fatalf("%s: candidate %d is algo %d, validAlgos says %d", o.op, i, c.algo, validAlgos[o.op][i])
+				best := rows[0]
+				bestCost := best.Cost(tu, n, p)
+				for _, a := range rows {
+					c := a.Cost(tu, n, p)
+					if c < 0 {
+						t.Fatalf("%s/%s n=%d p=%d: negative cost (overflow?) %d", opName, a.Name, n, p, c)
 					}
-					if c.cost < 0 {
-						t.Fatalf("%s n=%d p=%d: negative cost (overflow?) %v", o.op, n, p, cs)
-					}
-					if c.cost < best.cost {
-						best = c
+					if c < bestCost {
+						best, bestCost = a, c
 					}
 				}
-				if got := o.choose(n, p); got != best.algo {
-					t.Errorf("%s n=%d p=%d: chose %d, model says %d (%v)", o.op, n, p, got, best.algo, cs)
+				if got := tu.choose(opName, n, p); got != best {
+					t.Errorf("%s n=%d p=%d: chose %s, model says %s", opName, n, p, got.Name, best.Name)
 				}
-				seen[best.algo] = true
+				seen[best.ID] = true
 			}
 		}
-		// Every algorithm wins somewhere, or it would be dead code.
-		for _, a := range validAlgos[o.op] {
-			if !seen[a] {
-				t.Errorf("%s: algorithm %d never chosen", o.op, a)
+		for _, a := range rows {
+			if !seen[a.ID] {
+				t.Errorf("%s: algorithm %s never chosen", opName, a.Name)
 			}
-		}
-		// Forcing overrides the model.
-		for _, a := range validAlgos[o.op] {
 			f := tu
-			f.Force = map[string]uint8{o.op: a}
-			fo := map[string]func(n, p int) uint8{
-				"all_reduce": f.allReduceAlgo, "reduce_scatter": f.reduceScatterAlgo, "all_gather": f.allGatherAlgo,
-				"broadcast": f.broadcastAlgo, "reduce": f.reduceAlgo, "gather": f.gatherAlgo, "scatter": f.scatterAlgo,
-				"all_to_all": f.allToAllAlgo,
-			}[o.op]
+			f.Force = map[string]uint8{opName: a.ID}
 			for _, np := range [][2]int{{0, 1}, {4, 4}, {1 << 26, 3}} {
-				if got := fo(np[0], np[1]); got != a {
-					t.Errorf("%s forced to %d: got %d", o.op, a, got)
+				if got := f.choose(opName, np[0], np[1]); got != a {
+					t.Errorf("%s forced to %s: got %s", opName, a.Name, got.Name)
 				}
 			}
 		}
@@ -76,10 +49,6 @@ func TestChooserFollowsModel(t *testing.T) {
 // constants, as a readable summary (update it with the constants).
 func TestCostModelChoices(t *testing.T) {
 	tu := DefaultTuning()
-	name := map[uint8]string{}
-	for k, v := range algoNames {
-		name[v] = k
-	}
 	want := []struct {
 		op   string
 		n, p int
@@ -100,27 +69,9 @@ func TestCostModelChoices(t *testing.T) {
 		{"all_to_all", 1 << 10, 8, "bruck"}, {"all_to_all", 16 << 20, 8, "pairwise"}, {"all_to_all", 1 << 10, 2, "pairwise"},
 	}
 	for _, w := range want {
-		var got uint8
-		switch w.op {
-		case "all_reduce":
-			got = tu.allReduceAlgo(w.n, w.p)
-		case "reduce_scatter":
-			got = tu.reduceScatterAlgo(w.n, w.p)
-		case "all_gather":
-			got = tu.allGatherAlgo(w.n, w.p)
-		case "broadcast":
-			got = tu.broadcastAlgo(w.n, w.p)
-		case "reduce":
-			got = tu.reduceAlgo(w.n, w.p)
-		case "gather":
-			got = tu.gatherAlgo(w.n, w.p)
-		case "scatter":
-			got = tu.scatterAlgo(w.n, w.p)
-		case "all_to_all":
-			got = tu.allToAllAlgo(w.n, w.p)
-		}
-		if name[got] != w.algo {
-			t.Errorf("%s %d bytes p=%d: %s, want %s", w.op, w.n, w.p, name[got], w.algo)
+		got := tu.choose(w.op, w.n, w.p).Name
+		if got != w.algo {
+			t.Errorf("%s %d bytes p=%d: %s, want %s", w.op, w.n, w.p, got, w.algo)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gdist/gdist/comm/algo"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/internal/wire"
+	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/comm/shm"
 )
 
@@ -23,7 +24,7 @@ var token = []byte("test-token")
 // rank r claiming to run on host hostOf(r).
 func build(t testing.TB, n int, opts comm.Options, hostOf func(r int) string) []*Transport {
 	t.Helper()
-	store := newMemStore()
+	store := rendezvous.NewMemStore()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ts := make([]*Transport, n)
@@ -72,35 +73,9 @@ func TestConformanceOneHost(t *testing.T) {
 	if testing.Short() {
 		cfg.Sizes = []int{1}
 	}
-	commtest.Suite(t, func(t testing.TB, n int) []comm.Comm {
-		store := newMemStore()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		cs := make([]comm.Comm, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r := range n {
-			wg.Go(func() {
-				cs[r], errs[r] = comm.New(ctx, "auto", comm.Config{
-					Rank: r, Size: n, Store: store, Token: token, Job: t.Name(), Logf: func(string, ...any) {},
-				})
-			})
-		}
-		wg.Wait()
-		t.Cleanup(func() {
-			for _, c := range cs {
-				if c != nil {
-					c.Close()
-				}
-			}
-		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		return cs
-	}, cfg)
+	world := commtest.RegistryWorld("auto", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+		comm.Config{Token: token, Logf: func(string, ...any) {}})
+	commtest.Suite(t, world, cfg)
 }
 
 // TestConformanceMixed runs the suite on jobs spread over fake hosts (two

@@ -1,7 +1,6 @@
 package auto
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +9,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/launch"
 )
@@ -59,22 +58,8 @@ func child() int {
 	return 0
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuf is a bytes.Buffer safe for concurrent writers.
+type syncBuf = commtest.Buffer
 
 // TestKillRank: a mixed job of three processes (ranks 0 and 2 on one fake
 // host, rank 1 on another) all-reduces; one rank is killed with SIGKILL.

@@ -20,6 +20,9 @@ type Config struct {
 	Large int
 	// Timeout bounds each sub-test (default 60 s).
 	Timeout time.Duration
+	// NoStallReport: the backend cannot tell which rank a timed-out
+	// collective waited for (NCCL), so Timeout checks only the error's type.
+	NoStallReport bool
 }
 
 func (c *Config) fill() {
@@ -72,7 +75,8 @@ func Suite(t *testing.T, world World, cfg Config) {
 		})
 	}
 	t.Run("Mismatch", func(t *testing.T) { mismatch(t, world, cfg) })
-	t.Run("Timeout", func(t *testing.T) { timeout(t, world) })
+	t.Run("Mismatch/p2p", func(t *testing.T) { mismatchP2P(t, world) })
+	t.Run("Timeout", func(t *testing.T) { timeout(t, world, cfg) })
 	t.Run("CloseWhilePending", func(t *testing.T) { closePending(t, world) })
 }
 
@@ -749,8 +753,58 @@ func mismatch(t *testing.T, world World, cfg Config) {
 	}
 }
 
-// timeout: rank 1 never joins; rank 0's op fails when its ctx ends.
-func timeout(t *testing.T, world World) {
+// mismatchP2P: rank 0 sends float32 x 10 with tag 3 while rank 1 receives
+// int32 x 10 (or float32 x 11) with that tag. The receiver's error wraps
+// ErrMismatch and names the sender's send and its own recv, with dtype
+// names.
+func mismatchP2P(t *testing.T, world World) {
+	for _, variant := range []string{"dtype", "count"} {
+		t.Run(variant, func(t *testing.T) {
+			comms := world(t, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sent := make(chan error, 1)
+			go func() { sent <- wait(ctx)(comms[0].Send(ctx, comm.FromSlice(make([]float32, 10)), 1, 3)) }()
+			var dst comm.Buffer
+			want := "recv(tag 3, int32 x 10)"
+			if variant == "dtype" {
+				dst = comm.FromSlice(make([]int32, 10))
+			} else {
+				dst = comm.FromSlice(make([]float32, 11))
+				want = "recv(tag 3, float32 x 11)"
+			}
+			err := wait(ctx)(comms[1].Recv(ctx, dst, 0, 3))
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Fatalf("rank 1: %v, want a mismatch", err)
+			}
+			msg := err.Error()
+			for _, s := range []string{"rank 0 called send(tag 3, float32 x 10)", "rank 1 (this rank) called " + want} {
+				if !strings.Contains(msg, s) {
+					t.Errorf("rank 1: mismatch error %q does not say %q", msg, s)
+				}
+			}
+			if strings.Contains(msg, "#3") {
+				t.Errorf("rank 1: mismatch error %q shows the tag as a sequence number", msg)
+			}
+			select {
+			case err := <-sent:
+				// The send may complete (its bytes were taken) or fail with
+				// the receiver's abort; if it names the mismatch, it too
+				// names the sides the right way round.
+				if errors.Is(err, comm.ErrMismatch) && !strings.Contains(err.Error(), "rank 0 (this rank) called send(") {
+					t.Errorf("rank 0: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("mismatched send hung")
+			}
+		})
+	}
+}
+
+// timeout: rank 1 never joins; rank 0's op fails when its ctx ends, and
+// the error says which rank never arrived at which collective (what a
+// stall inspector would report).
+func timeout(t *testing.T, world World, cfg Config) {
 	comms := world(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -761,6 +815,11 @@ func timeout(t *testing.T, world World) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("took %v", d)
+	}
+	if !cfg.NoStallReport {
+		if msg := err.Error(); !strings.Contains(msg, "rank 1, which never arrived at all_reduce #1") {
+			t.Errorf("timeout error %q does not say that rank 1 never arrived at all_reduce #1", msg)
+		}
 	}
 	if _, err := comms[0].Barrier(context.Background()); err == nil {
 		t.Fatal("Comm not poisoned after a timeout")

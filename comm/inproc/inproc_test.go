@@ -86,3 +86,4 @@ func TestRegistryJoin(t *testing.T) {
 		t.Fatal("rank out of range accepted")
 	}
 }
+

@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/opcheck"
 	"github.com/gdist/gdist/gpu/cuda"
 )
 
@@ -38,6 +39,7 @@ type Comm struct {
 	hmu sync.RWMutex // guards h: abort takes it exclusively
 	h   C.uintptr_t  // ncclComm_t; 0 once aborted
 
+	args     opcheck.Args  // argument checks
 	coll     *tracker      // collectives
 	busy     chan struct{} // an operation was issued (wakes monitor)
 	scratch  uintptr       // 4 bytes of device memory (Barrier)
@@ -187,6 +189,7 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(256 << 20),
 		chans: map[chanKey]*channel{}, selfq: map[int]*selfQueue{}, busy: make(chan struct{}, 1)}
 	c.life, c.finish = context.WithCancel(context.Background())
+	c.args = opcheck.Args{Rank: c.rank, Size: c.size, Buf: c.checkBuf}
 	var err error
 	if c.coll, err = c.newTracker(); err == nil {
 		c.scratch, err = cuda.Malloc(p.device, 4)
@@ -259,19 +262,6 @@ func (w *work) finish(err error) {
 
 func (c *Comm) opErr(w *work, err error) error {
 	return &comm.OpError{Op: w.name, Seq: w.seq, Rank: c.reportRank, Err: err}
-}
-
-// opContext bounds an operation by ctx, the Comm's timeout and its life.
-func (c *Comm) opContext(user context.Context) (context.Context, context.CancelFunc) {
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if d := c.opts.OpTimeout(); d > 0 {
-		ctx, cancel = context.WithTimeout(user, d)
-	} else {
-		ctx, cancel = context.WithCancel(user)
-	}
-	stop := context.AfterFunc(c.life, cancel)
-	return ctx, func() { stop(); cancel() }
 }
 
 // errLocked is why no operation may start (c.mu held), or nil.
@@ -349,7 +339,7 @@ func (c *Comm) issueLocked(ctx context.Context, t *tracker, name string, coll bo
 		return nil, c.opErr(w, err)
 	}
 	w.ev = ev
-	octx, cancel := c.opContext(ctx)
+	octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 	w.cancel = cancel
 	stop := context.AfterFunc(octx, func() { c.expire(w, ctx) })
 	w.stop.Store(&stop)

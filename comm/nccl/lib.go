@@ -4,6 +4,7 @@ package nccl
 
 /*
 #cgo LDFLAGS: -ldl
+#cgo CFLAGS: -I${SRCDIR}/../../internal/dl
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -11,13 +12,11 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/internal/dl"
 )
 
 // NCCL's result codes that gdist looks at.
@@ -37,32 +36,13 @@ type state struct {
 	err error
 }
 
-var (
-	loadMu  sync.Mutex
-	current atomic.Pointer[state]
-)
+var loaded = dl.Lazy[state]{Load: load}
 
-func get() *state {
-	if s := current.Load(); s != nil {
-		return s
-	}
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	if s := current.Load(); s != nil {
-		return s
-	}
-	s := load()
-	current.Store(s)
-	return s
-}
+func get() *state { return loaded.Get() }
 
 // Reload forgets the library loaded so far and loads one again (after
 // cuda.Reload, or after setting EnvLibrary). For tests.
-func Reload() {
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	current.Store(load())
-}
+func Reload() { loaded.Reload() }
 
 func load() *state {
 	if ok, why := cuda.Available(); !ok {
@@ -76,12 +56,8 @@ func load() *state {
 		}
 		syms[i] = p
 	}
-	names := DefaultLibraries
-	if p := os.Getenv(EnvLibrary); p != "" {
-		names = []string{p}
-	}
 	var tried []string
-	for _, name := range names {
+	for _, name := range dl.Candidates(EnvLibrary, DefaultLibraries) {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdnc_open(cname, C.uintptr_t(syms[0]), C.uintptr_t(syms[1]), C.uintptr_t(syms[2]),
@@ -99,10 +75,7 @@ func load() *state {
 		l.version = int(v)
 		return &state{lib: l}
 	}
-	msg := "cannot load NCCL (" + strings.Join(tried, "; ") + ")"
-	if os.Getenv(EnvLibrary) == "" {
-		msg += "; set " + EnvLibrary + " to a libnccl.so.2 (the pip package nvidia-nccl-cu12 ships one)"
-	}
+	msg := dl.Unloadable("NCCL", tried, EnvLibrary, "a libnccl.so.2 (the pip package nvidia-nccl-cu12 ships one)")
 	return &state{err: fmt.Errorf("%w: %s", ErrUnavailable, msg)}
 }
 

@@ -71,13 +71,6 @@ func (c *Comm) checkBuf(name, which string, b comm.Buffer) error {
 	return nil
 }
 
-func (c *Comm) checkRoot(name string, root int) error {
-	if root < 0 || root >= c.size {
-		return comm.InvalidArgf("%s: root %d out of range [0, %d)", name, root, c.size)
-	}
-	return nil
-}
-
 // dptr is b's device address (0 for an empty buffer, whose memory is never
 // touched).
 func dptr(b comm.Buffer) C.uintptr_t {
@@ -86,38 +79,6 @@ func dptr(b comm.Buffer) C.uintptr_t {
 	}
 	p, _ := b.Device()
 	return C.uintptr_t(p)
-}
-
-// overlap reports whether device buffers a and b share memory.
-func overlap(a, b comm.Buffer) bool {
-	if a.Len() == 0 || b.Len() == 0 || !a.IsDevice() || !b.IsDevice() {
-		return false
-	}
-	pa, da := a.Device()
-	pb, db := b.Device()
-	return da == db && pa < pb+uintptr(b.Bytes()) && pb < pa+uintptr(a.Bytes())
-}
-
-// checkPair checks dst/src of an op where big is n times small, allowing
-// only the in-place alias (small is big's slice for slot).
-func (c *Comm) checkPair(name string, big, small comm.Buffer, bigName, smallName string, n, slot int) error {
-	if err := c.checkBuf(name, bigName, big); err != nil {
-		return err
-	}
-	if err := c.checkBuf(name, smallName, small); err != nil {
-		return err
-	}
-	if big.DType() != small.DType() {
-		return comm.InvalidArgf("%s: %s is %v but %s is %v", name, bigName, big.DType(), smallName, small.DType())
-	}
-	if big.Len() != n*small.Len() {
-		return comm.InvalidArgf("%s: %s has %d elements, want %d (%d ranks x %d)", name, bigName, big.Len(), n*small.Len(), n, small.Len())
-	}
-	k := small.Len()
-	if overlap(big, small) && !comm.Same(big.Slice(slot*k, (slot+1)*k), small) {
-		return comm.InvalidArgf("%s: %s and %s overlap; only the in-place alias (%s = %s's slice for rank %d) is allowed", name, bigName, smallName, smallName, bigName, slot)
-	}
-	return nil
 }
 
 // empty issues an operation that moves no data: it still completes in
@@ -133,11 +94,8 @@ func (c *Comm) empty(ctx context.Context, name string) (comm.Work, error) {
 // combine them on the host (see bitwise).
 func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp) (comm.Work, error) {
 	const name = "all_reduce"
-	if err := c.checkBuf(name, "buf", buf); err != nil {
+	if err := c.args.AllReduce(buf, op); err != nil {
 		return nil, err
-	}
-	if err := comm.CheckReduce(buf.DType(), op); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if op.Bitwise() {
 		return c.bitwise(ctx, name, buf, buf, op, -1, false)
@@ -162,10 +120,7 @@ func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp)
 // Broadcast: see comm.Comm (ncclBroadcast, in place).
 func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.Work, error) {
 	const name = "broadcast"
-	if err := c.checkBuf(name, "buf", buf); err != nil {
-		return nil, err
-	}
-	if err := c.checkRoot(name, root); err != nil {
+	if err := c.args.Broadcast(buf, root); err != nil {
 		return nil, err
 	}
 	dt, err := c.dtype(name, buf.DType())
@@ -185,13 +140,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.W
 // read).
 func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp, root int) (comm.Work, error) {
 	const name = "reduce"
-	if err := c.checkBuf(name, "buf", buf); err != nil {
-		return nil, err
-	}
-	if err := comm.CheckReduce(buf.DType(), op); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.checkRoot(name, root); err != nil {
+	if err := c.args.Reduce(buf, op, root); err != nil {
 		return nil, err
 	}
 	if op.Bitwise() {
@@ -217,7 +166,7 @@ func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp, ro
 // AllGather: see comm.Comm (ncclAllGather; NCCL's in-place form is ours).
 func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
 	const name = "all_gather"
-	if err := c.checkPair(name, dst, src, "dst", "src", c.size, c.rank); err != nil {
+	if err := c.args.AllGather(dst, src); err != nil {
 		return nil, err
 	}
 	dt, err := c.dtype(name, src.DType())
@@ -237,11 +186,8 @@ func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, 
 // ours).
 func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buffer, op comm.ReduceOp) (comm.Work, error) {
 	const name = "reduce_scatter"
-	if err := c.checkPair(name, src, dst, "src", "dst", c.size, c.rank); err != nil {
+	if err := c.args.ReduceScatter(dst, src, op); err != nil {
 		return nil, err
-	}
-	if err := comm.CheckReduce(src.DType(), op); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if op.Bitwise() {
 		return c.bitwise(ctx, name, dst, src, op, -1, true)
@@ -289,73 +235,47 @@ func copyOp(dst, src comm.Buffer) C.gdnc_p2p {
 // Gather: see comm.Comm. NCCL has no gather: the root receives from every
 // rank in one group of ncclRecv, the others ncclSend.
 func (c *Comm) Gather(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
-	const name = "gather"
-	if err := c.checkRoot(name, root); err != nil {
+	if err := c.args.Gather(dst, src, root); err != nil {
 		return nil, err
 	}
-	if c.rank == root {
-		if err := c.checkPair(name, dst, src, "dst", "src", c.size, c.rank); err != nil {
-			return nil, err
-		}
-	} else if err := c.checkBuf(name, "src", src); err != nil {
-		return nil, err
-	}
-	dt, err := c.dtype(name, src.DType())
-	if err != nil {
-		return nil, err
-	}
-	k := src.Len()
-	var ops []C.gdnc_p2p
-	if k > 0 {
-		if c.rank != root {
-			ops = append(ops, p2pOp(true, src, root, dt))
-		} else {
-			for p := 0; p < c.size; p++ {
-				part := dst.Slice(p*k, (p+1)*k)
-				switch {
-				case p != root:
-					ops = append(ops, p2pOp(false, part, p, dt))
-				case !comm.Same(part, src):
-					ops = append(ops, copyOp(part, src))
-				}
-			}
-		}
-	}
-	return c.group(ctx, name, ops)
+	return c.rooted(ctx, "gather", true, dst, src, root)
 }
 
 // Scatter: see comm.Comm. NCCL has no scatter: the root sends every rank its
 // part in one group of ncclSend, the others ncclRecv.
 func (c *Comm) Scatter(ctx context.Context, dst, src comm.Buffer, root int) (comm.Work, error) {
-	const name = "scatter"
-	if err := c.checkRoot(name, root); err != nil {
+	if err := c.args.Scatter(dst, src, root); err != nil {
 		return nil, err
 	}
-	if c.rank == root {
-		if err := c.checkPair(name, src, dst, "src", "dst", c.size, c.rank); err != nil {
-			return nil, err
-		}
-	} else if err := c.checkBuf(name, "dst", dst); err != nil {
-		return nil, err
-	}
-	dt, err := c.dtype(name, dst.DType())
+	return c.rooted(ctx, "scatter", false, src, dst, root)
+}
+
+// rooted issues a gather (the root's big receives every rank's small) or a
+// scatter (every rank's small receives its part of the root's big) as one
+// group of ncclSend and ncclRecv, with a device copy for the root's own
+// part unless it is in place.
+func (c *Comm) rooted(ctx context.Context, name string, gather bool, big, small comm.Buffer, root int) (comm.Work, error) {
+	dt, err := c.dtype(name, small.DType())
 	if err != nil {
 		return nil, err
 	}
-	k := dst.Len()
+	k := small.Len()
 	var ops []C.gdnc_p2p
-	if k > 0 {
-		if c.rank != root {
-			ops = append(ops, p2pOp(false, dst, root, dt))
-		} else {
-			for p := 0; p < c.size; p++ {
-				part := src.Slice(p*k, (p+1)*k)
-				switch {
-				case p != root:
-					ops = append(ops, p2pOp(true, part, p, dt))
-				case !comm.Same(part, dst):
-					ops = append(ops, copyOp(dst, part))
-				}
+	switch {
+	case k == 0:
+	case c.rank != root:
+		ops = append(ops, p2pOp(gather, small, root, dt))
+	default:
+		for p := 0; p < c.size; p++ {
+			part := big.Slice(p*k, (p+1)*k)
+			switch {
+			case p != root:
+				ops = append(ops, p2pOp(!gather, part, p, dt))
+			case comm.Same(part, small):
+			case gather:
+				ops = append(ops, copyOp(part, small))
+			default:
+				ops = append(ops, copyOp(small, part))
 			}
 		}
 	}
@@ -366,20 +286,8 @@ func (c *Comm) Scatter(ctx context.Context, dst, src comm.Buffer, root int) (com
 // ncclRecv with every other rank, and a device copy for this rank's part.
 func (c *Comm) AllToAll(ctx context.Context, dst, src comm.Buffer) (comm.Work, error) {
 	const name = "all_to_all"
-	if err := c.checkBuf(name, "dst", dst); err != nil {
+	if err := c.args.AllToAll(dst, src); err != nil {
 		return nil, err
-	}
-	if err := c.checkBuf(name, "src", src); err != nil {
-		return nil, err
-	}
-	if dst.DType() != src.DType() || dst.Len() != src.Len() {
-		return nil, comm.InvalidArgf("%s: dst is %v and src is %v; they must have the same dtype and length", name, dst, src)
-	}
-	if src.Len()%c.size != 0 {
-		return nil, comm.InvalidArgf("%s: length %d is not a multiple of the group size %d", name, src.Len(), c.size)
-	}
-	if overlap(dst, src) {
-		return nil, comm.InvalidArgf("%s: dst and src overlap", name)
 	}
 	dt, err := c.dtype(name, src.DType())
 	if err != nil {

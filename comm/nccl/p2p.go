@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/opcheck"
 )
 
 // Point-to-point messages. comm.Comm wants them ordered per (peer, tag),
@@ -46,18 +47,9 @@ func (c *Comm) Recv(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.W
 }
 
 func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag int) (comm.Work, error) {
-	name := "recv"
-	if send {
-		name = "send"
-	}
-	if ctx == nil {
-		return nil, comm.InvalidArgf("%s: nil context", name)
-	}
-	if err := c.checkBuf(name, "buf", buf); err != nil {
+	name, err := c.args.P2P(ctx, send, buf, peer)
+	if err != nil {
 		return nil, err
-	}
-	if peer < 0 || peer >= c.size {
-		return nil, comm.InvalidArgf("%s: peer %d out of range [0, %d)", name, peer, c.size)
 	}
 	dt, err := c.dtype(name, buf.DType())
 	if err != nil {
@@ -98,7 +90,7 @@ func (c *Comm) runP2P(ctx context.Context, name string, ch *channel, prev <-chan
 	send bool, buf comm.Buffer, dt C.int, req *comm.Request) {
 	markLaunched := sync.OnceFunc(func() { close(launched) })
 	defer markLaunched()
-	octx, cancel := c.opContext(ctx)
+	octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 	defer cancel()
 	fail := func(err error) {
 		c.fail(err)
@@ -268,7 +260,7 @@ func (c *Comm) selfLocked(ctx context.Context, name string, send bool, buf comm.
 		return w.reqs[0], nil
 	}
 	o := &selfOp{send: send, name: name, buf: buf, req: comm.NewRequest()}
-	octx, cancel := c.opContext(ctx)
+	octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 	o.cancel = cancel
 	o.stop = context.AfterFunc(octx, func() { c.expireSelf(o, tag, ctx) })
 	q.ops = append(q.ops, o)

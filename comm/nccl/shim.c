@@ -9,31 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl.h"
 #include "shim.h"
 
 gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord, uintptr_t streamWaitEvent,
 		    uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen) {
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return NULL;
-	}
-	gdnc_lib *l = calloc(1, sizeof *l);
-	if (!l) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	l->handle = h;
-#define REQ(field, name)                                                          \
-	do {                                                                      \
-		*(void **)&l->field = dlsym(h, name);                             \
-		if (!l->field) {                                                  \
-			snprintf(err, errlen, "%s has no symbol %s", path, name); \
-			free(l);                                                  \
-			return NULL;                                              \
-		}                                                                 \
-	} while (0)
+	gdnc_lib *l = gd_dlopen(path, sizeof *l, err, errlen);
+	if (!l) return NULL;
+#define REQ(field, name) GD_REQ(l, path, err, errlen, field, name)
 	REQ(getVersion, "ncclGetVersion");
 	REQ(getUniqueId, "ncclGetUniqueId");
 	REQ(commInitRank, "ncclCommInitRank");
@@ -50,7 +33,7 @@ gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord
 	REQ(groupStart, "ncclGroupStart");
 	REQ(groupEnd, "ncclGroupEnd");
 #undef REQ
-	*(void **)&l->getLastError = dlsym(h, "ncclGetLastError");
+	*(void **)&l->getLastError = dlsym(l->handle, "ncclGetLastError");
 	*(void **)&l->setDevice = (void *)setDevice;
 	*(void **)&l->eventRecord = (void *)eventRecord;
 	*(void **)&l->streamWaitEvent = (void *)streamWaitEvent;

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,7 +46,7 @@ func TestConnectThreeRanks(t *testing.T) {
 	lb := &logBuf{}
 	const size = 3
 	errs := runRanks(size, func(rank int) error {
-		st, closeFn, err := Connect(ctx, envFor(rank, size, port), lb.logf)
+		st, closeFn, err := Connect(ctx, envFor(rank, size, port), lb.Logf)
 		if err != nil {
 			return err
 		}
@@ -71,7 +70,7 @@ func TestConnectThreeRanks(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("log:\n%s", strings.Join(lb.lines, "\n"))
+		t.Logf("log:\n%s", lb.String())
 	}
 	// Rank 0 shut the server down after everyone was done.
 	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
@@ -147,7 +146,7 @@ func TestInitCommFakeBackend(t *testing.T) {
 	errs := runRanks(size, func(rank int) error {
 		env := envFor(rank, size, port)
 		env.TokenDerived = true
-		c, closeFn, err := initComm(ctx, env, fakeBackend, comm.Options{}, lb.logf)
+		c, closeFn, err := initComm(ctx, env, fakeBackend, comm.Options{}, lb.Logf)
 		if err != nil {
 			return err
 		}
@@ -164,10 +163,10 @@ func TestInitCommFakeBackend(t *testing.T) {
 	if n := fakeClosed.Load(); n != size {
 		t.Errorf("%d comms closed, want %d", n, size)
 	}
-	lb.waitFor(t, "not secret")
+	lb.WaitFor(t, "not secret")
 
 	// An unknown backend fails cleanly (and closes the store it opened).
-	_, _, err := initComm(ctx, envFor(0, 1, freePort(t)), "no-such-backend", comm.Options{}, lb.logf)
+	_, _, err := initComm(ctx, envFor(0, 1, freePort(t)), "no-such-backend", comm.Options{}, lb.Logf)
 	if !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("unknown backend: %v", err)
 	}

@@ -112,3 +112,49 @@ func (s *memStore) cas(key string, old, value []byte) []byte {
 	}
 	return cur
 }
+
+// MemStore is a comm.Store in this process's memory: for process backends
+// whose ranks are goroutines of one process (tests, mostly). It is the
+// table the rendezvous server keeps, with the same semantics. Safe for
+// concurrent use.
+type MemStore struct{ s *memStore }
+
+var _ comm.Store = (*MemStore)(nil)
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore { return &MemStore{s: newMemStore()} }
+
+// Set: see comm.Store.
+func (m *MemStore) Set(ctx context.Context, key string, value []byte) error {
+	m.s.set(key, append([]byte(nil), value...))
+	return nil
+}
+
+// Get: see comm.Store. It blocks until key exists or ctx ends.
+func (m *MemStore) Get(ctx context.Context, key string) ([]byte, error) {
+	v, err := m.s.get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// Add: see comm.Store.
+func (m *MemStore) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	return m.s.add(key, delta)
+}
+
+// CompareAndSet: see comm.Store.
+func (m *MemStore) CompareAndSet(ctx context.Context, key string, old, value []byte) ([]byte, error) {
+	cur := m.s.cas(key, old, append([]byte(nil), value...))
+	if cur == nil {
+		return nil, nil
+	}
+	return append([]byte(nil), cur...), nil
+}
+
+// Wait: see comm.Store.
+func (m *MemStore) Wait(ctx context.Context, keys ...string) error { return m.s.wait(ctx, keys) }
+
+// Close does nothing.
+func (m *MemStore) Close() error { return nil }

@@ -4,59 +4,26 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/internal/auth"
 )
 
 var testToken = []byte("test-token")
 
-type logBuf struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuf) logf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-}
-
-// waitFor waits until a logged line contains every one of parts.
-func (l *logBuf) waitFor(t *testing.T, parts ...string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		l.mu.Lock()
-		for _, line := range l.lines {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(line, p)
-			}
-			if ok {
-				l.mu.Unlock()
-				return
-			}
-		}
-		l.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t.Fatalf("no log line with %q; log:\n%s", parts, strings.Join(l.lines, "\n"))
-}
+// logBuf collects a rank's diagnostics; the test prints them if it fails.
+type logBuf = commtest.Log
 
 func newTestServer(t *testing.T) (*Server, *logBuf) {
 	t.Helper()
 	lb := &logBuf{}
-	s, err := NewServer("127.0.0.1:0", testToken, lb.logf)
+	s, err := NewServer("127.0.0.1:0", testToken, lb.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,121 +47,31 @@ func dialTest(t *testing.T, ctx context.Context, addr string) comm.Store {
 	return st
 }
 
-func TestSetGetAddCASWait(t *testing.T) {
+// TestStore runs the store test kit against clients of a server and
+// against MemStore.
+func TestStore(t *testing.T) {
+	t.Run("server", func(t *testing.T) {
+		commtest.StoreSuite(t, func(t *testing.T) (comm.Store, comm.Store) {
+			s, _ := newTestServer(t)
+			ctx := testCtx(t)
+			return dialTest(t, ctx, s.Addr()), dialTest(t, ctx, s.Addr())
+		})
+	})
+	t.Run("mem", func(t *testing.T) {
+		commtest.StoreSuite(t, func(t *testing.T) (comm.Store, comm.Store) {
+			m := NewMemStore()
+			return m, m
+		})
+	})
+}
+
+// Keys longer than MaxKeyLen are refused by the client.
+func TestKeyBound(t *testing.T) {
 	s, _ := newTestServer(t)
 	ctx := testCtx(t)
 	a := dialTest(t, ctx, s.Addr())
-	b := dialTest(t, ctx, s.Addr())
-
-	if err := a.Set(ctx, "k", []byte("v1")); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := b.Get(ctx, "k"); err != nil || string(v) != "v1" {
-		t.Fatalf("get = %q, %v", v, err)
-	}
-	if err := a.Set(ctx, "empty", nil); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := b.Get(ctx, "empty"); err != nil || len(v) != 0 {
-		t.Fatalf("get empty = %q, %v", v, err)
-	}
-
-	// Add: absent is 0; stored as decimal text.
-	if n, err := a.Add(ctx, "ctr", 5); err != nil || n != 5 {
-		t.Fatalf("add = %d, %v", n, err)
-	}
-	if n, err := b.Add(ctx, "ctr", -2); err != nil || n != 3 {
-		t.Fatalf("add = %d, %v", n, err)
-	}
-	if v, _ := a.Get(ctx, "ctr"); string(v) != "3" {
-		t.Fatalf("counter reads %q", v)
-	}
-	if _, err := a.Add(ctx, "k", 1); !errors.Is(err, comm.ErrInvalidArgument) {
-		t.Fatalf("add to non-integer: %v", err)
-	}
-
-	// CAS: absent matches empty old; a mismatch returns the current value.
-	if v, err := a.CompareAndSet(ctx, "cas", nil, []byte("x")); err != nil || string(v) != "x" {
-		t.Fatalf("cas absent = %q, %v", v, err)
-	}
-	if v, err := b.CompareAndSet(ctx, "cas", []byte("wrong"), []byte("y")); err != nil || string(v) != "x" {
-		t.Fatalf("cas mismatch = %q, %v", v, err)
-	}
-	if v, err := b.CompareAndSet(ctx, "cas", []byte("x"), []byte("y")); err != nil || string(v) != "y" {
-		t.Fatalf("cas match = %q, %v", v, err)
-	}
-	if v, err := b.CompareAndSet(ctx, "cas-absent", []byte("x"), []byte("y")); err != nil || len(v) != 0 {
-		t.Fatalf("cas absent with old = %q, %v", v, err)
-	}
-
-	// Wait on existing and on later keys; no keys returns at once.
-	if err := a.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Wait(ctx, "k", "w1", "w2") }()
-	b.Set(ctx, "w1", []byte("1"))
-	select {
-	case err := <-done:
-		t.Fatalf("wait returned early: %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	b.Set(ctx, "w2", []byte("2"))
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-
-	// Client-side bounds.
 	if err := a.Set(ctx, strings.Repeat("x", MaxKeyLen+1), nil); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("long key: %v", err)
-	}
-}
-
-func TestConcurrentClients(t *testing.T) {
-	s, _ := newTestServer(t)
-	ctx := testCtx(t)
-	const clients, per = 4, 25
-	var wg sync.WaitGroup
-	wins := make(chan int, clients*per)
-	for i := range clients {
-		st := dialTest(t, ctx, s.Addr())
-		for j := range per {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := st.Add(ctx, "n", 1); err != nil {
-					t.Error(err)
-				}
-				me := []byte(fmt.Sprint(i, "/", j))
-				v, err := st.CompareAndSet(ctx, "winner", nil, me)
-				if err != nil {
-					t.Error(err)
-				}
-				if string(v) == string(me) {
-					wins <- 1
-				}
-				// Another goroutine's key, maybe not there yet.
-				if _, err := st.Get(ctx, fmt.Sprint("key", (i+1)%clients, "/", j)); err != nil {
-					t.Error(err)
-				}
-			}()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := st.Set(ctx, fmt.Sprint("key", i, "/", j), []byte{byte(j)}); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(wins)
-	if n := len(wins); n != 1 {
-		t.Errorf("%d CAS winners, want 1", n)
-	}
-	st := dialTest(t, ctx, s.Addr())
-	if n, err := st.Add(ctx, "n", 0); err != nil || n != clients*per {
-		t.Errorf("counter = %d, %v; want %d", n, err, clients*per)
 	}
 }
 
@@ -224,33 +101,17 @@ func TestBlockedGet(t *testing.T) {
 	}
 }
 
+// A cancelled Get leaves no waiter behind on the server (the store kit
+// checks the client side of cancellation).
 func TestGetCancel(t *testing.T) {
 	s, _ := newTestServer(t)
 	ctx := testCtx(t)
 	a := dialTest(t, ctx, s.Addr())
-
-	cctx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := a.Get(cctx, "never")
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("got %v", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("cancelled Get did not return")
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if _, err := a.Get(tctx, "never"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("get: %v", err)
 	}
-	tctx, tcancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	defer tcancel()
-	if err := a.Wait(tctx, "never"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait: %v", err)
-	}
-	// The client still works, and the server dropped the cancelled waiters.
 	if err := a.Set(ctx, "x", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +145,7 @@ func TestWrongToken(t *testing.T) {
 	if !errors.Is(err, comm.ErrAuth) {
 		t.Fatalf("dial with a wrong token: %v", err)
 	}
-	lb.waitFor(t, "refused connection from 127.0.0.1:")
+	lb.WaitFor(t, "refused connection from 127.0.0.1:")
 	good := dialTest(t, ctx, s.Addr())
 	if err := good.Set(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
@@ -404,7 +265,7 @@ func TestMalformedFrames(t *testing.T) {
 				t.Fatal(err)
 			}
 			expectClosed(t, c)
-			lb.waitFor(t, "closing connection from "+c.LocalAddr().String())
+			lb.WaitFor(t, "closing connection from "+c.LocalAddr().String())
 			if err := good.Set(ctx, "still", []byte("up")); err != nil {
 				t.Fatalf("server stopped serving good clients: %v", err)
 			}
@@ -434,5 +295,5 @@ func TestNotAStoreClient(t *testing.T) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	auth.Client(c, testToken, []byte("tcp rank 3")) // right token, wrong hello
 	expectClosed(t, c)
-	lb.waitFor(t, "refused connection from", "not a store client")
+	lb.WaitFor(t, "refused connection from", "not a store client")
 }

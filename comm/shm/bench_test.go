@@ -20,7 +20,7 @@ import (
 func BenchmarkPingPong(b *testing.B) {
 	for _, n := range []int{8, 4 << 10, 64 << 10, 256 << 10, 4 << 20} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			w := &world{store: newMemStore(), job: b.Name(), dir: b.TempDir(), ts: make([]*Transport, 2), logs: []*logBuf{{}, {}}}
+			w := &world{store: rendezvous.NewMemStore(), job: b.Name(), dir: b.TempDir(), ts: make([]*Transport, 2), logs: []*logBuf{{}, {}}}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			for r, err := range w.build(ctx, 2, comm.Options{}, Options{}, 0, 1) {

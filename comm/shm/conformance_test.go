@@ -3,47 +3,16 @@
 package shm
 
 import (
-	"context"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
-// shmWorld builds n Comms through the registered "shm" backend, all in
-// this process, with their segment in a test directory.
-func shmWorld(t testing.TB, n int) []comm.Comm {
-	store := newMemStore()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cs := make([]comm.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			cs[r], errs[r] = comm.New(ctx, "shm", comm.Config{
-				Rank: r, Size: n, Store: store, Token: token, Job: t.Name(),
-				Logf: func(string, ...any) {},
-			})
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return cs
-}
+// shmWorld builds n Comms through the registered "shm" backend.
+var shmWorld = commtest.RegistryWorld("shm", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+	comm.Config{Token: token, Logf: func(string, ...any) {}})
 
 func TestConformance(t *testing.T) {
 	t.Setenv("GDIST_SHM_DIR", t.TempDir())

@@ -48,7 +48,8 @@
 // A stream is (sender, group, kind[, tag]) as in algo.Transport; one ring
 // carries all streams of a pair, interleaved at record granularity (a
 // per-stream lock keeps each message's frames in order). The receiving side
-// keeps a mailbox per link: a Recv first takes frames queued for its
+// keeps a mailbox per link (comm/internal/mailbox, shared with comm/tcp):
+// a Recv first takes frames queued for its
 // stream, then posts itself and drains the ring: whoever holds the link's
 // consumer role copies each frame straight into the posted receive of its
 // stream, or, if none is posted, into a queued copy (at most

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
 )
 
@@ -89,67 +90,17 @@ type link struct {
 	lastHB   uint64
 	lastHBAt time.Time
 
-	mu         sync.Mutex
-	streams    map[streamKey]*stream
-	sends      map[streamKey]*sendStream
-	queued     int64 // payload bytes queued in streams
-	peerClosed bool  // the peer said goodbye
-	byeErr     error // what ops on this link fail with after the goodbye
+	mu         sync.Mutex   // guards box and the fields below
+	box        *mailbox.Box // the streams the peer sends on
+	peerClosed bool         // the peer said goodbye
+	byeErr     error        // what ops on this link fail with after the goodbye
 }
 
 func newLink(t *Transport, peer int) *link {
-	return &link{
-		t: t, peer: peer, self: peer == t.rank,
-		wsem:    make(chan struct{}, 1),
-		streams: map[streamKey]*stream{},
-		sends:   map[streamKey]*sendStream{},
-	}
-}
-
-// stream returns the stream of key, creating it. Callers hold l.mu.
-func (l *link) stream(key streamKey) *stream {
-	s := l.streams[key]
-	if s == nil {
-		s = &stream{rsem: make(chan struct{}, 1)}
-		l.streams[key] = s
-	}
-	return s
-}
-
-// gc forgets an idle stream. Callers hold l.mu.
-func (l *link) gc(key streamKey, s *stream) {
-	if len(s.q) == 0 && s.posted == nil && s.waiters == 0 && l.streams[key] == s {
-		delete(l.streams, key)
-	}
-}
-
-func (l *link) lockSendStream(ctx context.Context, key streamKey, group uint64) (*sendStream, error) {
-	l.mu.Lock()
-	ss := l.sends[key]
-	if ss == nil {
-		ss = &sendStream{sem: make(chan struct{}, 1)}
-		l.sends[key] = ss
-	}
-	ss.refs++
-	l.mu.Unlock()
-	if err := l.t.acquire(ctx, ss.sem, group); err != nil {
-		l.dropSendStream(key, ss)
-		return nil, err
-	}
-	return ss, nil
-}
-
-func (l *link) unlockSendStream(key streamKey, ss *sendStream) {
-	<-ss.sem
-	l.dropSendStream(key, ss)
-}
-
-func (l *link) dropSendStream(key streamKey, ss *sendStream) {
-	l.mu.Lock()
-	if ss.refs--; ss.refs == 0 {
-		delete(l.sends, key)
-	}
-	l.mu.Unlock()
+	l := &link{t: t, peer: peer, self: peer == t.rank, wsem: make(chan struct{}, 1)}
+	l.box = mailbox.New(&l.mu)
+	l.box.OnFinish = t.wakeLocal
+	return l
 }
 
 // noteGoodbye records the peer's goodbye (once) and wakes this rank's
@@ -255,15 +206,15 @@ func (l *link) waitSpace(ctx context.Context, group uint64, need uint64) error {
 // the inbound ring whenever it is free and drains (delivering to every
 // posted receive, not just op), and otherwise waits for data or for
 // another drainer to finish op.
-func (l *link) wait(ctx context.Context, s *stream, op *recvOp) error {
+func (l *link) wait(ctx context.Context, s *mailbox.Stream, op *mailbox.Recv) error {
 	t := l.t
-	group := op.want.Group
+	group := op.Want.Group
 	var flag *uint32
 	if !l.self {
 		flag = l.in.dataWaiters
 	}
 	ready := func() bool {
-		if op.done.Load() {
+		if op.Done() {
 			return true
 		}
 		if l.self {
@@ -273,8 +224,8 @@ func (l *link) wait(ctx context.Context, s *stream, op *recvOp) error {
 			atomic.LoadUint32(l.peerState) == stateClosed) && !l.draining.Load()
 	}
 	for {
-		if op.done.Load() {
-			return op.err
+		if op.Done() {
+			return op.Err
 		}
 		ep := t.epoch.Load()
 		if err := t.state(group); err != nil {
@@ -290,8 +241,8 @@ func (l *link) wait(ctx context.Context, s *stream, op *recvOp) error {
 				t.fail(err)
 				continue
 			}
-			if op.done.Load() {
-				return op.err
+			if op.Done() {
+				return op.Err
 			}
 		}
 		t.await(ctx, ep, flag, nil, ready)
@@ -310,26 +261,12 @@ func (l *link) releaseDrain() {
 
 // cancel ends op with err unless it finished already. If a drainer is
 // copying into op's buffer, it waits for that frame first.
-func (l *link) cancel(s *stream, op *recvOp, err error) error {
-	l.mu.Lock()
-	if op.finished {
-		l.mu.Unlock()
-		return op.err
-	}
-	if op.writing {
-		op.cancelErr = err
-		l.mu.Unlock()
-		for !op.done.Load() {
-			l.t.await(context.Background(), l.t.epoch.Load(), nil, nil, op.done.Load)
+func (l *link) cancel(s *mailbox.Stream, op *mailbox.Recv, err error) error {
+	return l.box.Cancel(s, op, err, func(op *mailbox.Recv) {
+		for !op.Done() {
+			l.t.await(context.Background(), l.t.epoch.Load(), nil, nil, op.Done)
 		}
-		return op.err
-	}
-	if s.posted == op {
-		s.posted = nil
-	}
-	op.finish(err)
-	l.mu.Unlock()
-	return err
+	})
 }
 
 // drain consumes the records available in the inbound ring, handing each
@@ -338,11 +275,11 @@ func (l *link) cancel(s *stream, op *recvOp, err error) error {
 // goodbye, it fails every posted receive of the link. The caller holds the
 // consumer role (l.draining). A malformed record is returned as a
 // protocol error naming the peer.
-func (l *link) drain(stop *recvOp) error {
+func (l *link) drain(stop *mailbox.Recv) error {
 	r := &l.in
 	size := uint64(len(r.data))
 	for {
-		if stop != nil && stop.done.Load() {
+		if stop != nil && stop.Done() {
 			return nil
 		}
 		tail := atomic.LoadUint64(r.tail)
@@ -405,15 +342,7 @@ func (l *link) drain(stop *recvOp) error {
 // failPosted fails every posted receive of the link with its goodbye error.
 func (l *link) failPosted() {
 	l.mu.Lock()
-	woke := false
-	for key, s := range l.streams {
-		if op := s.posted; op != nil && !op.writing {
-			s.posted = nil
-			op.finish(l.byeErr)
-			l.gc(key, s)
-			woke = true
-		}
-	}
+	woke := l.box.FailPosted(l.byeErr)
 	l.mu.Unlock()
 	if woke {
 		l.t.wakeLocal()
@@ -424,98 +353,49 @@ func (l *link) failPosted() {
 // posted receive if there is one (copied into its buffer, or passed to its
 // fn in place), else into a queued copy.
 func (l *link) deliver(h wire.Header, data []byte) error {
-	key := keyOf(h)
+	key := mailbox.KeyOf(h)
+	box := l.box
 	l.mu.Lock()
-	s := l.stream(key)
-	if op := s.posted; op != nil && len(s.q) == 0 {
-		if err := op.check(h); err != nil {
-			s.posted = nil
-			op.finish(err)
-			l.gc(key, s)
-			l.mu.Unlock()
+	s := box.Stream(key)
+	if op := s.Posted(); op != nil {
+		off, ok := box.Start(key, s, op, h)
+		l.mu.Unlock()
+		if !ok {
 			l.t.wakeLocal()
 			return nil
 		}
-		op.writing = true
-		off := op.got
-		l.mu.Unlock()
-		op.put(off, data)
+		op.Put(off, data)
 		l.mu.Lock()
-		op.writing = false
-		op.got += int(h.Len)
-		if op.got == op.n {
-			op.finish(nil)
-		} else if op.cancelErr != nil {
-			op.finish(op.cancelErr)
-		}
-		fin := op.finished
-		if fin && s.posted == op {
-			s.posted = nil
-		}
-		l.gc(key, s)
+		fin := op.Written(int(h.Len), nil, nil)
+		box.Unpost(key, s, op)
 		l.mu.Unlock()
 		if fin {
 			l.t.wakeLocal()
 		}
 		return nil
 	}
-	if l.queued+int64(h.Len) > l.t.opts.MaxUnexpected {
+	if box.Queued+int64(h.Len) > l.t.opts.MaxUnexpected {
 		l.mu.Unlock()
 		return protoErr(l.peer, "sent more than %d bytes that no receive was posted for", l.t.opts.MaxUnexpected)
 	}
-	l.queued += int64(h.Len) // reserved while the payload is copied
+	box.Queued += int64(h.Len) // reserved while the payload is copied
 	l.mu.Unlock()
 	buf := make([]byte, h.Len)
 	copy(buf, data)
 	l.mu.Lock()
-	s = l.stream(key)
-	if l.offer(key, s, h, buf) {
-		l.queued -= int64(h.Len)
-	} else {
-		s.push(frame{h: h, data: buf})
-	}
+	box.Queued -= int64(h.Len)
+	box.Queue(key, box.Stream(key), h, buf)
 	l.mu.Unlock()
 	return nil
-}
-
-// offer hands a frame to the stream's posted receive if one is waiting and
-// nothing is queued before the frame. It reports whether the frame was
-// consumed. Callers hold l.mu.
-func (l *link) offer(key streamKey, s *stream, h wire.Header, data []byte) bool {
-	op := s.posted
-	if op == nil || len(s.q) > 0 {
-		return false
-	}
-	op.apply(h, data)
-	if op.finished {
-		s.posted = nil
-		l.gc(key, s)
-		l.t.wakeLocal()
-	}
-	return true
 }
 
 // deliverLocal puts a message sent to this rank itself into the mailbox,
 // copying it (straight into a posted receive when there is one).
 func (l *link) deliverLocal(h wire.Header, payload []byte) error {
-	key := keyOf(h)
-	total := len(payload)
-	h.Total = uint64(total)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for off := 0; ; {
-		n := min(total-off, wire.MaxFrame)
-		h.Offset, h.Len = uint64(off), uint32(n)
-		data := payload[off : off+n]
-		s := l.stream(key)
-		if !l.offer(key, s, h, data) {
-			s.push(frame{h: h, data: append([]byte(nil), data...)})
-			l.queued += int64(n)
-		}
-		if off += n; off == total {
-			return nil
-		}
-	}
+	l.box.DeliverLocal(h, payload, func(n int) []byte { return make([]byte, n) })
+	return nil
 }
 
 // sendAbort writes an abort record for group into the outbound control

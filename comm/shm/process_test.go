@@ -3,7 +3,6 @@
 package shm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/launch"
 )
@@ -68,7 +68,7 @@ func child(mode string) int {
 	case "leader-crash":
 		// Rank 0 of a job whose rank 1 never comes: it creates the
 		// segment and waits until it is killed.
-		_, err := NewWithOptions(ctx, comm.Config{Rank: 0, Size: 2, Store: newMemStore(), Token: token, Job: "crash"},
+		_, err := NewWithOptions(ctx, comm.Config{Rank: 0, Size: 2, Store: rendezvous.NewMemStore(), Token: token, Job: "crash"},
 			Options{Dir: dir})
 		fmt.Fprintln(os.Stderr, "leader returned:", err)
 		return 1
@@ -78,22 +78,7 @@ func child(mode string) int {
 }
 
 // syncBuf is a bytes.Buffer safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = commtest.Buffer
 
 // TestKillRank: three worker processes all-reduce over shm; rank 1 is
 // killed with SIGKILL. The other two must fail on their own (not be killed

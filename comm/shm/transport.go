@@ -15,6 +15,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
 )
 
@@ -72,22 +73,12 @@ type Transport struct {
 
 var errTransportClosed = fmt.Errorf("shm: transport closed: %w", comm.ErrClosed)
 
-// peerClosedErr is the error of ops on a link whose peer said goodbye;
-// reason is the failure the peer gave for closing, if any.
-func peerClosedErr(rank int, reason string) error {
-	if reason != "" {
-		return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm after a failure (%s): %w", reason, comm.ErrClosed)}
-	}
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm: %w", comm.ErrClosed)}
-}
-
-func lostErr(rank int, format string, args ...any) error {
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrPeerLost, fmt.Sprintf(format, args...))}
-}
-
-func protoErr(rank int, format string, args ...any) error {
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrProtocol, fmt.Sprintf(format, args...))}
-}
+// The errors of a link (see package mailbox).
+var (
+	peerClosedErr = mailbox.PeerClosedErr
+	lostErr       = mailbox.LostErr
+	protoErr      = mailbox.ProtoErr
+)
 
 func ctxErr(ctx context.Context) error { return fmt.Errorf("shm: %w", ctx.Err()) }
 
@@ -391,13 +382,7 @@ func (t *Transport) checkArgs(what string, peer int, h wire.Header) error {
 	if t.links[peer] == nil {
 		return comm.InvalidArgf("shm: %s rank %d: that rank does not share this segment (ranks %v)", what, peer, t.local)
 	}
-	if h.Kind != wire.KindColl && h.Kind != wire.KindP2P {
-		return comm.InvalidArgf("shm: %s rank %d: message kind %v", what, peer, h.Kind)
-	}
-	h.Offset, h.Total, h.Len = 0, 0, 0
-	var b [wire.HeaderSize]byte
-	h.Encode(b[:])
-	if _, err := wire.Decode(b[:]); err != nil {
+	if err := wire.CheckMessage(h); err != nil {
 		return comm.InvalidArgf("shm: %s rank %d: %v", what, peer, err)
 	}
 	return nil
@@ -426,12 +411,13 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	if err := l.closedErr(); err != nil {
 		return err
 	}
-	key := keyOf(h)
-	ss, err := l.lockSendStream(ctx, key, h.Group)
+	unlock, err := l.box.LockSend(ctx, mailbox.KeyOf(h), func(ctx context.Context, sem chan struct{}) error {
+		return t.acquire(ctx, sem, h.Group)
+	})
 	if err != nil {
 		return err
 	}
-	defer l.unlockSendStream(key, ss)
+	defer unlock()
 	total := len(payload)
 	h.Total = uint64(total)
 	for off := 0; ; {
@@ -458,7 +444,7 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 	if err := t.checkArgs("recv from", from, h); err != nil {
 		return err
 	}
-	return t.recv(ctx, from, h, &recvOp{dst: dst, n: len(dst)})
+	return t.recv(ctx, from, h, mailbox.NewRecv(dst, nil, len(dst)))
 }
 
 // RecvPayload is Recv without the copy out of the ring (see
@@ -476,12 +462,12 @@ func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n 
 	if n < 0 || fn == nil {
 		return comm.InvalidArgf("shm: RecvPayload of %d bytes with fn %p", n, fn)
 	}
-	return t.recv(ctx, from, h, &recvOp{fn: fn, n: n})
+	return t.recv(ctx, from, h, mailbox.NewRecv(nil, fn, n))
 }
 
 var _ algo.PayloadReceiver = (*Transport)(nil)
 
-func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *recvOp) error {
+func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailbox.Recv) error {
 	if !t.enter() {
 		return errTransportClosed
 	}
@@ -490,37 +476,30 @@ func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *recvO
 		return err
 	}
 	l := t.links[from]
-	key := keyOf(h)
-	op.want = h
-	op.want.Offset, op.want.Len, op.want.Total = 0, 0, uint64(op.n)
+	box := l.box
+	key := mailbox.KeyOf(h)
+	op.Want = h
+	op.Want.Offset, op.Want.Len, op.Want.Total = 0, 0, uint64(op.N)
 
 	l.mu.Lock()
-	s := l.stream(key)
-	s.waiters++
+	s := box.Stream(key)
+	s.Join()
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
-		s.waiters--
-		l.gc(key, s)
+		box.Leave(key, s)
 		l.mu.Unlock()
 	}()
-	if err := t.acquire(ctx, s.rsem, h.Group); err != nil {
+	if err := t.acquire(ctx, s.RSem, h.Group); err != nil {
 		return err
 	}
-	defer func() { <-s.rsem }()
+	defer func() { <-s.RSem }()
 
 	l.mu.Lock()
-	for len(s.q) > 0 && !op.finished {
-		f := s.pop()
-		l.queued -= int64(len(f.data))
-		op.apply(f.h, f.data)
-	}
-	if !op.finished {
-		s.posted = op
-	}
+	box.Take(s, op, nil, false, nil)
 	l.mu.Unlock()
-	if op.done.Load() {
-		return op.err
+	if op.Done() {
+		return op.Err
 	}
 	return l.wait(ctx, s, op)
 }

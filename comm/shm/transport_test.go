@@ -18,31 +18,21 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/comm/algo/transporttest"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
 var token = []byte("test-token")
 
 // logBuf collects a rank's diagnostics; the test prints them if it fails.
-type logBuf struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuf) logf(format string, args ...any) {
-	l.mu.Lock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-	l.mu.Unlock()
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
+type logBuf = commtest.Log
 
 type world struct {
-	store *memStore
+	store *rendezvous.MemStore
 	job   string
 	dir   string
 	ts    []*Transport
@@ -51,7 +41,7 @@ type world struct {
 
 func newWorld(t *testing.T, size int) *world {
 	t.Helper()
-	w := &world{store: newMemStore(), job: t.Name(), dir: t.TempDir(), ts: make([]*Transport, size)}
+	w := &world{store: rendezvous.NewMemStore(), job: t.Name(), dir: t.TempDir(), ts: make([]*Transport, size)}
 	for range size {
 		w.logs = append(w.logs, &logBuf{})
 	}
@@ -73,7 +63,7 @@ func newWorld(t *testing.T, size int) *world {
 func (w *world) config(rank, size int, opts comm.Options) comm.Config {
 	return comm.Config{
 		Rank: rank, Size: size, Store: w.store, Token: token, Job: w.job,
-		Options: opts, Logf: w.logs[rank].logf,
+		Options: opts, Logf: w.logs[rank].Logf,
 	}
 }
 
@@ -116,61 +106,18 @@ func mkWorld(t *testing.T, size int, opts comm.Options, o Options) *world {
 	return w
 }
 
-func coll(group, seq uint64) wire.Header {
-	return wire.Header{Kind: wire.KindColl, Op: wire.OpAllReduce, DType: 1, Red: 1, Group: group, Seq: seq, Count: 5}
-}
-
-func p2p(group, tag uint64) wire.Header {
-	return wire.Header{Kind: wire.KindP2P, Op: wire.OpSend, DType: 5, Group: group, Seq: tag}
-}
-
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) ^ seed
-	}
-	return b
-}
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func posted(tr *Transport, from int, h wire.Header) bool {
 	l := tr.links[from]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.streams[keyOf(h)]
-	return s != nil && s.posted != nil
+	return l.box.HasPosted(h)
 }
 
 func queued(tr *Transport, from int) int64 {
 	l := tr.links[from]
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.queued
-}
-
-func wantPeerErr(t *testing.T, err error, rank int, sentinel error) {
-	t.Helper()
-	var pe *comm.PeerError
-	if !errors.As(err, &pe) || pe.Rank != rank || !errors.Is(err, sentinel) {
-		t.Fatalf("got %v, want a PeerError naming rank %d wrapping %v", err, rank, sentinel)
-	}
+	return l.box.Queued
 }
 
 func segFiles(t *testing.T, dir string) []string {
@@ -180,43 +127,6 @@ func segFiles(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	return m
-}
-
-func TestMesh(t *testing.T) {
-	for size := 1; size <= 4; size++ {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			w := mkWorld(t, size, comm.Options{}, Options{})
-			if f := segFiles(t, w.dir); len(f) != 0 {
-				t.Errorf("segment files left after setup: %v", f)
-			}
-			ctx := ctxT(t, 10*time.Second)
-			var wg sync.WaitGroup
-			errs := make(chan error, 2*size*size)
-			for r, tr := range w.ts {
-				if tr.Rank() != r || tr.Size() != size {
-					t.Fatalf("rank %d: Rank %d Size %d", r, tr.Rank(), tr.Size())
-				}
-				for p := range size {
-					wg.Go(func() { errs <- tr.Send(ctx, p, coll(1, 1), []byte{byte(r), byte(p)}) })
-					wg.Go(func() {
-						got := make([]byte, 2)
-						if err := tr.Recv(ctx, p, coll(1, 1), got); err != nil {
-							errs <- err
-						} else if got[0] != byte(p) || got[1] != byte(r) {
-							errs <- fmt.Errorf("rank %d from %d: got %v", r, p, got)
-						}
-					})
-				}
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
 }
 
 // TestSendRecvSizes sends messages of many sizes both ways, through a small
@@ -254,87 +164,6 @@ func TestSendRecvSizes(t *testing.T) {
 	}
 }
 
-func TestStreamsIndependent(t *testing.T) {
-	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10, FrameBytes: 8 << 10})
-	ctx := ctxT(t, 20*time.Second)
-	a, b := w.ts[0], w.ts[1]
-	big := 100<<10 + 5 // more than the ring holds
-	hs := []wire.Header{p2p(1, 1), p2p(1, 2), coll(1, 1), coll(2, 1)}
-	// Multi-frame messages on four streams, sent concurrently (their
-	// frames interleave in the ring), received in the reverse order: the
-	// receiver queues what it is not waiting for, so the senders finish.
-	var wg sync.WaitGroup
-	for i, h := range hs {
-		wg.Go(func() {
-			if err := a.Send(ctx, 1, h, pattern(big, byte(i))); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	for i := len(hs) - 1; i >= 0; i-- {
-		got := make([]byte, big)
-		if err := b.Recv(ctx, 0, hs[i], got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, pattern(big, byte(i))) {
-			t.Errorf("stream %d: wrong data", i)
-		}
-	}
-	wg.Wait()
-
-	// Messages of one stream keep their order, and concurrent sends on one
-	// stream never interleave their frames.
-	h := p2p(1, 9)
-	for i := range 3 {
-		if err := a.Send(ctx, 1, h, pattern(10, byte(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 3 {
-		got := make([]byte, 10)
-		if err := b.Recv(ctx, 0, h, got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, pattern(10, byte(i))) {
-			t.Fatalf("message %d out of order: %v", i, got)
-		}
-	}
-	for i := range 2 {
-		wg.Go(func() {
-			msg := bytes.Repeat([]byte{byte(i + 1)}, big)
-			if err := a.Send(ctx, 1, h, msg); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	seen := map[byte]bool{}
-	for range 2 {
-		got := make([]byte, big)
-		if err := b.Recv(ctx, 0, h, got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, bytes.Repeat(got[:1], big)) {
-			t.Fatal("frames of two messages interleaved")
-		}
-		seen[got[0]] = true
-	}
-	wg.Wait()
-	if !seen[1] || !seen[2] {
-		t.Fatalf("got messages %v", seen)
-	}
-	// Idle streams are forgotten.
-	for _, tr := range w.ts {
-		for _, l := range tr.links {
-			l.mu.Lock()
-			n, m, q := len(l.streams), len(l.sends), l.queued
-			l.mu.Unlock()
-			if n != 0 || m != 0 || q != 0 {
-				t.Errorf("rank %d link %d: %d streams, %d send streams, %d queued bytes left", tr.rank, l.peer, n, m, q)
-			}
-		}
-	}
-}
-
 // A sender whose ring is full of messages nobody receives yet is not stuck:
 // the receiver's control goroutine drains them into queues.
 func TestSendWithoutReceiver(t *testing.T) {
@@ -353,60 +182,6 @@ func TestSendWithoutReceiver(t *testing.T) {
 	}
 	if !bytes.Equal(got, pattern(n, 3)) {
 		t.Fatal("wrong data")
-	}
-}
-
-func TestMismatch(t *testing.T) {
-	w := mkWorld(t, 2, comm.Options{}, Options{})
-	ctx := ctxT(t, 10*time.Second)
-	a, b := w.ts[0], w.ts[1]
-	other := coll(4, 1)
-	other.Op = wire.OpBroadcast
-	count := coll(4, 1)
-	count.Count = 6
-	cases := map[string]struct {
-		want wire.Header
-		n    int
-	}{
-		"op":     {other, 8},
-		"count":  {count, 8},
-		"length": {coll(4, 1), 9},
-	}
-	for name, c := range cases {
-		for _, postFirst := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/posted=%v", name, postFirst), func(t *testing.T) {
-				done := make(chan error, 1)
-				recv := func() { done <- b.Recv(ctx, 0, c.want, make([]byte, c.n)) }
-				if postFirst {
-					go recv()
-					waitFor(t, "the receive to be posted", func() bool { return posted(b, 0, c.want) })
-				}
-				if err := a.Send(ctx, 1, coll(4, 1), make([]byte, 8)); err != nil {
-					t.Fatal(err)
-				}
-				if !postFirst {
-					go recv()
-				}
-				err := <-done
-				var me *wire.MismatchError
-				if !errors.As(err, &me) {
-					t.Fatalf("got %v, want a *wire.MismatchError", err)
-				}
-				if me.Got.Op != wire.OpAllReduce || me.Got.Count != 5 {
-					t.Fatalf("mismatch names %+v", me.Got)
-				}
-				if q := queued(b, 0); q != 0 {
-					t.Fatalf("mismatched frame not discarded: %d bytes queued", q)
-				}
-			})
-		}
-	}
-	// The transport still works.
-	if err := a.Send(ctx, 1, coll(4, 2), []byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, 0, coll(4, 2), make([]byte, 1)); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -643,58 +418,6 @@ func TestHeartbeat(t *testing.T) {
 	wantPeerErr(t, w.ts[0].Send(ctx, 2, coll(0, 3), nil), 1, comm.ErrPeerLost)
 }
 
-func TestCloseWithPending(t *testing.T) {
-	w := mkWorld(t, 2, comm.Options{}, Options{})
-	ctx := ctxT(t, 10*time.Second)
-	a, b := w.ts[0], w.ts[1]
-	// A message sent before the goodbye stays receivable.
-	if err := a.Send(ctx, 1, coll(0, 1), []byte{42}); err != nil {
-		t.Fatal(err)
-	}
-	pending := make(chan error, 2)
-	go func() { pending <- a.Recv(ctx, 1, coll(7, 1), make([]byte, 1)) }()
-	go func() { pending <- a.Recv(ctx, 0, coll(7, 1), make([]byte, 1)) }()
-	waitFor(t, "the receives to be posted", func() bool { return posted(a, 1, coll(7, 1)) && posted(a, 0, coll(7, 1)) })
-
-	peerPending := make(chan error, 1)
-	go func() { peerPending <- b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(b, 0, coll(8, 1)) })
-
-	start := time.Now()
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Close took %v", d)
-	}
-	for range 2 {
-		if err := <-pending; !errors.Is(err, comm.ErrClosed) {
-			t.Errorf("pending recv: %v", err)
-		}
-	}
-	if err := a.Send(ctx, 1, coll(0, 1), nil); !errors.Is(err, comm.ErrClosed) {
-		t.Errorf("send after close: %v", err)
-	}
-	wantPeerErr(t, <-peerPending, 0, comm.ErrClosed)
-	got := make([]byte, 1)
-	if err := b.Recv(ctx, 0, coll(0, 1), got); err != nil || got[0] != 42 {
-		t.Fatalf("message sent before close: %v %v", got, err)
-	}
-	wantPeerErr(t, b.Recv(ctx, 0, coll(0, 1), got), 0, comm.ErrClosed)
-	wantPeerErr(t, b.Send(ctx, 0, coll(0, 1), got), 0, comm.ErrClosed)
-	if err := b.Err(); err != nil {
-		t.Fatalf("the peer's transport failed: %v", err)
-	}
-	// b still talks to itself.
-	if err := b.Send(ctx, 1, coll(0, 1), []byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, 1, coll(0, 1), got); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A sender blocked on a full ring (the receiver hung: nothing drains it)
 // fails once the receiver says goodbye, with the receiver's reason.
 func TestGoodbyeReleasesBlockedSender(t *testing.T) {
@@ -717,91 +440,6 @@ func TestGoodbyeReleasesBlockedSender(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("sender hung after the receiver said goodbye")
-	}
-}
-
-func TestAbort(t *testing.T) {
-	w := mkWorld(t, 3, comm.Options{}, Options{})
-	ctx := ctxT(t, 10*time.Second)
-	a, b := w.ts[0], w.ts[1]
-	pending := make(chan error, 1)
-	go func() { pending <- b.Recv(ctx, 2, coll(7, 1), make([]byte, 1)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(b, 2, coll(7, 1)) })
-
-	cause := errors.New("boom")
-	a.Abort(7, []int{1, 0, 1, 9}, cause)
-	err := <-pending
-	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0 aborted: boom") {
-		t.Fatalf("peer's pending recv: %v", err)
-	}
-	if err := b.Send(ctx, 2, coll(7, 2), nil); !errors.Is(err, comm.ErrAborted) {
-		t.Fatalf("peer's later send: %v", err)
-	}
-	if err := a.Recv(ctx, 1, coll(7, 2), nil); !errors.Is(err, cause) {
-		t.Fatalf("local recv: %v", err)
-	}
-	// Other groups go on.
-	if err := a.Send(ctx, 1, coll(8, 1), []byte{3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Recv(ctx, 0, coll(8, 1), make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	// Long causes are truncated, and more aborts than the control ring
-	// holds at once all arrive.
-	long := strings.Repeat("é", wire.MaxAbortText)
-	for g := uint64(100); g < 110; g++ {
-		a.Abort(g, []int{1}, errors.New(long))
-	}
-	for g := uint64(100); g < 110; g++ {
-		if err := b.Recv(ctx, 0, coll(g, 1), nil); !errors.Is(err, comm.ErrAborted) {
-			t.Fatalf("group %d: %v", g, err)
-		}
-	}
-}
-
-func TestRecvCancel(t *testing.T) {
-	w := mkWorld(t, 2, comm.Options{}, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	err := w.ts[0].Recv(ctx, 1, coll(0, 1), make([]byte, 1))
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal(err)
-	}
-	if posted(w.ts[0], 1, coll(0, 1)) {
-		t.Fatal("cancelled receive still posted")
-	}
-}
-
-// A Recv cancelled while its message streams in returns only once the
-// transport has stopped writing its buffer (the race detector checks it too).
-func TestRecvCancelNeverWritesLate(t *testing.T) {
-	w := mkWorld(t, 2, comm.Options{}, Options{RingBytes: 64 << 10, FrameBytes: 4 << 10})
-	ctx := ctxT(t, 20*time.Second)
-	n := 1 << 20
-	for i := range 4 {
-		h := p2p(0, uint64(100+i))
-		dst := make([]byte, n)
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- w.ts[1].Recv(rctx, 0, h, dst) }()
-		waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[1], 0, h) })
-		sent := make(chan error, 1)
-		go func() { sent <- w.ts[0].Send(ctx, 1, h, pattern(n, 1)) }()
-		time.Sleep(time.Duration(i) * 300 * time.Microsecond)
-		cancel()
-		err := <-done
-		snap := bytes.Clone(dst)
-		if err := <-sent; err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-		if err != nil && !bytes.Equal(snap, dst) {
-			t.Fatalf("iteration %d: buffer written after Recv returned %v", i, err)
-		}
-	}
-	if err := w.ts[1].Err(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -845,26 +483,6 @@ func TestBadRecords(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// A rank whose transport fails says goodbye with the failure as its reason,
-// so that ranks that were not linked to the culprit learn the root cause.
-func TestGoodbyeCarriesReason(t *testing.T) {
-	w := mkWorld(t, 3, comm.Options{}, Options{})
-	ctx := ctxT(t, 10*time.Second)
-	errc := make(chan error, 1)
-	go func() { errc <- w.ts[0].Recv(ctx, 2, coll(0, 1), make([]byte, 4)) }()
-	waitFor(t, "the receive to be posted", func() bool { return posted(w.ts[0], 2, coll(0, 1)) })
-	w.ts[2].Fail(lostErr(1, "test crash"))
-	err := <-errc
-	wantPeerErr(t, err, 2, comm.ErrClosed)
-	if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "test crash") {
-		t.Errorf("error does not give rank 2's reason: %v", err)
-	}
-	err = w.ts[0].Send(ctx, 2, coll(0, 2), []byte{1})
-	if err == nil || !strings.Contains(err.Error(), "test crash") {
-		t.Errorf("send after the goodbye: %v", err)
 	}
 }
 
@@ -1008,3 +626,36 @@ func TestRecvPayloadCancelWaitsForFn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTransportKit runs the transport test kit (algo/transporttest) over
+// small rings, so that its messages take many frames and more than a ring
+// holds; setting up leaves no segment file behind.
+func TestTransportKit(t *testing.T) {
+	transporttest.Run(t, transporttest.World{
+		New: func(t *testing.T, n int, opts comm.Options) []algo.Transport {
+			w := mkWorld(t, n, opts, Options{RingBytes: 64 << 10, FrameBytes: 8 << 10})
+			if f := segFiles(t, w.dir); len(f) != 0 {
+				t.Errorf("segment files left after setup: %v", f)
+			}
+			ts := make([]algo.Transport, n)
+			for i, tr := range w.ts {
+				ts[i] = tr
+			}
+			return ts
+		},
+		Box:  func(tr algo.Transport, from int) *mailbox.Box { return tr.(*Transport).links[from].box },
+		Big:  100<<10 + 5,
+		Lazy: true,
+		Fail: func(tr algo.Transport, err error) { tr.(*Transport).Fail(err) },
+	})
+}
+
+// Helpers of the transport test kit.
+var (
+	coll        = transporttest.Coll
+	p2p         = transporttest.P2P
+	pattern     = transporttest.Pattern
+	ctxT        = transporttest.Ctx
+	waitFor     = transporttest.WaitFor
+	wantPeerErr = transporttest.WantPeerErr
+)

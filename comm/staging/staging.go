@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/opcheck"
 	"github.com/gdist/gdist/gpu/cuda"
 )
 
@@ -176,8 +177,8 @@ type region struct {
 // and returns a Work that completes once the results are back in the
 // caller's buffers. Collectives (coll) complete in issue order.
 func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call func(bufs []comm.Buffer) (comm.Work, error)) (comm.Work, error) {
-	if ctx == nil {
-		return nil, comm.InvalidArgf("%s: nil context", name)
+	if err := opcheck.Ctx(name, ctx); err != nil {
+		return nil, err
 	}
 	bufs := make([]comm.Buffer, len(args))
 	staged := make([]bool, len(args))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,33 +54,11 @@ func newWorld(t testing.TB, backend string, n int) []comm.Comm {
 			}
 		})
 	}
-	cs := make([]comm.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		var store comm.Store
-		if stores != nil {
-			store = stores[r]
-		}
-		wg.Go(func() {
-			cs[r], errs[r] = comm.New(ctx, backend, comm.Config{Rank: r, Size: n, LocalRank: r, LocalSize: n,
-				Store: store, Token: token, Job: t.Name(), Logf: func(string, ...any) {}})
-		})
+	if stores == nil {
+		stores = make([]comm.Store, n) // inproc needs none
 	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return cs
+	return commtest.RegistryWorld(backend, func(testing.TB, int) []comm.Store { return stores },
+		comm.Config{Token: token, Logf: func(string, ...any) {}})(t, n)
 }
 
 // deviceWorld is a commtest.World whose Comms take the suite's host buffers,

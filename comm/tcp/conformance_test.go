@@ -1,46 +1,16 @@
 package tcp
 
 import (
-	"context"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/rendezvous"
 )
 
 // tcpWorld builds n Comms through the registered "tcp" backend.
-func tcpWorld(t testing.TB, n int) []comm.Comm {
-	store := newMemStore()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cs := make([]comm.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			cs[r], errs[r] = comm.New(ctx, "tcp", comm.Config{
-				Rank: r, Size: n, Store: store, Token: token, Job: t.Name(),
-				Logf: func(string, ...any) {},
-			})
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return cs
-}
+var tcpWorld = commtest.RegistryWorld("tcp", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+	comm.Config{Token: token, Logf: func(string, ...any) {}})
 
 func TestConformance(t *testing.T) {
 	// World sizes up to 4 (every rank is a full mesh of sockets in this

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
 )
 
@@ -31,12 +31,10 @@ type conn struct {
 	readerDone chan struct{} // closed when the reader has exited
 	stage      []byte        // the reader's staging buffer (readStaged)
 
-	mu         sync.Mutex
-	streams    map[streamKey]*stream
-	sends      map[streamKey]*sendStream
-	queued     int64 // payload bytes queued in streams
-	peerClosed bool  // the peer said goodbye
-	byeErr     error // what ops on this link fail with after the goodbye
+	mu         sync.Mutex   // guards box and the fields below
+	box        *mailbox.Box // the streams the peer sends on
+	peerClosed bool         // the peer said goodbye
+	byeErr     error        // what ops on this link fail with after the goodbye
 }
 
 func newConn(t *Transport, peer int, nc net.Conn) *conn {
@@ -44,9 +42,8 @@ func newConn(t *Transport, peer int, nc net.Conn) *conn {
 		t: t, peer: peer, nc: nc,
 		wsem:       make(chan struct{}, 1),
 		readerDone: make(chan struct{}),
-		streams:    map[streamKey]*stream{},
-		sends:      map[streamKey]*sendStream{},
 	}
+	c.box = mailbox.New(&c.mu)
 	if nc != nil {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
@@ -67,42 +64,6 @@ type deadlineReader struct {
 func (r *deadlineReader) Read(p []byte) (int, error) {
 	r.nc.SetReadDeadline(time.Now().Add(r.d))
 	return r.nc.Read(p)
-}
-
-// sendStream serialises the messages of one stream on a connection, so that
-// their frames never interleave.
-type sendStream struct {
-	sem  chan struct{}
-	refs int
-}
-
-func (c *conn) lockSendStream(ctx context.Context, key streamKey, group uint64) (*sendStream, error) {
-	c.mu.Lock()
-	ss := c.sends[key]
-	if ss == nil {
-		ss = &sendStream{sem: make(chan struct{}, 1)}
-		c.sends[key] = ss
-	}
-	ss.refs++
-	c.mu.Unlock()
-	if err := c.t.acquire(ctx, ss.sem, group); err != nil {
-		c.dropSendStream(key, ss)
-		return nil, err
-	}
-	return ss, nil
-}
-
-func (c *conn) unlockSendStream(key streamKey, ss *sendStream) {
-	<-ss.sem
-	c.dropSendStream(key, ss)
-}
-
-func (c *conn) dropSendStream(key streamKey, ss *sendStream) {
-	c.mu.Lock()
-	if ss.refs--; ss.refs == 0 {
-		delete(c.sends, key)
-	}
-	c.mu.Unlock()
 }
 
 // writeFrameLocked writes one frame; the caller holds wsem.
@@ -249,28 +210,25 @@ func (c *conn) readData(h wire.Header) error {
 	if c.t.isDead() {
 		return c.discard(h.Len)
 	}
-	key := keyOf(h)
+	key := mailbox.KeyOf(h)
+	box := c.box
 	c.mu.Lock()
-	s := c.stream(key)
-	if op := s.posted; op != nil && len(s.q) == 0 {
-		if err := op.check(h); err != nil {
-			s.posted = nil
-			op.finish(err)
-			c.gc(key, s)
+	s := box.Stream(key)
+	if op := s.Posted(); op != nil {
+		off, ok := box.Start(key, s, op, h)
+		if !ok {
 			c.mu.Unlock()
 			return c.discard(h.Len)
 		}
 		// Direct path: the socket writes the caller's buffer (or the
 		// staging buffer that fn reads). Recv waits for this frame
-		// before it returns (op.writing).
-		op.writing = true
-		base := op.got
+		// before it returns (op.Writing).
 		c.mu.Unlock()
 		var rerr error
-		if op.fn == nil {
-			_, rerr = io.ReadFull(c.br, op.dst[base:base+int(h.Len)])
+		if op.Fn == nil {
+			_, rerr = io.ReadFull(c.br, op.Dst[off:off+int(h.Len)])
 		} else {
-			rerr = c.readStaged(op.fn, base, int(h.Len))
+			rerr = c.readStaged(op.Fn, off, int(h.Len))
 		}
 		var lerr error
 		if rerr != nil {
@@ -278,51 +236,43 @@ func (c *conn) readData(h wire.Header) error {
 			c.t.fail(lerr)
 		}
 		c.mu.Lock()
-		c.written(key, s, op, int(h.Len), rerr)
+		op.Written(int(h.Len), rerr, c.t.Err())
+		box.Unpost(key, s, op)
 		c.mu.Unlock()
 		return lerr
 	}
-	if c.queued+int64(h.Len) > c.t.opts.MaxUnexpected {
+	if box.Queued+int64(h.Len) > c.t.opts.MaxUnexpected {
 		c.mu.Unlock()
 		return protoErr(c.peer, "sent more than %d bytes that no receive was posted for", c.t.opts.MaxUnexpected)
 	}
-	c.queued += int64(h.Len) // reserved while the payload is read
+	box.Queued += int64(h.Len) // reserved while the payload is read
 	c.mu.Unlock()
 	buf := getBuf(int(h.Len))
 	if _, err := io.ReadFull(c.br, buf); err != nil {
 		return c.readFailed(err)
 	}
 	c.mu.Lock()
-	s = c.stream(key)
-	if op := s.posted; op != nil && len(s.q) == 0 && op.fn != nil {
+	box.Queued -= int64(h.Len)
+	s = box.Stream(key)
+	if op := s.Posted(); op != nil && op.Fn != nil {
 		// The receive was posted while the payload was read: hand it
 		// to fn outside the lock, as on the direct path.
-		c.queued -= int64(h.Len)
-		if err := op.check(h); err != nil {
-			s.posted = nil
-			op.finish(err)
-			c.gc(key, s)
-			c.mu.Unlock()
-			putBuf(buf)
-			return nil
-		}
-		op.writing = true
-		base := op.got
+		off, ok := box.Start(key, s, op, h)
 		c.mu.Unlock()
-		if len(buf) > 0 {
-			op.fn(base, buf)
+		if ok {
+			op.Put(off, buf)
 		}
 		putBuf(buf)
-		c.mu.Lock()
-		c.written(key, s, op, int(h.Len), nil)
-		c.mu.Unlock()
+		if ok {
+			c.mu.Lock()
+			op.Written(int(h.Len), nil, nil)
+			box.Unpost(key, s, op)
+			c.mu.Unlock()
+		}
 		return nil
 	}
-	if c.offer(key, s, h, buf) {
-		c.queued -= int64(h.Len)
+	if !box.Queue(key, s, h, buf) {
 		putBuf(buf)
-	} else {
-		s.push(frame{h: h, data: buf})
 	}
 	c.mu.Unlock()
 	return nil
@@ -349,31 +299,6 @@ func (c *conn) readStaged(fn func(off int, payload []byte), base, n int) error {
 	return nil
 }
 
-// written ends the reader's write of an n-byte frame into op (rerr: the
-// read failed): it advances op and finishes it when the message is
-// complete, the Recv gave up meanwhile, or the read failed. Callers hold
-// c.mu.
-func (c *conn) written(key streamKey, s *stream, op *recvOp, n int, rerr error) {
-	op.writing = false
-	switch {
-	case rerr == nil:
-		op.got += n
-		if op.got == op.n {
-			op.finish(nil)
-		} else if op.cancelErr != nil {
-			op.finish(op.cancelErr)
-		}
-	case op.cancelErr != nil:
-		op.finish(op.cancelErr)
-	default:
-		op.finish(c.t.Err())
-	}
-	if op.finished && s.posted == op {
-		s.posted = nil
-	}
-	c.gc(key, s)
-}
-
 // onGoodbye marks the peer closed and fails the receives posted on it.
 // onGoodbye records the peer's goodbye (reason, when not empty, is the
 // failure that made it close) and fails the posted receives.
@@ -382,13 +307,8 @@ func (c *conn) onGoodbye(reason string) {
 	defer c.mu.Unlock()
 	c.peerClosed = true
 	c.byeErr = peerClosedErr(c.peer, reason)
-	for key, s := range c.streams {
-		if op := s.posted; op != nil {
-			s.posted = nil
-			op.finish(c.byeErr)
-			c.gc(key, s)
-		}
-	}
+	// The reader calls this, so no frame is being written.
+	c.box.FailPosted(c.byeErr)
 }
 
 // heartbeatLoop writes a heartbeat whenever the link has been quiet for a
@@ -442,6 +362,15 @@ func (c *conn) sendAbort(group uint64, text string) {
 	if err := c.writeFrameLocked(&h, []byte(text)); err != nil {
 		c.t.logf("tcp: rank %d: could not tell rank %d about the abort: %v", c.t.rank, c.peer, err)
 	}
+}
+
+// byeErrLocked is what a receive fails with once the peer said goodbye,
+// or nil. Callers hold c.mu.
+func (c *conn) byeErrLocked() error {
+	if c.peerClosed {
+		return c.byeErr
+	}
+	return nil
 }
 
 // closedErr is the error of an op on a link whose peer said goodbye.

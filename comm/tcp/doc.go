@@ -67,6 +67,9 @@
 // sender's). Either way fn never runs after RecvPayload returns.
 //
 // Sends to this rank itself are copied into the local mailbox.
+// The mailbox (streams, queued frames, posted receives, send locks) is
+// comm/internal/mailbox, shared with comm/shm; the transport-level tests
+// both run are comm/algo/transporttest.
 //
 // # Liveness and failure
 //

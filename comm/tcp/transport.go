@@ -11,6 +11,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/comm/internal/mailbox"
 	"github.com/gdist/gdist/comm/internal/wire"
 )
 
@@ -82,22 +83,12 @@ type Transport struct {
 
 var errTransportClosed = fmt.Errorf("tcp: transport closed: %w", comm.ErrClosed)
 
-// peerClosedErr is the error of ops on a link whose peer said goodbye;
-// reason is the failure the peer gave for closing, if any.
-func peerClosedErr(rank int, reason string) error {
-	if reason != "" {
-		return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm after a failure (%s): %w", reason, comm.ErrClosed)}
-	}
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("closed its comm: %w", comm.ErrClosed)}
-}
-
-func lostErr(rank int, format string, args ...any) error {
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrPeerLost, fmt.Sprintf(format, args...))}
-}
-
-func protoErr(rank int, format string, args ...any) error {
-	return &comm.PeerError{Rank: rank, Err: fmt.Errorf("%w: %s", comm.ErrProtocol, fmt.Sprintf(format, args...))}
-}
+// The errors of a link (see package mailbox).
+var (
+	peerClosedErr = mailbox.PeerClosedErr
+	lostErr       = mailbox.LostErr
+	protoErr      = mailbox.ProtoErr
+)
 
 // Rank is this rank's world rank.
 func (t *Transport) Rank() int { return t.rank }
@@ -234,13 +225,7 @@ func (t *Transport) checkArgs(what string, peer int, h wire.Header) error {
 	if !t.linked[peer] {
 		return comm.InvalidArgf("tcp: %s rank %d: not one of this transport's peers %v", what, peer, t.opts.Peers)
 	}
-	if h.Kind != wire.KindColl && h.Kind != wire.KindP2P {
-		return comm.InvalidArgf("tcp: %s rank %d: message kind %v", what, peer, h.Kind)
-	}
-	h.Offset, h.Total, h.Len = 0, 0, 0
-	var b [wire.HeaderSize]byte
-	h.Encode(b[:])
-	if _, err := wire.Decode(b[:]); err != nil {
+	if err := wire.CheckMessage(h); err != nil {
 		return comm.InvalidArgf("tcp: %s rank %d: %v", what, peer, err)
 	}
 	return nil
@@ -259,14 +244,18 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	}
 	c := t.conns[to]
 	if c.nc == nil {
-		return c.deliverLocal(h, payload)
+		c.mu.Lock()
+		c.box.DeliverLocal(h, payload, getBuf)
+		c.mu.Unlock()
+		return nil
 	}
-	key := keyOf(h)
-	ss, err := c.lockSendStream(ctx, key, h.Group)
+	unlock, err := c.box.LockSend(ctx, mailbox.KeyOf(h), func(ctx context.Context, sem chan struct{}) error {
+		return t.acquire(ctx, sem, h.Group)
+	})
 	if err != nil {
 		return err
 	}
-	defer c.unlockSendStream(key, ss)
+	defer unlock()
 	total := len(payload)
 	h.Total = uint64(total)
 	for off := 0; ; {
@@ -290,7 +279,7 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 // into dst (see algo.Transport). It blocks until the whole message is in
 // dst, or fails; it never returns while the transport still writes dst.
 func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byte) error {
-	return t.recv(ctx, from, h, &recvOp{dst: dst, n: len(dst)})
+	return t.recv(ctx, from, h, mailbox.NewRecv(dst, nil, len(dst)))
 }
 
 // RecvPayload receives like Recv but hands the payload to fn instead of
@@ -304,14 +293,14 @@ func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n 
 	if n < 0 || fn == nil {
 		return comm.InvalidArgf("tcp: RecvPayload of %d bytes with fn %p", n, fn)
 	}
-	return t.recv(ctx, from, h, &recvOp{fn: fn, n: n})
+	return t.recv(ctx, from, h, mailbox.NewRecv(nil, fn, n))
 }
 
 var _ algo.PayloadReceiver = (*Transport)(nil)
 
 // recv runs op (its dst or fn and n set) as the next receive of stream
 // (from, h.Group, h.Kind[, h.Seq]).
-func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *recvOp) error {
+func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailbox.Recv) error {
 	if err := t.checkArgs("recv from", from, h); err != nil {
 		return err
 	}
@@ -319,58 +308,45 @@ func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *recvO
 		return err
 	}
 	c := t.conns[from]
-	key := keyOf(h)
-	want := h
-	want.Offset, want.Len, want.Total = 0, 0, uint64(op.n)
-	op.want = want
-	op.done = make(chan struct{})
+	box := c.box
+	key := mailbox.KeyOf(h)
+	op.Want = h
+	op.Want.Offset, op.Want.Len, op.Want.Total = 0, 0, uint64(op.N)
+	op.Notify = make(chan struct{})
 
 	c.mu.Lock()
-	s := c.stream(key)
-	s.waiters++
+	s := box.Stream(key)
+	s.Join()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		s.waiters--
-		c.gc(key, s)
+		box.Leave(key, s)
 		c.mu.Unlock()
 	}()
-	if err := t.acquire(ctx, s.rsem, h.Group); err != nil {
+	if err := t.acquire(ctx, s.RSem, h.Group); err != nil {
 		return err
 	}
-	defer func() { <-s.rsem }()
+	defer func() { <-s.RSem }()
 
-	// Drain the frames that came first. op is not posted yet, so nothing
-	// else touches it, and the reader only queues behind them: each is
-	// copied (or handed to fn) outside the lock.
+	// Take the frames that came first (each copied, or handed to fn,
+	// outside the lock), then post op.
 	c.mu.Lock()
-	for len(s.q) > 0 && !op.finished {
-		f := s.pop()
-		c.queued -= int64(len(f.data))
-		c.mu.Unlock()
-		op.apply(f.h, f.data)
-		putBuf(f.data)
-		c.mu.Lock()
-	}
-	if !op.finished {
-		if c.peerClosed {
-			op.finish(c.byeErr)
-		} else {
-			s.posted = op
-		}
-	}
+	box.Take(s, op, c.byeErrLocked, true, putBuf)
 	c.mu.Unlock()
 
+	cancel := func(err error) error {
+		return box.Cancel(s, op, err, func(op *mailbox.Recv) { <-op.Notify })
+	}
 	ch, err := t.state(h.Group)
 	for {
 		if err != nil {
-			return c.cancel(s, op, err)
+			return cancel(err)
 		}
 		select {
-		case <-op.done:
-			return op.err
+		case <-op.Notify:
+			return op.Err
 		case <-ctx.Done():
-			return c.cancel(s, op, ctxErr(ctx))
+			return cancel(ctxErr(ctx))
 		case <-t.dead:
 			ch, err = t.state(h.Group)
 		case <-ch:

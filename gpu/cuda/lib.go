@@ -4,6 +4,7 @@ package cuda
 
 /*
 #cgo LDFLAGS: -ldl
+#cgo CFLAGS: -I${SRCDIR}/../../internal/dl
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -11,11 +12,10 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unsafe"
+
+	"github.com/gdist/gdist/internal/dl"
 )
 
 type library struct {
@@ -33,43 +33,20 @@ type state struct {
 	reason string // "" when usable
 }
 
-var (
-	loadMu  sync.Mutex
-	current atomic.Pointer[state]
-)
+var loaded = dl.Lazy[state]{Load: load}
 
-func get() *state {
-	if s := current.Load(); s != nil {
-		return s
-	}
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	if s := current.Load(); s != nil {
-		return s
-	}
-	s := load()
-	current.Store(s)
-	return s
-}
+func get() *state { return loaded.Get() }
 
 // Reload forgets the library loaded so far (it stays mapped: unloading the
 // CUDA runtime is unsafe) and loads one again, reading EnvLibrary anew. It is
 // meant for tests and for programs that set EnvLibrary after start; memory,
 // streams and events from the previous library must not be used with the
 // new one.
-func Reload() {
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	current.Store(load())
-}
+func Reload() { loaded.Reload() }
 
 func load() *state {
-	names := DefaultLibraries
-	if p := os.Getenv(EnvLibrary); p != "" {
-		names = []string{p}
-	}
 	var tried []string
-	for _, name := range names {
+	for _, name := range dl.Candidates(EnvLibrary, DefaultLibraries) {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdcu_open(cname, &buf[0], C.size_t(len(buf)))
@@ -92,10 +69,7 @@ func load() *state {
 		}
 		return &state{lib: l}
 	}
-	reason := "cannot load the CUDA runtime (" + strings.Join(tried, "; ") + ")"
-	if os.Getenv(EnvLibrary) == "" {
-		reason += "; set " + EnvLibrary + " to a libcudart.so (the pip package nvidia-cuda-runtime-cu12 ships one)"
-	}
+	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip package nvidia-cuda-runtime-cu12 ships one)")
 	if C.gdcu_driver_present() != 0 {
 		reason += "; the NVIDIA driver (libcuda.so.1) is present"
 	} else {

@@ -9,33 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl.h"
 #include "shim.h"
 
 static void *sym(void *h, const char *name) { return dlsym(h, name); }
 
 gdcu_lib *gdcu_open(const char *path, char *err, size_t errlen) {
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return NULL;
-	}
-	gdcu_lib *l = calloc(1, sizeof *l);
-	if (!l) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	l->handle = h;
-#define REQ(field, name)                                                          \
-	do {                                                                      \
-		*(void **)&l->field = sym(h, name);                               \
-		if (!l->field) {                                                  \
-			snprintf(err, errlen, "%s has no symbol %s", path, name); \
-			free(l);                                                  \
-			return NULL;                                              \
-		}                                                                 \
-	} while (0)
-#define OPT(field, name) (*(void **)&l->field = sym(h, name))
+	gdcu_lib *l = gd_dlopen(path, sizeof *l, err, errlen);
+	if (!l) return NULL;
+#define REQ(field, name) GD_REQ(l, path, err, errlen, field, name)
+#define OPT(field, name) GD_OPT(l, field, name)
 	REQ(getDeviceCount, "cudaGetDeviceCount");
 	REQ(setDevice, "cudaSetDevice");
 	REQ(getDevice, "cudaGetDevice");

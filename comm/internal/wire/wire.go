@@ -177,14 +177,33 @@ type MismatchError struct {
 	Got, Want Header
 }
 
+// Error names both sides from the receiver's view (the transports match a
+// frame when it is received): for point-to-point, the peer's send and this
+// rank's recv.
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("peer is in %s but this rank is in %s", Describe(e.Got), Describe(e.Want))
+	return fmt.Sprintf("peer is in %s but this rank is in %s", DescribeP2P(e.Got, false), DescribeP2P(e.Want, true))
 }
 
-// Describe names the operation a header belongs to, for error messages.
+// DescribeP2P is Describe, naming a point-to-point header as the receive
+// (recv true) or the send it matches: "recv(tag 3, float32 x 10)".
+// Collective headers are named as by Describe.
+func DescribeP2P(h Header, recv bool) string {
+	if h.Kind != KindP2P {
+		return Describe(h)
+	}
+	call := "send"
+	if recv {
+		call = "recv"
+	}
+	return fmt.Sprintf("%s(tag %d, %s x %d)", call, int64(h.Seq), dtypeName(h.DType), h.Count)
+}
+
+// Describe names the operation a header belongs to, for error messages. A
+// point-to-point header is named as the send that carries it (DescribeP2P
+// names the receiving side).
 func Describe(h Header) string {
 	if h.Kind == KindP2P {
-		return fmt.Sprintf("send(tag %d, dtype %d x %d)", int64(h.Seq), h.DType, h.Count)
+		return DescribeP2P(h, false)
 	}
 	s := fmt.Sprintf("%s #%d (%s x %d", OpName(h.Op), h.Seq, dtypeName(h.DType), h.Count)
 	if h.Red != 0 {
@@ -225,4 +244,18 @@ func Match(got, want Header) error {
 		return &MismatchError{Got: got, Want: want}
 	}
 	return nil
+}
+
+// CheckMessage checks the header a caller hands a transport's Send or
+// Recv: a data kind (collective or point-to-point) with fields that Decode
+// accepts (the framing fields Offset, Total and Len are the transport's).
+func CheckMessage(h Header) error {
+	if h.Kind != KindColl && h.Kind != KindP2P {
+		return fmt.Errorf("message kind %v", h.Kind)
+	}
+	h.Offset, h.Total, h.Len = 0, 0, 0
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	_, err := Decode(b[:])
+	return err
 }

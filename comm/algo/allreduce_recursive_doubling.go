@@ -1,34 +1,23 @@
 package algo
 
-import "github.com/gdist/gdist/comm"
+// All-reduce by recursive doubling: lg q rounds in which every rank
+// exchanges the whole message with a partner and reduces, q the largest
+// power of two <= p; the extra ranks fold in before and out after.
+// Latency-optimal: the choice for small messages.
+//
+//	cost: (lg q + 2f) (a + n b) + (lg q + f) n g
 
-// allReduce picks, by the cost model (tuning.go), recursive doubling (small
-// messages: lg p rounds of the whole message), Rabenseifner's halving and
-// doubling (halving.go: 2 lg p rounds, bandwidth-optimal), or the chunked,
-// pipelined ring (2(p-1) steps, bandwidth-optimal, copy and reduce of one
-// chunk overlapping the transfer of the next).
-func (o *op) allReduce(buf []byte) error {
-	p := o.c.Size()
-	o.hdr.Algo = o.tun.allReduceAlgo(len(buf), p)
-	switch o.hdr.Algo {
-	case AlgoRD:
-		return o.allReduceRD(buf)
-	case AlgoHD:
-		return o.allReduceHD(buf)
-	}
-	return o.ring(buf, buf, bounds(len(buf)/o.dt.Size(), p, o.dt.Size()), 0, true, true, o.finishAvg)
-}
-
-func (o *op) finishAvg(b []byte) {
-	if o.red == comm.Avg {
-		Divide(o.dt, b, o.c.Size())
-	}
+func allReduceRDCost(t Tuning, n, p int) int64 {
+	nn := int64(n)
+	_, lgq, f := pof2(p)
+	return (lgq+2*f)*(t.Alpha+nn*t.Beta) + (lgq+f)*nn*t.Gamma
 }
 
 // allReduceRD is recursive doubling. With p not a power of two, the first
 // 2*rem ranks pair up: even ones hand their data to their odd neighbour
 // before the exchange rounds and get the result back after.
-func (o *op) allReduceRD(buf []byte) error {
+func (o *op) allReduceRD(x call) error {
+	buf := x.buf
 	c := o.c
 	p, r := c.Size(), c.rank
 	pof2 := 1
