@@ -89,3 +89,37 @@ func AllGatherObject[T any](ctx context.Context, c Comm, v T) ([]T, error) {
 	}
 	return out, nil
 }
+
+// RankError is the failure of one rank that Agree reports to all.
+type RankError struct {
+	Rank int
+	Msg  string
+}
+
+func (e *RankError) Error() string { return fmt.Sprintf("rank %d: %s", e.Rank, e.Msg) }
+
+// Agree lets every rank learn whether any rank failed: each passes its own
+// error (nil when it succeeded); every rank gets nil if all passed nil,
+// else a *RankError naming the lowest failed rank and its message (so no
+// rank goes on alone after a step that failed elsewhere). A failure of the
+// exchange itself is returned as it is. It blocks, and every rank must
+// call it.
+func Agree(ctx context.Context, c Comm, err error) error {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		if msg == "" {
+			msg = "failed"
+		}
+	}
+	all, gerr := AllGatherObject(ctx, c, msg)
+	if gerr != nil {
+		return gerr
+	}
+	for r, m := range all {
+		if m != "" {
+			return &RankError{Rank: r, Msg: m}
+		}
+	}
+	return nil
+}

@@ -382,8 +382,8 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 		return nil, fmt.Errorf("pipeline: before profiling: %w", err)
 	}
 	costs, err := ProfileLayers(ctx, m, micro, reps)
-	if err := agree(ctx, c, err); err != nil {
-		return nil, err
+	if err := comm.Agree(ctx, c, err); err != nil {
+		return nil, fmt.Errorf("pipeline: profiling: %w", err)
 	}
 	n := len(costs)
 	v := make([]int64, 2*n)
@@ -404,8 +404,8 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 		return cands[0], nil
 	}
 	d, merr := MeasureStages(ctx, m, stages, micro, reps)
-	if err := agree(ctx, c, merr); err != nil {
-		return nil, err
+	if err := comm.Agree(ctx, c, merr); err != nil {
+		return nil, fmt.Errorf("pipeline: profiling: %w", err)
 	}
 	// The mean over ranks of each stage's median.
 	times := make([]int64, len(d))
@@ -418,21 +418,3 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 	return slowest(cands, idx, times), nil
 }
 
-// agree fails every rank of c if err is not nil on any of them, naming the
-// first rank that failed and its error.
-func agree(ctx context.Context, c comm.Comm, err error) error {
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-	}
-	all, gerr := comm.AllGatherObject(ctx, c, msg)
-	if gerr != nil {
-		return fmt.Errorf("pipeline: profiling: %w", gerr)
-	}
-	for r, e := range all {
-		if e != "" {
-			return fmt.Errorf("pipeline: profiling on rank %d: %s", r, e)
-		}
-	}
-	return nil
-}

@@ -106,21 +106,15 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 // failed returns its own error; the others an error naming the first rank
 // that failed and its error.
 func agree(ctx context.Context, c comm.Comm, err error, what string) error {
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-	}
-	all, gerr := comm.AllGatherObject(ctx, c, msg)
+	aerr := comm.Agree(ctx, c, err)
+	var re *comm.RankError
 	switch {
 	case err != nil:
 		return err
-	case gerr != nil:
-		return fmt.Errorf("train: saving: %w", gerr)
-	}
-	for r, s := range all {
-		if s != "" {
-			return fmt.Errorf("train: rank %d failed to save %s: %s", r, what, s)
-		}
+	case errors.As(aerr, &re):
+		return fmt.Errorf("train: rank %d failed to save %s: %s", re.Rank, what, re.Msg)
+	case aerr != nil:
+		return fmt.Errorf("train: saving: %w", aerr)
 	}
 	return nil
 }
