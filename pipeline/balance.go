@@ -417,4 +417,3 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 	}
 	return slowest(cands, idx, times), nil
 }
-

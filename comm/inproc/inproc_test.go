@@ -86,4 +86,3 @@ func TestRegistryJoin(t *testing.T) {
 		t.Fatal("rank out of range accepted")
 	}
 }
-
