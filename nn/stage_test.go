@@ -28,7 +28,7 @@ func TestStagesEqualGraph(t *testing.T) {
 		{"mlp", []int{0, 2, 5}},
 		{"mlp", []int{0, 1, 2, 4, 5}}, // a parameter-less middle stage
 		{"cnn", []int{0, 4, 7, 10}},   // 4-D and flattened boundaries
-		{"seq", []int{0, 2, 4}},       // (N, T, C) boundaries, a label per position
+		{"seq", []int{0, 2, 5}},       // (N, T, C) boundaries, a label per position
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

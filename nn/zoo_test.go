@@ -23,7 +23,8 @@ func newZoo(name string, seed int64) (*Model, error) {
 		s.Layers = append(s.Layers, Flatten{}, &Linear{3136, 128}, ReLU{}, &Linear{128, 10})
 		return New(name, s, []int{1, 28, 28}, seed)
 	case "seq": // a tiny language model: one label per position
-		return New(name, Seq(&Embedding{Num: 11, Dim: 8}, &CausalSelfAttention{Dim: 8, Heads: 2}, &LayerNorm{C: 8}, &Linear{8, 11}), []int{5}, seed)
+		return New(name, Seq(&Embedding{Num: 11, Dim: 8}, &PositionEmbedding{T: 5, Dim: 8, Std: 0.3},
+			&Residual{Fn: Seq(&LayerNorm{C: 8}, &CausalSelfAttention{Dim: 8, Heads: 2})}, &LayerNorm{C: 8}, &Linear{8, 11}), []int{5}, seed)
 	}
 	return nil, fmt.Errorf("no test model %q", name)
 }
