@@ -14,13 +14,43 @@ type GELU struct{}
 
 func (GELU) Params() []Param { return nil }
 func (GELU) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
-	return G.ApplyOp(&unaryOp{baseOp: baseOp{nextID(), "gelu"}, f: gelu, df: geluGrad}, x)
+	st := &geluState{}
+	// Forward keeps Phi(x), so backward needs no second erf.
+	f := func(x float64) float64 {
+		return x * st.phi(x)
+	}
+	df := func(x float64) float64 {
+		return st.next() + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
+	}
+	return G.ApplyOp(&unaryOp{baseOp: baseOp{nextID(), "gelu"}, f: f, df: df, reset: st.reset}, x)
 }
 
-func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+// geluState is Phi(x) of each element of the last forward pass, in order,
+// read back in the same order by the gradient.
+type geluState struct {
+	cdf  []float64
+	read int
+}
 
-func geluGrad(x float64) float64 {
-	return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
+func (s *geluState) phi(x float64) float64 {
+	v := 0.5 * (1 + math.Erf(x/math.Sqrt2))
+	s.cdf = append(s.cdf, v)
+	return v
+}
+
+func (s *geluState) next() float64 {
+	v := s.cdf[s.read]
+	s.read++
+	return v
+}
+
+// reset starts a pass: forward (back false) refills, backward rereads.
+func (s *geluState) reset(back bool) {
+	if back {
+		s.read = 0
+	} else {
+		s.cdf = s.cdf[:0]
+	}
 }
 
 // unaryOp is y = f(x) elementwise; its gradient is dy * df(x). Both are
@@ -28,7 +58,8 @@ func geluGrad(x float64) float64 {
 type unaryOp struct {
 	baseOp
 	f, df func(float64) float64
-	back  bool // the gradient op: inputs (x, dy)
+	reset func(back bool) // optional: called before each pass over the elements
+	back  bool            // the gradient op: inputs (x, dy)
 	out   outBuf
 }
 
@@ -54,6 +85,9 @@ func (op *unaryOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if op.reset != nil {
+		op.reset(op.back)
+	}
 	if !op.back {
 		t, y := op.out.get(shape, x)
 		for i, xv := range x {
@@ -73,6 +107,6 @@ func (op *unaryOp) Do(v ...G.Value) (G.Value, error) {
 }
 func (op *unaryOp) DiffWRT(int) []bool { return []bool{!op.back, false} }
 func (op *unaryOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	d, err := G.ApplyOp(&unaryOp{baseOp: baseOp{nextID(), op.name + "'"}, f: op.f, df: op.df, back: true}, inputs[0], grad)
+	d, err := G.ApplyOp(&unaryOp{baseOp: baseOp{nextID(), op.name + "'"}, f: op.f, df: op.df, reset: op.reset, back: true}, inputs[0], grad)
 	return G.Nodes{d}, err
 }

@@ -2,6 +2,8 @@ package nn
 
 import (
 	"fmt"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
 	"math"
 
 	"github.com/chewxy/hm"
@@ -48,9 +50,12 @@ func (l *CausalSelfAttention) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 }
 
 // attnState keeps the attention probabilities for backward.
-type attnState struct{ p []float64 } // (N, H, T, T), lower triangle
+type attnState struct{ p []float32 } // (N, H, T, T), zero above the diagonal
 
 // attnOp: (N, T, 3C) queries|keys|values -> (N, T, C), causal, H heads.
+// Per batch row and head, the products are matrix multiplies over strided
+// views of the input (leading dimension 3C): S = Q K^T / sqrt(D), P the
+// causal row softmax of S, O = P V.
 type attnOp struct {
 	baseOp
 	heads int
@@ -73,6 +78,41 @@ func (op *attnOp) geom(s tensor.Shape) (n, t, c, d int) {
 	return s[0], s[1], s[2] / 3, s[2] / 3 / op.heads
 }
 
+// gemm is c = alpha op(a) op(b) + beta c over row-major views with
+// leading dimensions lda, ldb, ldc (m x n result, k inner).
+func gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	t := func(tr bool) blas.Transpose {
+		if tr {
+			return blas.Trans
+		}
+		return blas.NoTrans
+	}
+	blas32.Implementation().Sgemm(t(ta), t(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// causalSoftmax turns each row i of s (t x t) into the softmax of its
+// first i+1 entries, zeroing the rest.
+func causalSoftmax(s []float32, t int) {
+	for i := 0; i < t; i++ {
+		row := s[i*t : (i+1)*t]
+		mx := row[0]
+		for _, v := range row[1 : i+1] {
+			mx = max(mx, v)
+		}
+		var sum float64
+		for j := 0; j <= i; j++ {
+			e := math.Exp(float64(row[j] - mx))
+			row[j] = float32(e)
+			sum += e
+		}
+		inv := float32(1 / sum)
+		for j := 0; j <= i; j++ {
+			row[j] *= inv
+		}
+		clear(row[i+1:])
+	}
+}
+
 func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 	qkv, s, err := f32(v[0])
 	if err != nil {
@@ -80,47 +120,21 @@ func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	n, t, c, d := op.geom(s)
 	h := op.heads
-	scale := 1 / math.Sqrt(float64(d))
-	p := make([]float64, n*h*t*t)
+	scale := float32(1 / math.Sqrt(float64(d)))
+	if len(op.st.p) != n*h*t*t {
+		op.st.p = make([]float32, n*h*t*t)
+	}
 	out := make([]float32, n*t*c)
-	row := func(b, i int) []float32 { return qkv[(b*t+i)*3*c : (b*t+i+1)*3*c] }
 	for b := 0; b < n; b++ {
+		x := qkv[b*t*3*c:]
 		for hd := 0; hd < h; hd++ {
-			off := hd * d
-			for i := 0; i < t; i++ {
-				q := row(b, i)[off : off+d]
-				pr := p[((b*h+hd)*t+i)*t:][:i+1]
-				mx := math.Inf(-1)
-				for j := 0; j <= i; j++ {
-					k := row(b, j)[c+off : c+off+d]
-					var dot float64
-					for e := range q {
-						dot += float64(q[e]) * float64(k[e])
-					}
-					pr[j] = dot * scale
-					mx = math.Max(mx, pr[j])
-				}
-				var sum float64
-				for j := range pr {
-					pr[j] = math.Exp(pr[j] - mx)
-					sum += pr[j]
-				}
-				o := out[(b*t+i)*c+off : (b*t+i)*c+off+d]
-				acc := make([]float64, d)
-				for j := range pr {
-					pr[j] /= sum
-					vv := row(b, j)[2*c+off : 2*c+off+d]
-					for e := range acc {
-						acc[e] += pr[j] * float64(vv[e])
-					}
-				}
-				for e := range o {
-					o[e] = float32(acc[e])
-				}
-			}
+			p := op.st.p[(b*h+hd)*t*t : (b*h+hd+1)*t*t]
+			q, k, vv := x[hd*d:], x[c+hd*d:], x[2*c+hd*d:]
+			gemm(false, true, t, t, d, scale, q, 3*c, k, 3*c, 0, p, t)
+			causalSoftmax(p, t)
+			gemm(false, false, t, d, t, 1, p, t, vv, 3*c, 0, out[b*t*c+hd*d:], c)
 		}
 	}
-	op.st.p = p
 	return tensor.New(tensor.WithShape(n, t, c), tensor.WithBacking(out)), nil
 }
 
@@ -130,10 +144,13 @@ func (op *attnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	return G.Nodes{d}, err
 }
 
-// attnGradOp: (qkv, dout) -> dqkv.
+// attnGradOp: (qkv, dout) -> dqkv. With P from forward, per row and head:
+// dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)) / sqrt(D),
+// dQ = dS K, dK = dS^T Q.
 type attnGradOp struct {
 	baseOp
 	fwd *attnOp
+	ds  []float32 // scratch, t x t
 }
 
 func (op *attnGradOp) Arity() int       { return 2 }
@@ -154,47 +171,38 @@ func (op *attnGradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	n, t, c, d := op.fwd.geom(s)
 	h := op.fwd.heads
-	p := op.fwd.st.p
-	if len(p) != n*h*t*t {
+	if len(op.fwd.st.p) != n*h*t*t {
 		return nil, fmt.Errorf("nn: attention gradient without its forward pass")
 	}
-	scale := 1 / math.Sqrt(float64(d))
-	dq := make([]float64, len(qkv))
-	at := func(b, i int) int { return (b*t + i) * 3 * c }
-	dp := make([]float64, t)
+	scale := float32(1 / math.Sqrt(float64(d)))
+	if len(op.ds) != t*t {
+		op.ds = make([]float32, t*t)
+	}
+	ds := op.ds
+	dq := make([]float32, len(qkv))
 	for b := 0; b < n; b++ {
+		x, dx := qkv[b*t*3*c:], dq[b*t*3*c:]
+		do := dout[b*t*c:]
 		for hd := 0; hd < h; hd++ {
-			off := hd * d
+			p := op.fwd.st.p[(b*h+hd)*t*t : (b*h+hd+1)*t*t]
+			q, k, vv := x[hd*d:], x[c+hd*d:], x[2*c+hd*d:]
+			doh := do[hd*d:]
+			gemm(true, false, t, d, t, 1, p, t, doh, c, 0, dx[2*c+hd*d:], 3*c) // dV
+			gemm(false, true, t, t, d, 1, doh, c, vv, 3*c, 0, ds, t)           // dP
 			for i := 0; i < t; i++ {
-				pr := p[((b*h+hd)*t+i)*t:][:i+1]
-				do := dout[(b*t+i)*c+off : (b*t+i)*c+off+d]
-				// dP[j] = do . v_j; dV_j += P[j] do
+				pr, dr := p[i*t:i*t+i+1], ds[i*t:(i+1)*t]
 				var dot float64
-				for j := range pr {
-					vo := at(b, j) + 2*c + off
-					var s float64
-					for e := 0; e < d; e++ {
-						s += float64(do[e]) * float64(qkv[vo+e])
-						dq[vo+e] += pr[j] * float64(do[e])
-					}
-					dp[j] = s
-					dot += pr[j] * s
+				for j, pv := range pr {
+					dot += float64(pv) * float64(dr[j])
 				}
-				qo := at(b, i) + off
-				for j := range pr {
-					ds := pr[j] * (dp[j] - dot) * scale
-					ko := at(b, j) + c + off
-					for e := 0; e < d; e++ {
-						dq[qo+e] += ds * float64(qkv[ko+e])
-						dq[ko+e] += ds * float64(qkv[qo+e])
-					}
+				for j, pv := range pr {
+					dr[j] = pv * (dr[j] - float32(dot)) * scale
 				}
+				clear(dr[i+1:])
 			}
+			gemm(false, false, t, d, t, 1, ds, t, k, 3*c, 0, dx[hd*d:], 3*c)  // dQ
+			gemm(true, false, t, d, t, 1, ds, t, q, 3*c, 0, dx[c+hd*d:], 3*c) // dK
 		}
 	}
-	out := make([]float32, len(dq))
-	for i, x := range dq {
-		out[i] = float32(x)
-	}
-	return tensor.New(tensor.WithShape(s.Clone()...), tensor.WithBacking(out)), nil
+	return tensor.New(tensor.WithShape(s.Clone()...), tensor.WithBacking(dq)), nil
 }
