@@ -40,6 +40,12 @@ type Dataset struct {
 // SampleSize is the number of values of one image (Rows*Cols).
 func (d *Dataset) SampleSize() int { return d.Rows * d.Cols }
 
+// Len is the number of samples (N).
+func (d *Dataset) Len() int { return d.N }
+
+// LabelsPerSample is 1: one class label per image.
+func (d *Dataset) LabelsPerSample() int { return 1 }
+
 // Batch copies the samples at idx into x (len(idx)*Rows*Cols values, sample
 // after sample) and their labels into y (len(idx) values). x and y must be
 // at least that long; longer buffers are filled from the start. It returns

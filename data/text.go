@@ -156,3 +156,26 @@ func (t *Text) UnigramBits() float64 {
 	}
 	return bits / float64(len(t.Test))
 }
+
+// TextSplit is one split of a Text as a set of samples (windows).
+type TextSplit struct {
+	T    *Text
+	Test bool
+}
+
+// Split returns the training (test false) or held-out split.
+func (t *Text) Split(test bool) *TextSplit { return &TextSplit{t, test} }
+
+// Len is the number of windows.
+func (s *TextSplit) Len() int { return s.T.Windows(s.Test) }
+
+// SampleSize is Context: the input bytes of a window.
+func (s *TextSplit) SampleSize() int { return s.T.Context }
+
+// LabelsPerSample is Context: the next byte at every position.
+func (s *TextSplit) LabelsPerSample() int { return s.T.Context }
+
+// Batch fills x and y with windows idx (Text.Batch).
+func (s *TextSplit) Batch(idx []int, x []float32, y []int32) error {
+	return s.T.Batch(s.Test, idx, x, y)
+}

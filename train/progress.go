@@ -13,9 +13,10 @@ type bar struct {
 	w     io.Writer
 	last  time.Time
 	shown bool
+	unit  string // what the rate counts: "samples", or "tokens" for text
 }
 
-func newBar(w io.Writer) *bar { return &bar{w: w} }
+func newBar(w io.Writer) *bar { return &bar{w: w, unit: "samples"} }
 
 func (b *bar) update(epoch, epochs, k, n int, rate, loss, eta float64) {
 	if b.w == nil {
@@ -27,8 +28,8 @@ func (b *bar) update(epoch, epochs, k, n int, rate, loss, eta float64) {
 	b.last = time.Now()
 	const width = 30
 	fill := width * k / max(n, 1)
-	fmt.Fprintf(b.w, "\repoch %d/%d [%s%s] %d/%d  %6.0f samples/s  loss %.4f  ETA %s ",
-		epoch, epochs, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), k, n, rate, loss, fmtDur(eta))
+	fmt.Fprintf(b.w, "\repoch %d/%d [%s%s] %d/%d  %6.0f %s/s  loss %.4f  ETA %s ",
+		epoch, epochs, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), k, n, rate, b.unit, loss, fmtDur(eta))
 	b.shown = true
 }
 

@@ -65,25 +65,31 @@ type MemoryBytes struct {
 
 // Summary is the last JSON line.
 type Summary struct {
-	Event           string      `json:"event"`
-	WorldSize       int         `json:"world_size"`
-	Backend         string      `json:"backend"`
-	Strategy        string      `json:"strategy"`
-	SyncBN          bool        `json:"syncbn"`
-	SyncBNMsPerStep float64     `json:"syncbn_ms_per_step,omitempty"` // rank 0's time in SyncBN collectives
-	Model           string      `json:"model"`
-	NumParams       int         `json:"num_params"`
-	Optimizer       string      `json:"optimizer"`
-	Batch           int         `json:"batch"`
-	GlobalBatch     int         `json:"global_batch"`
-	Epochs          int         `json:"epochs"`
-	Steps           int64       `json:"steps"`
-	TrainSamples    int         `json:"train_samples"`
-	SamplesPerSec   float64     `json:"samples_per_sec"`
-	StepMsP50       float64     `json:"step_ms_p50"`
-	TrainLoss       float64     `json:"train_loss"`
-	EvalLoss        float64     `json:"eval_loss"`
-	TestAccuracy    float64     `json:"test_accuracy"`
+	Event           string  `json:"event"`
+	WorldSize       int     `json:"world_size"`
+	Backend         string  `json:"backend"`
+	Strategy        string  `json:"strategy"`
+	SyncBN          bool    `json:"syncbn"`
+	SyncBNMsPerStep float64 `json:"syncbn_ms_per_step,omitempty"` // rank 0's time in SyncBN collectives
+	Model           string  `json:"model"`
+	NumParams       int     `json:"num_params"`
+	Optimizer       string  `json:"optimizer"`
+	Batch           int     `json:"batch"`
+	GlobalBatch     int     `json:"global_batch"`
+	Epochs          int     `json:"epochs"`
+	Steps           int64   `json:"steps"`
+	TrainSamples    int     `json:"train_samples"`
+	SamplesPerSec   float64 `json:"samples_per_sec"`
+	StepMsP50       float64 `json:"step_ms_p50"`
+	TrainLoss       float64 `json:"train_loss"`
+	EvalLoss        float64 `json:"eval_loss"`
+	TestAccuracy    float64 `json:"test_accuracy"`
+	// Language models: tokens (bytes) per second, held-out bits per byte,
+	// and the unigram byte model's bits per byte on the same text (the
+	// baseline to beat).
+	TokensPerSec    float64     `json:"tokens_per_sec,omitempty"`
+	EvalBPB         float64     `json:"eval_bpb,omitempty"`
+	UnigramBPB      float64     `json:"unigram_bpb,omitempty"`
 	ModelStateBytes MemoryBytes `json:"model_state_bytes"`
 	// ModelStatePeakBytes adds the most held transiently (ZeRO-2's
 	// gradient buckets) to the persistent model state.
@@ -110,6 +116,9 @@ type EpochEvent struct {
 	TestAccuracy  float64 `json:"test_accuracy"`
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	Seconds       float64 `json:"seconds"`
+	// Language models: tokens (bytes) per second and held-out bits per byte.
+	TokensPerSec float64 `json:"tokens_per_sec,omitempty"`
+	EvalBPB      float64 `json:"eval_bpb,omitempty"`
 }
 
 // ErrConfig wraps every bad configuration.
@@ -172,8 +181,94 @@ func (c *Config) OptimConfig() optim.Config {
 	return optim.Config{Name: c.Optimizer, LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay}
 }
 
-// LoadData returns the training and test sets for cfg.
-func LoadData(cfg Config) (trainSet, testSet *data.Dataset, err error) {
+// Samples is a training or test set as the loop reads it: Len samples of
+// SampleSize inputs and LabelsPerSample labels each (1 for an image's
+// class; one per position for a language model's text window).
+// *data.Dataset and *data.TextSplit are Samples.
+type Samples interface {
+	Len() int
+	SampleSize() int
+	LabelsPerSample() int
+	Batch(idx []int, x []float32, y []int32) error
+}
+
+// limited is the first n samples of a set.
+type limited struct {
+	Samples
+	n int
+}
+
+func (l limited) Len() int { return l.n }
+
+func limit(s Samples, n int) Samples {
+	if d, ok := s.(*data.Dataset); ok {
+		return d.Limit(n)
+	}
+	if n <= 0 || n >= s.Len() {
+		return s
+	}
+	return limited{s, n}
+}
+
+// evalWindows is how many held-out windows a text evaluation reads.
+const evalWindows = 1024
+
+// spreadSet is n samples of a set, evenly spaced.
+type spreadSet struct {
+	Samples
+	n int
+}
+
+func (s spreadSet) Len() int { return s.n }
+func (s spreadSet) Batch(idx []int, x []float32, y []int32) error {
+	m := make([]int, len(idx))
+	for k, i := range idx {
+		if i < 0 || i >= s.n {
+			return fmt.Errorf("train: sample %d of %d", i, s.n)
+		}
+		m[k] = i * s.Samples.Len() / s.n
+	}
+	return s.Samples.Batch(m, x, y)
+}
+
+func spread(s Samples, n int) Samples {
+	if n >= s.Len() {
+		return s
+	}
+	return spreadSet{s, n}
+}
+
+// textModel reports whether cfg's model reads text, and its context.
+func textModel(name string) (context int, ok bool) {
+	if !strings.HasPrefix(name, "gpt") {
+		return 0, false
+	}
+	_, in, err := models.Net(name)
+	if err != nil || len(in) != 1 {
+		return 0, false
+	}
+	return in[0], true
+}
+
+// LoadData returns the training and test sets for cfg: Fashion-MNIST (or
+// a synthetic set) for the image models; for the language models (gpt),
+// the text at cfg.DataDir (a file, or every file below a directory) or by
+// default the Go source tree's .go files (data.DefaultCorpus), held-out
+// files chosen by path.
+func LoadData(cfg Config) (trainSet, testSet Samples, err error) {
+	if ctx, ok := textModel(cfg.Model); ok {
+		path, ext := cfg.DataDir, ""
+		if path == "" {
+			path, ext = data.DefaultCorpus(), ".go"
+		}
+		t, err := data.LoadText(path, ext, ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Evaluate on evalWindows windows spread evenly over the held-out
+		// split (all of it would take minutes at every evaluation).
+		return t.Split(false), spread(t.Split(true), evalWindows), nil
+	}
 	if cfg.DataDir == "synthetic" {
 		// One generated set (same class prototypes), split 6000 / 1000.
 		all := data.Synthetic(7000, 1)
@@ -187,13 +282,15 @@ func LoadData(cfg Config) (trainSet, testSet *data.Dataset, err error) {
 	if dir == "" {
 		dir = data.DefaultDir
 	}
-	if trainSet, err = data.Load(dir, "train"); err != nil {
+	tr, err := data.Load(dir, "train")
+	if err != nil {
 		return nil, nil, err
 	}
-	if testSet, err = data.Load(dir, "test"); err != nil {
+	te, err := data.Load(dir, "test")
+	if err != nil {
 		return nil, nil, err
 	}
-	return trainSet, testSet, nil
+	return tr, te, nil
 }
 
 // Run trains on c. Every rank calls it with the same cfg; rank 0 writes the
@@ -209,14 +306,17 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	trainSet = trainSet.Limit(cfg.Limit)
+	trainSet = limit(trainSet, cfg.Limit)
 	m, err := models.New(cfg.Model, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	if trainSet.SampleSize() != m.InputSize() {
-		return nil, fmt.Errorf("%w: the data has %dx%d samples, model %s takes %d values", ErrConfig, trainSet.Rows, trainSet.Cols, cfg.Model, m.InputSize())
+	if trainSet.SampleSize() != m.InputSize() || trainSet.LabelsPerSample() != m.LabelsPerSample() {
+		return nil, fmt.Errorf("%w: the data has samples of %d values and %d labels; model %s takes %d and %d", ErrConfig,
+			trainSet.SampleSize(), trainSet.LabelsPerSample(), cfg.Model, m.InputSize(), m.LabelsPerSample())
 	}
+	lps := m.LabelsPerSample()
+	uni := unigram(testSet)
 	var syncer *syncbn.Syncer
 	if cfg.SyncBN {
 		// Before the strategy: its broadcast of rank 0's state then covers
@@ -241,7 +341,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	// The data-parallel world: every rank, or, for a pipeline, its
 	// replicas (the K ranks of one pipeline share each batch).
 	dataRank, dataWorld := strat.DataRank()
-	smp := data.Sampler{N: trainSet.N, World: dataWorld, Rank: dataRank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	smp := data.Sampler{N: trainSet.Len(), World: dataWorld, Rank: dataRank, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
 	if err := smp.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -261,7 +361,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 
 	nb := smp.NumBatches()
 	x := make([]float32, cfg.Batch*m.InputSize())
-	y := make([]int32, cfg.Batch)
+	y := make([]int32, cfg.Batch*lps)
 	var idx []int
 	var stepTimes []float64
 	var trainTime time.Duration
@@ -272,6 +372,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	stepsThisRun := 0
 	out := json.NewEncoder(cfg.Out)
 	bar := newBar(cfg.Progress)
+	if lps > 1 {
+		bar.unit = "tokens"
+	}
 	// Bytes sent by the training steps only (evaluation and checkpoint
 	// collectives excluded).
 	tc, _ := c.(comm.TrafficCounter)
@@ -291,6 +394,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			first = pos.Batch
 		}
 		epochStart := time.Now()
+		var epochTrain time.Duration // the steps' time, evaluation excluded
 		var lossSum float64
 		var lossN int
 		epochSamples := 0
@@ -314,6 +418,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			dt := time.Since(t0)
 			stepSent += sentNow() - s0
 			trainTime += dt
+			epochTrain += dt
 			stepTimes = append(stepTimes, dt.Seconds()*1e3)
 			steps++
 			stepsThisRun++
@@ -323,7 +428,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			lossN++
 			if lead {
 				el := time.Since(epochStart).Seconds()
-				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
+				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples*lps)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
 			}
 			if cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
 				pos = Position{Epoch: epoch, Batch: k + 1, Step: steps}
@@ -364,10 +469,18 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 		if lead {
 			e := EpochEvent{Event: "epoch", Epoch: epoch + 1, Steps: steps, TrainLoss: lastTrainLoss, EvalLoss: loss,
-				TestAccuracy: acc, SamplesPerSec: float64(epochSamples) / time.Since(epochStart).Seconds(), Seconds: time.Since(epochStart).Seconds()}
-			if cfg.JSON {
+				TestAccuracy: acc, SamplesPerSec: float64(epochSamples) / math.Max(epochTrain.Seconds(), 1e-9), Seconds: time.Since(epochStart).Seconds()}
+			if lps > 1 {
+				e.TokensPerSec = e.SamplesPerSec * float64(lps)
+				e.EvalBPB = loss / math.Ln2
+			}
+			switch {
+			case cfg.JSON:
 				out.Encode(e)
-			} else {
+			case lps > 1:
+				fmt.Fprintf(cfg.Out, "epoch %d/%d: train loss %.4f, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f, %.0f tokens/s\n",
+					e.Epoch, cfg.Epochs, e.TrainLoss, e.EvalBPB, uni, e.TestAccuracy, e.TokensPerSec)
+			default:
 				fmt.Fprintf(cfg.Out, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f samples/s\n",
 					e.Epoch, cfg.Epochs, e.TrainLoss, e.EvalLoss, e.TestAccuracy, e.SamplesPerSec)
 			}
@@ -414,10 +527,15 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	s := &Summary{Event: "summary", WorldSize: world, Backend: cfg.Backend, Strategy: cfg.Strategy, SyncBN: cfg.SyncBN, Model: cfg.Model,
 		NumParams: m.NumParams(), Optimizer: cfg.Optimizer, Batch: cfg.Batch, GlobalBatch: cfg.Batch * dataWorld, Epochs: cfg.Epochs,
-		Steps: steps, TrainSamples: trainSet.N, SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
+		Steps: steps, TrainSamples: trainSet.Len(), SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
 		Overlap: !cfg.NoOverlap, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+	if lps > 1 {
+		s.TokensPerSec = rate[0] * float64(lps)
+		s.EvalBPB = lastEval[0] / math.Ln2
+		s.UnigramBPB = uni
+	}
 	if err := strat.Report(ctx, s); err != nil {
 		return nil, err
 	}
@@ -457,30 +575,31 @@ func syncBuffers(ctx context.Context, c comm.Comm, m *models.Model) error {
 // ranks, and returns the mean cross-entropy and the accuracy (the same on
 // every rank).
 // With ZeRO-3 or a pipeline, run it inside Strategy.Eval.
-func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Dataset) (loss, acc float64, err error) {
+func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds Samples) (loss, acc float64, err error) {
 	rank, world := c.Rank(), c.Size()
 	m := ev.M
 	k := m.Classes()
+	lps := m.LabelsPerSample()
 	b := ev.Batch
 	var mine []int
-	for i := rank; i < ds.N; i += world {
+	for i := rank; i < ds.Len(); i += world {
 		mine = append(mine, i)
 	}
 	x := make([]float32, b*m.InputSize())
-	y := make([]int32, b)
-	var sums [3]float64 // loss sum, correct, count
+	y := make([]int32, b*lps)
+	var sums [3]float64 // loss sum, correct, count (over labels)
 	for lo := 0; lo < len(mine); lo += b {
 		hi := min(lo+b, len(mine))
 		idx := mine[lo:hi]
 		clear(x)
-		if err := ds.Batch(idx, x[:len(idx)*m.InputSize()], y[:len(idx)]); err != nil {
+		if err := ds.Batch(idx, x[:len(idx)*m.InputSize()], y[:len(idx)*lps]); err != nil {
 			return 0, 0, err
 		}
 		logits, err := ev.Logits(x)
 		if err != nil {
 			return 0, 0, err
 		}
-		n := len(idx)
+		n := len(idx) * lps
 		sums[0] += models.CrossEntropy(logits[:n*k], y[:n], k) * float64(n)
 		for i := 0; i < n; i++ {
 			best := 0
@@ -503,6 +622,18 @@ func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds *data.Datas
 		return 0, 0, fmt.Errorf("train: empty test set")
 	}
 	return v[0] / v[2], v[1] / v[2], nil
+}
+
+// unigram is the unigram baseline in bits per byte of a text test set (0
+// for other sets).
+func unigram(s Samples) float64 {
+	if sp, ok := s.(spreadSet); ok {
+		s = sp.Samples
+	}
+	if t, ok := s.(*data.TextSplit); ok {
+		return t.T.UnigramBits()
+	}
+	return 0
 }
 
 func median(v []float64) float64 {

@@ -60,7 +60,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks (local worker processes, or goroutines with -backend inproc)")
 	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm or auto (for several processes: shared memory between ranks on one host, tcp across hosts; inproc for one process)")
 	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn (mlp-xl: 36.8M parameters, for ZeRO experiments)")
-	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set)")
+	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set); for -model gpt a text file or directory (default: the Go source tree's .go files)")
 	fs.IntVar(&c.Epochs, "epochs", 2, "epochs")
 	fs.IntVar(&c.Batch, "batch", 64, "batch size per rank")
 	fs.IntVar(&c.EvalBatch, "eval-batch", 500, "evaluation batch size")
@@ -169,7 +169,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if !launch.UnderLauncher() {
 		// Launcher: check what would make every worker fail the same way,
 		// then start the workers.
-		if cfg.DataDir != "synthetic" {
+		if strings.HasPrefix(cfg.Model, "gpt") {
+			// Text: the workers read the corpus; check it is there.
+			path := cfg.DataDir
+			if path == "" {
+				path = data.DefaultCorpus()
+			}
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("-data: text corpus: %w", err)
+			}
+		} else if cfg.DataDir != "synthetic" {
 			dir := cfg.DataDir
 			if dir == "" {
 				dir = data.DefaultDir
