@@ -134,3 +134,50 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestSavePathCheckedFirst: a -save path that cannot be written is an
+// ErrConfig naming it before the first step, not an error after an epoch.
+func TestSavePathCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	must(t, os.WriteFile(file, nil, 0o644))
+	for _, tc := range []struct{ save, want string }{
+		{filepath.Join(dir, "missing", "ck"), filepath.Join(dir, "missing")},
+		{filepath.Join(file, "ck"), file},
+		{dir, dir},
+	} {
+		cfg := base()
+		cfg.Save = tc.save
+		_, err := runRanks(t, 2, cfg)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "-save") {
+			t.Errorf("-save %s: %v", tc.save, err)
+		}
+	}
+}
+
+// TestNonFiniteLossStops: a diverging run stops at the first non-finite
+// loss with an error naming the step and the rank, and leaves the last
+// good checkpoint as it was.
+func TestNonFiniteLossStops(t *testing.T) {
+	for _, strat := range []string{"ddp", "zero1", "pipeline"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy, cfg.MaxSteps = strat, 5
+			cfg.Save = filepath.Join(dir, "ck")
+			if _, err := runRanks(t, 2, cfg); err != nil {
+				t.Fatal(err)
+			}
+			bad := cfg
+			bad.Resume, bad.LR, bad.MaxSteps = cfg.Save, 1e9, 0
+			_, err := runRanks(t, 2, bad)
+			if err == nil || !strings.Contains(err.Error(), "not finite") || !strings.Contains(err.Error(), "step ") || !strings.Contains(err.Error(), "rank ") {
+				t.Fatalf("lr 1e9: %v", err)
+			}
+			t.Log(err)
+			if _, meta := readCk(t, cfg.Save); meta["step"] != "5" {
+				t.Errorf("checkpoint at step %s after the diverged run, want 5", meta["step"])
+			}
+		})
+	}
+}

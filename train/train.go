@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,9 +53,14 @@ type Config struct {
 	Resume       string
 	MaxSteps     int // stop (and save) after this many optimizer steps in this run; 0: no cap
 	Backend      string
-	JSON         bool
-	Progress     io.Writer // rank 0's progress bar; nil for none
-	Out          io.Writer // rank 0's events (JSON lines) or human summary
+	// World is the number of ranks, where known before the Comm exists
+	// (a launcher sets it to the ranks it will start), so that Validate
+	// checks the settings that depend on it; 0: unknown. Run sets it to
+	// the Comm's size.
+	World    int
+	JSON     bool
+	Progress io.Writer // rank 0's progress bar; nil for none
+	Out      io.Writer // rank 0's events (JSON lines) or human summary
 }
 
 // MemoryBytes is the model state a rank holds persistently.
@@ -154,6 +161,12 @@ func (c *Config) Validate() error {
 		return bad("-limit %d: want 0 (all) or more", c.Limit)
 	case c.MaxSteps < 0:
 		return bad("max steps %d is negative", c.MaxSteps)
+	case c.BucketMB < 0 || math.IsNaN(c.BucketMB) || math.IsInf(c.BucketMB, 0):
+		return bad("-bucket-mb %v: want a positive number of MiB", c.BucketMB)
+	case c.FirstBucket < 0 || math.IsNaN(c.FirstBucket) || math.IsInf(c.FirstBucket, 0):
+		return bad("-first-bucket-mb %v: want a positive number of MiB", c.FirstBucket)
+	case c.World < 0:
+		return bad("world size %d is negative", c.World)
 	}
 	if err := checkStrategy(c); err != nil {
 		return err
@@ -164,6 +177,41 @@ func (c *Config) Validate() error {
 	if _, err := optim.New(c.OptimConfig(), 0); err != nil {
 		return bad("%v", err)
 	}
+	if c.Save != "" {
+		if err := checkSavePath(c.Save); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return nil
+}
+
+// checkSavePath reports whether a checkpoint can be written at path: its
+// directory exists and takes a new file, and path is not a directory.
+func checkSavePath(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("-save %s is a directory: name a file in it, e.g. %s", path, filepath.Join(path, "run.safetensors"))
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("-save %s: directory %s does not exist: create it first", path, dir)
+	case err != nil:
+		return fmt.Errorf("-save %s: %v", path, err)
+	case !st.IsDir():
+		return fmt.Errorf("-save %s: %s is not a directory", path, strings.TrimSuffix(dir, string(filepath.Separator)))
+	}
+	// The name checkpoint.Write gives its temporary files, which the next
+	// save removes if this one stays behind.
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return fmt.Errorf("-save %s: cannot write in %s: %v", path, dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
 	return nil
 }
 
@@ -199,6 +247,7 @@ func LoadData(cfg Config) (trainSet, testSet *data.Dataset, err error) {
 // Run trains on c. Every rank calls it with the same cfg; rank 0 writes the
 // progress, events and checkpoints. It returns the summary (on every rank).
 func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
+	cfg.World = c.Size()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -311,8 +360,13 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := strat.Update(ctx); err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
-			dt := time.Since(t0)
 			stepSent += sentNow() - s0
+			// Stop at the first non-finite loss, on every rank alike, with
+			// nothing saved: the last checkpoint stays the last good one.
+			if err := checkLoss(ctx, c, loss, steps+1, epoch, k); err != nil {
+				return nil, err
+			}
+			dt := time.Since(t0)
 			trainTime += dt
 			stepTimes = append(stepTimes, dt.Seconds()*1e3)
 			steps++
@@ -438,6 +492,28 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// checkLoss returns an error on every rank if any rank's loss at step is
+// NaN or infinite, naming the step and the first such rank. Collective.
+func checkLoss(ctx context.Context, c comm.Comm, loss float32, step int64, epoch, batch int) error {
+	bad := []int32{int32(c.Size())}
+	finite := !math.IsNaN(float64(loss)) && !math.IsInf(float64(loss), 0)
+	if !finite {
+		bad[0] = int32(c.Rank())
+	}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Min)); err != nil {
+		return fmt.Errorf("train: step %d: checking the loss: %w", step, err)
+	}
+	if int(bad[0]) == c.Size() {
+		return nil
+	}
+	what := fmt.Sprintf("rank %d's loss is not finite", bad[0])
+	if !finite && int(bad[0]) == c.Rank() {
+		what = fmt.Sprintf("rank %d's loss is not finite (%v)", bad[0], loss)
+	}
+	return fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
+		step, epoch+1, batch, what)
 }
 
 // syncBuffers gives every rank rank 0's batch-norm running statistics (as
