@@ -11,6 +11,14 @@
 // or srun (SLURM_*). With -backend inproc the ranks are goroutines of this
 // process. Progress goes to stderr (rank 0); results to stdout, as JSON
 // lines with -json, the last being {"event":"summary", ...}.
+//
+// Exit status: 0 when training finished; 1 on any error (a diverging
+// run, whose loss turned NaN or infinite, included: it stops at that step
+// and keeps the last checkpoint); 2 for unparsable flags; 130 when
+// SIGINT (Ctrl-C) or SIGTERM interrupted it ("train: interrupted").
+// Settings are checked once, by the process that starts the ranks, before
+// any starts: -nproc (at most 1024), -save (its directory must take a new
+// file), and the strategy's settings for -nproc ranks.
 package main
 
 import (
@@ -93,8 +101,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.nproc < 1 {
-		return o, fmt.Errorf("-nproc %d: want at least 1", o.nproc)
+	if o.nproc < 1 || o.nproc > maxNProc {
+		return o, fmt.Errorf("-nproc %d: want 1 to %d", o.nproc, maxNProc)
 	}
 	if c.LR == 0 {
 		c.LR = 0.05
@@ -112,20 +120,38 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-backend %q: want inproc, tcp, shm or auto", o.backend)
 	}
 	c.Backend = o.backend
+	if !launch.UnderLauncher() {
+		// This process starts the ranks: check what depends on their
+		// number here, once, not in every worker.
+		c.World = o.nproc
+	}
 	if err := c.Validate(); err != nil {
 		return o, err
 	}
 	return o, nil
 }
 
+// maxNProc bounds -nproc: every rank is a process or a goroutine with its
+// own model and buffers on this host.
+const maxNProc = 1024
+
+// errInterrupted is run's error when SIGINT or SIGTERM ended the run.
+var errInterrupted = errors.New("interrupted")
+
+// Exit codes: 0 success, 1 any failure, 2 bad flags (flag package),
+// exitInterrupted after SIGINT or SIGTERM.
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(1)
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(os.Stderr, "train: interrupted")
+		os.Exit(exitInterrupted)
 	}
+	// Errors from package train carry its prefix already.
+	fmt.Fprintln(os.Stderr, "train:", strings.TrimPrefix(err.Error(), "train: "))
+	os.Exit(1)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -135,6 +161,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	err = start(ctx, o, stdout, stderr)
+	if err != nil && ctx.Err() != nil {
+		// The signal is the cause; what it cancelled says "context canceled".
+		return errInterrupted
+	}
+	return err
+}
+
+// start runs the job o describes: the ranks as goroutines (inproc), as
+// worker processes it launches, or this process as one worker.
+func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	cfg := o.cfg
 	cfg.Out = stdout
 	if o.progress {
@@ -215,3 +252,7 @@ func firstErr(errs []error) error {
 	}
 	return nil
 }
+
+// exitInterrupted is the exit code after SIGINT or SIGTERM (128 + SIGINT's
+// number, as shells report a Ctrl-C).
+const exitInterrupted = 130
