@@ -181,3 +181,25 @@ func TestNonFiniteLossStops(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeAuto: -resume auto starts afresh when -save has no
+// checkpoint yet and goes on from it when it has; it needs -save.
+func TestResumeAuto(t *testing.T) {
+	dir := t.TempDir()
+	cfg := base()
+	cfg.MaxSteps, cfg.Resume = 5, "auto"
+	cfg.Save = filepath.Join(dir, "ck")
+	for _, want := range []int64{5, 10} {
+		sums, err := runRanks(t, 2, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sums[0].Steps != want {
+			t.Errorf("-resume auto: %d steps, want %d", sums[0].Steps, want)
+		}
+	}
+	cfg.Save = ""
+	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("-resume auto without -save: %v", err)
+	}
+}

@@ -50,9 +50,12 @@ type Config struct {
 	Schedule     string
 	Balance      string // how stages are chosen: params (default) or time (measured)
 	Save         string
-	Resume       string
-	MaxSteps     int // stop (and save) after this many optimizer steps in this run; 0: no cap
-	Backend      string
+	// Resume is the checkpoint to go on from; "auto" resumes from Save's
+	// checkpoint if there is one there (the last complete save: saves
+	// commit atomically), and starts afresh otherwise.
+	Resume   string
+	MaxSteps int // stop (and save) after this many optimizer steps in this run; 0: no cap
+	Backend  string
 	// World is the number of ranks, where known before the Comm exists
 	// (a launcher sets it to the ranks it will start), so that Validate
 	// checks the settings that depend on it; 0: unknown. Run sets it to
@@ -165,6 +168,8 @@ func (c *Config) Validate() error {
 		return bad("-bucket-mb %v: want a positive number of MiB", c.BucketMB)
 	case c.FirstBucket < 0 || math.IsNaN(c.FirstBucket) || math.IsInf(c.FirstBucket, 0):
 		return bad("-first-bucket-mb %v: want a positive number of MiB", c.FirstBucket)
+	case c.Resume == "auto" && c.Save == "":
+		return bad("-resume auto resumes from the -save checkpoint: set -save")
 	case c.World < 0:
 		return bad("world size %d is negative", c.World)
 	}
@@ -281,9 +286,16 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	defer strat.Close()
 	var pos Position
-	if cfg.Resume != "" {
+	resume := cfg.Resume
+	if resume == "auto" {
+		resume = ""
+		if _, err := os.Stat(cfg.Save); err == nil {
+			resume = cfg.Save
+		}
+	}
+	if resume != "" {
 		// Every rank reads the checkpoint, of either format.
-		if pos, err = strat.Load(ctx, cfg.Resume); err != nil {
+		if pos, err = strat.Load(ctx, resume); err != nil {
 			return nil, err
 		}
 	}

@@ -91,7 +91,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Balance, "balance", "params", "how pipeline stages are chosen: params (equal parameter counts) or time (every rank times the layers and candidate stages on a micro-batch; equal compute)")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
-	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint")
+	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
 	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
@@ -215,7 +215,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		if cfg.Resume != "" {
+		if cfg.Resume != "" && cfg.Resume != "auto" {
 			if _, err := os.Stat(cfg.Resume); err != nil {
 				return fmt.Errorf("-resume: %w", err)
 			}
