@@ -1,13 +1,18 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/zero"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -201,5 +206,44 @@ func TestResumeAuto(t *testing.T) {
 	cfg.Save = ""
 	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
 		t.Errorf("-resume auto without -save: %v", err)
+	}
+}
+
+// TestStopPreempts: a stop request on one rank stops every rank after
+// the same step, saved there; the run then resumes from it.
+func TestStopPreempts(t *testing.T) {
+	for _, strat := range []string{"ddp", "zero2"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy = strat
+			cfg.Save, cfg.Resume = filepath.Join(dir, "ck"), "auto"
+			cs, err := inproc.New(2, comm.Options{})
+			must(t, err)
+			stop := make(chan struct{})
+			close(stop)
+			errs := make([]error, 2)
+			commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
+				defer c.Close()
+				rc := cfg
+				if c.Rank() == 1 {
+					rc.Stop = stop
+				}
+				_, errs[c.Rank()] = Run(ctx, c, rc)
+				return nil
+			})
+			for r, err := range errs {
+				if !errors.Is(err, ErrPreempted) {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			if _, meta := readCk(t, cfg.Save); meta["step"] != "1" {
+				t.Errorf("saved at step %s, want 1", meta["step"])
+			}
+			sums, err := runRanks(t, 2, cfg)
+			if err != nil || sums[0].Steps != 40 {
+				t.Fatalf("resuming: %v", err)
+			}
+		})
 	}
 }

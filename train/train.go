@@ -60,7 +60,11 @@ type Config struct {
 	// (a launcher sets it to the ranks it will start), so that Validate
 	// checks the settings that depend on it; 0: unknown. Run sets it to
 	// the Comm's size.
-	World    int
+	World int
+	// Stop, when closed on any rank, preempts the run: every rank
+	// finishes the step under way, Run saves at that point (with Save)
+	// and returns ErrPreempted. nil: never.
+	Stop     <-chan struct{}
 	JSON     bool
 	Progress io.Writer // rank 0's progress bar; nil for none
 	Out      io.Writer // rank 0's events (JSON lines) or human summary
@@ -121,6 +125,10 @@ type EpochEvent struct {
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	Seconds       float64 `json:"seconds"`
 }
+
+// ErrPreempted is Run's error when Config.Stop stopped it: every rank
+// finished the same step and, with Config.Save, saved there.
+var ErrPreempted = errors.New("train: preempted")
 
 // ErrConfig wraps every bad configuration.
 var ErrConfig = errors.New("train: bad configuration")
@@ -344,7 +352,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		s, _ := tc.Traffic()
 		return s
 	}
-	stopped := false
+	stopped, preempted := false, false
 
 	for epoch := pos.Epoch; epoch < cfg.Epochs && !stopped; epoch++ {
 		first := 0
@@ -375,7 +383,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			stepSent += sentNow() - s0
 			// Stop at the first non-finite loss, on every rank alike, with
 			// nothing saved: the last checkpoint stays the last good one.
-			if err := checkLoss(ctx, c, loss, steps+1, epoch, k); err != nil {
+			stop, err := checkStep(ctx, c, loss, stopRequested(cfg.Stop), steps+1, epoch, k)
+			if err != nil {
 				return nil, err
 			}
 			dt := time.Since(t0)
@@ -391,7 +400,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 				el := time.Since(epochStart).Seconds()
 				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
 			}
-			if cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
+			if stop || cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
+				preempted = stop
 				pos = Position{Epoch: epoch, Batch: k + 1, Step: steps}
 				if k+1 == nb {
 					pos = Position{Epoch: epoch + 1, Step: steps}
@@ -440,8 +450,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 	}
 	if stopped {
-		// Stopped mid-way (MaxSteps): save where we are; evaluate too, so
-		// the summary is complete.
+		// Stopped mid-way (MaxSteps, Stop): save where we are; evaluate
+		// too, so the summary is complete, unless preempted.
 		if err := syncBuffers(ctx, c, m); err != nil {
 			return nil, err
 		}
@@ -449,6 +459,12 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := strat.Save(ctx, cfg.Save, pos, meta); err != nil {
 				return nil, err
 			}
+		}
+		if preempted {
+			if cfg.Save == "" {
+				return nil, fmt.Errorf("%w after step %d (no -save: nothing saved)", ErrPreempted, steps)
+			}
+			return nil, fmt.Errorf("%w after step %d, saved to %s: go on with -resume %s (or -resume auto)", ErrPreempted, steps, cfg.Save, cfg.Save)
 		}
 		l, a, err := eval()
 		if err != nil {
@@ -506,25 +522,40 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	return s, nil
 }
 
-// checkLoss returns an error on every rank if any rank's loss at step is
-// NaN or infinite, naming the step and the first such rank. Collective.
-func checkLoss(ctx context.Context, c comm.Comm, loss float32, step int64, epoch, batch int) error {
-	bad := []int32{int32(c.Size())}
+// stopRequested reports whether stop is closed.
+func stopRequested(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkStep tells every rank, after a step, whether any rank asked to
+// stop (stopReq), and returns an error on every rank if any rank's loss
+// at step is NaN or infinite, naming the step and the first such rank.
+// Collective.
+func checkStep(ctx context.Context, c comm.Comm, loss float32, stopReq bool, step int64, epoch, batch int) (stop bool, err error) {
+	bad := []int32{int32(c.Size()), 0} // first bad rank, -1 if any rank stops
 	finite := !math.IsNaN(float64(loss)) && !math.IsInf(float64(loss), 0)
 	if !finite {
 		bad[0] = int32(c.Rank())
 	}
+	if stopReq {
+		bad[1] = -1
+	}
 	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Min)); err != nil {
-		return fmt.Errorf("train: step %d: checking the loss: %w", step, err)
+		return false, fmt.Errorf("train: step %d: checking the loss: %w", step, err)
 	}
 	if int(bad[0]) == c.Size() {
-		return nil
+		return bad[1] < 0, nil
 	}
 	what := fmt.Sprintf("rank %d's loss is not finite", bad[0])
 	if !finite && int(bad[0]) == c.Rank() {
 		what = fmt.Sprintf("rank %d's loss is not finite (%v)", bad[0], loss)
 	}
-	return fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
+	return false, fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
 		step, epoch+1, batch, what)
 }
 
