@@ -15,7 +15,12 @@
 // Exit status: 0 when training finished; 1 on any error (a diverging
 // run, whose loss turned NaN or infinite, included: it stops at that step
 // and keeps the last checkpoint); 2 for unparsable flags; 130 when
-// SIGINT (Ctrl-C) or SIGTERM interrupted it ("train: interrupted").
+// SIGINT (Ctrl-C) or SIGTERM interrupted it ("train: interrupted");
+// 75 when one preempted a rank (a worker under a launcher, or an inproc
+// run): the first signal makes every rank finish its step and save (with
+// -save) before exiting; go on with -resume auto. A second signal
+// interrupts (130). Our own launcher interrupts at once (it does not
+// forward the signal to its workers yet).
 // Settings are checked once, by the process that starts the ranks, before
 // any starts: -nproc (at most 1024), -save (its directory must take a new
 // file), and the strategy's settings for -nproc ranks.
@@ -148,6 +153,9 @@ func main() {
 	case errors.Is(err, errInterrupted):
 		fmt.Fprintln(os.Stderr, "train: interrupted")
 		os.Exit(exitInterrupted)
+	case errors.Is(err, train.ErrPreempted):
+		fmt.Fprintln(os.Stderr, "train:", strings.TrimPrefix(err.Error(), "train: "))
+		os.Exit(exitPreempted)
 	}
 	// Errors from package train carry its prefix already.
 	fmt.Fprintln(os.Stderr, "train:", strings.TrimPrefix(err.Error(), "train: "))
@@ -159,8 +167,34 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	graceful := o.backend == "inproc" || launch.UnderLauncher()
+	go func() {
+		// A rank (or inproc's ranks): the first signal preempts (finish
+		// the step, save, exit 75), a second one interrupts. The launcher
+		// (no ranks here) interrupts at once, killing its workers.
+		if graceful {
+			select {
+			case <-sigs:
+				close(stop)
+			case <-done:
+				return
+			}
+		}
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+		}
+	}()
+	o.cfg.Stop = stop
 	err = start(ctx, o, stdout, stderr)
 	if err != nil && ctx.Err() != nil {
 		// The signal is the cause; what it cancelled says "context canceled".
@@ -256,3 +290,8 @@ func firstErr(errs []error) error {
 // exitInterrupted is the exit code after SIGINT or SIGTERM (128 + SIGINT's
 // number, as shells report a Ctrl-C).
 const exitInterrupted = 130
+
+// exitPreempted is the exit code of a rank (or an inproc run) that the
+// first SIGINT or SIGTERM preempted: it finished its step and saved
+// (EX_TEMPFAIL: run it again with -resume auto).
+const exitPreempted = 75

@@ -90,3 +90,36 @@ func TestInterrupt(t *testing.T) {
 		t.Fatalf("after SIGINT: %v, stderr:\n%s", err, stderr.String())
 	}
 }
+
+// TestPreempt: SIGTERM to an inproc run makes every rank finish its step
+// and save, and the run exit with exitPreempted.
+func TestPreempt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	save := filepath.Join(t.TempDir(), "ck")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "2", "-backend", "inproc", "-data", "synthetic", "-limit", "640",
+		"-batch", "16", "-epochs", "100000", "-json", "-progress=false", "-save", save, "-resume", "auto")
+	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("no first epoch: %v\n%s", err, stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted || !strings.Contains(stderr.String(), "preempted after step") {
+		t.Fatalf("after SIGTERM: %v, stderr:\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(save); err != nil {
+		t.Fatalf("no checkpoint after preemption: %v", err)
+	}
+}
