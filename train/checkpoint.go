@@ -4,8 +4,9 @@ package train
 // Strategy.Load); there are two formats, and every strategy loads both.
 //
 // Full (Save, Load; DDP and the pipeline): <path> holds the model with
-// PyTorch's names and layouts, <path>.train the full optimizer state and
-// the position, both written by rank 0 (saveFull). The pipeline first
+// PyTorch's names and layouts, <path>.<id>.train (TrainStatePath) the
+// full optimizer state and the position, both written by rank 0
+// (saveFull); checkpoint_files.go says how the pair switches atomically. The pipeline first
 // gathers its stages' parameters and optimizer state from their ranks
 // into the whole model and a full-size optimizer, so its checkpoints are
 // DDP's.
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 
@@ -153,9 +155,24 @@ func sameShape(a, b []int) bool {
 	return true
 }
 
-// TrainStatePath is where the optimizer state and position go beside a
-// model checkpoint.
-func TrainStatePath(path string) string { return path + ".train" }
+// TrainStatePath is where the optimizer state and position of the full
+// checkpoint at path are: <path>.<id>.train, id being the save's file id
+// in path's metadata (fileIDKey), or <path>.train for a checkpoint saved
+// before file ids (and when path cannot be read). It reads path's header.
+func TrainStatePath(path string) string {
+	if meta, err := readMeta(path); err == nil && meta[fileIDKey] != "" {
+		return trainFile(path, meta[fileIDKey])
+	}
+	return path + ".train"
+}
+
+// ShardPath is where rank's shard file of the sharded checkpoint at path,
+// saved by world ranks, is: zero.ShardPath of <path>.<id> (the save's
+// file id), or of path itself for a checkpoint saved before file ids. It
+// reads path's header.
+func ShardPath(path string, rank, world int) string {
+	return zero.ShardPath(shardBase(path), rank, world)
+}
 
 // InputNormalization says, in every checkpoint's metadata, how inputs
 // were prepared in training: pixels scaled to [0, 1], then normalised with
@@ -163,14 +180,22 @@ func TrainStatePath(path string) string { return path + ".train" }
 var InputNormalization = fmt.Sprintf("x = (pixel/255 - %.4f) / %.4f", data.FashionMNISTMean, data.FashionMNISTStd)
 
 // Save writes the model to path (loadable by PyTorch's load_state_dict)
-// and the optimizer state and position to TrainStatePath(path), each file
-// atomically; the training state is written first and both carry the step,
-// so a crash between the two is detected on resume.
+// and the optimizer state and position to TrainStatePath(path). The two
+// switch together: the optimizer state goes to a new file named by the
+// save's id, <path>.<id>.train, and then the model file, written
+// atomically over path, commits the save by naming that id (metadata
+// file_id). A crash at any point leaves path and the files it names whole:
+// the previous checkpoint, or the new one. After the commit the previous
+// save's files are removed, and before writing, temporary files an earlier
+// crashed save left are.
 func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
+	removeStale(path, "", true)
+	id := newSaveID(pos.Step)
 	common := map[string]string{
-		"format": "gdist-v1",
-		"model":  m.Name,
-		"step":   strconv.FormatInt(pos.Step, 10),
+		"format":  "gdist-v1",
+		"model":   m.Name,
+		"step":    strconv.FormatInt(pos.Step, 10),
+		"save_id": id,
 		// What a PyTorch user must feed the loaded model.
 		"input_normalization": InputNormalization,
 	}
@@ -197,12 +222,20 @@ func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta 
 	for _, k := range names {
 		ts = append(ts, checkpoint.F32("optimizer."+k, []int{len(st[k])}, st[k]))
 	}
-	if err := checkpoint.Write(TrainStatePath(path), ts, trainMeta); err != nil {
+	tpath := trainFile(path, id)
+	if err := checkpoint.Write(tpath, ts, trainMeta); err != nil {
 		return fmt.Errorf("train: saving optimizer state: %w", err)
 	}
+	if err := saveHook(0, "commit"); err != nil {
+		return err
+	}
+	common[fileIDKey] = id
+	common["train_state"] = filepath.Base(tpath)
 	if err := checkpoint.Write(path, ModelTensors(m), common); err != nil {
+		os.Remove(tpath)
 		return fmt.Errorf("train: saving model: %w", err)
 	}
+	removeStale(path, id, false)
 	return nil
 }
 
@@ -223,12 +256,15 @@ func Load(path string, m *models.Model, opt optim.Optimizer) (Position, map[stri
 	if err := LoadModelTensors(m, ts, path); err != nil {
 		return pos, nil, err
 	}
-	tpath := TrainStatePath(path)
+	tpath := path + ".train" // saved before file ids
+	if id := meta[fileIDKey]; id != "" {
+		tpath = trainFile(path, id)
+	}
 	ots, tmeta, err := checkpoint.Read(tpath)
 	if err != nil {
 		return pos, nil, fmt.Errorf("%w: optimizer state: %v", ErrCheckpoint, err)
 	}
-	if tmeta["step"] != meta["step"] || tmeta["model"] != meta["model"] {
+	if tmeta["step"] != meta["step"] || tmeta["model"] != meta["model"] || tmeta["save_id"] != meta["save_id"] {
 		return pos, nil, fmt.Errorf("%w: %s (step %s) and %s (step %s) are from different saves", ErrCheckpoint, path, meta["step"], tpath, tmeta["step"])
 	}
 	if tmeta["optimizer"] != opt.Name() {
@@ -311,6 +347,20 @@ func withMeta(meta map[string]string, kv ...string) map[string]string {
 		out[kv[i]] = kv[i+1]
 	}
 	return out
+}
+
+// testHookSave, when a test sets it, runs on each rank at the named
+// stages of a save: "shard" before a rank writes its ZeRO shard file,
+// "commit" on rank 0 before the model file that commits the save is
+// written (after the optimizer state or the shards). An error fails the
+// save there, as a crash would.
+var testHookSave func(rank int, stage string) error
+
+func saveHook(rank int, stage string) error {
+	if testHookSave == nil {
+		return nil
+	}
+	return testHookSave(rank, stage)
 }
 
 // optimBytes is the size of opt's state.

@@ -1,15 +1,17 @@
 package train
 
-// Sharded checkpoints (ZeRO; checkpoint.go has the overview).
+// Sharded checkpoints (ZeRO; checkpoint.go has the overview,
+// checkpoint_files.go how a save commits).
 //
 // SaveZero: every rank writes its shard file
-// zero.ShardPath(path, r, N) (see package zero for its layout), then rank
-// 0 writes <path>: the whole model with PyTorch's names and layouts, like
-// DDP's, whose metadata (format zero.ShardFormat, world_size, save_id)
-// points at the shard files. <path> is written last, once every rank has
-// written its shard, so it commits the save: a crash in between leaves
-// shard files whose save_id differs from the one <path> names, which
-// loading reports instead of mixing two saves.
+// zero.ShardPath(<path>.<id>, r, N) (see package zero for its layout),
+// id being the save's id; then rank 0 writes <path>: the whole model with
+// PyTorch's names and layouts, like DDP's, whose metadata (format
+// zero.ShardFormat, world_size, save_id, file_id) points at the shard
+// files. <path> is written last, atomically, once every rank has written
+// its shard, so it commits the save: a crash in between leaves <path>
+// naming the previous save's shard files, untouched, and the new ones are
+// removed by the next save.
 //
 // ConsolidateZero rebuilds the single PyTorch file from the shard files
 // alone.
@@ -19,8 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -40,22 +40,25 @@ import (
 //
 // It is a collective: every rank calls it with the same path, and every
 // rank returns an error if any rank failed (naming that rank), so no rank
-// goes on alone. A failed save never leaves path naming a partial set of
-// shard files. After a successful save a stale Save sidecar
-// (TrainStatePath(path)) of an earlier DDP checkpoint at path is removed.
+// goes on alone. A failed or interrupted save leaves path and the files
+// it names as they were (the previous checkpoint). After a successful
+// save the previous save's files at path (shards, or the optimizer state
+// of an earlier full checkpoint) are removed.
 func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) error {
-	var nonce uint64
+	var id string
 	if c.Rank() == 0 {
-		nonce = rand.Uint64()
+		// Before any rank writes: the broadcast below holds them back.
+		removeStale(path, "", true)
+		id = newSaveID(pos.Step)
 	}
-	if err := comm.BroadcastObject(ctx, c, &nonce, 0); err != nil {
+	if err := comm.BroadcastObject(ctx, c, &id, 0); err != nil {
 		return fmt.Errorf("train: saving %s: %w", path, err)
 	}
 	md := map[string]string{}
 	for k, v := range meta {
 		md[k] = v
 	}
-	md["save_id"] = fmt.Sprintf("%d-%016x", pos.Step, nonce)
+	md["save_id"] = id
 	md["epoch"] = strconv.Itoa(pos.Epoch)
 	md["batch"] = strconv.Itoa(pos.Batch)
 	md["step"] = strconv.FormatInt(pos.Step, 10)
@@ -70,7 +73,10 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 				checkpoint.I64(p+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
 		}
 	}
-	err := e.WriteShard(ctx, path, md, extra)
+	err := saveHook(c.Rank(), "shard")
+	if err == nil {
+		err = e.WriteShard(ctx, path+"."+id, md, extra)
+	}
 	if err := agree(ctx, c, err, "its shard of "+path); err != nil {
 		return err
 	}
@@ -92,11 +98,13 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 		md["input_normalization"] = InputNormalization
 		md["num_params"] = strconv.Itoa(m.NumParams())
 		md["world_size"] = strconv.Itoa(c.Size())
-		md["shards"] = fmt.Sprintf("%s.rank<r>-of-%d.safetensors", filepath.Base(path), c.Size())
-		if err = checkpoint.Write(path, ModelTensors(full), md); err != nil {
+		md["shards"] = fmt.Sprintf("%s.%s.rank<r>-of-%d.safetensors", filepath.Base(path), id, c.Size())
+		md[fileIDKey] = id
+		if err = saveHook(0, "commit"); err != nil {
+		} else if err = checkpoint.Write(path, ModelTensors(full), md); err != nil {
 			err = fmt.Errorf("train: saving model: %w", err)
-		} else if rerr := os.Remove(TrainStatePath(path)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			err = fmt.Errorf("train: removing the stale %s: %w", TrainStatePath(path), rerr)
+		} else {
+			removeStale(path, id, false)
 		}
 	}
 	return agree(ctx, c, err, path)
@@ -131,7 +139,11 @@ func loadZero(path string, meta map[string]string, m *models.Model, opt optim.Op
 	if err != nil || world < 1 {
 		return pos, nil, fmt.Errorf("%w: %s: bad world_size %q", ErrCheckpoint, path, meta["world_size"])
 	}
-	sh, err := zero.ReadShards(path, world, meta["save_id"])
+	base := path // saved before file ids
+	if id := meta[fileIDKey]; id != "" {
+		base = path + "." + id
+	}
+	sh, err := zero.ReadShards(base, world, meta["save_id"])
 	if err != nil {
 		return pos, nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
@@ -152,14 +164,14 @@ func loadZero(path string, meta map[string]string, m *models.Model, opt optim.Op
 	for k, p := range ints {
 		v, err := strconv.Atoi(sh.Meta[k])
 		if err != nil || v < 0 {
-			return pos, nil, fmt.Errorf("%w: %s: bad %s %q", ErrCheckpoint, zero.ShardPath(path, 0, world), k, sh.Meta[k])
+			return pos, nil, fmt.Errorf("%w: %s: bad %s %q", ErrCheckpoint, zero.ShardPath(base, 0, world), k, sh.Meta[k])
 		}
 		*p = v
 	}
 	if pos.Step, err = strconv.ParseInt(sh.Meta["step"], 10, 64); err != nil || pos.Step < 0 {
-		return pos, nil, fmt.Errorf("%w: %s: bad step %q", ErrCheckpoint, zero.ShardPath(path, 0, world), sh.Meta["step"])
+		return pos, nil, fmt.Errorf("%w: %s: bad step %q", ErrCheckpoint, zero.ShardPath(base, 0, world), sh.Meta["step"])
 	}
-	if err := setBuffers(m, sh.Buffers, zero.ShardPath(path, 0, world)); err != nil {
+	if err := setBuffers(m, sh.Buffers, zero.ShardPath(base, 0, world)); err != nil {
 		return pos, nil, err
 	}
 	copy(m.Flat.Value, sh.Params)
@@ -212,14 +224,16 @@ func setBuffers(m *models.Model, bufs map[string]checkpoint.Tensor, file string)
 // what Save writes for DDP, loadable by load_state_dict or
 // LoadModelTensors. It is built from the shard files alone (parameters and
 // batch-norm buffers; no optimizer state), so it also works where path
-// itself is gone (the shard files are then found on disk). It needs no
-// Comm: run it offline, anywhere the files are.
+// itself is gone (the shard files are then found on disk: those of the
+// newest complete save at path). It needs no Comm: run it offline,
+// anywhere the files are.
 func ConsolidateZero(path, out string) error {
 	if filepath.Clean(out) == filepath.Clean(path) {
 		return fmt.Errorf("train: consolidate %s: the output must be another file", path)
 	}
-	world, id := 0, ""
+	world, id, base := 0, "", path
 	_, meta, err := checkpoint.Read(path)
+	var sh *zero.Shards
 	switch {
 	case err == nil:
 		if meta["format"] != zero.ShardFormat {
@@ -229,12 +243,31 @@ func ConsolidateZero(path, out string) error {
 			return fmt.Errorf("%w: %s: bad world_size %q", ErrCheckpoint, path, meta["world_size"])
 		}
 		id = meta["save_id"]
+		if fid := meta[fileIDKey]; fid != "" {
+			base = path + "." + fid
+		}
+		sh, err = zero.ReadShards(base, world, id)
 	case errors.Is(err, fs.ErrNotExist):
-		// Go by the shard files alone.
+		// Go by the shard files alone: the newest save whose files are
+		// all there, else the files of a save from before file ids.
+		var first error
+		for _, fid := range shardSaves(path) {
+			if sh, err = zero.ReadShards(path+"."+fid, 0, ""); err == nil {
+				base = path + "." + fid
+				break
+			}
+			if first == nil {
+				first = err
+			}
+		}
+		if sh == nil {
+			if sh, err = zero.ReadShards(path, 0, ""); err != nil && first != nil {
+				err = first
+			}
+		}
 	default:
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	sh, err := zero.ReadShards(path, world, id)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
@@ -246,7 +279,7 @@ func ConsolidateZero(path, out string) error {
 		return fmt.Errorf("%w: the shards of %s hold %d parameters, model %s has %d", ErrCheckpoint, path, sh.NumParams, m.Name, m.NumParams())
 	}
 	copy(m.Flat.Value, sh.Params)
-	if err := setBuffers(m, sh.Buffers, zero.ShardPath(path, 0, sh.World)); err != nil {
+	if err := setBuffers(m, sh.Buffers, zero.ShardPath(base, 0, sh.World)); err != nil {
 		return err
 	}
 	md := map[string]string{"format": "gdist-v1", "model": m.Name, "consolidated_from": filepath.Base(path),

@@ -38,4 +38,7 @@
 // after gathering its stages), or ZeRO's shard files plus the same model
 // file (checkpoint_zero.go). LoadCheckpoint reads both, so a checkpoint
 // saved by N ranks with any strategy resumes on M ranks with any other.
+// A save commits atomically (checkpoint_files.go): data files under new
+// names first, then the model file renamed into place naming them, so a
+// crash mid-save leaves the previous checkpoint resumable.
 package train

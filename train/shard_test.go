@@ -56,7 +56,7 @@ func splice(t *testing.T, path string, world int) ([]float32, map[string][]float
 	opt := map[string][]float32{}
 	var step int64
 	for r := 0; r < world; r++ {
-		ts, meta := readCk(t, zero.ShardPath(path, r, world))
+		ts, meta := readCk(t, ShardPath(path, r, world))
 		p, _ := strconv.Atoi(meta["num_params"])
 		lo, _ := strconv.Atoi(meta["shard_lo"])
 		step, _ = strconv.ParseInt(meta["opt_step"], 10, 64)
@@ -151,8 +151,8 @@ func TestZeroResumeEqualsUninterrupted(t *testing.T) {
 			b, _ := readCk(t, rest.Save)
 			sameTensors(t, "model", a, b)
 			for r := 0; r < n; r++ {
-				a, ma := readCk(t, zero.ShardPath(full.Save, r, n))
-				b, mb := readCk(t, zero.ShardPath(rest.Save, r, n))
+				a, ma := readCk(t, ShardPath(full.Save, r, n))
+				b, mb := readCk(t, ShardPath(rest.Save, r, n))
 				sameTensors(t, fmt.Sprintf("shard %d", r), a, b)
 				if ma["opt_step"] != mb["opt_step"] || ma["step"] != "20" || mb["epoch"] != "2" || mb["batch"] != "0" {
 					t.Errorf("shard %d metadata: %v vs %v", r, ma, mb)
@@ -453,7 +453,7 @@ func TestZeroCheckpointErrors(t *testing.T) {
 	// name and returns it.
 	copyCk := func(src, name string) string {
 		dst := filepath.Join(dir, name)
-		for _, s := range []string{"", ".rank0-of-2.safetensors", ".rank1-of-2.safetensors"} {
+		for _, s := range []string{"", strings.TrimPrefix(ShardPath(src, 0, 2), src), strings.TrimPrefix(ShardPath(src, 1, 2), src)} {
 			b, err := os.ReadFile(src + s)
 			if err != nil {
 				t.Fatal(err)
@@ -465,12 +465,12 @@ func TestZeroCheckpointErrors(t *testing.T) {
 		return dst
 	}
 	missing := copyCk(good, "missing")
-	os.Remove(zero.ShardPath(missing, 1, 2))
+	os.Remove(ShardPath(missing, 1, 2))
 	mixed := copyCk(good, "mixed")
-	b, _ := os.ReadFile(zero.ShardPath(other, 1, 2))
-	os.WriteFile(zero.ShardPath(mixed, 1, 2), b, 0o644)
+	b, _ := os.ReadFile(ShardPath(other, 1, 2))
+	os.WriteFile(ShardPath(mixed, 1, 2), b, 0o644)
 	corrupt := copyCk(good, "corrupt")
-	os.Truncate(zero.ShardPath(corrupt, 0, 2), 100)
+	os.Truncate(ShardPath(corrupt, 0, 2), 100)
 
 	cases := []struct {
 		name string
@@ -478,9 +478,9 @@ func TestZeroCheckpointErrors(t *testing.T) {
 		want error
 		text string
 	}{
-		{"missing shard", func(c *Config) { c.Resume = missing }, ErrCheckpoint, "missing.rank1-of-2.safetensors is missing"},
+		{"missing shard", func(c *Config) { c.Resume = missing }, ErrCheckpoint, filepath.Base(ShardPath(missing, 1, 2)) + " is missing"},
 		{"mixed saves", func(c *Config) { c.Resume = mixed }, ErrCheckpoint, "different saves"},
-		{"corrupt shard", func(c *Config) { c.Resume = corrupt }, checkpoint.ErrCorrupt, "corrupt.rank0-of-2.safetensors"},
+		{"corrupt shard", func(c *Config) { c.Resume = corrupt }, checkpoint.ErrCorrupt, filepath.Base(ShardPath(corrupt, 0, 2))},
 		{"other model", func(c *Config) { c.Resume = good; c.Model = "cnn" }, ErrCheckpoint, `"mlp" model`},
 		{"other optimizer", func(c *Config) { c.Resume = good; c.Optimizer = "adam" }, ErrCheckpoint, `optimizer "sgd"`},
 		{"optimizer state absent", func(c *Config) { c.Resume = plain }, ErrCheckpoint, "lack optimizer state"},
@@ -506,9 +506,13 @@ func TestZeroCheckpointErrors(t *testing.T) {
 	// and writes no model file.
 	failing := cfg
 	failing.Save = filepath.Join(dir, "failing")
-	if err := os.Mkdir(zero.ShardPath(failing.Save, 1, 2), 0o755); err != nil {
-		t.Fatal(err)
+	testHookSave = func(rank int, stage string) error {
+		if rank == 1 && stage == "shard" {
+			return errors.New("disk full")
+		}
+		return nil
 	}
+	defer func() { testHookSave = nil }()
 	cs, err := inproc.New(2, comm.Options{})
 	if err != nil {
 		t.Fatal(err)

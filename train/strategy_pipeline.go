@@ -48,6 +48,9 @@ func checkPipeline(c *Config) error {
 	if c.Stages < 0 || c.Microbatches < 0 {
 		return fmt.Errorf("-stages and -microbatches must not be negative")
 	}
+	if k := c.Stages; c.World > 0 && k > 0 && (k > c.World || c.World%k != 0) {
+		return fmt.Errorf("-stages %d does not divide the %d ranks", k, c.World)
+	}
 	if c.Microbatches > c.Batch {
 		return fmt.Errorf("-microbatches %d is more than the batch of %d", c.Microbatches, c.Batch)
 	}

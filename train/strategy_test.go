@@ -82,11 +82,15 @@ func close(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
 func sameFiles(t *testing.T, a, b string) {
 	t.Helper()
 	for _, suffix := range []string{"", ".train"} {
-		ta, _, err := checkpoint.Read(a + suffix)
+		fa, fb := a, b
+		if suffix != "" {
+			fa, fb = train.TrainStatePath(a), train.TrainStatePath(b)
+		}
+		ta, _, err := checkpoint.Read(fa)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tb, _, err := checkpoint.Read(b + suffix)
+		tb, _, err := checkpoint.Read(fb)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,12 +50,24 @@ type Config struct {
 	Schedule     string
 	Balance      string // how stages are chosen: params (default) or time (measured)
 	Save         string
-	Resume       string
-	MaxSteps     int // stop (and save) after this many optimizer steps in this run; 0: no cap
-	Backend      string
-	JSON         bool
-	Progress     io.Writer // rank 0's progress bar; nil for none
-	Out          io.Writer // rank 0's events (JSON lines) or human summary
+	// Resume is the checkpoint to go on from; "auto" resumes from Save's
+	// checkpoint if there is one there (the last complete save: saves
+	// commit atomically), and starts afresh otherwise.
+	Resume   string
+	MaxSteps int // stop (and save) after this many optimizer steps in this run; 0: no cap
+	Backend  string
+	// World is the number of ranks, where known before the Comm exists
+	// (a launcher sets it to the ranks it will start), so that Validate
+	// checks the settings that depend on it; 0: unknown. Run sets it to
+	// the Comm's size.
+	World int
+	// Stop, when closed on any rank, preempts the run: every rank
+	// finishes the step under way, Run saves at that point (with Save)
+	// and returns ErrPreempted. nil: never.
+	Stop     <-chan struct{}
+	JSON     bool
+	Progress io.Writer // rank 0's progress bar; nil for none
+	Out      io.Writer // rank 0's events (JSON lines) or human summary
 }
 
 // MemoryBytes is the model state a rank holds persistently.
@@ -121,6 +135,10 @@ type EpochEvent struct {
 	EvalBPB      float64 `json:"eval_bpb,omitempty"`
 }
 
+// ErrPreempted is Run's error when Config.Stop stopped it: every rank
+// finished the same step and, with Config.Save, saved there.
+var ErrPreempted = errors.New("train: preempted")
+
 // ErrConfig wraps every bad configuration.
 var ErrConfig = errors.New("train: bad configuration")
 
@@ -163,6 +181,14 @@ func (c *Config) Validate() error {
 		return bad("-limit %d: want 0 (all) or more", c.Limit)
 	case c.MaxSteps < 0:
 		return bad("max steps %d is negative", c.MaxSteps)
+	case c.BucketMB < 0 || math.IsNaN(c.BucketMB) || math.IsInf(c.BucketMB, 0):
+		return bad("-bucket-mb %v: want a positive number of MiB", c.BucketMB)
+	case c.FirstBucket < 0 || math.IsNaN(c.FirstBucket) || math.IsInf(c.FirstBucket, 0):
+		return bad("-first-bucket-mb %v: want a positive number of MiB", c.FirstBucket)
+	case c.Resume == "auto" && c.Save == "":
+		return bad("-resume auto resumes from the -save checkpoint: set -save")
+	case c.World < 0:
+		return bad("world size %d is negative", c.World)
 	}
 	if err := checkStrategy(c); err != nil {
 		return err
@@ -173,6 +199,41 @@ func (c *Config) Validate() error {
 	if _, err := optim.New(c.OptimConfig(), 0); err != nil {
 		return bad("%v", err)
 	}
+	if c.Save != "" {
+		if err := checkSavePath(c.Save); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return nil
+}
+
+// checkSavePath reports whether a checkpoint can be written at path: its
+// directory exists and takes a new file, and path is not a directory.
+func checkSavePath(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("-save %s is a directory: name a file in it, e.g. %s", path, filepath.Join(path, "run.safetensors"))
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("-save %s: directory %s does not exist: create it first", path, dir)
+	case err != nil:
+		return fmt.Errorf("-save %s: %v", path, err)
+	case !st.IsDir():
+		return fmt.Errorf("-save %s: %s is not a directory", path, strings.TrimSuffix(dir, string(filepath.Separator)))
+	}
+	// The name checkpoint.Write gives its temporary files, which the next
+	// save removes if this one stays behind.
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return fmt.Errorf("-save %s: cannot write in %s: %v", path, dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
 	return nil
 }
 
@@ -296,6 +357,7 @@ func LoadData(cfg Config) (trainSet, testSet Samples, err error) {
 // Run trains on c. Every rank calls it with the same cfg; rank 0 writes the
 // progress, events and checkpoints. It returns the summary (on every rank).
 func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
+	cfg.World = c.Size()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -332,9 +394,16 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	defer strat.Close()
 	var pos Position
-	if cfg.Resume != "" {
+	resume := cfg.Resume
+	if resume == "auto" {
+		resume = ""
+		if _, err := os.Stat(cfg.Save); err == nil {
+			resume = cfg.Save
+		}
+	}
+	if resume != "" {
 		// Every rank reads the checkpoint, of either format.
-		if pos, err = strat.Load(ctx, cfg.Resume); err != nil {
+		if pos, err = strat.Load(ctx, resume); err != nil {
 			return nil, err
 		}
 	}
@@ -386,7 +455,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		s, _ := tc.Traffic()
 		return s
 	}
-	stopped := false
+	stopped, preempted := false, false
 
 	for epoch := pos.Epoch; epoch < cfg.Epochs && !stopped; epoch++ {
 		first := 0
@@ -415,8 +484,14 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := strat.Update(ctx); err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
-			dt := time.Since(t0)
 			stepSent += sentNow() - s0
+			// Stop at the first non-finite loss, on every rank alike, with
+			// nothing saved: the last checkpoint stays the last good one.
+			stop, err := checkStep(ctx, c, loss, stopRequested(cfg.Stop), steps+1, epoch, k)
+			if err != nil {
+				return nil, err
+			}
+			dt := time.Since(t0)
 			trainTime += dt
 			epochTrain += dt
 			stepTimes = append(stepTimes, dt.Seconds()*1e3)
@@ -430,7 +505,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 				el := time.Since(epochStart).Seconds()
 				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples*lps)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
 			}
-			if cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
+			if stop || cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
+				preempted = stop
 				pos = Position{Epoch: epoch, Batch: k + 1, Step: steps}
 				if k+1 == nb {
 					pos = Position{Epoch: epoch + 1, Step: steps}
@@ -487,8 +563,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 	}
 	if stopped {
-		// Stopped mid-way (MaxSteps): save where we are; evaluate too, so
-		// the summary is complete.
+		// Stopped mid-way (MaxSteps, Stop): save where we are; evaluate
+		// too, so the summary is complete, unless preempted.
 		if err := syncBuffers(ctx, c, m); err != nil {
 			return nil, err
 		}
@@ -496,6 +572,12 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := strat.Save(ctx, cfg.Save, pos, meta); err != nil {
 				return nil, err
 			}
+		}
+		if preempted {
+			if cfg.Save == "" {
+				return nil, fmt.Errorf("%w after step %d (no -save: nothing saved)", ErrPreempted, steps)
+			}
+			return nil, fmt.Errorf("%w after step %d, saved to %s: go on with -resume %s (or -resume auto)", ErrPreempted, steps, cfg.Save, cfg.Save)
 		}
 		l, a, err := eval()
 		if err != nil {
@@ -556,6 +638,43 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// stopRequested reports whether stop is closed.
+func stopRequested(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkStep tells every rank, after a step, whether any rank asked to
+// stop (stopReq), and returns an error on every rank if any rank's loss
+// at step is NaN or infinite, naming the step and the first such rank.
+// Collective.
+func checkStep(ctx context.Context, c comm.Comm, loss float32, stopReq bool, step int64, epoch, batch int) (stop bool, err error) {
+	bad := []int32{int32(c.Size()), 0} // first bad rank, -1 if any rank stops
+	finite := !math.IsNaN(float64(loss)) && !math.IsInf(float64(loss), 0)
+	if !finite {
+		bad[0] = int32(c.Rank())
+	}
+	if stopReq {
+		bad[1] = -1
+	}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Min)); err != nil {
+		return false, fmt.Errorf("train: step %d: checking the loss: %w", step, err)
+	}
+	if int(bad[0]) == c.Size() {
+		return bad[1] < 0, nil
+	}
+	what := fmt.Sprintf("rank %d's loss is not finite", bad[0])
+	if !finite && int(bad[0]) == c.Rank() {
+		what = fmt.Sprintf("rank %d's loss is not finite (%v)", bad[0], loss)
+	}
+	return false, fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
+		step, epoch+1, batch, what)
 }
 
 // syncBuffers gives every rank rank 0's batch-norm running statistics (as

@@ -70,11 +70,15 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 				t.Fatalf("resumed: eval loss %v after %d steps; uninterrupted: %v after %d", got[0].EvalLoss, got[0].Steps, want[0].EvalLoss, want[0].Steps)
 			}
 			for _, suffix := range []string{"", ".train"} {
-				a, _, err := checkpoint.Read(full.Save + suffix)
+				fa, fb := full.Save, rest.Save
+				if suffix != "" {
+					fa, fb = TrainStatePath(fa), TrainStatePath(fb)
+				}
+				a, _, err := checkpoint.Read(fa)
 				if err != nil {
 					t.Fatal(err)
 				}
-				b, _, err := checkpoint.Read(rest.Save + suffix)
+				b, _, err := checkpoint.Read(fb)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,6 +11,19 @@
 // or srun (SLURM_*). With -backend inproc the ranks are goroutines of this
 // process. Progress goes to stderr (rank 0); results to stdout, as JSON
 // lines with -json, the last being {"event":"summary", ...}.
+//
+// Exit status: 0 when training finished; 1 on any error (a diverging
+// run, whose loss turned NaN or infinite, included: it stops at that step
+// and keeps the last checkpoint); 2 for unparsable flags; 130 when
+// SIGINT (Ctrl-C) or SIGTERM interrupted it ("train: interrupted");
+// 75 when one preempted a rank (a worker under a launcher, or an inproc
+// run): the first signal makes every rank finish its step and save (with
+// -save) before exiting; go on with -resume auto. A second signal
+// interrupts (130). Our own launcher interrupts at once (it does not
+// forward the signal to its workers yet).
+// Settings are checked once, by the process that starts the ranks, before
+// any starts: -nproc (at most 1024), -save (its directory must take a new
+// file), and the strategy's settings for -nproc ranks.
 package main
 
 import (
@@ -83,7 +96,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Balance, "balance", "params", "how pipeline stages are chosen: params (equal parameter counts) or time (every rank times the layers and candidate stages on a micro-batch; equal compute)")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
-	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint")
+	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
 	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
@@ -93,8 +106,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.nproc < 1 {
-		return o, fmt.Errorf("-nproc %d: want at least 1", o.nproc)
+	if o.nproc < 1 || o.nproc > maxNProc {
+		return o, fmt.Errorf("-nproc %d: want 1 to %d", o.nproc, maxNProc)
 	}
 	if c.LR == 0 {
 		c.LR = 0.05
@@ -112,20 +125,41 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-backend %q: want inproc, tcp, shm or auto", o.backend)
 	}
 	c.Backend = o.backend
+	if !launch.UnderLauncher() {
+		// This process starts the ranks: check what depends on their
+		// number here, once, not in every worker.
+		c.World = o.nproc
+	}
 	if err := c.Validate(); err != nil {
 		return o, err
 	}
 	return o, nil
 }
 
+// maxNProc bounds -nproc: every rank is a process or a goroutine with its
+// own model and buffers on this host.
+const maxNProc = 1024
+
+// errInterrupted is run's error when SIGINT or SIGTERM ended the run.
+var errInterrupted = errors.New("interrupted")
+
+// Exit codes: 0 success, 1 any failure, 2 bad flags (flag package),
+// exitInterrupted after SIGINT or SIGTERM.
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(1)
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(os.Stderr, "train: interrupted")
+		os.Exit(exitInterrupted)
+	case errors.Is(err, train.ErrPreempted):
+		fmt.Fprintln(os.Stderr, "train:", strings.TrimPrefix(err.Error(), "train: "))
+		os.Exit(exitPreempted)
 	}
+	// Errors from package train carry its prefix already.
+	fmt.Fprintln(os.Stderr, "train:", strings.TrimPrefix(err.Error(), "train: "))
+	os.Exit(1)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -133,8 +167,45 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	graceful := o.backend == "inproc" || launch.UnderLauncher()
+	go func() {
+		// A rank (or inproc's ranks): the first signal preempts (finish
+		// the step, save, exit 75), a second one interrupts. The launcher
+		// (no ranks here) interrupts at once, killing its workers.
+		if graceful {
+			select {
+			case <-sigs:
+				close(stop)
+			case <-done:
+				return
+			}
+		}
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+		}
+	}()
+	o.cfg.Stop = stop
+	err = start(ctx, o, stdout, stderr)
+	if err != nil && ctx.Err() != nil {
+		// The signal is the cause; what it cancelled says "context canceled".
+		return errInterrupted
+	}
+	return err
+}
+
+// start runs the job o describes: the ranks as goroutines (inproc), as
+// worker processes it launches, or this process as one worker.
+func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	cfg := o.cfg
 	cfg.Out = stdout
 	if o.progress {
@@ -187,7 +258,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		if cfg.Resume != "" {
+		if cfg.Resume != "" && cfg.Resume != "auto" {
 			if _, err := os.Stat(cfg.Resume); err != nil {
 				return fmt.Errorf("-resume: %w", err)
 			}
@@ -224,3 +295,12 @@ func firstErr(errs []error) error {
 	}
 	return nil
 }
+
+// exitInterrupted is the exit code after SIGINT or SIGTERM (128 + SIGINT's
+// number, as shells report a Ctrl-C).
+const exitInterrupted = 130
+
+// exitPreempted is the exit code of a rank (or an inproc run) that the
+// first SIGINT or SIGTERM preempted: it finished its step and saved
+// (EX_TEMPFAIL: run it again with -resume auto).
+const exitPreempted = 75

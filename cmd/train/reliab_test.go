@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestNprocBound: an absurd -nproc is refused before anything starts
+// (inproc -nproc 100000 used to grow to gigabytes).
+func TestNprocBound(t *testing.T) {
+	for _, backend := range []string{"inproc", "tcp", "auto"} {
+		_, err := parse([]string{"-nproc", "100000", "-backend", backend, "-data", "synthetic"}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "-nproc 100000") {
+			t.Errorf("-backend %s -nproc 100000: %v", backend, err)
+		}
+	}
+}
+
+// TestLauncherValidates: settings that would make every worker fail are
+// refused by the launcher, once, before any worker starts (no "[rank N]"
+// lines), with one "train: " prefix.
+func TestLauncherValidates(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"-nproc", "2", "-backend", "tcp", "-data", "synthetic", "-limit", "640", "-progress=false"}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-bucket-mb", "-1"}, "-bucket-mb"},
+		{[]string{"-bucket-mb", "NaN"}, "-bucket-mb"},
+		{[]string{"-first-bucket-mb", "-2"}, "-first-bucket-mb"},
+		{[]string{"-strategy", "pipeline", "-stages", "5"}, "-stages 5"},
+		{[]string{"-save", filepath.Join(dir, "missing", "ck")}, filepath.Join(dir, "missing")},
+		{[]string{"-save", filepath.Join(file, "ck")}, file},
+		{[]string{"-epochs", "0"}, "bad configuration"},
+	}
+	for _, tc := range cases {
+		_, stderr, err := trainCmd(t, append(common, tc.args...)...)
+		if err == nil {
+			t.Errorf("%v: exited 0", tc.args)
+			continue
+		}
+		if !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "[rank ") || strings.Contains(stderr, "train: train:") ||
+			strings.Count(stderr, "train: ") != 1 {
+			t.Errorf("%v: want one message naming %q from the launcher, got:\n%s", tc.args, tc.want, stderr)
+		}
+	}
+}
+
+// TestInterrupt: SIGINT to the launcher ends the job with "interrupted"
+// and exit code 130, not "context canceled" and 1.
+func TestInterrupt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "2", "-backend", "tcp", "-data", "synthetic", "-limit", "640",
+		"-batch", "16", "-epochs", "100000", "-json", "-progress=false")
+	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Training is under way once the first epoch's line is out.
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("no first epoch: %v\n%s", err, stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	go io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted || !strings.Contains(stderr.String(), "train: interrupted") ||
+		strings.Contains(stderr.String(), "context canceled") {
+		t.Fatalf("after SIGINT: %v, stderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestPreempt: SIGTERM to an inproc run makes every rank finish its step
+// and save, and the run exit with exitPreempted.
+func TestPreempt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	save := filepath.Join(t.TempDir(), "ck")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "2", "-backend", "inproc", "-data", "synthetic", "-limit", "640",
+		"-batch", "16", "-epochs", "100000", "-json", "-progress=false", "-save", save, "-resume", "auto")
+	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("no first epoch: %v\n%s", err, stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted || !strings.Contains(stderr.String(), "preempted after step") {
+		t.Fatalf("after SIGTERM: %v, stderr:\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(save); err != nil {
+		t.Fatalf("no checkpoint after preemption: %v", err)
+	}
+}

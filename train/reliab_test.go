@@ -1,0 +1,249 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/zero"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var errCrash = errors.New("simulated crash")
+
+// TestCrashDuringSaveKeepsLastCheckpoint: a save that dies after writing
+// the optimizer state (full checkpoints) or the shard files (ZeRO) but
+// before the model file leaves the previous checkpoint resumable, and the
+// next save removes the temporary files the crash left behind.
+func TestCrashDuringSaveKeepsLastCheckpoint(t *testing.T) {
+	for _, strat := range []string{"ddp", "zero2", "pipeline"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy, cfg.MaxSteps = strat, 5
+			cfg.Save = filepath.Join(dir, "run.safetensors")
+			if _, err := runRanks(t, 2, cfg); err != nil {
+				t.Fatal(err)
+			}
+			// The next run resumes and dies in its save, between the writes,
+			// leaving a temporary file as a killed write would.
+			next := cfg
+			next.Resume = cfg.Save
+			leftover := filepath.Join(dir, ".run.safetensors.tmp123456")
+			testHookSave = func(rank int, stage string) error {
+				if stage != "commit" {
+					return nil
+				}
+				if err := os.WriteFile(leftover, make([]byte, 1<<16), 0o644); err != nil {
+					t.Error(err)
+				}
+				return errCrash
+			}
+			_, err := runRanks(t, 2, next)
+			testHookSave = nil
+			if err == nil {
+				t.Fatalf("the crashing save: %v", err)
+			}
+			// The previous checkpoint (step 5) still resumes.
+			check := cfg
+			check.Resume, check.Save, check.MaxSteps = cfg.Save, "", 1
+			sums, err := runRanks(t, 2, check)
+			if err != nil {
+				t.Fatalf("resuming after a crash during a save: %v", err)
+			}
+			if sums[0].Steps != 6 {
+				t.Errorf("resumed at step %d, want 5 (the last complete save)", sums[0].Steps-1)
+			}
+			// The next save commits step 10 and cleans up.
+			if _, err := runRanks(t, 2, next); err != nil {
+				t.Fatal(err)
+			}
+			if _, meta := readCk(t, cfg.Save); meta["step"] != "10" {
+				t.Errorf("step %q after the next save, want 10", meta["step"])
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if strings.Contains(e.Name(), ".tmp") {
+					t.Errorf("stale temporary file %s after the next save", e.Name())
+				}
+			}
+			check.MaxSteps = 1
+			if sums, err := runRanks(t, 2, check); err != nil || sums[0].Steps != 11 {
+				t.Fatalf("resuming the next save: %v", err)
+			}
+		})
+	}
+}
+
+// TestLegacyCheckpointResumes: checkpoints saved before file ids
+// (<path>.train, <path>.rank<r>-of-<N>.safetensors, no file_id in the
+// model file) still resume, and the next save replaces their files.
+func TestLegacyCheckpointResumes(t *testing.T) {
+	for _, strat := range []string{"ddp", "zero1"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy, cfg.MaxSteps = strat, 5
+			cfg.Save = filepath.Join(dir, "old.safetensors")
+			if _, err := runRanks(t, 2, cfg); err != nil {
+				t.Fatal(err)
+			}
+			// Rename the files to the old layout.
+			ts, meta, err := checkpoint.Read(cfg.Save)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strat == "ddp" {
+				must(t, os.Rename(TrainStatePath(cfg.Save), cfg.Save+".train"))
+			} else {
+				for r := 0; r < 2; r++ {
+					must(t, os.Rename(ShardPath(cfg.Save, r, 2), zero.ShardPath(cfg.Save, r, 2)))
+				}
+			}
+			delete(meta, fileIDKey)
+			list := make([]checkpoint.Tensor, 0, len(ts))
+			for _, tt := range ts {
+				list = append(list, tt)
+			}
+			must(t, checkpoint.Write(cfg.Save, list, meta))
+			next := cfg
+			next.Resume = cfg.Save
+			sums, err := runRanks(t, 2, next)
+			if err != nil {
+				t.Fatalf("resuming an old-layout checkpoint: %v", err)
+			}
+			if sums[0].Steps != 10 {
+				t.Errorf("%d steps, want 10", sums[0].Steps)
+			}
+			files, _ := filepath.Glob(filepath.Join(dir, "old*"))
+			want := 2
+			if strat != "ddp" {
+				want = 3
+			}
+			if len(files) != want {
+				t.Errorf("files after the next save: %v", files)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSavePathCheckedFirst: a -save path that cannot be written is an
+// ErrConfig naming it before the first step, not an error after an epoch.
+func TestSavePathCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	must(t, os.WriteFile(file, nil, 0o644))
+	for _, tc := range []struct{ save, want string }{
+		{filepath.Join(dir, "missing", "ck"), filepath.Join(dir, "missing")},
+		{filepath.Join(file, "ck"), file},
+		{dir, dir},
+	} {
+		cfg := base()
+		cfg.Save = tc.save
+		_, err := runRanks(t, 2, cfg)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "-save") {
+			t.Errorf("-save %s: %v", tc.save, err)
+		}
+	}
+}
+
+// TestNonFiniteLossStops: a diverging run stops at the first non-finite
+// loss with an error naming the step and the rank, and leaves the last
+// good checkpoint as it was.
+func TestNonFiniteLossStops(t *testing.T) {
+	for _, strat := range []string{"ddp", "zero1", "pipeline"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy, cfg.MaxSteps = strat, 5
+			cfg.Save = filepath.Join(dir, "ck")
+			if _, err := runRanks(t, 2, cfg); err != nil {
+				t.Fatal(err)
+			}
+			bad := cfg
+			bad.Resume, bad.LR, bad.MaxSteps = cfg.Save, 1e9, 0
+			_, err := runRanks(t, 2, bad)
+			if err == nil || !strings.Contains(err.Error(), "not finite") || !strings.Contains(err.Error(), "step ") || !strings.Contains(err.Error(), "rank ") {
+				t.Fatalf("lr 1e9: %v", err)
+			}
+			t.Log(err)
+			if _, meta := readCk(t, cfg.Save); meta["step"] != "5" {
+				t.Errorf("checkpoint at step %s after the diverged run, want 5", meta["step"])
+			}
+		})
+	}
+}
+
+// TestResumeAuto: -resume auto starts afresh when -save has no
+// checkpoint yet and goes on from it when it has; it needs -save.
+func TestResumeAuto(t *testing.T) {
+	dir := t.TempDir()
+	cfg := base()
+	cfg.MaxSteps, cfg.Resume = 5, "auto"
+	cfg.Save = filepath.Join(dir, "ck")
+	for _, want := range []int64{5, 10} {
+		sums, err := runRanks(t, 2, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sums[0].Steps != want {
+			t.Errorf("-resume auto: %d steps, want %d", sums[0].Steps, want)
+		}
+	}
+	cfg.Save = ""
+	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("-resume auto without -save: %v", err)
+	}
+}
+
+// TestStopPreempts: a stop request on one rank stops every rank after
+// the same step, saved there; the run then resumes from it.
+func TestStopPreempts(t *testing.T) {
+	for _, strat := range []string{"ddp", "zero2"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy = strat
+			cfg.Save, cfg.Resume = filepath.Join(dir, "ck"), "auto"
+			cs, err := inproc.New(2, comm.Options{})
+			must(t, err)
+			stop := make(chan struct{})
+			close(stop)
+			errs := make([]error, 2)
+			commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
+				defer c.Close()
+				rc := cfg
+				if c.Rank() == 1 {
+					rc.Stop = stop
+				}
+				_, errs[c.Rank()] = Run(ctx, c, rc)
+				return nil
+			})
+			for r, err := range errs {
+				if !errors.Is(err, ErrPreempted) {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			if _, meta := readCk(t, cfg.Save); meta["step"] != "1" {
+				t.Errorf("saved at step %s, want 1", meta["step"])
+			}
+			sums, err := runRanks(t, 2, cfg)
+			if err != nil || sums[0].Steps != 40 {
+				t.Fatalf("resuming: %v", err)
+			}
+		})
+	}
+}
