@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/gdist/gdist/nn"
 )
 
 // torchGPT loads the weights (PyTorch layout) into the reference module of
@@ -29,21 +27,6 @@ loss = torch.nn.functional.cross_entropy(m(x).reshape(-1, gpt.VOCAB), y)
 loss.backward()
 json.dump({"loss": loss.item(), "grads": {k: p.grad.reshape(-1).tolist() for k, p in m.named_parameters()}}, sys.stdout)
 `
-
-// torchLayout returns a parameter in PyTorch's layout.
-func torchLayout(p nn.ParamInfo, v []float32) []float32 {
-	if !p.TransT {
-		return append([]float32(nil), v...)
-	}
-	r, c := p.Shape[0], p.Shape[1]
-	out := make([]float32, len(v))
-	for i := 0; i < r; i++ {
-		for j := 0; j < c; j++ {
-			out[j*r+i] = v[i*c+j]
-		}
-	}
-	return out
-}
 
 // TestGPTMatchesPyTorch: a small GPT's loss and every parameter's gradient
 // equal the PyTorch reference module's on the same weights and batch
@@ -81,7 +64,7 @@ func TestGPTMatchesPyTorch(t *testing.T) {
 	}
 	params := map[string]tensor{}
 	for _, p := range m.Params {
-		params[p.Name] = tensor{p.Torch, torchLayout(p, m.Flat.Value[p.Offset:p.Offset+p.Size])}
+		params[p.Name] = tensor{p.Torch, p.ToTorch(m.Flat.Value[p.Offset : p.Offset+p.Size])}
 	}
 	body, _ := json.Marshal(map[string]any{"shape": []int{g.Layers, g.Dim, g.Heads, g.Context}, "params": params, "n": n, "x": x, "y": y})
 	peers, _ := filepath.Abs("../benchmarks/peers")
@@ -105,7 +88,7 @@ func TestGPTMatchesPyTorch(t *testing.T) {
 	}
 	for _, p := range m.Params {
 		want := ref.Grads[p.Name]
-		got := torchLayout(p, m.Flat.Grad[p.Offset:p.Offset+p.Size])
+		got := p.ToTorch(m.Flat.Grad[p.Offset : p.Offset+p.Size])
 		if len(want) != len(got) {
 			t.Fatalf("%s: %d gradients, PyTorch %d", p.Name, len(got), len(want))
 		}

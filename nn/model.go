@@ -22,6 +22,35 @@ type ParamInfo struct {
 	Size   int
 }
 
+// ToTorch returns v, the parameter's values as the graph holds them, in
+// PyTorch's layout (transposed when TransT; v itself otherwise).
+func (p ParamInfo) ToTorch(v []float32) []float32 {
+	if !p.TransT {
+		return v
+	}
+	return transpose(v, p.Shape[0], p.Shape[1])
+}
+
+// FromTorch is the inverse of ToTorch: v in PyTorch's layout, returned in
+// the graph's.
+func (p ParamInfo) FromTorch(v []float32) []float32 {
+	if !p.TransT {
+		return v
+	}
+	return transpose(v, p.Torch[0], p.Torch[1])
+}
+
+// transpose returns the transpose of the rows x cols matrix v.
+func transpose(v []float32, rows, cols int) []float32 {
+	out := make([]float32, len(v))
+	for i := 0; i < rows; i++ {
+		for j := 0; j < cols; j++ {
+			out[j*rows+i] = v[i*cols+j]
+		}
+	}
+	return out
+}
+
 // Model is a network (a layer, usually a Sequential) with its parameters
 // in one flat buffer (Flat.Value, in declaration order) and its gradients
 // in another (Flat.Grad), its batch-norm state, and the sample shape it

@@ -36,22 +36,6 @@ type torchTensor struct {
 	Data  []float32 `json:"data"`
 }
 
-// torchLayout returns parameter i in PyTorch's layout (transposed back
-// where the graph stores it transposed).
-func torchLayout(p ParamInfo, v []float32) []float32 {
-	if !p.TransT {
-		return v
-	}
-	r, c := p.Shape[0], p.Shape[1]
-	out := make([]float32, len(v))
-	for i := 0; i < r; i++ {
-		for j := 0; j < c; j++ {
-			out[j*r+i] = v[i*c+j]
-		}
-	}
-	return out
-}
-
 // TestAttentionMatchesPyTorch: embedding, causal multi-head attention,
 // layer norm, GELU and linear give PyTorch's loss and gradients on the
 // same weights (loaded with load_state_dict(strict=True) under our names).
@@ -82,7 +66,7 @@ func TestAttentionMatchesPyTorch(t *testing.T) {
 	in := map[string]any{"n": n, "x": x, "y": y}
 	params := map[string]torchTensor{}
 	for _, p := range m.Params {
-		params[p.Name] = torchTensor{p.Torch, torchLayout(p, m.Flat.Value[p.Offset:p.Offset+p.Size])}
+		params[p.Name] = torchTensor{p.Torch, p.ToTorch(m.Flat.Value[p.Offset : p.Offset+p.Size])}
 	}
 	in["params"] = params
 	body, _ := json.Marshal(in)
@@ -106,7 +90,7 @@ func TestAttentionMatchesPyTorch(t *testing.T) {
 	}
 	for _, p := range m.Params {
 		want := out.Grads[p.Name]
-		got := torchLayout(p, m.Flat.Grad[p.Offset:p.Offset+p.Size])
+		got := p.ToTorch(m.Flat.Grad[p.Offset : p.Offset+p.Size])
 		if len(want) != len(got) {
 			t.Fatalf("%s: %d gradients, PyTorch %d", p.Name, len(got), len(want))
 		}

@@ -53,28 +53,13 @@ type Position struct {
 func ModelTensors(m *models.Model) []checkpoint.Tensor {
 	var out []checkpoint.Tensor
 	for _, p := range m.Params {
-		v := m.Flat.Value[p.Offset : p.Offset+p.Size]
-		if p.TransT {
-			v = transpose(v, p.Shape[0], p.Shape[1])
-		}
-		out = append(out, checkpoint.F32(p.Name, p.Torch, v))
+		out = append(out, checkpoint.F32(p.Name, p.Torch, p.ToTorch(m.Flat.Value[p.Offset:p.Offset+p.Size])))
 	}
 	for _, b := range m.BNs {
 		out = append(out,
 			checkpoint.F32(b.Prefix+".running_mean", []int{b.C}, b.RunningMean),
 			checkpoint.F32(b.Prefix+".running_var", []int{b.C}, b.RunningVar),
 			checkpoint.I64(b.Prefix+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
-	}
-	return out
-}
-
-// transpose returns the transpose of the rows x cols matrix v.
-func transpose(v []float32, rows, cols int) []float32 {
-	out := make([]float32, len(v))
-	for i := 0; i < rows; i++ {
-		for j := 0; j < cols; j++ {
-			out[j*rows+i] = v[i*cols+j]
-		}
 	}
 	return out
 }
@@ -97,10 +82,7 @@ func LoadModelTensors(m *models.Model, ts map[string]checkpoint.Tensor, file str
 		if err != nil {
 			return fmt.Errorf("%w: %s: tensor %q: %v", ErrCheckpoint, file, p.Name, err)
 		}
-		if p.TransT {
-			v = transpose(v, p.Torch[0], p.Torch[1])
-		}
-		copy(m.Flat.Value[p.Offset:p.Offset+p.Size], v)
+		copy(m.Flat.Value[p.Offset:p.Offset+p.Size], p.FromTorch(v))
 	}
 	for _, b := range m.BNs {
 		for _, name := range []string{"running_mean", "running_var"} {
