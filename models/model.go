@@ -9,7 +9,10 @@
 // max-pool blocks of 32 and 64 channels, then 3136-128-10) and "cnn-bn" (the
 // same with batch norm after each convolution); "mlp-xl"
 // (784-4096-4096-4096-10, 36.8M parameters) for the ZeRO experiments;
-// "mlp-deep" and "mlp-deep-N" for the pipeline experiments.
+// "mlp-deep" and "mlp-deep-N" for the pipeline experiments; "gpt",
+// "gpt-large" and "gpt-L<l>-D<d>-H<h>-T<t>", byte-level transformer
+// language models (GPT; their PyTorch twin is benchmarks/peers/gpt.py),
+// with Generate to sample text from them.
 package models
 
 import (
