@@ -64,7 +64,7 @@ func TestGoCorpus(t *testing.T) {
 	}
 	tx, err := LoadText(DefaultCorpus(), ".go", 64)
 	if err != nil {
-		t.Skip(err)
+		t.Skipf("the Go source tree is not readable here (set GOROOT): %v", err)
 	}
 	b := tx.UnigramBits()
 	t.Logf("%d files, %d training and %d held-out bytes, unigram %.3f bits/byte", tx.Files, len(tx.Train), len(tx.Test), b)

@@ -32,6 +32,7 @@ type Builder struct {
 	offset *int   // the graph's SampleOffset
 	gates  []*gate
 	gate   *gate            // the layer being built (store mode)
+	err    error            // the first misuse by a layer (Param out of range)
 	ctx    *context.Context // the running Step's (batch-norm sync)
 }
 
@@ -40,7 +41,12 @@ type Builder struct {
 func (b *Builder) Param(k int) *G.Node {
 	md := b.m.mods[b.mod]
 	if k < 0 || k >= md.n {
-		panic(fmt.Sprintf("nn: layer %q (%T) asks for parameter %d of %d", md.prefix, md.l, k, md.n))
+		// A bug in the layer: report it when its Fwd returns, and hand out
+		// a stand-in so that the graph code in between does not panic.
+		if b.err == nil {
+			b.err = fmt.Errorf("nn: layer %q (%T) asks for parameter %d; it declares %d", md.prefix, md.l, k, md.n)
+		}
+		return G.NewScalar(b.g, tensor.Float32, G.WithName(fmt.Sprintf("bad-param-%d", nextID())))
 	}
 	i := md.first + k
 	if n := b.nodes[i]; n != nil {
@@ -66,8 +72,8 @@ func (b *Builder) Param(k int) *G.Node {
 	n := leaf
 	if b.hooks != nil {
 		var err error
-		if n, err = flat.Hook(leaf, b.hooks.fn(i)); err != nil {
-			panic(fmt.Sprintf("nn: hooking %s: %v", p.Name, err))
+		if n, err = flat.Hook(leaf, b.hooks.fn(i)); err != nil && b.err == nil {
+			b.err = fmt.Errorf("nn: hooking %s: %w", p.Name, err)
 		}
 		b.leaves = append(b.leaves, leaf)
 	}
@@ -105,7 +111,7 @@ func (b *Builder) build(id int, x *G.Node) (*G.Node, error) {
 	md := b.m.mods[id]
 	if b.m.Store == nil || md.n == 0 || b.shapesOnly {
 		y, err := md.l.Fwd(b, x)
-		return y, b.wrapErr(md, err)
+		return y, b.wrapErr(md, b.firstErr(err))
 	}
 	g := &gate{store: b.m.Store, name: md.prefix, train: b.hooks != nil}
 	b.gate = g
@@ -115,10 +121,18 @@ func (b *Builder) build(id int, x *G.Node) (*G.Node, error) {
 		return nil, err
 	}
 	y, err := md.l.Fwd(b, xf)
-	if err != nil {
+	if err = b.firstErr(err); err != nil {
 		return nil, b.wrapErr(md, err)
 	}
 	return G.ApplyOp(&gateOp{id: nextID(), g: g}, y)
+}
+
+// firstErr prefers a recorded misuse to the error it caused.
+func (b *Builder) firstErr(err error) error {
+	if b.err != nil {
+		return b.err
+	}
+	return err
 }
 
 func (b *Builder) wrapErr(md module, err error) error {

@@ -1,7 +1,10 @@
 package nn
 
 import (
+	"strings"
+
 	"context"
+	G "gorgonia.org/gorgonia"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -158,5 +161,17 @@ func TestDropout(t *testing.T) {
 		if a[i] != b[i] {
 			t.Fatal("evaluation graph output changes from run to run")
 		}
+	}
+}
+
+// TestBadParamIndex: a layer that asks for a parameter it did not declare
+// gets an error naming it, not a panic, in every kind of graph.
+func TestBadParamIndex(t *testing.T) {
+	bad := Func([]Param{{Name: "weight", Shape: []int{4}, Init: Fill(1)}}, func(b *Builder, x *G.Node) (*G.Node, error) {
+		return G.BroadcastHadamardProd(x, b.Param(1), nil, []byte{0})
+	})
+	_, err := New("bad", Seq(&Linear{3, 4}, bad, &Linear{4, 2}), []int{3}, 1)
+	if err == nil || !strings.Contains(err.Error(), "asks for parameter 1; it declares 1") || !strings.Contains(err.Error(), "layer 1") {
+		t.Fatalf("error %v", err)
 	}
 }

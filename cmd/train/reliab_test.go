@@ -63,13 +63,26 @@ func TestLauncherValidates(t *testing.T) {
 // TestInterrupt: SIGINT to the launcher ends the job with "interrupted"
 // and exit code 130, not "context canceled" and 1.
 func TestInterrupt(t *testing.T) {
+	stderr, err := signalAfterFirstEpoch(t, syscall.SIGINT, "-backend", "tcp")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted || !strings.Contains(stderr, "train: interrupted") ||
+		strings.Contains(stderr, "context canceled") {
+		t.Fatalf("after SIGINT: %v, stderr:\n%s", err, stderr)
+	}
+}
+
+// signalAfterFirstEpoch runs a 2-rank job that would train for ever (the
+// test binary as cmd/train, with args added), sends sig once its first
+// epoch's line is out, and returns its stderr and how it ended.
+func signalAfterFirstEpoch(t *testing.T, sig os.Signal, args ...string) (stderr string, err error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "2", "-backend", "tcp", "-data", "synthetic", "-limit", "640",
-		"-batch", "16", "-epochs", "100000", "-json", "-progress=false")
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-nproc", "2", "-data", "synthetic", "-limit", "640",
+		"-batch", "16", "-epochs", "100000", "-json", "-progress=false"}, args...)...)
 	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	var errb strings.Builder
+	cmd.Stderr = &errb
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -79,45 +92,22 @@ func TestInterrupt(t *testing.T) {
 	}
 	// Training is under way once the first epoch's line is out.
 	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatalf("no first epoch: %v\n%s", err, stderr.String())
+		t.Fatalf("no first epoch: %v\n%s", err, errb.String())
 	}
-	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Process.Signal(sig)
 	go io.Copy(io.Discard, out)
 	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted || !strings.Contains(stderr.String(), "train: interrupted") ||
-		strings.Contains(stderr.String(), "context canceled") {
-		t.Fatalf("after SIGINT: %v, stderr:\n%s", err, stderr.String())
-	}
+	return errb.String(), err
 }
 
 // TestPreempt: SIGTERM to an inproc run makes every rank finish its step
 // and save, and the run exit with exitPreempted.
 func TestPreempt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	save := filepath.Join(t.TempDir(), "ck")
-	cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "2", "-backend", "inproc", "-data", "synthetic", "-limit", "640",
-		"-batch", "16", "-epochs", "100000", "-json", "-progress=false", "-save", save, "-resume", "auto")
-	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatalf("no first epoch: %v\n%s", err, stderr.String())
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	go io.Copy(io.Discard, out)
-	err = cmd.Wait()
+	stderr, err := signalAfterFirstEpoch(t, syscall.SIGTERM, "-backend", "inproc", "-save", save, "-resume", "auto")
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted || !strings.Contains(stderr.String(), "preempted after step") {
-		t.Fatalf("after SIGTERM: %v, stderr:\n%s", err, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted || !strings.Contains(stderr, "preempted after step") {
+		t.Fatalf("after SIGTERM: %v, stderr:\n%s", err, stderr)
 	}
 	if _, err := os.Stat(save); err != nil {
 		t.Fatalf("no checkpoint after preemption: %v", err)
