@@ -30,14 +30,26 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/rendezvous"
 )
 
-// DefaultGracePeriod is Spec.GracePeriod's default.
-const DefaultGracePeriod = 60 * time.Second
+// DefaultGracePeriod is Spec.GracePeriod's default: long enough for the
+// other ranks to notice a failed rank (a closed connection reaches them in
+// well under a second) and exit naming it; a rank that has not exited by
+// then is frozen or stuck, and is killed.
+const DefaultGracePeriod = 10 * time.Second
+
+// DefaultStopTimeout is Spec.StopTimeout's default.
+const DefaultStopTimeout = 60 * time.Second
+
+// ExitPreempted is the exit code of a rank that stopped on request (SIGTERM
+// or SIGINT: it finished its step, saved and exited). A job whose failed
+// ranks all exited with it was preempted: Run does not restart it.
+const ExitPreempted = 75
 
 // waitDelay bounds how long a child's output is still read after it exited
 // (a grandchild may hold its pipes open).
@@ -60,6 +72,20 @@ type Spec struct {
 	// to exit by themselves before the launcher kills them. 0 means
 	// DefaultGracePeriod; a negative value kills them at once.
 	GracePeriod time.Duration
+	// Stop, when closed, preempts the job: every running rank gets SIGTERM
+	// (a gdist worker finishes its step, saves and exits with
+	// ExitPreempted), and a rank still running StopTimeout later is
+	// killed. nil: never.
+	Stop <-chan struct{}
+	// StopTimeout bounds the wait after Stop; 0 means DefaultStopTimeout.
+	StopTimeout time.Duration
+	// MaxRestarts is how many times Run restarts the whole job after a
+	// rank failed (exited non-zero other than ExitPreempted, or was killed
+	// by a signal): it stops the other ranks, then starts every rank again
+	// with a fresh store and token and GDIST_RESTART_COUNT set to the
+	// restart's number (1, 2, ...), like torchrun's --max-restarts. The
+	// ranks are expected to resume from their latest checkpoint.
+	MaxRestarts int
 	// Logf receives the launcher's messages; nil logs to the standard
 	// logger.
 	Logf func(format string, args ...any)
@@ -77,10 +103,12 @@ type RankStatus struct {
 	Killed bool
 }
 
-// ExitError is Run's error when ranks failed. It lists every failed rank in
-// rank order.
+// ExitError is Run's error when ranks failed. It lists every failed rank
+// of the last generation in rank order.
 type ExitError struct {
 	Failed []RankStatus
+	// Restarts is how many restarts (Spec.MaxRestarts) were used.
+	Restarts int
 }
 
 func (e *ExitError) Error() string {
@@ -95,7 +123,21 @@ func (e *ExitError) Error() string {
 			b.WriteString(" (killed by the launcher)")
 		}
 	}
+	if e.Restarts > 0 {
+		fmt.Fprintf(&b, " (after %d restart(s))", e.Restarts)
+	}
 	return b.String()
+}
+
+// Preempted reports whether the job stopped on request: every failed rank
+// exited with ExitPreempted.
+func (e *ExitError) Preempted() bool {
+	for _, f := range e.Failed {
+		if f.ExitCode != ExitPreempted {
+			return false
+		}
+	}
+	return len(e.Failed) > 0
 }
 
 // IsWorker reports whether this process was started by Run (GDIST_LAUNCHED=1).
@@ -117,6 +159,18 @@ func UnderLauncher() bool {
 	return false
 }
 
+// RestartCount is this worker's restart number: 0 in the first generation,
+// k after the k-th restart by our launcher (GDIST_RESTART_COUNT) or by
+// torchrun --max-restarts (TORCHELASTIC_RESTART_COUNT).
+func RestartCount() int {
+	for _, v := range []string{"GDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
 type result struct {
 	rank int
 	err  error
@@ -127,17 +181,25 @@ type result struct {
 // waits for them. Each child gets RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1), MASTER_PORT and
 // GDIST_STORE_ADDR (the rendezvous store Run serves for the job, on
-// 127.0.0.1), GDIST_TOKEN (a fresh random 32-byte token, hex) and
-// GDIST_LAUNCHED=1.
+// 127.0.0.1), GDIST_TOKEN (a fresh random 32-byte token, hex),
+// GDIST_LAUNCHED=1, GDIST_LAUNCHER_PID and GDIST_RESTART_COUNT. The
+// children run in their own process group, so a Ctrl-C at the terminal
+// reaches the launcher only (which stops them through s.Stop or ctx); on
+// Linux they get SIGTERM when the launcher dies (WatchLauncher covers the
+// rest).
 //
 // If a child exits non-zero or is killed by a signal, Run logs it, lets the
-// others run for s.GracePeriod and then kills the survivors. It returns nil
-// if every child exited 0, an *ExitError naming every failed rank otherwise,
-// or, if ctx ends first, an error wrapping ctx.Err() after killing every
-// child. Run blocks until every child has exited.
+// others run for s.GracePeriod and then kills the survivors; then it
+// restarts the job if s.MaxRestarts allows. It returns nil if every child
+// of the last generation exited 0, an *ExitError naming every failed rank
+// otherwise, or, if ctx ends first, an error wrapping ctx.Err() after
+// killing every child. Run blocks until every child has exited.
 func Run(ctx context.Context, s Spec) error {
 	if s.NProc < 1 {
 		return comm.InvalidArgf("launch: NProc %d < 1", s.NProc)
+	}
+	if s.MaxRestarts < 0 {
+		return comm.InvalidArgf("launch: MaxRestarts %d < 0", s.MaxRestarts)
 	}
 	if s.Args == nil {
 		s.Args = os.Args
@@ -154,9 +216,11 @@ func Run(ctx context.Context, s Spec) error {
 	if s.GracePeriod == 0 {
 		s.GracePeriod = DefaultGracePeriod
 	}
-	logf := s.Logf
-	if logf == nil {
-		logf = log.Printf
+	if s.StopTimeout <= 0 {
+		s.StopTimeout = DefaultStopTimeout
+	}
+	if s.Logf == nil {
+		s.Logf = log.Printf
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("launch: %w", err)
@@ -165,20 +229,50 @@ func Run(ctx context.Context, s Spec) error {
 	if err != nil {
 		return fmt.Errorf("launch: finding the executable: %w", err)
 	}
+	for gen := 0; ; gen++ {
+		failed, err := runGeneration(ctx, s, exe, gen)
+		if err != nil {
+			return err
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		ee := &ExitError{Failed: failed, Restarts: gen}
+		if ee.Preempted() || stopped(s.Stop) || gen >= s.MaxRestarts {
+			return ee
+		}
+		s.Logf("launch: restarting the job (restart %d of %d) after: %s", gen+1, s.MaxRestarts, strings.TrimPrefix(ee.Error(), "launch: "))
+	}
+}
 
+// stopped reports whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// runGeneration runs one generation of the job: it starts every rank and
+// waits for all of them. It returns the failed ranks, or an error when the
+// generation could not run (ctx ended, a rank did not start, no store).
+func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStatus, error) {
+	logf := s.Logf
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return fmt.Errorf("launch: generating the job token: %w", err)
+		return nil, fmt.Errorf("launch: generating the job token: %w", err)
 	}
 	token := hex.EncodeToString(raw)
 	srv, err := rendezvous.NewServer("127.0.0.1:0", raw, logf)
 	if err != nil {
-		return fmt.Errorf("launch: starting the store: %w", err)
+		return nil, fmt.Errorf("launch: starting the store: %w", err)
 	}
 	defer srv.Close()
 	_, port, err := net.SplitHostPort(srv.Addr())
 	if err != nil {
-		return fmt.Errorf("launch: store address %q: %w", srv.Addr(), err)
+		return nil, fmt.Errorf("launch: store address %q: %w", srv.Addr(), err)
 	}
 
 	var outMu sync.Mutex // serializes writes to s.Stdout and s.Stderr
@@ -189,7 +283,7 @@ func Run(ctx context.Context, s Spec) error {
 	started := 0
 	var startErr error
 	for r := range s.NProc {
-		cmd := &exec.Cmd{Path: exe, Args: s.Args, WaitDelay: waitDelay}
+		cmd := &exec.Cmd{Path: exe, Args: s.Args, WaitDelay: waitDelay, SysProcAttr: childAttr()}
 		cmd.Env = append(append(os.Environ(), s.Env...),
 			"RANK="+strconv.Itoa(r),
 			"WORLD_SIZE="+n,
@@ -200,6 +294,8 @@ func Run(ctx context.Context, s Spec) error {
 			"GDIST_STORE_ADDR="+net.JoinHostPort("127.0.0.1", port),
 			"GDIST_TOKEN="+token,
 			"GDIST_LAUNCHED=1",
+			"GDIST_LAUNCHER_PID="+strconv.Itoa(os.Getpid()),
+			"GDIST_RESTART_COUNT="+strconv.Itoa(gen),
 		)
 		prefix := fmt.Sprintf("[rank %d] ", r)
 		errW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
@@ -212,7 +308,7 @@ func Run(ctx context.Context, s Spec) error {
 			flush[r] = func() { outW.Flush(); errW.Flush() }
 		}
 		cmd.Stderr = errW
-		if err := cmd.Start(); err != nil {
+		if err := startChild(cmd); err != nil {
 			startErr = fmt.Errorf("launch: starting rank %d: %w", r, err)
 			break
 		}
@@ -242,8 +338,9 @@ func Run(ctx context.Context, s Spec) error {
 	}
 
 	var failed []RankStatus
-	var grace <-chan time.Time
+	var grace, stopDeadline <-chan time.Time
 	ctxDone := ctx.Done()
+	stop := s.Stop
 	for remaining := started; remaining > 0; {
 		select {
 		case res := <-results:
@@ -260,7 +357,7 @@ func Run(ctx context.Context, s Spec) error {
 			// Killed only if our SIGKILL is what ended it.
 			st.Killed = killed[res.rank] && st.ExitCode == -1
 			failed = append(failed, st)
-			if st.Killed {
+			if st.Killed || st.ExitCode == ExitPreempted {
 				continue
 			}
 			logf("launch: rank %d failed: %s", res.rank, st.Status)
@@ -275,6 +372,18 @@ func Run(ctx context.Context, s Spec) error {
 		case <-grace:
 			grace = nil
 			killAll(fmt.Sprintf("grace period of %v after a failure is over", s.GracePeriod))
+		case <-stop:
+			stop = nil
+			logf("launch: stopping the job: every rank finishes its step, saves and exits (up to %v)", s.StopTimeout)
+			for r, cmd := range cmds {
+				if cmd != nil && !exited[r] {
+					cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+			stopDeadline = time.After(s.StopTimeout)
+		case <-stopDeadline:
+			stopDeadline = nil
+			killAll(fmt.Sprintf("still running %v after the stop", s.StopTimeout))
 		case <-ctxDone:
 			ctxDone = nil
 			killAll("launch cancelled")
@@ -282,16 +391,13 @@ func Run(ctx context.Context, s Spec) error {
 	}
 
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return nil, fmt.Errorf("launch: %w", err)
 	}
 	if startErr != nil {
-		return startErr
+		return nil, startErr
 	}
-	if len(failed) > 0 {
-		sortStatuses(failed)
-		return &ExitError{Failed: failed}
-	}
-	return nil
+	sortStatuses(failed)
+	return failed, nil
 }
 
 func sortStatuses(s []RankStatus) {

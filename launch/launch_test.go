@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +53,28 @@ func child(mode string) int {
 	case "hang":
 		time.Sleep(time.Minute)
 		return 0
+	case "term":
+		// A worker that stops on SIGTERM as gdist's do.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		fmt.Println("ready")
+		select {
+		case <-sig:
+			return ExitPreempted
+		case <-time.After(time.Minute):
+			return 0
+		}
+	case "fail-first-gen":
+		if RestartCount() == 0 {
+			if rank == 1 {
+				return 3
+			}
+			time.Sleep(time.Minute) // killed at the end of the grace period
+		}
+		fmt.Printf("generation %d rank %d\n", RestartCount(), rank)
+		return 0
+	case "always-fail":
+		return 4
 	case "store":
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -191,6 +215,58 @@ func TestChildrenUseStore(t *testing.T) {
 	}
 	if got := out.String(); got != "{\"ok\":true}\n" {
 		t.Errorf("stdout %q", got)
+	}
+}
+
+// TestStopPreempts: closing Spec.Stop sends SIGTERM to every rank and the
+// job ends as preempted, not restarted, however many restarts it may use.
+func TestStopPreempts(t *testing.T) {
+	s, out, errOut := spec(t, 2, "term")
+	stop := make(chan struct{})
+	s.Stop = stop
+	s.MaxRestarts = 2
+	go func() {
+		for !strings.Contains(out.String(), "ready") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // rank 1 is ready too by now
+		close(stop)
+	}()
+	err := Run(testCtx(t), s)
+	var ee *ExitError
+	if !errors.As(err, &ee) || !ee.Preempted() || len(ee.Failed) != 2 || ee.Restarts != 0 {
+		t.Fatalf("got %v (%+v)\nstderr:\n%s", err, ee, errOut)
+	}
+}
+
+// TestRestart: a failed rank makes the launcher stop the others and start
+// the job again, numbering the generation; the second generation succeeds.
+func TestRestart(t *testing.T) {
+	s, out, errOut := spec(t, 3, "fail-first-gen")
+	s.MaxRestarts = 1
+	s.GracePeriod = 100 * time.Millisecond
+	if err := Run(testCtx(t), s); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, errOut)
+	}
+	if got := out.String(); got != "generation 1 rank 0\n" {
+		t.Errorf("stdout %q, want rank 0 of generation 1 only", got)
+	}
+}
+
+// TestRestartsRunOut: a job that keeps failing is restarted MaxRestarts
+// times, then its last failure is the error.
+func TestRestartsRunOut(t *testing.T) {
+	s, _, _ := spec(t, 2, "always-fail")
+	s.MaxRestarts = 2
+	var logs syncBuf
+	s.Logf = func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) }
+	err := Run(testCtx(t), s)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Restarts != 2 || !strings.Contains(err.Error(), "after 2 restart") {
+		t.Fatalf("got %v", err)
+	}
+	if n := strings.Count(logs.String(), "restarting the job"); n != 2 {
+		t.Errorf("%d restarts logged:\n%s", n, logs.String())
 	}
 }
 

@@ -55,6 +55,14 @@ type Config struct {
 	// commit atomically), and starts afresh otherwise.
 	Resume   string
 	MaxSteps int // stop (and save) after this many optimizer steps in this run; 0: no cap
+	// SaveEvery also saves every this many steps (with Save), mid-epoch
+	// too; 0: at the end of every epoch only.
+	SaveEvery int
+	// Restarts is this run's restart number (a launcher restarted the job
+	// after a failure; launch.RestartCount): a restarted run with Save
+	// and no Resume resumes from Save's checkpoint, like Resume "auto",
+	// and the summary counts the steps it recomputes.
+	Restarts int
 	Backend  string
 	// World is the number of ranks, where known before the Comm exists
 	// (a launcher sets it to the ranks it will start), so that Validate
@@ -118,6 +126,16 @@ type Summary struct {
 	Buckets          int     `json:"buckets"`
 	BLAS             string  `json:"blas"`
 	WallSeconds      float64 `json:"wall_seconds"`
+	// Saves is how many checkpoints this run wrote, SaveMsMean and
+	// SaveMsMax how long training stood still for them.
+	Saves      int     `json:"saves,omitempty"`
+	SaveMsMean float64 `json:"save_ms_mean,omitempty"`
+	SaveMsMax  float64 `json:"save_ms_max,omitempty"`
+	// Restarts is the run's restart number (Config.Restarts) and
+	// StepsRecomputed how many steps the restarts ran again: those the
+	// failed generations took after their last checkpoint.
+	Restarts        int   `json:"restarts,omitempty"`
+	StepsRecomputed int64 `json:"steps_recomputed,omitempty"`
 }
 
 // EpochEvent is printed after every epoch.
@@ -181,6 +199,10 @@ func (c *Config) Validate() error {
 		return bad("-limit %d: want 0 (all) or more", c.Limit)
 	case c.MaxSteps < 0:
 		return bad("max steps %d is negative", c.MaxSteps)
+	case c.SaveEvery < 0:
+		return bad("-save-every %d: want 0 (every epoch) or a number of steps", c.SaveEvery)
+	case c.SaveEvery > 0 && c.Save == "":
+		return bad("-save-every %d needs -save (where to save)", c.SaveEvery)
 	case c.BucketMB < 0 || math.IsNaN(c.BucketMB) || math.IsInf(c.BucketMB, 0):
 		return bad("-bucket-mb %v: want a positive number of MiB", c.BucketMB)
 	case c.FirstBucket < 0 || math.IsNaN(c.FirstBucket) || math.IsInf(c.FirstBucket, 0):
@@ -395,6 +417,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	defer strat.Close()
 	var pos Position
 	resume := cfg.Resume
+	if resume == "" && cfg.Restarts > 0 && cfg.Save != "" {
+		resume = "auto"
+	}
 	if resume == "auto" {
 		resume = ""
 		if _, err := os.Stat(cfg.Save); err == nil {
@@ -427,6 +452,17 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return loss, acc, err
 	}
 	meta := map[string]string{"seed": strconv.FormatInt(cfg.Seed, 10)}
+	sv := newSaver(strat, cfg.Save, meta)
+	var prog *progressFile
+	if lead && cfg.Save != "" {
+		if prog, err = openProgress(cfg.Save, pos.Step, cfg.Restarts > 0); err != nil {
+			return nil, err
+		}
+		defer prog.close()
+		if cfg.Restarts > 0 && cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "restart %d: resumed at step %d (%d step(s) recomputed in all)\n", cfg.Restarts, pos.Step, prog.recomputed)
+		}
+	}
 
 	nb := smp.NumBatches()
 	x := make([]float32, cfg.Batch*m.InputSize())
@@ -501,18 +537,23 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			epochSamples += cfg.Batch * dataWorld
 			lossSum += float64(loss)
 			lossN++
+			if err := prog.step(steps); err != nil {
+				return nil, err
+			}
 			if lead {
 				el := time.Since(epochStart).Seconds()
 				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples*lps)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
 			}
 			if stop || cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
 				preempted = stop
-				pos = Position{Epoch: epoch, Batch: k + 1, Step: steps}
-				if k+1 == nb {
-					pos = Position{Epoch: epoch + 1, Step: steps}
-				}
+				pos = nextPos(epoch, k, nb, steps)
 				stopped = true
 				break
+			}
+			if cfg.SaveEvery > 0 && steps%int64(cfg.SaveEvery) == 0 {
+				if err := sv.save(ctx, nextPos(epoch, k, nb, steps)); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if lossN > 0 {
@@ -538,10 +579,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		lastEval = [2]float64{loss, acc}
-		if cfg.Save != "" {
-			if err := strat.Save(ctx, cfg.Save, pos, meta); err != nil {
-				return nil, err
-			}
+		if err := sv.save(ctx, pos); err != nil {
+			return nil, err
 		}
 		if lead {
 			e := EpochEvent{Event: "epoch", Epoch: epoch + 1, Steps: steps, TrainLoss: lastTrainLoss, EvalLoss: loss,
@@ -568,10 +607,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err := syncBuffers(ctx, c, m); err != nil {
 			return nil, err
 		}
-		if cfg.Save != "" {
-			if err := strat.Save(ctx, cfg.Save, pos, meta); err != nil {
-				return nil, err
-			}
+		if err := sv.save(ctx, pos); err != nil {
+			return nil, err
 		}
 		if preempted {
 			if cfg.Save == "" {
@@ -618,6 +655,11 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		s.EvalBPB = lastEval[0] / math.Ln2
 		s.UnigramBPB = uni
 	}
+	sv.report(s)
+	s.Restarts = cfg.Restarts
+	if prog != nil {
+		s.StepsRecomputed = prog.recomputed
+	}
 	if err := strat.Report(ctx, s); err != nil {
 		return nil, err
 	}
@@ -638,6 +680,14 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// nextPos is the position after batch k of epoch's nb, steps taken.
+func nextPos(epoch, k, nb int, steps int64) Position {
+	if k+1 == nb {
+		return Position{Epoch: epoch + 1, Step: steps}
+	}
+	return Position{Epoch: epoch, Batch: k + 1, Step: steps}
 }
 
 // stopRequested reports whether stop is closed.

@@ -37,6 +37,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 	_ "github.com/gdist/gdist/comm/auto"
@@ -50,10 +51,12 @@ import (
 )
 
 type options struct {
-	nproc    int
-	backend  string
-	cfg      train.Config
-	progress bool
+	nproc       int
+	backend     string
+	cfg         train.Config
+	progress    bool
+	maxRestarts int
+	peerTimeout time.Duration
 }
 
 // strategyHelp lists the registered strategies with their descriptions.
@@ -98,6 +101,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
+	fs.IntVar(&c.SaveEvery, "save-every", 0, "with -save, also save every this many steps (0: after every epoch only)")
+	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
+	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
 	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +115,16 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.nproc < 1 || o.nproc > maxNProc {
 		return o, fmt.Errorf("-nproc %d: want 1 to %d", o.nproc, maxNProc)
 	}
+	if o.maxRestarts < 0 {
+		return o, fmt.Errorf("-max-restarts %d: want 0 or more", o.maxRestarts)
+	}
+	if o.maxRestarts > 0 && c.Save == "" {
+		return o, fmt.Errorf("-max-restarts %d needs -save: a restarted job resumes from the latest checkpoint (add -save-every STEPS to lose fewer steps)", o.maxRestarts)
+	}
+	if o.peerTimeout <= 0 {
+		return o, fmt.Errorf("-peer-timeout %v: want a positive duration", o.peerTimeout)
+	}
+	c.Restarts = launch.RestartCount()
 	if c.LR == 0 {
 		c.LR = 0.05
 		if c.Optimizer == "adam" || c.Optimizer == "adamw" {
@@ -125,6 +141,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-backend %q: want inproc, tcp, shm or auto", o.backend)
 	}
 	c.Backend = o.backend
+	if o.maxRestarts > 0 && o.backend == "inproc" {
+		return o, fmt.Errorf("-max-restarts: the ranks are goroutines of one process with -backend inproc: use -backend auto, shm or tcp")
+	}
 	if !launch.UnderLauncher() {
 		// This process starts the ranks: check what depends on their
 		// number here, once, not in every worker.
@@ -175,25 +194,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	defer close(done)
-	graceful := o.backend == "inproc" || launch.UnderLauncher()
-	go func() {
-		// A rank (or inproc's ranks): the first signal preempts (finish
-		// the step, save, exit 75), a second one interrupts. The launcher
-		// (no ranks here) interrupts at once, killing its workers.
-		if graceful {
-			select {
-			case <-sigs:
-				close(stop)
-			case <-done:
-				return
-			}
-		}
-		select {
-		case <-sigs:
-			cancel()
-		case <-done:
-		}
-	}()
+	go handleSignals(sigs, launch.WatchLauncher(time.Second), stop, cancel, done, stderr)
 	o.cfg.Stop = stop
 	err = start(ctx, o, stdout, stderr)
 	if err != nil && ctx.Err() != nil {
@@ -202,6 +203,46 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	return err
 }
+
+// handleSignals turns signals into a stop, then an interrupt. The first
+// SIGINT or SIGTERM closes stop: a rank (or inproc's ranks) finishes its
+// step, saves and exits with exitPreempted; the launcher forwards it to
+// its workers and waits for them. A second signal, a second or more after
+// the first, cancels: everything ends at once (130). (Slurm signals the
+// launcher and its workers together, and the launcher forwards it: one
+// stop, not two.) A worker whose launcher died (orphaned) stops the same
+// way and, if stopping takes longer than orphanGrace, exits.
+func handleSignals(sigs <-chan os.Signal, orphaned <-chan struct{}, stop chan<- struct{}, cancel func(), done <-chan struct{}, stderr io.Writer) {
+	var first time.Time
+	select {
+	case <-sigs:
+	case <-orphaned:
+		fmt.Fprintln(stderr, "train: the launcher is gone: stopping (saving with -save)")
+		time.AfterFunc(orphanGrace, func() {
+			fmt.Fprintf(stderr, "train: the launcher is gone and stopping took over %v: exiting\n", orphanGrace)
+			os.Exit(1)
+		})
+	case <-done:
+		return
+	}
+	first = time.Now()
+	close(stop)
+	for {
+		select {
+		case <-sigs:
+			if time.Since(first) >= time.Second {
+				cancel()
+				return
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+// orphanGrace bounds how long a worker whose launcher died may take to
+// save and exit.
+const orphanGrace = 60 * time.Second
 
 // start runs the job o describes: the ranks as goroutines (inproc), as
 // worker processes it launches, or this process as one worker.
@@ -216,7 +257,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		if _, _, err := train.LoadData(cfg); err != nil {
 			return err
 		}
-		comms, err := inproc.New(o.nproc, comm.Options{})
+		comms, err := inproc.New(o.nproc, comm.Options{PeerTimeout: o.peerTimeout})
 		if err != nil {
 			return err
 		}
@@ -263,10 +304,18 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 				return fmt.Errorf("-resume: %w", err)
 			}
 		}
-		return launch.Run(ctx, launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr})
+		err := launch.Run(ctx, launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr,
+			Stop: cfg.Stop, MaxRestarts: o.maxRestarts,
+			// A failed rank's peers name it within the peer timeout.
+			GracePeriod: launch.DefaultGracePeriod})
+		var ee *launch.ExitError
+		if errors.As(err, &ee) && ee.Preempted() {
+			return fmt.Errorf("%w: every rank stopped after its step (and saved, with -save): go on with -resume auto", train.ErrPreempted)
+		}
+		return err
 	}
 
-	c, closeComm, err := rendezvous.InitComm(ctx, o.backend, comm.Options{})
+	c, closeComm, err := rendezvous.InitComm(ctx, o.backend, comm.Options{PeerTimeout: o.peerTimeout})
 	if err != nil {
 		return err
 	}
@@ -276,10 +325,23 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	_, err = train.Run(ctx, c, cfg)
 	cerr := closeComm()
 	if err != nil {
-		return fmt.Errorf("rank %d: %w", c.Rank(), err)
+		return &rankError{c.Rank(), err}
 	}
 	return cerr
 }
+
+// rankError is a worker's error, naming its rank once: "rank 1: epoch 1
+// batch 5: ...", not "rank 1: train: epoch ...".
+type rankError struct {
+	rank int
+	err  error
+}
+
+func (e *rankError) Error() string {
+	return fmt.Sprintf("rank %d: %s", e.rank, strings.TrimPrefix(e.err.Error(), "train: "))
+}
+
+func (e *rankError) Unwrap() error { return e.err }
 
 func firstErr(errs []error) error {
 	// Prefer a root cause over the errors it caused on other ranks.
@@ -303,4 +365,4 @@ const exitInterrupted = 130
 // exitPreempted is the exit code of a rank (or an inproc run) that the
 // first SIGINT or SIGTERM preempted: it finished its step and saved
 // (EX_TEMPFAIL: run it again with -resume auto).
-const exitPreempted = 75
+const exitPreempted = launch.ExitPreempted

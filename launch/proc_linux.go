@@ -1,0 +1,37 @@
+package launch
+
+import (
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+)
+
+// childAttr puts a child in its own process group (a terminal's Ctrl-C
+// then reaches the launcher only, which stops the ranks in order) and asks
+// the kernel to send it SIGTERM when the launcher dies.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+}
+
+// startChild starts cmd from a thread that never exits: Linux sends the
+// parent-death signal when the thread that forked the child ends, not the
+// process, and the Go runtime may end a thread a goroutine was locked to.
+func startChild(cmd *exec.Cmd) error {
+	errc := make(chan error)
+	forker() <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// forker runs its functions on one OS thread, locked for the process's
+// life (started by the first launch).
+var forker = sync.OnceValue(func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
