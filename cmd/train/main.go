@@ -220,7 +220,7 @@ func handleSignals(sigs <-chan os.Signal, orphaned <-chan struct{}, stop chan<- 
 		fmt.Fprintln(stderr, "train: the launcher is gone: stopping (saving with -save)")
 		time.AfterFunc(orphanGrace, func() {
 			fmt.Fprintf(stderr, "train: the launcher is gone and stopping took over %v: exiting\n", orphanGrace)
-			os.Exit(1)
+			orphanExit()
 		})
 	case <-done:
 		return
@@ -243,6 +243,9 @@ func handleSignals(sigs <-chan os.Signal, orphaned <-chan struct{}, stop chan<- 
 // orphanGrace bounds how long a worker whose launcher died may take to
 // save and exit.
 const orphanGrace = 60 * time.Second
+
+// orphanExit ends an orphaned worker that did not stop in time.
+var orphanExit = func() { os.Exit(1) }
 
 // start runs the job o describes: the ranks as goroutines (inproc), as
 // worker processes it launches, or this process as one worker.

@@ -60,14 +60,59 @@ func TestLauncherValidates(t *testing.T) {
 	}
 }
 
-// TestInterrupt: SIGINT to the launcher ends the job with "interrupted"
-// and exit code 130, not "context canceled" and 1.
-func TestInterrupt(t *testing.T) {
+// TestCtrlC: SIGINT (Ctrl-C) to the launcher stops the job in order:
+// every rank finishes its step and exits with exitPreempted, and so does
+// the launcher, saying so (not "context canceled").
+func TestCtrlC(t *testing.T) {
 	stderr, err := signalAfterFirstEpoch(t, syscall.SIGINT, "-backend", "tcp")
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted || !strings.Contains(stderr, "train: interrupted") ||
+	if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted || !strings.Contains(stderr, "train: preempted") ||
 		strings.Contains(stderr, "context canceled") {
 		t.Fatalf("after SIGINT: %v, stderr:\n%s", err, stderr)
+	}
+}
+
+// TestHandleSignals: the first signal stops; a repeat within a second
+// (Slurm signals the launcher and its workers together, and the launcher
+// forwards it) does not interrupt; a later one does; an orphaned worker
+// stops.
+func TestHandleSignals(t *testing.T) {
+	sigs := make(chan os.Signal, 3)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	cancelled := make(chan struct{})
+	go handleSignals(sigs, nil, stop, func() { close(cancelled) }, done, io.Discard)
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGTERM
+	select {
+	case <-stop:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first signal did not stop")
+	}
+	select {
+	case <-cancelled:
+		t.Fatal("a repeat within a second interrupted")
+	case <-time.After(1100 * time.Millisecond):
+	}
+	sigs <- syscall.SIGINT
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second signal did not interrupt")
+	}
+	close(done)
+
+	orphanExit = func() {} // this test process is no worker to end
+	orphaned := make(chan struct{})
+	stop = make(chan struct{})
+	done = make(chan struct{})
+	defer close(done)
+	go handleSignals(make(chan os.Signal), orphaned, stop, func() {}, done, io.Discard)
+	close(orphaned)
+	select {
+	case <-stop:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an orphaned worker did not stop")
 	}
 }
 
