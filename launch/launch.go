@@ -171,6 +171,18 @@ func RestartCount() int {
 	return 0
 }
 
+// MaxRestarts is how many times this worker's job may be restarted:
+// GDIST_MAX_RESTARTS from our launcher, TORCHELASTIC_MAX_RESTARTS from
+// torchrun; 0 when neither is set.
+func MaxRestarts() int {
+	for _, v := range []string{"GDIST_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
 type result struct {
 	rank int
 	err  error
@@ -182,7 +194,8 @@ type result struct {
 // LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1), MASTER_PORT and
 // GDIST_STORE_ADDR (the rendezvous store Run serves for the job, on
 // 127.0.0.1), GDIST_TOKEN (a fresh random 32-byte token, hex),
-// GDIST_LAUNCHED=1, GDIST_LAUNCHER_PID and GDIST_RESTART_COUNT. The
+// GDIST_LAUNCHED=1, GDIST_LAUNCHER_PID, GDIST_RESTART_COUNT and
+// GDIST_MAX_RESTARTS. The
 // children run in their own process group, so a Ctrl-C at the terminal
 // reaches the launcher only (which stops them through s.Stop or ctx); on
 // Linux they get SIGTERM when the launcher dies (WatchLauncher covers the
@@ -296,6 +309,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStat
 			"GDIST_LAUNCHED=1",
 			"GDIST_LAUNCHER_PID="+strconv.Itoa(os.Getpid()),
 			"GDIST_RESTART_COUNT="+strconv.Itoa(gen),
+			"GDIST_MAX_RESTARTS="+strconv.Itoa(s.MaxRestarts),
 		)
 		prefix := fmt.Sprintf("[rank %d] ", r)
 		errW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}

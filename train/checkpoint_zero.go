@@ -141,7 +141,7 @@ func loadZero(path string, meta map[string]string, m *models.Model, opt optim.Op
 	}
 	base := path // saved before file ids
 	if id := meta[fileIDKey]; id != "" {
-		base = path + "." + id
+		base = dataBase(path, id)
 	}
 	sh, err := zero.ReadShards(base, world, meta["save_id"])
 	if err != nil {
@@ -244,7 +244,7 @@ func ConsolidateZero(path, out string) error {
 		}
 		id = meta["save_id"]
 		if fid := meta[fileIDKey]; fid != "" {
-			base = path + "." + fid
+			base = dataBase(path, fid)
 		}
 		sh, err = zero.ReadShards(base, world, id)
 	case errors.Is(err, fs.ErrNotExist):

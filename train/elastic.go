@@ -4,9 +4,10 @@ package train
 // -save-every saves mid-epoch (a Position in the middle of an epoch
 // resumes exactly: the sampler is a function of the seed, the epoch and
 // the batch index), and a restarted generation (Config.Restarts > 0)
-// resumes from the latest complete checkpoint by itself. Rank 0 keeps the
-// step it reached in <save>.progress, so a restart can say how many steps
-// it recomputes.
+// resumes from the latest complete checkpoint by itself. In a job that
+// may be restarted, rank 0 keeps the step it reached in <save>.progress,
+// so a restart can say how many steps it recomputes; a run that ends
+// normally removes it.
 
 import (
 	"context"
@@ -19,6 +20,8 @@ import (
 // them.
 type saver struct {
 	strat Strategy
+	lead  bool // rank 0: keeps and prunes older checkpoints
+	keep  int  // checkpoints to keep (Config.Keep)
 	path  string
 	meta  map[string]string
 	last  int64 // step of the last save; -1: none yet
@@ -27,8 +30,8 @@ type saver struct {
 	total time.Duration
 }
 
-func newSaver(strat Strategy, path string, meta map[string]string) *saver {
-	return &saver{strat: strat, path: path, meta: meta, last: -1}
+func newSaver(strat Strategy, lead bool, cfg Config, meta map[string]string) *saver {
+	return &saver{strat: strat, lead: lead, keep: max(cfg.Keep, 1), path: cfg.Save, meta: meta, last: -1}
 }
 
 // save saves at pos unless there is no -save path or pos's step is saved
@@ -38,8 +41,14 @@ func (s *saver) save(ctx context.Context, pos Position) error {
 		return nil
 	}
 	t0 := time.Now()
+	if s.lead && s.keep > 1 {
+		keepCurrent(s.path)
+	}
 	if err := s.strat.Save(ctx, s.path, pos, s.meta); err != nil {
 		return err
+	}
+	if s.lead && s.keep > 1 {
+		pruneKept(s.path, s.keep)
 	}
 	d := time.Since(t0)
 	s.last = pos.Step
@@ -110,5 +119,13 @@ func (p *progressFile) step(step int64) error {
 func (p *progressFile) close() {
 	if p != nil {
 		p.f.Close()
+	}
+}
+
+// remove closes and removes the progress file: the run is over.
+func (p *progressFile) remove() {
+	if p != nil {
+		p.f.Close()
+		os.Remove(p.f.Name())
 	}
 }

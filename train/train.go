@@ -58,11 +58,18 @@ type Config struct {
 	// SaveEvery also saves every this many steps (with Save), mid-epoch
 	// too; 0: at the end of every epoch only.
 	SaveEvery int
+	// Keep is how many checkpoints to keep at Save: the latest at Save,
+	// the older ones at Save.<id>.safetensors; 0 or 1: the latest only.
+	Keep int
 	// Restarts is this run's restart number (a launcher restarted the job
 	// after a failure; launch.RestartCount): a restarted run with Save
 	// and no Resume resumes from Save's checkpoint, like Resume "auto",
 	// and the summary counts the steps it recomputes.
 	Restarts int
+	// Restartable says a launcher may restart the job (its max restarts
+	// are above 0): rank 0 then records the step it reached in
+	// <Save>.progress, for the restart to count the steps it recomputes.
+	Restartable bool
 	Backend  string
 	// World is the number of ranks, where known before the Comm exists
 	// (a launcher sets it to the ranks it will start), so that Validate
@@ -201,6 +208,8 @@ func (c *Config) Validate() error {
 		return bad("max steps %d is negative", c.MaxSteps)
 	case c.SaveEvery < 0:
 		return bad("-save-every %d: want 0 (every epoch) or a number of steps", c.SaveEvery)
+	case c.Keep < 0:
+		return bad("-keep %d: want 1 or more checkpoints", c.Keep)
 	case c.SaveEvery > 0 && c.Save == "":
 		return bad("-save-every %d needs -save (where to save)", c.SaveEvery)
 	case c.BucketMB < 0 || math.IsNaN(c.BucketMB) || math.IsInf(c.BucketMB, 0):
@@ -452,9 +461,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return loss, acc, err
 	}
 	meta := map[string]string{"seed": strconv.FormatInt(cfg.Seed, 10)}
-	sv := newSaver(strat, cfg.Save, meta)
+	sv := newSaver(strat, lead, cfg, meta)
 	var prog *progressFile
-	if lead && cfg.Save != "" {
+	if lead && cfg.Save != "" && (cfg.Restartable || cfg.Restarts > 0) {
 		if prog, err = openProgress(cfg.Save, pos.Step, cfg.Restarts > 0); err != nil {
 			return nil, err
 		}
@@ -679,6 +688,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			}
 		}
 	}
+	prog.remove() // done: no restart will need it
 	return s, nil
 }
 

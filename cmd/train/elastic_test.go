@@ -166,6 +166,26 @@ func (j *job) waitReached(t *testing.T, save string, step int64) {
 	}
 }
 
+// waitSaved waits until the job saved its first checkpoint at save.
+func (j *job) waitSaved(t *testing.T, save string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(save); err == nil {
+			return
+		}
+		select {
+		case err := <-j.done:
+			t.Fatalf("ended (%v) before saving; stderr:\n%s", err, j.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing saved; stderr:\n%s", j.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // sameCheckpoints fails unless the model files at a and b hold the same
 // tensors within rel (relative to the tensor's largest magnitude).
 func sameCheckpoints(t *testing.T, a, b string, rel float64) {
@@ -264,7 +284,7 @@ func TestPreemptLauncher(t *testing.T) {
 			save := filepath.Join(dir, "run.safetensors")
 			args := append(elasticArgs(save, c.backend, c.strategy), "-resume", "auto")
 			j := startJob(t, args...)
-			j.waitReached(t, save, 30)
+			j.waitSaved(t, save)
 			j.cmd.Process.Signal(syscall.SIGTERM)
 			t0 := time.Now()
 			err := j.wait(t, 30*time.Second)
@@ -296,8 +316,8 @@ func TestLauncherKilled(t *testing.T) {
 			save := filepath.Join(t.TempDir(), "run.safetensors")
 			// No output at all: the workers never write to a closed pipe.
 			j := startJob(t, "-nproc", "2", "-backend", backend, "-data", "synthetic", "-limit", "6000", "-batch", "16",
-				"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "50")
-			j.waitReached(t, save, 5)
+				"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5")
+			j.waitSaved(t, save)
 			workers := children(j.cmd.Process.Pid)
 			if len(workers) != 2 {
 				t.Fatalf("workers %v", workers)
@@ -333,8 +353,8 @@ func TestFrozenWorker(t *testing.T) {
 	}
 	save := filepath.Join(t.TempDir(), "run.safetensors")
 	j := startJob(t, "-nproc", "2", "-backend", "tcp", "-data", "synthetic", "-limit", "6000", "-batch", "16",
-		"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "1000", "-peer-timeout", "3s")
-	j.waitReached(t, save, 5)
+		"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5", "-peer-timeout", "3s")
+	j.waitSaved(t, save)
 	workers := children(j.cmd.Process.Pid)
 	if len(workers) != 2 {
 		t.Fatalf("workers %v", workers)

@@ -102,6 +102,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
 	fs.IntVar(&c.SaveEvery, "save-every", 0, "with -save, also save every this many steps (0: after every epoch only)")
+	fs.IntVar(&c.Keep, "keep", 1, "with -save, keep this many checkpoints: the latest at the -save path, older ones beside it as <save>.<step>-<id>.safetensors")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
@@ -125,6 +126,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-peer-timeout %v: want a positive duration", o.peerTimeout)
 	}
 	c.Restarts = launch.RestartCount()
+	c.Restartable = launch.MaxRestarts() > 0
 	if c.LR == 0 {
 		c.LR = 0.05
 		if c.Optimizer == "adam" || c.Optimizer == "adamw" {
