@@ -14,13 +14,15 @@
 //
 // Exit status: 0 when training finished; 1 on any error (a diverging
 // run, whose loss turned NaN or infinite, included: it stops at that step
-// and keeps the last checkpoint); 2 for unparsable flags; 130 when
-// SIGINT (Ctrl-C) or SIGTERM interrupted it ("train: interrupted");
-// 75 when one preempted a rank (a worker under a launcher, or an inproc
-// run): the first signal makes every rank finish its step and save (with
-// -save) before exiting; go on with -resume auto. A second signal
-// interrupts (130). Our own launcher interrupts at once (it does not
-// forward the signal to its workers yet).
+// and keeps the last checkpoint); 2 for unparsable flags; 75 when SIGINT
+// (Ctrl-C) or SIGTERM preempted the job: the first signal, to the launcher
+// (which forwards it) or to any rank, makes every rank finish its step and
+// save (with -save) before exiting; go on with -resume auto. A second
+// signal, a second or more after the first, interrupts at once (130,
+// "train: interrupted"). Workers whose launcher dies stop the same way.
+// With -max-restarts N the launcher restarts every rank after a failure
+// (a dead or frozen worker), up to N times; they resume from the latest
+// checkpoint at -save (-save-every bounds the steps recomputed).
 // Settings are checked once, by the process that starts the ranks, before
 // any starts: -nproc (at most 1024), -save (its directory must take a new
 // file), and the strategy's settings for -nproc ranks.
