@@ -21,6 +21,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -86,9 +87,38 @@ type Spec struct {
 	// restart's number (1, 2, ...), like torchrun's --max-restarts. The
 	// ranks are expected to resume from their latest checkpoint.
 	MaxRestarts int
+	// MinProc, when above 0, lets the job go on with fewer ranks: if
+	// some ranks of a generation cannot start (their host is gone), Run
+	// starts the generation again with as many ranks as did start, if
+	// that is at least MinProc, numbered 0..M-1. The next restart tries
+	// NProc again (the job grows back when the capacity returns). Each
+	// child gets GDIST_TARGET_WORLD_SIZE=NProc, to keep the global batch.
+	// 0: every generation has NProc ranks, and a rank that cannot start
+	// fails the launch.
+	MinProc int
 	// Logf receives the launcher's messages; nil logs to the standard
 	// logger.
 	Logf func(format string, args ...any)
+}
+
+// startError is runGeneration's error when ranks could not start.
+type startError struct {
+	err    error // the first rank's
+	failed int   // how many ranks could not start
+}
+
+func (e *startError) Error() string { return e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
+
+// faultStart reports whether GDIST_FAULT_START ("gen:rank,...", for tests
+// of lost capacity) says that rank's start in generation gen fails.
+func faultStart(gen, rank int) bool {
+	for _, f := range strings.Split(os.Getenv("GDIST_FAULT_START"), ",") {
+		if f == fmt.Sprintf("%d:%d", gen, rank) {
+			return true
+		}
+	}
+	return false
 }
 
 // RankStatus says how one rank ended.
@@ -183,6 +213,14 @@ func MaxRestarts() int {
 	return 0
 }
 
+// TargetWorldSize is the number of ranks this worker's job was launched
+// with (GDIST_TARGET_WORLD_SIZE; Spec.MinProc may run a generation on
+// fewer), or 0 when not set.
+func TargetWorldSize() int {
+	n, _ := strconv.Atoi(os.Getenv("GDIST_TARGET_WORLD_SIZE"))
+	return max(n, 0)
+}
+
 type result struct {
 	rank int
 	err  error
@@ -214,6 +252,9 @@ func Run(ctx context.Context, s Spec) error {
 	if s.MaxRestarts < 0 {
 		return comm.InvalidArgf("launch: MaxRestarts %d < 0", s.MaxRestarts)
 	}
+	if s.MinProc < 0 || s.MinProc > s.NProc {
+		return comm.InvalidArgf("launch: MinProc %d: want 0 or 1 to NProc (%d)", s.MinProc, s.NProc)
+	}
 	if s.Args == nil {
 		s.Args = os.Args
 	}
@@ -243,7 +284,16 @@ func Run(ctx context.Context, s Spec) error {
 		return fmt.Errorf("launch: finding the executable: %w", err)
 	}
 	for gen := 0; ; gen++ {
-		failed, err := runGeneration(ctx, s, exe, gen)
+		failed, err := runGeneration(ctx, s, exe, gen, s.NProc)
+		for nproc := s.NProc; ; {
+			var se *startError
+			if !errors.As(err, &se) || s.MinProc == 0 || nproc-se.failed < s.MinProc {
+				break
+			}
+			nproc -= se.failed
+			s.Logf("launch: %d rank(s) could not start (%v): going on with %d ranks (at least %d)", se.failed, se.err, nproc, s.MinProc)
+			failed, err = runGeneration(ctx, s, exe, gen, nproc)
+		}
 		if err != nil {
 			return err
 		}
@@ -254,8 +304,19 @@ func Run(ctx context.Context, s Spec) error {
 		if ee.Preempted() || stopped(s.Stop) || gen >= s.MaxRestarts {
 			return ee
 		}
-		s.Logf("launch: restarting the job (restart %d of %d) after: %s", gen+1, s.MaxRestarts, strings.TrimPrefix(ee.Error(), "launch: "))
+		s.Logf("launch: restarting the job (restart %d of %d) after: %s", gen+1, s.MaxRestarts, causes(failed))
 	}
+}
+
+// causes describes the failures the launcher did not cause itself.
+func causes(failed []RankStatus) string {
+	var parts []string
+	for _, f := range failed {
+		if !f.Killed {
+			parts = append(parts, fmt.Sprintf("rank %d %s", f.Rank, f.Status))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // stopped reports whether stop is closed.
@@ -271,7 +332,7 @@ func stopped(stop <-chan struct{}) bool {
 // runGeneration runs one generation of the job: it starts every rank and
 // waits for all of them. It returns the failed ranks, or an error when the
 // generation could not run (ctx ended, a rank did not start, no store).
-func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStatus, error) {
+func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]RankStatus, error) {
 	logf := s.Logf
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
@@ -289,13 +350,13 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStat
 	}
 
 	var outMu sync.Mutex // serializes writes to s.Stdout and s.Stderr
-	n := strconv.Itoa(s.NProc)
-	cmds := make([]*exec.Cmd, s.NProc)
-	flush := make([]func(), s.NProc)
-	results := make(chan result, s.NProc)
+	n := strconv.Itoa(nproc)
+	cmds := make([]*exec.Cmd, nproc)
+	flush := make([]func(), nproc)
+	results := make(chan result, nproc)
 	started := 0
-	var startErr error
-	for r := range s.NProc {
+	var startErr *startError
+	for r := range nproc {
 		cmd := &exec.Cmd{Path: exe, Args: s.Args, WaitDelay: waitDelay, SysProcAttr: childAttr()}
 		cmd.Env = append(append(os.Environ(), s.Env...),
 			"RANK="+strconv.Itoa(r),
@@ -310,6 +371,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStat
 			"GDIST_LAUNCHER_PID="+strconv.Itoa(os.Getpid()),
 			"GDIST_RESTART_COUNT="+strconv.Itoa(gen),
 			"GDIST_MAX_RESTARTS="+strconv.Itoa(s.MaxRestarts),
+			"GDIST_TARGET_WORLD_SIZE="+strconv.Itoa(s.NProc),
 		)
 		prefix := fmt.Sprintf("[rank %d] ", r)
 		errW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
@@ -322,9 +384,21 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStat
 			flush[r] = func() { outW.Flush(); errW.Flush() }
 		}
 		cmd.Stderr = errW
-		if err := startChild(cmd); err != nil {
-			startErr = fmt.Errorf("launch: starting rank %d: %w", r, err)
-			break
+		err := startChild(cmd)
+		if err == nil && faultStart(gen, r) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			err = errors.New("GDIST_FAULT_START says this start fails")
+		}
+		if err != nil {
+			if startErr == nil {
+				startErr = &startError{err: fmt.Errorf("launch: starting rank %d: %w", r, err)}
+			}
+			startErr.failed++
+			if s.MinProc == 0 {
+				break // the launch fails: no need to try the others
+			}
+			continue
 		}
 		cmds[r] = cmd
 		started++
@@ -335,8 +409,8 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen int) ([]RankStat
 		}()
 	}
 
-	killed := make([]bool, s.NProc) // the launcher sent it SIGKILL
-	exited := make([]bool, s.NProc) // its result came in
+	killed := make([]bool, nproc) // the launcher sent it SIGKILL
+	exited := make([]bool, nproc) // its result came in
 	killAll := func(why string) {
 		for r, cmd := range cmds {
 			if cmd != nil && !exited[r] && !killed[r] {

@@ -73,6 +73,16 @@ func child(mode string) int {
 		}
 		fmt.Printf("generation %d rank %d\n", RestartCount(), rank)
 		return 0
+	case "shrink-grow":
+		if RestartCount() == 0 {
+			fmt.Printf("generation 0: %s of %d ranks\n", os.Getenv("WORLD_SIZE"), TargetWorldSize())
+			if rank == 1 {
+				return 3
+			}
+			time.Sleep(time.Minute)
+		}
+		fmt.Printf("generation %d: %s of %d ranks\n", RestartCount(), os.Getenv("WORLD_SIZE"), TargetWorldSize())
+		return 0
 	case "always-fail":
 		return 4
 	case "store":
@@ -267,6 +277,33 @@ func TestRestartsRunOut(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "restarting the job"); n != 2 {
 		t.Errorf("%d restarts logged:\n%s", n, logs.String())
+	}
+}
+
+// TestShrinkGrow: with MinProc, a generation whose rank 2 cannot start
+// runs on the 2 ranks that can, told the target world size; the next
+// restart grows back to 3.
+func TestShrinkGrow(t *testing.T) {
+	s, out, errOut := spec(t, 3, "shrink-grow")
+	t.Setenv("GDIST_FAULT_START", "0:2") // read by the launcher
+	s.MinProc, s.MaxRestarts = 2, 1
+	s.GracePeriod = 100 * time.Millisecond
+	var logs syncBuf
+	s.Logf = func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) }
+	if err := Run(testCtx(t), s); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, errOut)
+	}
+	if got := out.String(); got != "generation 0: 2 of 3 ranks\ngeneration 1: 3 of 3 ranks\n" {
+		t.Errorf("stdout %q", got)
+	}
+	if !strings.Contains(logs.String(), "1 rank(s) could not start") || !strings.Contains(logs.String(), "going on with 2 ranks") {
+		t.Errorf("the shrink is not logged:\n%s", logs.String())
+	}
+
+	// Without MinProc the launch fails.
+	s, _, _ = spec(t, 3, "shrink-grow")
+	if err := Run(testCtx(t), s); err == nil || !strings.Contains(err.Error(), "starting rank 2") {
+		t.Errorf("without MinProc: %v", err)
 	}
 }
 

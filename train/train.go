@@ -143,6 +143,8 @@ type Summary struct {
 	// failed generations took after their last checkpoint.
 	Restarts        int   `json:"restarts,omitempty"`
 	StepsRecomputed int64 `json:"steps_recomputed,omitempty"`
+	// ResumedStep is the step this run resumed at (0: it started afresh).
+	ResumedStep int64 `json:"resumed_step,omitempty"`
 }
 
 // EpochEvent is printed after every epoch.
@@ -483,6 +485,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	var lastEval [2]float64
 	var lastTrainLoss float64
 	steps := pos.Step
+	resumedStep := pos.Step
 	stepsThisRun := 0
 	out := json.NewEncoder(cfg.Out)
 	bar := newBar(cfg.Progress)
@@ -666,6 +669,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	sv.report(s)
 	s.Restarts = cfg.Restarts
+	s.ResumedStep = resumedStep
 	if prog != nil {
 		s.StepsRecomputed = prog.recomputed
 	}

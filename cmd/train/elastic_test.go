@@ -266,6 +266,55 @@ func TestRestartAfterKill(t *testing.T) {
 	}
 }
 
+// TestShrink: a worker dies and, at the restart, one rank cannot start
+// again (GDIST_FAULT_START): with -min-nproc 2 the job finishes on 2 ranks
+// with the global batch kept, equal to a run that switched from 3 ranks to
+// 2 at the same step.
+func TestShrink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 3 ranks twice")
+	}
+	for _, c := range []struct{ backend, strategy string }{{"tcp", "ddp"}, {"shm", "zero3"}} {
+		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
+			dir := t.TempDir()
+			save := filepath.Join(dir, "run.safetensors")
+			t.Setenv("GDIST_FAULT_START", "1:2") // rank 2 of the first restart
+			j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2", "-min-nproc", "2")...)
+			j.waitReached(t, save, 30)
+			workers := children(j.cmd.Process.Pid)
+			if len(workers) != 3 {
+				t.Fatalf("workers %v", workers)
+			}
+			syscall.Kill(workers[0], syscall.SIGKILL)
+			if err := j.wait(t, 3*time.Minute); err != nil {
+				t.Fatalf("%v; stderr:\n%s", err, j.stderr.String())
+			}
+			os.Unsetenv("GDIST_FAULT_START")
+			s := j.summary(t)
+			if s.WorldSize != 2 || s.GlobalBatch != 48 || s.Restarts != 1 || s.ResumedStep < 20 {
+				t.Fatalf("world %d, global batch %d, restarts %d, resumed at %d: want 2, 48, 1, >= 20", s.WorldSize, s.GlobalBatch, s.Restarts, s.ResumedStep)
+			}
+			for _, want := range []string{"going on with 2 ranks", "batch 24 per rank keeps the global batch 48"} {
+				if !strings.Contains(j.stderr.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, j.stderr.String())
+				}
+			}
+
+			// The reference: 3 ranks up to that step, then 2 at batch 24.
+			ref := filepath.Join(dir, "ref.safetensors")
+			args := elasticArgs(ref, c.backend, c.strategy)
+			if err := startJob(t, append(args, "-max-steps", strconv.FormatInt(s.ResumedStep, 10))...).wait(t, 3*time.Minute); err != nil {
+				t.Fatalf("reference, 3 ranks: %v", err)
+			}
+			args[1], args[11] = "2", "24" // -nproc, -batch
+			if err := startJob(t, append(args, "-resume", ref)...).wait(t, 3*time.Minute); err != nil {
+				t.Fatalf("reference, 2 ranks: %v", err)
+			}
+			sameCheckpoints(t, ref, save, 1e-5)
+		})
+	}
+}
+
 // TestPreemptLauncher: SIGTERM to the launcher mid-epoch stops every rank
 // after its step, with a checkpoint, within 30 s and exit code 75; the
 // same command with -resume auto then finishes the job, equal to an

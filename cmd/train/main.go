@@ -58,6 +58,7 @@ type options struct {
 	cfg         train.Config
 	progress    bool
 	maxRestarts int
+	minNProc    int
 	peerTimeout time.Duration
 }
 
@@ -105,6 +106,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
 	fs.IntVar(&c.SaveEvery, "save-every", 0, "with -save, also save every this many steps (0: after every epoch only)")
 	fs.IntVar(&c.Keep, "keep", 1, "with -save, keep this many checkpoints: the latest at the -save path, older ones beside it as <save>.<step>-<id>.safetensors")
+	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when some ranks cannot be started again, go on with as few as this many (the global batch kept); 0: always -nproc")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
@@ -123,6 +125,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.maxRestarts > 0 && c.Save == "" {
 		return o, fmt.Errorf("-max-restarts %d needs -save: a restarted job resumes from the latest checkpoint (add -save-every STEPS to lose fewer steps)", o.maxRestarts)
+	}
+	if o.minNProc < 0 || o.minNProc > o.nproc {
+		return o, fmt.Errorf("-min-nproc %d: want 1 to -nproc (%d), or 0 (always -nproc)", o.minNProc, o.nproc)
 	}
 	if o.peerTimeout <= 0 {
 		return o, fmt.Errorf("-peer-timeout %v: want a positive duration", o.peerTimeout)
@@ -312,7 +317,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			}
 		}
 		err := launch.Run(ctx, launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr,
-			Stop: cfg.Stop, MaxRestarts: o.maxRestarts,
+			Stop: cfg.Stop, MaxRestarts: o.maxRestarts, MinProc: o.minNProc,
 			// A failed rank's peers name it within the peer timeout.
 			GracePeriod: launch.DefaultGracePeriod})
 		var ee *launch.ExitError
@@ -329,12 +334,36 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if c.Rank() != 0 {
 		cfg.Progress = nil
 	}
+	if msg := keepGlobalBatch(&cfg, launch.TargetWorldSize(), c.Size()); msg != "" && c.Rank() == 0 {
+		fmt.Fprintln(stderr, "train:", msg)
+	}
 	_, err = train.Run(ctx, c, cfg)
 	cerr := closeComm()
 	if err != nil {
 		return &rankError{c.Rank(), err}
 	}
 	return cerr
+}
+
+// keepGlobalBatch adapts cfg.Batch, the batch per rank of a job launched
+// on target ranks, to a generation running on world ranks (a shrunk or
+// regrown job, -min-nproc), so that the global batch, and with it the
+// samples of every step, stays the same. It says what it did, or "".
+func keepGlobalBatch(cfg *train.Config, target, world int) string {
+	if target <= 0 || target == world {
+		return ""
+	}
+	global := cfg.Batch * target
+	if cfg.Strategy == "pipeline" {
+		return fmt.Sprintf("running on %d of %d ranks: the pipeline's batch per replica stays %d", world, target, cfg.Batch)
+	}
+	if global%world != 0 {
+		cfg.Batch = (global + world - 1) / world
+		return fmt.Sprintf("running on %d of %d ranks: the global batch %d does not split over %d ranks; batch %d per rank (global %d)",
+			world, target, global, world, cfg.Batch, cfg.Batch*world)
+	}
+	cfg.Batch = global / world
+	return fmt.Sprintf("running on %d of %d ranks: batch %d per rank keeps the global batch %d", world, target, cfg.Batch, global)
 }
 
 // rankError is a worker's error, naming its rank once: "rank 1: epoch 1
