@@ -70,7 +70,7 @@ type Config struct {
 	// are above 0): rank 0 then records the step it reached in
 	// <Save>.progress, for the restart to count the steps it recomputes.
 	Restartable bool
-	Backend  string
+	Backend     string
 	// World is the number of ranks, where known before the Comm exists
 	// (a launcher sets it to the ranks it will start), so that Validate
 	// checks the settings that depend on it; 0: unknown. Run sets it to
