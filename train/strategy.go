@@ -162,6 +162,9 @@ func checkStrategy(cfg *Config) error {
 	if !ok {
 		return fmt.Errorf("%w: unknown -strategy %q (choose from %s)", ErrConfig, cfg.Strategy, strings.Join(Strategies(), ", "))
 	}
+	if cfg.Strategy != "pipeline" && (cfg.Stages != 0 || cfg.Microbatches != 0) {
+		return fmt.Errorf("%w: -stages and -microbatches apply to -strategy pipeline only (this run: %s)", ErrConfig, cfg.Strategy)
+	}
 	if f.Check == nil {
 		return nil
 	}

@@ -304,6 +304,22 @@ func limit(s Samples, n int) Samples {
 	return limited{s, n}
 }
 
+// CheckData reports whether the training set trainSet (before -limit)
+// gives cfg.World ranks at least one batch, so that a launcher can refuse
+// what would make every worker fail. It assumes the data-parallel world is
+// every rank (a pipeline's is smaller, and checked by its workers).
+func CheckData(cfg Config, trainSet Samples) error {
+	world := max(cfg.World, 1)
+	if cfg.Strategy == "pipeline" {
+		return nil
+	}
+	smp := data.Sampler{N: limit(trainSet, cfg.Limit).Len(), World: world, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	if err := smp.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return nil
+}
+
 // evalWindows is how many held-out windows a text evaluation reads.
 const evalWindows = 1024
 

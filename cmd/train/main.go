@@ -117,6 +117,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	var zeroBucket error
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "bucket-mb" || f.Name == "first-bucket-mb") && f.Value.String() == "0" {
+			zeroBucket = fmt.Errorf("-%s 0: want a positive number of MiB (-bucket-mb is 25 by default, -first-bucket-mb 1)", f.Name)
+		}
+	})
+	if zeroBucket != nil {
+		return o, zeroBucket
+	}
 	if o.nproc < 1 || o.nproc > maxNProc {
 		return o, fmt.Errorf("-nproc %d: want 1 to %d", o.nproc, maxNProc)
 	}
@@ -302,12 +311,12 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			if _, err := os.Stat(path); err != nil {
 				return fmt.Errorf("-data: text corpus: %w", err)
 			}
-		} else if cfg.DataDir != "synthetic" {
-			dir := cfg.DataDir
-			if dir == "" {
-				dir = data.DefaultDir
+		} else {
+			trainSet, _, err := train.LoadData(cfg)
+			if err != nil {
+				return err
 			}
-			if _, err := data.Load(dir, "test"); err != nil {
+			if err := train.CheckData(cfg, trainSet); err != nil {
 				return err
 			}
 		}
