@@ -384,11 +384,11 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			flush[r] = func() { outW.Flush(); errW.Flush() }
 		}
 		cmd.Stderr = errW
-		err := startChild(cmd)
-		if err == nil && faultStart(gen, r) {
-			cmd.Process.Kill()
-			cmd.Wait()
+		var err error
+		if faultStart(gen, r) {
 			err = errors.New("GDIST_FAULT_START says this start fails")
+		} else {
+			err = startChild(cmd)
 		}
 		if err != nil {
 			if startErr == nil {

@@ -74,6 +74,10 @@ func child(mode string) int {
 		fmt.Printf("generation %d rank %d\n", RestartCount(), rank)
 		return 0
 	case "shrink-grow":
+		// A worker waits for its peers at the rendezvous first: the ranks
+		// of a generation some rank of which could not start are killed
+		// there.
+		time.Sleep(500 * time.Millisecond)
 		if RestartCount() == 0 {
 			fmt.Printf("generation 0: %s of %d ranks\n", os.Getenv("WORLD_SIZE"), TargetWorldSize())
 			if rank == 1 {
