@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 		}
 		path += "/" + strconv.FormatInt(gen, 10)
 	}
-	id, err := exchangeID(ctx, l, cfg.Store, path+"/id", cfg.Rank == 0, cfg.Size)
+	id, err := exchangeID(ctx, l, dev, cfg.Store, path+"/id", cfg.Rank == 0, cfg.Size)
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", cfg.Rank, err)
 	}
@@ -124,9 +124,9 @@ func deviceFor(cfg comm.Config) (int, error) {
 
 // exchangeID: the creator makes a unique id and publishes it at key; the
 // others wait for it.
-func exchangeID(ctx context.Context, l *library, store comm.Store, key string, create bool, size int) ([]byte, error) {
+func exchangeID(ctx context.Context, l *library, device int, store comm.Store, key string, create bool, size int) ([]byte, error) {
 	if create {
-		id, err := l.uniqueID()
+		id, err := l.uniqueID(device)
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +186,7 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 	}
 	c := &Comm{lib: l, rank: p.rank, size: p.size, reportRank: p.reportRank, device: p.device, opts: p.opts,
 		store: p.store, path: p.path, parent: p.parent, h: h,
-		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(256 << 20),
+		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(p.device, 256<<20),
 		chans: map[chanKey]*channel{}, selfq: map[int]*selfQueue{}, busy: make(chan struct{}, 1)}
 	c.life, c.finish = context.WithCancel(context.Background())
 	c.args = opcheck.Args{Rank: c.rank, Size: c.size, Buf: c.checkBuf}

@@ -48,8 +48,8 @@ func load() *state {
 	if ok, why := cuda.Available(); !ok {
 		return &state{err: fmt.Errorf("%w: no CUDA: %s", ErrUnavailable, why)}
 	}
-	var syms [5]uintptr
-	for i, name := range []string{"cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMemcpyAsync", "cudaLaunchHostFunc"} {
+	var syms [6]uintptr
+	for i, name := range []string{"cudaSetDevice", "cudaFree", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMemcpyAsync", "cudaLaunchHostFunc"} {
 		p, err := cuda.Symbol(name)
 		if err != nil {
 			return &state{err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
@@ -61,7 +61,7 @@ func load() *state {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdnc_open(cname, C.uintptr_t(syms[0]), C.uintptr_t(syms[1]), C.uintptr_t(syms[2]),
-			C.uintptr_t(syms[3]), C.uintptr_t(syms[4]), &buf[0], C.size_t(len(buf)))
+			C.uintptr_t(syms[3]), C.uintptr_t(syms[4]), C.uintptr_t(syms[5]), &buf[0], C.size_t(len(buf)))
 		C.free(unsafe.Pointer(cname))
 		if c == nil {
 			tried = append(tried, C.GoString(&buf[0]))
@@ -149,9 +149,9 @@ func UsableFor(localSize int) (ok bool, reason string) {
 	return true, ""
 }
 
-func (l *library) uniqueID() ([]byte, error) {
+func (l *library) uniqueID(device int) ([]byte, error) {
 	id := make([]byte, 128)
-	if r := C.gdnc_unique_id(l.c, (*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
+	if r := C.gdnc_unique_id(l.c, C.int(device), (*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
 		return nil, l.err("ncclGetUniqueId", r, 0)
 	}
 	return id, nil

@@ -28,6 +28,25 @@
 
 #define GDNC_CUDA_ERROR 100000
 
+/* The CUDA runtime's types in the prototypes of the runtime functions used
+   here (see gpu/cuda/shim.h, whose ABI check includes this file too with the
+   real types). */
+#ifndef GDCU_ERR
+#define GDCU_ERR int           /* cudaError_t */
+#define GDCU_KIND int          /* enum cudaMemcpyKind */
+#define GDCU_STREAM void *     /* cudaStream_t */
+#define GDCU_EVENT void *      /* cudaEvent_t */
+#define GDCU_ATTRS void        /* struct cudaPointerAttributes */
+#define GDCU_HOSTFN void (*)(void *) /* cudaHostFn_t */
+#endif
+
+/* cudaMemcpyKind values used by shim.c (asserted by the ABI check). */
+enum {
+	gdnc_cudaMemcpyHostToDevice = 1,
+	gdnc_cudaMemcpyDeviceToHost = 2,
+	gdnc_cudaMemcpyDeviceToDevice = 3,
+};
+
 typedef struct {
 	char internal[128];
 } gdnc_uid;
@@ -51,11 +70,12 @@ typedef struct gdnc_lib {
 	int (*groupStart)(void);
 	int (*groupEnd)(void);
 	/* from the CUDA runtime that gpu/cuda loaded */
-	int (*setDevice)(int);
-	int (*eventRecord)(void *, void *);
-	int (*streamWaitEvent)(void *, void *, unsigned int);
-	int (*memcpyAsync)(void *, const void *, size_t, int, void *);
-	int (*launchHostFunc)(void *, void (*)(void *), void *); /* optional */
+	GDCU_ERR (*setDevice)(int);
+	GDCU_ERR (*free_)(void *);
+	GDCU_ERR (*eventRecord)(GDCU_EVENT, GDCU_STREAM);
+	GDCU_ERR (*streamWaitEvent)(GDCU_STREAM, GDCU_EVENT, unsigned int);
+	GDCU_ERR (*memcpyAsync)(void *, const void *, size_t, GDCU_KIND, GDCU_STREAM);
+	GDCU_ERR (*launchHostFunc)(GDCU_STREAM, GDCU_HOSTFN, void *); /* optional */
 } gdnc_lib;
 
 /* One operation of a grouped launch. kind: 0 send, 1 recv, 2 device copy
@@ -66,12 +86,12 @@ typedef struct {
 	size_t count, bytes;
 } gdnc_p2p;
 
-gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord, uintptr_t streamWaitEvent,
-		    uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen);
+gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t free_, uintptr_t eventRecord,
+		    uintptr_t streamWaitEvent, uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen);
 const char *gdnc_error_string(gdnc_lib *l, int code);
 const char *gdnc_last_error(gdnc_lib *l, uintptr_t comm);
 int gdnc_version(gdnc_lib *l, int *v);
-int gdnc_unique_id(gdnc_lib *l, char *out128);
+int gdnc_unique_id(gdnc_lib *l, int dev, char *out128);
 int gdnc_init(gdnc_lib *l, int dev, uintptr_t *comm, int n, const char *id128, int rank);
 int gdnc_abort(gdnc_lib *l, int dev, uintptr_t comm);
 int gdnc_async_error(gdnc_lib *l, uintptr_t comm, int *res);
