@@ -29,6 +29,9 @@ func ErrorString(code int) string { return fmt.Sprintf("cudaError %d", code) }
 // Symbol fails without cgo.
 func Symbol(name string) (uintptr, error) { return 0, errNoCgo }
 
+// Loaded is empty without cgo.
+func Loaded() (path string, missing []string) { return "", nil }
+
 // PCIBusID fails without cgo.
 func PCIBusID(device int) (string, error) { return "", errNoCgo }
 
