@@ -141,8 +141,8 @@ func exchangeID(ctx context.Context, l *library, device int, store comm.Store, k
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the unique id: %w", err)
 	}
-	if len(id) != 128 {
-		return nil, fmt.Errorf("%w: unique id at %q has %d bytes, want 128", comm.ErrProtocol, key, len(id))
+	if len(id) != uniqueIDBytes {
+		return nil, fmt.Errorf("%w: unique id at %q has %d bytes, want %d", comm.ErrProtocol, key, len(id), uniqueIDBytes)
 	}
 	return id, nil
 }

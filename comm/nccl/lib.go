@@ -19,12 +19,6 @@ import (
 	"github.com/gdist/gdist/internal/dl"
 )
 
-// NCCL's result codes that gdist looks at.
-const (
-	ncclSuccess    = 0
-	ncclInProgress = 7
-)
-
 type library struct {
 	c       *C.gdnc_lib
 	path    string
@@ -99,23 +93,11 @@ func (l *library) err(call string, code C.int, comm C.uintptr_t) error {
 	return e
 }
 
-func (l *library) versionString() string {
-	v := l.version
-	if v >= 10000 {
-		return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
-	}
-	return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
-}
+func (l *library) versionString() string { return versionString(l.version) }
 
 // atLeast reports whether the library is at least version major.minor.
 func (l *library) atLeast(major, minor int) bool {
-	v := l.version
-	var maj, min int
-	if v >= 10000 {
-		maj, min = v/10000, v%10000/100
-	} else {
-		maj, min = v/1000, v%1000/100
-	}
+	maj, min, _ := parseVersion(l.version)
 	return maj > major || maj == major && min >= minor
 }
 
@@ -150,7 +132,7 @@ func UsableFor(localSize int) (ok bool, reason string) {
 }
 
 func (l *library) uniqueID(device int) ([]byte, error) {
-	id := make([]byte, 128)
+	id := make([]byte, uniqueIDBytes)
 	if r := C.gdnc_unique_id(l.c, C.int(device), (*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
 		return nil, l.err("ncclGetUniqueId", r, 0)
 	}

@@ -199,14 +199,14 @@ static void bitwise_fn(void *p) {
 
 int gdnc_bitwise(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, size_t bytes,
 		 uintptr_t tmp, uintptr_t pinned, int nranks, int op, size_t off, size_t len, uintptr_t out) {
-	if (!l->launchHostFunc) return 5; /* ncclInvalidUsage; checked in Go first */
+	if (!l->launchHostFunc) return gdnc_ncclInvalidUsage; /* checked in Go first */
 	int r = prologue(l, dev, st, ev);
 	if (r) return r;
-	r = l->allGather((const void *)send, (void *)tmp, bytes, 1 /* ncclUint8 */, (void *)comm, (void *)st);
+	r = l->allGather((const void *)send, (void *)tmp, bytes, gdnc_ncclUint8, (void *)comm, (void *)st);
 	if (r) return r;
 	CUDA(l->memcpyAsync((void *)pinned, (const void *)tmp, (size_t)nranks * bytes, gdnc_cudaMemcpyDeviceToHost, (void *)st));
 	gdnc_bw *a = malloc(sizeof *a);
-	if (!a) return 2; /* ncclSystemError */
+	if (!a) return gdnc_ncclSystemError;
 	*a = (gdnc_bw){(unsigned char *)pinned, bytes, off, len, nranks, op};
 	int e = l->launchHostFunc((void *)st, bitwise_fn, a);
 	if (e) {

@@ -1,22 +1,11 @@
 //go:build cgo
 
 // The NCCL entry points gdist calls, re-declared so that the package builds
-// without nccl.h, and loaded with dlopen at run time. Values (nccl.h, NCCL 2.x):
-//
-//   ncclResult_t:   ncclSuccess = 0, ncclUnhandledCudaError = 1,
-//                   ncclSystemError = 2, ncclInternalError = 3,
-//                   ncclInvalidArgument = 4, ncclInvalidUsage = 5,
-//                   ncclRemoteError = 6 (2.12+), ncclInProgress = 7 (2.14+,
-//                   non-blocking communicators only).
-//   ncclDataType_t: ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2,
-//                   ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
-//                   ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8,
-//                   ncclBfloat16 = 9 (2.10+, CUDA 11+).
-//   ncclRedOp_t:    ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3,
-//                   ncclAvg = 4 (2.10+).
-//   ncclUniqueId:   struct { char internal[128]; }, passed by value to
-//                   ncclCommInitRank.
-//   ncclGetVersion: X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+// without nccl.h, and loaded with dlopen at run time. The NCCL values used
+// (ncclResult_t, ncclDataType_t, ncclRedOp_t, sizeof(ncclUniqueId), the
+// version encoding) are in one table in abi.go, each with the line of
+// nccl.h.in it comes from; the CUDA runtime's prototypes are checked
+// against the real headers with gpu/cuda/shim.h's.
 //
 // Every wrapper returns an ncclResult_t, or GDNC_CUDA_ERROR + a cudaError_t
 // when one of the CUDA runtime calls around the NCCL call failed.
@@ -39,6 +28,14 @@
 #define GDCU_ATTRS void        /* struct cudaPointerAttributes */
 #define GDCU_HOSTFN void (*)(void *) /* cudaHostFn_t */
 #endif
+
+/* NCCL values used by shim.c (from the table in abi.go; TestABITable checks
+   that they agree). */
+enum {
+	gdnc_ncclSystemError = 2,
+	gdnc_ncclInvalidUsage = 5,
+	gdnc_ncclUint8 = 1,
+};
 
 /* cudaMemcpyKind values used by shim.c (asserted by the ABI check). */
 enum {

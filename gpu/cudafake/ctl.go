@@ -99,3 +99,13 @@ func Gate(t testing.TB, open bool) {
 func CopyDelay(t testing.TB, d time.Duration) {
 	C.gdfk_call_int(sym(t, "fakecudaCopyDelay"), C.int(d.Milliseconds()))
 }
+
+// NoImplicitContexts fails t if, since ResetContexts, a call that needs a
+// context ran on a thread where no device was ever set (whatever other
+// goroutines of the process did on their own devices meanwhile).
+func NoImplicitContexts(t testing.TB) {
+	t.Helper()
+	if _, implicit, last := Contexts(t); implicit != 0 {
+		t.Errorf("%d CUDA call(s) needed a context on a thread with no device set (the last: %s): the real runtime makes one on device 0", implicit, last)
+	}
+}

@@ -27,3 +27,6 @@ func Gate(t testing.TB, open bool) { RequireFake(t) }
 
 // CopyDelay skips t: without cgo there is no fake.
 func CopyDelay(t testing.TB, d time.Duration) { RequireFake(t) }
+
+// NoImplicitContexts skips t: without cgo there is no fake.
+func NoImplicitContexts(t testing.TB) { RequireFake(t) }

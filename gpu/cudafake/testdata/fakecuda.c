@@ -188,6 +188,8 @@ API int cudaSetDevice(int d) {
 	if (rt_version() >= 12000) {
 		__atomic_or_fetch(&ctx_mask, 1ULL << d, __ATOMIC_SEQ_CST);
 		ctx_cur = d;
+	} else if (ctx_cur != d) {
+		ctx_cur = -1; /* CUDA 11: d's context becomes current lazily */
 	}
 	return cudaSuccess;
 }
@@ -1038,9 +1040,9 @@ static int check_comm(const char *call, ncclComm *c) {
 }
 
 /* The device of a new communicator: that of the thread's current context.
-   With CUDA 11, cudaSetDevice alone leaves none current (or the previous
-   device's), so NCCL takes device 0 or a stale one: a caller makes the
-   context current first (cudaFree(NULL) after cudaSetDevice). */
+   With CUDA 11, cudaSetDevice alone leaves none current, so NCCL takes
+   device 0: a caller makes the context current first (cudaFree(NULL) after
+   cudaSetDevice). */
 static int init_dev(void) {
 	if (rt_version() >= 12000 || cur_dev < 0) return ctx_dev("ncclCommInitRank");
 	if (ctx_cur >= 0) {
