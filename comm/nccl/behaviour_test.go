@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -49,5 +50,36 @@ func TestRankUsesOnlyItsGPU(t *testing.T) {
 			}
 			cudafake.NoImplicitContexts(t)
 		})
+	}
+}
+
+// Issue 17, item 2: Avg on floats is NCCL's: each input times fl(1/n), then
+// summed, which differs from fl(sum)/n in the last bits at n = 3. The fake
+// sums in rank order, so its result is exactly the reference's.
+func TestAvgPreMultiplies(t *testing.T) {
+	cudafake.RequireFake(t)
+	const n, count = 3, 1000
+	for _, dt := range []comm.DType{comm.Float32, comm.Float16, comm.BFloat16, comm.Float64} {
+		differ := 0
+		for i := 0; i < count; i++ {
+			if commtest.ExpectedRule(dt, comm.Avg, n, i, commtest.AvgPreMultiply) != commtest.Expected(dt, comm.Avg, n, i) {
+				differ++
+			}
+		}
+		if differ == 0 {
+			t.Fatalf("%v: the inputs do not tell the two ways of averaging apart", dt)
+		}
+		cs := newWorld(t, n, comm.Options{})
+		err := commtest.RunRanks(context.Background(), cs, 20*time.Second, func(ctx context.Context, c comm.Comm) error {
+			b := commtest.NewBuf(dt, count)
+			commtest.Fill(dt, b.Host(), func(i int) float64 { return commtest.Input(dt, comm.Avg, c.Rank(), i) })
+			if err := comm.Run(ctx)(c.AllReduce(ctx, b, comm.Avg)); err != nil {
+				return err
+			}
+			return commtest.CheckElems(dt, b.Host(), count, commtest.ExpectedFuncRule(dt, comm.Avg, n, commtest.AvgPreMultiply))
+		})
+		if err != nil {
+			t.Errorf("avg of %v over %d ranks (%d of %d elements differ between fl(sum)/n and the pre-multiplied sum): %v", dt, n, differ, count, err)
+		}
 	}
 }

@@ -1279,25 +1279,33 @@ static uint16_t f2b(float x) {
 		memcpy(dst + i * sizeof(T), &acc, sizeof(T));                          \
 	}
 
+/* Floats: ncclAvg multiplies each input by fl(1/n) (rounded to the type)
+   and sums the products, as real NCCL does (a pre-multiplied sum), which
+   differs in the last bits from fl(sum)/n. 16-bit types accumulate in
+   float and are rounded once at the end. */
 #define FLT_REDUCE(T, ACC, LOAD, STORE)                                                \
+	do {                                                                           \
+	ACC scale = LOAD(STORE((ACC)1 / (ACC)n));                                      \
 	for (size_t i = 0; i < cnt; i++) {                                             \
 		T raw;                                                                 \
 		memcpy(&raw, src[0] + i * sizeof(T), sizeof(T));                       \
 		ACC acc = LOAD(raw);                                                   \
+		if (op == oAvg) acc = LOAD(STORE(acc * scale));                        \
 		for (int r = 1; r < n; r++) {                                          \
 			memcpy(&raw, src[r] + i * sizeof(T), sizeof(T));               \
 			ACC v = LOAD(raw);                                             \
 			switch (op) {                                                  \
-			case oSum: case oAvg: acc = acc + v; break;                    \
+			case oSum: acc = acc + v; break;                               \
+			case oAvg: acc = acc + LOAD(STORE(v * scale)); break;          \
 			case oProd: acc = acc * v; break;                              \
 			case oMax: if (v > acc) acc = v; break;                        \
 			case oMin: if (v < acc) acc = v; break;                        \
 			}                                                              \
 		}                                                                      \
-		if (op == oAvg) acc = acc / (ACC)n;                                    \
 		raw = STORE(acc);                                                      \
 		memcpy(dst + i * sizeof(T), &raw, sizeof(T));                          \
-	}
+	}                                                                              \
+	} while (0);
 
 #define ID(x) (x)
 
