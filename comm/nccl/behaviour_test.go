@@ -83,3 +83,27 @@ func TestAvgPreMultiplies(t *testing.T) {
 		}
 	}
 }
+
+// Issue 17, item 4: a process that sees one GPU (Slurm's
+// --gpus-per-task=1, a one-GPU pod) uses it whatever its local rank, and
+// auto's UsableFor accepts it when the launcher named the one device.
+func TestOneGPUPerProcess(t *testing.T) {
+	cudafake.RequireFake(t)
+	swapEnv(t, "FAKE_CUDA_DEVICES", "1", "CUDA_VISIBLE_DEVICES", "3")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := nccl.New(ctx, comm.Config{Rank: 0, Size: 1, LocalRank: 2, LocalSize: 4})
+	if err != nil {
+		t.Fatalf("local rank 2 of 4 in a process that sees one GPU: %v", err)
+	}
+	defer c.Close()
+	if c.Device() != 0 {
+		t.Fatalf("Device() = %d, want 0", c.Device())
+	}
+	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := nccl.UsableFor(4); !ok {
+		t.Errorf("UsableFor(4) with one visible GPU per process: %s", why)
+	}
+}

@@ -108,16 +108,23 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 		store: cfg.Store, path: path, reportRank: cfg.Rank})
 }
 
-// deviceFor picks the GPU of a rank: its local rank.
+// deviceFor picks the GPU of a rank: its local rank, or the only GPU the
+// process sees (Slurm's --gpus-per-task=1, a one-GPU Kubernetes pod, or
+// CUDA_VISIBLE_DEVICES set per rank: each process then sees its own GPU as
+// device 0; if ranks do share it, NCCL refuses with "Duplicate GPU").
 func deviceFor(cfg comm.Config) (int, error) {
+	if cfg.LocalRank < 0 {
+		return 0, comm.InvalidArgf("nccl: rank %d: local rank %d", cfg.Rank, cfg.LocalRank)
+	}
 	n := cuda.DeviceCount()
+	if n == 1 {
+		return 0, nil
+	}
 	if cfg.LocalSize > n || cfg.LocalRank >= n {
 		return 0, fmt.Errorf("%w: rank %d is local rank %d of %d on this host, which has %d GPU(s); NCCL needs one GPU per rank "+
-			"(it refuses two ranks on one GPU): use a host backend (tcp, shm), which stages device buffers, or fewer ranks",
+			"(it refuses two ranks on one GPU): use a host backend (tcp, shm), which stages device buffers, fewer ranks, "+
+			"or give each rank one GPU (CUDA_VISIBLE_DEVICES, Slurm's --gpus-per-task=1)",
 			ErrUnavailable, cfg.Rank, cfg.LocalRank, max(cfg.LocalSize, cfg.LocalRank+1), n)
-	}
-	if cfg.LocalRank < 0 {
-		return 0, comm.InvalidArgf("nccl: local rank %d", cfg.LocalRank)
 	}
 	return cfg.LocalRank, nil
 }

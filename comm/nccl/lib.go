@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"unsafe"
 
@@ -120,15 +121,31 @@ func Usable() (ok bool, reason string) {
 }
 
 // UsableFor is Usable for a host that runs localSize ranks: NCCL needs one
-// GPU per rank (it refuses two ranks on one GPU).
+// GPU per rank (it refuses two ranks on one GPU). A process that sees one
+// GPU and was given it alone (CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES
+// names one device) counts as having its own.
 func UsableFor(localSize int) (ok bool, reason string) {
 	if ok, why := Usable(); !ok {
 		return false, why
 	}
-	if n := cuda.DeviceCount(); localSize > n {
+	n := cuda.DeviceCount()
+	if localSize > n && !(n == 1 && onePerProcess()) {
 		return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); NCCL needs one GPU per rank", localSize, n)
 	}
 	return true, ""
+}
+
+// onePerProcess reports whether the launcher gave this process its own GPU:
+// CUDA_VISIBLE_DEVICES (Slurm's --gpus-per-task=1 sets it) or
+// NVIDIA_VISIBLE_DEVICES (a Kubernetes pod with one GPU) names exactly one.
+func onePerProcess() bool {
+	for _, env := range []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"} {
+		v := strings.TrimSpace(os.Getenv(env))
+		if v != "" && v != "all" && v != "none" && v != "void" && !strings.Contains(v, ",") {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *library) uniqueID(device int) ([]byte, error) {

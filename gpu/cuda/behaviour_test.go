@@ -1,6 +1,8 @@
 package cuda_test
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -177,5 +179,38 @@ func TestPoolNeverWaitsForTheDevice(t *testing.T) {
 		p.Flush()
 		opened = false
 		cudafake.Gate(t, false)
+	}
+}
+
+// Issue 17, item 5: the CUDA 13 runtime is tried by name, and the runtimes
+// of NVIDIA's pip wheels in the active virtualenv are found (CUDA 13's under
+// nvidia/cu13/lib), before the system's.
+func TestFindsCUDA13Wheel(t *testing.T) {
+	cudafake.RequireFake(t)
+	found := false
+	for _, n := range cuda.DefaultLibraries {
+		found = found || n == "libcudart.so.13"
+	}
+	if !found {
+		t.Errorf("DefaultLibraries = %v: no libcudart.so.13", cuda.DefaultLibraries)
+	}
+	t.Cleanup(cuda.Reload) // after the environment is restored
+	venv := t.TempDir()
+	dir := filepath.Join(venv, "lib", "python3.12", "site-packages", "nvidia", "cu13", "lib")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wheel := filepath.Join(dir, "libcudart.so.13")
+	if err := os.Symlink(cudafake.Path(), wheel); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIRTUAL_ENV", venv)
+	t.Setenv("CONDA_PREFIX", "")
+	t.Setenv(cuda.EnvLibrary, "")
+	os.Unsetenv(cuda.EnvLibrary)
+	cuda.Reload()
+	if path, _ := cuda.Loaded(); path != wheel {
+		_, why := cuda.Available()
+		t.Fatalf("with a CUDA 13 wheel in $VIRTUAL_ENV, loaded %q (%s), want %s", path, why, wheel)
 	}
 }

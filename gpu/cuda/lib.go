@@ -46,7 +46,7 @@ func Reload() { loaded.Reload() }
 
 func load() *state {
 	var tried []string
-	for _, name := range dl.Candidates(EnvLibrary, DefaultLibraries) {
+	for _, name := range dl.Candidates(EnvLibrary, append(WheelLibraries(), DefaultLibraries...)) {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdcu_open(cname, &buf[0], C.size_t(len(buf)))
@@ -69,7 +69,7 @@ func load() *state {
 		}
 		return &state{lib: l}
 	}
-	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip package nvidia-cuda-runtime-cu12 ships one)")
+	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip packages nvidia-cuda-runtime-cu12 and nvidia-cuda-runtime for CUDA 13 ship one; in an active virtualenv or conda environment they are found)")
 	if C.gdcu_driver_present() != 0 {
 		reason += "; the NVIDIA driver (libcuda.so.1) is present"
 	} else {
