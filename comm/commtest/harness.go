@@ -177,14 +177,94 @@ func period(op comm.ReduceOp) int {
 	return 11
 }
 
+// AvgRule is how a backend computes Avg on floating-point types; the
+// results differ in the last bits (at n = 3, for example).
+type AvgRule uint8
+
+const (
+	// AvgDivide sums the inputs, then divides: fl(sum)/n (the host
+	// backends).
+	AvgDivide AvgRule = iota
+	// AvgPreMultiply multiplies each input by fl(1/n), rounded to the
+	// dtype, then sums (NCCL's ncclAvg on floats). The sum's order is the
+	// backend's (NCCL's ring or tree), so results are checked within n-1
+	// units in the last place of the rank-order sum.
+	AvgPreMultiply
+)
+
 // ExpectedFunc returns i -> Expected(dt, op, n, i), computed once per period.
 func ExpectedFunc(dt comm.DType, op comm.ReduceOp, n int) func(i int) float64 {
+	return ExpectedFuncRule(dt, op, n, AvgDivide)
+}
+
+// ExpectedFuncRule is ExpectedFunc for a backend whose Avg follows rule.
+func ExpectedFuncRule(dt comm.DType, op comm.ReduceOp, n int, rule AvgRule) func(i int) float64 {
 	p := period(op)
 	tab := make([]float64, p)
 	for i := range tab {
-		tab[i] = Expected(dt, op, n, i)
+		tab[i] = ExpectedRule(dt, op, n, i, rule)
 	}
 	return func(i int) float64 { return tab[i%p] }
+}
+
+// Round is x rounded to dt's precision (dt a float type).
+func Round(dt comm.DType, x float64) float64 {
+	switch dt {
+	case comm.Float32:
+		return float64(float32(x))
+	case comm.Float16:
+		return float64(comm.ToF16(float32(x)).Float32())
+	case comm.BFloat16:
+		return float64(comm.ToBF16(float32(x)).Float32())
+	}
+	return x
+}
+
+// ExpectedRule is Expected for a backend whose Avg follows rule: with
+// AvgPreMultiply, Avg on a float type is the rank-order sum of
+// fl(Input * fl(1/n)), each step rounded to dt (float32 for the 16-bit
+// types, which are rounded once at the end, as NCCL accumulates them).
+func ExpectedRule(dt comm.DType, op comm.ReduceOp, n, i int, rule AvgRule) float64 {
+	if op != comm.Avg || rule != AvgPreMultiply || !dt.IsFloat() {
+		return Expected(dt, op, n, i)
+	}
+	acc := dt
+	if dt == comm.Float16 || dt == comm.BFloat16 {
+		acc = comm.Float32
+	}
+	scale := Round(dt, 1/float64(n))
+	sum := 0.0
+	for r := 0; r < n; r++ {
+		sum = Round(acc, sum+Round(dt, Input(dt, op, r, i)*scale))
+	}
+	return Round(dt, sum)
+}
+
+// AvgTolerance is how far a result of Avg on dt over n ranks may be from
+// want under rule: 0 for AvgDivide (exact), n-1 units in the last place of
+// dt at want's magnitude for AvgPreMultiply.
+func AvgTolerance(dt comm.DType, n int, rule AvgRule, want float64) float64 {
+	if rule != AvgPreMultiply || !dt.IsFloat() || n < 3 {
+		return 0
+	}
+	mant := map[comm.DType]int{comm.Float64: 52, comm.Float32: 23, comm.Float16: 10, comm.BFloat16: 7}[dt]
+	_, exp := math.Frexp(math.Abs(want))
+	return float64(n-1) * math.Ldexp(1, exp-1-mant)
+}
+
+// CheckReduced is CheckElems for the result of a reduction op over n ranks
+// whose Avg follows rule (see AvgTolerance).
+func CheckReduced(dt comm.DType, op comm.ReduceOp, n int, rule AvgRule, b []byte, count int, want func(i int) float64) error {
+	if op != comm.Avg || rule != AvgPreMultiply || !dt.IsFloat() {
+		return CheckElems(dt, b, count, want)
+	}
+	for i := 0; i < count; i++ {
+		got, w := GetElem(dt, b, i), want(i)
+		if d := math.Abs(got - w); d > AvgTolerance(dt, n, rule, w) || math.IsNaN(got) {
+			return fmt.Errorf("%v element %d of %d: got %v, want %v (avg with inputs pre-multiplied by 1/%d)", dt, i, count, got, w, n)
+		}
+	}
+	return nil
 }
 
 // Expected is the reduction over n ranks of Input at element i, as dt

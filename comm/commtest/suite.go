@@ -23,6 +23,9 @@ type Config struct {
 	// NoStallReport: the backend cannot tell which rank a timed-out
 	// collective waited for (NCCL), so Timeout checks only the error's type.
 	NoStallReport bool
+	// Avg is how the backend computes Avg on float types (default
+	// AvgDivide; NCCL pre-multiplies).
+	Avg AvgRule
 }
 
 func (c *Config) fill() {
@@ -57,13 +60,13 @@ func Suite(t *testing.T, world World, cfg Config) {
 				}
 			}
 			counts := append(append([]int(nil), Counts...), cfg.Large)
-			t.Run("AllReduce", func(t *testing.T) { run(t, allReduceAll(counts)) })
+			t.Run("AllReduce", func(t *testing.T) { run(t, allReduceAll(counts, cfg.Avg)) })
 			t.Run("Broadcast", func(t *testing.T) { run(t, broadcastAll(counts)) })
-			t.Run("Reduce", func(t *testing.T) { run(t, reduceAll(counts)) })
+			t.Run("Reduce", func(t *testing.T) { run(t, reduceAll(counts, cfg.Avg)) })
 			t.Run("AllGather", func(t *testing.T) { run(t, allGatherAll(counts)) })
 			t.Run("Gather", func(t *testing.T) { run(t, gatherAll(counts)) })
 			t.Run("Scatter", func(t *testing.T) { run(t, scatterAll(counts)) })
-			t.Run("ReduceScatter", func(t *testing.T) { run(t, reduceScatterAll(counts)) })
+			t.Run("ReduceScatter", func(t *testing.T) { run(t, reduceScatterAll(counts, cfg.Avg)) })
 			t.Run("AllToAll", func(t *testing.T) { run(t, allToAllAll(counts)) })
 			t.Run("SendRecv", func(t *testing.T) { run(t, sendRecvAll(counts)) })
 			t.Run("Barrier", func(t *testing.T) { run(t, barrierAll) })
@@ -123,7 +126,7 @@ func fillInput(dt comm.DType, op comm.ReduceOp, r int, b comm.Buffer) {
 	Fill(dt, b.Host(), func(i int) float64 { return Input(dt, op, r, i) })
 }
 
-func allReduceAll(counts []int) func(ctx context.Context, c comm.Comm) error {
+func allReduceAll(counts []int, rule AvgRule) func(ctx context.Context, c comm.Comm) error {
 	return func(ctx context.Context, c comm.Comm) error {
 		n, r := c.Size(), c.Rank()
 		for _, tc := range reduceCases(counts) {
@@ -132,7 +135,7 @@ func allReduceAll(counts []int) func(ctx context.Context, c comm.Comm) error {
 			if err := wait(ctx)(c.AllReduce(ctx, b, tc.op)); err != nil {
 				return err
 			}
-			if err := CheckElems(tc.dt, b.Host(), tc.count, ExpectedFunc(tc.dt, tc.op, n)); err != nil {
+			if err := CheckReduced(tc.dt, tc.op, n, rule, b.Host(), tc.count, ExpectedFuncRule(tc.dt, tc.op, n, rule)); err != nil {
 				return fmt.Errorf("all_reduce %v %v count %d: %w", tc.dt, tc.op, tc.count, err)
 			}
 		}
@@ -164,7 +167,7 @@ func broadcastAll(counts []int) func(ctx context.Context, c comm.Comm) error {
 	}
 }
 
-func reduceAll(counts []int) func(ctx context.Context, c comm.Comm) error {
+func reduceAll(counts []int, rule AvgRule) func(ctx context.Context, c comm.Comm) error {
 	return func(ctx context.Context, c comm.Comm) error {
 		n, r := c.Size(), c.Rank()
 		for k, tc := range reduceCases(counts) {
@@ -174,11 +177,15 @@ func reduceAll(counts []int) func(ctx context.Context, c comm.Comm) error {
 			if err := wait(ctx)(c.Reduce(ctx, b, tc.op, root)); err != nil {
 				return err
 			}
-			want := ExpectedFunc(tc.dt, tc.op, n)
+			want := ExpectedFuncRule(tc.dt, tc.op, n, rule)
+			check := func(b []byte, count int, want func(int) float64) error {
+				return CheckReduced(tc.dt, tc.op, n, rule, b, count, want)
+			}
 			if r != root {
 				want = func(i int) float64 { return Input(tc.dt, tc.op, r, i) }
+				check = func(b []byte, count int, want func(int) float64) error { return CheckElems(tc.dt, b, count, want) }
 			}
-			if err := CheckElems(tc.dt, b.Host(), tc.count, want); err != nil {
+			if err := check(b.Host(), tc.count, want); err != nil {
 				return fmt.Errorf("reduce %v %v count %d root %d (this rank root: %v): %w", tc.dt, tc.op, tc.count, root, r == root, err)
 			}
 		}
@@ -292,7 +299,7 @@ func scatterAll(counts []int) func(ctx context.Context, c comm.Comm) error {
 	}
 }
 
-func reduceScatterAll(counts []int) func(ctx context.Context, c comm.Comm) error {
+func reduceScatterAll(counts []int, rule AvgRule) func(ctx context.Context, c comm.Comm) error {
 	return func(ctx context.Context, c comm.Comm) error {
 		n, r := c.Size(), c.Rank()
 		for _, tc := range reduceCases(counts) {
@@ -310,8 +317,8 @@ func reduceScatterAll(counts []int) func(ctx context.Context, c comm.Comm) error
 				if err := wait(ctx)(c.ReduceScatter(ctx, dst, src, tc.op)); err != nil {
 					return err
 				}
-				exp := ExpectedFunc(tc.dt, tc.op, n)
-				if err := CheckElems(tc.dt, dst.Host(), k, func(i int) float64 { return exp(r*k + i) }); err != nil {
+				exp := ExpectedFuncRule(tc.dt, tc.op, n, rule)
+				if err := CheckReduced(tc.dt, tc.op, n, rule, dst.Host(), k, func(i int) float64 { return exp(r*k + i) }); err != nil {
 					return fmt.Errorf("reduce_scatter %v %v count %d in-place %v: %w", tc.dt, tc.op, k, inPlace, err)
 				}
 				if !inPlace { // src must be untouched
@@ -855,7 +862,7 @@ func closePending(t *testing.T, world World) {
 // all-reduce, broadcast and reduce at the given counts (every dtype and op),
 // for tests that force each algorithm in turn.
 func RootedAndReduceChecks(counts []int) func(ctx context.Context, c comm.Comm) error {
-	ar, bc, rd := allReduceAll(counts), broadcastAll(counts), reduceAll(counts)
+	ar, bc, rd := allReduceAll(counts, AvgDivide), broadcastAll(counts), reduceAll(counts, AvgDivide)
 	return func(ctx context.Context, c comm.Comm) error {
 		for _, f := range []func(context.Context, comm.Comm) error{ar, bc, rd} {
 			if err := f(ctx, c); err != nil {

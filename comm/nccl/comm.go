@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 		}
 		path += "/" + strconv.FormatInt(gen, 10)
 	}
-	id, err := exchangeID(ctx, l, cfg.Store, path+"/id", cfg.Rank == 0, cfg.Size)
+	id, err := exchangeID(ctx, l, dev, cfg.Store, path+"/id", cfg.Rank == 0, cfg.Size)
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", cfg.Rank, err)
 	}
@@ -108,25 +108,32 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 		store: cfg.Store, path: path, reportRank: cfg.Rank})
 }
 
-// deviceFor picks the GPU of a rank: its local rank.
+// deviceFor picks the GPU of a rank: its local rank, or the only GPU the
+// process sees (Slurm's --gpus-per-task=1, a one-GPU Kubernetes pod, or
+// CUDA_VISIBLE_DEVICES set per rank: each process then sees its own GPU as
+// device 0; if ranks do share it, NCCL refuses with "Duplicate GPU").
 func deviceFor(cfg comm.Config) (int, error) {
+	if cfg.LocalRank < 0 {
+		return 0, comm.InvalidArgf("nccl: rank %d: local rank %d", cfg.Rank, cfg.LocalRank)
+	}
 	n := cuda.DeviceCount()
+	if n == 1 {
+		return 0, nil
+	}
 	if cfg.LocalSize > n || cfg.LocalRank >= n {
 		return 0, fmt.Errorf("%w: rank %d is local rank %d of %d on this host, which has %d GPU(s); NCCL needs one GPU per rank "+
-			"(it refuses two ranks on one GPU): use a host backend (tcp, shm), which stages device buffers, or fewer ranks",
+			"(it refuses two ranks on one GPU): use a host backend (tcp, shm), which stages device buffers, fewer ranks, "+
+			"or give each rank one GPU (CUDA_VISIBLE_DEVICES, Slurm's --gpus-per-task=1)",
 			ErrUnavailable, cfg.Rank, cfg.LocalRank, max(cfg.LocalSize, cfg.LocalRank+1), n)
-	}
-	if cfg.LocalRank < 0 {
-		return 0, comm.InvalidArgf("nccl: local rank %d", cfg.LocalRank)
 	}
 	return cfg.LocalRank, nil
 }
 
 // exchangeID: the creator makes a unique id and publishes it at key; the
 // others wait for it.
-func exchangeID(ctx context.Context, l *library, store comm.Store, key string, create bool, size int) ([]byte, error) {
+func exchangeID(ctx context.Context, l *library, device int, store comm.Store, key string, create bool, size int) ([]byte, error) {
 	if create {
-		id, err := l.uniqueID()
+		id, err := l.uniqueID(device)
 		if err != nil {
 			return nil, err
 		}
@@ -141,8 +148,8 @@ func exchangeID(ctx context.Context, l *library, store comm.Store, key string, c
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the unique id: %w", err)
 	}
-	if len(id) != 128 {
-		return nil, fmt.Errorf("%w: unique id at %q has %d bytes, want 128", comm.ErrProtocol, key, len(id))
+	if len(id) != uniqueIDBytes {
+		return nil, fmt.Errorf("%w: unique id at %q has %d bytes, want %d", comm.ErrProtocol, key, len(id), uniqueIDBytes)
 	}
 	return id, nil
 }
@@ -186,7 +193,7 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 	}
 	c := &Comm{lib: l, rank: p.rank, size: p.size, reportRank: p.reportRank, device: p.device, opts: p.opts,
 		store: p.store, path: p.path, parent: p.parent, h: h,
-		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(256 << 20),
+		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(p.device, 256<<20),
 		chans: map[chanKey]*channel{}, selfq: map[int]*selfQueue{}, busy: make(chan struct{}, 1)}
 	c.life, c.finish = context.WithCancel(context.Background())
 	c.args = opcheck.Args{Rank: c.rank, Size: c.size, Buf: c.checkBuf}

@@ -15,7 +15,11 @@
 //
 // Rank 0 creates the unique id (ncclGetUniqueId) and publishes it through
 // cfg.Store under nccl/<job>/<generation>/id; every rank joins with
-// ncclCommInitRank on GPU cfg.LocalRank. NCCL refuses two ranks on one GPU,
+// ncclCommInitRank on GPU cfg.LocalRank, or on the only GPU the process
+// sees (Slurm's --gpus-per-task=1, a one-GPU pod), after cudaSetDevice and
+// cudaFree(NULL) (with CUDA 11 the latter makes the device's context
+// current, which NCCL needs). NCCL's ABI facts are one table (abi.go) with
+// the nccl.h.in line of each. NCCL refuses two ranks on one GPU,
 // so a host needs a GPU per rank (host backends, with package comm/staging,
 // let several ranks share one). At world size 1 no store is needed.
 //
@@ -31,7 +35,9 @@
 // which NCCL lacks, are one group of ncclSend/ncclRecv (this rank's own part
 // is a device copy). Barrier all-reduces one element. Sum, Prod, Min, Max
 // and Avg (ncclAvg, NCCL 2.10 or later; older versions give
-// comm.ErrUnsupported) are native. BAnd, BOr and BXor, which NCCL lacks, are
+// comm.ErrUnsupported) are native; Avg on floats is NCCL's: each input times
+// fl(1/n), then summed, which differs from the host backends' fl(sum)/n in
+// the last bits. BAnd, BOr and BXor, which NCCL lacks, are
 // exact: the inputs are all-gathered, combined by a host function queued on
 // the stream (cudaLaunchHostFunc) and copied back, in stream order; this
 // costs Size() times a native reduction's memory and traffic.

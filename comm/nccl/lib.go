@@ -12,17 +12,12 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/internal/dl"
-)
-
-// NCCL's result codes that gdist looks at.
-const (
-	ncclSuccess    = 0
-	ncclInProgress = 7
 )
 
 type library struct {
@@ -48,8 +43,8 @@ func load() *state {
 	if ok, why := cuda.Available(); !ok {
 		return &state{err: fmt.Errorf("%w: no CUDA: %s", ErrUnavailable, why)}
 	}
-	var syms [5]uintptr
-	for i, name := range []string{"cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMemcpyAsync", "cudaLaunchHostFunc"} {
+	var syms [6]uintptr
+	for i, name := range []string{"cudaSetDevice", "cudaFree", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMemcpyAsync", "cudaLaunchHostFunc"} {
 		p, err := cuda.Symbol(name)
 		if err != nil {
 			return &state{err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
@@ -61,7 +56,7 @@ func load() *state {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdnc_open(cname, C.uintptr_t(syms[0]), C.uintptr_t(syms[1]), C.uintptr_t(syms[2]),
-			C.uintptr_t(syms[3]), C.uintptr_t(syms[4]), &buf[0], C.size_t(len(buf)))
+			C.uintptr_t(syms[3]), C.uintptr_t(syms[4]), C.uintptr_t(syms[5]), &buf[0], C.size_t(len(buf)))
 		C.free(unsafe.Pointer(cname))
 		if c == nil {
 			tried = append(tried, C.GoString(&buf[0]))
@@ -99,23 +94,11 @@ func (l *library) err(call string, code C.int, comm C.uintptr_t) error {
 	return e
 }
 
-func (l *library) versionString() string {
-	v := l.version
-	if v >= 10000 {
-		return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
-	}
-	return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
-}
+func (l *library) versionString() string { return versionString(l.version) }
 
 // atLeast reports whether the library is at least version major.minor.
 func (l *library) atLeast(major, minor int) bool {
-	v := l.version
-	var maj, min int
-	if v >= 10000 {
-		maj, min = v/10000, v%10000/100
-	} else {
-		maj, min = v/1000, v%1000/100
-	}
+	maj, min, _ := parseVersion(l.version)
 	return maj > major || maj == major && min >= minor
 }
 
@@ -138,20 +121,36 @@ func Usable() (ok bool, reason string) {
 }
 
 // UsableFor is Usable for a host that runs localSize ranks: NCCL needs one
-// GPU per rank (it refuses two ranks on one GPU).
+// GPU per rank (it refuses two ranks on one GPU). A process that sees one
+// GPU and was given it alone (CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES
+// names one device) counts as having its own.
 func UsableFor(localSize int) (ok bool, reason string) {
 	if ok, why := Usable(); !ok {
 		return false, why
 	}
-	if n := cuda.DeviceCount(); localSize > n {
+	n := cuda.DeviceCount()
+	if localSize > n && !(n == 1 && onePerProcess()) {
 		return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); NCCL needs one GPU per rank", localSize, n)
 	}
 	return true, ""
 }
 
-func (l *library) uniqueID() ([]byte, error) {
-	id := make([]byte, 128)
-	if r := C.gdnc_unique_id(l.c, (*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
+// onePerProcess reports whether the launcher gave this process its own GPU:
+// CUDA_VISIBLE_DEVICES (Slurm's --gpus-per-task=1 sets it) or
+// NVIDIA_VISIBLE_DEVICES (a Kubernetes pod with one GPU) names exactly one.
+func onePerProcess() bool {
+	for _, env := range []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"} {
+		v := strings.TrimSpace(os.Getenv(env))
+		if v != "" && v != "all" && v != "none" && v != "void" && !strings.Contains(v, ",") {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *library) uniqueID(device int) ([]byte, error) {
+	id := make([]byte, uniqueIDBytes)
+	if r := C.gdnc_unique_id(l.c, C.int(device), (*C.char)(unsafe.Pointer(&id[0]))); r != 0 {
 		return nil, l.err("ncclGetUniqueId", r, 0)
 	}
 	return id, nil

@@ -15,24 +15,24 @@ import (
 	"github.com/gdist/gdist/gpu/cuda"
 )
 
-// ncclDataType_t of each comm.DType.
+// ncclDataType_t of each comm.DType (values from abiTable).
 var ncclTypes = map[comm.DType]C.int{
-	comm.Uint8:    1, // ncclUint8
-	comm.Int32:    2, // ncclInt32
-	comm.Int64:    4, // ncclInt64
-	comm.Float16:  6, // ncclFloat16
-	comm.Float32:  7, // ncclFloat32
-	comm.Float64:  8, // ncclFloat64
-	comm.BFloat16: 9, // ncclBfloat16
+	comm.Uint8:    C.int(abiValue("ncclUint8")),
+	comm.Int32:    C.int(abiValue("ncclInt32")),
+	comm.Int64:    C.int(abiValue("ncclInt64")),
+	comm.Float16:  C.int(abiValue("ncclFloat16")),
+	comm.Float32:  C.int(abiValue("ncclFloat32")),
+	comm.Float64:  C.int(abiValue("ncclFloat64")),
+	comm.BFloat16: C.int(abiValue("ncclBfloat16")),
 }
 
-// ncclRedOp_t of the arithmetic reductions.
+// ncclRedOp_t of the arithmetic reductions (values from abiTable).
 var ncclOps = map[comm.ReduceOp]C.int{
-	comm.Sum:  0, // ncclSum
-	comm.Prod: 1, // ncclProd
-	comm.Max:  2, // ncclMax
-	comm.Min:  3, // ncclMin
-	comm.Avg:  4, // ncclAvg
+	comm.Sum:  C.int(abiValue("ncclSum")),
+	comm.Prod: C.int(abiValue("ncclProd")),
+	comm.Max:  C.int(abiValue("ncclMax")),
+	comm.Min:  C.int(abiValue("ncclMin")),
+	comm.Avg:  C.int(abiValue("ncclAvg")),
 }
 
 func (c *Comm) dtype(name string, dt comm.DType) (C.int, error) {

@@ -137,7 +137,7 @@ func (c *Comm) openChannel(ch *channel) {
 		rank = 1
 	}
 	cc, err := func() (*Comm, error) {
-		id, err := exchangeID(c.life, c.lib, c.store, key+"/id", rank == 0, 2)
+		id, err := exchangeID(c.life, c.lib, c.device, c.store, key+"/id", rank == 0, 2)
 		if err != nil {
 			return nil, err
 		}

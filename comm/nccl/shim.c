@@ -12,8 +12,8 @@
 #include "dl.h"
 #include "shim.h"
 
-gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord, uintptr_t streamWaitEvent,
-		    uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen) {
+gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t free_, uintptr_t eventRecord,
+		    uintptr_t streamWaitEvent, uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen) {
 	gdnc_lib *l = gd_dlopen(path, sizeof *l, err, errlen);
 	if (!l) return NULL;
 #define REQ(field, name) GD_REQ(l, path, err, errlen, field, name)
@@ -35,6 +35,7 @@ gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord
 #undef REQ
 	*(void **)&l->getLastError = dlsym(l->handle, "ncclGetLastError");
 	*(void **)&l->setDevice = (void *)setDevice;
+	*(void **)&l->free_ = (void *)free_;
 	*(void **)&l->eventRecord = (void *)eventRecord;
 	*(void **)&l->streamWaitEvent = (void *)streamWaitEvent;
 	*(void **)&l->memcpyAsync = (void *)memcpyAsync;
@@ -55,27 +56,40 @@ const char *gdnc_last_error(gdnc_lib *l, uintptr_t comm) {
 
 int gdnc_version(gdnc_lib *l, int *v) { return l->getVersion(v); }
 
-int gdnc_unique_id(gdnc_lib *l, char *out128) {
-	gdnc_uid id;
-	memset(&id, 0, sizeof id);
-	int r = l->getUniqueId(&id);
-	memcpy(out128, id.internal, sizeof id.internal);
-	return r;
-}
-
 #define CUDA(call)                                     \
 	do {                                           \
 		int _e = (call);                       \
 		if (_e) return GDNC_CUDA_ERROR + _e;   \
 	} while (0)
 
+/* Makes dev current with its context: cudaSetDevice, then cudaFree(NULL).
+   With CUDA 11 cudaSetDevice alone makes no context current (it is made
+   lazily by the next runtime call), and NCCL, which looks at the current
+   context, would then use device 0 (or the device of a stale context). */
+static int use_device(gdnc_lib *l, int dev) {
+	CUDA(l->setDevice(dev));
+	CUDA(l->free_(NULL));
+	return 0;
+}
+
+int gdnc_unique_id(gdnc_lib *l, int dev, char *out128) {
+	gdnc_uid id;
+	memset(&id, 0, sizeof id);
+	int r = use_device(l, dev);
+	if (r) return r;
+	r = l->getUniqueId(&id);
+	memcpy(out128, id.internal, sizeof id.internal);
+	return r;
+}
+
 int gdnc_init(gdnc_lib *l, int dev, uintptr_t *comm, int n, const char *id128, int rank) {
 	gdnc_uid id;
 	void *c = NULL;
 	memcpy(id.internal, id128, sizeof id.internal);
 	*comm = 0;
-	CUDA(l->setDevice(dev));
-	int r = l->commInitRank(&c, n, id, rank);
+	int r = use_device(l, dev);
+	if (r) return r;
+	r = l->commInitRank(&c, n, id, rank);
 	*comm = (uintptr_t)c;
 	return r;
 }
@@ -142,7 +156,7 @@ int gdnc_group(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm,
 	for (int i = 0; i < n; i++) {
 		if (ops[i].kind == 2 && ops[i].bytes)
 			CUDA(l->memcpyAsync((void *)ops[i].buf, (const void *)ops[i].src, ops[i].bytes,
-					    3 /* cudaMemcpyDeviceToDevice */, (void *)st));
+					    gdnc_cudaMemcpyDeviceToDevice, (void *)st));
 	}
 	int any = 0;
 	for (int i = 0; i < n; i++) any |= ops[i].kind != 2;
@@ -185,20 +199,20 @@ static void bitwise_fn(void *p) {
 
 int gdnc_bitwise(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, uintptr_t send, size_t bytes,
 		 uintptr_t tmp, uintptr_t pinned, int nranks, int op, size_t off, size_t len, uintptr_t out) {
-	if (!l->launchHostFunc) return 5; /* ncclInvalidUsage; checked in Go first */
+	if (!l->launchHostFunc) return gdnc_ncclInvalidUsage; /* checked in Go first */
 	int r = prologue(l, dev, st, ev);
 	if (r) return r;
-	r = l->allGather((const void *)send, (void *)tmp, bytes, 1 /* ncclUint8 */, (void *)comm, (void *)st);
+	r = l->allGather((const void *)send, (void *)tmp, bytes, gdnc_ncclUint8, (void *)comm, (void *)st);
 	if (r) return r;
-	CUDA(l->memcpyAsync((void *)pinned, (const void *)tmp, (size_t)nranks * bytes, 2 /* DeviceToHost */, (void *)st));
+	CUDA(l->memcpyAsync((void *)pinned, (const void *)tmp, (size_t)nranks * bytes, gdnc_cudaMemcpyDeviceToHost, (void *)st));
 	gdnc_bw *a = malloc(sizeof *a);
-	if (!a) return 2; /* ncclSystemError */
+	if (!a) return gdnc_ncclSystemError;
 	*a = (gdnc_bw){(unsigned char *)pinned, bytes, off, len, nranks, op};
 	int e = l->launchHostFunc((void *)st, bitwise_fn, a);
 	if (e) {
 		free(a);
 		return GDNC_CUDA_ERROR + e;
 	}
-	if (out && len) CUDA(l->memcpyAsync((void *)out, (const void *)(pinned + off), len, 1 /* HostToDevice */, (void *)st));
+	if (out && len) CUDA(l->memcpyAsync((void *)out, (const void *)(pinned + off), len, gdnc_cudaMemcpyHostToDevice, (void *)st));
 	return 0;
 }

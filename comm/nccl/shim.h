@@ -1,22 +1,11 @@
 //go:build cgo
 
 // The NCCL entry points gdist calls, re-declared so that the package builds
-// without nccl.h, and loaded with dlopen at run time. Values (nccl.h, NCCL 2.x):
-//
-//   ncclResult_t:   ncclSuccess = 0, ncclUnhandledCudaError = 1,
-//                   ncclSystemError = 2, ncclInternalError = 3,
-//                   ncclInvalidArgument = 4, ncclInvalidUsage = 5,
-//                   ncclRemoteError = 6 (2.12+), ncclInProgress = 7 (2.14+,
-//                   non-blocking communicators only).
-//   ncclDataType_t: ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2,
-//                   ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
-//                   ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8,
-//                   ncclBfloat16 = 9 (2.10+, CUDA 11+).
-//   ncclRedOp_t:    ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3,
-//                   ncclAvg = 4 (2.10+).
-//   ncclUniqueId:   struct { char internal[128]; }, passed by value to
-//                   ncclCommInitRank.
-//   ncclGetVersion: X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+// without nccl.h, and loaded with dlopen at run time. The NCCL values used
+// (ncclResult_t, ncclDataType_t, ncclRedOp_t, sizeof(ncclUniqueId), the
+// version encoding) are in one table in abi.go, each with the line of
+// nccl.h.in it comes from; the CUDA runtime's prototypes are checked
+// against the real headers with gpu/cuda/shim.h's.
 //
 // Every wrapper returns an ncclResult_t, or GDNC_CUDA_ERROR + a cudaError_t
 // when one of the CUDA runtime calls around the NCCL call failed.
@@ -27,6 +16,33 @@
 #include <stdint.h>
 
 #define GDNC_CUDA_ERROR 100000
+
+/* The CUDA runtime's types in the prototypes of the runtime functions used
+   here (see gpu/cuda/shim.h, whose ABI check includes this file too with the
+   real types). */
+#ifndef GDCU_ERR
+#define GDCU_ERR int           /* cudaError_t */
+#define GDCU_KIND int          /* enum cudaMemcpyKind */
+#define GDCU_STREAM void *     /* cudaStream_t */
+#define GDCU_EVENT void *      /* cudaEvent_t */
+#define GDCU_ATTRS void        /* struct cudaPointerAttributes */
+#define GDCU_HOSTFN void (*)(void *) /* cudaHostFn_t */
+#endif
+
+/* NCCL values used by shim.c (from the table in abi.go; TestABITable checks
+   that they agree). */
+enum {
+	gdnc_ncclSystemError = 2,
+	gdnc_ncclInvalidUsage = 5,
+	gdnc_ncclUint8 = 1,
+};
+
+/* cudaMemcpyKind values used by shim.c (asserted by the ABI check). */
+enum {
+	gdnc_cudaMemcpyHostToDevice = 1,
+	gdnc_cudaMemcpyDeviceToHost = 2,
+	gdnc_cudaMemcpyDeviceToDevice = 3,
+};
 
 typedef struct {
 	char internal[128];
@@ -51,11 +67,12 @@ typedef struct gdnc_lib {
 	int (*groupStart)(void);
 	int (*groupEnd)(void);
 	/* from the CUDA runtime that gpu/cuda loaded */
-	int (*setDevice)(int);
-	int (*eventRecord)(void *, void *);
-	int (*streamWaitEvent)(void *, void *, unsigned int);
-	int (*memcpyAsync)(void *, const void *, size_t, int, void *);
-	int (*launchHostFunc)(void *, void (*)(void *), void *); /* optional */
+	GDCU_ERR (*setDevice)(int);
+	GDCU_ERR (*free_)(void *);
+	GDCU_ERR (*eventRecord)(GDCU_EVENT, GDCU_STREAM);
+	GDCU_ERR (*streamWaitEvent)(GDCU_STREAM, GDCU_EVENT, unsigned int);
+	GDCU_ERR (*memcpyAsync)(void *, const void *, size_t, GDCU_KIND, GDCU_STREAM);
+	GDCU_ERR (*launchHostFunc)(GDCU_STREAM, GDCU_HOSTFN, void *); /* optional */
 } gdnc_lib;
 
 /* One operation of a grouped launch. kind: 0 send, 1 recv, 2 device copy
@@ -66,12 +83,12 @@ typedef struct {
 	size_t count, bytes;
 } gdnc_p2p;
 
-gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t eventRecord, uintptr_t streamWaitEvent,
-		    uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen);
+gdnc_lib *gdnc_open(const char *path, uintptr_t setDevice, uintptr_t free_, uintptr_t eventRecord,
+		    uintptr_t streamWaitEvent, uintptr_t memcpyAsync, uintptr_t launchHostFunc, char *err, size_t errlen);
 const char *gdnc_error_string(gdnc_lib *l, int code);
 const char *gdnc_last_error(gdnc_lib *l, uintptr_t comm);
 int gdnc_version(gdnc_lib *l, int *v);
-int gdnc_unique_id(gdnc_lib *l, char *out128);
+int gdnc_unique_id(gdnc_lib *l, int dev, char *out128);
 int gdnc_init(gdnc_lib *l, int dev, uintptr_t *comm, int n, const char *id128, int rank);
 int gdnc_abort(gdnc_lib *l, int dev, uintptr_t comm);
 int gdnc_async_error(gdnc_lib *l, uintptr_t comm, int *res);

@@ -76,7 +76,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 		}
 	}
 	path := fmt.Sprintf("%s/c%d", base, color)
-	id, err := exchangeID(ctx, c.lib, c.store, path+"/id", rank == 0, len(members))
+	id, err := exchangeID(ctx, c.lib, c.device, c.store, path+"/id", rank == 0, len(members))
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -19,9 +19,12 @@
 // comm.Comm contract requires.
 //
 // Device memory is read when the operation is issued and written before its
-// Work completes, with synchronous copies on the legacy default stream: work
-// the caller queued on that stream (or on blocking streams) before issuing
-// is seen; work on other streams must be synchronized by the caller first.
+// Work completes, with cudaMemcpy on the legacy default stream: work the
+// caller queued on that stream (or on blocking streams) before issuing is
+// seen; work on other streams must be synchronized by the caller first. A
+// copy to the device is asynchronous to the host: when the Work completes,
+// the results are queued on the default stream, where later work (and any
+// copy back to the host) sees them.
 //
 // Importing this package registers a comm.Adapter: when CUDA is available,
 // comm.New wraps the Comm of every backend that does not take device buffers

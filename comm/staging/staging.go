@@ -28,8 +28,8 @@ type Comm struct {
 	inner  comm.Comm
 	dir    direction
 	device int // toDevice: the device of the staging memory
-	pool   *cuda.Pool
-	world  bool // closing it closes pool
+	pools  *pools
+	world  bool // closing it closes pools
 
 	mu     sync.Mutex
 	tail   <-chan struct{} // completion, as the caller sees it, of the last collective
@@ -64,18 +64,46 @@ func Wrap(c comm.Comm) comm.Comm { return wrap(c, toHost, -1, nil) }
 // device, and results back. Device buffers go straight to c.
 func WrapDevice(c comm.Comm, device int) comm.Comm { return wrap(c, toDevice, device, nil) }
 
-func wrap(c comm.Comm, dir direction, device int, pool *cuda.Pool) comm.Comm {
+// pools are the staging memory caches of a world Comm and its sub-groups:
+// one per device (pinned memory is allocated with the device of the
+// buffers it stages current, so that no CUDA context is made on another).
+type pools struct {
+	pinned bool
+	mu     sync.Mutex
+	m      map[int]*cuda.Pool
+}
+
+func (ps *pools) get(device int) *cuda.Pool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.m[device]
+	if p == nil {
+		if ps.pinned {
+			p = cuda.NewPinnedPool(device, CacheBytes)
+		} else {
+			p = cuda.NewDevicePool(device, CacheBytes)
+		}
+		ps.m[device] = p
+	}
+	return p
+}
+
+func (ps *pools) close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.m {
+		p.Close()
+	}
+}
+
+func wrap(c comm.Comm, dir direction, device int, ps *pools) comm.Comm {
 	if c == nil {
 		return nil
 	}
-	s := &Comm{inner: c, dir: dir, device: device, pool: pool, tail: closedChan}
-	if pool == nil {
+	s := &Comm{inner: c, dir: dir, device: device, pools: ps, tail: closedChan}
+	if ps == nil {
 		s.world = true
-		if dir == toHost {
-			s.pool = cuda.NewPinnedPool(CacheBytes)
-		} else {
-			s.pool = cuda.NewDevicePool(device, CacheBytes)
-		}
+		s.pools = &pools{pinned: dir == toHost, m: map[int]*cuda.Pool{}}
 	}
 	if _, ok := c.(comm.TrafficCounter); ok {
 		return trafficComm{s}
@@ -133,7 +161,7 @@ func (s *Comm) Close() error {
 	s.mu.Unlock()
 	err := s.inner.Close()
 	if s.world {
-		s.pool.Close()
+		s.pools.close()
 	}
 	return err
 }
@@ -170,6 +198,7 @@ func span(b comm.Buffer) (lo, hi uintptr) {
 type region struct {
 	lo, hi uintptr
 	dev    int
+	pool   *cuda.Pool
 	blk    *cuda.Block
 }
 
@@ -254,14 +283,19 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 				continue
 			}
 			if discard {
-				s.pool.Discard(r.blk)
+				r.pool.Discard(r.blk)
 			} else {
-				s.pool.Put(r.blk)
+				r.pool.Put(r.blk)
 			}
 		}
 	}
 	for _, r := range regions {
-		blk, err := s.pool.Get(int(r.hi - r.lo))
+		dev := r.dev
+		if s.dir == toDevice {
+			dev = s.device
+		}
+		r.pool = s.pools.get(dev)
+		blk, err := r.pool.Get(int(r.hi - r.lo))
 		if err != nil {
 			release(false)
 			return nil, s.poisonLocked(name, fmt.Errorf("staging: %s: allocating %d bytes of staging memory: %w", name, r.hi-r.lo, err))
@@ -493,5 +527,5 @@ func (s *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	if err != nil || child == nil {
 		return nil, err
 	}
-	return wrap(child, s.dir, s.device, s.pool), nil
+	return wrap(child, s.dir, s.device, s.pools), nil
 }

@@ -31,10 +31,12 @@ func FreeBuffer(b comm.Buffer) error {
 	return Free(dev, ptr)
 }
 
-// Copy copies src into dst, each host or device memory, with cudaMemcpy: it
-// returns once the data is in place (for host-to-device copies: once the
-// source may be reused and later work on the default stream will see the
-// data). dst and src must have the same dtype and length.
+// Copy copies src into dst, each host or device memory, with cudaMemcpy on
+// the legacy default stream. A copy to the host returns once the data is in
+// dst. A copy to the device is asynchronous to the host: it returns once
+// src may be reused, and work queued later on the default stream (or on
+// streams that wait for it, or a later copy to the host) sees the data.
+// dst and src must have the same dtype and length.
 func Copy(dst, src comm.Buffer) error {
 	if dst.DType() != src.DType() || dst.Len() != src.Len() {
 		return comm.InvalidArgf("cuda: Copy from %v to %v: dtypes and lengths must match", src, dst)
@@ -86,7 +88,7 @@ func CheckDevice(b comm.Buffer) error {
 	if n := DeviceCount(); dev < 0 || dev >= n {
 		return comm.InvalidArgf("%v names device %d, but there are %d CUDA device(s)", b, dev, n)
 	}
-	typ, pdev, err := PointerInfo(ptr)
+	typ, pdev, err := PointerInfo(dev, ptr)
 	if err != nil {
 		return comm.InvalidArgf("%v at %#x: %v", b, ptr, err)
 	}

@@ -127,19 +127,19 @@ func TestPointerInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cuda.Free(0, p)
-	if typ, dev, err := cuda.PointerInfo(p); err != nil || typ != cuda.DeviceMemory || dev != 0 {
+	if typ, dev, err := cuda.PointerInfo(0, p); err != nil || typ != cuda.DeviceMemory || dev != 0 {
 		t.Fatalf("PointerInfo(device) = %v, %d, %v", typ, dev, err)
 	}
-	h, err := cuda.HostAlloc(64)
+	h, err := cuda.HostAlloc(0, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cuda.FreeHost(h)
-	if typ, _, err := cuda.PointerInfo(uintptr(ptrOf(h))); err != nil || typ != cuda.HostPinned {
+	defer cuda.FreeHost(0, h)
+	if typ, _, err := cuda.PointerInfo(0, uintptr(ptrOf(h))); err != nil || typ != cuda.HostPinned {
 		t.Fatalf("PointerInfo(pinned) = %v, %v", typ, err)
 	}
 	g := make([]byte, 64)
-	if typ, _, err := cuda.PointerInfo(uintptr(ptrOf(g))); err != nil || typ != cuda.Unregistered {
+	if typ, _, err := cuda.PointerInfo(0, uintptr(ptrOf(g))); err != nil || typ != cuda.Unregistered {
 		t.Fatalf("PointerInfo(Go memory) = %v, %v", typ, err)
 	}
 	bad := comm.DeviceBuffer(0x1000, 0, comm.Float32, 4)
@@ -211,16 +211,16 @@ func TestStreamsAndEvents(t *testing.T) {
 	if done, err := ev.Query(); !done || err != nil {
 		t.Fatalf("a fresh event: done %v, %v", done, err)
 	}
-	in, err := cuda.HostAlloc(n)
+	in, err := cuda.HostAlloc(0, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cuda.FreeHost(in)
-	out, err := cuda.HostAlloc(n)
+	defer cuda.FreeHost(0, in)
+	out, err := cuda.HostAlloc(0, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cuda.FreeHost(out)
+	defer cuda.FreeHost(0, out)
 	for i := range in {
 		in[i] = byte(i * 7)
 	}
@@ -257,7 +257,7 @@ func TestStreamsAndEvents(t *testing.T) {
 
 func TestPool(t *testing.T) {
 	cudafake.RequireCUDA(t)
-	for _, p := range []*cuda.Pool{cuda.NewPinnedPool(1 << 20), cuda.NewDevicePool(0, 1<<20)} {
+	for _, p := range []*cuda.Pool{cuda.NewPinnedPool(0, 1<<20), cuda.NewDevicePool(0, 1<<20)} {
 		b, err := p.Get(1000)
 		if err != nil {
 			t.Fatal(err)

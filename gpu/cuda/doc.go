@@ -6,7 +6,9 @@
 // # Loading
 //
 // Nothing links against CUDA. The first call loads the runtime library with
-// dlopen: the file named by $GDIST_CUDART_PATH, or else libcudart.so,
+// dlopen: the file named by $GDIST_CUDART_PATH, or else the runtime of
+// NVIDIA's CUDA 13 or 12 pip wheel in the active $VIRTUAL_ENV or
+// $CONDA_PREFIX (WheelLibraries), or else libcudart.so, libcudart.so.13,
 // libcudart.so.12, libcudart.so.11.0 from the usual library path. The C
 // prototypes of the two dozen functions used are re-declared in shim.h (with
 // the enum values they need, and their meaning), so building needs only a C
@@ -23,13 +25,28 @@
 // # Threads and devices
 //
 // The current device of the CUDA runtime is per OS thread, and goroutines
-// move between threads, so every call that concerns a device takes the
-// device ordinal and makes it current inside the same C call.
+// move between threads, so every call that needs a CUDA context (memory,
+// pinned memory, copies, streams, events, pointer attributes) takes the
+// device ordinal and makes it current inside the same C call: a thread on
+// which no device was set works on device 0, and the runtime would make a
+// context there (about 0.5 GiB, or an error in EXCLUSIVE_PROCESS mode).
+//
+// # Asynchrony and freeing
+//
+// Copies to the device and Memset are asynchronous to the host (queued on
+// the legacy default stream); copies to the host return with the data.
+// cudaFree and cudaFreeHost wait for all the work on the device, so Pool
+// never frees in the caller's goroutine (Put and Discard run on completion
+// paths, where the device's work may wait for this rank).
 //
 // # Tests
 //
 // The tests run against the real runtime when it sees a device, and
 // otherwise against a fake runtime (package gpu/cudafake) that keeps
 // "device" memory at addresses no host code can dereference and checks
-// every copy's bounds, kinds and pinning.
+// every copy's bounds, kinds and pinning. TestRealHeaders checks the shims'
+// prototypes, values and struct offsets against the real
+// cuda_runtime_api.h at compile time (testdata/abicheck.c), and
+// TestRealRuntime loads the real libcudart with no GPU; both skip, saying
+// why, without Debian's nvidia-cuda-dev and libcudart11.0.
 package cuda

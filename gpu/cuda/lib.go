@@ -46,7 +46,7 @@ func Reload() { loaded.Reload() }
 
 func load() *state {
 	var tried []string
-	for _, name := range dl.Candidates(EnvLibrary, DefaultLibraries) {
+	for _, name := range dl.Candidates(EnvLibrary, append(WheelLibraries(), DefaultLibraries...)) {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdcu_open(cname, &buf[0], C.size_t(len(buf)))
@@ -69,7 +69,7 @@ func load() *state {
 		}
 		return &state{lib: l}
 	}
-	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip package nvidia-cuda-runtime-cu12 ships one)")
+	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip packages nvidia-cuda-runtime-cu12 and nvidia-cuda-runtime for CUDA 13 ship one; in an active virtualenv or conda environment they are found)")
 	if C.gdcu_driver_present() != 0 {
 		reason += "; the NVIDIA driver (libcuda.so.1) is present"
 	} else {
@@ -145,15 +145,46 @@ func ErrorString(code int) string {
 
 // Symbol returns the address of a function of the loaded CUDA runtime (0 if
 // it has none), for packages such as comm/nccl that call the runtime from
-// their own C code.
+// their own C code. It works when a runtime is loaded even if it sees no
+// device; it fails (wrapping ErrUnavailable) when none could be loaded.
 func Symbol(name string) (uintptr, error) {
-	l, err := lib()
-	if err != nil {
-		return 0, err
+	s := get()
+	if s.lib == nil {
+		return 0, fmt.Errorf("%w: %s", ErrUnavailable, s.reason)
 	}
+	l := s.lib
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	return uintptr(C.gdcu_sym(l.c, cname)), nil
+}
+
+// Loaded names the CUDA runtime library that was loaded ("" if none could
+// be, whether or not it sees a device) and the optional functions it lacks
+// (cudaGetErrorName, cudaLaunchHostFunc, ...; each missing one disables only
+// what needs it).
+func Loaded() (path string, missing []string) {
+	s := get()
+	if s.lib == nil {
+		return "", nil
+	}
+	c := s.lib.c
+	for _, o := range []struct {
+		name string
+		ok   bool
+	}{
+		{"cudaGetErrorName", c.getErrorName != nil},
+		{"cudaGetLastError", c.getLastError != nil},
+		{"cudaLaunchHostFunc", c.launchHostFunc != nil},
+		{"cudaDriverGetVersion", c.driverGetVersion != nil},
+		{"cudaRuntimeGetVersion", c.runtimeGetVersion != nil},
+		{"cudaDeviceGetPCIBusId", c.deviceGetPCIBusId != nil},
+		{"cudaDeviceSynchronize", c.deviceSynchronize != nil},
+	} {
+		if !o.ok {
+			missing = append(missing, o.name)
+		}
+	}
+	return s.lib.path, missing
 }
 
 // PCIBusID returns the PCI bus id of device ("0000:3b:00.0").

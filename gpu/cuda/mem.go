@@ -29,8 +29,10 @@ func Malloc(device, n int) (uintptr, error) {
 	return uintptr(p), nil
 }
 
-// Free releases memory from Malloc (cudaFree). It may wait for work in
-// flight on the device.
+// Free releases memory from Malloc (cudaFree). It blocks until the device
+// has done all the work queued on it, on every stream, so never call it
+// where that work may wait for this caller (an NCCL kernel waiting for a
+// peer that waits for this rank): Pool frees in the background.
 func Free(device int, ptr uintptr) error {
 	l, err := lib()
 	if err != nil {
@@ -40,10 +42,12 @@ func Free(device int, ptr uintptr) error {
 }
 
 // HostAlloc allocates n bytes of page-locked (pinned) host memory usable by
-// every device (cudaHostAlloc with cudaHostAllocPortable). The returned slice
-// is C memory: it stays valid until FreeHost, and the Go garbage collector
-// never moves or frees it.
-func HostAlloc(n int) ([]byte, error) {
+// every device (cudaHostAlloc with cudaHostAllocPortable), with device
+// current (the call needs a CUDA context: pass the caller's GPU, so that no
+// context is made on another). The returned slice is C memory: it stays
+// valid until FreeHost, and the Go garbage collector never moves or frees
+// it.
+func HostAlloc(device, n int) ([]byte, error) {
 	l, err := lib()
 	if err != nil {
 		return nil, err
@@ -52,14 +56,15 @@ func HostAlloc(n int) ([]byte, error) {
 		return nil, fmt.Errorf("cuda: HostAlloc of %d bytes", n)
 	}
 	var p unsafe.Pointer
-	if e := C.gdcu_host_alloc(l.c, &p, C.size_t(n)); e != 0 {
+	if e := C.gdcu_host_alloc(l.c, C.int(device), &p, C.size_t(n)); e != 0 {
 		return nil, fmt.Errorf("%w (%d bytes)", l.err("cudaHostAlloc", e), n)
 	}
 	return unsafe.Slice((*byte)(p), n), nil
 }
 
-// FreeHost releases memory from HostAlloc (cudaFreeHost).
-func FreeHost(b []byte) error {
+// FreeHost releases memory from HostAlloc (cudaFreeHost), with device
+// current. Like Free, it blocks until the device is idle.
+func FreeHost(device int, b []byte) error {
 	l, err := lib()
 	if err != nil {
 		return err
@@ -67,14 +72,19 @@ func FreeHost(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	return l.err("cudaFreeHost", C.gdcu_free_host(l.c, unsafe.Pointer(unsafe.SliceData(b))))
+	return l.err("cudaFreeHost", C.gdcu_free_host(l.c, C.int(device), unsafe.Pointer(unsafe.SliceData(b))))
 }
 
-func hostAddr(b []byte) C.uintptr_t { return C.uintptr_t(addrOf(b)) }
+// The host side of a copy goes to C as an unsafe.Pointer, never as an
+// integer: cgo keeps a Go pointer argument alive until the call returns,
+// while an address held as an integer would let the garbage collector free
+// the caller's (possibly temporary) slice during the copy.
 
 // CopyHtoD copies len(src) bytes from host memory to device address dst on
-// device (cudaMemcpy). It returns when src may be reused; later work on the
-// default stream or on streams that wait for it sees the data.
+// device (cudaMemcpy). It returns when src may be reused; the copy to the
+// device may still be in flight (the runtime stages pageable memory), and
+// work queued later on the legacy default stream, or on streams that wait
+// for it, sees the data.
 func CopyHtoD(device int, dst uintptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
@@ -83,7 +93,7 @@ func CopyHtoD(device int, dst uintptr, src []byte) error {
 	if err != nil {
 		return err
 	}
-	e := C.gdcu_memcpy(l.c, C.int(device), C.uintptr_t(dst), hostAddr(src), C.size_t(len(src)), C.int(HostToDevice))
+	e := C.gdcu_memcpy_htod(l.c, C.int(device), C.uintptr_t(dst), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
 	return l.err("cudaMemcpy (host to device)", e)
 }
 
@@ -97,12 +107,15 @@ func CopyDtoH(device int, dst []byte, src uintptr) error {
 	if err != nil {
 		return err
 	}
-	e := C.gdcu_memcpy(l.c, C.int(device), hostAddr(dst), C.uintptr_t(src), C.size_t(len(dst)), C.int(DeviceToHost))
+	e := C.gdcu_memcpy_dtoh(l.c, C.int(device), unsafe.Pointer(unsafe.SliceData(dst)), C.uintptr_t(src), C.size_t(len(dst)))
 	return l.err("cudaMemcpy (device to host)", e)
 }
 
 // CopyDtoD copies n bytes between device addresses (cudaMemcpy), with
-// device current.
+// device current. It is asynchronous to the host: it returns once the copy
+// is queued on the legacy default stream; work queued there later (and a
+// device-to-host copy) sees the data, and Synchronize on a stream that
+// waits for the default stream (Stream.WaitDefault) waits for it.
 func CopyDtoD(device int, dst, src uintptr, n int) error {
 	if n == 0 {
 		return nil
@@ -115,7 +128,9 @@ func CopyDtoD(device int, dst, src uintptr, n int) error {
 	return l.err("cudaMemcpy (device to device)", e)
 }
 
-// Memset sets n bytes at device address ptr to v (cudaMemset).
+// Memset sets n bytes at device address ptr to v (cudaMemset). Like
+// CopyDtoD it is asynchronous to the host: it is queued on the legacy
+// default stream.
 func Memset(device int, ptr uintptr, v byte, n int) error {
 	if n == 0 {
 		return nil
@@ -128,14 +143,15 @@ func Memset(device int, ptr uintptr, v byte, n int) error {
 }
 
 // PointerInfo tells what kind of memory ptr is and, for device memory, on
-// which device (cudaPointerGetAttributes).
-func PointerInfo(ptr uintptr) (MemoryType, int, error) {
+// which device (cudaPointerGetAttributes, with device current: the call
+// needs a context, so pass the caller's GPU).
+func PointerInfo(device int, ptr uintptr) (MemoryType, int, error) {
 	l, err := lib()
 	if err != nil {
 		return 0, 0, err
 	}
 	var typ, dev C.int
-	if e := C.gdcu_pointer_info(l.c, C.uintptr_t(ptr), &typ, &dev); e != 0 {
+	if e := C.gdcu_pointer_info(l.c, C.int(device), C.uintptr_t(ptr), &typ, &dev); e != 0 {
 		return 0, 0, l.err("cudaPointerGetAttributes", e)
 	}
 	return MemoryType(typ), int(dev), nil

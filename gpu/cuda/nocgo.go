@@ -29,6 +29,9 @@ func ErrorString(code int) string { return fmt.Sprintf("cudaError %d", code) }
 // Symbol fails without cgo.
 func Symbol(name string) (uintptr, error) { return 0, errNoCgo }
 
+// Loaded is empty without cgo.
+func Loaded() (path string, missing []string) { return "", nil }
+
 // PCIBusID fails without cgo.
 func PCIBusID(device int) (string, error) { return "", errNoCgo }
 
@@ -39,10 +42,10 @@ func Malloc(device, n int) (uintptr, error) { return 0, errNoCgo }
 func Free(device int, ptr uintptr) error { return errNoCgo }
 
 // HostAlloc fails without cgo.
-func HostAlloc(n int) ([]byte, error) { return nil, errNoCgo }
+func HostAlloc(device, n int) ([]byte, error) { return nil, errNoCgo }
 
 // FreeHost fails without cgo.
-func FreeHost(b []byte) error { return errNoCgo }
+func FreeHost(device int, b []byte) error { return errNoCgo }
 
 // CopyHtoD fails without cgo.
 func CopyHtoD(device int, dst uintptr, src []byte) error { return errNoCgo }
@@ -57,7 +60,7 @@ func CopyDtoD(device int, dst, src uintptr, n int) error { return errNoCgo }
 func Memset(device int, ptr uintptr, v byte, n int) error { return errNoCgo }
 
 // PointerInfo fails without cgo.
-func PointerInfo(ptr uintptr) (MemoryType, int, error) { return 0, 0, errNoCgo }
+func PointerInfo(device int, ptr uintptr) (MemoryType, int, error) { return 0, 0, errNoCgo }
 
 // Stream is a CUDA stream (none without cgo).
 type Stream struct{ dev int }

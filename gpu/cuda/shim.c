@@ -1,9 +1,14 @@
 //go:build cgo
 
 // Loader and thin wrappers over the CUDA runtime (see shim.h). Every wrapper
-// that touches a device first makes it current on the calling thread: a cgo
-// call runs on one OS thread from start to end, so the pair is atomic with
-// respect to the goroutine scheduler.
+// whose call needs a CUDA context first makes the caller's device current on
+// the calling thread: a cgo call runs on one OS thread from start to end, so
+// the pair is atomic with respect to the goroutine scheduler. A thread on
+// which no device was ever set works on device 0, and the runtime would
+// create a context there (about 0.5 GiB, and an error where devices are in
+// EXCLUSIVE_PROCESS mode) for a rank that uses another GPU. Only the calls
+// that need no context (device count, versions, PCI bus id, error strings)
+// go without.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,16 +128,30 @@ int gdcu_free(gdcu_lib *l, int dev, uintptr_t p) {
 	return ck(l, l->free_((void *)p));
 }
 
-int gdcu_host_alloc(gdcu_lib *l, void **out, size_t n) {
+int gdcu_host_alloc(gdcu_lib *l, int dev, void **out, size_t n) {
 	*out = NULL;
-	return ck(l, l->hostAlloc(out, n, 1 /* cudaHostAllocPortable */));
+	SETDEV(l, dev);
+	return ck(l, l->hostAlloc(out, n, gdcu_cudaHostAllocPortable));
 }
 
-int gdcu_free_host(gdcu_lib *l, void *p) { return ck(l, l->freeHost(p)); }
+int gdcu_free_host(gdcu_lib *l, int dev, void *p) {
+	SETDEV(l, dev);
+	return ck(l, l->freeHost(p));
+}
 
 int gdcu_memcpy(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n, int kind) {
 	SETDEV(l, dev);
 	return ck(l, l->memcpy_((void *)dst, (const void *)src, n, kind));
+}
+
+int gdcu_memcpy_htod(gdcu_lib *l, int dev, uintptr_t dst, const void *src, size_t n) {
+	SETDEV(l, dev);
+	return ck(l, l->memcpy_((void *)dst, src, n, gdcu_cudaMemcpyHostToDevice));
+}
+
+int gdcu_memcpy_dtoh(gdcu_lib *l, int dev, void *dst, uintptr_t src, size_t n) {
+	SETDEV(l, dev);
+	return ck(l, l->memcpy_(dst, (const void *)src, n, gdcu_cudaMemcpyDeviceToHost));
 }
 
 int gdcu_memset(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n) {
@@ -140,16 +159,20 @@ int gdcu_memset(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n) {
 	return ck(l, l->memset_((void *)p, v, n));
 }
 
-int gdcu_pointer_info(gdcu_lib *l, uintptr_t p, int *type, int *device) {
-	// Larger than struct cudaPointerAttributes in any release.
+int gdcu_pointer_info(gdcu_lib *l, int dev, uintptr_t p, int *type, int *device) {
+	// Larger than struct cudaPointerAttributes in any release (the ABI
+	// check asserts the size and the two offsets).
 	union {
 		int i[2];
-		unsigned char pad[512];
+		unsigned char pad[GDCU_ATTRS_BUF];
 	} a;
 	memset(&a, 0, sizeof a);
-	int e = l->pointerGetAttributes(&a, (const void *)p);
-	*type = a.i[0];
-	*device = a.i[1];
+	*type = 0;
+	*device = 0;
+	SETDEV(l, dev);
+	int e = l->pointerGetAttributes((void *)&a, (const void *)p);
+	memcpy(type, a.pad + GDCU_ATTRS_TYPE_OFF, sizeof *type);
+	memcpy(device, a.pad + GDCU_ATTRS_DEVICE_OFF, sizeof *device);
 	return ck(l, e);
 }
 
@@ -173,7 +196,7 @@ int gdcu_stream_destroy(gdcu_lib *l, int dev, uintptr_t s) {
 
 int gdcu_stream_wait_event(gdcu_lib *l, int dev, uintptr_t s, uintptr_t ev) {
 	SETDEV(l, dev);
-	return ck(l, l->streamWaitEvent((void *)s, (void *)ev, 0));
+	return ck(l, l->streamWaitEvent((void *)s, (void *)ev, 0 /* cudaEventWaitDefault */));
 }
 
 int gdcu_memcpy_async(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n, int kind, uintptr_t s) {
@@ -184,7 +207,7 @@ int gdcu_memcpy_async(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t
 int gdcu_launch_host_func(gdcu_lib *l, int dev, uintptr_t s, uintptr_t fn, uintptr_t arg) {
 	if (!l->launchHostFunc) return 1; /* cudaErrorInvalidValue: checked in Go first */
 	SETDEV(l, dev);
-	return ck(l, l->launchHostFunc((void *)s, (void (*)(void *))fn, (void *)arg));
+	return ck(l, l->launchHostFunc((void *)s, (gdcu_hostfn)fn, (void *)arg));
 }
 
 int gdcu_event_create(gdcu_lib *l, int dev, unsigned int flags, uintptr_t *out) {
@@ -200,8 +223,17 @@ int gdcu_event_record(gdcu_lib *l, int dev, uintptr_t ev, uintptr_t s) {
 	return ck(l, l->eventRecord((void *)ev, (void *)s));
 }
 
-int gdcu_event_query(gdcu_lib *l, uintptr_t ev) { return ck(l, l->eventQuery((void *)ev)); }
+int gdcu_event_query(gdcu_lib *l, int dev, uintptr_t ev) {
+	SETDEV(l, dev);
+	return ck(l, l->eventQuery((void *)ev));
+}
 
-int gdcu_event_sync(gdcu_lib *l, uintptr_t ev) { return ck(l, l->eventSynchronize((void *)ev)); }
+int gdcu_event_sync(gdcu_lib *l, int dev, uintptr_t ev) {
+	SETDEV(l, dev);
+	return ck(l, l->eventSynchronize((void *)ev));
+}
 
-int gdcu_event_destroy(gdcu_lib *l, uintptr_t ev) { return ck(l, l->eventDestroy((void *)ev)); }
+int gdcu_event_destroy(gdcu_lib *l, int dev, uintptr_t ev) {
+	SETDEV(l, dev);
+	return ck(l, l->eventDestroy((void *)ev));
+}

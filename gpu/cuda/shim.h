@@ -31,43 +31,83 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The types of the re-declared prototypes. Each is ABI-identical to the real
+   one (an enum is passed as an int, a handle as a pointer); the ABI check
+   (testdata/abicheck.c, run by TestRealHeaders) defines these macros as the
+   real header's types before including this file, so that assigning each
+   real function to the field declared here fails to compile if a prototype
+   differs. */
+#ifndef GDCU_ERR
+#define GDCU_ERR int           /* cudaError_t */
+#define GDCU_KIND int          /* enum cudaMemcpyKind */
+#define GDCU_STREAM void *     /* cudaStream_t */
+#define GDCU_EVENT void *      /* cudaEvent_t */
+#define GDCU_ATTRS void        /* struct cudaPointerAttributes */
+#define GDCU_HOSTFN gdcu_hostfn /* cudaHostFn_t */
+#endif
+
+typedef void (*gdcu_hostfn)(void *);
+
+/* The values used, each asserted against the real header by the ABI check. */
 enum {
 	gdcu_cudaSuccess = 0,
 	gdcu_cudaErrorNotReady = 600,
+	gdcu_cudaMemcpyHostToHost = 0,
+	gdcu_cudaMemcpyHostToDevice = 1,
+	gdcu_cudaMemcpyDeviceToHost = 2,
+	gdcu_cudaMemcpyDeviceToDevice = 3,
+	gdcu_cudaMemcpyDefault = 4,
+	gdcu_cudaMemoryTypeUnregistered = 0,
+	gdcu_cudaMemoryTypeHost = 1,
+	gdcu_cudaMemoryTypeDevice = 2,
+	gdcu_cudaMemoryTypeManaged = 3,
+	gdcu_cudaStreamDefault = 0,
+	gdcu_cudaStreamNonBlocking = 1,
+	gdcu_cudaEventDefault = 0,
+	gdcu_cudaEventBlockingSync = 1,
+	gdcu_cudaEventDisableTiming = 2,
+	gdcu_cudaHostAllocDefault = 0,
+	gdcu_cudaHostAllocPortable = 1,
 };
+
+/* struct cudaPointerAttributes: gdcu_pointer_info passes a zeroed buffer of
+   this size and reads the two ints at these offsets. */
+#define GDCU_ATTRS_BUF 512
+#define GDCU_ATTRS_TYPE_OFF 0
+#define GDCU_ATTRS_DEVICE_OFF 4
 
 typedef struct gdcu_lib {
 	void *handle;
-	int (*getDeviceCount)(int *);
-	int (*setDevice)(int);
-	int (*getDevice)(int *);
-	int (*malloc_)(void **, size_t);
-	int (*free_)(void *);
-	int (*hostAlloc)(void **, size_t, unsigned int);
-	int (*freeHost)(void *);
-	int (*memcpy_)(void *, const void *, size_t, int);
-	int (*memcpyAsync)(void *, const void *, size_t, int, void *);
-	int (*memset_)(void *, int, size_t);
-	int (*memsetAsync)(void *, int, size_t, void *);
-	int (*streamCreateWithFlags)(void **, unsigned int);
-	int (*streamSynchronize)(void *);
-	int (*streamDestroy)(void *);
-	int (*streamWaitEvent)(void *, void *, unsigned int);
-	int (*eventCreateWithFlags)(void **, unsigned int);
-	int (*eventRecord)(void *, void *);
-	int (*eventQuery)(void *);
-	int (*eventSynchronize)(void *);
-	int (*eventDestroy)(void *);
-	int (*pointerGetAttributes)(void *, const void *);
-	const char *(*getErrorString)(int);
+	GDCU_ERR (*getDeviceCount)(int *);
+	GDCU_ERR (*setDevice)(int);
+	GDCU_ERR (*getDevice)(int *);
+	GDCU_ERR (*malloc_)(void **, size_t);
+	GDCU_ERR (*free_)(void *);
+	GDCU_ERR (*hostAlloc)(void **, size_t, unsigned int);
+	GDCU_ERR (*freeHost)(void *);
+	GDCU_ERR (*memcpy_)(void *, const void *, size_t, GDCU_KIND);
+	GDCU_ERR (*memcpyAsync)(void *, const void *, size_t, GDCU_KIND, GDCU_STREAM);
+	GDCU_ERR (*memset_)(void *, int, size_t);
+	GDCU_ERR (*memsetAsync)(void *, int, size_t, GDCU_STREAM);
+	GDCU_ERR (*streamCreateWithFlags)(GDCU_STREAM *, unsigned int);
+	GDCU_ERR (*streamSynchronize)(GDCU_STREAM);
+	GDCU_ERR (*streamDestroy)(GDCU_STREAM);
+	GDCU_ERR (*streamWaitEvent)(GDCU_STREAM, GDCU_EVENT, unsigned int);
+	GDCU_ERR (*eventCreateWithFlags)(GDCU_EVENT *, unsigned int);
+	GDCU_ERR (*eventRecord)(GDCU_EVENT, GDCU_STREAM);
+	GDCU_ERR (*eventQuery)(GDCU_EVENT);
+	GDCU_ERR (*eventSynchronize)(GDCU_EVENT);
+	GDCU_ERR (*eventDestroy)(GDCU_EVENT);
+	GDCU_ERR (*pointerGetAttributes)(GDCU_ATTRS *, const void *);
+	const char *(*getErrorString)(GDCU_ERR);
 	/* optional (NULL when the library lacks them) */
-	const char *(*getErrorName)(int);
-	int (*getLastError)(void);
-	int (*launchHostFunc)(void *, void (*)(void *), void *);
-	int (*driverGetVersion)(int *);
-	int (*runtimeGetVersion)(int *);
-	int (*deviceGetPCIBusId)(char *, int, int);
-	int (*deviceSynchronize)(void);
+	const char *(*getErrorName)(GDCU_ERR);
+	GDCU_ERR (*getLastError)(void);
+	GDCU_ERR (*launchHostFunc)(GDCU_STREAM, GDCU_HOSTFN, void *);
+	GDCU_ERR (*driverGetVersion)(int *);
+	GDCU_ERR (*runtimeGetVersion)(int *);
+	GDCU_ERR (*deviceGetPCIBusId)(char *, int, int);
+	GDCU_ERR (*deviceSynchronize)(void);
 } gdcu_lib;
 
 gdcu_lib *gdcu_open(const char *path, char *err, size_t errlen);
@@ -83,11 +123,13 @@ int gdcu_pci_bus_id(gdcu_lib *l, int dev, char *buf, int len);
 
 int gdcu_malloc(gdcu_lib *l, int dev, uintptr_t *out, size_t n);
 int gdcu_free(gdcu_lib *l, int dev, uintptr_t p);
-int gdcu_host_alloc(gdcu_lib *l, void **out, size_t n);
-int gdcu_free_host(gdcu_lib *l, void *p);
+int gdcu_host_alloc(gdcu_lib *l, int dev, void **out, size_t n);
+int gdcu_free_host(gdcu_lib *l, int dev, void *p);
 int gdcu_memcpy(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n, int kind);
+int gdcu_memcpy_htod(gdcu_lib *l, int dev, uintptr_t dst, const void *src, size_t n);
+int gdcu_memcpy_dtoh(gdcu_lib *l, int dev, void *dst, uintptr_t src, size_t n);
 int gdcu_memset(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n);
-int gdcu_pointer_info(gdcu_lib *l, uintptr_t p, int *type, int *device);
+int gdcu_pointer_info(gdcu_lib *l, int dev, uintptr_t p, int *type, int *device);
 
 int gdcu_stream_create(gdcu_lib *l, int dev, unsigned int flags, uintptr_t *out);
 int gdcu_stream_sync(gdcu_lib *l, int dev, uintptr_t s);
@@ -98,8 +140,8 @@ int gdcu_launch_host_func(gdcu_lib *l, int dev, uintptr_t s, uintptr_t fn, uintp
 
 int gdcu_event_create(gdcu_lib *l, int dev, unsigned int flags, uintptr_t *out);
 int gdcu_event_record(gdcu_lib *l, int dev, uintptr_t ev, uintptr_t s);
-int gdcu_event_query(gdcu_lib *l, uintptr_t ev);
-int gdcu_event_sync(gdcu_lib *l, uintptr_t ev);
-int gdcu_event_destroy(gdcu_lib *l, uintptr_t ev);
+int gdcu_event_query(gdcu_lib *l, int dev, uintptr_t ev);
+int gdcu_event_sync(gdcu_lib *l, int dev, uintptr_t ev);
+int gdcu_event_destroy(gdcu_lib *l, int dev, uintptr_t ev);
 
 #endif

@@ -26,9 +26,9 @@ func NewStream(device int, nonBlocking bool) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	flags := C.uint(0)
+	flags := C.uint(C.gdcu_cudaStreamDefault)
 	if nonBlocking {
-		flags = 1
+		flags = C.gdcu_cudaStreamNonBlocking
 	}
 	var h C.uintptr_t
 	if e := C.gdcu_stream_create(l.c, C.int(device), flags, &h); e != 0 {
@@ -107,12 +107,14 @@ type Event struct {
 }
 
 // NewEvent creates an event on device (cudaEventDisableTiming).
-func NewEvent(device int) (*Event, error) { return newEvent(device, 2) }
+func NewEvent(device int) (*Event, error) { return newEvent(device, C.gdcu_cudaEventDisableTiming) }
 
 // NewBlockingEvent creates an event on device whose Synchronize blocks the
 // calling thread in the driver until the work is done, instead of spinning
 // (cudaEventDisableTiming | cudaEventBlockingSync).
-func NewBlockingEvent(device int) (*Event, error) { return newEvent(device, 3) }
+func NewBlockingEvent(device int) (*Event, error) {
+	return newEvent(device, C.gdcu_cudaEventDisableTiming|C.gdcu_cudaEventBlockingSync)
+}
 
 func newEvent(device int, flags C.uint) (*Event, error) {
 	l, err := lib()
@@ -141,7 +143,7 @@ func (e *Event) Record(s *Stream) error {
 // Query reports whether the work before the last Record is done, without
 // blocking. An event never recorded is done.
 func (e *Event) Query() (bool, error) {
-	switch c := C.gdcu_event_query(e.l.c, e.h); c {
+	switch c := C.gdcu_event_query(e.l.c, C.int(e.dev), e.h); c {
 	case C.gdcu_cudaSuccess:
 		return true, nil
 	case C.gdcu_cudaErrorNotReady:
@@ -153,10 +155,10 @@ func (e *Event) Query() (bool, error) {
 
 // Synchronize blocks until the work before the last Record is done.
 func (e *Event) Synchronize() error {
-	return e.l.err("cudaEventSynchronize", C.gdcu_event_sync(e.l.c, e.h))
+	return e.l.err("cudaEventSynchronize", C.gdcu_event_sync(e.l.c, C.int(e.dev), e.h))
 }
 
 // Destroy releases e (pending work is unaffected).
 func (e *Event) Destroy() error {
-	return e.l.err("cudaEventDestroy", C.gdcu_event_destroy(e.l.c, e.h))
+	return e.l.err("cudaEventDestroy", C.gdcu_event_destroy(e.l.c, C.int(e.dev), e.h))
 }

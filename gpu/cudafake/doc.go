@@ -7,8 +7,15 @@
 // dereference, every copy is checked against its allocation's bounds and its
 // cudaMemcpyKind, async copies must use pinned memory, streams run their work
 // on their own threads, and NCCL communicators of one process match
-// collectives by launch order (ranks being goroutines). See the C file's
-// header for the details and its environment variables.
+// collectives by launch order (ranks being goroutines). Like the real
+// runtime, the current device is per OS thread, and a call that needs a
+// context on a thread with no device set is counted (Contexts,
+// NoImplicitContexts; the tests assert none); cudaFree and cudaFreeHost
+// wait for the device; a CUDA 11 runtime (FAKE_CUDA_RUNTIME_VERSION=11080)
+// makes no context current at cudaSetDevice; ncclAvg on floats
+// pre-multiplies by fl(1/n). HoldFunc and Gate stage device work that waits
+// (as an NCCL kernel waits for a peer), CopyDelay slows synchronous copies.
+// See the C file's header for the details and its environment variables.
 //
 // A test package opts in with
 //

@@ -65,7 +65,98 @@ enum {
 };
 
 static __thread int last_error;
-static __thread int cur_dev;
+
+/* Devices and contexts, as the real runtime has them: the current device is
+   per OS thread, and a thread that never called cudaSetDevice works on
+   device 0. A call that needs a context (memory, copies, streams, events,
+   pointer attributes, NCCL communicator creation) on such a thread creates
+   device 0's primary context: ~0.5 GiB there for a rank that works on
+   another device, and a failure where devices are in EXCLUSIVE_PROCESS mode.
+   The fake counts those calls (fakecudaContexts), and the tests assert that
+   none happens. CUDA 12's cudaSetDevice makes the device's primary context
+   current at once; CUDA 11's (FAKE_CUDA_RUNTIME_VERSION < 12000) only at the
+   next call that needs a context, so a library that looks at the current
+   context right after cudaSetDevice (NCCL) sees the previous one, or none
+   (then device 0). */
+static __thread int cur_dev = -1; /* -1: cudaSetDevice never called on this thread */
+static __thread int ctx_cur = -1; /* device of the thread's current context, -1: none */
+static unsigned long long ctx_mask; /* devices with a primary context (atomic) */
+static int implicit_ctx;            /* context calls on a thread with no device (atomic) */
+static char implicit_call[64];
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int rt_version(void) {
+	const char *s = getenv("FAKE_CUDA_RUNTIME_VERSION");
+	return s && *s ? atoi(s) : 12010;
+}
+
+/* The device a call that needs a context works on (see above). */
+static int ctx_dev(const char *call) {
+	int d = cur_dev;
+	if (d < 0) {
+		d = 0;
+		__atomic_add_fetch(&implicit_ctx, 1, __ATOMIC_SEQ_CST);
+		pthread_mutex_lock(&ctx_mu);
+		snprintf(implicit_call, sizeof implicit_call, "%s", call);
+		pthread_mutex_unlock(&ctx_mu);
+		warnf("%s on a thread that never set a device: the real runtime creates a context on device 0 here", call);
+	}
+	__atomic_or_fetch(&ctx_mask, 1ULL << d, __ATOMIC_SEQ_CST);
+	ctx_cur = d;
+	return d;
+}
+
+/* The device of a call that ctx_dev has already accounted for. */
+static int eff_dev(void) { return cur_dev < 0 ? 0 : cur_dev; }
+
+static void drain(int dev, int blocking_only);
+
+/* fakecudaContexts reports which devices have a context (a bit mask) and
+   how many context-needing calls ran on a thread with no device set (the
+   last one's name in call); fakecudaResetContexts clears both. Not CUDA:
+   for the tests (package gpu/cudafake). */
+API void fakecudaContexts(unsigned long long *mask, int *implicit, char *call, int len) {
+	*mask = __atomic_load_n(&ctx_mask, __ATOMIC_SEQ_CST);
+	*implicit = __atomic_load_n(&implicit_ctx, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&ctx_mu);
+	snprintf(call, len, "%s", implicit_call);
+	pthread_mutex_unlock(&ctx_mu);
+}
+
+/* fakecudaHold, queued with cudaLaunchHostFunc, is device work that does
+   not finish until fakecudaGate(1) opens the gate (as an NCCL kernel waits
+   for a peer); fakecudaGate(0) closes it. Not CUDA: for the tests. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open = 1;
+
+API void fakecudaHold(void *arg) {
+	(void)arg;
+	pthread_mutex_lock(&gate_mu);
+	while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+API void fakecudaGate(int open) {
+	pthread_mutex_lock(&gate_mu);
+	gate_open = open;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+/* fakecudaCopyDelay makes every synchronous cudaMemcpy take ms longer (so
+   that a test can run the Go garbage collector while C reads host memory). */
+static int copy_delay_ms;
+
+API void fakecudaCopyDelay(int ms) { __atomic_store_n(&copy_delay_ms, ms, __ATOMIC_SEQ_CST); }
+
+API void fakecudaResetContexts(void) {
+	__atomic_store_n(&ctx_mask, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&implicit_ctx, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&ctx_mu);
+	implicit_call[0] = 0;
+	pthread_mutex_unlock(&ctx_mu);
+}
 
 static int seterr(int e) {
 	if (e != cudaSuccess && e != cudaErrorNotReady) last_error = e;
@@ -94,11 +185,17 @@ API int cudaSetDevice(int d) {
 		return seterr(cudaErrorInvalidDevice);
 	}
 	cur_dev = d;
+	if (rt_version() >= 12000) {
+		__atomic_or_fetch(&ctx_mask, 1ULL << d, __ATOMIC_SEQ_CST);
+		ctx_cur = d;
+	} else if (ctx_cur != d) {
+		ctx_cur = -1; /* CUDA 11: d's context becomes current lazily */
+	}
 	return cudaSuccess;
 }
 
 API int cudaGetDevice(int *d) {
-	*d = cur_dev;
+	*d = cur_dev < 0 ? 0 : cur_dev;
 	return cudaSuccess;
 }
 
@@ -108,7 +205,7 @@ API int cudaDriverGetVersion(int *v) {
 }
 
 API int cudaRuntimeGetVersion(int *v) {
-	*v = 12010;
+	*v = rt_version();
 	return cudaSuccess;
 }
 
@@ -204,6 +301,7 @@ static int pinned_lookup(const void *p, size_t n) {
 }
 
 API int cudaMalloc(void **out, size_t n) {
+	int dev = ctx_dev("cudaMalloc");
 	*out = NULL;
 	if (n == 0) return cudaSuccess;
 	if (n > SLOT_MASK) return seterr(cudaErrorMemoryAllocation);
@@ -223,13 +321,17 @@ API int cudaMalloc(void **out, size_t n) {
 		capslots = c;
 	}
 	size_t slot = nslots++;
-	slots[slot] = (dalloc){m, n, cur_dev, 1};
+	slots[slot] = (dalloc){m, n, dev, 1};
 	pthread_mutex_unlock(&mem_mu);
 	*out = (void *)(uintptr_t)(DEV_BASE + ((uint64_t)slot << SLOT_BITS));
 	return cudaSuccess;
 }
 
+/* cudaFree waits until the device has done all the work queued on it, on
+   every stream (the real one synchronizes the device): an NCCL kernel that
+   waits for a peer keeps it waiting. */
 API int cudaFree(void *p) {
+	int dev = ctx_dev("cudaFree");
 	if (!p) return cudaSuccess;
 	uintptr_t a = (uintptr_t)p;
 	if (a < DEV_BASE || ((a - DEV_BASE) & SLOT_MASK) != 0) {
@@ -243,6 +345,14 @@ API int cudaFree(void *p) {
 		warnf("cudaFree(%p): not a live allocation (double free?)", p);
 		return seterr(cudaErrorInvalidValue);
 	}
+	pthread_mutex_unlock(&mem_mu);
+	drain(dev, 0);
+	pthread_mutex_lock(&mem_mu);
+	if (!slots[slot].live) {
+		pthread_mutex_unlock(&mem_mu);
+		warnf("cudaFree(%p): freed twice at once", p);
+		return seterr(cudaErrorInvalidValue);
+	}
 	unsigned char *m = slots[slot].mem;
 	slots[slot].live = 0;
 	slots[slot].mem = NULL;
@@ -253,6 +363,7 @@ API int cudaFree(void *p) {
 
 API int cudaHostAlloc(void **out, size_t n, unsigned int flags) {
 	(void)flags;
+	ctx_dev("cudaHostAlloc");
 	*out = NULL;
 	unsigned char *m = malloc(n ? n : 1);
 	if (!m) return seterr(cudaErrorMemoryAllocation);
@@ -276,7 +387,9 @@ API int cudaHostAlloc(void **out, size_t n, unsigned int flags) {
 
 API int cudaMallocHost(void **out, size_t n) { return cudaHostAlloc(out, n, 0); }
 
+/* cudaFreeHost, like cudaFree, waits for the device. */
 API int cudaFreeHost(void *p) {
+	drain(ctx_dev("cudaFreeHost"), 0);
 	pthread_mutex_lock(&mem_mu);
 	for (size_t i = 0; i < npins; i++) {
 		if (pins[i].p == p) {
@@ -437,7 +550,7 @@ static void drain(int dev, int blocking_only) {
    legacy default stream (after the device's blocking streams drain). */
 static void submit(stream *s, void (*fn)(void *), void *arg) {
 	if (!s) {
-		drain(cur_dev, 1);
+		drain(eff_dev(), 1);
 		fn(arg);
 		return;
 	}
@@ -456,9 +569,12 @@ static void submit(stream *s, void (*fn)(void *), void *arg) {
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Accounts for the context of call and checks that s (NULL: the legacy
+   stream) is on the current device. */
 static int stream_dev_ok(const char *call, stream *s) {
-	if (s && s->dev != cur_dev) {
-		warnf("%s: the stream is on device %d but device %d is current", call, s->dev, cur_dev);
+	int d = ctx_dev(call);
+	if (s && s->dev != d) {
+		warnf("%s: the stream is on device %d but device %d is current", call, s->dev, d);
 		return 0;
 	}
 	return 1;
@@ -468,7 +584,7 @@ API int cudaStreamCreateWithFlags(void **out, unsigned int flags) {
 	stream *s = calloc(1, sizeof *s);
 	if (!s) return seterr(cudaErrorMemoryAllocation);
 	s->magic = STREAM_MAGIC;
-	s->dev = cur_dev;
+	s->dev = ctx_dev("cudaStreamCreateWithFlags");
 	s->flags = flags;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
@@ -494,6 +610,7 @@ API int cudaStreamCreate(void **out) { return cudaStreamCreateWithFlags(out, 0);
 
 API int cudaStreamDestroy(void *h) {
 	stream *s;
+	ctx_dev("cudaStreamDestroy");
 	int e = check_stream("cudaStreamDestroy", h, &s);
 	if (e || !s) return seterr(e ? e : cudaErrorInvalidResourceHandle);
 	pthread_mutex_lock(&streams_mu);
@@ -514,10 +631,11 @@ API int cudaStreamDestroy(void *h) {
 
 API int cudaStreamSynchronize(void *h) {
 	stream *s;
+	int dev = ctx_dev("cudaStreamSynchronize");
 	int e = check_stream("cudaStreamSynchronize", h, &s);
 	if (e) return seterr(e);
 	if (!s) {
-		drain(cur_dev, 1);
+		drain(dev, 1);
 		return cudaSuccess;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -529,6 +647,7 @@ API int cudaStreamSynchronize(void *h) {
 
 API int cudaStreamQuery(void *h) {
 	stream *s;
+	ctx_dev("cudaStreamQuery");
 	int e = check_stream("cudaStreamQuery", h, &s);
 	if (e) return seterr(e);
 	if (!s) return cudaSuccess;
@@ -539,7 +658,7 @@ API int cudaStreamQuery(void *h) {
 }
 
 API int cudaDeviceSynchronize(void) {
-	drain(cur_dev, 0);
+	drain(ctx_dev("cudaDeviceSynchronize"), 0);
 	return cudaSuccess;
 }
 
@@ -562,9 +681,12 @@ static void run_copy(void *a) {
 API int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
 	if (n == 0) return cudaSuccess;
 	unsigned char *d, *s;
+	int dev = ctx_dev("cudaMemcpy");
 	int e = copy_sides("cudaMemcpy", dst, src, n, kind, 0, &d, &s);
 	if (e) return seterr(e);
-	drain(cur_dev, 1);
+	drain(dev, 1);
+	int delay = __atomic_load_n(&copy_delay_ms, __ATOMIC_SEQ_CST);
+	if (delay > 0) usleep((useconds_t)delay * 1000);
 	memmove(d, s, n);
 	return cudaSuccess;
 }
@@ -587,9 +709,10 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h)
 API int cudaMemset(void *p, int v, size_t n) {
 	if (n == 0) return cudaSuccess;
 	unsigned char *d;
+	int dev = ctx_dev("cudaMemset");
 	int e = side("cudaMemset", "ptr", (uintptr_t)p, n, 1, 0, &d);
 	if (e) return seterr(e);
-	drain(cur_dev, 1);
+	drain(dev, 1);
 	memset(d, v, n);
 	return cudaSuccess;
 }
@@ -634,7 +757,7 @@ API int cudaEventCreateWithFlags(void **out, unsigned int flags) {
 	event *e = calloc(1, sizeof *e);
 	if (!e) return seterr(cudaErrorMemoryAllocation);
 	e->magic = EVENT_MAGIC;
-	e->dev = cur_dev;
+	e->dev = ctx_dev("cudaEventCreateWithFlags");
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	*out = e;
@@ -672,8 +795,8 @@ API int cudaEventRecord(void *eh, void *sh) {
 	if (!r) r = check_stream("cudaEventRecord", sh, &s);
 	if (r) return seterr(r);
 	if (!stream_dev_ok("cudaEventRecord", s)) return seterr(cudaErrorInvalidResourceHandle);
-	if (e->dev != cur_dev) {
-		warnf("cudaEventRecord: the event is on device %d but device %d is current", e->dev, cur_dev);
+	if (e->dev != eff_dev()) {
+		warnf("cudaEventRecord: the event is on device %d but device %d is current", e->dev, eff_dev());
 		return seterr(cudaErrorInvalidResourceHandle);
 	}
 	pthread_mutex_lock(&e->mu);
@@ -687,6 +810,7 @@ API int cudaEventRecord(void *eh, void *sh) {
 
 API int cudaEventQuery(void *eh) {
 	event *e;
+	ctx_dev("cudaEventQuery");
 	int r = check_event("cudaEventQuery", eh, &e);
 	if (r) return seterr(r);
 	pthread_mutex_lock(&e->mu);
@@ -697,6 +821,7 @@ API int cudaEventQuery(void *eh) {
 
 API int cudaEventSynchronize(void *eh) {
 	event *e;
+	ctx_dev("cudaEventSynchronize");
 	int r = check_event("cudaEventSynchronize", eh, &e);
 	if (r) return seterr(r);
 	pthread_mutex_lock(&e->mu);
@@ -708,6 +833,7 @@ API int cudaEventSynchronize(void *eh) {
 
 API int cudaEventDestroy(void *eh) {
 	event *e;
+	ctx_dev("cudaEventDestroy");
 	int r = check_event("cudaEventDestroy", eh, &e);
 	if (r) return seterr(r);
 	e->magic = 0; /* never freed: queued marks may still point at it */
@@ -740,6 +866,7 @@ struct attrs {
 
 API int cudaPointerGetAttributes(void *a, const void *p) {
 	struct attrs *at = a;
+	int cur = ctx_dev("cudaPointerGetAttributes");
 	memset(at, 0, sizeof *at);
 	unsigned char *h;
 	int dev;
@@ -751,7 +878,7 @@ API int cudaPointerGetAttributes(void *a, const void *p) {
 	}
 	if (pinned_lookup(p, 0)) {
 		at->type = 1;
-		at->device = cur_dev;
+		at->device = cur;
 		at->devicePointer = at->hostPointer = (void *)p;
 		return cudaSuccess;
 	}
@@ -912,8 +1039,31 @@ static int check_comm(const char *call, ncclComm *c) {
 	return ncclSuccess;
 }
 
+/* The device of a new communicator: that of the thread's current context.
+   With CUDA 11, cudaSetDevice alone leaves none current, so NCCL takes
+   device 0: a caller makes the context current first (cudaFree(NULL) after
+   cudaSetDevice). */
+static int init_dev(void) {
+	if (rt_version() >= 12000 || cur_dev < 0) return ctx_dev("ncclCommInitRank");
+	if (ctx_cur >= 0) {
+		if (ctx_cur != cur_dev)
+			warnf("ncclCommInitRank: CUDA 11: device %d is set but device %d's context is current; NCCL uses %d",
+			      cur_dev, ctx_cur, ctx_cur);
+		return ctx_cur;
+	}
+	__atomic_add_fetch(&implicit_ctx, 1, __ATOMIC_SEQ_CST);
+	__atomic_or_fetch(&ctx_mask, 1ULL, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&ctx_mu);
+	snprintf(implicit_call, sizeof implicit_call, "ncclCommInitRank (CUDA 11: no context current)");
+	pthread_mutex_unlock(&ctx_mu);
+	warnf("ncclCommInitRank: CUDA 11: device %d is set but no context is current; NCCL uses device 0", cur_dev);
+	ctx_cur = 0;
+	return 0;
+}
+
 API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 	*out = NULL;
+	int dev = init_dev();
 	if (n < 1 || n > MAXR || rank < 0 || rank >= n) {
 		set_last(NULL, "ncclCommInitRank: rank %d of %d (at most %d ranks)", rank, n, MAXR);
 		return ncclInvalidArgument;
@@ -950,10 +1100,10 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 	const char *shared = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
 	if (!shared || *shared != '1') {
 		for (int r = 0; r < n; r++) {
-			if (cl->ranks[r] && cl->ranks[r]->dev == cur_dev) {
+			if (cl->ranks[r] && cl->ranks[r]->dev == dev) {
 				pthread_mutex_unlock(&cl->mu);
 				pthread_mutex_unlock(&cliques_mu);
-				set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, cur_dev);
+				set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, dev);
 				return ncclInvalidUsage;
 			}
 		}
@@ -963,7 +1113,7 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 	c->cl = cl;
 	c->rank = rank;
 	c->n = n;
-	c->dev = cur_dev;
+	c->dev = dev;
 	const char *fa = getenv("FAKE_NCCL_FAIL_AFTER");
 	c->fail_after = fa && *fa ? atol(fa) : -1;
 	cl->ranks[rank] = c;
@@ -1129,25 +1279,33 @@ static uint16_t f2b(float x) {
 		memcpy(dst + i * sizeof(T), &acc, sizeof(T));                          \
 	}
 
+/* Floats: ncclAvg multiplies each input by fl(1/n) (rounded to the type)
+   and sums the products, as real NCCL does (a pre-multiplied sum), which
+   differs in the last bits from fl(sum)/n. 16-bit types accumulate in
+   float and are rounded once at the end. */
 #define FLT_REDUCE(T, ACC, LOAD, STORE)                                                \
+	do {                                                                           \
+	ACC scale = LOAD(STORE((ACC)1 / (ACC)n));                                      \
 	for (size_t i = 0; i < cnt; i++) {                                             \
 		T raw;                                                                 \
 		memcpy(&raw, src[0] + i * sizeof(T), sizeof(T));                       \
 		ACC acc = LOAD(raw);                                                   \
+		if (op == oAvg) acc = LOAD(STORE(acc * scale));                        \
 		for (int r = 1; r < n; r++) {                                          \
 			memcpy(&raw, src[r] + i * sizeof(T), sizeof(T));               \
 			ACC v = LOAD(raw);                                             \
 			switch (op) {                                                  \
-			case oSum: case oAvg: acc = acc + v; break;                    \
+			case oSum: acc = acc + v; break;                               \
+			case oAvg: acc = acc + LOAD(STORE(v * scale)); break;          \
 			case oProd: acc = acc * v; break;                              \
 			case oMax: if (v > acc) acc = v; break;                        \
 			case oMin: if (v < acc) acc = v; break;                        \
 			}                                                              \
 		}                                                                      \
-		if (op == oAvg) acc = acc / (ACC)n;                                    \
 		raw = STORE(acc);                                                      \
 		memcpy(dst + i * sizeof(T), &raw, sizeof(T));                          \
-	}
+	}                                                                              \
+	} while (0);
 
 #define ID(x) (x)
 

@@ -1,0 +1,111 @@
+//go:build cgo
+
+package cudafake
+
+/*
+#include <stdint.h>
+
+typedef void (*gdfk_contexts_fn)(unsigned long long *, int *, char *, int);
+typedef void (*gdfk_void_fn)(void);
+typedef void (*gdfk_int_fn)(int);
+
+static void gdfk_contexts(uintptr_t f, unsigned long long *mask, int *implicit, char *call, int len) {
+	((gdfk_contexts_fn)f)(mask, implicit, call, len);
+}
+static void gdfk_call(uintptr_t f) { ((gdfk_void_fn)f)(); }
+static void gdfk_call_int(uintptr_t f, int v) { ((gdfk_int_fn)f)(v); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/gpu/cuda"
+)
+
+// sym is the address of one of the fake's test entry points (fake mode
+// only: the test is skipped otherwise).
+func sym(t testing.TB, name string) C.uintptr_t {
+	t.Helper()
+	RequireFake(t)
+	p, err := cuda.Symbol(name)
+	if err != nil || p == 0 {
+		t.Fatalf("cudafake: the loaded library has no %s: %v", name, err)
+	}
+	return C.uintptr_t(p)
+}
+
+// Contexts says on which devices the process has a CUDA context (bit d of
+// mask for device d), and how many calls that need one ran on an OS thread
+// where no device was ever set, so that the real runtime would have made a
+// context on device 0 (the last such call is named in last).
+func Contexts(t testing.TB) (mask uint64, implicit int, last string) {
+	f := sym(t, "fakecudaContexts")
+	var m C.ulonglong
+	var n C.int
+	var buf [64]C.char
+	C.gdfk_contexts(f, &m, &n, &buf[0], C.int(len(buf)))
+	return uint64(m), int(n), C.GoString(&buf[0])
+}
+
+// ResetContexts forgets the contexts made so far (see Contexts).
+func ResetContexts(t testing.TB) { C.gdfk_call(sym(t, "fakecudaResetContexts")) }
+
+// OnlyContexts fails t unless the process made contexts on the given
+// devices only, and no call ran on a thread with no device set.
+func OnlyContexts(t testing.TB, devices ...int) {
+	t.Helper()
+	var want uint64
+	for _, d := range devices {
+		want |= 1 << d
+	}
+	mask, implicit, last := Contexts(t)
+	if implicit != 0 {
+		t.Errorf("%d CUDA call(s) needed a context on a thread with no device set (the last: %s): the real runtime makes one on device 0", implicit, last)
+	}
+	if mask&^want != 0 {
+		t.Errorf("CUDA contexts on devices %s, want only %v", devs(mask), devices)
+	}
+}
+
+func devs(mask uint64) string {
+	var out []int
+	for d := 0; d < 64; d++ {
+		if mask&(1<<d) != 0 {
+			out = append(out, d)
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// HoldFunc is the address of a C function that, queued on a stream with
+// Stream.LaunchHostFunc, keeps the stream busy until Gate(true), as an NCCL
+// kernel that waits for a peer does.
+func HoldFunc(t testing.TB) uintptr { return uintptr(sym(t, "fakecudaHold")) }
+
+// Gate closes (false) or opens (true) the gate that HoldFunc waits for.
+func Gate(t testing.TB, open bool) {
+	v := C.int(0)
+	if open {
+		v = 1
+	}
+	C.gdfk_call_int(sym(t, "fakecudaGate"), v)
+}
+
+// CopyDelay makes every synchronous copy (cudaMemcpy) take d longer, until
+// called again with 0.
+func CopyDelay(t testing.TB, d time.Duration) {
+	C.gdfk_call_int(sym(t, "fakecudaCopyDelay"), C.int(d.Milliseconds()))
+}
+
+// NoImplicitContexts fails t if, since ResetContexts, a call that needs a
+// context ran on a thread where no device was ever set (whatever other
+// goroutines of the process did on their own devices meanwhile).
+func NoImplicitContexts(t testing.TB) {
+	t.Helper()
+	if _, implicit, last := Contexts(t); implicit != 0 {
+		t.Errorf("%d CUDA call(s) needed a context on a thread with no device set (the last: %s): the real runtime makes one on device 0", implicit, last)
+	}
+}

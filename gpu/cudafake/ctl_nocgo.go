@@ -1,0 +1,32 @@
+//go:build !cgo
+
+package cudafake
+
+import (
+	"testing"
+	"time"
+)
+
+// Contexts skips t: without cgo there is no fake.
+func Contexts(t testing.TB) (mask uint64, implicit int, last string) {
+	RequireFake(t)
+	return 0, 0, ""
+}
+
+// ResetContexts skips t: without cgo there is no fake.
+func ResetContexts(t testing.TB) { RequireFake(t) }
+
+// OnlyContexts skips t: without cgo there is no fake.
+func OnlyContexts(t testing.TB, devices ...int) { RequireFake(t) }
+
+// HoldFunc skips t: without cgo there is no fake.
+func HoldFunc(t testing.TB) uintptr { RequireFake(t); return 0 }
+
+// Gate skips t: without cgo there is no fake.
+func Gate(t testing.TB, open bool) { RequireFake(t) }
+
+// CopyDelay skips t: without cgo there is no fake.
+func CopyDelay(t testing.TB, d time.Duration) { RequireFake(t) }
+
+// NoImplicitContexts skips t: without cgo there is no fake.
+func NoImplicitContexts(t testing.TB) { RequireFake(t) }
