@@ -774,8 +774,13 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if cfg.JSON {
 			out.Encode(s)
 		} else {
-			fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
-				s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
+			if lps > 1 {
+				fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f tokens/s, step p50 %.2f ms, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f\n",
+					s.Model, s.WorldSize, s.Steps, s.TokensPerSec, s.StepMsP50, s.EvalBPB, s.UnigramBPB, s.TestAccuracy)
+			} else {
+				fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
+					s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
+			}
 			if p := s.Pipeline; p != nil {
 				fmt.Fprintf(cfg.Out, "pipeline: %d stage(s) x %d replica(s), layers %v, %d micro-batches (%s): bubble %.3f, theory (K-1)/(M+K-1) %.3f, with instant messages %.3f (%.3f at mean op times)\n",
 					p.Stages, p.Replicas, p.Boundaries, p.Microbatches, p.Schedule, p.Bubble, p.BubbleTheory, p.ReplayBubble, p.ReplayMeanBubble)

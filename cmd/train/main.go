@@ -3,6 +3,7 @@
 //
 //	go run ./cmd/train                      # MLP on Fashion-MNIST, DDP over 2 local processes
 //	go run ./cmd/train -nproc 4 -model cnn -epochs 3 -json
+//	go run ./cmd/train -model gpt -save gpt.safetensors  # a byte-level GPT on the Go tree, a few minutes (defaults: gpt.go)
 //
 // With a process backend (tcp, shm; -backend auto with -nproc > 1) it launches
 // -nproc local worker processes itself, like torchrun, and serves their
