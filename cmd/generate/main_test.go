@@ -79,6 +79,11 @@ func TestGenerateFromCheckpoints(t *testing.T) {
 			t.Fatalf("parameter %d: ddp %v, zero3 %v", i, v, w)
 		}
 	}
+	var maxd float64
+	for i, v := range a.Flat.Value {
+		maxd = math.Max(maxd, math.Abs(float64(v-b.Flat.Value[i])))
+	}
+	t.Logf("largest parameter difference between ddp and zero3: %g", maxd)
 	const prompt = "func main() {"
 	args := []string{"-prompt", prompt, "-n", "60", "-temperature", "0.8", "-seed", "1"}
 	outDDP, err := generate(t, append([]string{"-ckpt", paths["ddp"]}, args...)...)
