@@ -508,8 +508,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// prefixWriter writes whole lines to w, each with prefix, under mu. A
-// partial last line waits for its newline or for Flush. It is used by one
+// prefixWriter writes whole lines to w, each with prefix, under mu; a
+// carriage return ends a line too (a progress bar's updates), an empty one
+// is dropped. A partial last line waits for its newline or carriage
+// return, or for Flush. It is used by one
 // goroutine at a time (the one exec.Cmd starts to copy a pipe).
 type prefixWriter struct {
 	mu     *sync.Mutex
@@ -526,12 +528,17 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.buf = append(p.buf, b...)
 	var out []byte
 	for {
-		i := bytes.IndexByte(p.buf, '\n')
+		i := bytes.IndexAny(p.buf, "\n\r")
 		if i < 0 {
 			break
 		}
-		out = append(out, p.prefix...)
-		out = append(out, p.buf[:i+1]...)
+		// A carriage return ends a progress bar's update, which the next
+		// overwrites: pass it on (prefixed) rather than hold it for a
+		// newline that comes only when the bar is done.
+		if p.buf[i] == '\n' || i > 0 {
+			out = append(out, p.prefix...)
+			out = append(out, p.buf[:i+1]...)
+		}
 		p.buf = p.buf[i+1:]
 	}
 	if len(p.buf) > maxLine {

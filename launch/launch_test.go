@@ -327,4 +327,15 @@ func TestPrefixWriter(t *testing.T) {
 	if got := b.String(); got != "[r] a\n[r] bc\n[r] \n[r] d\n" {
 		t.Fatalf("got %q", got)
 	}
+	// A progress bar's updates pass at once, each prefixed.
+	b.Reset()
+	p.Write([]byte("\rstep 1/3 "))
+	p.Write([]byte("\rstep 2/3 "))
+	if got := b.String(); got != "[r] step 1/3 \r" {
+		t.Fatalf("bar: got %q", got)
+	}
+	p.Write([]byte("\rstep 3/3 \n"))
+	if got := b.String(); got != "[r] step 1/3 \r[r] step 2/3 \r[r] step 3/3 \n" {
+		t.Fatalf("bar: got %q", got)
+	}
 }

@@ -1,7 +1,10 @@
 // Package optim holds the optimizers gdist applies to flat parameter and
 // gradient buffers (or to one rank's shard of them, for ZeRO): SGD with
 // momentum and Adam / AdamW, with PyTorch's update rules so that a model
-// trained here and one trained with torch.optim follow the same path.
+// trained here and one trained with torch.optim follow the same path;
+// and Schedule, the learning rate as a function of the step (linear
+// warm-up, then constant or cosine decay), which whoever steps the
+// optimizer applies with SetLR.
 package optim
 
 import (
@@ -18,6 +21,9 @@ type Optimizer interface {
 	State() (map[string][]float32, int64)
 	// SetStep sets the step count (after loading State from a checkpoint).
 	SetStep(int64)
+	// SetLR sets the learning rate of the following steps (a Schedule's
+	// value for the next step).
+	SetLR(lr float64)
 	Name() string
 }
 
@@ -104,8 +110,9 @@ func (s *SGD) State() (map[string][]float32, int64) {
 	return out, s.t
 }
 
-func (s *SGD) SetStep(t int64) { s.t = t }
-func (s *SGD) Name() string    { return "sgd" }
+func (s *SGD) SetStep(t int64)  { s.t = t }
+func (s *SGD) SetLR(lr float64) { s.LR = lr }
+func (s *SGD) Name() string     { return "sgd" }
 
 // Adam is torch.optim.Adam (or AdamW with Decoupled): bias-corrected first
 // and second moments.
@@ -146,7 +153,8 @@ func (a *Adam) State() (map[string][]float32, int64) {
 	return map[string][]float32{"exp_avg": a.m, "exp_avg_sq": a.v}, a.t
 }
 
-func (a *Adam) SetStep(t int64) { a.t = t }
+func (a *Adam) SetStep(t int64)  { a.t = t }
+func (a *Adam) SetLR(lr float64) { a.LR = lr }
 func (a *Adam) Name() string {
 	if a.Decoupled {
 		return "adamw"

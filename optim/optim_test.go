@@ -40,3 +40,48 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedule: warm-up rises linearly to the peak, cosine falls from it
+// to Final of it at Total (half-way at the middle) and stays there;
+// constant stays at the peak.
+func TestSchedule(t *testing.T) {
+	s := Schedule{Kind: "cosine", LR: 1, Warmup: 4, Total: 104, Final: 0.1}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		step int64
+		want float64
+	}{{0, 0.25}, {1, 0.5}, {3, 1}, {4, 1}, {54, 0.55}, {104, 0.1}, {500, 0.1}} {
+		if got := s.At(c.step); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("cosine step %d: %v, want %v", c.step, got, c.want)
+		}
+	}
+	for st := int64(5); st < 104; st++ {
+		if s.At(st) >= s.At(st-1) {
+			t.Fatalf("cosine does not fall at step %d", st)
+		}
+	}
+	c := Schedule{LR: 0.5, Warmup: 2}
+	if c.At(0) != 0.25 || c.At(1) != 0.5 || c.At(1000) != 0.5 || c.Constant() || !(Schedule{LR: 1}).Constant() {
+		t.Errorf("constant with warm-up: %v %v %v", c.At(0), c.At(1), c.At(1000))
+	}
+	for _, bad := range []Schedule{{Kind: "step", LR: 1}, {LR: 0}, {LR: 1, Warmup: -1}, {Kind: "cosine", LR: 1, Warmup: 10, Total: 10}, {LR: 1, Final: 2}} {
+		if bad.Check() == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// TestSetLR: the new rate applies to the next step.
+func TestSetLR(t *testing.T) {
+	for _, name := range []string{"sgd", "adam"} {
+		o, _ := New(Config{Name: name, LR: 0.1}, 1)
+		o.SetLR(0.01)
+		p := []float32{1}
+		o.Step(p, []float32{1})
+		if math.Abs(float64(p[0])-0.99) > 1e-6 {
+			t.Errorf("%s: p = %v after a step at lr 0.01, want 0.99", name, p[0])
+		}
+	}
+}

@@ -1,8 +1,11 @@
 // Package train is the training loop behind cmd/train: data loading and
-// distributed sampling, the model, the strategy, the optimizer, evaluation
-// after every epoch, checkpoints and resume, progress on stderr and JSON
-// events on stdout. It takes a comm.Comm, so it runs the same whether the
-// ranks are goroutines (inproc) or processes (tcp, shm).
+// distributed sampling, the model, the strategy, the optimizer and its
+// learning-rate schedule, gradient clipping, evaluation after every epoch
+// (and every -eval-every steps), checkpoints and resume, progress on
+// stderr and JSON events on stdout. LoadModel reads a checkpoint's model
+// back for inference (cmd/generate). It takes a comm.Comm, so it runs
+// the same whether the ranks are goroutines (inproc) or processes (tcp,
+// shm).
 //
 // # Strategies
 //
@@ -29,6 +32,18 @@
 // and calls Register from an init function; the Factory's Check validates
 // its own settings, so Config.Validate knows every registered name.
 // example_strategy_test.go is one, written outside the package.
+//
+// Two optional interfaces extend a Strategy, and the built-in ones
+// implement both: an LRSetter takes the learning rate of every step from
+// the schedule (schedule.go: -warmup, -lr-schedule constant|cosine over
+// the run's length, -steps or the epochs' steps; a function of the global
+// step, which checkpoints keep, so a resumed run goes on at the same
+// rate), and a GradClipper clips the synchronised gradients by their
+// global norm between Step and Update (clip.go: -clip-grad; the norm sums
+// each ZeRO rank's shard, or each pipeline stage's range within one
+// replica, so nothing is missed or counted twice). Run refuses those
+// flags for a strategy that lacks the interface. -eval-every adds
+// evaluations ("eval" events) between the epochs' ends.
 //
 // # Checkpoints
 //

@@ -18,7 +18,9 @@ type bar struct {
 
 func newBar(w io.Writer) *bar { return &bar{w: w, unit: "samples"} }
 
-func (b *bar) update(epoch, epochs, k, n int, rate, loss, eta float64) {
+// update shows k of n done (what: "epoch 1/2" for the batches of an
+// epoch, "step" for the steps of a run).
+func (b *bar) update(what string, k, n int, rate, loss, eta float64) {
 	if b.w == nil {
 		return
 	}
@@ -28,8 +30,8 @@ func (b *bar) update(epoch, epochs, k, n int, rate, loss, eta float64) {
 	b.last = time.Now()
 	const width = 30
 	fill := width * k / max(n, 1)
-	fmt.Fprintf(b.w, "\repoch %d/%d [%s%s] %d/%d  %6.0f %s/s  loss %.4f  ETA %s ",
-		epoch, epochs, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), k, n, rate, b.unit, loss, fmtDur(eta))
+	fmt.Fprintf(b.w, "\r%s [%s%s] %d/%d  %6.0f %s/s  loss %.4f  ETA %s ",
+		what, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), k, n, rate, b.unit, loss, fmtDur(eta))
 	b.shown = true
 }
 

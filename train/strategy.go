@@ -16,7 +16,9 @@ import (
 // Strategy is how the ranks share the work of training: each rank holds
 // one, built by the Factory registered under Config.Strategy. Run calls
 // its methods from one goroutine, in this order: Load (when resuming),
-// Step and Update for every batch, Eval and Save after every epoch,
+// Step and Update for every batch (with ClipGrads between them and SetLR
+// before Update when the strategy is a GradClipper or an LRSetter and
+// the run clips or schedules), Eval and Save after every epoch,
 // Memory and Report at the end, then Close.
 //
 // A method marked collective must be called by every rank of the training

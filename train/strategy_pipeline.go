@@ -63,7 +63,7 @@ var _ Strategy = (*pipelineStrategy)(nil)
 // on K*D ranks. World rank r is stage r%K of replica r/K: each replica's K
 // ranks form a pipeline Comm, and each stage's D replicas a data-parallel
 // Comm that averages the stage's gradients (one all-reduce of the stage's
-// contiguous gradient range) before the optimizer step.
+// contiguous gradient range) at the end of Step.
 type pipelineStrategy struct {
 	c      comm.Comm
 	p      *pipeline.Pipeline
@@ -129,9 +129,21 @@ func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
 // DataRank: the K ranks of one pipeline share each batch.
 func (s *pipelineStrategy) DataRank() (rank, world int) { return s.c.Rank() / s.k, s.d }
 
+// Step runs the pipeline on this replica's batch and then averages each
+// stage's gradients over the replicas (one all-reduce of the stage's
+// contiguous gradient range), so that, as Strategy.Step says, they are
+// synchronised when it returns (gradient clipping reads them there).
 func (s *pipelineStrategy) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	loss, err := s.p.Step(ctx, x, y)
-	return float32(loss), err
+	if err != nil {
+		return float32(loss), err
+	}
+	if s.d > 1 {
+		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, comm.FromSlice(s.p.Grads()), comm.Avg)); err != nil {
+			return 0, fmt.Errorf("train: averaging stage gradients over replicas: %w", err)
+		}
+	}
+	return float32(loss), nil
 }
 
 // Eval gives every rank the whole model first.
@@ -143,11 +155,6 @@ func (s *pipelineStrategy) Eval(ctx context.Context, eval func() error) error {
 }
 
 func (s *pipelineStrategy) Update(ctx context.Context) error {
-	if s.d > 1 {
-		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, comm.FromSlice(s.p.Grads()), comm.Avg)); err != nil {
-			return fmt.Errorf("train: averaging stage gradients over replicas: %w", err)
-		}
-	}
 	s.p.Update(s.opt)
 	return nil
 }

@@ -137,3 +137,30 @@ func TestRegistry(t *testing.T) {
 		}()
 	}
 }
+
+// TestOptionalInterfaces: a strategy that is no LRSetter or GradClipper
+// (the example "replicated") trains with a constant rate and no clipping,
+// and -warmup, -lr-schedule or -clip-grad with it is a configuration error
+// naming the flags.
+func TestOptionalInterfaces(t *testing.T) {
+	cfg := train.Config{Model: "mlp", DataDir: "synthetic", Epochs: 1, Steps: 2, Batch: 16, LR: 0.05, Optimizer: "sgd",
+		Seed: 3, Limit: 64, Backend: "inproc", Strategy: "replicated"}
+	runOn(t, 1, cfg)
+	for _, tc := range []struct {
+		mod  func(c *train.Config)
+		want string
+	}{
+		{func(c *train.Config) { c.Warmup = 1 }, "drop -warmup and -lr-schedule"},
+		{func(c *train.Config) { c.LRSchedule = "cosine" }, "drop -warmup and -lr-schedule"},
+		{func(c *train.Config) { c.ClipGrad = 1 }, "drop -clip-grad"},
+	} {
+		c := cfg
+		tc.mod(&c)
+		cs, _ := inproc.New(1, comm.Options{})
+		_, err := train.Run(context.Background(), cs[0], c)
+		cs[0].Close()
+		if !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want a configuration error saying %q", c, err, tc.want)
+		}
+	}
+}

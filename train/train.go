@@ -79,7 +79,30 @@ type Config struct {
 	// Stop, when closed on any rank, preempts the run: every rank
 	// finishes the step under way, Run saves at that point (with Save)
 	// and returns ErrPreempted. nil: never.
-	Stop     <-chan struct{}
+	Stop <-chan struct{}
+
+	// The run's length, learning-rate schedule, clipping and evaluation
+	// (schedule.go, clip.go).
+	//
+	// Steps ends the run at this many optimizer steps (counted over
+	// resumes, like Position.Step) or at the end of Epochs, whichever
+	// comes first; 0: Epochs alone. That length is what the schedule
+	// spans; MaxSteps only stops this run early.
+	Steps int64
+	// Warmup raises the learning rate linearly from LR/Warmup to LR over
+	// the first Warmup steps.
+	Warmup int
+	// LRSchedule is the rate after the warm-up: "constant" (or "") LR, or
+	// "cosine", decaying from LR to FinalLR*LR at the run's last step.
+	LRSchedule string
+	// ClipGrad, when positive, scales every step's averaged gradient down
+	// to this global L2 norm when its norm is larger (GradClipper).
+	ClipGrad float64
+	// EvalEvery, when positive, evaluates on the held-out set every
+	// EvalEvery steps (an "eval" event), besides the evaluation at the
+	// end of every epoch and of the run.
+	EvalEvery int
+
 	JSON     bool
 	Progress io.Writer // rank 0's progress bar; nil for none
 	Out      io.Writer // rank 0's events (JSON lines) or human summary
@@ -123,6 +146,12 @@ type Summary struct {
 	// ModelStatePeakBytes adds the most held transiently (ZeRO-2's
 	// gradient buckets) to the persistent model state.
 	ModelStatePeakBytes int64 `json:"model_state_peak_bytes"`
+	// With ClipGrad: the steps of this run whose gradient norm exceeded
+	// it (and were scaled down), and the median norm before clipping.
+	ClippedSteps int64   `json:"clipped_steps,omitempty"`
+	GradNormP50  float64 `json:"grad_norm_p50,omitempty"`
+	// LR is the learning rate of the run's last step (the schedule's).
+	LR float64 `json:"lr"`
 	// Pipeline holds the pipeline's measurements (-strategy pipeline).
 	Pipeline *PipelineSummary `json:"pipeline,omitempty"`
 	// CommBytesPerStep is what this rank sent per training step on the
@@ -160,6 +189,19 @@ type EpochEvent struct {
 	// Language models: tokens (bytes) per second and held-out bits per byte.
 	TokensPerSec float64 `json:"tokens_per_sec,omitempty"`
 	EvalBPB      float64 `json:"eval_bpb,omitempty"`
+}
+
+// EvalEvent is printed every Config.EvalEvery steps.
+type EvalEvent struct {
+	Event        string  `json:"event"` // "eval"
+	Step         int64   `json:"step"`
+	Epoch        int     `json:"epoch"`      // the epoch under way, from 1
+	TrainLoss    float64 `json:"train_loss"` // mean over the steps since the last "eval" event (all ranks)
+	EvalLoss     float64 `json:"eval_loss"`
+	TestAccuracy float64 `json:"test_accuracy"`
+	EvalBPB      float64 `json:"eval_bpb,omitempty"` // language models
+	LR           float64 `json:"lr"`                 // the last step's learning rate
+	Seconds      float64 `json:"seconds"`            // since the run started
 }
 
 // ErrPreempted is Run's error when Config.Stop stopped it: every rank
@@ -222,6 +264,19 @@ func (c *Config) Validate() error {
 		return bad("-resume auto resumes from the -save checkpoint: set -save")
 	case c.World < 0:
 		return bad("world size %d is negative", c.World)
+	case c.Steps < 0:
+		return bad("-steps %d: want 0 (the -epochs decide) or more", c.Steps)
+	case c.Warmup < 0:
+		return bad("-warmup %d: want 0 (none) or more steps", c.Warmup)
+	case c.LRSchedule != "" && c.LRSchedule != "constant" && c.LRSchedule != "cosine":
+		return bad("-lr-schedule %q: want constant or cosine", c.LRSchedule)
+	case c.ClipGrad < 0 || math.IsNaN(c.ClipGrad) || math.IsInf(c.ClipGrad, 0):
+		return bad("-clip-grad %v: want a positive gradient norm (0: no clipping)", c.ClipGrad)
+	case c.EvalEvery < 0:
+		return bad("-eval-every %d: want 0 (at the end of each epoch only) or more steps", c.EvalEvery)
+	}
+	if _, _, err := models.Net(c.Model); err != nil {
+		return bad("%v", err)
 	}
 	if err := checkStrategy(c); err != nil {
 		return err
@@ -492,6 +547,24 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 
 	nb := smp.NumBatches()
+	total := cfg.runSteps(nb)
+	sched, err := cfg.schedule(total)
+	if err != nil {
+		return nil, err
+	}
+	setLR, _ := strat.(LRSetter)
+	if !sched.Constant() && setLR == nil {
+		return nil, fmt.Errorf("%w: -strategy %s cannot change its learning rate (it is no train.LRSetter): drop -warmup and -lr-schedule", ErrConfig, cfg.Strategy)
+	}
+	clipper, _ := strat.(GradClipper)
+	if cfg.ClipGrad > 0 && clipper == nil {
+		return nil, fmt.Errorf("%w: -strategy %s cannot clip gradients (it is no train.GradClipper): drop -clip-grad", ErrConfig, cfg.Strategy)
+	}
+	// With a step budget shorter than the epochs, the bar counts steps.
+	byStep := total < int64(cfg.Epochs)*int64(nb)
+	var norms []float64 // gradient norms before clipping
+	var clipped int64
+	lastLR := sched.At(max(pos.Step-1, 0))
 	x := make([]float32, cfg.Batch*m.InputSize())
 	y := make([]int32, cfg.Batch*lps)
 	var idx []int
@@ -520,8 +593,47 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return s
 	}
 	stopped, preempted := false, false
+	loopStart := time.Now()
+	// The training loss since the last "eval" event, and that evaluation.
+	var sinceSum float64
+	var sinceN int
+	evalNow := func(epoch int) error {
+		v := []float64{sinceSum, float64(sinceN)}
+		if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+			return err
+		}
+		sinceSum, sinceN = 0, 0
+		if err := syncBuffers(ctx, c, m); err != nil {
+			return err
+		}
+		loss, acc, err := eval()
+		if err != nil {
+			return err
+		}
+		if !lead {
+			return nil
+		}
+		e := EvalEvent{Event: "eval", Step: steps, Epoch: epoch + 1, TrainLoss: v[0] / math.Max(v[1], 1), EvalLoss: loss, TestAccuracy: acc,
+			LR: lastLR, Seconds: time.Since(wallStart).Seconds()}
+		line := fmt.Sprintf("step %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, lr %.3g", e.Step, total, e.TrainLoss, e.EvalLoss, e.TestAccuracy, e.LR)
+		if lps > 1 {
+			e.EvalBPB = loss / math.Ln2
+			line = fmt.Sprintf("step %d/%d: train loss %.4f, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f, lr %.3g",
+				e.Step, total, e.TrainLoss, e.EvalBPB, uni, e.TestAccuracy, e.LR)
+		}
+		bar.done()
+		if cfg.JSON {
+			out.Encode(e)
+			if cfg.Progress != nil {
+				fmt.Fprintln(cfg.Progress, line)
+			}
+		} else {
+			fmt.Fprintln(cfg.Out, line)
+		}
+		return nil
+	}
 
-	for epoch := pos.Epoch; epoch < cfg.Epochs && !stopped; epoch++ {
+	for epoch := pos.Epoch; epoch < cfg.Epochs && !stopped && !(cfg.Steps > 0 && steps >= cfg.Steps); epoch++ {
 		first := 0
 		if epoch == pos.Epoch {
 			first = pos.Batch
@@ -544,6 +656,22 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			loss, err := strat.Step(ctx, x, y)
 			if err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
+			}
+			if cfg.ClipGrad > 0 {
+				norm, err := clipper.ClipGrads(ctx, cfg.ClipGrad)
+				if err != nil {
+					return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
+				}
+				norms = append(norms, norm)
+				if norm > cfg.ClipGrad {
+					clipped++
+				}
+			}
+			if !sched.Constant() {
+				// The rate of global step `steps`: a resumed run goes on
+				// where the schedule was.
+				lastLR = sched.At(steps)
+				setLR.SetLR(lastLR)
 			}
 			if err := strat.Update(ctx); err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
@@ -568,11 +696,27 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := prog.step(steps); err != nil {
 				return nil, err
 			}
+			sinceSum += float64(loss)
+			sinceN++
+			end := stop || cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps || cfg.Steps > 0 && steps >= cfg.Steps
 			if lead {
-				el := time.Since(epochStart).Seconds()
-				bar.update(epoch+1, cfg.Epochs, k+1, nb, float64(epochSamples*lps)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
+				if byStep {
+					el := time.Since(loopStart).Seconds()
+					bar.update("step", int(steps), int(total), float64(stepsThisRun*cfg.Batch*dataWorld*lps)/el, lossSum/float64(lossN),
+						el/float64(stepsThisRun)*float64(total-steps))
+				} else {
+					el := time.Since(epochStart).Seconds()
+					bar.update(fmt.Sprintf("epoch %d/%d", epoch+1, cfg.Epochs), k+1, nb, float64(epochSamples*lps)/el, lossSum/float64(lossN), el/float64(k+1-first)*float64(nb-k-1))
+				}
 			}
-			if stop || cfg.MaxSteps > 0 && stepsThisRun >= cfg.MaxSteps {
+			// Not at the end of an epoch or of the run: their own
+			// evaluation reports that step.
+			if cfg.EvalEvery > 0 && steps%int64(cfg.EvalEvery) == 0 && !end && k+1 < nb {
+				if err := evalNow(epoch); err != nil {
+					return nil, err
+				}
+			}
+			if end {
 				preempted = stop
 				pos = nextPos(epoch, k, nb, steps)
 				stopped = true
@@ -677,7 +821,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		Steps: steps, TrainSamples: trainSet.Len(), SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
-		Overlap: !cfg.NoOverlap, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds()}
+		Overlap: !cfg.NoOverlap, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds(),
+		ClippedSteps: clipped, GradNormP50: median(norms), LR: lastLR}
 	if lps > 1 {
 		s.TokensPerSec = rate[0] * float64(lps)
 		s.EvalBPB = lastEval[0] / math.Ln2
@@ -700,8 +845,13 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if cfg.JSON {
 			out.Encode(s)
 		} else {
-			fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
-				s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
+			if lps > 1 {
+				fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f tokens/s, step p50 %.2f ms, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f\n",
+					s.Model, s.WorldSize, s.Steps, s.TokensPerSec, s.StepMsP50, s.EvalBPB, s.UnigramBPB, s.TestAccuracy)
+			} else {
+				fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
+					s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
+			}
 			if p := s.Pipeline; p != nil {
 				fmt.Fprintf(cfg.Out, "pipeline: %d stage(s) x %d replica(s), layers %v, %d micro-batches (%s): bubble %.3f, theory (K-1)/(M+K-1) %.3f, with instant messages %.3f (%.3f at mean op times)\n",
 					p.Stages, p.Replicas, p.Boundaries, p.Microbatches, p.Schedule, p.Bubble, p.BubbleTheory, p.ReplayBubble, p.ReplayMeanBubble)

@@ -293,6 +293,15 @@ func (e *Engine) Shard() (lo, hi int) { return e.lo, e.lo + e.s }
 // Optimizer returns the shard optimizer.
 func (e *Engine) Optimizer() optim.Optimizer { return e.opt }
 
+// Grads returns this rank's shard of the averaged gradients (a view),
+// valid from the end of Backward (or Finish) until Step clears it: stages
+// 1 and 2 its contiguous range of the flat gradient, stage 3 its part of
+// every tensor. The ranks' shards hold every element of the gradient
+// once (padding is zero), so the whole gradient's squared L2 norm is the
+// sum over ranks of their shards' sums of squares; scaling the shard in
+// place before Step scales this rank's update (gradient clipping).
+func (e *Engine) Grads() []float32 { return e.gradShard }
+
 // Params returns the flat parameters (stage 3: the spans only; no rank
 // holds the values).
 func (e *Engine) Params() *flat.Params { return e.fp }

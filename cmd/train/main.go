@@ -3,6 +3,7 @@
 //
 //	go run ./cmd/train                      # MLP on Fashion-MNIST, DDP over 2 local processes
 //	go run ./cmd/train -nproc 4 -model cnn -epochs 3 -json
+//	go run ./cmd/train -model gpt -save gpt.safetensors  # a byte-level GPT on the Go tree, a few minutes (defaults: gpt.go)
 //
 // With a process backend (tcp, shm; -backend auto with -nproc > 1) it launches
 // -nproc local worker processes itself, like torchrun, and serves their
@@ -60,6 +61,7 @@ type options struct {
 	maxRestarts int
 	minNProc    int
 	peerTimeout time.Duration
+	gpt         gptFlags
 }
 
 // strategyHelp lists the registered strategies with their descriptions.
@@ -78,7 +80,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks (local worker processes, or goroutines with -backend inproc)")
 	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm or auto (for several processes: shared memory between ranks on one host, tcp across hosts; inproc for one process)")
-	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn (mlp-xl: 36.8M parameters, for ZeRO experiments)")
+	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn (mlp-xl: 36.8M parameters, for ZeRO experiments); gpt, gpt-large, or gpt-L<layers>-D<dmodel>-H<heads>-T<context> (byte-level language models, trained on text; see -layers and the defaults below)")
 	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set); for -model gpt a text file or directory (default: the Go source tree's .go files)")
 	fs.IntVar(&c.Epochs, "epochs", 2, "epochs")
 	fs.IntVar(&c.Batch, "batch", 64, "batch size per rank")
@@ -111,7 +113,18 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
 	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
+	o.gpt.register(fs, c) // gpt.go: the language-model flags
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of train:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\n%s.\n", gptDefaultsDoc())
+	}
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := o.gpt.apply(set, c); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

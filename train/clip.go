@@ -1,0 +1,71 @@
+package train
+
+// Gradient clipping by global norm (Config.ClipGrad, -clip-grad).
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/gdist/gdist/comm"
+)
+
+// GradClipper is a Strategy that clips its gradients by their global
+// norm (Config.ClipGrad). The built-in strategies are GradClippers; Run
+// refuses -clip-grad for a strategy that is not one.
+type GradClipper interface {
+	// ClipGrads runs between Step and Update, on the synchronised
+	// gradients: it computes norm, the L2 norm of the whole model's
+	// averaged gradient (wherever the strategy keeps its parts), and, if
+	// norm > max, scales the gradients by max/(norm+1e-6), as
+	// torch.nn.utils.clip_grad_norm_ does. It returns norm (before
+	// clipping), the same on every rank. Collective.
+	ClipGrads(ctx context.Context, max float64) (norm float64, err error)
+}
+
+// clipGrads clips by global norm the gradient of which g is this rank's
+// part: norm^2 is the sum over the ranks of over of their parts' sums of
+// squares (each element of the gradient must be in exactly one rank's
+// part: a ZeRO shard, a pipeline stage's range), or g's own when over is
+// nil (g is the whole gradient, as every DDP rank holds it after the
+// all-reduce). Every rank scales its part by the same factor. A norm that
+// is not finite clips nothing: the loss check stops the run instead.
+// Collective over over.
+func clipGrads(ctx context.Context, over comm.Comm, g []float32, max float64) (float64, error) {
+	var ss float64
+	for _, v := range g {
+		ss += float64(v) * float64(v)
+	}
+	if over != nil && over.Size() > 1 {
+		v := []float64{ss}
+		if err := comm.Run(ctx)(over.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+			return 0, fmt.Errorf("train: summing the gradient norm over the ranks: %w", err)
+		}
+		ss = v[0]
+	}
+	norm := math.Sqrt(ss)
+	if coef := max / (norm + 1e-6); coef < 1 && !math.IsInf(norm, 0) && !math.IsNaN(norm) {
+		f := float32(coef)
+		for i := range g {
+			g[i] *= f
+		}
+	}
+	return norm, nil
+}
+
+// ClipGrads: every rank holds the whole averaged gradient.
+func (s *ddpStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	return clipGrads(ctx, nil, s.m.Flat.Grad, max)
+}
+
+// ClipGrads: the norm is over every rank's gradient shard.
+func (s *zeroStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	return clipGrads(ctx, s.c, s.e.Grads(), max)
+}
+
+// ClipGrads: the norm is over the stages of this rank's pipeline (each
+// holds its range, averaged over the replicas in Step), so that no
+// replica's copy is counted twice.
+func (s *pipelineStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	return clipGrads(ctx, s.pc, s.p.Grads(), max)
+}
