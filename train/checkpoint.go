@@ -171,7 +171,13 @@ var InputNormalization = fmt.Sprintf("x = (pixel/255 - %.4f) / %.4f", data.Fashi
 // save's files are removed, and before writing, temporary files an earlier
 // crashed save left are.
 func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
-	removeStale(path, "", true)
+	return snapshotFull(path, m, opt, pos, meta)()
+}
+
+// snapshotFull is Save in two parts: it copies the model and the
+// optimizer state now and returns the function that writes the copy (it
+// may run while training goes on: an asynchronous save).
+func snapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) (write func() error) {
 	id := newSaveID(pos.Step)
 	common := map[string]string{
 		"format":  "gdist-v1",
@@ -195,6 +201,7 @@ func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta 
 	for k, v := range common {
 		trainMeta[k] = v
 	}
+	// checkpoint.F32 copies: ts and model are the snapshot.
 	var ts []checkpoint.Tensor
 	names := make([]string, 0, len(st))
 	for k := range st {
@@ -204,21 +211,25 @@ func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta 
 	for _, k := range names {
 		ts = append(ts, checkpoint.F32("optimizer."+k, []int{len(st[k])}, st[k]))
 	}
-	tpath := trainFile(path, id)
-	if err := checkpoint.Write(tpath, ts, trainMeta); err != nil {
-		return fmt.Errorf("train: saving optimizer state: %w", err)
+	model := ModelTensors(m)
+	return func() error {
+		removeStale(path, "", true)
+		tpath := trainFile(path, id)
+		if err := checkpoint.Write(tpath, ts, trainMeta); err != nil {
+			return fmt.Errorf("train: saving optimizer state: %w", err)
+		}
+		if err := saveHook(0, "commit"); err != nil {
+			return err
+		}
+		common[fileIDKey] = id
+		common["train_state"] = filepath.Base(tpath)
+		if err := checkpoint.Write(path, model, common); err != nil {
+			os.Remove(tpath)
+			return fmt.Errorf("train: saving model: %w", err)
+		}
+		removeStale(path, id, false)
+		return nil
 	}
-	if err := saveHook(0, "commit"); err != nil {
-		return err
-	}
-	common[fileIDKey] = id
-	common["train_state"] = filepath.Base(tpath)
-	if err := checkpoint.Write(path, ModelTensors(m), common); err != nil {
-		os.Remove(tpath)
-		return fmt.Errorf("train: saving model: %w", err)
-	}
-	removeStale(path, id, false)
-	return nil
 }
 
 // Load restores what Save wrote into m and opt and returns the position and

@@ -45,14 +45,47 @@ import (
 // save the previous save's files at path (shards, or the optimizer state
 // of an earlier full checkpoint) are removed.
 func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) error {
+	phases, err := snapshotZero(ctx, c, path, m, e, pos, meta)
+	if err != nil {
+		return err
+	}
+	return runPhases(ctx, c, phases, path)
+}
+
+// runPhases runs a save's phases one after the other, every rank's part
+// of one before any of the next: a collective.
+func runPhases(ctx context.Context, c comm.Comm, phases []func() error, path string) error {
+	for i, ph := range phases {
+		var err error
+		if ph != nil {
+			err = ph()
+		}
+		what := path
+		if i < len(phases)-1 {
+			what = "its part of " + path
+		}
+		if err := agree(ctx, c, err, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshotZero is SaveZero in parts: it copies (a collective) what the
+// save writes and returns this rank's part of each phase of the writing:
+// the shard files, then rank 0's model file, which commits the save. A
+// phase starts once every rank finished the one before (runPhases, or the
+// asynchronous saver, which runs them while training goes on).
+func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) ([]func() error, error) {
 	var id string
 	if c.Rank() == 0 {
-		// Before any rank writes: the broadcast below holds them back.
+		// Before any rank writes: the broadcast holds them back (and no
+		// earlier save is still writing: the saver finishes one first).
 		removeStale(path, "", true)
 		id = newSaveID(pos.Step)
 	}
 	if err := comm.BroadcastObject(ctx, c, &id, 0); err != nil {
-		return fmt.Errorf("train: saving %s: %w", path, err)
+		return nil, fmt.Errorf("train: saving %s: %w", path, err)
 	}
 	md := map[string]string{}
 	for k, v := range meta {
@@ -73,12 +106,16 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 				checkpoint.I64(p+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
 		}
 	}
-	err := saveHook(c.Rank(), "shard")
-	if err == nil {
-		err = e.WriteShard(ctx, path+"."+id, md, extra)
-	}
+	writeShard, err := e.SnapshotShard(ctx, path+"."+id, md, extra)
 	if err := agree(ctx, c, err, "its shard of "+path); err != nil {
-		return err
+		return nil, err
+	}
+	rank := c.Rank()
+	shard := func() error {
+		if err := saveHook(rank, "shard"); err != nil {
+			return err
+		}
+		return writeShard()
 	}
 	// Rank 0 writes the whole model: with stage 3 every rank takes part in
 	// gathering it (tensor by tensor), and only rank 0 keeps it.
@@ -86,28 +123,34 @@ func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e 
 	if m.Store != nil {
 		params, gerr := e.FullParams(ctx)
 		if gerr != nil {
-			return fmt.Errorf("train: saving %s: %w", path, gerr)
+			return nil, fmt.Errorf("train: saving %s: %w", path, gerr)
 		}
 		cp := *m
 		cp.Flat = &flat.Params{Value: params, Spans: m.Flat.Spans}
 		full = &cp
 	}
-	if c.Rank() == 0 {
-		md["format"] = zero.ShardFormat
-		md["model"] = m.Name
-		md["input_normalization"] = InputNormalization
-		md["num_params"] = strconv.Itoa(m.NumParams())
-		md["world_size"] = strconv.Itoa(c.Size())
-		md["shards"] = fmt.Sprintf("%s.%s.rank<r>-of-%d.safetensors", filepath.Base(path), id, c.Size())
-		md[fileIDKey] = id
-		if err = saveHook(0, "commit"); err != nil {
-		} else if err = checkpoint.Write(path, ModelTensors(full), md); err != nil {
-			err = fmt.Errorf("train: saving model: %w", err)
-		} else {
-			removeStale(path, id, false)
-		}
+	if rank != 0 {
+		return []func() error{shard, nil}, nil
 	}
-	return agree(ctx, c, err, path)
+	md["format"] = zero.ShardFormat
+	md["model"] = m.Name
+	md["input_normalization"] = InputNormalization
+	md["num_params"] = strconv.Itoa(m.NumParams())
+	md["world_size"] = strconv.Itoa(c.Size())
+	md["shards"] = fmt.Sprintf("%s.%s.rank<r>-of-%d.safetensors", filepath.Base(path), id, c.Size())
+	md[fileIDKey] = id
+	model := ModelTensors(full) // a copy
+	commit := func() error {
+		if err := saveHook(0, "commit"); err != nil {
+			return err
+		}
+		if err := checkpoint.Write(path, model, md); err != nil {
+			return fmt.Errorf("train: saving model: %w", err)
+		}
+		removeStale(path, id, false)
+		return nil
+	}
+	return []func() error{shard, commit}, nil
 }
 
 // agree tells every rank whether every rank's err is nil. A rank that

@@ -74,14 +74,26 @@ func shardSpan(p, world, rank int) (lo, n, s int) {
 // contiguous span of the file format tensor by tensor (one tensor held
 // at a time): then it is a collective, which every rank must call.
 func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor) error {
+	write, err := e.SnapshotShard(ctx, path, meta, extra)
+	if err != nil {
+		return err
+	}
+	return write()
+}
+
+// SnapshotShard is WriteShard in two parts: it copies this rank's shard
+// (under the same conditions as WriteShard, a collective with stage 3)
+// and returns the function that writes the copy, which may run later and
+// concurrently with Step and Update (a save that does not stop
+// training).
+func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor) (write func() error, err error) {
 	n := e.c.Size()
 	lo, ln, s := shardSpan(e.p, n, e.rank)
 	st, t := e.opt.State()
 	var params []float32
 	if e.st3 != nil {
-		var err error
 		if params, st, err = e.st3.fileSpan(ctx, lo, ln, st); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		params = e.flatP[lo : lo+ln]
@@ -104,15 +116,19 @@ func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]st
 	} {
 		md[k] = v
 	}
+	// checkpoint.F32 copies.
 	ts := []checkpoint.Tensor{checkpoint.F32("params", []int{ln}, params[:ln])}
 	for k, v := range st {
 		ts = append(ts, checkpoint.F32("optimizer."+k, []int{ln}, v[:ln]))
 	}
 	ts = append(ts, extra...)
-	if err := checkpoint.Write(ShardPath(path, e.rank, n), ts, md); err != nil {
-		return fmt.Errorf("zero: saving the shard of rank %d: %w", e.rank, err)
-	}
-	return nil
+	file, rank := ShardPath(path, e.rank, n), e.rank
+	return func() error {
+		if err := checkpoint.Write(file, ts, md); err != nil {
+			return fmt.Errorf("zero: saving the shard of rank %d: %w", rank, err)
+		}
+		return nil
+	}, nil
 }
 
 // LoadOptimizerState sets this rank's shard optimizer from the full
