@@ -14,41 +14,128 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/gdist/gdist/comm"
 )
 
 // saver saves the run's checkpoints, at most once per step, and times
-// them.
+// how long training stands still for them.
+//
+// With a strategy that can snapshot (snapshotter: DDP, ZeRO, the
+// pipeline), a save copies what it writes and the writing goes on in the
+// background while training continues: the saver's status rides on the
+// all-reduce every step does anyway (checkStep), and once every rank has
+// finished one phase of the writing (ZeRO: the shard files) the next
+// starts (rank 0's model file, whose atomic rename commits the save). A
+// save finishes before the next one starts, and at the end of the run. A
+// crash while writing leaves the previous checkpoint, as with a
+// synchronous save. The stall is the snapshot (a copy in memory), not the
+// write.
 type saver struct {
 	strat Strategy
+	c     comm.Comm
 	lead  bool // rank 0: keeps and prunes older checkpoints
 	keep  int  // checkpoints to keep (Config.Keep)
+	sync  bool // write before going on (Config.SyncSave, or no snapshotter)
 	path  string
 	meta  map[string]string
 	last  int64 // step of the last save; -1: none yet
 	n     int
 	max   time.Duration
 	total time.Duration
+	pend  *pendingSave
 }
 
-func newSaver(strat Strategy, lead bool, cfg Config, meta map[string]string) *saver {
-	return &saver{strat: strat, lead: lead, keep: max(cfg.Keep, 1), path: cfg.Save, meta: meta, last: -1}
+// snapshotter is what a strategy implements for saves that do not stop
+// training: SnapshotSave copies (a collective, quick) what Save would
+// write at pos and returns this rank's part of each phase of the writing
+// (nil: nothing); every rank returns as many phases, and a phase starts
+// once every rank finished the one before.
+type snapshotter interface {
+	SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error)
+}
+
+// pendingSave is a save being written.
+type pendingSave struct {
+	step   int64
+	phases []func() error
+	phase  int
+	done   chan error // the running phase's result
+	ended  bool       // the running phase ended here (err holds how)
+	err    error
+}
+
+// start runs the current phase in the background.
+func (p *pendingSave) start() {
+	p.done = make(chan error, 1)
+	p.ended, p.err = false, nil
+	ph := p.phases[p.phase]
+	if ph == nil {
+		p.done <- nil
+		return
+	}
+	go func() { p.done <- ph() }()
+}
+
+// poll reports this rank's status of the running phase without waiting:
+// 1 ended well, 0 still running, -1 failed.
+func (p *pendingSave) poll() int32 {
+	if !p.ended {
+		select {
+		case p.err = <-p.done:
+			p.ended = true
+		default:
+			return 0
+		}
+	}
+	if p.err != nil {
+		return -1
+	}
+	return 1
+}
+
+// wait waits for the running phase to end here.
+func (p *pendingSave) wait() {
+	if !p.ended {
+		p.err = <-p.done
+		p.ended = true
+	}
+}
+
+func newSaver(strat Strategy, c comm.Comm, cfg Config, meta map[string]string) *saver {
+	_, async := strat.(snapshotter)
+	return &saver{strat: strat, c: c, lead: c.Rank() == 0, keep: max(cfg.Keep, 1), sync: cfg.SyncSave || !async,
+		path: cfg.Save, meta: meta, last: -1}
 }
 
 // save saves at pos unless there is no -save path or pos's step is saved
-// already. Collective.
+// already. Collective. With snapshots it returns once the copy is taken;
+// finish waits for the writing.
 func (s *saver) save(ctx context.Context, pos Position) error {
 	if s.path == "" || pos.Step == s.last {
 		return nil
 	}
 	t0 := time.Now()
-	if s.lead && s.keep > 1 {
-		keepCurrent(s.path)
-	}
-	if err := s.strat.Save(ctx, s.path, pos, s.meta); err != nil {
+	if err := s.finish(ctx); err != nil {
 		return err
 	}
 	if s.lead && s.keep > 1 {
-		pruneKept(s.path, s.keep)
+		keepCurrent(s.path)
+	}
+	if s.sync {
+		if err := s.strat.Save(ctx, s.path, pos, s.meta); err != nil {
+			return err
+		}
+		if s.lead && s.keep > 1 {
+			pruneKept(s.path, s.keep)
+		}
+	} else {
+		phases, err := s.strat.(snapshotter).SnapshotSave(ctx, s.path, pos, s.meta)
+		if err != nil {
+			return err
+		}
+		s.pend = &pendingSave{step: pos.Step, phases: phases}
+		s.pend.start()
 	}
 	d := time.Since(t0)
 	s.last = pos.Step
@@ -56,6 +143,72 @@ func (s *saver) save(ctx context.Context, pos Position) error {
 	s.total += d
 	s.max = max(s.max, d)
 	return nil
+}
+
+// status is this rank's part of the per-step all-reduce (Min): 1 when no
+// save is being written or this rank's part of its phase ended well, 0
+// while it runs, -1 when it failed.
+func (s *saver) status() int32 {
+	if s.pend == nil {
+		return 1
+	}
+	return s.pend.poll()
+}
+
+// advance acts on the all-reduced status of every rank: the next phase
+// when all ended well, an error naming the rank when one failed.
+// Collective when a rank failed.
+func (s *saver) advance(ctx context.Context, all int32) error {
+	switch {
+	case s.pend == nil || all == 0:
+		return nil
+	case all < 0:
+		return s.failed(ctx)
+	}
+	s.pend.phase++
+	if s.pend.phase < len(s.pend.phases) {
+		s.pend.start()
+		return nil
+	}
+	s.pend = nil
+	if s.lead && s.keep > 1 {
+		pruneKept(s.path, s.keep)
+	}
+	return nil
+}
+
+// failed ends a save some rank failed to write, with an error naming that
+// rank on every rank. Collective.
+func (s *saver) failed(ctx context.Context) error {
+	p := s.pend
+	s.pend = nil
+	p.wait()
+	return agree(ctx, s.c, p.err, fmt.Sprintf("the checkpoint of step %d to %s (the previous checkpoint stays)", p.step, s.path))
+}
+
+// finish writes the pending save to the end, waiting for it. Collective.
+func (s *saver) finish(ctx context.Context) error {
+	for s.pend != nil {
+		s.pend.wait()
+		st := s.pend.poll()
+		all := []int32{st}
+		if err := comm.Run(ctx)(s.c.AllReduce(ctx, comm.FromSlice(all), comm.Min)); err != nil {
+			return fmt.Errorf("train: finishing the checkpoint of step %d: %w", s.pend.step, err)
+		}
+		if err := s.advance(ctx, all[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon waits for this rank's running write, if any, without the
+// others (Run is failing): no file is written after Run returns.
+func (s *saver) abandon() {
+	if s.pend != nil {
+		s.pend.wait()
+		s.pend = nil
+	}
 }
 
 // report fills in the summary's save figures.

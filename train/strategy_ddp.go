@@ -74,6 +74,15 @@ func (s *ddpStrategy) Save(ctx context.Context, path string, pos Position, meta 
 	return saveFull(ctx, s.c, path, s.m, s.opt, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))
 }
 
+// SnapshotSave: rank 0 copies the model and optimizer state and writes
+// them in the background; the others have nothing to write.
+func (s *ddpStrategy) SnapshotSave(_ context.Context, path string, pos Position, meta map[string]string) ([]func() error, error) {
+	if s.c.Rank() != 0 {
+		return []func() error{nil}, nil
+	}
+	return []func() error{snapshotFull(path, s.m, s.opt, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))}, nil
+}
+
 func (s *ddpStrategy) Load(_ context.Context, path string) (Position, error) {
 	pos, _, err := LoadCheckpoint(path, s.m, s.opt)
 	return pos, err

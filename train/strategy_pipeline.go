@@ -223,6 +223,19 @@ func (s *pipelineStrategy) Save(ctx context.Context, path string, pos Position, 
 	return saveFull(ctx, s.c, path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))
 }
 
+// SnapshotSave gathers the stages (a collective) and lets rank 0 write
+// them in the background.
+func (s *pipelineStrategy) SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error) {
+	full, err := s.fullState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.c.Rank() != 0 {
+		return []func() error{nil}, nil
+	}
+	return []func() error{snapshotFull(path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))}, nil
+}
+
 // Load reads the whole model (every rank holds it) and a full-size
 // optimizer, of which the stage keeps its range.
 func (s *pipelineStrategy) Load(_ context.Context, path string) (Position, error) {

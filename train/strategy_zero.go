@@ -82,6 +82,10 @@ func (s *zeroStrategy) Save(ctx context.Context, path string, pos Position, meta
 	return SaveZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name))
 }
 
+func (s *zeroStrategy) SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error) {
+	return snapshotZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name))
+}
+
 // Load reads the checkpoint into the model (stage 3, whose model holds no
 // parameters: into a full-size copy, of which the engine takes its
 // shards) and a full-size optimizer, of which the engine takes its shard.

@@ -58,6 +58,11 @@ type Config struct {
 	// SaveEvery also saves every this many steps (with Save), mid-epoch
 	// too; 0: at the end of every epoch only.
 	SaveEvery int
+	// SyncSave writes every save before training goes on. By default a
+	// strategy that can snapshot (DDP, ZeRO, the pipeline) copies what a
+	// save writes and writes it in the background while training
+	// continues; the save commits when every rank has written its part.
+	SyncSave bool
 	// Keep is how many checkpoints to keep at Save: the latest at Save,
 	// the older ones at Save.<id>.safetensors; 0 or 1: the latest only.
 	Keep int
@@ -534,7 +539,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return loss, acc, err
 	}
 	meta := map[string]string{"seed": strconv.FormatInt(cfg.Seed, 10)}
-	sv := newSaver(strat, lead, cfg, meta)
+	sv := newSaver(strat, c, cfg, meta)
+	defer sv.abandon()
 	var prog *progressFile
 	if lead && cfg.Save != "" && (cfg.Restartable || cfg.Restarts > 0) {
 		if prog, err = openProgress(cfg.Save, pos.Step, cfg.Restarts > 0); err != nil {
@@ -679,9 +685,15 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			stepSent += sentNow() - s0
 			// Stop at the first non-finite loss, on every rank alike, with
 			// nothing saved: the last checkpoint stays the last good one.
-			stop, err := checkStep(ctx, c, loss, stopRequested(cfg.Stop), steps+1, epoch, k)
+			stop, saving, err := checkStep(ctx, c, loss, stopRequested(cfg.Stop), sv.status(), steps+1, epoch, k)
 			if err != nil {
 				return nil, err
+			}
+			if err := sv.advance(ctx, saving); err != nil {
+				return nil, err
+			}
+			if testHookStep != nil {
+				testHookStep(c.Rank(), steps+1)
 			}
 			dt := time.Since(t0)
 			trainTime += dt
@@ -782,6 +794,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err := sv.save(ctx, pos); err != nil {
 			return nil, err
 		}
+		if err := sv.finish(ctx); err != nil {
+			return nil, err
+		}
 		if preempted {
 			if cfg.Save == "" {
 				return nil, fmt.Errorf("%w after step %d (no -save: nothing saved)", ErrPreempted, steps)
@@ -802,6 +817,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		lastEval = [2]float64{l, a}
 	}
 
+	if err := sv.finish(ctx); err != nil {
+		return nil, err
+	}
 	var sentPerStep float64
 	if stepsThisRun > 0 {
 		sentPerStep = float64(stepSent) / float64(stepsThisRun)
@@ -862,6 +880,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	return s, nil
 }
 
+// testHookStep, when a test sets it, runs on each rank after each step.
+var testHookStep func(rank int, step int64)
+
 // nextPos is the position after batch k of epoch's nb, steps taken.
 func nextPos(epoch, k, nb int, steps int64) Position {
 	if k+1 == nb {
@@ -881,11 +902,12 @@ func stopRequested(stop <-chan struct{}) bool {
 }
 
 // checkStep tells every rank, after a step, whether any rank asked to
-// stop (stopReq), and returns an error on every rank if any rank's loss
-// at step is NaN or infinite, naming the step and the first such rank.
-// Collective.
-func checkStep(ctx context.Context, c comm.Comm, loss float32, stopReq bool, step int64, epoch, batch int) (stop bool, err error) {
-	bad := []int32{int32(c.Size()), 0} // first bad rank, -1 if any rank stops
+// stop (stopReq) and the least of the ranks' save statuses (saving: see
+// saver.status), and returns an error on every rank if any rank's loss at
+// step is NaN or infinite, naming the step and the first such rank.
+// Collective: one small all-reduce.
+func checkStep(ctx context.Context, c comm.Comm, loss float32, stopReq bool, saving int32, step int64, epoch, batch int) (stop bool, allSaving int32, err error) {
+	bad := []int32{int32(c.Size()), 0, saving} // first bad rank, -1 if any rank stops, save status
 	finite := !math.IsNaN(float64(loss)) && !math.IsInf(float64(loss), 0)
 	if !finite {
 		bad[0] = int32(c.Rank())
@@ -894,16 +916,16 @@ func checkStep(ctx context.Context, c comm.Comm, loss float32, stopReq bool, ste
 		bad[1] = -1
 	}
 	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Min)); err != nil {
-		return false, fmt.Errorf("train: step %d: checking the loss: %w", step, err)
+		return false, 0, fmt.Errorf("train: step %d: checking the loss: %w", step, err)
 	}
 	if int(bad[0]) == c.Size() {
-		return bad[1] < 0, nil
+		return bad[1] < 0, bad[2], nil
 	}
 	what := fmt.Sprintf("rank %d's loss is not finite", bad[0])
 	if !finite && int(bad[0]) == c.Rank() {
 		what = fmt.Sprintf("rank %d's loss is not finite (%v)", bad[0], loss)
 	}
-	return false, fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
+	return false, 0, fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
 		step, epoch+1, batch, what)
 }
 
