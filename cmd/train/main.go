@@ -107,6 +107,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
 	fs.IntVar(&c.SaveEvery, "save-every", 0, "with -save, also save every this many steps (0: after every epoch only)")
+	fs.BoolVar(&c.SyncSave, "sync-save", false, "write each checkpoint before training goes on (default: copy it and write it in the background)")
 	fs.IntVar(&c.Keep, "keep", 1, "with -save, keep this many checkpoints: the latest at the -save path, older ones beside it as <save>.<step>-<id>.safetensors")
 	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when some ranks cannot be started again, go on with as few as this many (the global batch kept); 0: always -nproc")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
