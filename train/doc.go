@@ -56,4 +56,16 @@
 // A save commits atomically (checkpoint_files.go): data files under new
 // names first, then the model file renamed into place naming them, so a
 // crash mid-save leaves the previous checkpoint resumable.
+//
+// # Saves in the background, restarts (elastic.go)
+//
+// A strategy that also implements SnapshotSave (the built-in ones) saves
+// without stopping training: it copies what it writes, and the writing
+// runs in the background in phases (ZeRO: every rank's shard, then rank
+// 0's model file), each started once every rank finished the one before,
+// which the ranks learn from the all-reduce every step already makes
+// (checkStep). Config.SaveEvery saves mid-epoch too (positions resume
+// exactly), Config.Keep keeps older checkpoints beside the latest, and a
+// run whose Config.Restarts is above 0 (a launcher restarted the job)
+// resumes from Save by itself and reports the steps it recomputes.
 package train
