@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 )
 
 // Sentinel errors; every error of this package about the data wraps one of
@@ -80,11 +81,21 @@ func (t Tensor) validate() error {
 // F32 returns a float32 tensor holding a copy of v.
 func F32(name string, shape []int, v []float32) Tensor {
 	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	if littleEndian && len(v) > 0 {
+		// The memory is the file's layout already: one copy (a save's
+		// snapshot of a large model is this copy).
+		copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
+	} else {
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		}
 	}
 	return Tensor{Name: name, DType: "F32", Shape: slices.Clone(shape), Data: b}
 }
+
+// littleEndian reports whether this machine stores numbers as safetensors
+// files do.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // F64 returns a float64 tensor holding a copy of v.
 func F64(name string, shape []int, v []float64) Tensor {
@@ -124,6 +135,10 @@ func (t Tensor) Float32s() ([]float32, error) {
 	switch t.DType {
 	case "F32":
 		out := make([]float32, len(d)/4)
+		if littleEndian && len(out) > 0 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(d)), d)
+			return out, nil
+		}
 		for i := range out {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(d[4*i:]))
 		}
