@@ -110,6 +110,11 @@ func handshake(ctx context.Context, conn net.Conn, addr string, token []byte) (*
 	return c, nil
 }
 
+// LocalAddr is the local address of the connection to the server: an
+// address of this host that the server's host can reach (the tcp backend
+// advertises it by default).
+func (c *Client) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
 // fail marks the client unusable with err (the first error wins) and closes
 // the connection.
 func (c *Client) fail(err error) {
