@@ -158,7 +158,10 @@ func (t *Transport) connect(ctx context.Context) error {
 		return err
 	}
 
-	self := peerInfo{src: adv.src, host: t.opts.HostID, net: netID()}
+	self := peerInfo{src: adv.src, host: t.opts.HostID, net: t.opts.netID}
+	if self.net == "" {
+		self.net = netID()
+	}
 	if self.host == "" {
 		self.host = hostID()
 	}

@@ -47,6 +47,8 @@ type Options struct {
 	// HostID names this rank's host in errors (default: $GDIST_HOST_ID,
 	// else the hostname and boot id, as shm.HostID).
 	HostID string
+
+	netID string // tests: overrides netID(), to fake other hosts
 }
 
 func (o Options) withDefaults() Options {
