@@ -392,3 +392,10 @@ func (s *Server) refuse(remote string, err error, storeClient bool) {
 		s.unlogged++
 	}
 }
+
+// refusals counts the connections refused so far.
+func (s *Server) refusals() int {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return s.refused
+}
