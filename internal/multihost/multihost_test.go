@@ -1,0 +1,174 @@
+//go:build linux
+
+package multihost
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	_ "github.com/gdist/gdist/comm/auto"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/tcp"
+)
+
+// The test binary doubles as a worker: GDIST_MH_WORKER names what a rank
+// does (see worker); the rank and the rendezvous come from the
+// torchrun-style variables set by job.
+const workerEnv = "GDIST_MH_WORKER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(workerEnv); mode != "" {
+		os.Exit(worker(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// worker runs one rank: "suite:<backend>" runs the conformance checks of
+// commtest.RankChecks; "loop:<backend>" says "ready" and all-reduces until
+// something fails; "init:<backend>" only builds the Comm. A failure is
+// printed as "rank N failed: <error>" and exits 1.
+func worker(mode string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	what, backend, _ := strings.Cut(mode, ":")
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	fail := func(err error) int {
+		fmt.Printf("rank %d failed: %v\n", rank, err)
+		return 1
+	}
+	peer, _ := time.ParseDuration(os.Getenv("GDIST_MH_PEER_TIMEOUT"))
+	c, closeFn, err := rendezvous.InitComm(ctx, backend, comm.Options{PeerTimeout: peer, Timeout: time.Minute})
+	if err != nil {
+		return fail(err)
+	}
+	defer closeFn()
+	host, _ := os.Hostname()
+	switch what {
+	case "init":
+		fmt.Printf("rank %d up on %s\n", rank, host)
+	case "suite":
+		large := 1<<16 + 3
+		for _, ch := range commtest.RankChecks(append(append([]int(nil), commtest.Counts...), large)) {
+			if err := ch.Run(ctx, c); err != nil {
+				return fail(fmt.Errorf("%s: %w", ch.Name, err))
+			}
+		}
+		fmt.Printf("rank %d passed on %s\n", rank, host)
+	case "loop":
+		buf := make([]float32, 16<<10)
+		fmt.Printf("ready rank %d on %s\n", rank, host)
+		for {
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(buf), comm.Sum)); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	return 0
+}
+
+// proc is one rank's process.
+type proc struct {
+	rank int
+	host *Host
+	cmd  *exec.Cmd
+	out  *commtest.Buffer
+	done chan struct{}
+	err  error
+	end  time.Time
+}
+
+// job starts perHost ranks on each host (rank = host*perHost + local),
+// with torchrun-style variables, the store on host 0, and extra variables
+// per rank from env. prog and args are what each rank runs.
+func job(t *testing.T, ctx context.Context, hosts []*Host, perHost int, masterAddr string, env func(rank int) []string, prog string, args ...string) []*proc {
+	t.Helper()
+	size := len(hosts) * perHost
+	var ps []*proc
+	for hi, h := range hosts {
+		for l := range perHost {
+			r := hi*perHost + l
+			vars := []string{
+				"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(size),
+				"LOCAL_RANK=" + strconv.Itoa(l), "LOCAL_WORLD_SIZE=" + strconv.Itoa(perHost),
+				"MASTER_ADDR=" + masterAddr, "MASTER_PORT=29500", "GDIST_TOKEN=multihost-test",
+				"GDIST_HOST=", "GDIST_HOST_ID=", "GDIST_SOCKET_IFNAME=", "GDIST_STORE_ADDR=", "GDIST_LAUNCHED=",
+				"TORCHELASTIC_RUN_ID=", "GORACE=atexit_sleep_ms=0",
+			}
+			if env != nil {
+				vars = append(vars, env(r)...)
+			}
+			p := &proc{rank: r, host: h, out: &commtest.Buffer{}, done: make(chan struct{})}
+			p.cmd = h.Command(ctx, vars, prog, args...)
+			p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+			if err := p.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				p.err = p.cmd.Wait()
+				p.end = time.Now()
+				close(p.done)
+			}()
+			ps = append(ps, p)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range ps {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			for _, p := range ps {
+				t.Logf("rank %d (%s):\n%s", p.rank, p.host.Name, p.out.String())
+			}
+		}
+	})
+	return ps
+}
+
+// mode makes every rank a worker doing m.
+func mode(m string, more ...string) func(int) []string {
+	return func(int) []string { return append([]string{workerEnv + "=" + m}, more...) }
+}
+
+func waitAll(ps []*proc) {
+	for _, p := range ps {
+		<-p.done
+	}
+}
+
+func self(t *testing.T) string {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// TestConformanceAcrossHosts runs the conformance checks with two ranks on
+// each of two hosts, over auto (shared memory within a host, TCP across)
+// and tcp, with the default address choice: nobody sets GDIST_HOST. The
+// tcp run uses IPv6 for the store, so its ranks advertise IPv6 addresses.
+func TestConformanceAcrossHosts(t *testing.T) {
+	cl := New(t, 2)
+	for _, c := range []struct{ backend, master string }{{"auto", cl.Hosts[0].IP}, {"tcp", cl.Hosts[0].IP6}} {
+		t.Run(c.backend, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			ps := job(t, ctx, cl.Hosts, 2, c.master, mode("suite:"+c.backend), self(t))
+			waitAll(ps)
+			for _, p := range ps {
+				if p.err != nil || !strings.Contains(p.out.String(), "passed on "+p.host.Name) {
+					t.Errorf("rank %d on %s: %v", p.rank, p.host.Name, p.err)
+				}
+			}
+		})
+	}
+}
