@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,6 +170,125 @@ func TestConformanceAcrossHosts(t *testing.T) {
 					t.Errorf("rank %d on %s: %v", p.rank, p.host.Name, p.err)
 				}
 			}
+		})
+	}
+}
+
+// waitReady waits until every rank of ps printed "ready".
+func waitReady(t *testing.T, ps []*proc) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for _, p := range ps {
+		for !strings.Contains(p.out.String(), "ready rank") {
+			select {
+			case <-p.done:
+				t.Fatalf("rank %d ended before it was ready: %v", p.rank, p.err)
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d not ready", p.rank)
+			}
+		}
+	}
+}
+
+// wantFailure checks that each of ps reported its failure ("rank N
+// failed: ...", printed before it closes) within limit after since, with
+// an error matching re.
+func wantFailure(t *testing.T, ps []*proc, since time.Time, limit time.Duration, re string) {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	for _, p := range ps {
+	poll:
+		for !strings.Contains(p.out.String(), " failed: ") && time.Since(since) < limit+10*time.Second {
+			select {
+			case <-p.done:
+				break poll
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		took := time.Since(since)
+		out := p.out.String()
+		if !strings.Contains(out, " failed: ") {
+			t.Errorf("rank %d on %s reported no failure %v after the fault", p.rank, p.host.Name, took)
+			continue
+		}
+		if !rx.MatchString(out) {
+			t.Errorf("rank %d on %s: error does not match %q:\n%s", p.rank, p.host.Name, re, out)
+		}
+		if took > limit {
+			t.Errorf("rank %d on %s failed %v after the fault, want within %v", p.rank, p.host.Name, took, limit)
+		}
+	}
+}
+
+const peerTimeout = 3 * time.Second
+
+// TestKilledHost: every rank of host 1 is killed with SIGKILL while the job
+// all-reduces; the ranks of host 0 fail within the peer timeout, naming a
+// rank of host 1.
+func TestKilledHost(t *testing.T) {
+	cl := New(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := job(t, ctx, cl.Hosts, 2, cl.Hosts[0].IP, mode("loop:auto", "GDIST_MH_PEER_TIMEOUT="+peerTimeout.String()), self(t))
+	waitReady(t, ps)
+	time.Sleep(200 * time.Millisecond)
+	killed := time.Now()
+	for _, p := range ps[2:] {
+		p.cmd.Process.Kill()
+	}
+	wantFailure(t, ps[:2], killed, peerTimeout+2*time.Second, `rank [01] failed: .*rank [23]\b`)
+}
+
+// TestCutLink: host 1's cable is pulled (its port on the switch goes
+// down, no reset reaches anyone); every rank fails within about the peer
+// timeout, the ranks of each host naming a rank of the other.
+func TestCutLink(t *testing.T) {
+	cl := New(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := job(t, ctx, cl.Hosts, 2, cl.Hosts[0].IP, mode("loop:auto", "GDIST_MH_PEER_TIMEOUT="+peerTimeout.String()), self(t))
+	waitReady(t, ps)
+	time.Sleep(200 * time.Millisecond)
+	cut := time.Now()
+	if err := cl.Hosts[1].CutLink(); err != nil {
+		t.Fatal(err)
+	}
+	limit := 2*peerTimeout + 2*time.Second
+	wantFailure(t, ps[:2], cut, limit, `rank [01] failed: .*rank [23]\b`)
+	wantFailure(t, ps[2:], cut, limit, `rank [23] failed: .*rank [01]\b`)
+}
+
+// TestWrongAddress (issue 14, done-when): a rank that advertises an address
+// the others cannot reach makes every rank fail within 30 s, naming the
+// rank, the address and the variable to set; a loopback address across
+// hosts fails at once.
+func TestWrongAddress(t *testing.T) {
+	cl := New(t, 2)
+	cases := []struct {
+		name, host string
+		rank       int
+		limit      time.Duration
+		re         string
+	}{
+		{"unreachable", "10.77.0.99", 0, 30 * time.Second, `rank \d failed: .*rank 0 at 10\.77\.0\.99:\d+ .*GDIST_HOST`},
+		{"loopback", "127.0.0.1", 1, 5 * time.Second, `rank \d failed: .*rank 1 advertised 127\.0\.0\.1:\d+ .*loopback.*GDIST_HOST`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			env := func(r int) []string {
+				vars := []string{workerEnv + "=init:tcp"}
+				if r == c.rank {
+					vars = append(vars, "GDIST_HOST="+c.host)
+				}
+				return vars
+			}
+			start := time.Now()
+			ps := job(t, ctx, cl.Hosts, 2, cl.Hosts[0].IP, env, self(t))
+			wantFailure(t, ps, start, c.limit, c.re)
 		})
 	}
 }
