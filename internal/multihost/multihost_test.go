@@ -4,9 +4,12 @@ package multihost
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -277,6 +280,9 @@ func TestWrongAddress(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if testing.Short() && c.limit > 10*time.Second {
+				t.Skip("waits out the connect timeout (20 s); skipped with -short")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			env := func(r int) []string {
@@ -290,5 +296,69 @@ func TestWrongAddress(t *testing.T) {
 			ps := job(t, ctx, cl.Hosts, 2, cl.Hosts[0].IP, env, self(t))
 			wantFailure(t, ps, start, c.limit, c.re)
 		})
+	}
+}
+
+// buildTrain builds cmd/train into the test's temporary directory.
+func buildTrain(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to build cmd/train: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "train")
+	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/gdist/gdist/cmd/train")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/train: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// evalLoss runs cmd/train as a job of perHost ranks on each of hosts and
+// returns the eval_loss of rank 0's summary (its last JSON line).
+func evalLoss(t *testing.T, bin string, hosts []*Host, perHost int) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ps := job(t, ctx, hosts, perHost, hosts[0].IP, nil, bin,
+		"-model", "mlp", "-limit", "1280", "-epochs", "1", "-json", "-progress=false", "-backend", "auto", "-seed", "7")
+	waitAll(ps)
+	for _, p := range ps {
+		if p.err != nil {
+			t.Fatalf("%d host(s) x %d: rank %d on %s: %v\n%s", len(hosts), perHost, p.rank, p.host.Name, p.err, p.out)
+		}
+	}
+	var loss *float64
+	for _, line := range strings.Split(ps[0].out.String(), "\n") {
+		var v struct {
+			EvalLoss *float64 `json:"eval_loss"`
+		}
+		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &v) == nil && v.EvalLoss != nil {
+			loss = v.EvalLoss
+		}
+	}
+	if loss == nil {
+		t.Fatalf("%d host(s) x %d: no eval_loss in rank 0's output:\n%s", len(hosts), perHost, ps[0].out)
+	}
+	return *loss
+}
+
+// TestTrainAcrossHosts: cmd/train with two ranks on each of two hosts
+// (torchrun-style variables, default backend auto, no GDIST_HOST) ends
+// with the eval loss of four ranks on one host.
+func TestTrainAcrossHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs cmd/train twice (about a minute); skipped with -short")
+	}
+	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
+		t.Skipf("no Fashion-MNIST: %v", err)
+	}
+	cl := New(t, 2)
+	bin := buildTrain(t)
+	one := evalLoss(t, bin, cl.Hosts[:1], 4)
+	two := evalLoss(t, bin, cl.Hosts, 2)
+	t.Logf("eval_loss: 1 host x 4 ranks %.6f, 2 hosts x 2 ranks %.6f", one, two)
+	if math.Abs(one-two) > 1e-4 {
+		t.Errorf("eval_loss %.6f on 2 hosts x 2 ranks, %.6f on 1 host x 4", two, one)
 	}
 }
