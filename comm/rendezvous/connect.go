@@ -94,6 +94,13 @@ func Connect(ctx context.Context, env Env, logf func(string, ...any)) (store com
 		err = join(jctx, st, env, addr)
 		if err != nil {
 			st.Close()
+		} else if srv != nil {
+			// Rank 0 reached its own store over loopback (MASTER_ADDR is
+			// a name that resolves to loopback here, say): what it
+			// advertises by default is the address others reached it at.
+			if la, ok := st.LocalAddr().(*net.TCPAddr); ok && la.IP.IsLoopback() {
+				st.reachedAt = srv.reachedAt()
+			}
 		}
 	} else if errors.Is(err, comm.ErrAuth) {
 		err = fmt.Errorf("rendezvous: rank %d: %w: every rank of a job needs the same GDIST_TOKEN (set it to one value on every rank, or on none); if this is another job's store, %s", env.Rank, err, anotherJob)

@@ -18,7 +18,10 @@
 // address say, falls back to all interfaces, logged), and on all
 // interfaces for a host name. Rank 0 dials the store on that address, so
 // that the local address of its connection (Client.LocalAddr, which the tcp
-// backend advertises by default) is one other hosts reach.
+// backend advertises by default) is one other hosts reach. If that dial ends
+// up on loopback anyway (a MASTER_ADDR name that resolves to 127.0.1.1 on
+// rank 0's host, or not at all), LocalAddr reports the address the other
+// hosts reached the store at, learned once they have joined.
 //
 // Every rank then joins: the first sets rdzv/job (job id and world size;
 // a later rank with others is refused), each claims rdzv/rank/<rank> with

@@ -399,3 +399,19 @@ func (s *Server) refusals() int {
 	defer s.rmu.Unlock()
 	return s.refused
 }
+
+// reachedAt returns the local address of an authenticated connection that
+// came from another host (its remote address is not loopback), or nil.
+func (s *Server) reachedAt() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, sc := range s.conns {
+		if sc == nil {
+			continue
+		}
+		if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok && !ra.IP.IsLoopback() {
+			return c.LocalAddr()
+		}
+	}
+	return nil
+}

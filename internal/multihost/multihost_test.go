@@ -362,3 +362,27 @@ func TestTrainAcrossHosts(t *testing.T) {
 		t.Errorf("eval_loss %.6f on 2 hosts x 2 ranks, %.6f on 1 host x 4", two, one)
 	}
 }
+
+// TestMasterAddrLoopbackOnRankZero: rank 0 reaches its own store only over
+// loopback (its MASTER_ADDR is its hostname, which does not resolve here,
+// like a name that resolves to 127.0.1.1); it advertises the address the
+// other hosts reached the store at, and the job starts.
+func TestMasterAddrLoopbackOnRankZero(t *testing.T) {
+	cl := New(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env := func(r int) []string {
+		vars := []string{workerEnv + "=init:tcp"}
+		if r == 0 {
+			vars = append(vars, "MASTER_ADDR="+cl.Hosts[0].Name)
+		}
+		return vars
+	}
+	ps := job(t, ctx, cl.Hosts, 2, cl.Hosts[0].IP, env, self(t))
+	waitAll(ps)
+	for _, p := range ps {
+		if p.err != nil || !strings.Contains(p.out.String(), "up on "+p.host.Name) {
+			t.Errorf("rank %d on %s: %v", p.rank, p.host.Name, p.err)
+		}
+	}
+}
