@@ -92,7 +92,7 @@ type proc struct {
 // job starts perHost ranks on each host (rank = host*perHost + local),
 // with torchrun-style variables, the store on host 0, and extra variables
 // per rank from env. prog and args are what each rank runs.
-func job(t *testing.T, ctx context.Context, hosts []*Host, perHost int, masterAddr string, env func(rank int) []string, prog string, args ...string) []*proc {
+func job(t testing.TB, ctx context.Context, hosts []*Host, perHost int, masterAddr string, env func(rank int) []string, prog string, args ...string) []*proc {
 	t.Helper()
 	size := len(hosts) * perHost
 	var ps []*proc
@@ -384,5 +384,61 @@ func TestMasterAddrLoopbackOnRankZero(t *testing.T) {
 		if p.err != nil || !strings.Contains(p.out.String(), "up on "+p.host.Name) {
 			t.Errorf("rank %d on %s: %v", p.rank, p.host.Name, p.err)
 		}
+	}
+}
+
+// BenchmarkCommbenchHosts runs benchmarks/commbench (all_reduce) on four
+// ranks: one host over shm, then two hosts x two ranks whose links are
+// shaped with tc netem (GDIST_MH_LINK, default "rate 1gbit delay 100us"),
+// hierarchical (auto: shm within a host, tcp across) and flat (tcp), and
+// logs rank 0's tables. Numbers from a shared machine are noisy; see
+// benchmarks/README.md.
+func BenchmarkCommbenchHosts(b *testing.B) {
+	cl := New(b, 2)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		b.Skipf("no go tool: %v", err)
+	}
+	bin := filepath.Join(b.TempDir(), "commbench")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "github.com/gdist/gdist/benchmarks/commbench").CombinedOutput(); err != nil {
+		b.Fatalf("go build commbench: %v\n%s", err, out)
+	}
+	link := os.Getenv("GDIST_MH_LINK")
+	if link == "" {
+		link = "rate 1gbit delay 100us"
+	}
+	for _, h := range cl.Hosts {
+		if err := h.Shape(link); err != nil {
+			b.Skipf("cannot shape links (tc netem): %v", err)
+		}
+	}
+	sizes := os.Getenv("GDIST_MH_SIZES")
+	if sizes == "" {
+		sizes = "4K,64K,1M,16M"
+	}
+	for _, c := range []struct {
+		name, backend string
+		hosts         []*Host
+		perHost       int
+	}{
+		{"1host-shm", "shm", cl.Hosts[:1], 4},
+		{"2hosts-auto", "auto", cl.Hosts, 2},
+		{"2hosts-tcp", "tcp", cl.Hosts, 2},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				ps := job(b, ctx, c.hosts, c.perHost, c.hosts[0].IP, nil, bin,
+					"-backend", c.backend, "-ops", "all_reduce", "-sizes", sizes)
+				waitAll(ps)
+				cancel()
+				for _, p := range ps {
+					if p.err != nil {
+						b.Fatalf("rank %d: %v\n%s", p.rank, p.err, p.out)
+					}
+				}
+				b.Logf("%s, links %q:\n%s", c.name, link, ps[0].out)
+			}
+		})
 	}
 }
