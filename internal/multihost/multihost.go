@@ -156,14 +156,16 @@ func (h *Host) CutLink() error {
 	return run("ip", "-n", h.c.sw, "link", "set", h.port, "down")
 }
 
-// Shape applies a tc netem discipline (e.g. "rate 1gbit delay 100us") to
-// the host's link, both ways: on its eth0 and on its port on the switch.
-func (h *Host) Shape(netem string) error {
-	args := strings.Fields(netem)
-	if err := run(append([]string{"ip", "netns", "exec", h.Name, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem"}, args...)...); err != nil {
+// Shape applies a tc queueing discipline (e.g. "netem rate 1gbit delay
+// 100us", or "tbf rate 1gbit burst 128kb latency 5ms" where the kernel
+// has no netem) to the host's link, both ways: on its eth0 and on its port
+// on the switch.
+func (h *Host) Shape(qdisc string) error {
+	args := strings.Fields(qdisc)
+	if err := run(append([]string{"ip", "netns", "exec", h.Name, "tc", "qdisc", "replace", "dev", "eth0", "root"}, args...)...); err != nil {
 		return err
 	}
-	return run(append([]string{"ip", "netns", "exec", h.c.sw, "tc", "qdisc", "replace", "dev", h.port, "root", "netem"}, args...)...)
+	return run(append([]string{"ip", "netns", "exec", h.c.sw, "tc", "qdisc", "replace", "dev", h.port, "root"}, args...)...)
 }
 
 func (c *Cluster) close() {
