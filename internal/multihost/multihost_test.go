@@ -201,9 +201,10 @@ func waitReady(t *testing.T, ps []*proc) {
 func wantFailure(t *testing.T, ps []*proc, since time.Time, limit time.Duration, re string) {
 	t.Helper()
 	rx := regexp.MustCompile(re)
+	reported := regexp.MustCompile(`(?m)^rank \d+ failed: .*\n`) // the worker's own line, whole
 	for _, p := range ps {
 	poll:
-		for !strings.Contains(p.out.String(), " failed: ") && time.Since(since) < limit+10*time.Second {
+		for !reported.MatchString(p.out.String()) && time.Since(since) < limit+10*time.Second {
 			select {
 			case <-p.done:
 				break poll
@@ -212,7 +213,7 @@ func wantFailure(t *testing.T, ps []*proc, since time.Time, limit time.Duration,
 		}
 		took := time.Since(since)
 		out := p.out.String()
-		if !strings.Contains(out, " failed: ") {
+		if !reported.MatchString(out) {
 			t.Errorf("rank %d on %s reported no failure %v after the fault", p.rank, p.host.Name, took)
 			continue
 		}
