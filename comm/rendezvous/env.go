@@ -88,6 +88,9 @@ func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
 // (TORCHELASTIC_RUN_ID, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID) or, failing
 // that, is a fixed development token; both set TokenDerived.
 //
+// The job id (Env.JobID) is GDIST_JOB_ID, else the launcher's job id; the
+// join timeout (Env.JoinTimeout) is GDIST_JOIN_TIMEOUT.
+//
 // Bad values (a non-integer, rank >= size, size < 1, a missing size) give
 // an error wrapping comm.ErrInvalidArgument that names the variable.
 func FromLookup(lookup func(string) (string, bool)) (Env, error) {

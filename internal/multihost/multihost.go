@@ -1,21 +1,5 @@
 //go:build linux
 
-// Package multihost simulates several hosts on one Linux machine, for
-// tests of multi-host jobs: each host is a network namespace (ip netns)
-// with its own hostname (a UTS namespace) and its own /dev/shm (a mount
-// namespace with a private tmpfs), and the hosts are joined by veth pairs
-// to a bridge in a "switch" namespace, like machines on one Ethernet
-// segment. Host i has the addresses 10.77.0.<i+1>/24 and fd77::<i+1>/64 on
-// its interface eth0, and loopback.
-//
-// It needs root and the ip (iproute2), unshare and nsenter (util-linux)
-// programs; New skips the test, saying why, where they are missing. Every
-// namespace and process it makes is removed by t.Cleanup, also when the
-// test fails; names carry the process id and a counter, so concurrent test
-// runs do not collide.
-//
-// A process runs on a host through Host.Command (nsenter into the host's
-// namespaces); tests usually run their own test binary as the worker.
 package multihost
 
 import (
