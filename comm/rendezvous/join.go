@@ -140,7 +140,7 @@ func join(ctx context.Context, st *Client, env Env, storeAddr string) error {
 	}()
 	var grace <-chan time.Time
 	var refusal string
-	lastMissing := env.Size + 1
+	lastMissing := 0 // ranks missing when the refusal was seen, then at each grace check
 	for {
 		select {
 		case err := <-done:
@@ -160,6 +160,7 @@ func join(ctx context.Context, st *Client, env Env, storeAddr string) error {
 			return fmt.Errorf("%s: rank(s) %v did not join the store at %s within %v (GDIST_JOIN_TIMEOUT): %w; check that they were started with the same MASTER_ADDR and MASTER_PORT and can reach it",
 				who, missing, storeAddr, d, timeoutErr(ctx.Err()))
 		case refusal = <-refused:
+			lastMissing = len(missingRanks(ctx, st, env.Size))
 			grace = time.After(refusalGrace)
 		case <-grace:
 			missing := missingRanks(ctx, st, env.Size)
