@@ -10,7 +10,8 @@
 // programs; New skips the test, saying why, where they are missing. Every
 // namespace and process it makes is removed by t.Cleanup, also when the
 // test fails; names carry the process id and a counter, so concurrent test
-// runs do not collide.
+// runs do not collide. If the test process is killed, its processes die
+// with it (parent-death signal) and the next New removes its namespaces.
 //
 // A process runs on a host through Host.Command (nsenter into the host's
 // namespaces); tests usually run their own test binary as the worker.

@@ -62,8 +62,11 @@ func New(t testing.TB, n int) *Cluster {
 	if ok, why := Available(); !ok {
 		t.Skip("multihost: " + why)
 	}
-	id := fmt.Sprintf("%x%x", os.Getpid()&0xffff, seq.Add(1))
-	c := &Cluster{sw: "gdsw" + id, t: t}
+	sweep()
+	n0 := seq.Add(1)
+	id := fmt.Sprintf("%x%x", os.Getpid()&0xffff, n0) // for interface names (15 bytes at most)
+	ns := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid(), n0)
+	c := &Cluster{sw: ns + "sw", t: t}
 	t.Cleanup(c.close)
 	if err := run("ip", "netns", "add", c.sw); err != nil {
 		t.Skipf("multihost: cannot make network namespaces here: %v", err)
@@ -77,7 +80,7 @@ func New(t testing.TB, n int) *Cluster {
 	must("ip", "-n", c.sw, "link", "add", "br0", "type", "bridge")
 	must("ip", "-n", c.sw, "link", "set", "br0", "up")
 	for i := range n {
-		h := &Host{Name: fmt.Sprintf("gdh%d-%s", i, id), IP: fmt.Sprintf("10.77.0.%d", i+1),
+		h := &Host{Name: fmt.Sprintf("%sh%d", ns, i), IP: fmt.Sprintf("10.77.0.%d", i+1),
 			IP6: fmt.Sprintf("fd77::%d", i+1), port: fmt.Sprintf("gdp%d%s", i, id), c: c}
 		c.Hosts = append(c.Hosts, h)
 		must("ip", "netns", "add", h.Name)
@@ -98,12 +101,48 @@ func New(t testing.TB, n int) *Cluster {
 	return c
 }
 
+// nsPrefix starts the names of the namespaces New makes:
+// <nsPrefix><pid>-<n>-sw and <nsPrefix><pid>-<n>-h<i>.
+const nsPrefix = "gdmh-"
+
+// sweep removes what a test process that was killed (so its cleanups never
+// ran) left behind: the namespaces named after a process that is gone, and
+// the keepers holding them.
+func sweep() {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		rest, ok := strings.CutPrefix(name, nsPrefix)
+		if !ok {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, "-")
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // its test still runs
+		}
+		if pids, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil {
+			for _, f := range strings.Fields(string(pids)) {
+				var p int
+				if _, err := fmt.Sscan(f, &p); err == nil && p > 1 {
+					syscall.Kill(p, syscall.SIGKILL)
+				}
+			}
+		}
+		run("ip", "netns", "del", name)
+	}
+}
+
 // startKeeper starts the process that holds the host's UTS and mount
 // namespaces (hostname, private /dev/shm) for the processes that join it.
 func (h *Host) startKeeper() error {
 	cmd := exec.Command("ip", "netns", "exec", h.Name, "unshare", "--uts", "--mount", "--propagation", "private", "--",
 		"sh", "-c", "hostname \"$0\" && mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm && echo ready && exec sleep 86400", h.Name)
 	cmd.Stderr = os.Stderr
+	// The keeper dies with the test process, even when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -125,12 +164,14 @@ func (h *Host) startKeeper() error {
 // Command returns a command that runs name with args on the host, with
 // env added to this process's environment. Like exec.CommandContext, it is
 // killed when ctx ends. Its process is the program itself (nsenter execs
-// it), so killing it kills the program.
+// it), so killing it kills the program; it is also killed if the test
+// process dies.
 func (h *Host) Command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
 	a := append([]string{"-t", fmt.Sprint(h.pid), "--net", "--uts", "--mount", "--", name}, args...)
 	cmd := exec.CommandContext(ctx, "nsenter", a...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.WaitDelay = 5 * time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
 	return cmd
 }
 
