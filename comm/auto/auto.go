@@ -115,7 +115,7 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 	}
 	if len(t.remote) > 0 || t.shm == nil {
 		to := o.TCP
-		to.Prefix, to.Peers = o.Prefix+"/tcp", t.remote
+		to.Prefix, to.Peers, to.HostID = o.Prefix+"/tcp", t.remote, o.HostID
 		tt, err := tcp.NewWithOptions(ctx, cfg, to)
 		if err != nil {
 			if t.shm != nil {

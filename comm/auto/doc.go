@@ -25,7 +25,10 @@
 // some ranks are elsewhere, all ranks also build a partial TCP mesh that
 // links each rank only with the ranks on other hosts (tcp.Options.Peers,
 // keys under <prefix>/tcp). A job on one host never opens a socket
-// (besides the store's). Where shared memory is unsupported (not Linux),
+// (besides the store's). Across hosts the TCP part advertises the address
+// package tcp picks (GDIST_HOST, else GDIST_SOCKET_IFNAME, else the local
+// address of the rank's connection to the store) and fails fast on a
+// loopback or unreachable one; it names hosts by this package's host id. Where shared memory is unsupported (not Linux),
 // every peer is reached over TCP.
 //
 // # Dispatch and failure

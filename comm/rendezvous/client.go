@@ -38,6 +38,8 @@ type Client struct {
 	dead    chan struct{} // closed once the connection is unusable
 
 	wg sync.WaitGroup // the reader and cancel senders
+
+	reachedAt net.Addr // set by Connect on rank 0 before the client is used
 }
 
 var _ comm.Store = (*Client)(nil)
@@ -108,6 +110,17 @@ func handshake(ctx context.Context, conn net.Conn, addr string, token []byte) (*
 	c.wg.Add(1)
 	go c.readLoop()
 	return c, nil
+}
+
+// LocalAddr is the local address of the connection to the server: an
+// address of this host that the server's host can reach (the tcp backend
+// advertises it by default). On rank 0 of Connect, whose connection may be
+// over loopback, it is the address the other hosts reached the store at.
+func (c *Client) LocalAddr() net.Addr {
+	if c.reachedAt != nil {
+		return c.reachedAt
+	}
+	return c.conn.LocalAddr()
 }
 
 // fail marks the client unusable with err (the first error wins) and closes

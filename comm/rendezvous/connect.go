@@ -21,9 +21,20 @@ const doneKey = "rdzv/done"
 
 // Connect gives this rank a store client for env. If env.StoreAddr is set,
 // it only dials that store. Otherwise rank 0 serves the store on
-// ":StorePort" (all interfaces) and every rank, rank 0 included, dials
-// MasterAddr:StorePort (rank 0 dials 127.0.0.1). Dialing retries until ctx
-// ends, so ranks may start in any order.
+// MasterAddr:StorePort if MasterAddr is an IP address of this host
+// (127.0.0.1 keeps it off the network), else on all interfaces, and dials
+// it there; every other rank dials MasterAddr:StorePort. Dialing retries,
+// so ranks may start in any order.
+//
+// Then every rank joins (unless env.StoreAddr is set): it claims its rank
+// in the store and waits, at most env.JoinTimeout (GDIST_JOIN_TIMEOUT, 10
+// minutes by default), until every rank has. A second process claiming a
+// taken rank, or a rank with another world size or job id (env.JobID),
+// is refused naming both processes: that is another job on the same port.
+// If the store refuses a connection for a wrong token and no rank joins
+// for a few seconds after, every waiting rank fails saying so; a rank
+// whose token the store refuses fails at once. Either way the error names
+// GDIST_TOKEN.
 //
 // closeFn closes the client and, on rank 0, the server. So that rank 0's
 // server outlives the other ranks' use of it, each rank's closeFn adds 1 to
@@ -49,17 +60,51 @@ func Connect(ctx context.Context, env Env, logf func(string, ...any)) (store com
 	if env.StorePort < 1 || env.StorePort > 65535 {
 		return nil, nil, comm.InvalidArgf("rendezvous: store port %d", env.StorePort)
 	}
-	port := strconv.Itoa(env.StorePort)
-	addr := net.JoinHostPort(env.MasterAddr, port)
+	joinTO := env.JoinTimeout
+	if joinTO <= 0 {
+		joinTO = DefaultJoinTimeout
+	}
+	jctx, jcancel := context.WithTimeout(ctx, joinTO)
+	defer jcancel()
+	addr := net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.StorePort))
 	var srv *Server
+	var st *Client
 	if env.Rank == 0 {
-		srv, err = NewServer(":"+port, env.Token, logf)
+		var dial string
+		srv, dial, err = serveStore(env, logf)
 		if err != nil {
 			return nil, nil, err
 		}
-		addr = net.JoinHostPort("127.0.0.1", port)
+		addr = srv.Addr()
+		// Dial the address others use, so that this connection's local
+		// address is one they reach; fall back to loopback.
+		dctx, cancel := context.WithTimeout(jctx, 5*time.Second)
+		st, err = dialClient(dctx, dial, env.Token)
+		cancel()
+		if err != nil && !errors.Is(err, comm.ErrAuth) && jctx.Err() == nil {
+			_, port, _ := net.SplitHostPort(addr)
+			loop := net.JoinHostPort("127.0.0.1", port)
+			logf("rendezvous: rank 0: cannot reach the store at %s (%v); using %s", dial, err, loop)
+			st, err = dialClient(jctx, loop, env.Token)
+		}
+	} else {
+		st, err = dialClient(jctx, addr, env.Token)
 	}
-	st, err := Dial(ctx, addr, env.Token)
+	if err == nil {
+		err = join(jctx, st, env, addr)
+		if err != nil {
+			st.Close()
+		} else if srv != nil {
+			// Rank 0 reached its own store over loopback (MASTER_ADDR is
+			// a name that resolves to loopback here, say): what it
+			// advertises by default is the address others reached it at.
+			if la, ok := st.LocalAddr().(*net.TCPAddr); ok && la.IP.IsLoopback() {
+				st.reachedAt = srv.reachedAt()
+			}
+		}
+	} else if errors.Is(err, comm.ErrAuth) {
+		err = fmt.Errorf("rendezvous: rank %d: %w: every rank of a job needs the same GDIST_TOKEN (set it to one value on every rank, or on none); if this is another job's store, %s", env.Rank, err, anotherJob)
+	}
 	if err != nil {
 		if srv != nil {
 			srv.Close()

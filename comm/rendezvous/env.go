@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 )
@@ -48,7 +49,18 @@ type Env struct {
 	// see the job id can compute it, so it is not a secret.
 	TokenDerived bool
 	Launcher     string // one of the Launcher* constants
+	// JobID tells jobs apart on a store they share by mistake (one
+	// MASTER_PORT): GDIST_JOB_ID, else the launcher's job id
+	// (TORCHELASTIC_RUN_ID, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID), else "".
+	JobID string
+	// JoinTimeout bounds how long Connect waits for every rank to join
+	// the store rank 0 serves: GDIST_JOIN_TIMEOUT (a Go duration or
+	// seconds); 0 means DefaultJoinTimeout.
+	JoinTimeout time.Duration
 }
+
+// DefaultJoinTimeout is the default of Env.JoinTimeout.
+const DefaultJoinTimeout = 10 * time.Minute
 
 // FromEnv reads Env from the process environment; see FromLookup.
 func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
@@ -75,6 +87,9 @@ func FromEnv() (Env, error) { return FromLookup(os.LookupEnv) }
 // bytes otherwise. Without it, the token is derived from the job id
 // (TORCHELASTIC_RUN_ID, OMPI_MCA_ess_base_jobid, SLURM_JOB_ID) or, failing
 // that, is a fixed development token; both set TokenDerived.
+//
+// The job id (Env.JobID) is GDIST_JOB_ID, else the launcher's job id; the
+// join timeout (Env.JoinTimeout) is GDIST_JOIN_TIMEOUT.
 //
 // Bad values (a non-integer, rank >= size, size < 1, a missing size) give
 // an error wrapping comm.ErrInvalidArgument that names the variable.
@@ -207,6 +222,20 @@ func FromLookup(lookup func(string) (string, bool)) (Env, error) {
 		e.StorePort = e.MasterPort + 1
 	}
 	e.StoreAddr = get("GDIST_STORE_ADDR")
+	e.JobID = get("GDIST_JOB_ID")
+	if e.JobID == "" && tokenSource != "" {
+		e.JobID = tokenSource
+	}
+	if v := get("GDIST_JOIN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if f, ferr := strconv.ParseFloat(v, 64); ferr == nil {
+			d, err = time.Duration(f*float64(time.Second)), nil
+		}
+		if err != nil || d <= 0 {
+			return Env{}, comm.InvalidArgf("rendezvous: GDIST_JOIN_TIMEOUT=%q is neither a duration (\"90s\") nor a number of seconds", v)
+		}
+		e.JoinTimeout = d
+	}
 
 	// Token.
 	if t, ok := lookup("GDIST_TOKEN"); ok && t != "" {

@@ -49,7 +49,25 @@ type Server struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 	errCl  error
+
+	rmu        sync.Mutex
+	refused    int       // connections refused
+	unlogged   int       // refusals not logged yet (rate limit)
+	lastLogged time.Time // of the last refusal log line
 }
+
+// Refusal logging: the first logRefusalsFirst refusals are logged one line
+// each; later ones are counted and summed up in one line at most every
+// logRefusalsEvery (and at Close).
+const (
+	logRefusalsFirst = 3
+	logRefusalsEvery = 10 * time.Second
+)
+
+// RefusedKey is the store key under which the server records the last
+// connection it refused for a wrong token ("from <address>: <reason>"),
+// so that ranks waiting for others to join can tell why no one comes.
+const RefusedKey = "rdzv/refused"
 
 // NewServer listens on addr ("127.0.0.1:0", ":29500", ...) and serves the
 // store in the background until Close. logf receives diagnostics, refused
@@ -97,6 +115,12 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.errCl = s.ln.Close()
 		s.wg.Wait()
+		s.rmu.Lock()
+		if s.unlogged > 0 {
+			s.logf("rendezvous: refused %d more connection(s) (%d in all)", s.unlogged, s.refused)
+			s.unlogged = 0
+		}
+		s.rmu.Unlock()
 	})
 	return s.errCl
 }
@@ -190,13 +214,14 @@ func (s *Server) serveConn(c net.Conn) {
 	}()
 	remote := c.RemoteAddr().String()
 	c.SetDeadline(time.Now().Add(HandshakeTimeout))
-	hello, err := auth.Server(c, s.token, []byte(serverHello))
+	rc := &recordingConn{Conn: c, head: make([]byte, 0, helloLen)}
+	hello, err := auth.Server(rc, s.token, []byte(serverHello))
 	if err == nil && string(hello) != clientHello {
 		err = fmt.Errorf("%w: not a store client (hello %.64q)", comm.ErrAuth, hello)
 	}
 	if err != nil {
 		if s.ctx.Err() == nil {
-			s.logf("rendezvous: refused connection from %s: %v", remote, err)
+			s.refuse(remote, err, rc.storeClient())
 		}
 		return
 	}
@@ -314,6 +339,79 @@ func (sc *serverConn) reply(r reply) error {
 	sc.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := sc.c.Write(frame); err != nil {
 		return fmt.Errorf("writing reply: %w", err)
+	}
+	return nil
+}
+
+// helloLen is the length of a store client's auth hello: magic, version,
+// nonce, length and clientHello (see package comm/internal/auth).
+const helloLen = 4 + 1 + 32 + 2 + len(clientHello)
+
+// recordingConn keeps the first bytes read from a connection, so that a
+// failed handshake can tell a store client with the wrong token (it sent a
+// store client's hello, then failed or dropped the proof) from anything else.
+type recordingConn struct {
+	net.Conn
+	head []byte
+}
+
+func (r *recordingConn) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	if room := cap(r.head) - len(r.head); room > 0 {
+		r.head = append(r.head, p[:min(n, room)]...)
+	}
+	return n, err
+}
+
+func (r *recordingConn) storeClient() bool {
+	return len(r.head) == helloLen && string(r.head[4+1+32+2:]) == clientHello
+}
+
+// refuse logs a refused connection (rate-limited) and, for a store client
+// that failed the token proof, records it under RefusedKey.
+func (s *Server) refuse(remote string, err error, storeClient bool) {
+	if storeClient {
+		err = fmt.Errorf("a store client failed the token check (wrong GDIST_TOKEN?): %w", err)
+		s.store.set(RefusedKey, fmt.Appendf(nil, "from %s: %v", remote, err))
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	s.refused++
+	now := time.Now()
+	switch {
+	case s.refused <= logRefusalsFirst:
+		s.logf("rendezvous: refused connection from %s: %v", remote, err)
+		s.lastLogged = now
+	case now.Sub(s.lastLogged) >= logRefusalsEvery:
+		s.logf("rendezvous: refused %d more connection(s) (%d in all), the last from %s: %v", s.unlogged+1, s.refused, remote, err)
+		s.unlogged, s.lastLogged = 0, now
+	default:
+		if s.unlogged == 0 && s.refused == logRefusalsFirst+1 {
+			s.logf("rendezvous: refusing more connections; logging a count at most every %v", logRefusalsEvery)
+		}
+		s.unlogged++
+	}
+}
+
+// refusals counts the connections refused so far.
+func (s *Server) refusals() int {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return s.refused
+}
+
+// reachedAt returns the local address of an authenticated connection that
+// came from another host (its remote address is not loopback), or nil.
+func (s *Server) reachedAt() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, sc := range s.conns {
+		if sc == nil {
+			continue
+		}
+		if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok && !ra.IP.IsLoopback() {
+			return c.LocalAddr()
+		}
 	}
 	return nil
 }

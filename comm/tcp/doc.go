@@ -8,29 +8,54 @@
 //
 //	<prefix>/<job>/<gen>/addr/<rank>
 //
-// and then rank i dials every rank j < i and accepts a connection from every
-// rank j > i. With Options.Peers the mesh is partial: only the listed ranks
-// are linked (composite transports such as the auto backend reach the
-// others another way). prefix is Options.Prefix ("tcp"), job is Config.Job, and gen
-// counts the transports this rank has built on the store for that job (a
-// per-rank counter kept in the store), so a rebuilt mesh never meets the
-// connections or stale addresses of an earlier one, as long as every rank
-// rebuilds the same number of times.
+// and its peer info (address, where the address came from, host id and
+// network namespace) under .../info/<rank>, reads the infos of the ranks it
+// links with, and then rank i dials every rank j < i and accepts a
+// connection from every rank j > i. With Options.Peers the mesh is partial:
+// only the listed ranks are linked (composite transports such as the auto
+// backend reach the others another way). prefix is Options.Prefix ("tcp"),
+// job is Config.Job, and gen counts the transports this rank has built on
+// the store for that job (a per-rank counter kept in the store), so a
+// rebuilt mesh never meets the connections or stale addresses of an earlier
+// one, as long as every rank rebuilds the same number of times.
 //
 // Every connection runs the auth handshake with the job token. The hellos it
 // authenticates carry a hash of (prefix, job), gen, the world size and both
 // ranks; a connection that fails the handshake or carries the wrong hello
 // (another job, another generation, a rank that should not dial us, a
 // duplicate) is refused, closed and logged with its remote address, and the
-// acceptor goes on waiting for the right peers. New is bounded by its ctx and
-// by Config.OpTimeout(); if the mesh is not complete by then it fails naming
-// the ranks it never connected with. Once complete, the listener is closed.
+// acceptor goes on waiting for the right peers. Once complete, the listener
+// is closed.
 //
-// The advertised host is Config.Host, else $GDIST_HOST, else 127.0.0.1 (all
-// ranks on one machine; "localhost" also means 127.0.0.1). A loopback host is listened on as is; any other host
-// makes the transport listen on all interfaces (port chosen by the kernel) and
-// advertise host:port. Multi-host jobs must therefore set Config.Host or
-// GDIST_HOST to an address the other hosts can reach.
+// # Addresses
+//
+// The advertised host is, in order: Config.Host; $GDIST_HOST; an address of
+// the interface named by $GDIST_SOCKET_IFNAME (comma-separated names, the
+// first that exists with an address wins; IPv4, else global IPv6, else
+// link-local IPv6); else the local address of this rank's connection to the
+// store, when the store client tells it (rendezvous.Client.LocalAddr): by
+// construction an address on a network the store's host reaches, and a
+// loopback address only when the store is reached over loopback; else
+// 127.0.0.1. A host found on a local interface or connection is listened on
+// as is; a host given by the user that is not loopback is listened on on all
+// interfaces (it may be a NAT address). "localhost" means 127.0.0.1.
+//
+// # Failing fast
+//
+// Each rank checks its links before dialing: if of two linked ranks in
+// different network namespaces (different hosts; the namespace is read
+// from /proc/self/ns/net, falling back to the host id) the lower one
+// advertised a loopback address, both fail at once with an error naming
+// that rank, its address, where the address came from, and GDIST_HOST /
+// GDIST_SOCKET_IFNAME. Once every linked rank has published its info, the
+// mesh must complete within Options.ConnectTimeout ($GDIST_CONNECT_TIMEOUT,
+// a Go duration or seconds; DefaultConnectTimeout, 20 s): a rank that cannot
+// connect to a peer stops retrying then and fails naming the peer, its
+// address, the last cause (refused, no route, timeout) and the variable to
+// set. The first rank to fail posts its error under .../fail in the store;
+// every other rank still building the mesh fails with it at once. Waiting
+// for ranks that never publish anything is bounded by New's ctx and
+// Config.OpTimeout(); New then fails naming them.
 //
 // # Frames and streams
 //

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -117,83 +116,203 @@ func (t *Transport) clientHello(m mesh, from, to int) string {
 	return fmt.Sprintf("gdist-tcp/1 job=%s gen=%d size=%d from=%d to=%d", m.jobID, m.gen, t.size, from, to)
 }
 
-// advertised returns the host other ranks dial and the address to listen on.
-func advertised(cfg comm.Config) (host, listen string) {
-	host = cfg.Host
-	if host == "" {
-		host = os.Getenv("GDIST_HOST")
-	}
-	if host == "" || host == "localhost" {
-		host = "127.0.0.1" // one address family for listener and dialers
-	}
-	listen = ":0"
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		listen = net.JoinHostPort(host, "0")
-	}
-	return host, listen
-}
+func (m mesh) infoKey(rank int) string { return m.ns + "/info/" + strconv.Itoa(rank) }
 
+// failKey holds the first construction failure of this mesh, so that every
+// rank fails with it rather than waiting out its timeouts.
+func (m mesh) failKey() string { return m.ns + "/fail" }
+
+// connect builds the mesh. It publishes this rank's address and peerInfo,
+// reads those of its linked peers, checks that every link can work (no
+// loopback address across hosts), then dials the lower ranks and accepts
+// the higher ones, within the connect timeout. The first rank to fail
+// posts its reason under the mesh's fail key, and every rank still
+// building fails with it.
 func (t *Transport) connect(ctx context.Context) error {
 	cfg := t.cfg
+	ct, err := connectTimeout(t.opts)
+	if err != nil {
+		return err
+	}
+	adv, err := advertise(cfg)
+	if err != nil {
+		return fmt.Errorf("tcp: rank %d: %w", t.rank, err)
+	}
 	gen, err := cfg.Store.Add(ctx, t.opts.Prefix+"/"+cfg.Job+"/gen/"+strconv.Itoa(t.rank), 1)
 	if err != nil {
 		return fmt.Errorf("tcp: rank %d: rendezvous: %w", t.rank, err)
 	}
 	m := newMesh(t.opts.Prefix, cfg.Job, gen)
+	who := fmt.Sprintf("tcp: rank %d of %d", t.rank, t.size)
 
 	cctx, ccancel := context.WithCancel(ctx)
-	defer ccancel()
 	var cw sync.WaitGroup // the goroutines of construction, all done on return
+	stop := func() { ccancel(); cw.Wait() }
+	defer stop()
 
+	// post tells the other ranks why this one fails; the first post wins.
+	post := func(err error) error {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		cfg.Store.CompareAndSet(pctx, m.failKey(), nil, []byte(err.Error()))
+		return err
+	}
+
+	self := peerInfo{src: adv.src, host: t.opts.HostID, net: t.opts.netID}
+	if self.net == "" {
+		self.net = netID()
+	}
+	if self.host == "" {
+		self.host = hostID()
+	}
 	if slices.Contains(t.linked[t.rank+1:], true) { // higher ranks dial us
-		host, laddr := advertised(cfg)
-		ln, err := net.Listen("tcp", laddr)
+		ln, err := net.Listen("tcp", adv.listen)
 		if err != nil {
-			return fmt.Errorf("tcp: rank %d: listen on %s: %w", t.rank, laddr, err)
+			return fmt.Errorf("%s: listen on %s (address from %s): %w", who, adv.listen, adv.src, err)
 		}
 		t.ln = ln
 		context.AfterFunc(cctx, func() { ln.Close() })
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		addr := net.JoinHostPort(host, port)
-		if err := cfg.Store.Set(ctx, m.addrKey(t.rank), []byte(addr)); err != nil {
-			return fmt.Errorf("tcp: rank %d: publishing address: %w", t.rank, err)
+		self.addr = net.JoinHostPort(adv.host, port)
+		if err := cfg.Store.Set(ctx, m.addrKey(t.rank), []byte(self.addr)); err != nil {
+			stop()
+			return fmt.Errorf("%s: publishing address: %w", who, err)
 		}
 		cw.Go(func() { t.acceptLoop(cctx, &cw, m, ln) })
 	}
-	for j := 0; j < t.rank; j++ {
-		if t.linked[j] {
-			cw.Go(func() { t.dialLoop(cctx, m, j) })
-		}
+	if err := cfg.Store.Set(ctx, m.infoKey(t.rank), self.encode()); err != nil {
+		stop()
+		return fmt.Errorf("%s: publishing address: %w", who, err)
 	}
 
+	failed := make(chan string, 1)
+	cw.Go(func() {
+		if v, err := cfg.Store.Get(cctx, m.failKey()); err == nil {
+			failed <- string(v)
+		}
+	})
+
+	// Read the linked peers' infos.
+	var peers []int
+	for r, l := range t.linked {
+		if l && r != t.rank {
+			peers = append(peers, r)
+		}
+	}
+	infos := make([]peerInfo, t.size)
+	infos[t.rank] = self
+	var imu sync.Mutex
+	have := make([]bool, t.size)
+	gathered := make(chan struct{})
+	var left sync.WaitGroup
+	for _, p := range peers {
+		left.Add(1)
+		cw.Go(func() {
+			b, err := cfg.Store.Get(cctx, m.infoKey(p))
+			if err != nil {
+				return // ctx ended: never Done, so gathered stays open
+			}
+			imu.Lock()
+			infos[p], have[p] = decodeInfo(b), true
+			imu.Unlock()
+			left.Done()
+		})
+	}
+	cw.Go(func() {
+		done := make(chan struct{})
+		go func() { left.Wait(); close(done) }()
+		select {
+		case <-done:
+			close(gathered)
+		case <-cctx.Done():
+		}
+	})
+	select {
+	case <-gathered:
+	case <-t.ready: // every linked peer dialled us already
+		return nil
+	case reason := <-failed:
+		stop()
+		return fmt.Errorf("%s: mesh construction failed on another rank: %s", who, reason)
+	case <-ctx.Done():
+		stop()
+		var missing []int
+		imu.Lock()
+		for _, p := range peers {
+			if !have[p] {
+				missing = append(missing, p)
+			}
+		}
+		imu.Unlock()
+		return fmt.Errorf("%s: mesh incomplete, no connection with rank(s) %v (they never published an address in the store): %w",
+			who, missing, timeoutErr(ctx.Err()))
+	}
+	if err := checkReachable(t.rank, peers, infos); err != nil {
+		stop()
+		return post(fmt.Errorf("%s: %w", who, err))
+	}
+
+	// Every linked peer has published: the mesh must complete within ct.
+	dctx, dcancel := context.WithTimeout(cctx, ct)
+	defer dcancel()
+	dialErrs := make(chan error, len(peers))
+	for _, j := range peers {
+		if j < t.rank {
+			cw.Go(func() {
+				if err := t.dialLoop(dctx, m, j, infos[j], ct); err != nil {
+					dialErrs <- err
+				}
+			})
+		}
+	}
+	timer := time.NewTimer(ct + time.Second) // let the dialers report first
+	defer timer.Stop()
+	var ferr error
 	select {
 	case <-t.ready:
 	case <-ctx.Done():
 	case <-t.dead:
+	case reason := <-failed:
+		ferr = fmt.Errorf("%s: mesh construction failed on another rank: %s", who, reason)
+	case err := <-dialErrs:
+		ferr = post(fmt.Errorf("%s: %w", who, err))
+	case <-timer.C:
 	}
-	ccancel()
-	cw.Wait()
+	stop()
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return t.err
-	}
-	if t.missing == 0 {
-		return nil
-	}
+	terr, complete := t.err, t.missing == 0
 	var missing []int
 	for r, c := range t.conns {
 		if c == nil && t.linked[r] {
 			missing = append(missing, r)
 		}
 	}
-	cause := ctx.Err()
-	if errors.Is(cause, context.DeadlineExceeded) {
-		cause = fmt.Errorf("%w (%w)", comm.ErrTimeout, cause)
+	t.mu.Unlock()
+	switch {
+	case terr != nil:
+		return terr
+	case complete:
+		return nil
+	case ferr != nil:
+		return ferr
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: mesh incomplete, no connection with rank(s) %v: %w", who, missing, timeoutErr(ctx.Err()))
 	}
-	return fmt.Errorf("tcp: rank %d of %d: mesh incomplete, no connection with rank(s) %v: %w",
-		t.rank, t.size, missing, cause)
+	hint := "check that those ranks are alive"
+	if self.addr != "" {
+		hint = fmt.Sprintf("this rank listens at %s (%s): if they cannot reach it, %s", self.addr, self.src, fixHint(t.rank, self))
+	}
+	return post(fmt.Errorf("%s: mesh incomplete, no connection with rank(s) %v within %v (%s) after every rank published its address: %w; %s",
+		who, missing, ct, EnvConnectTimeout, comm.ErrTimeout, hint))
+}
+
+// timeoutErr marks a deadline as a comm.ErrTimeout.
+func timeoutErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (%w)", comm.ErrTimeout, err)
+	}
+	return err
 }
 
 // addConn installs an authenticated link and starts its goroutines.
@@ -314,26 +433,33 @@ func (t *Transport) checkClientHello(m mesh, hello string) (int, error) {
 	return from, nil
 }
 
-// dialLoop connects to rank peer, retrying until ctx ends.
-func (t *Transport) dialLoop(ctx context.Context, m mesh, peer int) {
-	b, err := t.cfg.Store.Get(ctx, m.addrKey(peer))
-	if err != nil {
-		if ctx.Err() == nil {
-			t.logf("tcp: rank %d: looking up rank %d: %v", t.rank, peer, err)
-		}
-		return
+// dialLoop connects to rank peer at its advertised address, retrying
+// until ctx ends (the connect timeout ct, or the end of construction); if
+// the connect timeout ends it, it returns an error naming the peer, the
+// address, where it came from, the last cause and the fix.
+func (t *Transport) dialLoop(ctx context.Context, m mesh, peer int, pi peerInfo, ct time.Duration) error {
+	if pi.addr == "" {
+		return fmt.Errorf("%w: rank %d does not listen for rank %d (do both list each other in Options.Peers?)", comm.ErrInvalidArgument, peer, t.rank)
 	}
-	addr := string(b)
 	backoff := 10 * time.Millisecond
+	logged := 0
 	for {
-		err := t.dial(ctx, m, peer, addr)
-		if err == nil || ctx.Err() != nil {
-			return
+		err := t.dial(ctx, m, peer, pi.addr)
+		if err == nil {
+			return nil
 		}
-		t.logf("tcp: rank %d: connecting to rank %d at %s: %v (retrying)", t.rank, peer, addr, err)
+		if ctx.Err() != nil {
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil // construction ended for another reason
+			}
+			return fmt.Errorf("%w: cannot connect to rank %d at %s (advertised from %s) within %v (%s): %v; %s",
+				comm.ErrTimeout, peer, pi.addr, pi.src, ct, EnvConnectTimeout, err, fixHint(peer, pi))
+		}
+		if logged++; logged <= 3 || logged%20 == 0 {
+			t.logf("tcp: rank %d: connecting to rank %d at %s: %v (retrying, attempt %d)", t.rank, peer, pi.addr, err, logged)
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)

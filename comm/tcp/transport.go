@@ -39,6 +39,16 @@ type Options struct {
 	// another way. Each listed rank must list this one. Sends to and
 	// receives from unlisted ranks fail with comm.ErrInvalidArgument.
 	Peers []int
+	// ConnectTimeout bounds mesh construction once every linked rank has
+	// published its address: connection retries toward a peer stop then,
+	// and New fails naming the peer, its address and the cause. 0 means
+	// $GDIST_CONNECT_TIMEOUT, else DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// HostID names this rank's host in errors (default: $GDIST_HOST_ID,
+	// else the hostname and boot id, as shm.HostID).
+	HostID string
+
+	netID string // tests: overrides netID(), to fake other hosts
 }
 
 func (o Options) withDefaults() Options {
