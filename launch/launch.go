@@ -96,10 +96,25 @@ type Spec struct {
 	// 0: every generation has NProc ranks, and a rank that cannot start
 	// fails the launch.
 	MinProc int
+	// Nodes is the number of nodes (hosts) the job spans, one launcher
+	// on each (like torchrun --nnodes); 0 or 1: this host only. With
+	// several, this launcher starts NProc ranks, NodeRank*NProc to
+	// NodeRank*NProc+NProc-1, and serves no store: rank 0 (on node 0)
+	// serves it at MasterAddr:MasterPort, reachable from every node, and
+	// every rank needs the same Token.
+	Nodes, NodeRank int
+	MasterAddr      string
+	MasterPort      int
+	// Token is the job's secret (raw bytes) for several nodes: every
+	// node's launcher must be given the same (GDIST_TOKEN, or a file).
+	Token []byte
 	// Logf receives the launcher's messages; nil logs to the standard
 	// logger.
 	Logf func(format string, args ...any)
 }
+
+// multiNode reports whether s spans several nodes.
+func (s *Spec) multiNode() bool { return s.Nodes > 1 }
 
 // startError is runGeneration's error when ranks could not start.
 type startError struct {
@@ -255,6 +270,20 @@ func Run(ctx context.Context, s Spec) error {
 	if s.MinProc < 0 || s.MinProc > s.NProc {
 		return comm.InvalidArgf("launch: MinProc %d: want 0 or 1 to NProc (%d)", s.MinProc, s.NProc)
 	}
+	if s.multiNode() {
+		switch {
+		case s.NodeRank < 0 || s.NodeRank >= s.Nodes:
+			return comm.InvalidArgf("launch: node rank %d: want 0 to %d (nodes %d)", s.NodeRank, s.Nodes-1, s.Nodes)
+		case s.MasterAddr == "":
+			return comm.InvalidArgf("launch: %d nodes need the master address: node 0's, which every node reaches", s.Nodes)
+		case s.MasterPort < 1 || s.MasterPort > 65535:
+			return comm.InvalidArgf("launch: master port %d: want 1 to 65535", s.MasterPort)
+		case len(s.Token) == 0:
+			return comm.InvalidArgf("launch: %d nodes need a job token, the same on every node (GDIST_TOKEN, e.g. from `openssl rand -hex 32`, or a token file)", s.Nodes)
+		case s.MaxRestarts > 0 || s.MinProc > 0:
+			return comm.InvalidArgf("launch: restarts across %d nodes are not coordinated by gdist's launchers: use torchrun --max_restarts or the scheduler's requeue (Slurm --requeue) with -resume auto", s.Nodes)
+		}
+	}
 	if s.Args == nil {
 		s.Args = os.Args
 	}
@@ -334,20 +363,28 @@ func stopped(stop <-chan struct{}) bool {
 // generation could not run (ctx ended, a rank did not start, no store).
 func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]RankStatus, error) {
 	logf := s.Logf
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return nil, fmt.Errorf("launch: generating the job token: %w", err)
+	// The store: this launcher's, on loopback, for one node; rank 0's
+	// (on node 0), at the master address, for several.
+	var token, port, master, storeAddr string
+	if s.multiNode() {
+		token, port, master = hex.EncodeToString(s.Token), strconv.Itoa(s.MasterPort), s.MasterAddr
+	} else {
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, fmt.Errorf("launch: generating the job token: %w", err)
+		}
+		token = hex.EncodeToString(raw)
+		srv, err := rendezvous.NewServer("127.0.0.1:0", raw, logf)
+		if err != nil {
+			return nil, fmt.Errorf("launch: starting the store: %w", err)
+		}
+		defer srv.Close()
+		if _, port, err = net.SplitHostPort(srv.Addr()); err != nil {
+			return nil, fmt.Errorf("launch: store address %q: %w", srv.Addr(), err)
+		}
+		master, storeAddr = "127.0.0.1", net.JoinHostPort("127.0.0.1", port)
 	}
-	token := hex.EncodeToString(raw)
-	srv, err := rendezvous.NewServer("127.0.0.1:0", raw, logf)
-	if err != nil {
-		return nil, fmt.Errorf("launch: starting the store: %w", err)
-	}
-	defer srv.Close()
-	_, port, err := net.SplitHostPort(srv.Addr())
-	if err != nil {
-		return nil, fmt.Errorf("launch: store address %q: %w", srv.Addr(), err)
-	}
+	nodes := max(s.Nodes, 1)
 
 	var outMu sync.Mutex // serializes writes to s.Stdout and s.Stderr
 	n := strconv.Itoa(nproc)
@@ -359,23 +396,26 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 	for r := range nproc {
 		cmd := &exec.Cmd{Path: exe, Args: s.Args, WaitDelay: waitDelay, SysProcAttr: childAttr()}
 		cmd.Env = append(append(os.Environ(), s.Env...),
-			"RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+n,
+			"RANK="+strconv.Itoa(s.NodeRank*nproc+r),
+			"WORLD_SIZE="+strconv.Itoa(nodes*nproc),
 			"LOCAL_RANK="+strconv.Itoa(r),
 			"LOCAL_WORLD_SIZE="+n,
-			"MASTER_ADDR=127.0.0.1",
+			"GROUP_RANK="+strconv.Itoa(s.NodeRank), // torchrun's name for the node rank
+			"MASTER_ADDR="+master,
 			"MASTER_PORT="+port,
-			"GDIST_STORE_ADDR="+net.JoinHostPort("127.0.0.1", port),
 			"GDIST_TOKEN="+token,
 			"GDIST_LAUNCHED=1",
 			"GDIST_LAUNCHER_PID="+strconv.Itoa(os.Getpid()),
 			"GDIST_RESTART_COUNT="+strconv.Itoa(gen),
 			"GDIST_MAX_RESTARTS="+strconv.Itoa(s.MaxRestarts),
-			"GDIST_TARGET_WORLD_SIZE="+strconv.Itoa(s.NProc),
+			"GDIST_TARGET_WORLD_SIZE="+strconv.Itoa(nodes*s.NProc),
 		)
-		prefix := fmt.Sprintf("[rank %d] ", r)
+		if storeAddr != "" { // one node: this launcher's store (several: rank 0 serves it)
+			cmd.Env = append(cmd.Env, "GDIST_STORE_ADDR="+storeAddr)
+		}
+		prefix := fmt.Sprintf("[rank %d] ", s.NodeRank*nproc+r)
 		errW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
-		if r == 0 {
+		if r == 0 && s.NodeRank == 0 {
 			cmd.Stdout = &lockedWriter{mu: &outMu, w: s.Stdout}
 			flush[r] = errW.Flush
 		} else {
@@ -416,7 +456,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			if cmd != nil && !exited[r] && !killed[r] {
 				if err := cmd.Process.Kill(); err == nil {
 					killed[r] = true
-					logf("launch: killing rank %d (%s)", r, why)
+					logf("launch: killing rank %d (%s)", s.NodeRank*nproc+r, why)
 				}
 			}
 		}
@@ -437,7 +477,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			if res.err == nil {
 				continue
 			}
-			st := RankStatus{Rank: res.rank, ExitCode: -1, Status: res.err.Error()}
+			st := RankStatus{Rank: s.NodeRank*nproc + res.rank, ExitCode: -1, Status: res.err.Error()}
 			if res.ps != nil {
 				st.ExitCode = res.ps.ExitCode()
 				st.Status = res.ps.String()
@@ -448,10 +488,10 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			if st.Killed || st.ExitCode == ExitPreempted {
 				continue
 			}
-			logf("launch: rank %d failed: %s", res.rank, st.Status)
+			logf("launch: rank %d failed: %s", st.Rank, st.Status)
 			if grace == nil && startErr == nil && ctx.Err() == nil && remaining > 0 {
 				if s.GracePeriod < 0 {
-					killAll(fmt.Sprintf("rank %d failed", res.rank))
+					killAll(fmt.Sprintf("rank %d failed", st.Rank))
 				} else {
 					logf("launch: waiting up to %v for the other ranks to exit", s.GracePeriod)
 					grace = time.After(s.GracePeriod)

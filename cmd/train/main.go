@@ -31,6 +31,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,6 +61,11 @@ type options struct {
 	progress    bool
 	maxRestarts int
 	minNProc    int
+	nnodes      int
+	nodeRank    int
+	masterAddr  string
+	masterPort  int
+	tokenFile   string
 	peerTimeout time.Duration
 	gpt         gptFlags
 }
@@ -109,6 +115,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.SaveEvery, "save-every", 0, "with -save, also save every this many steps (0: after every epoch only)")
 	fs.BoolVar(&c.SyncSave, "sync-save", false, "write each checkpoint before training goes on (default: copy it and write it in the background)")
 	fs.IntVar(&c.Keep, "keep", 1, "with -save, keep this many checkpoints: the latest at the -save path, older ones beside it as <save>.<step>-<id>.safetensors")
+	fs.IntVar(&o.nnodes, "nnodes", 1, "number of nodes (hosts), one train launcher on each with the same flags but -node-rank; -nproc is per node")
+	fs.IntVar(&o.nodeRank, "node-rank", 0, "this node's rank, 0 to -nnodes-1 (node 0 hosts rank 0 and the store)")
+	fs.StringVar(&o.masterAddr, "master-addr", "", "with -nnodes > 1: node 0's address, reachable from every node")
+	fs.IntVar(&o.masterPort, "master-port", 29500, "with -nnodes > 1: the store's port on node 0")
+	fs.StringVar(&o.tokenFile, "token-file", "", "with -nnodes > 1: a file holding the job's secret token (default: $GDIST_TOKEN), the same on every node")
 	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when some ranks cannot be started again, go on with as few as this many (the global batch kept); 0: always -nproc")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
@@ -152,6 +163,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.minNProc < 0 || o.minNProc > o.nproc {
 		return o, fmt.Errorf("-min-nproc %d: want 1 to -nproc (%d), or 0 (always -nproc)", o.minNProc, o.nproc)
 	}
+	if o.nnodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nnodes {
+		return o, fmt.Errorf("-nnodes %d -node-rank %d: want at least 1 node and a node rank from 0 to -nnodes-1", o.nnodes, o.nodeRank)
+	}
+	if o.nnodes > 1 && o.masterAddr == "" {
+		return o, fmt.Errorf("-nnodes %d needs -master-addr: node 0's address, which every node reaches", o.nnodes)
+	}
+	if o.nnodes > 1 && (o.maxRestarts > 0 || o.minNProc > 0) {
+		return o, fmt.Errorf("-max-restarts and -min-nproc: gdist's launchers do not coordinate restarts across %d nodes; use torchrun --max_restarts, or the scheduler's requeue with -resume auto", o.nnodes)
+	}
 	if o.peerTimeout <= 0 {
 		return o, fmt.Errorf("-peer-timeout %v: want a positive duration", o.peerTimeout)
 	}
@@ -176,10 +196,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.maxRestarts > 0 && o.backend == "inproc" {
 		return o, fmt.Errorf("-max-restarts: the ranks are goroutines of one process with -backend inproc: use -backend auto, shm or tcp")
 	}
+	if o.nnodes > 1 && o.backend == "inproc" {
+		return o, fmt.Errorf("-nnodes %d: ranks on several nodes are processes: use -backend auto, tcp or shm", o.nnodes)
+	}
 	if !launch.UnderLauncher() {
 		// This process starts the ranks: check what depends on their
 		// number here, once, not in every worker.
-		c.World = o.nproc
+		c.World = o.nproc * o.nnodes
 	}
 	if err := c.Validate(); err != nil {
 		return o, err
@@ -339,10 +362,18 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 				return fmt.Errorf("-resume: %w", err)
 			}
 		}
-		err := launch.Run(ctx, launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr,
+		spec := launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr,
 			Stop: cfg.Stop, MaxRestarts: o.maxRestarts, MinProc: o.minNProc,
 			// A failed rank's peers name it within the peer timeout.
-			GracePeriod: launch.DefaultGracePeriod})
+			GracePeriod: launch.DefaultGracePeriod}
+		if o.nnodes > 1 {
+			tok, err := jobToken(o.tokenFile)
+			if err != nil {
+				return err
+			}
+			spec.Nodes, spec.NodeRank, spec.MasterAddr, spec.MasterPort, spec.Token = o.nnodes, o.nodeRank, o.masterAddr, o.masterPort, tok
+		}
+		err := launch.Run(ctx, spec)
 		var ee *launch.ExitError
 		if errors.As(err, &ee) && ee.Preempted() {
 			return fmt.Errorf("%w: every rank stopped after its step (and saved, with -save): go on with -resume auto", train.ErrPreempted)
@@ -366,6 +397,27 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		return &rankError{c.Rank(), err}
 	}
 	return cerr
+}
+
+// jobToken is the secret every node's launcher must share: the token
+// file's contents, else GDIST_TOKEN; hex-decoded where it is hex, as
+// package rendezvous reads GDIST_TOKEN, else used as is.
+func jobToken(file string) ([]byte, error) {
+	v := os.Getenv("GDIST_TOKEN")
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("-token-file: %w", err)
+		}
+		v = strings.TrimSpace(string(b))
+	}
+	if v == "" {
+		return nil, fmt.Errorf("-nnodes: the nodes need a shared secret: set GDIST_TOKEN on every node (e.g. export GDIST_TOKEN=$(openssl rand -hex 32)) or pass -token-file")
+	}
+	if b, err := hex.DecodeString(v); err == nil {
+		return b, nil
+	}
+	return []byte(v), nil
 }
 
 // keepGlobalBatch adapts cfg.Batch, the batch per rank of a job launched

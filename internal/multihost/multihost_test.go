@@ -456,3 +456,60 @@ func BenchmarkCommbenchHosts(b *testing.B) {
 		})
 	}
 }
+
+// TestLauncherAcrossHosts: gdist's own launcher on each of two hosts
+// (-nnodes 2 -node-rank i -master-addr <host 0>, two ranks each, the job
+// token from GDIST_TOKEN) ends with the eval loss of one launcher running
+// four ranks on one host.
+func TestLauncherAcrossHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs cmd/train twice; skipped with -short")
+	}
+	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
+		t.Skipf("no Fashion-MNIST: %v", err)
+	}
+	cl := New(t, 2)
+	bin := buildTrain(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := []string{"-model", "mlp", "-limit", "1280", "-epochs", "1", "-json", "-progress=false", "-seed", "7"}
+	run := func(hosts []*Host, extra func(i int) []string) float64 {
+		cmds := make([]*exec.Cmd, len(hosts))
+		outs := make([]*strings.Builder, len(hosts))
+		for i, h := range hosts {
+			outs[i] = &strings.Builder{}
+			cmds[i] = h.Command(ctx, []string{"GDIST_TOKEN=0123456789abcdef0123456789abcdef"}, bin, append(args, extra(i)...)...)
+			cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Fatalf("launcher on %s: %v\n%s", hosts[i].Name, err, outs[i])
+			}
+		}
+		var loss *float64
+		for _, line := range strings.Split(outs[0].String(), "\n") {
+			var v struct {
+				Event    string   `json:"event"`
+				EvalLoss *float64 `json:"eval_loss"`
+			}
+			if json.Unmarshal([]byte(line), &v) == nil && v.Event == "summary" {
+				loss = v.EvalLoss
+			}
+		}
+		if loss == nil {
+			t.Fatalf("no summary from node 0:\n%s", outs[0])
+		}
+		return *loss
+	}
+	one := run(cl.Hosts[:1], func(int) []string { return []string{"-nproc", "4"} })
+	two := run(cl.Hosts, func(i int) []string {
+		return []string{"-nproc", "2", "-nnodes", "2", "-node-rank", fmt.Sprint(i), "-master-addr", cl.Hosts[0].IP, "-master-port", "29517"}
+	})
+	t.Logf("eval_loss: 1 launcher x 4 ranks %.6f, 2 launchers x 2 ranks %.6f", one, two)
+	if math.Abs(one-two) > 1e-4 {
+		t.Errorf("eval_loss %.6f on 2 hosts x 2 ranks, %.6f on 1 host x 4", two, one)
+	}
+}
