@@ -14,6 +14,15 @@
 // Output: rank 0's stdout is copied to Spec.Stdout byte for byte, so JSON
 // output stays clean; the stdout of the other ranks and the stderr of every
 // rank go to Spec.Stderr, each line prefixed with "[rank N] ".
+//
+// Supervision, like torchrun's agent: a failed rank's peers get
+// GracePeriod to exit by themselves, then the rest are killed; Spec.Stop
+// (the launcher's SIGTERM or Ctrl-C) sends every rank SIGTERM to save and
+// exit (ExitPreempted); Spec.MaxRestarts starts every rank again after a
+// failure (GDIST_RESTART_COUNT), Spec.MinProc lets a restart go on with
+// fewer ranks when some cannot start; workers die with the launcher
+// (parent-death signal, WatchLauncher). Spec.Nodes > 1 spans several
+// hosts, one launcher per host, rank 0 serving the store on node 0.
 package launch
 
 import (

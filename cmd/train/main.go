@@ -21,6 +21,8 @@
 // save (with -save) before exiting; go on with -resume auto. A second
 // signal, a second or more after the first, interrupts at once (130,
 // "train: interrupted"). Workers whose launcher dies stop the same way.
+// Several hosts: one launcher per host with -nnodes N -node-rank R
+// -master-addr (node 0) -master-port and one GDIST_TOKEN (or -token-file).
 // With -max-restarts N the launcher restarts every rank after a failure
 // (a dead or frozen worker), up to N times; they resume from the latest
 // checkpoint at -save (-save-every bounds the steps recomputed).
