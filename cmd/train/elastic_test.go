@@ -222,9 +222,12 @@ func sameCheckpoints(t *testing.T, a, b string, rel float64) {
 	}
 }
 
-// elasticArgs is a 3-rank job of about 250 steps that saves every 20.
+// combos are the strategies and backends every elastic case runs with.
+var combos = []struct{ backend, strategy string }{{"shm", "ddp"}, {"tcp", "ddp"}, {"shm", "zero3"}, {"tcp", "zero3"}}
+
+// elasticArgs is a 3-rank job of 124 steps that saves every 20.
 func elasticArgs(save, backend, strategy string) []string {
-	return []string{"-nproc", "3", "-backend", backend, "-strategy", strategy, "-data", "synthetic", "-limit", "6000",
+	return []string{"-nproc", "3", "-backend", backend, "-strategy", strategy, "-data", "synthetic", "-limit", "3000",
 		"-batch", "16", "-epochs", "2", "-json", "-progress=false", "-seed", "3", "-save", save, "-save-every", "20"}
 }
 
@@ -236,7 +239,7 @@ func TestRestartAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 3 ranks twice")
 	}
-	for _, c := range []struct{ backend, strategy string }{{"shm", "ddp"}, {"tcp", "zero3"}} {
+	for _, c := range combos {
 		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
 			dir := t.TempDir()
 			ref := filepath.Join(dir, "ref.safetensors")
@@ -276,7 +279,7 @@ func TestShrink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 3 ranks twice")
 	}
-	for _, c := range []struct{ backend, strategy string }{{"tcp", "ddp"}, {"shm", "zero3"}} {
+	for _, c := range combos {
 		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
 			dir := t.TempDir()
 			save := filepath.Join(dir, "run.safetensors")
@@ -326,7 +329,7 @@ func TestPreemptLauncher(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 3 ranks twice")
 	}
-	for _, c := range []struct{ backend, strategy string }{{"tcp", "ddp"}, {"shm", "zero3"}} {
+	for _, c := range combos {
 		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
 			dir := t.TempDir()
 			ref := filepath.Join(dir, "ref.safetensors")
@@ -363,11 +366,11 @@ func TestLauncherKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for workers to exit")
 	}
-	for _, backend := range []string{"tcp", "shm"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, c := range combos {
+		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
 			save := filepath.Join(t.TempDir(), "run.safetensors")
 			// No output at all: the workers never write to a closed pipe.
-			j := startJob(t, "-nproc", "2", "-backend", backend, "-data", "synthetic", "-limit", "6000", "-batch", "16",
+			j := startJob(t, "-nproc", "2", "-backend", c.backend, "-strategy", c.strategy, "-data", "synthetic", "-limit", "6000", "-batch", "16",
 				"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5")
 			j.waitSaved(t, save)
 			workers := children(j.cmd.Process.Pid)
@@ -403,27 +406,31 @@ func TestFrozenWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the peer timeout")
 	}
-	save := filepath.Join(t.TempDir(), "run.safetensors")
-	j := startJob(t, "-nproc", "2", "-backend", "tcp", "-data", "synthetic", "-limit", "6000", "-batch", "16",
-		"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5", "-peer-timeout", "3s")
-	j.waitSaved(t, save)
-	workers := children(j.cmd.Process.Pid)
-	if len(workers) != 2 {
-		t.Fatalf("workers %v", workers)
+	for _, c := range []struct{ backend, strategy string }{{"tcp", "ddp"}, {"shm", "zero3"}} {
+		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
+			save := filepath.Join(t.TempDir(), "run.safetensors")
+			j := startJob(t, "-nproc", "2", "-backend", c.backend, "-strategy", c.strategy, "-data", "synthetic", "-limit", "6000", "-batch", "16",
+				"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5", "-peer-timeout", "3s")
+			j.waitSaved(t, save)
+			workers := children(j.cmd.Process.Pid)
+			if len(workers) != 2 {
+				t.Fatalf("workers %v", workers)
+			}
+			syscall.Kill(workers[1], syscall.SIGSTOP)
+			defer syscall.Kill(workers[1], syscall.SIGKILL)
+			t0 := time.Now()
+			err := j.wait(t, 40*time.Second)
+			took := time.Since(t0)
+			if err == nil {
+				t.Fatal("exit 0 with a frozen worker")
+			}
+			if took > 3*time.Second+launch.DefaultGracePeriod+5*time.Second {
+				t.Errorf("ended %v after the freeze: want the peer timeout (3 s) plus the grace period plus a few seconds", took)
+			}
+			if !strings.Contains(j.stderr.String(), "rank 1") {
+				t.Errorf("rank 1 not named:\n%s", j.stderr.String())
+			}
+			t.Logf("ended %v after the freeze", took)
+		})
 	}
-	syscall.Kill(workers[1], syscall.SIGSTOP)
-	defer syscall.Kill(workers[1], syscall.SIGKILL)
-	t0 := time.Now()
-	err := j.wait(t, 40*time.Second)
-	took := time.Since(t0)
-	if err == nil {
-		t.Fatal("exit 0 with a frozen worker")
-	}
-	if took > 3*time.Second+launch.DefaultGracePeriod+5*time.Second {
-		t.Errorf("ended %v after the freeze: want the peer timeout (3 s) plus the grace period plus a few seconds", took)
-	}
-	if !strings.Contains(j.stderr.String(), "rank 1") {
-		t.Errorf("rank 1 not named:\n%s", j.stderr.String())
-	}
-	t.Logf("ended %v after the freeze:\n%s", took, j.stderr.String())
 }
