@@ -73,21 +73,22 @@ func shardBase(path string) string {
 // once a newer save commits at path (Config.Keep > 1).
 func keptPath(path, id string) string { return path + "." + id + ".safetensors" }
 
-// keptRE matches the model files of the older checkpoints kept beside the
-// checkpoint whose file name is base; group 1 is the id, 2 its step.
-func keptRE(base string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(base) + `\.((\d+)-[0-9a-f]{16})\.safetensors$`)
-}
-
 // keptSaves lists the ids of the older checkpoints kept at path, newest
 // (highest step) first.
 func keptSaves(path string) []string {
+	return savesLike(path, `\.safetensors`)
+}
+
+// savesLike lists the ids of the saves at path that have a file named
+// <base>.<id><suffix> (suffix a regexp) in its directory, newest (highest
+// step) first.
+func savesLike(path, suffix string) []string {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
 	ents, _ := os.ReadDir(dir)
-	re := keptRE(base)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(base) + `\.((\d+)-[0-9a-f]{16})` + suffix + `$`)
 	type save struct {
 		id   string
 		step int64
@@ -216,27 +217,5 @@ func removeStale(path, keep string, tempsOnly bool) {
 // shardSaves lists the file ids of the saves at path that have a rank 0
 // shard file on disk, newest (highest step) first.
 func shardSaves(path string) []string {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	ents, _ := os.ReadDir(dir)
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(base) + `\.((\d+)-[0-9a-f]{16})\.rank0-of-\d+\.safetensors$`)
-	type save struct {
-		id   string
-		step int64
-	}
-	var saves []save
-	for _, e := range ents {
-		if m := re.FindStringSubmatch(e.Name()); m != nil {
-			st, _ := strconv.ParseInt(m[2], 10, 64)
-			saves = append(saves, save{m[1], st})
-		}
-	}
-	sort.SliceStable(saves, func(i, j int) bool { return saves[i].step > saves[j].step })
-	ids := make([]string, len(saves))
-	for i, s := range saves {
-		ids[i] = s.id
-	}
-	return ids
+	return savesLike(path, `\.rank0-of-\d+\.safetensors`)
 }
