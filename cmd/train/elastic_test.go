@@ -166,6 +166,23 @@ func (j *job) waitReached(t *testing.T, save string, step int64) {
 	}
 }
 
+// killWorker kills the job's worker i (kill -9) once its first
+// checkpoint committed (saves are written in the background) and rank 0
+// ran step 30, then waits for the job to succeed.
+func (j *job) killWorker(t *testing.T, save string, i int) {
+	t.Helper()
+	j.waitSaved(t, save)
+	j.waitReached(t, save, 30)
+	workers := children(j.cmd.Process.Pid)
+	if len(workers) != 3 {
+		t.Fatalf("workers %v", workers)
+	}
+	syscall.Kill(workers[i], syscall.SIGKILL)
+	if err := j.wait(t, 3*time.Minute); err != nil {
+		t.Fatalf("%v; stderr:\n%s", err, j.stderr.String())
+	}
+}
+
 // waitSaved waits until the job saved its first checkpoint at save.
 func (j *job) waitSaved(t *testing.T, save string) {
 	t.Helper()
@@ -248,16 +265,7 @@ func TestRestartAfterKill(t *testing.T) {
 			}
 			save := filepath.Join(dir, "run.safetensors")
 			j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2")...)
-			j.waitSaved(t, save) // the save of step 20 committed (it is written in the background)
-			j.waitReached(t, save, 30)
-			workers := children(j.cmd.Process.Pid)
-			if len(workers) != 3 {
-				t.Fatalf("workers %v", workers)
-			}
-			syscall.Kill(workers[1], syscall.SIGKILL)
-			if err := j.wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("%v; stderr:\n%s", err, j.stderr.String())
-			}
+			j.killWorker(t, save, 1)
 			s := j.summary(t)
 			// Saves every 20 steps, each committed a few steps later.
 			if s.Restarts != 1 || s.StepsRecomputed < 1 || s.StepsRecomputed > 60 || s.ResumedStep < 20 {
@@ -285,16 +293,7 @@ func TestShrink(t *testing.T) {
 			save := filepath.Join(dir, "run.safetensors")
 			t.Setenv("GDIST_FAULT_START", "1:2") // rank 2 of the first restart
 			j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2", "-min-nproc", "2")...)
-			j.waitSaved(t, save)
-			j.waitReached(t, save, 30)
-			workers := children(j.cmd.Process.Pid)
-			if len(workers) != 3 {
-				t.Fatalf("workers %v", workers)
-			}
-			syscall.Kill(workers[0], syscall.SIGKILL)
-			if err := j.wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("%v; stderr:\n%s", err, j.stderr.String())
-			}
+			j.killWorker(t, save, 0)
 			os.Unsetenv("GDIST_FAULT_START")
 			s := j.summary(t)
 			if s.WorldSize != 2 || s.GlobalBatch != 48 || s.Restarts != 1 || s.ResumedStep < 20 {
@@ -321,10 +320,10 @@ func TestShrink(t *testing.T) {
 	}
 }
 
-// TestPreemptLauncher: SIGTERM to the launcher mid-epoch stops every rank
-// after its step, with a checkpoint, within 30 s and exit code 75; the
-// same command with -resume auto then finishes the job, equal to an
-// uninterrupted run.
+// TestPreemptLauncher: SIGTERM mid-epoch, to the launcher (shm) or to one
+// worker (tcp), stops every rank after its step, with a checkpoint, within
+// 30 s, and the job with exit code 75; the same command with -resume auto
+// then finishes the job, equal to an uninterrupted run.
 func TestPreemptLauncher(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 3 ranks twice")
@@ -340,7 +339,15 @@ func TestPreemptLauncher(t *testing.T) {
 			args := append(elasticArgs(save, c.backend, c.strategy), "-resume", "auto")
 			j := startJob(t, args...)
 			j.waitSaved(t, save)
-			j.cmd.Process.Signal(syscall.SIGTERM)
+			if c.backend == "shm" {
+				j.cmd.Process.Signal(syscall.SIGTERM)
+			} else {
+				workers := children(j.cmd.Process.Pid)
+				if len(workers) != 3 {
+					t.Fatalf("workers %v", workers)
+				}
+				syscall.Kill(workers[2], syscall.SIGTERM)
+			}
 			t0 := time.Now()
 			err := j.wait(t, 30*time.Second)
 			var ee *exec.ExitError
