@@ -411,13 +411,14 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	if err := l.closedErr(); err != nil {
 		return err
 	}
-	unlock, err := l.box.LockSend(ctx, mailbox.KeyOf(h), func(ctx context.Context, sem chan struct{}) error {
-		return t.acquire(ctx, sem, h.Group)
+	key, group := mailbox.KeyOf(h), h.Group
+	sl, err := l.box.LockSend(ctx, key, func(ctx context.Context, sem chan struct{}) error {
+		return t.acquire(ctx, sem, group)
 	})
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer l.box.UnlockSend(key, sl)
 	total := len(payload)
 	h.Total = uint64(total)
 	for off := 0; ; {
@@ -444,7 +445,7 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 	if err := t.checkArgs("recv from", from, h); err != nil {
 		return err
 	}
-	return t.recv(ctx, from, h, mailbox.NewRecv(dst, nil, len(dst)))
+	return t.recv(ctx, from, h, dst, nil, len(dst))
 }
 
 // RecvPayload is Recv without the copy out of the ring (see
@@ -462,12 +463,16 @@ func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n 
 	if n < 0 || fn == nil {
 		return comm.InvalidArgf("shm: RecvPayload of %d bytes with fn %p", n, fn)
 	}
-	return t.recv(ctx, from, h, mailbox.NewRecv(nil, fn, n))
+	return t.recv(ctx, from, h, nil, fn, n)
 }
 
 var _ algo.PayloadReceiver = (*Transport)(nil)
 
-func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailbox.Recv) error {
+// recv receives n bytes into dst, or handed to fn. The receive's record
+// comes from the link's free list and goes back there when recv returns:
+// by then it is finished, unposted, and nobody writes into it (a drainer
+// that finished it did so under l.mu, which the return takes).
+func (t *Transport) recv(ctx context.Context, from int, h wire.Header, dst []byte, fn func(off int, payload []byte), n int) error {
 	if !t.enter() {
 		return errTransportClosed
 	}
@@ -478,16 +483,18 @@ func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailb
 	l := t.links[from]
 	box := l.box
 	key := mailbox.KeyOf(h)
-	op.Want = h
-	op.Want.Offset, op.Want.Len, op.Want.Total = 0, 0, uint64(op.N)
 
 	l.mu.Lock()
+	op := box.GetRecv(dst, fn, n)
+	op.Want = h
+	op.Want.Offset, op.Want.Len, op.Want.Total = 0, 0, uint64(op.N)
 	s := box.Stream(key)
 	s.Join()
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		box.Leave(key, s)
+		box.PutRecv(op)
 		l.mu.Unlock()
 	}()
 	if err := t.acquire(ctx, s.RSem, h.Group); err != nil {
