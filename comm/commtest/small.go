@@ -132,3 +132,24 @@ func SmallOpAllocs(t testing.TB, world World, n int) map[string]float64 {
 	}
 	return out
 }
+
+// CheckSmallOpAllocs fails t unless a steady-state 4 KiB all-reduce and
+// broadcast on a world of n ranks allocate at most one object per rank:
+// the op's Work, which the caller may keep for ever, so it is never
+// reused (everything else on the path, messages, receives, locks,
+// scratch, is reused). Point-to-point Send/Recv still allocate (a
+// goroutine and a timeout ctx per op); their count is logged.
+func CheckSmallOpAllocs(t *testing.T, world World, n int) {
+	if Race {
+		t.Skip("the race detector's sync.Pool drops items at random")
+	}
+	got := SmallOpAllocs(t, world, n)
+	for _, name := range SmallOpNames {
+		t.Logf("%s, 4 KiB, %d ranks: %v allocations per op (all ranks)", name, n, got[name])
+	}
+	for _, name := range []string{"all_reduce", "broadcast"} {
+		if got[name] > float64(n) {
+			t.Errorf("%s of 4 KiB on %d ranks: %v allocations per op, want at most %d (one Work per rank)", name, n, got[name], n)
+		}
+	}
+}

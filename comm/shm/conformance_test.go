@@ -30,3 +30,10 @@ func BenchmarkSmallOps(b *testing.B) {
 	b.Setenv("GDIST_SHM_DIR", b.TempDir())
 	commtest.BenchSmallOps(b, shmWorld, 2)
 }
+
+// TestSmallOpAllocs: a small all-reduce or broadcast allocates only its
+// Work on each rank.
+func TestSmallOpAllocs(t *testing.T) {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	commtest.CheckSmallOpAllocs(t, shmWorld, 2)
+}
