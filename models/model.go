@@ -43,6 +43,9 @@ type ParamStore = flat.Store
 // BLAS names the matrix-multiply implementation in use.
 const BLAS = nn.BLAS
 
+// BLASThreads is nn.BLASThreads: OpenBLAS's thread count in this process.
+func BLASThreads() int { return nn.BLASThreads() }
+
 // CrossEntropy is nn.CrossEntropy.
 func CrossEntropy(logits []float32, labels []int32, k int) float64 {
 	return nn.CrossEntropy(logits, labels, k)

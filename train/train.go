@@ -108,6 +108,11 @@ type Config struct {
 	// end of every epoch and of the run.
 	EvalEvery int
 
+	// BLASThreadsFrom says who chose this process's OpenBLAS thread
+	// count (see nn.ChooseBLASThreads; the caller sets the count with
+	// nn.SetBLASThreads): the summary reports it beside the count.
+	BLASThreadsFrom string
+
 	JSON     bool
 	Progress io.Writer // rank 0's progress bar; nil for none
 	Out      io.Writer // rank 0's events (JSON lines) or human summary
@@ -136,8 +141,26 @@ type Summary struct {
 	Epochs          int     `json:"epochs"`
 	Steps           int64   `json:"steps"`
 	TrainSamples    int     `json:"train_samples"`
-	SamplesPerSec   float64 `json:"samples_per_sec"`
-	StepMsP50       float64 `json:"step_ms_p50"`
+	// SamplesPerSec is the samples trained (all ranks) divided by the
+	// time spent inside the training steps: assembling the batch,
+	// forward, backward, gradient reduction, the optimizer update and
+	// the per-step loss check, summed over the steps of this run, on the
+	// slowest rank. Start-up, evaluation and checkpoints are excluded;
+	// slow steps (the first ones, a descheduled rank) count in full, so
+	// it is the sustained mean rate. StepMsP50 is rank 0's median step.
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	StepMsP50     float64 `json:"step_ms_p50"`
+	// LoopSamplesPerSec is GlobalBatch / StepMsP50: the rate of a typical
+	// step, as PyTorch training scripts print it (batch size over a step's
+	// time, warm-up and stragglers aside). It is at least SamplesPerSec
+	// when steps take about the same time.
+	LoopSamplesPerSec float64 `json:"loop_samples_per_sec"`
+	// BLASThreads is how many threads OpenBLAS uses in rank 0's process (0
+	// without OpenBLAS), and BLASThreadsFrom who chose that number
+	// (Config.BLASThreadsFrom: "default", "-blas-threads" or the
+	// environment variable's name).
+	BLASThreads     int     `json:"blas_threads"`
+	BLASThreadsFrom string  `json:"blas_threads_from,omitempty"`
 	TrainLoss       float64 `json:"train_loss"`
 	EvalLoss        float64 `json:"eval_loss"`
 	TestAccuracy    float64 `json:"test_accuracy"`
@@ -841,6 +864,10 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
 		Overlap: !cfg.NoOverlap, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds(),
 		ClippedSteps: clipped, GradNormP50: median(norms), LR: lastLR}
+	if s.StepMsP50 > 0 {
+		s.LoopSamplesPerSec = float64(s.GlobalBatch) / (s.StepMsP50 / 1e3)
+	}
+	s.BLASThreads, s.BLASThreadsFrom = models.BLASThreads(), cfg.BLASThreadsFrom
 	if lps > 1 {
 		s.TokensPerSec = rate[0] * float64(lps)
 		s.EvalBPB = lastEval[0] / math.Ln2

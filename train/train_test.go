@@ -202,7 +202,7 @@ func TestJSONSummary(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[2]), &s); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"world_size", "strategy", "model", "num_params", "epochs", "samples_per_sec", "step_ms_p50", "eval_loss", "test_accuracy", "model_state_bytes", "peak_rss_bytes"} {
+	for _, k := range []string{"world_size", "strategy", "model", "num_params", "epochs", "samples_per_sec", "step_ms_p50", "loop_samples_per_sec", "blas_threads", "eval_loss", "test_accuracy", "model_state_bytes", "peak_rss_bytes"} {
 		if _, ok := s[k]; !ok {
 			t.Errorf("summary lacks %q", k)
 		}
@@ -213,6 +213,9 @@ func TestJSONSummary(t *testing.T) {
 	p := int64(sums[0].NumParams)
 	if m := sums[0].ModelStateBytes; m.Params != 4*p || m.Grads != 4*p || m.Optimizer != 8*p {
 		t.Errorf("adam model_state_bytes %+v, want 4P, 4P, 8P with P=%d", m, p)
+	}
+	if s := sums[0]; s.LoopSamplesPerSec != float64(s.GlobalBatch)/(s.StepMsP50/1e3) {
+		t.Errorf("loop_samples_per_sec %v, want global batch %d / step p50 %v ms", s.LoopSamplesPerSec, s.GlobalBatch, s.StepMsP50)
 	}
 	if sums[0].TestAccuracy < 0.5 {
 		t.Errorf("synthetic data barely learned: accuracy %v", sums[0].TestAccuracy)

@@ -29,6 +29,14 @@
 // Settings are checked once, by the process that starts the ranks, before
 // any starts: -nproc (at most 1024), -save (its directory must take a new
 // file), and the strategy's settings for -nproc ranks.
+//
+// Each rank's process runs OpenBLAS with max(1, cores / local ranks)
+// threads (cores: those this process may run on; local ranks: the ranks on
+// this host, from the launcher's environment, or -nproc with -backend
+// inproc), so that the ranks of a host do not oversubscribe its cores.
+// OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS, when set,
+// are left to OpenBLAS; -blas-threads N overrides all. The summary's
+// blas_threads and blas_threads_from say what was used.
 package main
 
 import (
@@ -40,6 +48,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,6 +62,7 @@ import (
 	_ "github.com/gdist/gdist/comm/tcp"
 	"github.com/gdist/gdist/data"
 	"github.com/gdist/gdist/launch"
+	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/train"
 )
 
@@ -69,6 +79,7 @@ type options struct {
 	masterPort  int
 	tokenFile   string
 	peerTimeout time.Duration
+	blasThreads int
 	gpt         gptFlags
 }
 
@@ -125,6 +136,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when some ranks cannot be started again, go on with as few as this many (the global batch kept); 0: always -nproc")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
+	fs.IntVar(&o.blasThreads, "blas-threads", 0, "OpenBLAS threads per rank (0: OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS if set, else max(1, cores / ranks on this host))")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
 	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
 	o.gpt.register(fs, c) // gpt.go: the language-model flags
@@ -173,6 +185,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.nnodes > 1 && (o.maxRestarts > 0 || o.minNProc > 0) {
 		return o, fmt.Errorf("-max-restarts and -min-nproc: gdist's launchers do not coordinate restarts across %d nodes; use torchrun --max_restarts, or the scheduler's requeue with -resume auto", o.nnodes)
+	}
+	if o.blasThreads < 0 {
+		return o, fmt.Errorf("-blas-threads %d: want 1 or more, or 0 (the default)", o.blasThreads)
 	}
 	if o.peerTimeout <= 0 {
 		return o, fmt.Errorf("-peer-timeout %v: want a positive duration", o.peerTimeout)
@@ -314,6 +329,8 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 
 	if o.backend == "inproc" {
+		// One process, one OpenBLAS, o.nproc ranks sharing the cores.
+		cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, o.nproc)
 		if _, _, err := train.LoadData(cfg); err != nil {
 			return err
 		}
@@ -383,6 +400,13 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// A worker: set its BLAS threads before any BLAS work. A bad
+	// environment is InitComm's to report.
+	local := 1
+	if env, err := rendezvous.FromEnv(); err == nil {
+		local = env.LocalSize
+	}
+	cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, local)
 	c, closeComm, err := rendezvous.InitComm(ctx, o.backend, comm.Options{PeerTimeout: o.peerTimeout})
 	if err != nil {
 		return err
@@ -420,6 +444,17 @@ func jobToken(file string) ([]byte, error) {
 		return b, nil
 	}
 	return []byte(v), nil
+}
+
+// setBLASThreads sets this process's OpenBLAS thread count for local
+// ranks on this host (nn.ChooseBLASThreads) and says who chose it. A
+// count from the environment is OpenBLAS's own setting, left as it is.
+func setBLASThreads(flag, local int) (from string) {
+	n, from := nn.ChooseBLASThreads(runtime.NumCPU(), local, flag, os.Getenv)
+	if from == "default" || from == "-blas-threads" {
+		nn.SetBLASThreads(n)
+	}
+	return from
 }
 
 // keepGlobalBatch adapts cfg.Batch, the batch per rank of a job launched

@@ -7,10 +7,12 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/train"
 )
 
@@ -77,12 +79,52 @@ func TestProcessesMatchOneRank(t *testing.T) {
 	}
 }
 
+// TestBLASThreads: each rank's OpenBLAS thread count is cores / local
+// ranks by default (workers launched as processes, and ranks as
+// goroutines of one process), -blas-threads overrides it, and the summary
+// says which.
+func TestBLASThreads(t *testing.T) {
+	if nn.BLAS != "openblas" {
+		t.Skip("built without OpenBLAS")
+	}
+	for _, k := range nn.BLASThreadEnv {
+		t.Setenv(k, "") // unset for the children: ChooseBLASThreads skips empty values
+	}
+	common := []string{"-data", "synthetic", "-limit", "256", "-epochs", "1", "-batch", "16", "-json", "-progress=false"}
+	for _, tc := range []struct {
+		args []string
+		want int
+		from string
+	}{
+		{[]string{"-nproc", "2", "-backend", "shm"}, max(1, runtime.NumCPU()/2), "default"},
+		{[]string{"-nproc", "3", "-backend", "inproc"}, max(1, runtime.NumCPU()/3), "default"},
+		{[]string{"-nproc", "2", "-backend", "shm", "-blas-threads", "3"}, 3, "-blas-threads"},
+	} {
+		out, stderr, err := trainCmd(t, append(tc.args, common...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, stderr)
+		}
+		if s := summary(t, out); s.BLASThreads != tc.want || s.BLASThreadsFrom != tc.from {
+			t.Errorf("%v: blas_threads %d from %q, want %d from %q", tc.args, s.BLASThreads, s.BLASThreadsFrom, tc.want, tc.from)
+		}
+	}
+	t.Setenv("OPENBLAS_NUM_THREADS", "1")
+	out, stderr, err := trainCmd(t, append([]string{"-nproc", "2", "-backend", "shm"}, common...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if s := summary(t, out); s.BLASThreads != 1 || s.BLASThreadsFrom != "OPENBLAS_NUM_THREADS" {
+		t.Errorf("OPENBLAS_NUM_THREADS=1: blas_threads %d from %q", s.BLASThreads, s.BLASThreadsFrom)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	cases := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-nproc", "0"}, "-nproc 0"},
+		{[]string{"-blas-threads", "-1"}, "-blas-threads -1"},
 		{[]string{"-backend", "carrier-pigeon"}, "carrier-pigeon"},
 		{[]string{"-data", "/nonexistent/fmnist", "-nproc", "2"}, "/nonexistent/fmnist"},
 		{[]string{"-data", "synthetic", "-limit", "100", "-batch", "64", "-nproc", "2"}, "larger than"},

@@ -24,11 +24,25 @@ func (o *op) broadcastTree(x call) error {
 		}
 		mask <<= 1
 	}
-	var kids []int
+	var kidsAt [64]int
+	kids := kidsAt[:0]
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if vr+mask < p {
 			kids = append(kids, real(vr+mask))
 		}
 	}
-	return fanout(len(kids), -1, func(i int) error { return o.send(kids[i], 0, buf) })
+	if len(kids) <= 1 {
+		// One child (or none): send on this goroutine, with no closure
+		// for fanout (a closure would put kids and buf on the heap).
+		for _, k := range kids {
+			return o.send(k, 0, buf)
+		}
+		return nil
+	}
+	return o.sendAll(append([]int(nil), kids...), buf)
+}
+
+// sendAll sends buf to every rank of to at once.
+func (o *op) sendAll(to []int, buf []byte) error {
+	return fanout(len(to), -1, func(i int) error { return o.send(to[i], 0, buf) })
 }

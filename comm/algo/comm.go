@@ -141,6 +141,10 @@ type op struct {
 	dt   comm.DType
 	red  comm.ReduceOp
 	tun  Tuning
+	// A collective's arguments, for its run function (a plain function,
+	// not a closure: issuing allocates nothing but the collOp).
+	a, b comm.Buffer
+	root int
 }
 
 // fail poisons the Comm with err (the first error wins) and tells the other
@@ -202,37 +206,66 @@ func (c *Comm) kicked() {
 	c.runColl(nil)
 }
 
-// collOp is a collective in a Comm's queue.
+// collOp is a collective in a Comm's queue, and its Work: its Wait runs
+// the collective itself when nothing else is running the Comm's queue.
+// It is the one allocation of issuing a collective (the caller may keep
+// the Work for ever, so it cannot be reused); its done channel is made
+// only if somebody asks for it (Done, or a Wait that must block).
 type collOp struct {
-	o       *op
+	o       op
 	fn      func(o *op) error
-	uc      *userCtx // o.ctx, if not collCtx
-	issued  uint64   // c.ticks when it was issued
-	req     *comm.Request
+	uc      *userCtx    // o.ctx, if not collCtx
+	issued  uint64      // c.ticks when it was issued
 	started bool        // taken off the queue (guarded by c.mu)
 	unwatch func() bool // stops the watch on o.ctx while queued, if any
+
+	complete atomic.Bool   // err is set
+	err      error         // the outcome, once complete
+	done     chan struct{} // made on demand, closed on completion (guarded by c.mu)
 }
 
-// collWork is the Work of a collective: its Wait runs the collective
-// itself when nothing else is running the Comm's queue.
-type collWork struct {
-	*comm.Request
-	q *collOp
+var _ comm.Work = (*collOp)(nil)
+
+// closedChan is the Done channel of every collective that completed before
+// anybody asked for one.
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// Done: see comm.Work.
+func (q *collOp) Done() <-chan struct{} {
+	if q.complete.Load() {
+		return closedChan
+	}
+	c := q.o.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q.complete.Load() {
+		return closedChan
+	}
+	if q.done == nil {
+		q.done = make(chan struct{})
+	}
+	return q.done
+}
+
+// Err: see comm.Work.
+func (q *collOp) Err() error {
+	if q.complete.Load() {
+		return q.err
+	}
+	return nil
 }
 
 // Wait: see comm.Work. If ctx can only end when the collective's own ctx
 // does (the usual comm.Run pattern: the same ctx, or one that never ends),
 // Wait runs the queue up to this collective on the calling goroutine;
 // otherwise it makes sure a runner goroutine does, and waits for it.
-func (w *collWork) Wait(ctx context.Context) error {
-	select {
-	case <-w.Done():
-		return w.Err()
-	default:
+func (q *collOp) Wait(ctx context.Context) error {
+	if q.complete.Load() {
+		return q.err
 	}
-	c := w.q.o.c
-	if d := ctx.Done(); d == nil || d == w.q.o.user.Done() {
-		c.runColl(w.q)
+	c := q.o.c
+	if d := ctx.Done(); d == nil || d == q.o.user.Done() {
+		c.runColl(q)
 	} else {
 		c.mu.Lock()
 		if !c.cbusy && len(c.cq) > 0 {
@@ -240,12 +273,22 @@ func (w *collWork) Wait(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 	}
-	return w.Request.Wait(ctx)
+	if q.complete.Load() {
+		return q.err
+	}
+	select {
+	case <-q.Done():
+		return q.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // issueColl queues a collective: it takes the next sequence number and
-// returns the Work; fn runs once every collective issued before it ended.
-func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt comm.DType, red comm.ReduceOp, fn func(o *op) error) (comm.Work, error) {
+// returns the Work; fn runs once every collective issued before it ended,
+// with a, b and root in its op.
+func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt comm.DType, red comm.ReduceOp,
+	a, b comm.Buffer, root int, fn func(o *op) error) (comm.Work, error) {
 	if err := opcheck.Ctx(name, ctx); err != nil {
 		return nil, err
 	}
@@ -262,8 +305,9 @@ func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt com
 	h.DType = uint8(dt)
 	h.Red = uint8(red)
 	octx, uc := c.collCtxFor(ctx)
-	o := &op{c: c, ctx: octx, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: c.tuning}
-	q := &collOp{o: o, fn: fn, uc: uc, issued: c.ticks, req: comm.NewRequest()}
+	q := &collOp{o: op{c: c, ctx: octx, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: c.tuning, a: a, b: b, root: root},
+		fn: fn, uc: uc, issued: c.ticks}
+	o := &q.o
 	if d := c.opts.OpTimeout(); d > 0 && !c.dogSet {
 		if c.dog == nil {
 			c.dog = time.AfterFunc(d/dogTicks, c.watch)
@@ -294,7 +338,7 @@ func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt com
 		})
 	}
 	c.mu.Unlock()
-	return &collWork{Request: q.req, q: q}, nil
+	return q, nil
 }
 
 // userCtx is the ctx of the collectives issued under user ctxs with one
@@ -370,9 +414,10 @@ func (c *Comm) runColl(upTo *collOp) {
 	for !c.cbusy && len(c.cq) > 0 && (upTo == nil || !upTo.started) {
 		q := c.cq[0]
 		c.cq[0] = nil
-		c.cq = c.cq[1:]
-		if len(c.cq) == 0 {
-			c.cq = nil
+		if len(c.cq) == 1 {
+			c.cq = c.cq[:0] // keep the array: the next issue appends without allocating
+		} else {
+			c.cq = c.cq[1:]
 		}
 		q.started = true
 		c.cbusy = true
@@ -381,7 +426,7 @@ func (c *Comm) runColl(upTo *collOp) {
 		if q.unwatch != nil {
 			q.unwatch()
 		}
-		err := c.run(q.o, q.fn)
+		err := c.run(&q.o, q.fn)
 		c.mu.Lock()
 		c.cbusy = false
 		c.cur = nil
@@ -390,9 +435,11 @@ func (c *Comm) runColl(upTo *collOp) {
 				u.release()
 			}
 		}
-		c.mu.Unlock()
-		q.req.Complete(err)
-		c.mu.Lock()
+		q.err = err
+		q.complete.Store(true)
+		if q.done != nil {
+			close(q.done)
+		}
 	}
 	if upTo != nil && !c.cbusy && len(c.cq) > 0 {
 		go c.runColl(nil)
@@ -542,8 +589,9 @@ func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
 	if pr, ok := o.c.t.(PayloadReceiver); ok {
 		h := o.hdr
 		h.Step = step
-		pc := pieces{dt: o.dt, red: o.red, dst: dst, acc: acc}
-		err := pr.RecvPayload(o.ctx, o.c.members[from], h, len(dst), pc.add)
+		pc := getPieces(o.dt, o.red, dst, acc)
+		err := pr.RecvPayload(o.ctx, o.c.members[from], h, len(dst), pc.fn)
+		putPieces(pc)
 		if err == nil && from != o.c.rank {
 			o.c.received.Add(int64(len(dst)))
 			o.note(from, step)
@@ -565,7 +613,25 @@ type pieces struct {
 	red      comm.ReduceOp
 	dst, acc []byte
 	carry    [8]byte
-	nc       int // bytes in carry
+	nc       int               // bytes in carry
+	fn       func(int, []byte) // add, bound once (a method value allocates)
+}
+
+// piecesPool keeps pieces with their fn, so that a receive-and-reduce
+// allocates nothing in steady state.
+var piecesPool = sync.Pool{New: func() any { p := new(pieces); p.fn = p.add; return p }}
+
+func getPieces(dt comm.DType, red comm.ReduceOp, dst, acc []byte) *pieces {
+	p := piecesPool.Get().(*pieces)
+	p.dt, p.red, p.dst, p.acc, p.nc = dt, red, dst, acc, 0
+	return p
+}
+
+// putPieces recycles p once the transport is done with its fn
+// (RecvPayload returned).
+func putPieces(p *pieces) {
+	p.dst, p.acc = nil, nil
+	piecesPool.Put(p)
 }
 
 func (p *pieces) add(off int, b []byte) {
@@ -646,9 +712,7 @@ func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpAllReduce, Count: uint64(buf.Len())}
-	return c.issueColl(ctx, "all_reduce", h, buf.DType(), red, func(o *op) error {
-		return o.allReduce(buf.Host())
-	})
+	return c.issueColl(ctx, "all_reduce", h, buf.DType(), red, buf, comm.Buffer{}, 0, runAllReduce)
 }
 
 // Broadcast: see comm.Comm.
@@ -657,9 +721,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.W
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpBroadcast, Count: uint64(buf.Len()), Root: int32(root)}
-	return c.issueColl(ctx, "broadcast", h, buf.DType(), 0, func(o *op) error {
-		return o.broadcast(buf.Host(), root)
-	})
+	return c.issueColl(ctx, "broadcast", h, buf.DType(), 0, buf, comm.Buffer{}, root, runBroadcast)
 }
 
 // Reduce: see comm.Comm.
@@ -668,9 +730,7 @@ func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp, r
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpReduce, Count: uint64(buf.Len()), Root: int32(root)}
-	return c.issueColl(ctx, "reduce", h, buf.DType(), red, func(o *op) error {
-		return o.reduce(buf.Host(), root)
-	})
+	return c.issueColl(ctx, "reduce", h, buf.DType(), red, buf, comm.Buffer{}, root, runReduce)
 }
 
 // AllGather: see comm.Comm.
@@ -679,9 +739,7 @@ func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, 
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpAllGather, Count: uint64(src.Len())}
-	return c.issueColl(ctx, "all_gather", h, src.DType(), 0, func(o *op) error {
-		return o.allGather(dst.Host(), src.Host())
-	})
+	return c.issueColl(ctx, "all_gather", h, src.DType(), 0, dst, src, 0, runAllGather)
 }
 
 // Gather: see comm.Comm.
@@ -690,9 +748,7 @@ func (c *Comm) Gather(ctx context.Context, dst, src comm.Buffer, root int) (comm
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpGather, Count: uint64(src.Len()), Root: int32(root)}
-	return c.issueColl(ctx, "gather", h, src.DType(), 0, func(o *op) error {
-		return o.gather(dst.Host(), src.Host(), root)
-	})
+	return c.issueColl(ctx, "gather", h, src.DType(), 0, dst, src, root, runGather)
 }
 
 // Scatter: see comm.Comm.
@@ -701,9 +757,7 @@ func (c *Comm) Scatter(ctx context.Context, dst, src comm.Buffer, root int) (com
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpScatter, Count: uint64(dst.Len()), Root: int32(root)}
-	return c.issueColl(ctx, "scatter", h, dst.DType(), 0, func(o *op) error {
-		return o.scatter(dst.Host(), src.Host(), root)
-	})
+	return c.issueColl(ctx, "scatter", h, dst.DType(), 0, dst, src, root, runScatter)
 }
 
 // ReduceScatter: see comm.Comm.
@@ -712,9 +766,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buffer, red comm
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpReduceScatter, Count: uint64(dst.Len())}
-	return c.issueColl(ctx, "reduce_scatter", h, src.DType(), red, func(o *op) error {
-		return o.reduceScatter(dst.Host(), src.Host())
-	})
+	return c.issueColl(ctx, "reduce_scatter", h, src.DType(), red, dst, src, 0, runReduceScatter)
 }
 
 // AllToAll: see comm.Comm.
@@ -723,16 +775,26 @@ func (c *Comm) AllToAll(ctx context.Context, dst, src comm.Buffer) (comm.Work, e
 		return nil, err
 	}
 	h := wire.Header{Op: wire.OpAllToAll, Count: uint64(src.Len())}
-	return c.issueColl(ctx, "all_to_all", h, src.DType(), 0, func(o *op) error {
-		return o.allToAll(dst.Host(), src.Host())
-	})
+	return c.issueColl(ctx, "all_to_all", h, src.DType(), 0, dst, src, 0, runAllToAll)
 }
 
 // Barrier: see comm.Comm.
 func (c *Comm) Barrier(ctx context.Context) (comm.Work, error) {
 	h := wire.Header{Op: wire.OpBarrier}
-	return c.issueColl(ctx, "barrier", h, comm.Uint8, 0, func(o *op) error { return o.barrier() })
+	return c.issueColl(ctx, "barrier", h, comm.Uint8, 0, comm.Buffer{}, comm.Buffer{}, 0, runBarrier)
 }
+
+// The run functions of the collectives: o.a and o.b are the buffers given
+// to issueColl (dst, src where there are two), o.root the root.
+func runAllReduce(o *op) error     { return o.allReduce(o.a.Host()) }
+func runBroadcast(o *op) error     { return o.broadcast(o.a.Host(), o.root) }
+func runReduce(o *op) error        { return o.reduce(o.a.Host(), o.root) }
+func runAllGather(o *op) error     { return o.allGather(o.a.Host(), o.b.Host()) }
+func runGather(o *op) error        { return o.gather(o.a.Host(), o.b.Host(), o.root) }
+func runScatter(o *op) error       { return o.scatter(o.a.Host(), o.b.Host(), o.root) }
+func runReduceScatter(o *op) error { return o.reduceScatter(o.a.Host(), o.b.Host()) }
+func runAllToAll(o *op) error      { return o.allToAll(o.a.Host(), o.b.Host()) }
+func runBarrier(o *op) error       { return o.barrier() }
 
 // Send: see comm.Comm.
 func (c *Comm) Send(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.Work, error) {
@@ -804,7 +866,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	mine := []int64{int64(color), int64(key)}
 	var seq uint64
 	h := wire.Header{Op: wire.OpSplit, Count: 2}
-	w, err := c.issueColl(ctx, name, h, comm.Int64, 0, func(o *op) error {
+	w, err := c.issueColl(ctx, name, h, comm.Int64, 0, comm.Buffer{}, comm.Buffer{}, 0, func(o *op) error {
 		seq = o.hdr.Seq
 		return o.allGather(comm.FromSlice(all).Host(), comm.FromSlice(mine).Host())
 	})

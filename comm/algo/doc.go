@@ -70,6 +70,17 @@
 // reduced from directly, without the staging copy. Scratch
 // buffers come from pools (scratch.go) rather than fresh zeroed memory.
 //
+// A collective allocates one object: its record, which is also its Work
+// (the caller may keep a Work for ever, so records are never reused; the
+// done channel is made only if somebody asks for it). Its arguments are
+// fields of the record and it runs through a plain function, not a
+// closure; receive-and-reduce state and kernel tails come from pools; a
+// fan-out of one message runs on the calling goroutine. With shm or
+// inproc (eager for small messages) a small all-reduce or broadcast thus
+// costs one allocation per rank (commtest.CheckSmallOpAllocs).
+// Point-to-point Send and Recv still take a goroutine and a timeout ctx
+// per op.
+//
 // Every message carries a header with the op, sequence number, dtype,
 // count, reduction, root, algorithm and step, which the transport checks
 // before it writes a byte, so ranks that disagree get an error naming both

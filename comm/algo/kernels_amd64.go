@@ -3,6 +3,7 @@
 package algo
 
 import (
+	"sync"
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
@@ -47,6 +48,11 @@ const kernelBlock = 64
 
 // blocked runs k over the whole blocks of dst and pads the tail into one
 // block on the stack.
+// tails holds the scratch blocks of the kernels' partial last block: on
+// the stack they would escape (k is called through a func value) and cost
+// an allocation per call.
+var tails = sync.Pool{New: func() any { return new([3][kernelBlock]byte) }}
+
 func blocked(k asmBin) binKernel {
 	return func(dst, a, b []byte) {
 		n := len(dst) &^ (kernelBlock - 1)
@@ -54,11 +60,13 @@ func blocked(k asmBin) binKernel {
 			k(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), n)
 		}
 		if n < len(dst) {
-			var ta, tb, td [kernelBlock]byte
+			t := tails.Get().(*[3][kernelBlock]byte)
+			ta, tb, td := &t[0], &t[1], &t[2]
 			copy(ta[:], a[n:])
 			copy(tb[:], b[n:])
 			k(&td[0], &ta[0], &tb[0], kernelBlock)
 			copy(dst[n:], td[:])
+			tails.Put(t)
 		}
 	}
 }
@@ -70,10 +78,12 @@ func blockedDiv32(k asmDiv32) divKernel {
 			k(unsafe.SliceData(buf), unsafe.SliceData(buf), m, float32(n))
 		}
 		if m < len(buf) {
-			var t [kernelBlock]byte
+			tt := tails.Get().(*[3][kernelBlock]byte)
+			t := &tt[0]
 			copy(t[:], buf[m:])
 			k(&t[0], &t[0], kernelBlock, float32(n))
 			copy(buf[m:], t[:])
+			tails.Put(tt)
 		}
 	}
 }
@@ -85,10 +95,12 @@ func blockedDiv64(k asmDiv64) divKernel {
 			k(unsafe.SliceData(buf), unsafe.SliceData(buf), m, float64(n))
 		}
 		if m < len(buf) {
-			var t [kernelBlock]byte
+			tt := tails.Get().(*[3][kernelBlock]byte)
+			t := &tt[0]
 			copy(t[:], buf[m:])
 			k(&t[0], &t[0], kernelBlock, float64(n))
 			copy(buf[m:], t[:])
+			tails.Put(tt)
 		}
 	}
 }

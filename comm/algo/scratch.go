@@ -12,6 +12,10 @@ import (
 
 var scratchPools [64]sync.Pool // class c holds buffers of capacity 1<<c
 
+// holders keeps the *[]byte boxes the pools hold buffers in, so that
+// putting a buffer back allocates no new box.
+var holders = sync.Pool{New: func() any { return new([]byte) }}
+
 // getScratch returns a buffer of length n with unspecified contents.
 func getScratch(n int) []byte {
 	if n <= 0 {
@@ -19,7 +23,10 @@ func getScratch(n int) []byte {
 	}
 	c := bits.Len(uint(n - 1))
 	if v, ok := scratchPools[c].Get().(*[]byte); ok {
-		return (*v)[:n]
+		b := (*v)[:n]
+		*v = nil
+		holders.Put(v)
+		return b
 	}
 	return make([]byte, n, 1<<c)
 }
@@ -31,6 +38,7 @@ func putScratch(b []byte) {
 	if c == 0 || c&(c-1) != 0 {
 		return
 	}
-	b = b[:c]
-	scratchPools[bits.Len(uint(c-1))].Put(&b)
+	v := holders.Get().(*[]byte)
+	*v = b[:c]
+	scratchPools[bits.Len(uint(c-1))].Put(v)
 }

@@ -1,7 +1,11 @@
 // Package inproc is the in-process backend: the ranks are goroutines of one
 // process and messages are never serialized. A Send hands the receiver a
 // reference to the sender's memory; the receiver copies it straight into its
-// own buffer (one copy per message) and releases the sender.
+// own buffer (one copy per message) and releases the sender. Messages of at
+// most EagerBytes (16 KiB) are copied out by the sender instead, which
+// returns at once (algo.EagerSender): the algorithms then send and receive
+// on one goroutine, and a small collective costs no goroutine, channel or
+// allocation beyond its Work (the messages and their copies are reused).
 //
 // Build the ranks with New (returns every rank's Comm at once), or through
 // the registry: comm.New(ctx, "inproc", comm.Config{Rank, Size, Job}) called
@@ -93,7 +97,29 @@ type msg struct {
 	h       wire.Header
 	payload []byte
 	state   int
-	done    chan error // receives the receiver's verdict once
+	done    chan error // receives the receiver's verdict once (not for eager messages)
+	eager   bool       // payload is buf, a copy: nobody waits for the verdict
+	buf     []byte     // an eager message's copy (kept with the message for reuse)
+}
+
+// eagerBytes: see EagerBytes.
+const eagerBytes = 16 << 10
+
+// EagerBytes is the longest message that Send copies and returns without
+// waiting for the receiver (algo.EagerSender).
+func (t *Transport) EagerBytes(to int) int { return eagerBytes }
+
+var _ algo.EagerSender = (*Transport)(nil)
+
+// msgs keeps messages (with their done channels) for reuse: a Send whose
+// message the receiver took and answered owns it again and puts it back,
+// so a message costs no allocation in steady state.
+var msgs = sync.Pool{New: func() any { return &msg{done: make(chan error, 1)} }}
+
+// recycle puts an eager message back once its receiver is done with it.
+func recycle(m *msg) {
+	m.payload = nil
+	msgs.Put(m)
 }
 
 type stream struct {
@@ -179,7 +205,12 @@ func (t *Transport) Send(ctx context.Context, to int, hd wire.Header, payload []
 		return comm.InvalidArgf("inproc: send to rank %d of %d", to, h.n)
 	}
 	hd.Total, hd.Offset, hd.Len = uint64(len(payload)), 0, uint32(min(len(payload), 1<<31))
-	m := &msg{h: hd, payload: payload, done: make(chan error, 1)}
+	m := msgs.Get().(*msg)
+	m.h, m.payload, m.state, m.eager = hd, payload, pending_, len(payload) <= eagerBytes
+	if m.eager {
+		m.buf = append(m.buf[:0], payload...)
+		m.payload = m.buf
+	}
 	h.mu.Lock()
 	if err := t.errLocked(hd.Group, to); err != nil {
 		h.mu.Unlock()
@@ -191,11 +222,19 @@ func (t *Transport) Send(ctx context.Context, to int, hd wire.Header, payload []
 	case s.notify <- struct{}{}:
 	default:
 	}
+	if m.eager {
+		// The receiver owns m now (and recycles it).
+		h.mu.Unlock()
+		return nil
+	}
 	for {
 		changed := h.changed
 		h.mu.Unlock()
 		select {
 		case err := <-m.done:
+			// The receiver is done with m, and its channel is empty.
+			m.payload = nil
+			msgs.Put(m)
 			return err
 		case <-ctx.Done():
 		case <-changed:
@@ -250,7 +289,11 @@ func (t *Transport) recv(ctx context.Context, from int, hd wire.Header, n int, d
 		for len(s.q) > 0 && m == nil {
 			m = s.q[0]
 			s.q[0] = nil
-			s.q = s.q[1:]
+			if len(s.q) == 1 {
+				s.q = s.q[:0] // keep the array for the next message
+			} else {
+				s.q = s.q[1:]
+			}
 			if m.state == cancelled {
 				m = nil
 			}
@@ -261,11 +304,19 @@ func (t *Transport) recv(ctx context.Context, from int, hd wire.Header, n int, d
 			got := m.h
 			got.Offset, got.Len = 0, 0
 			if err := wire.Match(got, want); err != nil {
-				m.done <- &wire.MismatchError{Got: want, Want: got}
+				if m.eager {
+					recycle(m)
+				} else {
+					m.done <- &wire.MismatchError{Got: want, Want: got}
+				}
 				return err
 			}
 			deliver(m.payload)
-			m.done <- nil
+			if m.eager {
+				recycle(m)
+			} else {
+				m.done <- nil
+			}
 			return nil
 		}
 		if h.closed[from] {

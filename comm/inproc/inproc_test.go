@@ -86,3 +86,11 @@ func TestRegistryJoin(t *testing.T) {
 		t.Fatal("rank out of range accepted")
 	}
 }
+
+// BenchmarkSmallOps: 8 B and 4 KiB all-reduce, broadcast and send/recv
+// on 2 ranks, with allocations (-benchmem).
+func BenchmarkSmallOps(b *testing.B) { commtest.BenchSmallOps(b, world, 2) }
+
+// TestSmallOpAllocs: a small all-reduce or broadcast allocates only its
+// Work on each rank.
+func TestSmallOpAllocs(t *testing.T) { commtest.CheckSmallOpAllocs(t, world, 2) }

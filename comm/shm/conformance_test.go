@@ -22,3 +22,18 @@ func TestConformance(t *testing.T) {
 	}
 	commtest.Suite(t, shmWorld, cfg)
 }
+
+// BenchmarkSmallOps: 8 B and 4 KiB all-reduce, broadcast and send/recv
+// on 2 ranks (goroutines of this process over one segment), with
+// allocations (-benchmem).
+func BenchmarkSmallOps(b *testing.B) {
+	b.Setenv("GDIST_SHM_DIR", b.TempDir())
+	commtest.BenchSmallOps(b, shmWorld, 2)
+}
+
+// TestSmallOpAllocs: a small all-reduce or broadcast allocates only its
+// Work on each rank.
+func TestSmallOpAllocs(t *testing.T) {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	commtest.CheckSmallOpAllocs(t, shmWorld, 2)
+}

@@ -35,7 +35,8 @@
 // on the path while both sides are busy. RecvPayload (algo.PayloadReceiver)
 // skips the copy out: it hands each frame, where it lies in the ring, to
 // the caller's function, so the reductions read the peer's data straight
-// from the segment.
+// from the segment. A message allocates nothing in steady state: streams,
+// send locks and receive records are kept on per-link free lists.
 //
 // Single-copy transfers (process_vm_readv) were measured and rejected: on
 // this machine the kernel copy of 256 KiB chunks (3.8 GB/s on one core) is
@@ -64,9 +65,15 @@
 //
 // # Waiting
 //
-// A waiter polls, then polls while yielding (runtime.Gosched, and
-// sched_yield so that a peer process on the same core can run) for 50 us
-// ($GDIST_SHM_SPIN_US), then sleeps on its rank's doorbell, a futex word in its slot,
+// A waiter polls the shared words without giving up its processor for an
+// adaptive window of at most 20 us ($GDIST_SHM_POLL_US; 0: never): a wait
+// that ends within (about) the window doubles it, one that outlasts it
+// halves it, down to nothing, so a waiter keeps polling while its peers
+// answer within microseconds and stops taking processor time from them
+// when they are descheduled (a loaded machine). It then polls while
+// yielding (runtime.Gosched, and sched_yield so that a peer process on the
+// same core can run) for 50 us ($GDIST_SHM_SPIN_US), then sleeps on its
+// rank's doorbell, a futex word in its slot,
 // after counting itself in the slot's sleepers and in the pair's waiter
 // count. Whoever makes its condition true (a peer publishing data or
 // freeing space, a local receive finishing its op, a failure, an abort,

@@ -52,6 +52,9 @@ type Transport struct {
 	// epoch moves on every event a waiter may have to react to: failure,
 	// close, abort, a peer's goodbye.
 	epoch atomic.Uint64
+	// poll is the adaptive poll window of await, in nanoseconds, in
+	// [0, pollFor]: see await.
+	poll atomic.Int64
 
 	mu      sync.Mutex
 	err     error         // first failure (or errTransportClosed); set once
@@ -264,7 +267,13 @@ func (t *Transport) acquire(ctx context.Context, sem chan struct{}, group uint64
 // or the changer sees the waiter. Sleeps are bounded (sleepMax), so a lost
 // wake-up would cost time, never a hang.
 var (
-	// spinFor is $GDIST_SHM_SPIN_US microseconds if set.
+	// pollFor is how long a waiter polls the shared words without giving
+	// up its processor ($GDIST_SHM_POLL_US microseconds if set): a
+	// message of a peer that is running arrives within a few
+	// microseconds, and a yield or a sleep costs more than that.
+	pollFor = envUS("GDIST_SHM_POLL_US", 20)
+	// spinFor is how long it then polls while yielding
+	// ($GDIST_SHM_SPIN_US microseconds if set).
 	spinFor  = envUS("GDIST_SHM_SPIN_US", 50)
 	sleepMax = 50 * time.Millisecond
 	// pokeAfter: a producer that has slept this long for ring space asks
@@ -304,11 +313,44 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, re
 			return true
 		}
 	}
+	// Poll without giving up the processor for the adaptive window,
+	// reading the clock every 64 polls (a poll is a few loads; the
+	// clock, a vDSO call, costs about as much as 64 of them). A wait that
+	// polling ends (or that ends within pollFor anyway) doubles the
+	// window, up to pollFor; one that outlasts it halves the window
+	// (below a microsecond: none). So while the peers run and answer
+	// within microseconds, as on a quiet machine, a waiter keeps its
+	// processor, like MPI's and NCCL's progress loops; on a loaded one,
+	// where the peer is often descheduled and polling only takes
+	// processor time from it, the window shrinks to nothing and the
+	// waiter yields at once.
+	start := time.Now()
+	if w := time.Duration(t.poll.Load()); w > 0 {
+		for i := 1; ; i++ {
+			if ready() {
+				t.adaptPoll(w, true)
+				return true
+			}
+			if i&63 == 0 {
+				if interrupted() {
+					return false
+				}
+				if time.Since(start) > w {
+					break
+				}
+			}
+		}
+	}
+	defer func() {
+		// Quick: a window twice as long (at least 2 us) would have
+		// caught it.
+		w := time.Duration(t.poll.Load())
+		t.adaptPoll(w, time.Since(start) <= max(2*w, 2*time.Microsecond))
+	}()
 	// Let other processes run between polls (often the peer that is
 	// about to send what this one waits for), and every fourth poll the
 	// goroutines of this process too. (runtime.Gosched wakes an idle
 	// thread each time, which cost more than it gave as the common case.)
-	start := time.Now()
 	for i := 1; ; i++ {
 		if i&3 == 0 {
 			runtime.Gosched()
@@ -366,6 +408,17 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, re
 	}
 }
 
+// adaptPoll doubles the poll window w after a wait that ended soon
+// enough (quick), else halves it: see await.
+func (t *Transport) adaptPoll(w time.Duration, quick bool) {
+	if quick {
+		w = min(pollFor, max(2*w, time.Microsecond))
+	} else if w /= 2; w < time.Microsecond {
+		w = 0
+	}
+	t.poll.Store(int64(w))
+}
+
 // wakeFromCtx runs when the ctx of a sleeping waiter ends.
 func (t *Transport) wakeFromCtx() {
 	if t.enter() {
@@ -411,13 +464,14 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	if err := l.closedErr(); err != nil {
 		return err
 	}
-	unlock, err := l.box.LockSend(ctx, mailbox.KeyOf(h), func(ctx context.Context, sem chan struct{}) error {
-		return t.acquire(ctx, sem, h.Group)
+	key, group := mailbox.KeyOf(h), h.Group
+	sl, err := l.box.LockSend(ctx, key, func(ctx context.Context, sem chan struct{}) error {
+		return t.acquire(ctx, sem, group)
 	})
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer l.box.UnlockSend(key, sl)
 	total := len(payload)
 	h.Total = uint64(total)
 	for off := 0; ; {
@@ -444,7 +498,7 @@ func (t *Transport) Recv(ctx context.Context, from int, h wire.Header, dst []byt
 	if err := t.checkArgs("recv from", from, h); err != nil {
 		return err
 	}
-	return t.recv(ctx, from, h, mailbox.NewRecv(dst, nil, len(dst)))
+	return t.recv(ctx, from, h, dst, nil, len(dst))
 }
 
 // RecvPayload is Recv without the copy out of the ring (see
@@ -462,12 +516,16 @@ func (t *Transport) RecvPayload(ctx context.Context, from int, h wire.Header, n 
 	if n < 0 || fn == nil {
 		return comm.InvalidArgf("shm: RecvPayload of %d bytes with fn %p", n, fn)
 	}
-	return t.recv(ctx, from, h, mailbox.NewRecv(nil, fn, n))
+	return t.recv(ctx, from, h, nil, fn, n)
 }
 
 var _ algo.PayloadReceiver = (*Transport)(nil)
 
-func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailbox.Recv) error {
+// recv receives n bytes into dst, or handed to fn. The receive's record
+// comes from the link's free list and goes back there when recv returns:
+// by then it is finished, unposted, and nobody writes into it (a drainer
+// that finished it did so under l.mu, which the return takes).
+func (t *Transport) recv(ctx context.Context, from int, h wire.Header, dst []byte, fn func(off int, payload []byte), n int) error {
 	if !t.enter() {
 		return errTransportClosed
 	}
@@ -478,16 +536,18 @@ func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailb
 	l := t.links[from]
 	box := l.box
 	key := mailbox.KeyOf(h)
-	op.Want = h
-	op.Want.Offset, op.Want.Len, op.Want.Total = 0, 0, uint64(op.N)
 
 	l.mu.Lock()
+	op := box.GetRecv(dst, fn, n)
+	op.Want = h
+	op.Want.Offset, op.Want.Len, op.Want.Total = 0, 0, uint64(op.N)
 	s := box.Stream(key)
 	s.Join()
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		box.Leave(key, s)
+		box.PutRecv(op)
 		l.mu.Unlock()
 	}()
 	if err := t.acquire(ctx, s.RSem, h.Group); err != nil {

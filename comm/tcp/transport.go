@@ -259,13 +259,14 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 		c.mu.Unlock()
 		return nil
 	}
-	unlock, err := c.box.LockSend(ctx, mailbox.KeyOf(h), func(ctx context.Context, sem chan struct{}) error {
-		return t.acquire(ctx, sem, h.Group)
+	key, group := mailbox.KeyOf(h), h.Group
+	sl, err := c.box.LockSend(ctx, key, func(ctx context.Context, sem chan struct{}) error {
+		return t.acquire(ctx, sem, group)
 	})
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer c.box.UnlockSend(key, sl)
 	total := len(payload)
 	h.Total = uint64(total)
 	for off := 0; ; {

@@ -93,6 +93,38 @@ func NewRecv(dst []byte, fn func(off int, payload []byte), n int) *Recv {
 	return &Recv{Dst: dst, Fn: fn, N: n}
 }
 
+// GetRecv is NewRecv from the Box's free list (no allocation in steady
+// state). Give it back with PutRecv once nothing can touch it any more.
+func (b *Box) GetRecv(dst []byte, fn func(off int, payload []byte), n int) *Recv {
+	k := len(b.freeRecvs)
+	if k == 0 {
+		return NewRecv(dst, fn, n)
+	}
+	r := b.freeRecvs[k-1]
+	b.freeRecvs[k-1] = nil
+	b.freeRecvs = b.freeRecvs[:k-1]
+	r.Dst, r.Fn, r.N = dst, fn, n
+	return r
+}
+
+// PutRecv returns r (from GetRecv) to the free list: r must be finished
+// and no longer posted, nobody may be writing into it (Writing is false)
+// and its owner must not use it again. Receives with a Notify channel
+// are not reused.
+func (b *Box) PutRecv(r *Recv) {
+	if !r.Finished || r.Writing || r.Notify != nil || len(b.freeRecvs) >= maxFree {
+		return
+	}
+	r.Want, r.Dst, r.Fn, r.N, r.Got = wire.Header{}, nil, nil, 0, 0
+	r.CancelErr, r.Finished, r.Err = nil, false, nil
+	r.done.Store(false)
+	b.freeRecvs = append(b.freeRecvs, r)
+}
+
+// maxFree bounds each of a Box's free lists (idle streams, send locks,
+// receives): enough for the streams of a few groups in steady use.
+const maxFree = 16
+
 // Done reports, without the lock, whether r finished (Err is then set).
 func (r *Recv) Done() bool { return r.done.Load() }
 
@@ -171,9 +203,9 @@ func (r *Recv) Written(n int, writeErr, failed error) bool {
 	return r.Finished
 }
 
-// sendStream serialises the messages of one stream on a link, so that their
-// frames never interleave.
-type sendStream struct {
+// SendLock serialises the messages of one stream on a link, so that their
+// frames never interleave (see LockSend).
+type SendLock struct {
 	sem  chan struct{}
 	refs int
 }
@@ -182,7 +214,12 @@ type sendStream struct {
 type Box struct {
 	mu      *sync.Mutex
 	streams map[Key]*Stream
-	sends   map[Key]*sendStream
+	sends   map[Key]*SendLock
+	// Idle streams, send locks and finished receives kept for reuse, so
+	// that a message costs no allocation in steady state.
+	freeStreams []*Stream
+	freeSends   []*SendLock
+	freeRecvs   []*Recv
 	// Queued is the payload bytes of the frames queued in its streams (the
 	// transport bounds it, and reserves bytes while it copies a frame).
 	Queued int64
@@ -194,23 +231,34 @@ type Box struct {
 
 // New returns an empty Box guarded by mu.
 func New(mu *sync.Mutex) *Box {
-	return &Box{mu: mu, streams: map[Key]*Stream{}, sends: map[Key]*sendStream{}}
+	return &Box{mu: mu, streams: map[Key]*Stream{}, sends: map[Key]*SendLock{}}
 }
 
 // Stream returns the stream of key, creating it.
 func (b *Box) Stream(key Key) *Stream {
 	s := b.streams[key]
 	if s == nil {
-		s = &Stream{RSem: make(chan struct{}, 1)}
+		if k := len(b.freeStreams); k > 0 {
+			s = b.freeStreams[k-1]
+			b.freeStreams[k-1] = nil
+			b.freeStreams = b.freeStreams[:k-1]
+		} else {
+			s = &Stream{RSem: make(chan struct{}, 1)}
+		}
 		b.streams[key] = s
 	}
 	return s
 }
 
-// GC forgets an idle stream.
+// GC forgets an idle stream, keeping it for reuse: idle, nobody holds or
+// waits for its RSem (waiters counts them), so nobody refers to it.
 func (b *Box) GC(key Key, s *Stream) {
 	if len(s.q) == 0 && s.posted == nil && s.waiters == 0 && b.streams[key] == s {
 		delete(b.streams, key)
+		if len(b.freeStreams) < maxFree && len(s.RSem) == 0 {
+			s.q = nil
+			b.freeStreams = append(b.freeStreams, s)
+		}
 	}
 }
 
@@ -384,28 +432,47 @@ func (b *Box) DeliverLocal(h wire.Header, payload []byte, alloc func(n int) []by
 
 // LockSend takes the send lock of stream key (acquire waits for a
 // semaphore as the transport does: until it is free, ctx ends or the group
-// fails). Callers do not hold the Box's lock.
-func (b *Box) LockSend(ctx context.Context, key Key, acquire func(ctx context.Context, sem chan struct{}) error) (unlock func(), err error) {
+// fails); release it with UnlockSend(key, l). Callers do not hold the
+// Box's lock.
+func (b *Box) LockSend(ctx context.Context, key Key, acquire func(ctx context.Context, sem chan struct{}) error) (l *SendLock, err error) {
 	b.mu.Lock()
-	ss := b.sends[key]
-	if ss == nil {
-		ss = &sendStream{sem: make(chan struct{}, 1)}
-		b.sends[key] = ss
-	}
-	ss.refs++
-	b.mu.Unlock()
-	drop := func() {
-		b.mu.Lock()
-		if ss.refs--; ss.refs == 0 {
-			delete(b.sends, key)
+	l = b.sends[key]
+	if l == nil {
+		if k := len(b.freeSends); k > 0 {
+			l = b.freeSends[k-1]
+			b.freeSends[k-1] = nil
+			b.freeSends = b.freeSends[:k-1]
+		} else {
+			l = &SendLock{sem: make(chan struct{}, 1)}
 		}
-		b.mu.Unlock()
+		b.sends[key] = l
 	}
-	if err := acquire(ctx, ss.sem); err != nil {
-		drop()
+	l.refs++
+	b.mu.Unlock()
+	if err := acquire(ctx, l.sem); err != nil {
+		b.dropSend(key, l)
 		return nil, err
 	}
-	return func() { <-ss.sem; drop() }, nil
+	return l, nil
+}
+
+// UnlockSend releases the send lock l of stream key (from LockSend).
+func (b *Box) UnlockSend(key Key, l *SendLock) {
+	<-l.sem
+	b.dropSend(key, l)
+}
+
+// dropSend ends one use of l; the last forgets it (keeping it for reuse:
+// nobody holds or waits for it).
+func (b *Box) dropSend(key Key, l *SendLock) {
+	b.mu.Lock()
+	if l.refs--; l.refs == 0 {
+		delete(b.sends, key)
+		if len(b.freeSends) < maxFree {
+			b.freeSends = append(b.freeSends, l)
+		}
+	}
+	b.mu.Unlock()
 }
 
 // Counts is what the Box holds: streams, send locks and queued payload

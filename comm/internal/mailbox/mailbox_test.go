@@ -137,7 +137,7 @@ func TestLockSend(t *testing.T) {
 		}
 	}
 	key := KeyOf(msgHeader(1, 1))
-	unlock, err := b.LockSend(context.Background(), key, acquire)
+	l, err := b.LockSend(context.Background(), key, acquire)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +146,24 @@ func TestLockSend(t *testing.T) {
 	if _, err := b.LockSend(ctx, key, acquire); !errors.Is(err, context.Canceled) {
 		t.Fatalf("second sender got the held lock: %v", err)
 	}
-	unlock()
+	b.UnlockSend(key, l)
 	if _, m, _ := b.Counts(); m != 0 {
 		t.Fatalf("%d send locks left", m)
 	}
+	// The lock is reused, free: the next sender takes it at once.
+	l2, err := b.LockSend(ctx, key, func(ctx context.Context, sem chan struct{}) error {
+		select {
+		case sem <- struct{}{}:
+			return nil
+		default:
+			return errors.New("reused lock is held")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2 != l {
+		t.Errorf("the idle lock was not reused")
+	}
+	b.UnlockSend(key, l2)
 }
