@@ -538,6 +538,7 @@ func (c *Comm) failLocked(err error) {
 		}
 	}
 	var selfOps []*selfOp
+	var recvs []*recvOp
 	for tag, q := range c.selfq {
 		selfOps = append(selfOps, q.ops...)
 		delete(c.selfq, tag)
@@ -545,6 +546,11 @@ func (c *Comm) failLocked(err error) {
 	var chans []*channel
 	for _, ch := range c.chans {
 		chans = append(chans, ch)
+		for tag, q := range ch.recvs {
+			recvs = append(recvs, q...)
+			delete(ch.recvs, tag)
+		}
+		ch.nrecv = 0
 	}
 	parent := c.parent
 	go func() {
@@ -553,6 +559,9 @@ func (c *Comm) failLocked(err error) {
 			w.finish(c.opErr(w, err)) // release(false): aborted work may still touch its memory
 		}
 		for _, o := range selfOps {
+			o.fail(c, err)
+		}
+		for _, o := range recvs {
 			o.fail(c, err)
 		}
 		for _, ch := range chans {

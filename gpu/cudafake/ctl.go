@@ -8,12 +8,14 @@ package cudafake
 typedef void (*gdfk_contexts_fn)(unsigned long long *, int *, char *, int);
 typedef void (*gdfk_void_fn)(void);
 typedef void (*gdfk_int_fn)(int);
+typedef int (*gdfk_get_fn)(void);
 
 static void gdfk_contexts(uintptr_t f, unsigned long long *mask, int *implicit, char *call, int len) {
 	((gdfk_contexts_fn)f)(mask, implicit, call, len);
 }
 static void gdfk_call(uintptr_t f) { ((gdfk_void_fn)f)(); }
 static void gdfk_call_int(uintptr_t f, int v) { ((gdfk_int_fn)f)(v); }
+static int gdfk_get(uintptr_t f) { return ((gdfk_get_fn)f)(); }
 */
 import "C"
 
@@ -109,3 +111,11 @@ func NoImplicitContexts(t testing.TB) {
 		t.Errorf("%d CUDA call(s) needed a context on a thread with no device set (the last: %s): the real runtime makes one on device 0", implicit, last)
 	}
 }
+
+// CommInits is the number of NCCL communicators the fake's ncclCommInitRank
+// made since ResetCommInits (one per rank and communicator: each costs a
+// real NCCL initialization and GPU memory).
+func CommInits(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakencclCommInits"))) }
+
+// ResetCommInits restarts the count of CommInits.
+func ResetCommInits(t testing.TB) { C.gdfk_call(sym(t, "fakencclResetCommInits")) }

@@ -982,6 +982,13 @@ struct clique {
 
 static pthread_mutex_t cliques_mu = PTHREAD_MUTEX_INITIALIZER;
 static clique *joining;
+static int comm_inits; /* ncclCommInitRank calls that made a communicator (atomic) */
+
+/* fakencclCommInits is the number of communicators ncclCommInitRank made
+   (one per rank and communicator; each costs real NCCL time and GPU
+   memory); fakencclResetCommInits clears it. Not NCCL: for the tests. */
+API int fakencclCommInits(void) { return __atomic_load_n(&comm_inits, __ATOMIC_SEQ_CST); }
+API void fakencclResetCommInits(void) { __atomic_store_n(&comm_inits, 0, __ATOMIC_SEQ_CST); }
 static __thread char tl_lasterr[512];
 
 static void set_last(ncclComm *c, const char *fmt, ...) {
@@ -1150,6 +1157,7 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 		}
 	}
 	pthread_mutex_unlock(&cl->mu);
+	__atomic_add_fetch(&comm_inits, 1, __ATOMIC_SEQ_CST);
 	*out = c;
 	return ncclSuccess;
 }
