@@ -49,7 +49,10 @@ type Comm struct {
 	life   context.Context // ends on Close
 	finish context.CancelFunc
 
+	hbStop context.CancelFunc // stops the heartbeats (world Comm of several ranks)
+
 	mu       sync.Mutex
+	watched  bool     // failures are published in the store (watch.go)
 	self     *tracker // copies of send/recv to this rank (lazily)
 	failed   error
 	closed   bool
@@ -104,8 +107,13 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", cfg.Rank, err)
 	}
-	return open(ctx, l, params{id: id, size: cfg.Size, rank: cfg.Rank, device: dev, opts: cfg.Options,
+	c, err := open(ctx, l, params{id: id, size: cfg.Size, rank: cfg.Rank, device: dev, opts: cfg.Options,
 		store: cfg.Store, path: path, reportRank: cfg.Rank})
+	if err != nil {
+		return nil, err
+	}
+	c.startWatch(true)
+	return c, nil
 }
 
 // deviceFor picks the GPU of a rank: its local rank, or the only GPU the
@@ -530,6 +538,9 @@ func (c *Comm) failLocked(err error) {
 		return
 	}
 	c.failed = err
+	if c.watched {
+		c.publish(err)
+	}
 	var ws []*work
 	for _, t := range []*tracker{c.coll, c.self} {
 		if t != nil {
@@ -591,6 +602,7 @@ func (c *Comm) Close() error {
 	for _, ch := range children {
 		ch.Close()
 	}
+	c.goodbye()
 	c.fail(comm.ErrClosed)
 	c.mu.Lock()
 	var chans []*channel

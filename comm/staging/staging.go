@@ -529,3 +529,9 @@ func (s *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	}
 	return wrap(child, s.dir, s.device, s.pools), nil
 }
+
+// Abort fails the wrapped Comm with cause and tells its other members
+// (comm.Abort on it).
+func (s *Comm) Abort(cause error) { comm.Abort(s.inner, cause) }
+
+var _ comm.Aborter = (*Comm)(nil)

@@ -119,3 +119,13 @@ func CommInits(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakencclCommIni
 
 // ResetCommInits restarts the count of CommInits.
 func ResetCommInits(t testing.TB) { C.gdfk_call(sym(t, "fakencclResetCommInits")) }
+
+// Vanish makes the NCCL ranks on device dev vanish, as a process that dies
+// does over NVLink, P2P or shared memory: their kernels never run, and no
+// communicator reports an asynchronous error, so the peers' kernels wait
+// for them until aborted. The devices come back when t ends.
+func Vanish(t testing.TB, dev int) {
+	f := sym(t, "fakencclVanish")
+	C.gdfk_call_int(f, C.int(dev))
+	t.Cleanup(func() { C.gdfk_call_int(f, -1) })
+}

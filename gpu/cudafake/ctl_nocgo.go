@@ -36,3 +36,6 @@ func CommInits(t testing.TB) int { RequireFake(t); return 0 }
 
 // ResetCommInits skips t: without cgo there is no fake.
 func ResetCommInits(t testing.TB) { RequireFake(t) }
+
+// Vanish skips t: without cgo there is no fake.
+func Vanish(t testing.TB, dev int) { RequireFake(t) }

@@ -27,7 +27,8 @@
 // FAKE_NCCL_VERSION (default 21903, i.e. 2.19.3), FAKE_NCCL_INIT_TIMEOUT_MS
 // (default 30000), FAKE_NCCL_FAIL_AFTER=k (a communicator created while it
 // is set reports ncclRemoteError at its k-th collective, counted from 0, and
-// that collective hangs until the communicator is aborted).
+// that collective hangs until the communicator is aborted). fakencclVanish
+// makes the ranks of a device vanish without an asynchronous error.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -983,6 +984,21 @@ struct clique {
 static pthread_mutex_t cliques_mu = PTHREAD_MUTEX_INITIALIZER;
 static clique *joining;
 static int comm_inits; /* ncclCommInitRank calls that made a communicator (atomic) */
+static unsigned long long vanished; /* devices whose ranks vanished (atomic bit mask) */
+
+/* fakencclVanish(dev) makes the ranks on device dev vanish as a process
+   that dies does over NVLink, P2P or shared memory: their kernels, pending
+   and later, never run, and no communicator gets an asynchronous error, so
+   the peers' kernels wait for them until they are aborted.
+   fakencclVanish(-1) brings every device back. Not NCCL: for the tests. */
+API void fakencclVanish(int dev) {
+	if (dev < 0)
+		__atomic_store_n(&vanished, 0, __ATOMIC_SEQ_CST);
+	else
+		__atomic_or_fetch(&vanished, 1ULL << dev, __ATOMIC_SEQ_CST);
+}
+
+static int is_vanished(int dev) { return (__atomic_load_n(&vanished, __ATOMIC_SEQ_CST) >> dev) & 1; }
 
 /* fakencclCommInits is the number of communicators ncclCommInitRank made
    (one per rank and communicator; each costs real NCCL time and GPU
@@ -1410,6 +1426,10 @@ static void run_coll(void *a) {
 	ncclComm *c = k->comm;
 	clique *cl = c->cl;
 	pthread_mutex_lock(&cl->mu);
+	if (is_vanished(c->dev)) {
+		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		goto out;
+	}
 	if (c->fail_after >= 0 && k->seq >= (uint64_t)c->fail_after) {
 		__atomic_store_n(&c->async_err, ncclRemoteError, __ATOMIC_SEQ_CST);
 		snprintf(c->lasterr, sizeof c->lasterr, "injected remote error at collective #%llu", (unsigned long long)k->seq);
@@ -1484,6 +1504,10 @@ static void run_p2p(void *a) {
 	clique *cl = c->cl;
 	int me = c->rank;
 	pthread_mutex_lock(&cl->mu);
+	if (is_vanished(c->dev)) {
+		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		g->nops = 0;
+	}
 	for (int i = 0; i < g->nops; i++) {
 		p2pent *o = &g->ops[i];
 		if (!o->send) continue;
