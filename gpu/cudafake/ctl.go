@@ -96,8 +96,11 @@ func Gate(t testing.TB, open bool) {
 	C.gdfk_call_int(sym(t, "fakecudaGate"), v)
 }
 
-// CopyDelay makes every synchronous copy (cudaMemcpy) take d longer, until
-// called again with 0.
+// CopyDelay makes every cudaMemcpy and cudaMemset take d longer, until
+// called again with 0: a copy to the host returns d later, and a copy to
+// the device or a memset (asynchronous, queued on the default stream)
+// completes d later, so that code that fails to synchronize reads stale
+// data.
 func CopyDelay(t testing.TB, d time.Duration) {
 	C.gdfk_call_int(sym(t, "fakecudaCopyDelay"), C.int(d.Milliseconds()))
 }
