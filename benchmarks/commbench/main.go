@@ -7,8 +7,9 @@
 //	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device]
 //
 // -device (the default with nccl) puts the buffers in GPU memory: the timed
-// runs then move device memory only (host backends stage it, see
-// comm/staging), and the checked run copies inputs in and results out.
+// runs then move device memory only (host backends stage it: their Comms
+// are wrapped with comm/staging's Adapt), and the checked run copies inputs
+// in and results out.
 //
 // Sizes follow nccl-tests: for all_gather and gather the total output; for
 // reduce_scatter, scatter and all_to_all the total input; for sendrecv the
@@ -235,7 +236,12 @@ func run() error {
 		}
 		defer stopProf()
 	}
-	berr := bench(ctx, c, cfg, os.Stdout)
+	cs, err := deviceComms([]comm.Comm{c}, cfg)
+	if err != nil {
+		closeFn()
+		return err
+	}
+	berr := bench(ctx, cs[0], cfg, os.Stdout)
 	cerr := closeFn()
 	if berr != nil {
 		return fmt.Errorf("rank %d: %w", c.Rank(), berr)

@@ -8,7 +8,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/nccl"
-	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
@@ -35,11 +35,11 @@ func TestRankUsesOnlyItsGPU(t *testing.T) {
 				t.Fatalf("Device() = %d", c.Device())
 			}
 			x := []float32{1, 2, 3}
-			d, err := cuda.Upload(dev, comm.FromSlice(x))
+			d, err := staging.Upload(dev, comm.FromSlice(x))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer cuda.FreeBuffer(d)
+			defer staging.FreeBuffer(d)
 			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg} {
 				if err := comm.Run(ctx)(c.AllReduce(ctx, d, op)); err != nil {
 					t.Fatalf("all_reduce on cuda:%d: %v", dev, err)
@@ -119,11 +119,11 @@ func TestCollectiveWaitsForDeviceCopies(t *testing.T) {
 	cs := bareWorld(t, n, comm.Options{})
 	bufs := make([]comm.Buffer, n)
 	for r, c := range cs {
-		b, err := cuda.NewBuffer(c.Device(), comm.Float32, count)
+		b, err := staging.NewBuffer(c.Device(), comm.Float32, count)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cuda.FreeBuffer(b) })
+		t.Cleanup(func() { staging.FreeBuffer(b) })
 		bufs[r] = b
 	}
 	cudafake.CopyDelay(t, 100*time.Millisecond)
@@ -136,7 +136,7 @@ func TestCollectiveWaitsForDeviceCopies(t *testing.T) {
 		for i := range x {
 			x[i] = float32(r + i)
 		}
-		if err := cuda.Copy(bufs[r], comm.FromSlice(x)); err != nil {
+		if err := staging.Copy(bufs[r], comm.FromSlice(x)); err != nil {
 			t.Fatal(err)
 		}
 		var err error
@@ -149,7 +149,7 @@ func TestCollectiveWaitsForDeviceCopies(t *testing.T) {
 	}
 	for r := range cs {
 		got := make([]float32, count)
-		if err := cuda.Copy(comm.FromSlice(got), bufs[r]); err != nil {
+		if err := staging.Copy(comm.FromSlice(got), bufs[r]); err != nil {
 			t.Fatal(err)
 		}
 		for i, v := range got {

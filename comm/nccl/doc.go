@@ -20,12 +20,12 @@
 // cudaFree(NULL) (with CUDA 11 the latter makes the device's context
 // current, which NCCL needs). NCCL's ABI facts are one table (abi.go) with
 // the nccl.h.in line of each. NCCL refuses two ranks on one GPU,
-// so a host needs a GPU per rank (host backends, with package comm/staging,
-// let several ranks share one). At world size 1 no store is needed.
+// so a host needs a GPU per rank (host backends wrapped by package
+// comm/staging let several ranks share one). At world size 1 no store is needed.
 //
 // comm.New returns the Comm wrapped by staging.WrapDevice, so it takes host
 // buffers too (copied through memory on the rank's GPU); New returns the
-// bare *Comm, which takes device buffers (comm.DeviceBuffer, cuda.NewBuffer)
+// bare *Comm, which takes device buffers (comm.DeviceBuffer, staging.NewBuffer)
 // on its GPU only.
 //
 // # Operations

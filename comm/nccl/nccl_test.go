@@ -13,6 +13,7 @@ import (
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/comm/rendezvous"
+	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
@@ -181,29 +182,29 @@ func TestBareComm(t *testing.T) {
 	if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "host memory") {
 		t.Fatalf("host buffer to the bare Comm: %v", err)
 	}
-	d, err := cuda.Upload(c.Device(), comm.FromSlice(host))
+	d, err := staging.Upload(c.Device(), comm.FromSlice(host))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cuda.FreeBuffer(d)
+	defer staging.FreeBuffer(d)
 	for _, op := range []comm.ReduceOp{comm.Sum, comm.Max, comm.BXor, comm.Avg} {
 		if err := comm.Run(ctx)(c.AllReduce(ctx, d, op)); err != nil {
 			t.Fatalf("%v: %v", op, err)
 		}
 	}
 	got := make([]int32, 4)
-	if err := cuda.Copy(comm.FromSlice(got), d); err != nil {
+	if err := staging.Copy(comm.FromSlice(got), d); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(host) {
 		t.Fatalf("world-size-1 reductions changed the data: %v", got)
 	}
 	if cuda.DeviceCount() > 1 {
-		other, err := cuda.NewBuffer(1, comm.Int32, 4)
+		other, err := staging.NewBuffer(1, comm.Int32, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cuda.FreeBuffer(other)
+		defer staging.FreeBuffer(other)
 		if _, err := c.AllReduce(ctx, other, comm.Sum); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "cuda:1") {
 			t.Fatalf("buffer on another GPU: %v", err)
 		}

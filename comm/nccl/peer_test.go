@@ -9,6 +9,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/nccl"
+	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
@@ -60,11 +61,11 @@ func TestVanishedPeer(t *testing.T) {
 	bufs := make([]comm.Buffer, n)
 	ws := make([]comm.Work, n)
 	for r, c := range cs {
-		b, err := cuda.NewBuffer(c.Device(), comm.Float32, 1024)
+		b, err := staging.NewBuffer(c.Device(), comm.Float32, 1024)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cuda.FreeBuffer(b) })
+		t.Cleanup(func() { staging.FreeBuffer(b) })
 		bufs[r] = b
 		if ws[r], err = c.AllReduce(ctx, b, comm.Sum); err != nil {
 			t.Fatal(err)
