@@ -64,12 +64,12 @@ func ncclWorld(t testing.TB, n int) []comm.Comm {
 
 func TestConformance(t *testing.T) {
 	cudafake.RequireCUDA(t)
-	// The fake's ranks are goroutines of this process: sizes 1 to 3 cover
-	// the paths (one rank, pairs, odd sizes), at a large count that keeps
-	// the run short.
-	cfg := commtest.Config{Sizes: []int{1, 2, 3}, Large: 1<<16 + 3}
+	// The fake's ranks are goroutines of this process: sizes 1 to 4 cover
+	// the paths (one rank, pairs, odd sizes, a power of two above two), at
+	// a large count that keeps the run short.
+	cfg := commtest.Config{Sizes: []int{1, 2, 3, 4}, Large: 1<<16 + 3}
 	if testing.Short() {
-		cfg = commtest.Config{Sizes: []int{1, 3}, Large: 4099}
+		cfg = commtest.Config{Sizes: []int{1, 3, 4}, Large: 4099}
 	}
 	if cudafake.Mode() == "real" {
 		cfg = commtest.Config{}
