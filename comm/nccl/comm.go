@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -564,7 +565,14 @@ func (c *Comm) failLocked(err error) {
 		ch.nrecv = 0
 	}
 	parent := c.parent
+	var children []*Comm
+	if errors.Is(err, comm.ErrPeerLost) { // a lost process breaks every group it is in
+		children = append(children, c.children...)
+	}
 	go func() {
+		for _, ch := range children {
+			ch.fail(remoteError{err})
+		}
 		c.abort()
 		for _, w := range ws {
 			w.finish(c.opErr(w, err)) // release(false): aborted work may still touch its memory

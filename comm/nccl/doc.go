@@ -96,8 +96,9 @@
 // Comm waits for it. The other ranks then fail at once, with a
 // *comm.PeerError naming the lost rank (wrapping comm.ErrPeerLost) or with
 // comm.ErrAborted quoting the failed rank's error, and abort their
-// communicators, which ends their kernels. The Comm implements
-// comm.Aborter.
+// communicators, which ends their kernels. A lost peer fails the Comms
+// split from the world Comm too (its process is in all of them). The Comm
+// implements comm.Aborter.
 //
 // # Tests
 //

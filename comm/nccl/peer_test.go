@@ -74,21 +74,48 @@ func TestVanishedPeer(t *testing.T) {
 	if err := comm.WaitAll(ctx, ws...); err != nil {
 		t.Fatal(err)
 	}
+	// A sub-group of all the ranks, split off the world.
+	subs := make([]comm.Comm, n)
+	errs := make(chan error, n)
+	for r, c := range cs {
+		go func() {
+			var err error
+			subs[r], err = c.Split(ctx, 0, r)
+			errs <- err
+		}()
+	}
+	for range cs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Then rank 1's process dies: its kernels stop and its heartbeats
 	// stop; nobody gets an async error.
 	cudafake.Vanish(t, lost)
 	nccl.StopHeartbeat(cs[lost])
 	start := time.Now()
+	subWork := make([]comm.Work, n)
 	for r, c := range cs {
 		w, err := c.AllReduce(ctx, bufs[r], comm.Sum)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ws[r] = w
+		sb, err := staging.NewBuffer(c.Device(), comm.Float32, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { staging.FreeBuffer(sb) })
+		if subWork[r], err = subs[r].AllReduce(ctx, sb, comm.Max); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for r, w := range ws {
 		if r == lost {
 			continue
+		}
+		if err := subWork[r].Wait(ctx); !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 1") {
+			t.Errorf("rank %d: sub-group all_reduce: %v, want an error wrapping comm.ErrPeerLost naming rank %d", r, err, lost)
 		}
 		err := w.Wait(ctx)
 		took := time.Since(start)
@@ -100,5 +127,29 @@ func TestVanishedPeer(t *testing.T) {
 			t.Errorf("rank %d noticed the lost rank after %v (peer timeout %v)", r, took, peerTimeout)
 		}
 		t.Logf("rank %d: after %v: %v", r, took.Round(time.Millisecond), err)
+	}
+}
+
+// NCCL never tells the other ranks that one aborted its communicator: the
+// failure is published through the store, so a peer's pending operation
+// fails at once with comm.ErrAborted quoting the cause, not at its timeout.
+func TestAbortReachesPeers(t *testing.T) {
+	cudafake.RequireFake(t)
+	cs := bareWorld(t, 2, comm.Options{Timeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	b, err := staging.NewBuffer(cs[1].Device(), comm.Float32, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staging.FreeBuffer(b)
+	w, err := cs[1].AllReduce(ctx, b, comm.Sum) // rank 0 never joins it
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm.Abort(cs[0], errors.New("rank 0's loss is NaN"))
+	err = w.Wait(ctx)
+	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "rank 0's loss is NaN") || ctx.Err() != nil {
+		t.Fatalf("rank 1 after rank 0 aborted: %v, want comm.ErrAborted quoting the cause", err)
 	}
 }

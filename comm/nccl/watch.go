@@ -145,12 +145,13 @@ func (c *Comm) publish(err error) {
 	if errors.As(err, &re) || errors.Is(err, comm.ErrClosed) {
 		return
 	}
-	kind, rank := "abort", c.rank
+	kind, rank, why := "abort", c.rank, err.Error()
 	var pe *comm.PeerError
 	if errors.As(err, &pe) && errors.Is(err, comm.ErrPeerLost) {
 		kind, rank = "lost", pe.Rank
+		why = strings.TrimPrefix(pe.Err.Error(), comm.ErrPeerLost.Error()+": ")
 	}
-	msg := fmt.Sprintf("%s %d %d\n%v", kind, rank, c.rank, err)
+	msg := fmt.Sprintf("%s %d %d\n%s", kind, rank, c.rank, why)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.PeerDeadline())
 		defer cancel()
