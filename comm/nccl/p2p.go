@@ -285,7 +285,8 @@ func (c *Comm) matchErr(ch *channel, tag int, dt comm.DType, n int, buf comm.Buf
 	if dt == buf.DType() && n == buf.Len() {
 		return nil
 	}
-	return fmt.Errorf("%w: rank %d called send(tag %d, %v x %d), but rank %d (this rank) called recv(tag %d, %v x %d)",
+	return fmt.Errorf("%w: rank %d called send(tag %d, %v x %d), but rank %d (this rank) called recv(tag %d, %v x %d); "+
+		"the messages of one tag must have the receives' dtypes and counts, in order",
 		comm.ErrMismatch, ch.key.src, tag, dt, n, ch.key.dst, tag, buf.DType(), buf.Len())
 }
 

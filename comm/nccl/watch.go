@@ -80,7 +80,7 @@ func (c *Comm) heartbeat(ctx context.Context) {
 	for {
 		if err := beat(); err != nil {
 			if ctx.Err() == nil {
-				c.fail(fmt.Errorf("nccl: rank %d: the store that carries the heartbeats failed (the peers cannot be watched): %w", c.rank, err))
+				c.fail(fmt.Errorf("nccl: rank %d: the rendezvous store, which carries the heartbeats, failed, so lost peers cannot be noticed (is the store's server still up?): %w", c.rank, err))
 			}
 			return
 		}
@@ -94,7 +94,7 @@ func (c *Comm) heartbeat(ctx context.Context) {
 				return
 			case err != nil && timedOut: // not beating yet
 			case err != nil:
-				c.fail(fmt.Errorf("nccl: rank %d: the store that carries the heartbeats failed (the peers cannot be watched): %w", c.rank, err))
+				c.fail(fmt.Errorf("nccl: rank %d: the rendezvous store, which carries the heartbeats, failed, so lost peers cannot be noticed (is the store's server still up?): %w", c.rank, err))
 				return
 			case string(v) == "bye": // closed: watch the next one
 				watched = (watched + 1) % c.size
