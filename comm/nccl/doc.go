@@ -48,7 +48,9 @@
 // boundary costs two NCCL initializations, not one per tag and
 // micro-batch). Both channels of a pair are made at the pair's first
 // message, in the same order on both ranks (the lower rank's sending
-// channel first). The two directions have separate communicators because
+// channel first), or earlier by ConnectPeers (comm.PeerConnector, which
+// pipeline.New calls for a stage's neighbours): at setup, before any
+// operation is in flight, pair by pair in one order that all ranks share. The two directions have separate communicators because
 // NCCL runs the operations of one communicator in issue order: a receive
 // posted ahead would hold up this rank's sends. Tags are matched on the
 // host: each message is a 24-byte header (tag, dtype, count) and the data,

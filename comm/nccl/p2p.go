@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -160,6 +161,51 @@ func (c *Comm) channelLocked(key chanKey) *channel {
 	}()
 	return c.chans[key]
 }
+
+// ConnectPeers makes the send/recv communicators between this rank and
+// each of peers now (see comm.PeerConnector): pair by pair, in ascending
+// order of (lower rank, higher rank), each pair's two in the same order as
+// at a first message. It blocks until they are ready or ctx ends.
+func (c *Comm) ConnectPeers(ctx context.Context, peers []int) error {
+	const name = "connect_peers"
+	if ctx == nil {
+		return comm.InvalidArgf("%s: nil context", name)
+	}
+	ps := append([]int(nil), peers...)
+	for _, p := range ps {
+		if p < 0 || p >= c.size {
+			return comm.InvalidArgf("%s: peer %d out of range [0, %d)", name, p, c.size)
+		}
+	}
+	// Every pair has this rank in it: sorting by the other rank sorts by
+	// (lower, higher).
+	slices.Sort(ps)
+	for _, p := range slices.Compact(ps) {
+		if p == c.rank {
+			continue
+		}
+		c.mu.Lock()
+		if err := c.errLocked(name, 0); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		out, in := c.channelLocked(chanKey{c.rank, p}), c.channelLocked(chanKey{p, c.rank})
+		c.mu.Unlock()
+		for _, ch := range []*channel{out, in} {
+			select {
+			case <-ch.ready:
+			case <-ctx.Done():
+				return &comm.OpError{Op: name, Rank: c.reportRank, Err: fmt.Errorf("waiting for rank %d: %w", p, ctx.Err())}
+			}
+			if ch.err != nil {
+				return &comm.OpError{Op: name, Rank: c.reportRank, Err: ch.err}
+			}
+		}
+	}
+	return nil
+}
+
+var _ comm.PeerConnector = (*Comm)(nil)
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 

@@ -2,6 +2,7 @@ package nccl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -101,5 +102,68 @@ func TestP2PCommunicators(t *testing.T) {
 	// n-1 stage boundaries, two directions each, two ranks per communicator.
 	if got, want := cudafake.CommInits(t), (n-1)*2*2; got > want {
 		t.Errorf("send/recv of %d tags over %d stage boundaries made %d communicators, want at most %d (one per direction and pair of ranks)", 2*M, n-1, got, want)
+	}
+}
+
+// ConnectPeers (comm.PeerConnector, which pipeline.New calls for a stage's
+// neighbours) makes the send/recv communicators at setup, before any
+// operation is in flight, pair by pair in one order all ranks share; the
+// messages then make none.
+func TestConnectPeers(t *testing.T) {
+	cudafake.RequireFake(t)
+	const n = 4
+	cs := newWorld(t, n, comm.Options{})
+	cudafake.ResetCommInits(t)
+	err := commtest.RunRanks(context.Background(), cs, 30*time.Second, func(ctx context.Context, c comm.Comm) error {
+		pc, ok := c.(comm.PeerConnector)
+		if !ok {
+			return fmt.Errorf("%T is not a comm.PeerConnector", c)
+		}
+		s := c.Rank()
+		var peers []int
+		if s < n-1 {
+			peers = append(peers, s+1) // out of order on purpose
+		}
+		if s > 0 {
+			peers = append(peers, s-1)
+		}
+		return pc.ConnectPeers(ctx, append(peers, s))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cudafake.CommInits(t), (n-1)*2*2; got != want {
+		t.Fatalf("ConnectPeers of %d stages made %d communicators, want %d", n, got, want)
+	}
+	err = commtest.RunRanks(context.Background(), cs, 30*time.Second, func(ctx context.Context, c comm.Comm) error {
+		s := c.Rank()
+		var ws []comm.Work
+		for _, p := range []int{s - 1, s + 1} {
+			if p < 0 || p >= n {
+				continue
+			}
+			w, err := c.Send(ctx, comm.FromSlice([]int32{int32(s)}), p, 5)
+			if err != nil {
+				return err
+			}
+			ws = append(ws, w)
+			got := []int32{-1}
+			if err := comm.Run(ctx)(c.Recv(ctx, comm.FromSlice(got), p, 5)); err != nil {
+				return err
+			}
+			if got[0] != int32(p) {
+				return fmt.Errorf("rank %d from rank %d: %d", s, p, got[0])
+			}
+		}
+		return comm.WaitAll(ctx, ws...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cudafake.CommInits(t), (n-1)*2*2; got != want {
+		t.Errorf("messages after ConnectPeers made %d more communicators", got-want)
+	}
+	if err := cs[0].(comm.PeerConnector).ConnectPeers(context.Background(), []int{n}); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("ConnectPeers to rank %d of %d: %v", n, n, err)
 	}
 }

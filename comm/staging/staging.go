@@ -546,3 +546,14 @@ func (s *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 func (s *Comm) Abort(cause error) { comm.Abort(s.inner, cause) }
 
 var _ comm.Aborter = (*Comm)(nil)
+
+// ConnectPeers forwards to the wrapped Comm if it is a comm.PeerConnector
+// (nothing to do otherwise).
+func (s *Comm) ConnectPeers(ctx context.Context, peers []int) error {
+	if pc, ok := s.inner.(comm.PeerConnector); ok {
+		return pc.ConnectPeers(ctx, peers)
+	}
+	return nil
+}
+
+var _ comm.PeerConnector = (*Comm)(nil)
