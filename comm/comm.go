@@ -90,6 +90,21 @@ type TrafficCounter interface {
 	Traffic() (sent, received int64)
 }
 
+// PeerConnector is implemented by Comms that set up per-peer resources for
+// Send and Recv at the first message between two ranks (the nccl backend
+// makes NCCL communicators, which should not be made while operations are
+// in flight). ConnectPeers sets them up now for the listed peers (ranks of
+// the Comm; this rank itself is ignored) and blocks until they are ready,
+// which needs each listed peer to call ConnectPeers listing this rank too,
+// or to exchange a message with it. Callers that know their peers (a
+// pipeline stage: its neighbours) call it once at setup on every rank; the
+// pairs are then set up in one order that every rank shares (ascending by
+// lower rank, then higher rank), so setups never wait for each other in a
+// cycle.
+type PeerConnector interface {
+	ConnectPeers(ctx context.Context, peers []int) error
+}
+
 // ColorNone passed to Split leaves the calling rank out of every new group.
 const ColorNone = -1
 

@@ -66,9 +66,10 @@ var (
 )
 
 // Adapter rewrites the Comm a backend's factory built; New applies every
-// registered Adapter, in registration order. Package comm/staging registers
-// one that lets the host backends accept device buffers (it stages them
-// through pinned host memory) when CUDA is present.
+// registered Adapter, in registration order. No package of this module
+// registers one: a wrapper that changes what every comm.New returns is
+// invisible at the call sites (device buffers on the host backends are
+// explicit: comm/staging's New, Adapt or Wrap).
 type Adapter func(backend string, c Comm) Comm
 
 // RegisterAdapter adds a to the adapters New applies.

@@ -139,6 +139,21 @@ func New(ctx context.Context, c comm.Comm, m Model, cfg Config, batch int) (*Pip
 	if p.ops, err = Ops(sched, k, p.stage, micro); err != nil {
 		return nil, err
 	}
+	// A Comm that sets up per-peer resources for send/recv (nccl: NCCL
+	// communicators) makes them now, for the neighbours, in an order all
+	// stages share, before any operation is in flight.
+	if pc, ok := c.(comm.PeerConnector); ok {
+		var peers []int
+		if p.stage > 0 {
+			peers = append(peers, p.stage-1)
+		}
+		if p.stage < k-1 {
+			peers = append(peers, p.stage+1)
+		}
+		if err := pc.ConnectPeers(ctx, peers); err != nil {
+			return nil, fmt.Errorf("pipeline: stage %d: connecting to its neighbours: %w", p.stage, err)
+		}
+	}
 	start := 0
 	for i := 0; i < micro; i++ {
 		sz := batch / micro

@@ -25,8 +25,8 @@ func backendName(cfg config) string {
 	return cfg.backend
 }
 
-// deviceComms wraps inproc Comms (which the registry does not see) so that
-// they take device buffers.
+// deviceComms wraps host-backend Comms (staging.Adapt) so that they take
+// device buffers; the nccl Comm (and auto's, with CUDA) takes them already.
 func deviceComms(cs []comm.Comm, cfg config) ([]comm.Comm, error) {
 	if !cfg.device {
 		return cs, nil
@@ -35,7 +35,7 @@ func deviceComms(cs []comm.Comm, cfg config) ([]comm.Comm, error) {
 		return nil, fmt.Errorf("-device: no CUDA: %s", why)
 	}
 	for r, c := range cs {
-		cs[r] = staging.Wrap(c)
+		cs[r] = staging.Adapt(c)
 	}
 	return cs, nil
 }
@@ -88,7 +88,7 @@ func (d *devCase) twin(b comm.Buffer) comm.Buffer {
 	if t, ok := d.twins[key]; ok {
 		return t.dev
 	}
-	dev, err := cuda.Upload(d.dev, b)
+	dev, err := staging.Upload(d.dev, b)
 	if err != nil {
 		if d.err == nil {
 			d.err = err
@@ -111,7 +111,7 @@ func (d *devCase) upload() error {
 		return fmt.Errorf("device buffers: %w", d.err)
 	}
 	for _, t := range d.order {
-		if err := cuda.Copy(t.dev, t.host); err != nil {
+		if err := staging.Copy(t.dev, t.host); err != nil {
 			return err
 		}
 	}
@@ -128,7 +128,7 @@ func (d *devCase) download() error {
 		return fmt.Errorf("device buffers: %w", d.err)
 	}
 	for _, t := range d.order {
-		if err := cuda.Copy(t.host, t.dev); err != nil {
+		if err := staging.Copy(t.host, t.dev); err != nil {
 			return err
 		}
 	}
@@ -142,7 +142,7 @@ func (d *devCase) free() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, t := range d.order {
-		cuda.FreeBuffer(t.dev)
+		staging.FreeBuffer(t.dev)
 	}
 	d.order, d.twins = nil, map[[2]uintptr]twin{}
 }

@@ -7,8 +7,9 @@
 //	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device]
 //
 // -device (the default with nccl) puts the buffers in GPU memory: the timed
-// runs then move device memory only (host backends stage it, see
-// comm/staging), and the checked run copies inputs in and results out.
+// runs then move device memory only (host backends stage it: their Comms
+// are wrapped with comm/staging's Adapt), and the checked run copies inputs
+// in and results out.
 //
 // Sizes follow nccl-tests: for all_gather and gather the total output; for
 // reduce_scatter, scatter and all_to_all the total input; for sendrecv the
@@ -38,6 +39,7 @@ import (
 	_ "github.com/gdist/gdist/comm/auto"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/comm/rendezvous"
 	_ "github.com/gdist/gdist/comm/shm"
 	_ "github.com/gdist/gdist/comm/tcp"
@@ -235,7 +237,12 @@ func run() error {
 		}
 		defer stopProf()
 	}
-	berr := bench(ctx, c, cfg, os.Stdout)
+	cs, err := deviceComms([]comm.Comm{c}, cfg)
+	if err != nil {
+		closeFn()
+		return err
+	}
+	berr := bench(ctx, cs[0], cfg, os.Stdout)
 	cerr := closeFn()
 	if berr != nil {
 		return fmt.Errorf("rank %d: %w", c.Rank(), berr)
@@ -281,9 +288,32 @@ type opCase struct {
 	check func() error // verifies the checked run
 }
 
+// avgRule is how c computes Avg on floats: NCCL's pre-multiplied sum, or
+// the host backends' fl(sum)/n.
+func avgRule(c comm.Comm) commtest.AvgRule {
+	for c != nil {
+		switch x := c.(type) {
+		case *nccl.Comm:
+			return commtest.AvgPreMultiply
+		case *devCase:
+			c = x.Comm
+		case interface{ Unwrap() comm.Comm }:
+			c = x.Unwrap()
+		default:
+			return commtest.AvgDivide
+		}
+	}
+	return commtest.AvgDivide
+}
+
 func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 	n, r := c.Size(), c.Rank()
 	dt, red := cfg.dtype, cfg.redop
+	rule := avgRule(c)
+	checkReduced := func(b []byte, count int, want func(i int) float64) error {
+		return commtest.CheckReduced(dt, red, n, rule, b, count, want)
+	}
+	expected := commtest.ExpectedFuncRule(dt, red, n, rule)
 	es := int64(dt.Size())
 	nn := int64(n)
 	do := comm.Run
@@ -297,7 +327,7 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 		case "all_reduce":
 			oc.run = func(ctx context.Context) error { return do(ctx)(c.AllReduce(ctx, buf, red)) }
 			oc.fill = func() { commtest.Fill(dt, buf.Host(), func(i int) float64 { return commtest.Input(dt, red, r, i) }) }
-			oc.check = func() error { return commtest.CheckElems(dt, buf.Host(), k, commtest.ExpectedFunc(dt, red, n)) }
+			oc.check = func() error { return checkReduced(buf.Host(), k, expected) }
 		case "reduce":
 			oc.run = func(ctx context.Context) error { return do(ctx)(c.Reduce(ctx, buf, red, 0)) }
 			oc.fill = func() { commtest.Fill(dt, buf.Host(), func(i int) float64 { return commtest.Input(dt, red, r, i) }) }
@@ -305,7 +335,7 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 				if r != 0 {
 					return nil
 				}
-				return commtest.CheckElems(dt, buf.Host(), k, commtest.ExpectedFunc(dt, red, n))
+				return checkReduced(buf.Host(), k, expected)
 			}
 		case "broadcast":
 			oc.run = func(ctx context.Context) error { return do(ctx)(c.Broadcast(ctx, buf, 0)) }
@@ -364,9 +394,8 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 		case "reduce_scatter":
 			oc.run = func(ctx context.Context) error { return do(ctx)(c.ReduceScatter(ctx, dst, src, red)) }
 			oc.fill = func() { commtest.Fill(dt, src.Host(), func(i int) float64 { return commtest.Input(dt, red, r, i) }) }
-			exp := commtest.ExpectedFunc(dt, red, n)
 			oc.check = func() error {
-				return commtest.CheckElems(dt, dst.Host(), k, func(i int) float64 { return exp(r*k + i) })
+				return checkReduced(dst.Host(), k, func(i int) float64 { return expected(r*k + i) })
 			}
 		case "all_to_all":
 			dst = commtest.NewBuf(dt, n*k)

@@ -7,7 +7,9 @@
 // host has a GPU per local rank: PickNCCL, agreed through the store) the
 // "auto" backend builds the "nccl" Comm instead (host buffers are then
 // staged through the GPU); GDIST_AUTO_NCCL=0 on any rank keeps it on
-// shared memory and TCP.
+// shared memory and TCP. There, when CUDA is present, the host Comm is
+// wrapped with comm/staging's Adapt, so that it takes device buffers too
+// (staged through pinned memory).
 //
 // # Building
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
 	"github.com/gdist/gdist/comm/nccl"
+	"github.com/gdist/gdist/comm/staging"
 )
 
 // EnvNCCL set to "0" keeps the auto backend off NCCL even where every rank
@@ -36,7 +37,9 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return algo.NewComm(t, cfg.Options), nil
+		// Device buffers too when CUDA is present, staged through pinned
+		// memory (the nccl Comm takes both kinds itself).
+		return staging.Adapt(algo.NewComm(t, cfg.Options)), nil
 	})
 }
 

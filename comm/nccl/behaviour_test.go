@@ -8,7 +8,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/nccl"
-	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
@@ -35,11 +35,11 @@ func TestRankUsesOnlyItsGPU(t *testing.T) {
 				t.Fatalf("Device() = %d", c.Device())
 			}
 			x := []float32{1, 2, 3}
-			d, err := cuda.Upload(dev, comm.FromSlice(x))
+			d, err := staging.Upload(dev, comm.FromSlice(x))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer cuda.FreeBuffer(d)
+			defer staging.FreeBuffer(d)
 			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg} {
 				if err := comm.Run(ctx)(c.AllReduce(ctx, d, op)); err != nil {
 					t.Fatalf("all_reduce on cuda:%d: %v", dev, err)
@@ -105,5 +105,57 @@ func TestOneGPUPerProcess(t *testing.T) {
 	}
 	if ok, why := nccl.UsableFor(4); !ok {
 		t.Errorf("UsableFor(4) with one visible GPU per process: %s", why)
+	}
+}
+
+// Issue 17, item 10: a buffer written by a copy to the device (queued on
+// the legacy default stream, asynchronous to the host, and here completing
+// 100 ms late) is what the collective reads: every NCCL launch makes its
+// stream wait for the default stream first. Without that wait the
+// all-reduce would read the buffer's stale bytes.
+func TestCollectiveWaitsForDeviceCopies(t *testing.T) {
+	cudafake.RequireFake(t)
+	const n, count = 2, 1000
+	cs := bareWorld(t, n, comm.Options{})
+	bufs := make([]comm.Buffer, n)
+	for r, c := range cs {
+		b, err := staging.NewBuffer(c.Device(), comm.Float32, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { staging.FreeBuffer(b) })
+		bufs[r] = b
+	}
+	cudafake.CopyDelay(t, 100*time.Millisecond)
+	defer cudafake.CopyDelay(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ws := make([]comm.Work, n)
+	for r, c := range cs {
+		x := make([]float32, count)
+		for i := range x {
+			x[i] = float32(r + i)
+		}
+		if err := staging.Copy(bufs[r], comm.FromSlice(x)); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if ws[r], err = c.AllReduce(ctx, bufs[r], comm.Sum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := comm.WaitAll(ctx, ws...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range cs {
+		got := make([]float32, count)
+		if err := staging.Copy(comm.FromSlice(got), bufs[r]); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if want := float32(2*i + 1); v != want {
+				t.Fatalf("rank %d element %d: %v, want %v (the all-reduce read the buffer before the copy to it was done)", r, i, v, want)
+			}
+		}
 	}
 }

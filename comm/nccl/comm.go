@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -49,7 +50,10 @@ type Comm struct {
 	life   context.Context // ends on Close
 	finish context.CancelFunc
 
+	hbStop context.CancelFunc // stops the heartbeats (world Comm of several ranks)
+
 	mu       sync.Mutex
+	watched  bool     // failures are published in the store (watch.go)
 	self     *tracker // copies of send/recv to this rank (lazily)
 	failed   error
 	closed   bool
@@ -104,8 +108,13 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: %w", cfg.Rank, err)
 	}
-	return open(ctx, l, params{id: id, size: cfg.Size, rank: cfg.Rank, device: dev, opts: cfg.Options,
+	c, err := open(ctx, l, params{id: id, size: cfg.Size, rank: cfg.Rank, device: dev, opts: cfg.Options,
 		store: cfg.Store, path: path, reportRank: cfg.Rank})
+	if err != nil {
+		return nil, err
+	}
+	c.startWatch(true)
+	return c, nil
 }
 
 // deviceFor picks the GPU of a rank: its local rank, or the only GPU the
@@ -530,6 +539,9 @@ func (c *Comm) failLocked(err error) {
 		return
 	}
 	c.failed = err
+	if c.watched {
+		c.publish(err)
+	}
 	var ws []*work
 	for _, t := range []*tracker{c.coll, c.self} {
 		if t != nil {
@@ -538,6 +550,7 @@ func (c *Comm) failLocked(err error) {
 		}
 	}
 	var selfOps []*selfOp
+	var recvs []*recvOp
 	for tag, q := range c.selfq {
 		selfOps = append(selfOps, q.ops...)
 		delete(c.selfq, tag)
@@ -545,14 +558,29 @@ func (c *Comm) failLocked(err error) {
 	var chans []*channel
 	for _, ch := range c.chans {
 		chans = append(chans, ch)
+		for tag, q := range ch.recvs {
+			recvs = append(recvs, q...)
+			delete(ch.recvs, tag)
+		}
+		ch.nrecv = 0
 	}
 	parent := c.parent
+	var children []*Comm
+	if errors.Is(err, comm.ErrPeerLost) { // a lost process breaks every group it is in
+		children = append(children, c.children...)
+	}
 	go func() {
+		for _, ch := range children {
+			ch.fail(remoteError{err})
+		}
 		c.abort()
 		for _, w := range ws {
 			w.finish(c.opErr(w, err)) // release(false): aborted work may still touch its memory
 		}
 		for _, o := range selfOps {
+			o.fail(c, err)
+		}
+		for _, o := range recvs {
 			o.fail(c, err)
 		}
 		for _, ch := range chans {
@@ -582,6 +610,7 @@ func (c *Comm) Close() error {
 	for _, ch := range children {
 		ch.Close()
 	}
+	c.goodbye()
 	c.fail(comm.ErrClosed)
 	c.mu.Lock()
 	var chans []*channel

@@ -20,12 +20,12 @@
 // cudaFree(NULL) (with CUDA 11 the latter makes the device's context
 // current, which NCCL needs). NCCL's ABI facts are one table (abi.go) with
 // the nccl.h.in line of each. NCCL refuses two ranks on one GPU,
-// so a host needs a GPU per rank (host backends, with package comm/staging,
-// let several ranks share one). At world size 1 no store is needed.
+// so a host needs a GPU per rank (host backends wrapped by package
+// comm/staging let several ranks share one). At world size 1 no store is needed.
 //
 // comm.New returns the Comm wrapped by staging.WrapDevice, so it takes host
 // buffers too (copied through memory on the rank's GPU); New returns the
-// bare *Comm, which takes device buffers (comm.DeviceBuffer, cuda.NewBuffer)
+// bare *Comm, which takes device buffers (comm.DeviceBuffer, staging.NewBuffer)
 // on its GPU only.
 //
 // # Operations
@@ -43,9 +43,25 @@
 // costs Size() times a native reduction's memory and traffic.
 //
 // Send and Recv keep comm's per-tag ordering and their independence from
-// the collectives by giving each (sender, receiver, tag) its own two-rank
-// communicator, made on first use (which costs one NCCL initialization).
-// Messages a rank sends itself are matched per tag and copied on the device.
+// the collectives with one two-rank communicator per direction and pair of
+// ranks that exchange messages (whatever the tags: a pipeline stage
+// boundary costs two NCCL initializations, not one per tag and
+// micro-batch). Both channels of a pair are made at the pair's first
+// message, in the same order on both ranks (the lower rank's sending
+// channel first), or earlier by ConnectPeers (comm.PeerConnector, which
+// pipeline.New calls for a stage's neighbours): at setup, before any
+// operation is in flight, pair by pair in one order that all ranks share. The two directions have separate communicators because
+// NCCL runs the operations of one communicator in issue order: a receive
+// posted ahead would hold up this rank's sends. Tags are matched on the
+// host: each message is a 24-byte header (tag, dtype, count) and the data,
+// in one NCCL group; while receives from a peer are pending, a loop reads
+// the next header and receives the data into the oldest receive with that
+// tag, or into pooled device memory when none is posted yet (copied on the
+// device when it is). A mismatched dtype or count fails with
+// comm.ErrMismatch naming both calls. A Send completes once the receiver
+// has taken the message, which needs a pending receive from that peer
+// (any tag). Messages a rank sends itself are matched per tag and copied
+// on the device.
 // Split exchanges colors and keys through the store and makes new
 // communicators on the same GPUs.
 //
@@ -67,6 +83,24 @@
 // the streams are idle. NCCL does not detect ranks that issue mismatched
 // collectives: they hang until the timeout, or corrupt data; the host
 // backends detect them.
+//
+// # Lost peers and failures across ranks (watch.go)
+//
+// Over NVLink, P2P or shared memory NCCL reports no asynchronous error for a
+// peer whose process died: the kernels wait for it until the timeout. So
+// the ranks of a world Comm beat through the store, as the host backends do
+// over their links: each sets its counter every PeerDeadline()/4 (at most
+// every second) and watches the next rank of a ring (skipping ranks that
+// closed); a counter that stands still for comm.Options.PeerTimeout means
+// the peer is lost. And NCCL never tells the others that a rank aborted:
+// so the first failure of a Comm (lost peer, timeout, mismatched message,
+// Abort; not Close) is published in the store, where every rank of the
+// Comm waits for it. The other ranks then fail at once, with a
+// *comm.PeerError naming the lost rank (wrapping comm.ErrPeerLost) or with
+// comm.ErrAborted quoting the failed rank's error, and abort their
+// communicators, which ends their kernels. A lost peer fails the Comms
+// split from the world Comm too (its process is in all of them). The Comm
+// implements comm.Aborter.
 //
 // # Tests
 //

@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 )
 
@@ -65,7 +66,7 @@ func (c *Comm) checkBuf(name, which string, b comm.Buffer) error {
 	if _, dev := b.Device(); dev != c.device {
 		return comm.InvalidArgf("%s: %s is on cuda:%d, but this rank's communicator is on cuda:%d", name, which, dev, c.device)
 	}
-	if err := cuda.CheckDevice(b); err != nil {
+	if err := staging.CheckDevice(b); err != nil {
 		return fmt.Errorf("%s: %s: %w", name, which, err)
 	}
 	return nil

@@ -151,26 +151,35 @@ int gdnc_reduce_scatter(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintpt
 int gdnc_group(gdnc_lib *l, int dev, uintptr_t st, uintptr_t ev, uintptr_t comm, gdnc_p2p *ops, int n) {
 	int r = prologue(l, dev, st, ev);
 	if (r) return r;
-	/* Device copies first (they are not NCCL calls, and go on the stream
-	   now, ahead of the group's kernel; they touch other memory). */
+	/* Copies to the device first (they are not NCCL calls, and go on the
+	   stream now, ahead of the group's kernel). */
 	for (int i = 0; i < n; i++) {
-		if (ops[i].kind == 2 && ops[i].bytes)
+		if ((ops[i].kind == 2 || ops[i].kind == 3) && ops[i].bytes)
 			CUDA(l->memcpyAsync((void *)ops[i].buf, (const void *)ops[i].src, ops[i].bytes,
-					    gdnc_cudaMemcpyDeviceToDevice, (void *)st));
+					    ops[i].kind == 2 ? gdnc_cudaMemcpyDeviceToDevice : gdnc_cudaMemcpyHostToDevice,
+					    (void *)st));
 	}
 	int any = 0;
-	for (int i = 0; i < n; i++) any |= ops[i].kind != 2;
-	if (!any) return 0;
-	r = l->groupStart();
-	if (r) return r;
-	for (int i = 0; i < n && !r; i++) {
-		if (ops[i].kind == 0)
-			r = l->send((const void *)ops[i].buf, ops[i].count, ops[i].dt, ops[i].peer, (void *)comm, (void *)st);
-		else if (ops[i].kind == 1)
-			r = l->recv((void *)ops[i].buf, ops[i].count, ops[i].dt, ops[i].peer, (void *)comm, (void *)st);
+	for (int i = 0; i < n; i++) any |= ops[i].kind == 0 || ops[i].kind == 1;
+	if (any) {
+		r = l->groupStart();
+		if (r) return r;
+		for (int i = 0; i < n && !r; i++) {
+			if (ops[i].kind == 0)
+				r = l->send((const void *)ops[i].buf, ops[i].count, ops[i].dt, ops[i].peer, (void *)comm, (void *)st);
+			else if (ops[i].kind == 1)
+				r = l->recv((void *)ops[i].buf, ops[i].count, ops[i].dt, ops[i].peer, (void *)comm, (void *)st);
+		}
+		int e = l->groupEnd();
+		if (r || e) return r ? r : e;
 	}
-	int e = l->groupEnd();
-	return r ? r : e;
+	/* Copies to the host last: they see what the group received. */
+	for (int i = 0; i < n; i++) {
+		if (ops[i].kind == 4 && ops[i].bytes)
+			CUDA(l->memcpyAsync((void *)ops[i].buf, (const void *)ops[i].src, ops[i].bytes,
+					    gdnc_cudaMemcpyDeviceToHost, (void *)st));
+	}
+	return 0;
 }
 
 /* The host step of a bitwise reduction: n chunks of stride bytes at base;

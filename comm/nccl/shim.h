@@ -76,7 +76,9 @@ typedef struct gdnc_lib {
 } gdnc_lib;
 
 /* One operation of a grouped launch. kind: 0 send, 1 recv, 2 device copy
-   (bytes from src to buf on the stream). */
+   (bytes from src to buf on the stream, before the group), 3 copy from
+   pinned host memory src to device buf (before the group), 4 copy from
+   device src to pinned host memory buf (after the group). */
 typedef struct {
 	int kind, peer, dt;
 	uintptr_t buf, src;

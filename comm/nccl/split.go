@@ -93,5 +93,6 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	}
 	c.children = append(c.children, child)
 	c.mu.Unlock()
+	child.startWatch(false)
 	return child, nil
 }

@@ -26,8 +26,15 @@
 // the results are queued on the default stream, where later work (and any
 // copy back to the host) sees them.
 //
-// Importing this package registers a comm.Adapter: when CUDA is available,
-// comm.New wraps the Comm of every backend that does not take device buffers
-// itself (see DeviceCapable) with Wrap. Without CUDA nothing is wrapped, and
-// the host backends refuse device buffers with ErrInvalidArgument.
+// Staging is explicit, at the call site: New (comm.New, then Adapt) or
+// Adapt gives a host backend's Comm device buffers when CUDA is available
+// (without CUDA the Comm is returned as is, and the host backends refuse
+// device buffers with comm.ErrInvalidArgument); Wrap and WrapDevice wrap
+// unconditionally. Importing the package changes nothing that comm.New
+// builds. The "auto" backend applies Adapt to its host Comm itself, and the
+// "nccl" backend returns its Comm wrapped by WrapDevice.
+//
+// NewBuffer, FreeBuffer, Copy, Upload and CheckDevice describe device
+// memory from package gpu/cuda as comm.Buffers (gpu/cuda sits below comm
+// and does not import it).
 package staging

@@ -111,12 +111,23 @@ func wrap(c comm.Comm, dir direction, device int, ps *pools) comm.Comm {
 	return s
 }
 
-func init() { comm.RegisterAdapter(adapt) }
+// New builds the world Comm of one rank with the named backend, as
+// comm.New does, and applies Adapt to it: with CUDA present, a host backend
+// (inproc, tcp, shm) then takes device buffers too. Importing this package
+// changes nothing that comm.New builds: staging is applied here, or with
+// Wrap, at the call site.
+func New(ctx context.Context, backend string, cfg comm.Config) (comm.Comm, error) {
+	c, err := comm.New(ctx, backend, cfg)
+	if err != nil || c == nil {
+		return c, err
+	}
+	return Adapt(c), nil
+}
 
-// adapt is the registry's adapter: when CUDA is present, host-only backends
-// get wrapped so that they accept device buffers.
-func adapt(backend string, c comm.Comm) comm.Comm {
-	if DeviceCapable(c) {
+// Adapt returns c wrapped with Wrap when CUDA is available and c does not
+// take device buffers itself (DeviceCapable), and c otherwise.
+func Adapt(c comm.Comm) comm.Comm {
+	if c == nil || DeviceCapable(c) {
 		return c
 	}
 	if ok, _ := cuda.Available(); !ok {
@@ -224,7 +235,7 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 			if ok, why := cuda.Available(); !ok {
 				return nil, comm.InvalidArgf("%s: %s is device memory (%v), but CUDA is not available: %s", name, a.which, a.b, why)
 			}
-			if err := cuda.CheckDevice(a.b); err != nil {
+			if err := CheckDevice(a.b); err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", name, a.which, err)
 			}
 		}
@@ -315,7 +326,7 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 	}
 	for i, a := range args {
 		if staged[i] && a.in {
-			if err := cuda.Copy(bufs[i], a.b); err != nil {
+			if err := Copy(bufs[i], a.b); err != nil {
 				release(false)
 				return nil, s.poisonLocked(name, fmt.Errorf("staging: %s: copying %s in: %w", name, a.which, err))
 			}
@@ -329,7 +340,7 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 	copyOut := func() error {
 		for i, a := range args {
 			if staged[i] && a.out {
-				if err := cuda.Copy(a.b, bufs[i]); err != nil {
+				if err := Copy(a.b, bufs[i]); err != nil {
 					return fmt.Errorf("staging: %s: copying %s out: %w", name, a.which, err)
 				}
 			}
@@ -529,3 +540,20 @@ func (s *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	}
 	return wrap(child, s.dir, s.device, s.pools), nil
 }
+
+// Abort fails the wrapped Comm with cause and tells its other members
+// (comm.Abort on it).
+func (s *Comm) Abort(cause error) { comm.Abort(s.inner, cause) }
+
+var _ comm.Aborter = (*Comm)(nil)
+
+// ConnectPeers forwards to the wrapped Comm if it is a comm.PeerConnector
+// (nothing to do otherwise).
+func (s *Comm) ConnectPeers(ctx context.Context, peers []int) error {
+	if pc, ok := s.inner.(comm.PeerConnector); ok {
+		return pc.ConnectPeers(ctx, peers)
+	}
+	return nil
+}
+
+var _ comm.PeerConnector = (*Comm)(nil)

@@ -28,8 +28,9 @@ func TestRealGPU(t *testing.T) {
 	t.Log(cuda.Info())
 }
 
-// newWorld builds n Comms of backend through the registry. With CUDA (real
-// or fake) the registry's adapter wraps them with staging.Wrap.
+// newWorld builds n Comms of backend through the registry and applies
+// staging.Adapt: with CUDA (real or fake) they are wrapped with
+// staging.Wrap.
 func newWorld(t testing.TB, backend string, n int) []comm.Comm {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -57,8 +58,12 @@ func newWorld(t testing.TB, backend string, n int) []comm.Comm {
 	if stores == nil {
 		stores = make([]comm.Store, n) // inproc needs none
 	}
-	return commtest.RegistryWorld(backend, func(testing.TB, int) []comm.Store { return stores },
+	cs := commtest.RegistryWorld(backend, func(testing.TB, int) []comm.Store { return stores },
 		comm.Config{Token: token, Logf: func(string, ...any) {}})(t, n)
+	for r, c := range cs {
+		cs[r] = staging.Adapt(c)
+	}
+	return cs
 }
 
 // deviceWorld is a commtest.World whose Comms take the suite's host buffers,
@@ -70,7 +75,7 @@ func deviceWorld(backend string) commtest.World {
 		cs := newWorld(t, backend, n)
 		for r, c := range cs {
 			if !staging.DeviceCapable(c) {
-				t.Fatalf("comm.New(%q) with CUDA did not wrap the Comm: %T", backend, c)
+				t.Fatalf("staging.Adapt(%q's Comm) with CUDA did not wrap it: %T", backend, c)
 			}
 			cs[r] = staging.WrapDevice(c, r%cuda.DeviceCount())
 		}
@@ -116,17 +121,17 @@ func TestDeviceBuffersDirect(t *testing.T) {
 		for i := range host {
 			host[i] = float32(r*100000 + i)
 		}
-		d, err := cuda.Upload(dev, comm.FromSlice(host))
+		d, err := staging.Upload(dev, comm.FromSlice(host))
 		if err != nil {
 			return err
 		}
-		defer cuda.FreeBuffer(d)
+		defer staging.FreeBuffer(d)
 		// In-place all-gather: src is this rank's slice of the device dst.
 		if err := comm.Run(ctx)(c.AllGather(ctx, d, d.Slice(r*k, (r+1)*k))); err != nil {
 			return err
 		}
 		got := make([]float32, n*k)
-		if err := cuda.Copy(comm.FromSlice(got), d); err != nil {
+		if err := staging.Copy(comm.FromSlice(got), d); err != nil {
 			return err
 		}
 		for i, v := range got {
@@ -147,15 +152,15 @@ func TestDeviceBuffersDirect(t *testing.T) {
 		}
 		// Reduce to root 1: the other ranks' device buffers stay as they were.
 		x := []int64{int64(r + 1), 7}
-		dx, err := cuda.Upload(dev, comm.FromSlice(x))
+		dx, err := staging.Upload(dev, comm.FromSlice(x))
 		if err != nil {
 			return err
 		}
-		defer cuda.FreeBuffer(dx)
+		defer staging.FreeBuffer(dx)
 		if err := comm.Run(ctx)(c.Reduce(ctx, dx, comm.Prod, 1)); err != nil {
 			return err
 		}
-		if err := cuda.Copy(comm.FromSlice(x), dx); err != nil {
+		if err := staging.Copy(comm.FromSlice(x), dx); err != nil {
 			return err
 		}
 		want := []int64{int64(r + 1), 7}
@@ -179,11 +184,11 @@ func TestBadDeviceBuffers(t *testing.T) {
 			return fmt.Errorf("unknown device address: %v", err)
 		}
 		if cuda.DeviceCount() > 1 {
-			d, err := cuda.NewBuffer(0, comm.Float32, 4)
+			d, err := staging.NewBuffer(0, comm.Float32, 4)
 			if err != nil {
 				return err
 			}
-			defer cuda.FreeBuffer(d)
+			defer staging.FreeBuffer(d)
 			p, _ := d.Device()
 			if _, err := c.AllReduce(ctx, comm.DeviceBuffer(p, 1, comm.Float32, 4), comm.Sum); !errors.Is(err, comm.ErrInvalidArgument) {
 				return fmt.Errorf("wrong device: %v", err)
@@ -209,7 +214,7 @@ func TestNoCUDA(t *testing.T) {
 	cuda.Reload()
 	cs := newWorld(t, "inproc", 1)
 	if staging.DeviceCapable(cs[0]) {
-		t.Fatalf("comm.New wrapped the Comm without CUDA: %T", cs[0])
+		t.Fatalf("staging.Adapt wrapped the Comm without CUDA: %T", cs[0])
 	}
 	w := staging.Wrap(cs[0])
 	ctx := context.Background()
@@ -237,5 +242,30 @@ func TestTrafficForwarded(t *testing.T) {
 	}
 	if s, r := tc.Traffic(); s == 0 || r == 0 {
 		t.Fatalf("Traffic() = %d, %d", s, r)
+	}
+}
+
+// Importing comm/staging (and comm/nccl, which imports it) changes nothing
+// that comm.New builds: staging is applied at the call site (New, Adapt).
+func TestNoImportSideEffect(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := comm.Config{Rank: 0, Size: 1, Job: t.Name()}
+	c, err := comm.New(ctx, "inproc", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if staging.DeviceCapable(c) {
+		t.Fatalf("comm.New(\"inproc\") returned %T: importing comm/staging wrapped it", c)
+	}
+	s, err := staging.New(ctx, "inproc", comm.Config{Rank: 0, Size: 1, Job: t.Name() + "/staged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !staging.DeviceCapable(s) {
+		t.Fatalf("staging.New(\"inproc\") with CUDA returned %T, which does not take device buffers", s)
 	}
 }

@@ -214,3 +214,63 @@ func TestFindsCUDA13Wheel(t *testing.T) {
 		t.Fatalf("with a CUDA 13 wheel in $VIRTUAL_ENV, loaded %q (%s), want %s", path, why, wheel)
 	}
 }
+
+// Issue 17, item 10: copies to the device and memsets are asynchronous to
+// the host (queued on the legacy default stream), as with the real runtime,
+// and the copies back to the host see them: here they complete 200 ms after
+// the call returns, so a copy to the host that did not wait would read
+// stale bytes.
+func TestDeviceCopiesAreAsynchronous(t *testing.T) {
+	cudafake.RequireFake(t)
+	const dev, n = 2, 4096
+	a, err := cuda.Malloc(dev, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cuda.Free(dev, a)
+	b, err := cuda.Malloc(dev, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cuda.Free(dev, b)
+	ev, err := cuda.NewEvent(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	cudafake.CopyDelay(t, 200*time.Millisecond)
+	defer cudafake.CopyDelay(t, 0)
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	if err := cuda.Memset(dev, a, 7, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyHtoD(dev, b, src); err != nil {
+		t.Fatal(err)
+	}
+	clear(src) // the source may be reused once the call returns
+	if err := cuda.CopyDtoD(dev, a, b, n/2); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Record(nil); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := ev.Query(); err != nil || done {
+		t.Fatalf("the default stream is done (%v, %v) right after a delayed memset and copies: they ran synchronously", done, err)
+	}
+	got := make([]byte, n)
+	if err := cuda.CopyDtoH(dev, got, a); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		want := byte(7)
+		if i < n/2 {
+			want = byte(i)
+		}
+		if v != want {
+			t.Fatalf("byte %d after memset 7, a copy from the host and half of it copied on the device: %d, want %d", i, v, want)
+		}
+	}
+}

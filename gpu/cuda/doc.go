@@ -1,7 +1,9 @@
 // Package cuda is gdist's small window on the CUDA runtime: device memory
-// (Malloc, Free, NewBuffer), pinned host memory (HostAlloc), copies between
-// them, streams, events and a caching Pool. It exists so that the GPU path
-// builds and its tests run on machines with no CUDA at all.
+// (Malloc, Free), pinned host memory (HostAlloc), copies between them,
+// streams, events and a caching Pool. It exists so that the GPU path builds
+// and its tests run on machines with no CUDA at all. It sits below comm and
+// imports nothing of it: device memory as comm.Buffers (NewBuffer, Copy,
+// Upload, CheckDevice) is package comm/staging's.
 //
 // # Loading
 //

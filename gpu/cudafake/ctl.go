@@ -8,12 +8,14 @@ package cudafake
 typedef void (*gdfk_contexts_fn)(unsigned long long *, int *, char *, int);
 typedef void (*gdfk_void_fn)(void);
 typedef void (*gdfk_int_fn)(int);
+typedef int (*gdfk_get_fn)(void);
 
 static void gdfk_contexts(uintptr_t f, unsigned long long *mask, int *implicit, char *call, int len) {
 	((gdfk_contexts_fn)f)(mask, implicit, call, len);
 }
 static void gdfk_call(uintptr_t f) { ((gdfk_void_fn)f)(); }
 static void gdfk_call_int(uintptr_t f, int v) { ((gdfk_int_fn)f)(v); }
+static int gdfk_get(uintptr_t f) { return ((gdfk_get_fn)f)(); }
 */
 import "C"
 
@@ -94,8 +96,11 @@ func Gate(t testing.TB, open bool) {
 	C.gdfk_call_int(sym(t, "fakecudaGate"), v)
 }
 
-// CopyDelay makes every synchronous copy (cudaMemcpy) take d longer, until
-// called again with 0.
+// CopyDelay makes every cudaMemcpy and cudaMemset take d longer, until
+// called again with 0: a copy to the host returns d later, and a copy to
+// the device or a memset (asynchronous, queued on the default stream)
+// completes d later, so that code that fails to synchronize reads stale
+// data.
 func CopyDelay(t testing.TB, d time.Duration) {
 	C.gdfk_call_int(sym(t, "fakecudaCopyDelay"), C.int(d.Milliseconds()))
 }
@@ -108,4 +113,22 @@ func NoImplicitContexts(t testing.TB) {
 	if _, implicit, last := Contexts(t); implicit != 0 {
 		t.Errorf("%d CUDA call(s) needed a context on a thread with no device set (the last: %s): the real runtime makes one on device 0", implicit, last)
 	}
+}
+
+// CommInits is the number of NCCL communicators the fake's ncclCommInitRank
+// made since ResetCommInits (one per rank and communicator: each costs a
+// real NCCL initialization and GPU memory).
+func CommInits(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakencclCommInits"))) }
+
+// ResetCommInits restarts the count of CommInits.
+func ResetCommInits(t testing.TB) { C.gdfk_call(sym(t, "fakencclResetCommInits")) }
+
+// Vanish makes the NCCL ranks on device dev vanish, as a process that dies
+// does over NVLink, P2P or shared memory: their kernels never run, and no
+// communicator reports an asynchronous error, so the peers' kernels wait
+// for them until aborted. The devices come back when t ends.
+func Vanish(t testing.TB, dev int) {
+	f := sym(t, "fakencclVanish")
+	C.gdfk_call_int(f, C.int(dev))
+	t.Cleanup(func() { C.gdfk_call_int(f, -1) })
 }

@@ -30,3 +30,12 @@ func CopyDelay(t testing.TB, d time.Duration) { RequireFake(t) }
 
 // NoImplicitContexts skips t: without cgo there is no fake.
 func NoImplicitContexts(t testing.TB) { RequireFake(t) }
+
+// CommInits skips t: without cgo there is no fake.
+func CommInits(t testing.TB) int { RequireFake(t); return 0 }
+
+// ResetCommInits skips t: without cgo there is no fake.
+func ResetCommInits(t testing.TB) { RequireFake(t) }
+
+// Vanish skips t: without cgo there is no fake.
+func Vanish(t testing.TB, dev int) { RequireFake(t) }

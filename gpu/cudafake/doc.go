@@ -11,10 +11,16 @@
 // runtime, the current device is per OS thread, and a call that needs a
 // context on a thread with no device set is counted (Contexts,
 // NoImplicitContexts; the tests assert none); cudaFree and cudaFreeHost
-// wait for the device; a CUDA 11 runtime (FAKE_CUDA_RUNTIME_VERSION=11080)
-// makes no context current at cudaSetDevice; ncclAvg on floats
-// pre-multiplies by fl(1/n). HoldFunc and Gate stage device work that waits
-// (as an NCCL kernel waits for a peer), CopyDelay slows synchronous copies.
+// wait for the device; copies to the device and memsets are asynchronous to
+// the host (queued on each device's legacy default stream, which is ordered
+// with the blocking streams as in the real runtime); a CUDA 11 runtime
+// (FAKE_CUDA_RUNTIME_VERSION=11080) makes no context current at
+// cudaSetDevice; ncclAvg on floats pre-multiplies by fl(1/n). HoldFunc and
+// Gate stage device work that waits (as an NCCL kernel waits for a peer),
+// CopyDelay slows copies and memsets (so that a missing synchronization
+// reads stale data), Vanish makes the NCCL ranks of a device vanish with no
+// asynchronous error (as a dead peer over NVLink does), and CommInits
+// counts the NCCL communicators made.
 // See the C file's header for the details and its environment variables.
 //
 // A test package opts in with

@@ -12,8 +12,11 @@
 //     pinned host memory (cudaHostAlloc); work queued on a stream must come
 //     from its device.
 //   - Streams are queues run by one thread each; events complete when their
-//     stream reaches them. The legacy default stream runs work at once,
-//     after the blocking streams of the device drain.
+//     stream reaches them. The legacy default stream of each device is one
+//     too: its work waits for the work queued before on the device's
+//     blocking streams, and theirs for its. cudaMemcpy to the device and
+//     cudaMemset are asynchronous to the host (queued there); cudaMemcpy to
+//     the host waits for the legacy and blocking streams.
 //   - NCCL: communicators of one unique id are ranks of one process
 //     (threads or goroutines); collectives match by launch order and the
 //     last rank to arrive performs the whole collective; point-to-point
@@ -27,7 +30,8 @@
 // FAKE_NCCL_VERSION (default 21903, i.e. 2.19.3), FAKE_NCCL_INIT_TIMEOUT_MS
 // (default 30000), FAKE_NCCL_FAIL_AFTER=k (a communicator created while it
 // is set reports ncclRemoteError at its k-th collective, counted from 0, and
-// that collective hangs until the communicator is aborted).
+// that collective hangs until the communicator is aborted). fakencclVanish
+// makes the ranks of a device vanish without an asynchronous error.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -144,8 +148,11 @@ API void fakecudaGate(int open) {
 	pthread_mutex_unlock(&gate_mu);
 }
 
-/* fakecudaCopyDelay makes every synchronous cudaMemcpy take ms longer (so
-   that a test can run the Go garbage collector while C reads host memory). */
+/* fakecudaCopyDelay makes every cudaMemcpy and cudaMemset take ms longer:
+   a copy to the host returns that much later (so that a test can run the Go
+   garbage collector while C reads host memory), and a copy to the device or
+   a memset, queued on the default stream, completes that much later (so
+   that a missing synchronization reads stale data). */
 static int copy_delay_ms;
 
 API void fakecudaCopyDelay(int ms) { __atomic_store_n(&copy_delay_ms, ms, __ATOMIC_SEQ_CST); }
@@ -463,6 +470,9 @@ typedef struct task {
 	struct task *next;
 	void (*fn)(void *);
 	void *arg;
+	int nwait; /* before fn: wait until wait[i] has done want[i] tasks */
+	struct stream **wait;
+	uint64_t *want;
 } task;
 
 typedef struct stream {
@@ -500,7 +510,15 @@ static void *worker(void *a) {
 		s->head = t->next;
 		if (!s->head) s->tail = NULL;
 		pthread_mutex_unlock(&s->mu);
+		for (int i = 0; i < t->nwait; i++) {
+			stream *w = t->wait[i];
+			pthread_mutex_lock(&w->mu);
+			while (w->done < t->want[i]) pthread_cond_wait(&w->cv, &w->mu);
+			pthread_mutex_unlock(&w->mu);
+		}
 		t->fn(t->arg);
+		free(t->wait);
+		free(t->want);
 		free(t);
 		pthread_mutex_lock(&s->mu);
 		s->done++;
@@ -546,18 +564,78 @@ static void drain(int dev, int blocking_only) {
 	}
 }
 
-/* Runs fn(arg) in stream order: on the stream's thread, or now for the
-   legacy default stream (after the device's blocking streams drain). */
-static void submit(stream *s, void (*fn)(void *), void *arg) {
+static void *worker(void *a);
+
+/* The legacy default stream of each device, made at its first use: a
+   stream like the others, except that its work waits for the work queued
+   before it on the device's blocking streams, and theirs for its. */
+#define MAXDEV 64
+static stream *legacy[MAXDEV];
+static pthread_mutex_t legacy_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static stream *legacy_of(int dev) {
+	pthread_mutex_lock(&legacy_mu);
+	stream *s = legacy[dev];
 	if (!s) {
-		drain(eff_dev(), 1);
-		fn(arg);
-		return;
+		s = calloc(1, sizeof *s);
+		s->magic = STREAM_MAGIC;
+		s->dev = dev;
+		pthread_mutex_init(&s->mu, NULL);
+		pthread_cond_init(&s->cv, NULL);
+		pthread_t th;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&th, &at, worker, s) != 0) abort();
+		pthread_attr_destroy(&at);
+		pthread_mutex_lock(&streams_mu);
+		s->next = streams;
+		streams = s;
+		pthread_mutex_unlock(&streams_mu);
+		legacy[dev] = s;
 	}
-	task *t = malloc(sizeof *t);
-	t->next = NULL;
+	pthread_mutex_unlock(&legacy_mu);
+	return s;
+}
+
+/* Runs fn(arg) in stream order on the stream's thread (NULL: the legacy
+   default stream of the current device). Work on the legacy stream first
+   waits for the work queued so far on the device's blocking streams, and
+   work on a blocking stream for the work queued so far on the legacy
+   stream, as the real runtime orders them. */
+static void submit(stream *s, void (*fn)(void *), void *arg) {
+	task *t = calloc(1, sizeof *t);
 	t->fn = fn;
 	t->arg = arg;
+	if (!s) {
+		s = legacy_of(eff_dev());
+		int cap = 16;
+		t->wait = malloc(cap * sizeof *t->wait);
+		t->want = malloc(cap * sizeof *t->want);
+		pthread_mutex_lock(&streams_mu);
+		for (stream *o = streams; o; o = o->next) {
+			if (o == s || o->dev != s->dev || (o->flags & 1)) continue;
+			if (t->nwait == cap) {
+				cap *= 2;
+				t->wait = realloc(t->wait, cap * sizeof *t->wait);
+				t->want = realloc(t->want, cap * sizeof *t->want);
+			}
+			pthread_mutex_lock(&o->mu);
+			t->want[t->nwait] = o->enq;
+			pthread_mutex_unlock(&o->mu);
+			t->wait[t->nwait++] = o;
+		}
+		pthread_mutex_unlock(&streams_mu);
+	} else if (!(s->flags & 1)) {
+		stream *l = legacy_of(s->dev);
+		t->wait = malloc(sizeof *t->wait);
+		t->want = malloc(sizeof *t->want);
+		pthread_mutex_lock(&l->mu);
+		t->want[0] = l->enq;
+		pthread_mutex_unlock(&l->mu);
+		t->wait[0] = l;
+		t->nwait = 1;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (s->tail)
 		s->tail->next = t;
@@ -635,7 +713,7 @@ API int cudaStreamSynchronize(void *h) {
 	int e = check_stream("cudaStreamSynchronize", h, &s);
 	if (e) return seterr(e);
 	if (!s) {
-		drain(dev, 1);
+		drain(dev, 1); /* the legacy stream and the blocking ones */
 		return cudaSuccess;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -650,7 +728,7 @@ API int cudaStreamQuery(void *h) {
 	ctx_dev("cudaStreamQuery");
 	int e = check_stream("cudaStreamQuery", h, &s);
 	if (e) return seterr(e);
-	if (!s) return cudaSuccess;
+	if (!s) s = legacy_of(eff_dev());
 	pthread_mutex_lock(&s->mu);
 	int r = s->done == s->enq ? cudaSuccess : cudaErrorNotReady;
 	pthread_mutex_unlock(&s->mu);
@@ -667,25 +745,45 @@ struct copy_task {
 	const unsigned char *s;
 	size_t n;
 	int set, v;
+	int delay; /* ms (fakecudaCopyDelay) */
+	unsigned char *own; /* freed after the copy */
 };
 
 static void run_copy(void *a) {
 	struct copy_task *c = a;
+	if (c->delay > 0) usleep((useconds_t)c->delay * 1000);
 	if (c->set)
 		memset(c->d, c->v, c->n);
 	else
 		memmove(c->d, c->s, c->n);
+	free(c->own);
 	free(c);
 }
 
+/* cudaMemcpy to the device (and cudaMemset) is asynchronous to the host,
+   as the real one is: the copy is queued on the legacy default stream and
+   the call returns once src may be reused (a pageable source is staged
+   first). A copy to the host waits for the legacy stream and the blocking
+   streams, then copies. fakecudaCopyDelay slows both kinds. */
 API int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
 	if (n == 0) return cudaSuccess;
-	unsigned char *d, *s;
+	unsigned char *d, *s, *h;
 	int dev = ctx_dev("cudaMemcpy");
 	int e = copy_sides("cudaMemcpy", dst, src, n, kind, 0, &d, &s);
 	if (e) return seterr(e);
-	drain(dev, 1);
 	int delay = __atomic_load_n(&copy_delay_ms, __ATOMIC_SEQ_CST);
+	if (dev_lookup((uintptr_t)dst, n, &h, NULL) == 1) {
+		struct copy_task *c = calloc(1, sizeof *c);
+		*c = (struct copy_task){d, s, n, 0, 0, delay, NULL};
+		if (dev_lookup((uintptr_t)src, n, &h, NULL) != 1) { /* from the host: staged now */
+			c->own = malloc(n);
+			memcpy(c->own, s, n);
+			c->s = c->own;
+		}
+		submit(NULL, run_copy, c);
+		return cudaSuccess;
+	}
+	drain(dev, 1);
 	if (delay > 0) usleep((useconds_t)delay * 1000);
 	memmove(d, s, n);
 	return cudaSuccess;
@@ -701,7 +799,7 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h)
 	e = copy_sides("cudaMemcpyAsync", dst, src, n, kind, 1, &d, &s);
 	if (e) return seterr(e);
 	struct copy_task *c = malloc(sizeof *c);
-	*c = (struct copy_task){d, s, n, 0, 0};
+	*c = (struct copy_task){d, s, n, 0, 0, 0, NULL};
 	submit(st, run_copy, c);
 	return cudaSuccess;
 }
@@ -709,11 +807,12 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h)
 API int cudaMemset(void *p, int v, size_t n) {
 	if (n == 0) return cudaSuccess;
 	unsigned char *d;
-	int dev = ctx_dev("cudaMemset");
+	ctx_dev("cudaMemset");
 	int e = side("cudaMemset", "ptr", (uintptr_t)p, n, 1, 0, &d);
 	if (e) return seterr(e);
-	drain(dev, 1);
-	memset(d, v, n);
+	struct copy_task *c = calloc(1, sizeof *c);
+	*c = (struct copy_task){d, NULL, n, 1, v, __atomic_load_n(&copy_delay_ms, __ATOMIC_SEQ_CST), NULL};
+	submit(NULL, run_copy, c); /* asynchronous, like cudaMemcpy to the device */
 	return cudaSuccess;
 }
 
@@ -727,7 +826,7 @@ API int cudaMemsetAsync(void *p, int v, size_t n, void *h) {
 	e = side("cudaMemsetAsync", "ptr", (uintptr_t)p, n, 1, 1, &d);
 	if (e) return seterr(e);
 	struct copy_task *c = malloc(sizeof *c);
-	*c = (struct copy_task){d, NULL, n, 1, v};
+	*c = (struct copy_task){d, NULL, n, 1, v, 0, NULL};
 	submit(st, run_copy, c);
 	return cudaSuccess;
 }
@@ -982,6 +1081,28 @@ struct clique {
 
 static pthread_mutex_t cliques_mu = PTHREAD_MUTEX_INITIALIZER;
 static clique *joining;
+static int comm_inits; /* ncclCommInitRank calls that made a communicator (atomic) */
+static unsigned long long vanished; /* devices whose ranks vanished (atomic bit mask) */
+
+/* fakencclVanish(dev) makes the ranks on device dev vanish as a process
+   that dies does over NVLink, P2P or shared memory: their kernels, pending
+   and later, never run, and no communicator gets an asynchronous error, so
+   the peers' kernels wait for them until they are aborted.
+   fakencclVanish(-1) brings every device back. Not NCCL: for the tests. */
+API void fakencclVanish(int dev) {
+	if (dev < 0)
+		__atomic_store_n(&vanished, 0, __ATOMIC_SEQ_CST);
+	else
+		__atomic_or_fetch(&vanished, 1ULL << dev, __ATOMIC_SEQ_CST);
+}
+
+static int is_vanished(int dev) { return (__atomic_load_n(&vanished, __ATOMIC_SEQ_CST) >> dev) & 1; }
+
+/* fakencclCommInits is the number of communicators ncclCommInitRank made
+   (one per rank and communicator; each costs real NCCL time and GPU
+   memory); fakencclResetCommInits clears it. Not NCCL: for the tests. */
+API int fakencclCommInits(void) { return __atomic_load_n(&comm_inits, __ATOMIC_SEQ_CST); }
+API void fakencclResetCommInits(void) { __atomic_store_n(&comm_inits, 0, __ATOMIC_SEQ_CST); }
 static __thread char tl_lasterr[512];
 
 static void set_last(ncclComm *c, const char *fmt, ...) {
@@ -1150,6 +1271,7 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 		}
 	}
 	pthread_mutex_unlock(&cl->mu);
+	__atomic_add_fetch(&comm_inits, 1, __ATOMIC_SEQ_CST);
 	*out = c;
 	return ncclSuccess;
 }
@@ -1402,6 +1524,10 @@ static void run_coll(void *a) {
 	ncclComm *c = k->comm;
 	clique *cl = c->cl;
 	pthread_mutex_lock(&cl->mu);
+	if (is_vanished(c->dev)) {
+		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		goto out;
+	}
 	if (c->fail_after >= 0 && k->seq >= (uint64_t)c->fail_after) {
 		__atomic_store_n(&c->async_err, ncclRemoteError, __ATOMIC_SEQ_CST);
 		snprintf(c->lasterr, sizeof c->lasterr, "injected remote error at collective #%llu", (unsigned long long)k->seq);
@@ -1476,6 +1602,10 @@ static void run_p2p(void *a) {
 	clique *cl = c->cl;
 	int me = c->rank;
 	pthread_mutex_lock(&cl->mu);
+	if (is_vanished(c->dev)) {
+		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		g->nops = 0;
+	}
 	for (int i = 0; i < g->nops; i++) {
 		p2pent *o = &g->ops[i];
 		if (!o->send) continue;

@@ -1,8 +1,12 @@
-package cuda
+package staging
 
 import (
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/gpu/cuda"
 )
+
+// Device buffers as comm.Buffers: the adapter between package gpu/cuda,
+// which knows nothing of comm (it sits below it), and comm's Buffer.
 
 // NewBuffer allocates n elements of dt on device and returns a comm.Buffer
 // that describes them (comm.DeviceBuffer). The memory is not initialized.
@@ -10,12 +14,12 @@ import (
 // allocation, so that it is a device buffer.
 func NewBuffer(device int, dt comm.DType, n int) (comm.Buffer, error) {
 	if !dt.Valid() {
-		return comm.Buffer{}, comm.InvalidArgf("cuda: NewBuffer: unsupported dtype %v", dt)
+		return comm.Buffer{}, comm.InvalidArgf("staging: NewBuffer: unsupported dtype %v", dt)
 	}
 	if n < 0 {
-		return comm.Buffer{}, comm.InvalidArgf("cuda: NewBuffer: negative length %d", n)
+		return comm.Buffer{}, comm.InvalidArgf("staging: NewBuffer: negative length %d", n)
 	}
-	p, err := Malloc(device, max(n, 1)*dt.Size())
+	p, err := cuda.Malloc(device, max(n, 1)*dt.Size())
 	if err != nil {
 		return comm.Buffer{}, err
 	}
@@ -25,10 +29,10 @@ func NewBuffer(device int, dt comm.DType, n int) (comm.Buffer, error) {
 // FreeBuffer releases a buffer from NewBuffer.
 func FreeBuffer(b comm.Buffer) error {
 	if !b.IsDevice() {
-		return comm.InvalidArgf("cuda: FreeBuffer of %v, which is not device memory", b)
+		return comm.InvalidArgf("staging: FreeBuffer of %v, which is not device memory", b)
 	}
 	ptr, dev := b.Device()
-	return Free(dev, ptr)
+	return cuda.Free(dev, ptr)
 }
 
 // Copy copies src into dst, each host or device memory, with cudaMemcpy on
@@ -39,7 +43,7 @@ func FreeBuffer(b comm.Buffer) error {
 // dst and src must have the same dtype and length.
 func Copy(dst, src comm.Buffer) error {
 	if dst.DType() != src.DType() || dst.Len() != src.Len() {
-		return comm.InvalidArgf("cuda: Copy from %v to %v: dtypes and lengths must match", src, dst)
+		return comm.InvalidArgf("staging: Copy from %v to %v: dtypes and lengths must match", src, dst)
 	}
 	n := dst.Bytes()
 	if n == 0 {
@@ -49,13 +53,13 @@ func Copy(dst, src comm.Buffer) error {
 	case dst.IsDevice() && src.IsDevice():
 		dp, dd := dst.Device()
 		sp, _ := src.Device()
-		return CopyDtoD(dd, dp, sp, n)
+		return cuda.CopyDtoD(dd, dp, sp, n)
 	case dst.IsDevice():
 		dp, dd := dst.Device()
-		return CopyHtoD(dd, dp, src.Host())
+		return cuda.CopyHtoD(dd, dp, src.Host())
 	case src.IsDevice():
 		sp, sd := src.Device()
-		return CopyDtoH(sd, dst.Host(), sp)
+		return cuda.CopyDtoH(sd, dst.Host(), sp)
 	}
 	copy(dst.Host(), src.Host())
 	return nil
@@ -65,7 +69,7 @@ func Copy(dst, src comm.Buffer) error {
 // buffer src (free it with FreeBuffer).
 func Upload(device int, src comm.Buffer) (comm.Buffer, error) {
 	if src.IsDevice() {
-		return comm.Buffer{}, comm.InvalidArgf("cuda: Upload of %v, which is already device memory", src)
+		return comm.Buffer{}, comm.InvalidArgf("staging: Upload of %v, which is already device memory", src)
 	}
 	d, err := NewBuffer(device, src.DType(), src.Len())
 	if err != nil {
@@ -85,19 +89,19 @@ func CheckDevice(b comm.Buffer) error {
 		return comm.InvalidArgf("%v is not device memory", b)
 	}
 	ptr, dev := b.Device()
-	if n := DeviceCount(); dev < 0 || dev >= n {
+	if n := cuda.DeviceCount(); dev < 0 || dev >= n {
 		return comm.InvalidArgf("%v names device %d, but there are %d CUDA device(s)", b, dev, n)
 	}
-	typ, pdev, err := PointerInfo(dev, ptr)
+	typ, pdev, err := cuda.PointerInfo(dev, ptr)
 	if err != nil {
 		return comm.InvalidArgf("%v at %#x: %v", b, ptr, err)
 	}
 	switch typ {
-	case DeviceMemory:
+	case cuda.DeviceMemory:
 		if pdev != dev {
 			return comm.InvalidArgf("%v at %#x: the memory is on cuda:%d", b, ptr, pdev)
 		}
-	case Managed:
+	case cuda.Managed:
 	default:
 		return comm.InvalidArgf("%v at %#x is %v, not device memory", b, ptr, typ)
 	}
