@@ -131,6 +131,9 @@ func (o *op) allReduceHier(x call) error {
 	buf := x.buf
 	l := o.c.layout
 	kind, _ := hierPlan(o.tun, len(buf), l)
+	if f := o.tun.hierPlan; kind != hierNone && f != hierNone && (f == hierLeader || l.Local() > 0) {
+		kind = f
+	}
 	if kind == hierNone {
 		return o.runCheapest("all_reduce", len(buf), x)
 	}

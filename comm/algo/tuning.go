@@ -71,6 +71,8 @@ type Tuning struct {
 	// "broadcast", "reduce", "gather", "scatter", "all_to_all") to an
 	// algorithm id that overrides the cost model.
 	Force map[string]uint8
+
+	hierPlan hierKind // tests: the hierarchical all-reduce's plan, if not hierNone
 }
 
 // DefaultTuning is the built-in choice. The costs: about 15 us a message
