@@ -133,7 +133,7 @@ func (c *Comm) Layout() Layout { return c.layout }
 // timers or ctx of its own.
 func (c *Comm) view(sub []int) *Comm {
 	v := &Comm{t: c.t, group: c.group, rank: -1, members: make([]int, len(sub)), opts: c.opts,
-		tuning: c.tuning, layout: c.layout.sub(sub), base: c, sub: sub}
+		layout: c.layout.sub(sub), base: c, sub: sub}
 	for i, r := range sub {
 		v.members[i] = c.members[r]
 		if r == c.rank {
