@@ -179,3 +179,25 @@ func TestHierChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestHierStall: a rank that never arrives at a hierarchical all-reduce
+// fails the others (each through its ctx, or the abort of a rank whose ctx
+// ended) rather than leaving them waiting inside a phase.
+func TestHierStall(t *testing.T) {
+	for _, plan := range algo.HierPlans {
+		cs := hierWorld(t, "aabb", "eager", plan, true)
+		errs := make(chan error, 3)
+		for r := range 3 {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				errs <- comm.Run(ctx)(cs[r].AllReduce(ctx, comm.FromSlice(make([]float32, 5000)), comm.Avg))
+			}()
+		}
+		for range 3 {
+			if err := <-errs; err == nil {
+				t.Errorf("%s: an all-reduce without rank 3 succeeded", plan)
+			}
+		}
+	}
+}
