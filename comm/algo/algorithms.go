@@ -17,10 +17,12 @@ type Algorithm struct {
 	// one Name share one ID.
 	ID uint8
 	// Cost is the alpha-beta-gamma model's time of the collective on n
-	// bytes (for the gather-like ops the whole p-block buffer) over p
-	// ranks, in picoseconds (see Tuning). Among the rows of an Op, the
-	// cheapest runs (the first of equals).
-	Cost func(t Tuning, n, p int) int64
+	// bytes (for the gather-like ops the whole p-block buffer) over a
+	// group of ranks laid out as l, in picoseconds (see Tuning). Among the
+	// rows of an Op, the cheapest runs (the first of equals). Algorithms
+	// that ignore where the ranks are take their cost function of (n, p)
+	// through flat.
+	Cost func(t Tuning, n int, l Layout) int64
 	run  func(o *op, x call) error
 }
 
@@ -46,74 +48,96 @@ const (
 	AlgoP2P      uint8 = 8  // point-to-point Send/Recv (not a collective's)
 	AlgoHD       uint8 = 9  // recursive halving (reduce-scatter) [+ doubling (all-gather)]
 	AlgoBruck    uint8 = 10 // Bruck's all-to-all
+	AlgoHier     uint8 = 11 // hierarchical: inside hosts, then across them
 )
+
+// flat is the cost function of an algorithm that ignores the layout: f's
+// cost over l.Size() ranks with the links of the slowest link l spans
+// (Tuning.over).
+func flat(f func(t Tuning, n, p int) int64) func(Tuning, int, Layout) int64 {
+	return func(t Tuning, n int, l Layout) int64 { return f(t.over(l), n, l.Size()) }
+}
 
 // table holds every algorithm of every collective, each collective's rows
 // in the order the cost model prefers them on a tie. TestTable checks that
 // every algorithm function of the package has its row.
 var table = []Algorithm{
-	{"all_reduce", "ring", AlgoRing, allReduceRingCost, (*op).allReduceRing},
-	{"all_reduce", "hd", AlgoHD, allReduceHDCost, (*op).allReduceHD},
-	{"all_reduce", "rd", AlgoRD, allReduceRDCost, (*op).allReduceRD},
-	{"reduce_scatter", "ring", AlgoRing, reduceScatterRingCost, (*op).reduceScatterRing},
-	{"reduce_scatter", "hd", AlgoHD, reduceScatterHDCost, (*op).reduceScatterHD},
-	{"all_gather", "ring", AlgoRing, allGatherRingCost, (*op).allGatherRing},
-	{"all_gather", "rd", AlgoRD, allGatherRDCost, (*op).allGatherRD},
-	{"broadcast", "tree", AlgoTree, broadcastTreeCost, (*op).broadcastTree},
-	{"broadcast", "chain", AlgoChain, broadcastChainCost, (*op).broadcastChain},
-	{"reduce", "tree", AlgoTree, reduceTreeCost, (*op).reduceTree},
-	{"reduce", "ring", AlgoRing, reduceRingCost, (*op).reduceRing},
-	{"reduce", "hd", AlgoHD, reduceHDCost, (*op).reduceHD},
-	{"gather", "direct", AlgoDirect, directCost, (*op).gatherDirect},
-	{"gather", "tree", AlgoTree, treeGatherCost, (*op).gatherTree},
-	{"scatter", "direct", AlgoDirect, directCost, (*op).scatterDirect},
-	{"scatter", "tree", AlgoTree, treeGatherCost, (*op).scatterTree},
-	{"all_to_all", "pairwise", AlgoPairwise, pairwiseCost, (*op).allToAllPairwise},
-	{"all_to_all", "bruck", AlgoBruck, bruckCost, (*op).allToAllBruck},
-	{"barrier", "dissemination", AlgoDissem, barrierCost, (*op).barrierDissemination},
+	{"all_reduce", "ring", AlgoRing, flat(allReduceRingCost), (*op).allReduceRing},
+	{"all_reduce", "hd", AlgoHD, flat(allReduceHDCost), (*op).allReduceHD},
+	{"all_reduce", "rd", AlgoRD, flat(allReduceRDCost), (*op).allReduceRD},
+	{"all_reduce", "hier", AlgoHier, allReduceHierCost, (*op).allReduceHier},
+	{"reduce_scatter", "ring", AlgoRing, flat(reduceScatterRingCost), (*op).reduceScatterRing},
+	{"reduce_scatter", "hd", AlgoHD, flat(reduceScatterHDCost), (*op).reduceScatterHD},
+	{"all_gather", "ring", AlgoRing, flat(allGatherRingCost), (*op).allGatherRing},
+	{"all_gather", "rd", AlgoRD, flat(allGatherRDCost), (*op).allGatherRD},
+	{"broadcast", "tree", AlgoTree, flat(broadcastTreeCost), (*op).broadcastTree},
+	{"broadcast", "chain", AlgoChain, flat(broadcastChainCost), (*op).broadcastChain},
+	{"reduce", "tree", AlgoTree, flat(reduceTreeCost), (*op).reduceTree},
+	{"reduce", "ring", AlgoRing, flat(reduceRingCost), (*op).reduceRing},
+	{"reduce", "hd", AlgoHD, flat(reduceHDCost), (*op).reduceHD},
+	{"gather", "direct", AlgoDirect, flat(directCost), (*op).gatherDirect},
+	{"gather", "tree", AlgoTree, flat(treeGatherCost), (*op).gatherTree},
+	{"scatter", "direct", AlgoDirect, flat(directCost), (*op).scatterDirect},
+	{"scatter", "tree", AlgoTree, flat(treeGatherCost), (*op).scatterTree},
+	{"all_to_all", "pairwise", AlgoPairwise, flat(pairwiseCost), (*op).allToAllPairwise},
+	{"all_to_all", "bruck", AlgoBruck, flat(bruckCost), (*op).allToAllBruck},
+	{"barrier", "dissemination", AlgoDissem, flat(barrierCost), (*op).barrierDissemination},
 }
 
-// byOp indexes table by collective.
-var byOp = func() map[string][]*Algorithm {
-	m := map[string][]*Algorithm{}
+// byOp indexes table by collective. (It is filled in by init: cost
+// functions that weigh other rows, like the hierarchical all-reduce's,
+// read it, and table refers to them.)
+var byOp map[string][]*Algorithm
+
+func init() {
+	byOp = map[string][]*Algorithm{}
 	for i := range table {
 		a := &table[i]
-		m[a.Op] = append(m[a.Op], a)
+		byOp[a.Op] = append(byOp[a.Op], a)
 	}
-	return m
-}()
+}
 
 // Algorithms returns the table: every algorithm of every collective.
 func Algorithms() []Algorithm { return append([]Algorithm(nil), table...) }
 
-// choose returns the algorithm of collective opName for n bytes over p
-// ranks: the forced one (Force), else the cheapest by the cost model.
-func (t Tuning) choose(opName string, n, p int) *Algorithm {
-	rows := byOp[opName]
+// choose returns the algorithm of collective opName for n bytes over the
+// group l: the forced one (Force), else the cheapest by the cost model.
+func (t Tuning) choose(opName string, n int, l Layout) *Algorithm {
 	if f, ok := t.Force[opName]; ok {
-		for _, a := range rows {
+		for _, a := range byOp[opName] {
 			if a.ID == f {
 				return a
 			}
 		}
 	}
-	best := rows[0]
-	if len(rows) == 1 {
-		return best
-	}
-	cost := best.Cost(t, n, p)
-	for _, a := range rows[1:] {
-		if c := a.Cost(t, n, p); c < cost {
+	a, _ := t.cheapest(opName, n, l, 0)
+	return a
+}
+
+// cheapest returns the algorithm of collective opName that the cost model
+// prefers for n bytes over l, ignoring Force and the row with ID skip, and
+// its cost.
+func (t Tuning) cheapest(opName string, n int, l Layout, skip uint8) (*Algorithm, int64) {
+	var best *Algorithm
+	var cost int64
+	for _, a := range byOp[opName] {
+		if a.ID == skip && skip != 0 {
+			continue
+		}
+		if best == nil && len(byOp[opName]) == 1 {
+			return a, 0
+		}
+		if c := a.Cost(t, n, l); best == nil || c < cost {
 			best, cost = a, c
 		}
 	}
-	return best
+	return best, cost
 }
 
 // run runs collective opName on n bytes with the algorithm chosen for it,
 // which every message of the op names.
 func (o *op) run(opName string, n int, x call) error {
-	a := o.tun.choose(opName, n, o.c.Size())
+	a := o.tun.choose(opName, n, o.c.layout)
 	o.hdr.Algo = a.ID
 	return a.run(o, x)
 }

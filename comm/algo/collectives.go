@@ -24,7 +24,7 @@ func (o *op) reduceScatter(dst, src []byte) error {
 	p := o.c.Size()
 	n := len(dst)
 	if p == 1 {
-		o.hdr.Algo = o.tun.choose("reduce_scatter", n, p).ID
+		o.hdr.Algo = o.tun.choose("reduce_scatter", n, o.c.layout).ID
 		if !sameMem(dst, src) {
 			copy(dst, src)
 		}
@@ -62,7 +62,7 @@ func (o *op) broadcast(buf []byte, root int) error {
 func (o *op) reduce(buf []byte, root int) error {
 	p := o.c.Size()
 	if p == 1 {
-		o.hdr.Algo = o.tun.choose("reduce", len(buf), p).ID
+		o.hdr.Algo = o.tun.choose("reduce", len(buf), o.c.layout).ID
 		o.finishAvg(buf)
 		return nil
 	}

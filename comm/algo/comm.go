@@ -28,7 +28,14 @@ type Comm struct {
 	opts    comm.Options
 	world   bool // closing it closes the transport
 	tuning  Tuning
+	layout  Layout       // which members share a host (HostMap)
 	args    opcheck.Args // argument checks
+
+	// A view (see view) runs algorithms among some ranks of base: its
+	// rank i is base's rank sub[i]. Its messages are base's; what they
+	// report (traffic, stalls, errors) is told in base's terms.
+	base *Comm
+	sub  []int
 
 	life   context.Context // ends on Close
 	finish context.CancelFunc
@@ -86,6 +93,16 @@ func newComm(t Transport, group uint64, rank int, members []int, opts comm.Optio
 		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{},
 		heard: make([]heard, len(members)),
 		args:  opcheck.Args{Rank: rank, Size: len(members), Buf: opcheck.HostBuf}}
+	c.layout = OneHost(len(members))
+	if hm, ok := t.(HostMap); ok {
+		if hosts := hm.Hosts(); len(hosts) == t.Size() {
+			ids := make([]string, len(members))
+			for i, w := range members {
+				ids[i] = hosts[w]
+			}
+			c.layout = NewLayout(ids)
+		}
+	}
 	c.collCtx, c.collCancel = context.WithCancel(life)
 	c.kick = time.AfterFunc(time.Hour, c.kicked)
 	c.kick.Stop()
@@ -104,6 +121,36 @@ func (c *Comm) WorldRank(r int) int { return c.members[r] }
 // SetTuning replaces the algorithm choices (thresholds, chunk size, forced
 // algorithms) read from the environment. Every rank must use the same.
 func (c *Comm) SetTuning(t Tuning) { c.mu.Lock(); c.tuning = t; c.mu.Unlock() }
+
+// Layout returns where the ranks of c run (see Layout).
+func (c *Comm) Layout() Layout { return c.layout }
+
+// view returns a Comm on which algorithms run among the ranks sub of c
+// (rank i of the view is rank sub[i] of c; c's rank must be one of them):
+// it sends on c's group, so an op on it must use c's header and run
+// inside one of c's collectives, and the ranks of sub must not exchange
+// other messages of that collective at the same time. It has no queue,
+// timers or ctx of its own.
+func (c *Comm) view(sub []int) *Comm {
+	v := &Comm{t: c.t, group: c.group, rank: -1, members: make([]int, len(sub)), opts: c.opts,
+		layout: c.layout.sub(sub), base: c, sub: sub}
+	for i, r := range sub {
+		v.members[i] = c.members[r]
+		if r == c.rank {
+			v.rank = i
+		}
+	}
+	return v
+}
+
+// outer returns the Comm that c is a view of (c itself if none) and the
+// rank there of c's rank r.
+func (c *Comm) outer(r int) (*Comm, int) {
+	if c.base == nil {
+		return c, r
+	}
+	return c.base, c.sub[r]
+}
 
 // Close fails pending operations with comm.ErrClosed; closing the world Comm
 // closes the transport (and so every sub-group).
@@ -473,7 +520,7 @@ func (c *Comm) run(o *op, fn func(o *op) error) error {
 // cause (the user's ctx error, Close, or the Comm's timeout) and, for a
 // collective, what this rank knows of the peer it waited for (stall).
 func (o *op) ctxErr(peer int) error {
-	c := o.c
+	c, _ := o.c.outer(0)
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -507,7 +554,8 @@ type heard struct {
 // note records a collective message received from rank from.
 func (o *op) note(from int, step uint32) {
 	if o.hdr.Kind == wire.KindColl && from != o.c.rank {
-		h := &o.c.heard[from]
+		c, f := o.c.outer(from)
+		h := &c.heard[f]
 		h.step.Store(step)
 		h.seq.Store(o.hdr.Seq)
 	}
@@ -518,10 +566,11 @@ func (o *op) note(from int, step uint32) {
 // all_reduce #5 ...". Each rank that times out says what it saw; the rank
 // that all of them name is the one that stalled.
 func (o *op) stall(peer int) string {
+	c, peer := o.c.outer(peer)
 	if o.hdr.Kind != wire.KindColl {
 		return fmt.Sprintf("waiting for rank %d", peer)
 	}
-	h := &o.c.heard[peer]
+	h := &c.heard[peer]
 	seq, step := h.seq.Load(), h.step.Load()
 	this := fmt.Sprintf("%s #%d", o.name, o.hdr.Seq)
 	last := "nothing from it on this group yet"
@@ -544,8 +593,10 @@ func (o *op) explain(err error, peer int, sending bool) error {
 	if errors.As(err, &me) {
 		// Got is the peer's side and Want this rank's; a point-to-point
 		// pair is one send and one recv.
+		_, p := o.c.outer(peer)
+		_, self := o.c.outer(o.c.rank)
 		return fmt.Errorf("%w: rank %d called %s but rank %d (this rank) called %s",
-			comm.ErrMismatch, peer, wire.DescribeP2P(me.Got, sending), o.c.rank, wire.DescribeP2P(me.Want, !sending))
+			comm.ErrMismatch, p, wire.DescribeP2P(me.Got, sending), self, wire.DescribeP2P(me.Want, !sending))
 	}
 	if o.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return o.ctxErr(peer)
@@ -558,7 +609,8 @@ func (o *op) send(to int, step uint32, b []byte) error {
 	h.Step = step
 	err := o.c.t.Send(o.ctx, o.c.members[to], h, b)
 	if err == nil && to != o.c.rank {
-		o.c.sent.Add(int64(len(b)))
+		c, _ := o.c.outer(0)
+		c.sent.Add(int64(len(b)))
 	}
 	return o.explain(err, to, true)
 }
@@ -568,7 +620,8 @@ func (o *op) recv(from int, step uint32, b []byte) error {
 	h.Step = step
 	err := o.c.t.Recv(o.ctx, o.c.members[from], h, b)
 	if err == nil && from != o.c.rank {
-		o.c.received.Add(int64(len(b)))
+		c, _ := o.c.outer(0)
+		c.received.Add(int64(len(b)))
 		o.note(from, step)
 	}
 	return o.explain(err, from, false)
@@ -593,7 +646,8 @@ func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
 		err := pr.RecvPayload(o.ctx, o.c.members[from], h, len(dst), pc.fn)
 		putPieces(pc)
 		if err == nil && from != o.c.rank {
-			o.c.received.Add(int64(len(dst)))
+			c, _ := o.c.outer(0)
+			c.received.Add(int64(len(dst)))
 			o.note(from, step)
 		}
 		return o.explain(err, from, false)

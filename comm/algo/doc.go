@@ -14,7 +14,13 @@
 //     all-gather, each step's chunks leaving as soon as the previous step
 //     delivered them: pipeline.go), allreduce_halving_doubling.go
 //     (Rabenseifner's), allreduce_recursive_doubling.go (small messages;
-//     non-powers of two fold the extra ranks in and out).
+//     non-powers of two fold the extra ranks in and out),
+//     allreduce_hierarchical.go (groups that span hosts: inside each
+//     host, then across, then inside again; its phases run the other
+//     algorithms on views of the Comm, Comm.view).
+//   - layout.go: which ranks of a group share a host (Layout), from a
+//     Transport that is a HostMap (comm/auto); the cost model costs the
+//     links between hosts apart from those inside one.
 //   - reducescatter_ring.go, reducescatter_halving.go;
 //     allgather_ring.go, allgather_recursive_doubling.go;
 //     broadcast_tree.go (binomial), broadcast_chain.go (pipelined);
@@ -31,8 +37,9 @@
 //     unrolled Go elsewhere or with the purego build tag, all equal bit for
 //     bit to the scalar reference (kernels_ref.go). GDIST_KERNELS=go|avx2|
 //     avx512 overrides the choice.
-//   - tuning.go: the alpha-beta-gamma cost model's constants, and the
-//     GDIST_ALGO / GDIST_CHUNK_BYTES overrides.
+//   - tuning.go: the alpha-beta-gamma cost model's constants (inside a
+//     host and between hosts), and the GDIST_ALGO / GDIST_CHUNK_BYTES /
+//     GDIST_INTER_HOST_GBPS / GDIST_INTER_HOST_LATENCY_US overrides.
 //
 // # Adding an algorithm
 //
@@ -44,9 +51,11 @@
 //
 //	func (o *op) allReduceTree(x call) error { ... } // x.buf, in place
 //
-// and add its row to the table in algorithms.go:
+// and add its row to the table in algorithms.go (flat: its cost ignores
+// where the ranks are, and is taken at the slowest link's constants; a
+// cost function of (t, n, Layout) goes in as it is):
 //
-//	{"all_reduce", "tree", AlgoTree, allReduceTreeCost, (*op).allReduceTree},
+//	{"all_reduce", "tree", AlgoTree, flat(allReduceTreeCost), (*op).allReduceTree},
 //
 // (a new name also takes a new Algo id constant there). The cost model now
 // weighs it against the other all-reduce algorithms, GDIST_ALGO=

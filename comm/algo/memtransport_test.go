@@ -264,3 +264,33 @@ func newMemEagerWorld(n int, opts comm.Options) []comm.Comm {
 	}
 	return out
 }
+
+// memHostTransport and memHostStaged add a HostMap to the test transports.
+type memHostTransport struct {
+	memEagerTransport
+	hosts []string
+}
+
+type memHostStaged struct {
+	*memTransport
+	hosts []string
+}
+
+func (t memHostTransport) Hosts() []string { return t.hosts }
+func (t memHostStaged) Hosts() []string    { return t.hosts }
+
+func newMemHostWorld(hosts []string, kind string) []comm.Comm {
+	n := len(hosts)
+	h := &memHub{n: n, payload: kind == "eager", q: map[memKey][]*memMsg{}, failed: map[[2]uint64]error{},
+		closed: make([]bool, n), changed: make(chan struct{})}
+	out := make([]comm.Comm, n)
+	for r := range out {
+		mt := &memTransport{hub: h, rank: r, rng: rand.New(rand.NewPCG(uint64(r), 9))}
+		if kind == "eager" {
+			out[r] = NewComm(memHostTransport{memEagerTransport{memPayloadTransport{mt}}, hosts}, comm.Options{})
+		} else {
+			out[r] = NewComm(memHostStaged{mt, hosts}, comm.Options{})
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 )
@@ -38,16 +39,40 @@ import (
 // The relayed and packed bytes count in the tree and Bruck costs because
 // every backend here shares one host's memory bandwidth: a byte relayed is
 // a byte copied again.
+//
+// Alpha and Beta are the costs of the links inside a host. A group whose
+// ranks span several hosts (its Layout) pays InterAlpha and InterBeta on
+// the links between hosts: the flat algorithms above, which do not know
+// where the ranks are, are costed with them throughout (a ring or a round
+// of exchanges goes at the pace of its slowest link), and the hierarchical
+// all-reduce (allreduce_hierarchical.go) adds up its phases, each costed
+// on the links it uses:
+//
+//	all-reduce      hier      m ranks on each of H hosts, the cheapest of
+//	                 rs:      reduce-scatter(n, m) + all-reduce(n/m, H) + all-gather(n, m)
+//	                 ar:      all-reduce(n, m) + all-reduce(n, H)
+//	                 leader:  reduce(n, m) + all-reduce(n, H) + broadcast(n, m)
+//	                          (uneven hosts: leader only, m the largest host)
+//
+// where each phase is the cheapest algorithm of its collective, inside a
+// host at Alpha, Beta, across hosts at InterAlpha and at InterBeta times
+// the number of the host's ranks whose messages share its link at once
+// (m in rs and ar, 1 in leader).
 type Tuning struct {
 	// ChunkBytes is the pipelining unit of the ring, chain and
 	// halving/doubling algorithms.
 	ChunkBytes int
 	// Alpha, Beta, Gamma: the cost model's constants, in picoseconds.
 	Alpha, Beta, Gamma int64
+	// InterAlpha, InterBeta: the cost of a message and of a byte between
+	// ranks on different hosts, in picoseconds.
+	InterAlpha, InterBeta int64
 	// Force maps an op name ("all_reduce", "reduce_scatter", "all_gather",
 	// "broadcast", "reduce", "gather", "scatter", "all_to_all") to an
 	// algorithm id that overrides the cost model.
 	Force map[string]uint8
+
+	hierPlan hierKind // tests: the hierarchical all-reduce's plan, if not hierNone
 }
 
 // DefaultTuning is the built-in choice. The costs: about 15 us a message
@@ -59,22 +84,52 @@ type Tuning struct {
 // measured best or level with 256 KiB for 1-64 MiB all-reduce on 2 and 4
 // in-process ranks and on loopback TCP (fewer messages per op; a chunk and
 // its staging copy still fit in L2).
+//
+// Between hosts: 50 us a message and 1 GB/s (8 Gbit/s, a 10 Gbit/s NIC
+// with TCP's overheads) per host.
 func DefaultTuning() Tuning {
-	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100}
+	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100,
+		InterAlpha: 50_000_000, InterBeta: 1000}
+}
+
+// over returns t with the link costs of the slowest link of l: the
+// inter-host ones if l spans several hosts.
+func (t Tuning) over(l Layout) Tuning {
+	if l.Hosts() > 1 {
+		t.Alpha, t.Beta = t.InterAlpha, t.InterBeta
+	}
+	return t
 }
 
 // TuningFromEnv starts from DefaultTuning and applies:
 //
 //	GDIST_ALGO="ring" | "all_reduce=hd,broadcast=chain,reduce=tree" ...
-//	   all_reduce: ring|hd|rd; reduce_scatter: ring|hd; all_gather: ring|rd;
+//	   all_reduce: ring|hd|rd|hier; reduce_scatter: ring|hd; all_gather: ring|rd;
 //	   broadcast: tree|chain; reduce: tree|ring|hd; gather, scatter:
 //	   direct|tree; all_to_all: pairwise|bruck. A bare name applies to
 //	   every op that has that algorithm.
 //	GDIST_CHUNK_BYTES=524288
+//	GDIST_INTER_HOST_GBPS=8          bandwidth between hosts, in Gbit/s
+//	GDIST_INTER_HOST_LATENCY_US=50   latency of a message between hosts
 //
 // Malformed values are reported on stderr and ignored.
 func TuningFromEnv() Tuning {
 	t := DefaultTuning()
+	if v := os.Getenv("GDIST_INTER_HOST_GBPS"); v != "" {
+		// 1 Gbit/s is 8000 ps a byte.
+		if g, err := strconv.ParseFloat(v, 64); err == nil && g > 0 && g < 1e6 {
+			t.InterBeta = max(1, int64(math.Round(8000/g)))
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_INTER_HOST_GBPS=%q (want Gbit/s > 0)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_INTER_HOST_LATENCY_US"); v != "" {
+		if us, err := strconv.ParseFloat(v, 64); err == nil && us >= 0 && us < 1e7 {
+			t.InterAlpha = int64(math.Round(us * 1e6))
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_INTER_HOST_LATENCY_US=%q (want microseconds >= 0)\n", v)
+		}
+	}
 	if v := os.Getenv("GDIST_CHUNK_BYTES"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n >= 1024 {
 			t.ChunkBytes = n

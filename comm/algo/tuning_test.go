@@ -2,30 +2,57 @@ package algo
 
 import "testing"
 
+// testLayouts are the layouts the chooser tests cover: one host of 1..64
+// ranks, and groups spread over hosts (m ranks on each of H hosts, and
+// hosts of different sizes).
+func testLayouts() []Layout {
+	var ls []Layout
+	for p := 1; p <= 64; p++ {
+		ls = append(ls, OneHost(p))
+	}
+	for _, hm := range [][2]int{{2, 1}, {2, 2}, {2, 4}, {3, 2}, {4, 8}, {8, 2}, {8, 8}} {
+		ls = append(ls, hostsOf(hm[0], hm[1]))
+	}
+	for _, ids := range [][]string{{"a", "a", "b"}, {"a", "b", "b", "b", "c"}, {"a", "b", "a", "b"}} {
+		ls = append(ls, NewLayout(ids))
+	}
+	return ls
+}
+
+// hostsOf is the layout of m ranks on each of h hosts, a host's ranks
+// consecutive.
+func hostsOf(h, m int) Layout {
+	ids := make([]string, h*m)
+	for r := range ids {
+		ids[r] = string(rune('A' + r/m))
+	}
+	return NewLayout(ids)
+}
+
 // TestChooserFollowsModel checks, for every collective with a choice, that
 // the chosen algorithm is the cheapest by the model (the first of equals),
-// over sizes from 0 to 1 GiB and group sizes 1..64; that every algorithm
+// over sizes from 0 to 1 GiB and the test layouts; that every algorithm
 // wins somewhere (or it would be dead code); and that forcing overrides the
 // model.
 func TestChooserFollowsModel(t *testing.T) {
 	tu := DefaultTuning()
 	for opName, rows := range byOp {
 		seen := map[uint8]bool{}
-		for p := 1; p <= 64; p++ {
+		for _, l := range testLayouts() {
 			for n := 0; n <= 1<<30; n = max(1, n*2) {
 				best := rows[0]
-				bestCost := best.Cost(tu, n, p)
+				bestCost := best.Cost(tu, n, l)
 				for _, a := range rows {
-					c := a.Cost(tu, n, p)
+					c := a.Cost(tu, n, l)
 					if c < 0 {
-						t.Fatalf("%s/%s n=%d p=%d: negative cost (overflow?) %d", opName, a.Name, n, p, c)
+						t.Fatalf("%s/%s n=%d p=%d: negative cost (overflow?) %d", opName, a.Name, n, l.Size(), c)
 					}
 					if c < bestCost {
 						best, bestCost = a, c
 					}
 				}
-				if got := tu.choose(opName, n, p); got != best {
-					t.Errorf("%s n=%d p=%d: chose %s, model says %s", opName, n, p, got.Name, best.Name)
+				if got := tu.choose(opName, n, l); got != best {
+					t.Errorf("%s n=%d layout %v: chose %s, model says %s", opName, n, l, got.Name, best.Name)
 				}
 				seen[best.ID] = true
 			}
@@ -37,7 +64,7 @@ func TestChooserFollowsModel(t *testing.T) {
 			f := tu
 			f.Force = map[string]uint8{opName: a.ID}
 			for _, np := range [][2]int{{0, 1}, {4, 4}, {1 << 26, 3}} {
-				if got := f.choose(opName, np[0], np[1]); got != a {
+				if got := f.choose(opName, np[0], OneHost(np[1])); got != a {
 					t.Errorf("%s forced to %s: got %s", opName, a.Name, got.Name)
 				}
 			}
@@ -69,7 +96,7 @@ func TestCostModelChoices(t *testing.T) {
 		{"all_to_all", 1 << 10, 8, "bruck"}, {"all_to_all", 16 << 20, 8, "pairwise"}, {"all_to_all", 1 << 10, 2, "pairwise"},
 	}
 	for _, w := range want {
-		got := tu.choose(w.op, w.n, w.p).Name
+		got := tu.choose(w.op, w.n, OneHost(w.p)).Name
 		if got != w.algo {
 			t.Errorf("%s %d bytes p=%d: %s, want %s", w.op, w.n, w.p, got, w.algo)
 		}

@@ -16,7 +16,10 @@ import (
 	"github.com/gdist/gdist/comm/tcp"
 )
 
-var _ algo.Transport = (*Transport)(nil)
+var (
+	_ algo.Transport = (*Transport)(nil)
+	_ algo.HostMap   = (*Transport)(nil) // the Comm's Layout: hierarchical all-reduce, per-link costs
+)
 
 // Options tunes the auto transport beyond comm.Config. The zero value gives
 // the defaults.

@@ -89,6 +89,29 @@ func TestConformanceMixed(t *testing.T) {
 	}, cfg)
 }
 
+// TestConformanceHier runs the suite with the hierarchical all-reduce
+// forced (GDIST_ALGO=all_reduce=hier) on two fake hosts of two ranks each
+// (shared memory inside a host, TCP across), and, without -short, on hosts
+// of two ranks and one (its leader plan). The Comms know the layout.
+func TestConformanceHier(t *testing.T) {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	t.Setenv("GDIST_ALGO", "all_reduce=hier")
+	cfg := commtest.Config{Sizes: []int{4, 3}}
+	if testing.Short() {
+		cfg.Sizes = []int{4}
+	}
+	commtest.Suite(t, func(t testing.TB, n int) []comm.Comm {
+		cs := comms(build(t, n, comm.Options{}, pairs))
+		for r, c := range cs {
+			l := c.(*algo.Comm).Layout()
+			if l.Hosts() != (n+1)/2 || l.Host(r) != r/2 {
+				t.Fatalf("rank %d of %d: layout of %d hosts, this rank on host %d", r, n, l.Hosts(), l.Host(r))
+			}
+		}
+		return cs
+	}, cfg)
+}
+
 func TestRouting(t *testing.T) {
 	t.Setenv("GDIST_SHM_DIR", t.TempDir())
 	ts := build(t, 5, comm.Options{}, pairs)

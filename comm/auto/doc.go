@@ -33,6 +33,15 @@
 // loopback or unreachable one; it names hosts by this package's host id. Where shared memory is unsupported (not Linux),
 // every peer is reached over TCP.
 //
+// # Layout
+//
+// The Transport is an algo.HostMap (Hosts), so the Comms built on it know
+// which ranks share a host (algo.Layout): the cost model costs the links
+// between hosts (TCP) apart from those inside one (shared memory), and
+// picks the hierarchical all-reduce (algo's allreduce_hierarchical.go:
+// shared memory inside each host, only a share of the data over TCP)
+// where it beats the flat algorithms.
+//
 // # Dispatch and failure
 //
 // Send and Recv go to the part that reaches the peer; messages to this

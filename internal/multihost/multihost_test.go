@@ -391,10 +391,12 @@ func TestMasterAddrLoopbackOnRankZero(t *testing.T) {
 // BenchmarkCommbenchHosts runs benchmarks/commbench (all_reduce) on four
 // ranks: one host over shm, then two hosts x two ranks whose links are
 // shaped with tc (GDIST_MH_LINK; by default 1 Gbit/s with 100 us of delay
-// under netem, or 1 Gbit/s alone under tbf where there is no netem),
-// hierarchical (auto: shm within a host, tcp across) and flat (tcp), and
-// logs rank 0's tables. Numbers from a shared machine are noisy; see
-// benchmarks/README.md.
+// under netem, or 1 Gbit/s alone under tbf where there is no netem): auto
+// (shm within a host, tcp across) with the cost model's choice (the
+// hierarchical all-reduce), auto with a flat all-reduce forced
+// (GDIST_ALGO=all_reduce=hd, the flat model's choice from 1 MiB on), and
+// flat tcp; it logs rank 0's tables. Numbers from a shared machine are
+// noisy; see benchmarks/README.md.
 func BenchmarkCommbenchHosts(b *testing.B) {
 	cl := New(b, 2)
 	goTool, err := exec.LookPath("go")
@@ -434,15 +436,21 @@ func BenchmarkCommbenchHosts(b *testing.B) {
 		name, backend string
 		hosts         []*Host
 		perHost       int
+		algo          string // GDIST_ALGO
 	}{
-		{"1host-shm", "shm", cl.Hosts[:1], 4},
-		{"2hosts-auto", "auto", cl.Hosts, 2},
-		{"2hosts-tcp", "tcp", cl.Hosts, 2},
+		{"1host-shm", "shm", cl.Hosts[:1], 4, ""},
+		{"2hosts-auto", "auto", cl.Hosts, 2, ""},
+		{"2hosts-auto-flat", "auto", cl.Hosts, 2, "all_reduce=hd"},
+		{"2hosts-tcp", "tcp", cl.Hosts, 2, ""},
 	} {
+		if only := os.Getenv("GDIST_MH_ROWS"); only != "" && !strings.Contains(","+only+",", ","+c.name+",") {
+			continue
+		}
 		b.Run(c.name, func(b *testing.B) {
+			env := func(int) []string { return []string{"GDIST_ALGO=" + c.algo} }
 			for range b.N {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-				ps := job(b, ctx, c.hosts, c.perHost, c.hosts[0].IP, nil, bin,
+				ps := job(b, ctx, c.hosts, c.perHost, c.hosts[0].IP, env, bin,
 					"-backend", c.backend, "-ops", "all_reduce", "-sizes", sizes)
 				waitAll(ps)
 				cancel()
