@@ -93,6 +93,17 @@ func F32(name string, shape []int, v []float32) Tensor {
 	return Tensor{Name: name, DType: "F32", Shape: slices.Clone(shape), Data: b}
 }
 
+// F32View returns a float32 tensor whose data is v's memory, not a copy,
+// on little-endian machines (a copy elsewhere): v must not change until
+// the tensor is written. For callers that manage their own buffers (a
+// save's snapshot, reused from one save to the next).
+func F32View(name string, shape []int, v []float32) Tensor {
+	if !littleEndian || len(v) == 0 {
+		return F32(name, shape, v)
+	}
+	return Tensor{Name: name, DType: "F32", Shape: slices.Clone(shape), Data: unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))}
+}
+
 // littleEndian reports whether this machine stores numbers as safetensors
 // files do.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

@@ -31,6 +31,15 @@ func (p ParamInfo) ToTorch(v []float32) []float32 {
 	return transpose(v, p.Shape[0], p.Shape[1])
 }
 
+// ToTorchInto is ToTorch writing into dst (len(v) values).
+func (p ParamInfo) ToTorchInto(dst, v []float32) {
+	if !p.TransT {
+		copy(dst, v)
+		return
+	}
+	transposeInto(dst, v, p.Shape[0], p.Shape[1])
+}
+
 // FromTorch is the inverse of ToTorch: v in PyTorch's layout, returned in
 // the graph's.
 func (p ParamInfo) FromTorch(v []float32) []float32 {
@@ -43,12 +52,26 @@ func (p ParamInfo) FromTorch(v []float32) []float32 {
 // transpose returns the transpose of the rows x cols matrix v.
 func transpose(v []float32, rows, cols int) []float32 {
 	out := make([]float32, len(v))
-	for i := 0; i < rows; i++ {
-		for j := 0; j < cols; j++ {
-			out[j*rows+i] = v[i*cols+j]
+	transposeInto(out, v, rows, cols)
+	return out
+}
+
+// transposeInto writes the transpose of the rows x cols matrix v to out,
+// in tiles that stay in cache.
+func transposeInto(out, v []float32, rows, cols int) {
+	const tile = 32
+	for i0 := 0; i0 < rows; i0 += tile {
+		i1 := min(i0+tile, rows)
+		for j0 := 0; j0 < cols; j0 += tile {
+			j1 := min(j0+tile, cols)
+			for i := i0; i < i1; i++ {
+				row := v[i*cols : i*cols+cols]
+				for j := j0; j < j1; j++ {
+					out[j*rows+i] = row[j]
+				}
+			}
 		}
 	}
-	return out
 }
 
 // Model is a network (a layer, usually a Sequential) with its parameters

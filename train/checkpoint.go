@@ -51,9 +51,17 @@ type Position struct {
 // safetensors tensors with PyTorch's names and layouts (Linear weights
 // transposed to [out, in]).
 func ModelTensors(m *models.Model) []checkpoint.Tensor {
+	return modelTensors(m, (*snapBufs)(nil).hold())
+}
+
+// modelTensors is ModelTensors with the parameters copied into buffers
+// from bufs.
+func modelTensors(m *models.Model, bufs *heldBufs) []checkpoint.Tensor {
 	var out []checkpoint.Tensor
 	for _, p := range m.Params {
-		out = append(out, checkpoint.F32(p.Name, p.Torch, p.ToTorch(m.Flat.Value[p.Offset:p.Offset+p.Size])))
+		dst := bufs.get(p.Size)
+		p.ToTorchInto(dst, m.Flat.Value[p.Offset:p.Offset+p.Size])
+		out = append(out, checkpoint.F32View(p.Name, p.Torch, dst))
 	}
 	for _, b := range m.BNs {
 		out = append(out,
@@ -171,13 +179,14 @@ var InputNormalization = fmt.Sprintf("x = (pixel/255 - %.4f) / %.4f", data.Fashi
 // save's files are removed, and before writing, temporary files an earlier
 // crashed save left are.
 func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
-	return snapshotFull(path, m, opt, pos, meta)()
+	return snapshotFull(path, m, opt, pos, meta, nil)()
 }
 
 // snapshotFull is Save in two parts: it copies the model and the
-// optimizer state now and returns the function that writes the copy (it
-// may run while training goes on: an asynchronous save).
-func snapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) (write func() error) {
+// optimizer state now (into buffers from bufs, reused from one save to
+// the next; nil: fresh ones) and returns the function that writes the
+// copy (it may run while training goes on: an asynchronous save).
+func snapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string, bufs *snapBufs) (write func() error) {
 	id := newSaveID(pos.Step)
 	common := map[string]string{
 		"format":  "gdist-v1",
@@ -201,18 +210,23 @@ func snapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Positio
 	for k, v := range common {
 		trainMeta[k] = v
 	}
-	// checkpoint.F32 copies: ts and model are the snapshot.
+	// ts and model are the snapshot, in buffers from bufs that the write
+	// gives back.
 	var ts []checkpoint.Tensor
 	names := make([]string, 0, len(st))
 	for k := range st {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	held := bufs.hold()
 	for _, k := range names {
-		ts = append(ts, checkpoint.F32("optimizer."+k, []int{len(st[k])}, st[k]))
+		dst := held.get(len(st[k]))
+		copy(dst, st[k])
+		ts = append(ts, checkpoint.F32View("optimizer."+k, []int{len(st[k])}, dst))
 	}
-	model := ModelTensors(m)
+	model := modelTensors(m, held)
 	return func() error {
+		defer held.release()
 		removeStale(path, "", true)
 		tpath := trainFile(path, id)
 		if err := checkpoint.Write(tpath, ts, trainMeta); err != nil {

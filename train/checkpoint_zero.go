@@ -45,7 +45,7 @@ import (
 // save the previous save's files at path (shards, or the optimizer state
 // of an earlier full checkpoint) are removed.
 func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) error {
-	phases, err := snapshotZero(ctx, c, path, m, e, pos, meta)
+	phases, err := snapshotZero(ctx, c, path, m, e, pos, meta, nil)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func runPhases(ctx context.Context, c comm.Comm, phases []func() error, path str
 // the shard files, then rank 0's model file, which commits the save. A
 // phase starts once every rank finished the one before (runPhases, or the
 // asynchronous saver, which runs them while training goes on).
-func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) ([]func() error, error) {
+func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string, bufs *snapBufs) ([]func() error, error) {
 	var id string
 	if c.Rank() == 0 {
 		// Before any rank writes: the broadcast holds them back (and no
@@ -106,12 +106,14 @@ func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model
 				checkpoint.I64(p+".num_batches_tracked", []int{}, []int64{b.NumBatches}))
 		}
 	}
-	writeShard, err := e.SnapshotShard(ctx, path+"."+id, md, extra)
+	shardBufs := bufs.hold()
+	writeShard, err := e.SnapshotShard(ctx, path+"."+id, md, extra, shardBufs.get)
 	if err := agree(ctx, c, err, "its shard of "+path); err != nil {
 		return nil, err
 	}
 	rank := c.Rank()
 	shard := func() error {
+		defer shardBufs.release()
 		if err := saveHook(rank, "shard"); err != nil {
 			return err
 		}
@@ -139,8 +141,10 @@ func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model
 	md["world_size"] = strconv.Itoa(c.Size())
 	md["shards"] = fmt.Sprintf("%s.%s.rank<r>-of-%d.safetensors", filepath.Base(path), id, c.Size())
 	md[fileIDKey] = id
-	model := ModelTensors(full) // a copy
+	held := bufs.hold()
+	model := modelTensors(full, held) // a copy
 	commit := func() error {
+		defer held.release()
 		if err := saveHook(0, "commit"); err != nil {
 			return err
 		}

@@ -30,11 +30,12 @@ func checkDDP(cfg *Config) error {
 var _ Strategy = (*ddpStrategy)(nil)
 
 type ddpStrategy struct {
-	c   comm.Comm
-	d   *ddp.DDP
-	m   *models.Model
-	gr  *models.Graph
-	opt optim.Optimizer // full size
+	snaps snapBufs // save snapshots' buffers, reused
+	c     comm.Comm
+	d     *ddp.DDP
+	m     *models.Model
+	gr    *models.Graph
+	opt   optim.Optimizer // full size
 }
 
 func newDDP(ctx context.Context, s Setup) (Strategy, error) {
@@ -80,7 +81,7 @@ func (s *ddpStrategy) SnapshotSave(_ context.Context, path string, pos Position,
 	if s.c.Rank() != 0 {
 		return []func() error{nil}, nil
 	}
-	return []func() error{snapshotFull(path, s.m, s.opt, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))}, nil
+	return []func() error{snapshotFull(path, s.m, s.opt, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())), &s.snaps)}, nil
 }
 
 func (s *ddpStrategy) Load(_ context.Context, path string) (Position, error) {

@@ -65,6 +65,7 @@ var _ Strategy = (*pipelineStrategy)(nil)
 // Comm that averages the stage's gradients (one all-reduce of the stage's
 // contiguous gradient range) at the end of Step.
 type pipelineStrategy struct {
+	snaps  snapBufs // save snapshots' buffers, reused
 	c      comm.Comm
 	p      *pipeline.Pipeline
 	m      *models.Model
@@ -233,7 +234,7 @@ func (s *pipelineStrategy) SnapshotSave(ctx context.Context, path string, pos Po
 	if s.c.Rank() != 0 {
 		return []func() error{nil}, nil
 	}
-	return []func() error{snapshotFull(path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))}, nil
+	return []func() error{snapshotFull(path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())), &s.snaps)}, nil
 }
 
 // Load reads the whole model (every rank holds it) and a full-size

@@ -43,12 +43,13 @@ func checkZero(cfg *Config) error {
 var _ Strategy = (*zeroStrategy)(nil)
 
 type zeroStrategy struct {
-	name string
-	c    comm.Comm
-	m    *models.Model
-	e    *zero.Engine
-	gr   *models.Graph
-	opt  optim.Config
+	snaps snapBufs // save snapshots' buffers, reused
+	name  string
+	c     comm.Comm
+	m     *models.Model
+	e     *zero.Engine
+	gr    *models.Graph
+	opt   optim.Config
 }
 
 func newZero(ctx context.Context, s Setup, stage int) (Strategy, error) {
@@ -83,7 +84,7 @@ func (s *zeroStrategy) Save(ctx context.Context, path string, pos Position, meta
 }
 
 func (s *zeroStrategy) SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error) {
-	return snapshotZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name))
+	return snapshotZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name), &s.snaps)
 }
 
 // Load reads the checkpoint into the model (stage 3, whose model holds no

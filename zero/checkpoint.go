@@ -74,7 +74,7 @@ func shardSpan(p, world, rank int) (lo, n, s int) {
 // contiguous span of the file format tensor by tensor (one tensor held
 // at a time): then it is a collective, which every rank must call.
 func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor) error {
-	write, err := e.SnapshotShard(ctx, path, meta, extra)
+	write, err := e.SnapshotShard(ctx, path, meta, extra, nil)
 	if err != nil {
 		return err
 	}
@@ -85,8 +85,17 @@ func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]st
 // (under the same conditions as WriteShard, a collective with stage 3)
 // and returns the function that writes the copy, which may run later and
 // concurrently with Step and Update (a save that does not stop
-// training).
-func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor) (write func() error, err error) {
+// training). alloc gives the copy's buffers (nil: fresh ones; a caller
+// that saves often reuses them once the write returned).
+func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor, alloc func(n int) []float32) (write func() error, err error) {
+	if alloc == nil {
+		alloc = func(n int) []float32 { return make([]float32, n) }
+	}
+	view := func(name string, v []float32) checkpoint.Tensor {
+		dst := alloc(len(v))
+		copy(dst, v)
+		return checkpoint.F32View(name, []int{len(v)}, dst)
+	}
 	n := e.c.Size()
 	lo, ln, s := shardSpan(e.p, n, e.rank)
 	st, t := e.opt.State()
@@ -116,10 +125,9 @@ func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string
 	} {
 		md[k] = v
 	}
-	// checkpoint.F32 copies.
-	ts := []checkpoint.Tensor{checkpoint.F32("params", []int{ln}, params[:ln])}
+	ts := []checkpoint.Tensor{view("params", params[:ln])}
 	for k, v := range st {
-		ts = append(ts, checkpoint.F32("optimizer."+k, []int{ln}, v[:ln]))
+		ts = append(ts, view("optimizer."+k, v[:ln]))
 	}
 	ts = append(ts, extra...)
 	file, rank := ShardPath(path, e.rank, n), e.rank
