@@ -59,25 +59,13 @@ func (c Config) Validate() error {
 // Factory builds the world Comm of one rank.
 type Factory func(ctx context.Context, cfg Config) (Comm, error)
 
+// The registry of backends. There is no hook that rewrites what New
+// returns: a wrapper (device buffers on the host backends, say) is applied
+// where it is used, visibly (comm/staging's New, Adapt or Wrap).
 var (
 	regMu    sync.Mutex
 	registry = map[string]Factory{}
-	adapters []Adapter
 )
-
-// Adapter rewrites the Comm a backend's factory built; New applies every
-// registered Adapter, in registration order. No package of this module
-// registers one: a wrapper that changes what every comm.New returns is
-// invisible at the call sites (device buffers on the host backends are
-// explicit: comm/staging's New, Adapt or Wrap).
-type Adapter func(backend string, c Comm) Comm
-
-// RegisterAdapter adds a to the adapters New applies.
-func RegisterAdapter(a Adapter) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	adapters = append(adapters, a)
-}
 
 // Register makes a backend available by name. It panics if the name is taken.
 func Register(name string, f Factory) {
@@ -114,17 +102,7 @@ func New(ctx context.Context, backend string, cfg Config) (Comm, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := f(ctx, cfg)
-	if err != nil || c == nil {
-		return c, err
-	}
-	regMu.Lock()
-	as := adapters
-	regMu.Unlock()
-	for _, a := range as {
-		c = a(backend, c)
-	}
-	return c, nil
+	return f(ctx, cfg)
 }
 
 // Logger returns cfg.Logf or a standard-logger fallback.
