@@ -239,8 +239,22 @@ func sameCheckpoints(t *testing.T, a, b string, rel float64) {
 	}
 }
 
+// combo is a backend and a strategy.
+type combo struct{ backend, strategy string }
+
 // combos are the strategies and backends every elastic case runs with.
-var combos = []struct{ backend, strategy string }{{"shm", "ddp"}, {"tcp", "ddp"}, {"shm", "zero3"}, {"tcp", "zero3"}}
+var combos = []combo{{"shm", "ddp"}, {"tcp", "ddp"}, {"shm", "zero3"}, {"tcp", "zero3"}}
+
+// eachCombo runs f as a subtest per combo, unless -short (why says what
+// makes it long).
+func eachCombo(t *testing.T, why string, f func(t *testing.T, c combo)) {
+	if testing.Short() {
+		t.Skip(why)
+	}
+	for _, c := range combos {
+		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) { f(t, c) })
+	}
+}
 
 // elasticArgs is a 3-rank job of 124 steps that saves every 20.
 func elasticArgs(save, backend, strategy string) []string {
@@ -253,30 +267,25 @@ func elasticArgs(save, backend, strategy string) []string {
 // the last checkpoint, and ends with the parameters of an uninterrupted
 // run.
 func TestRestartAfterKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains 3 ranks twice")
-	}
-	for _, c := range combos {
-		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
-			dir := t.TempDir()
-			ref := filepath.Join(dir, "ref.safetensors")
-			if err := startJob(t, elasticArgs(ref, c.backend, c.strategy)...).wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("uninterrupted run: %v", err)
-			}
-			save := filepath.Join(dir, "run.safetensors")
-			j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2")...)
-			j.killWorker(t, save, 1)
-			s := j.summary(t)
-			// Saves every 20 steps, each committed a few steps later.
-			if s.Restarts != 1 || s.StepsRecomputed < 1 || s.StepsRecomputed > 60 || s.ResumedStep < 20 {
-				t.Errorf("restarts %d, steps recomputed %d, resumed at step %d: want 1, 1..60, >= 20", s.Restarts, s.StepsRecomputed, s.ResumedStep)
-			}
-			if !strings.Contains(j.stderr.String(), "restarting the job (restart 1 of 2)") {
-				t.Errorf("no restart logged:\n%s", j.stderr.String())
-			}
-			sameCheckpoints(t, ref, save, 1e-5)
-		})
-	}
+	eachCombo(t, "trains 3 ranks twice", func(t *testing.T, c combo) {
+		dir := t.TempDir()
+		ref := filepath.Join(dir, "ref.safetensors")
+		if err := startJob(t, elasticArgs(ref, c.backend, c.strategy)...).wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("uninterrupted run: %v", err)
+		}
+		save := filepath.Join(dir, "run.safetensors")
+		j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2")...)
+		j.killWorker(t, save, 1)
+		s := j.summary(t)
+		// Saves every 20 steps, each committed a few steps later.
+		if s.Restarts != 1 || s.StepsRecomputed < 1 || s.StepsRecomputed > 60 || s.ResumedStep < 20 {
+			t.Errorf("restarts %d, steps recomputed %d, resumed at step %d: want 1, 1..60, >= 20", s.Restarts, s.StepsRecomputed, s.ResumedStep)
+		}
+		if !strings.Contains(j.stderr.String(), "restarting the job (restart 1 of 2)") {
+			t.Errorf("no restart logged:\n%s", j.stderr.String())
+		}
+		sameCheckpoints(t, ref, save, 1e-5)
+	})
 }
 
 // TestShrink: a worker dies and, at the restart, one rank cannot start
@@ -284,40 +293,35 @@ func TestRestartAfterKill(t *testing.T) {
 // with the global batch kept, equal to a run that switched from 3 ranks to
 // 2 at the same step.
 func TestShrink(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains 3 ranks twice")
-	}
-	for _, c := range combos {
-		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
-			dir := t.TempDir()
-			save := filepath.Join(dir, "run.safetensors")
-			t.Setenv("GDIST_FAULT_START", "1:2") // rank 2 of the first restart
-			j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2", "-min-nproc", "2")...)
-			j.killWorker(t, save, 0)
-			os.Unsetenv("GDIST_FAULT_START")
-			s := j.summary(t)
-			if s.WorldSize != 2 || s.GlobalBatch != 48 || s.Restarts != 1 || s.ResumedStep < 20 {
-				t.Fatalf("world %d, global batch %d, restarts %d, resumed at %d: want 2, 48, 1, >= 20", s.WorldSize, s.GlobalBatch, s.Restarts, s.ResumedStep)
+	eachCombo(t, "trains 3 ranks twice", func(t *testing.T, c combo) {
+		dir := t.TempDir()
+		save := filepath.Join(dir, "run.safetensors")
+		t.Setenv("GDIST_FAULT_START", "1:2") // rank 2 of the first restart
+		j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2", "-min-nproc", "2")...)
+		j.killWorker(t, save, 0)
+		os.Unsetenv("GDIST_FAULT_START")
+		s := j.summary(t)
+		if s.WorldSize != 2 || s.GlobalBatch != 48 || s.Restarts != 1 || s.ResumedStep < 20 {
+			t.Fatalf("world %d, global batch %d, restarts %d, resumed at %d: want 2, 48, 1, >= 20", s.WorldSize, s.GlobalBatch, s.Restarts, s.ResumedStep)
+		}
+		for _, want := range []string{"going on with 2 ranks", "batch 24 per rank keeps the global batch 48"} {
+			if !strings.Contains(j.stderr.String(), want) {
+				t.Errorf("stderr lacks %q:\n%s", want, j.stderr.String())
 			}
-			for _, want := range []string{"going on with 2 ranks", "batch 24 per rank keeps the global batch 48"} {
-				if !strings.Contains(j.stderr.String(), want) {
-					t.Errorf("stderr lacks %q:\n%s", want, j.stderr.String())
-				}
-			}
+		}
 
-			// The reference: 3 ranks up to that step, then 2 at batch 24.
-			ref := filepath.Join(dir, "ref.safetensors")
-			args := elasticArgs(ref, c.backend, c.strategy)
-			if err := startJob(t, append(args, "-max-steps", strconv.FormatInt(s.ResumedStep, 10))...).wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("reference, 3 ranks: %v", err)
-			}
-			args[1], args[11] = "2", "24" // -nproc, -batch
-			if err := startJob(t, append(args, "-resume", ref)...).wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("reference, 2 ranks: %v", err)
-			}
-			sameCheckpoints(t, ref, save, 1e-5)
-		})
-	}
+		// The reference: 3 ranks up to that step, then 2 at batch 24.
+		ref := filepath.Join(dir, "ref.safetensors")
+		args := elasticArgs(ref, c.backend, c.strategy)
+		if err := startJob(t, append(args, "-max-steps", strconv.FormatInt(s.ResumedStep, 10))...).wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("reference, 3 ranks: %v", err)
+		}
+		args[1], args[11] = "2", "24" // -nproc, -batch
+		if err := startJob(t, append(args, "-resume", ref)...).wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("reference, 2 ranks: %v", err)
+		}
+		sameCheckpoints(t, ref, save, 1e-5)
+	})
 }
 
 // TestPreemptLauncher: SIGTERM mid-epoch, to the launcher (shm) or to one
@@ -325,85 +329,75 @@ func TestShrink(t *testing.T) {
 // 30 s, and the job with exit code 75; the same command with -resume auto
 // then finishes the job, equal to an uninterrupted run.
 func TestPreemptLauncher(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains 3 ranks twice")
-	}
-	for _, c := range combos {
-		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
-			dir := t.TempDir()
-			ref := filepath.Join(dir, "ref.safetensors")
-			if err := startJob(t, elasticArgs(ref, c.backend, c.strategy)...).wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("uninterrupted run: %v", err)
+	eachCombo(t, "trains 3 ranks twice", func(t *testing.T, c combo) {
+		dir := t.TempDir()
+		ref := filepath.Join(dir, "ref.safetensors")
+		if err := startJob(t, elasticArgs(ref, c.backend, c.strategy)...).wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("uninterrupted run: %v", err)
+		}
+		save := filepath.Join(dir, "run.safetensors")
+		args := append(elasticArgs(save, c.backend, c.strategy), "-resume", "auto")
+		j := startJob(t, args...)
+		j.waitSaved(t, save)
+		if c.backend == "shm" {
+			j.cmd.Process.Signal(syscall.SIGTERM)
+		} else {
+			workers := children(j.cmd.Process.Pid)
+			if len(workers) != 3 {
+				t.Fatalf("workers %v", workers)
 			}
-			save := filepath.Join(dir, "run.safetensors")
-			args := append(elasticArgs(save, c.backend, c.strategy), "-resume", "auto")
-			j := startJob(t, args...)
-			j.waitSaved(t, save)
-			if c.backend == "shm" {
-				j.cmd.Process.Signal(syscall.SIGTERM)
-			} else {
-				workers := children(j.cmd.Process.Pid)
-				if len(workers) != 3 {
-					t.Fatalf("workers %v", workers)
-				}
-				syscall.Kill(workers[2], syscall.SIGTERM)
-			}
-			t0 := time.Now()
-			err := j.wait(t, 30*time.Second)
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted {
-				t.Fatalf("after SIGTERM: %v; stderr:\n%s", err, j.stderr.String())
-			}
-			t.Logf("stopped %v after SIGTERM", time.Since(t0))
-			if strings.Count(j.stderr.String(), "preempted after step") != 3 {
-				t.Errorf("want every rank to say it was preempted:\n%s", j.stderr.String())
-			}
-			j = startJob(t, args...)
-			if err := j.wait(t, 3*time.Minute); err != nil {
-				t.Fatalf("resumed run: %v; stderr:\n%s", err, j.stderr.String())
-			}
-			sameCheckpoints(t, ref, save, 1e-5)
-		})
-	}
+			syscall.Kill(workers[2], syscall.SIGTERM)
+		}
+		t0 := time.Now()
+		err := j.wait(t, 30*time.Second)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitPreempted {
+			t.Fatalf("after SIGTERM: %v; stderr:\n%s", err, j.stderr.String())
+		}
+		t.Logf("stopped %v after SIGTERM", time.Since(t0))
+		if strings.Count(j.stderr.String(), "preempted after step") != 3 {
+			t.Errorf("want every rank to say it was preempted:\n%s", j.stderr.String())
+		}
+		j = startJob(t, args...)
+		if err := j.wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("resumed run: %v; stderr:\n%s", err, j.stderr.String())
+		}
+		sameCheckpoints(t, ref, save, 1e-5)
+	})
 }
 
 // TestLauncherKilled: kill -9 of the launcher leaves no worker running
 // (they notice and exit); checked by PID.
 func TestLauncherKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for workers to exit")
-	}
-	for _, c := range combos {
-		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
-			save := filepath.Join(t.TempDir(), "run.safetensors")
-			// No output at all: the workers never write to a closed pipe.
-			j := startJob(t, "-nproc", "2", "-backend", c.backend, "-strategy", c.strategy, "-data", "synthetic", "-limit", "6000", "-batch", "16",
-				"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5")
-			j.waitSaved(t, save)
-			workers := children(j.cmd.Process.Pid)
-			if len(workers) != 2 {
-				t.Fatalf("workers %v", workers)
+	eachCombo(t, "waits for workers to exit", func(t *testing.T, c combo) {
+		save := filepath.Join(t.TempDir(), "run.safetensors")
+		// No output at all: the workers never write to a closed pipe.
+		j := startJob(t, "-nproc", "2", "-backend", c.backend, "-strategy", c.strategy, "-data", "synthetic", "-limit", "6000", "-batch", "16",
+			"-epochs", "1000", "-progress=false", "-save", save, "-save-every", "5")
+		j.waitSaved(t, save)
+		workers := children(j.cmd.Process.Pid)
+		if len(workers) != 2 {
+			t.Fatalf("workers %v", workers)
+		}
+		j.cmd.Process.Kill()
+		j.wait(t, 10*time.Second)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			var left []int
+			for _, p := range workers {
+				if alive(p) {
+					left = append(left, p)
+				}
 			}
-			j.cmd.Process.Kill()
-			j.wait(t, 10*time.Second)
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				var left []int
-				for _, p := range workers {
-					if alive(p) {
-						left = append(left, p)
-					}
-				}
-				if len(left) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("workers %v still running 60 s after the launcher was killed", left)
-				}
-				time.Sleep(100 * time.Millisecond)
+			if len(left) == 0 {
+				break
 			}
-		})
-	}
+			if time.Now().After(deadline) {
+				t.Fatalf("workers %v still running 60 s after the launcher was killed", left)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 }
 
 // TestFrozenWorker: a worker stopped with SIGSTOP is named by its peers
@@ -413,7 +407,7 @@ func TestFrozenWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the peer timeout")
 	}
-	for _, c := range []struct{ backend, strategy string }{{"tcp", "ddp"}, {"shm", "zero3"}} {
+	for _, c := range []combo{{"tcp", "ddp"}, {"shm", "zero3"}} {
 		t.Run(c.backend+"-"+c.strategy, func(t *testing.T) {
 			save := filepath.Join(t.TempDir(), "run.safetensors")
 			j := startJob(t, "-nproc", "2", "-backend", c.backend, "-strategy", c.strategy, "-data", "synthetic", "-limit", "6000", "-batch", "16",
