@@ -87,6 +87,11 @@ func child(mode string) int {
 		}
 		fmt.Printf("generation %d: %s of %d ranks\n", RestartCount(), os.Getenv("WORLD_SIZE"), TargetWorldSize())
 		return 0
+	case "env":
+		fmt.Fprintf(os.Stderr, "RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s MASTER=%s:%s STORE=%q TOKEN=%s\n",
+			os.Getenv("RANK"), os.Getenv("WORLD_SIZE"), os.Getenv("LOCAL_RANK"), os.Getenv("LOCAL_WORLD_SIZE"), os.Getenv("GROUP_RANK"),
+			os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"), os.Getenv("GDIST_STORE_ADDR"), os.Getenv("GDIST_TOKEN"))
+		return 0
 	case "always-fail":
 		return 4
 	case "store":
@@ -308,6 +313,37 @@ func TestShrinkGrow(t *testing.T) {
 	s, _, _ = spec(t, 3, "shrink-grow")
 	if err := Run(testCtx(t), s); err == nil || !strings.Contains(err.Error(), "starting rank 2") {
 		t.Errorf("without MinProc: %v", err)
+	}
+}
+
+// TestMultiNode: the launcher of node 1 of 2 starts global ranks 2 and 3
+// with the torchrun variables of a two-node job, the shared token and no
+// store of its own (rank 0, on node 0, serves it).
+func TestMultiNode(t *testing.T) {
+	s, _, errOut := spec(t, 2, "env")
+	s.Nodes, s.NodeRank, s.MasterAddr, s.MasterPort, s.Token = 2, 1, "10.0.0.1", 29500, []byte{0xab, 0xcd}
+	if err := Run(testCtx(t), s); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, errOut)
+	}
+	for _, want := range []string{
+		`[rank 2] RANK=2 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=1 MASTER=10.0.0.1:29500 STORE="" TOKEN=abcd`,
+		`[rank 3] RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=1 MASTER=10.0.0.1:29500 STORE="" TOKEN=abcd`,
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	for _, bad := range []func(*Spec){
+		func(s *Spec) { s.Token = nil },
+		func(s *Spec) { s.MasterAddr = "" },
+		func(s *Spec) { s.NodeRank = 2 },
+		func(s *Spec) { s.MaxRestarts = 1 },
+	} {
+		b := s
+		bad(&b)
+		if err := Run(testCtx(t), b); err == nil {
+			t.Errorf("%+v accepted", b)
+		}
 	}
 }
 
