@@ -25,7 +25,7 @@ Prints one JSON line: tokens_per_sec (all ranks; training steps only:
 steps x global batch x context over the loop's wall time between two
 barriers, evaluation and start-up excluded), loop_tokens_per_sec (global
 batch x context over rank 0's median step), step_ms_p50, eval_bpb,
-unigram_bpb, train_loss."""
+unigram_bpb, train_loss, clipped_steps, grad_norm_p50 (before clipping)."""
 import argparse, json, math, os, socket, statistics, subprocess, time
 
 import torch
@@ -107,7 +107,7 @@ def worker(rank, a, port, q):
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay)
     gb = a.batch * a.world
     per_epoch = ntr // gb
-    times, loss = [], float("nan")
+    times, norms, loss = [], [], float("nan")
     dist.barrier()
     t0 = time.perf_counter()
     perm = None
@@ -124,7 +124,7 @@ def worker(rank, a, port, q):
         l = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         l.backward()
         if a.clip > 0:
-            torch.nn.utils.clip_grad_norm_(ddp.parameters(), a.clip)
+            norms.append(float(torch.nn.utils.clip_grad_norm_(ddp.parameters(), a.clip)))
         opt.step()
         loss = l.item()
         times.append((time.perf_counter() - ts) * 1e3)
@@ -147,7 +147,8 @@ def worker(rank, a, port, q):
                "train_bytes": len(train_b), "test_bytes": len(test_b), "batch": a.batch, "steps": a.steps,
                "tokens_per_sec": a.steps * gb * c / dt, "loop_tokens_per_sec": gb * c / (p50 / 1e3),
                "step_ms_p50": p50, "train_loss": loss, "eval_bpb": tot / n / math.log(2),
-               "unigram_bpb": unigram_bits(train_b, test_b), "loop_seconds": dt})
+               "unigram_bpb": unigram_bits(train_b, test_b), "loop_seconds": dt,
+               "clipped_steps": sum(n > a.clip for n in norms), "grad_norm_p50": statistics.median(norms) if norms else 0})
     dist.destroy_process_group()
 
 
