@@ -49,6 +49,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,6 +81,7 @@ type options struct {
 	tokenFile   string
 	peerTimeout time.Duration
 	blasThreads int
+	cpuProfile  string
 	gpt         gptFlags
 }
 
@@ -137,6 +139,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
 	fs.IntVar(&o.blasThreads, "blas-threads", 0, "OpenBLAS threads per rank (0: OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS if set, else max(1, cores / ranks on this host))")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this process here; a launched worker writes <file>.rank<RANK>")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
 	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr (rank 0)")
 	o.gpt.register(fs, c) // gpt.go: the language-model flags
@@ -257,6 +260,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	o, err := parse(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		path := o.cpuProfile
+		if launch.IsWorker() {
+			path += ".rank" + os.Getenv("RANK")
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

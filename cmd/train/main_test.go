@@ -166,3 +166,23 @@ func TestMPIRun(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	}
 }
+
+// -cpuprofile writes the launcher's profile at the path and each launched
+// worker's beside it as <path>.rank<RANK>.
+func TestCPUProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("launches workers")
+	}
+	p := t.TempDir() + "/cpu.prof"
+	_, stderr, err := trainCmd(t, "-nproc", "2", "-backend", "shm", "-data", "synthetic", "-limit", "256", "-epochs", "1", "-batch", "16", "-json", "-progress=false", "-cpuprofile", p)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, f := range []string{p, p + ".rank0", p + ".rank1"} {
+		if st, err := os.Stat(f); err != nil {
+			t.Error(err)
+		} else if st.Size() == 0 {
+			t.Errorf("%s: empty", f)
+		}
+	}
+}
