@@ -65,7 +65,13 @@ type channel struct {
 
 // A recvOp is a receive waiting for its message's header.
 type recvOp struct {
-	ctx    context.Context
+	ctx context.Context
+	pendingOp
+}
+
+// pendingOp is a posted send or receive waiting for its match: matched
+// (take) or failed, once.
+type pendingOp struct {
 	name   string
 	buf    comm.Buffer
 	req    *comm.Request
@@ -75,7 +81,7 @@ type recvOp struct {
 }
 
 // take claims o for a match; false if it already failed.
-func (o *recvOp) take() bool {
+func (o *pendingOp) take() bool {
 	if o.done.Swap(true) {
 		return false
 	}
@@ -84,7 +90,7 @@ func (o *recvOp) take() bool {
 	return true
 }
 
-func (o *recvOp) fail(c *Comm, err error) {
+func (o *pendingOp) fail(c *Comm, err error) {
 	if o.take() {
 		o.req.Complete(&comm.OpError{Op: o.name, Rank: c.reportRank, Err: err})
 	}
@@ -310,7 +316,7 @@ func (c *Comm) recvLocked(ctx context.Context, name string, ch *channel, buf com
 			}
 		})
 	}
-	o := &recvOp{ctx: ctx, name: name, buf: buf, req: comm.NewRequest()}
+	o := &recvOp{ctx: ctx, pendingOp: pendingOp{name: name, buf: buf, req: comm.NewRequest()}}
 	octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 	o.cancel = cancel
 	o.stop = context.AfterFunc(octx, func() { c.expireRecv(ch, o, tag) })
@@ -535,32 +541,11 @@ func (ch *channel) close() {
 
 // A selfOp is a send to or receive from this rank, waiting for its match.
 type selfOp struct {
-	send   bool
-	name   string
-	buf    comm.Buffer
-	req    *comm.Request
-	stop   func() bool
-	cancel context.CancelFunc
-	done   atomic.Bool
+	send bool
+	pendingOp
 }
 
 type selfQueue struct{ ops []*selfOp } // unmatched ops, all sends or all receives
-
-// take claims o for a match; false if it already failed.
-func (o *selfOp) take() bool {
-	if o.done.Swap(true) {
-		return false
-	}
-	o.stop()
-	o.cancel()
-	return true
-}
-
-func (o *selfOp) fail(c *Comm, err error) {
-	if o.take() {
-		o.req.Complete(&comm.OpError{Op: o.name, Rank: c.reportRank, Err: err})
-	}
-}
 
 // selfLocked matches a send to or receive from this rank with a waiting one
 // of the other kind, or queues it (c.mu held).
@@ -610,7 +595,7 @@ func (c *Comm) selfLocked(ctx context.Context, name string, send bool, buf comm.
 		}
 		return w.reqs[0], nil
 	}
-	o := &selfOp{send: send, name: name, buf: buf, req: comm.NewRequest()}
+	o := &selfOp{send: send, pendingOp: pendingOp{name: name, buf: buf, req: comm.NewRequest()}}
 	octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 	o.cancel = cancel
 	o.stop = context.AfterFunc(octx, func() { c.expireSelf(o, tag, ctx) })
