@@ -344,18 +344,24 @@ func evalLoss(t *testing.T, bin string, hosts []*Host, perHost int) float64 {
 	return *loss
 }
 
-// TestTrainAcrossHosts: cmd/train with two ranks on each of two hosts
-// (torchrun-style variables, default backend auto, no GDIST_HOST) ends
-// with the eval loss of four ranks on one host.
-func TestTrainAcrossHosts(t *testing.T) {
+// trainHosts is two simulated hosts and cmd/train built, for the tests
+// that train across hosts (skipped with -short or without the data).
+func trainHosts(t *testing.T) (*Cluster, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs cmd/train twice (about a minute); skipped with -short")
 	}
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
 		t.Skipf("no Fashion-MNIST: %v", err)
 	}
-	cl := New(t, 2)
-	bin := buildTrain(t)
+	return New(t, 2), buildTrain(t)
+}
+
+// TestTrainAcrossHosts: cmd/train with two ranks on each of two hosts
+// (torchrun-style variables, default backend auto, no GDIST_HOST) ends
+// with the eval loss of four ranks on one host.
+func TestTrainAcrossHosts(t *testing.T) {
+	cl, bin := trainHosts(t)
 	one := evalLoss(t, bin, cl.Hosts[:1], 4)
 	two := evalLoss(t, bin, cl.Hosts, 2)
 	t.Logf("eval_loss: 1 host x 4 ranks %.6f, 2 hosts x 2 ranks %.6f", one, two)
@@ -470,14 +476,7 @@ func BenchmarkCommbenchHosts(b *testing.B) {
 // token from GDIST_TOKEN) ends with the eval loss of one launcher running
 // four ranks on one host.
 func TestLauncherAcrossHosts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs cmd/train twice; skipped with -short")
-	}
-	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
-		t.Skipf("no Fashion-MNIST: %v", err)
-	}
-	cl := New(t, 2)
-	bin := buildTrain(t)
+	cl, bin := trainHosts(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args := []string{"-model", "mlp", "-limit", "1280", "-epochs", "1", "-json", "-progress=false", "-seed", "7"}
