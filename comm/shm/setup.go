@@ -269,7 +269,7 @@ func (t *Transport) getOrFail(ctx context.Context, ns, key string) ([]byte, erro
 	case r := <-gotc:
 		return r.b, r.err
 	case b := <-failc:
-		return nil, fmt.Errorf("setup failed on %s", b)
+		return nil, fmt.Errorf("setup failed on %s: %w", b, comm.ErrAborted)
 	}
 }
 
@@ -342,7 +342,7 @@ func (t *Transport) attach(ctx context.Context, ns string, si segInfo) error {
 		}
 		select {
 		case b := <-failc:
-			return fmt.Errorf("shm: rank %d: setup failed on %s", t.rank, b)
+			return fmt.Errorf("shm: rank %d: setup failed on %s: %w", t.rank, b, comm.ErrAborted)
 		case <-ctx.Done():
 			cause := ctx.Err()
 			if errors.Is(cause, context.DeadlineExceeded) {
