@@ -36,6 +36,18 @@ func ParseGPT(name string) (GPT, bool) {
 	return g, true
 }
 
+// GPTShape is the shape of a gpt model name: a preset ("gpt", "gpt-large")
+// or a name Name wrote.
+func GPTShape(name string) (GPT, bool) {
+	switch name {
+	case "gpt":
+		return GPTSmall, true
+	case "gpt-large":
+		return GPTLarge, true
+	}
+	return ParseGPT(name)
+}
+
 // Vocab is the GPT models' vocabulary: bytes.
 const Vocab = 256
 
