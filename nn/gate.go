@@ -35,6 +35,16 @@ type hookSet struct {
 	gates  map[int]*gate
 }
 
+// release cuts the hook set loose from its graph and model: something
+// outside nn keeps gorgonia's gradient-hook closures alive after the
+// graph is gone (see TestClosedGraphsAreFreed), and through them the
+// whole graph with its activations.
+func (h *hookSet) release() {
+	if h != nil {
+		*h = hookSet{}
+	}
+}
+
 func (h *hookSet) fn(i int) func([]float32) error {
 	return func(g []float32) error {
 		if h.m.Store == nil {

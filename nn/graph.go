@@ -28,6 +28,7 @@ type Graph struct {
 	SampleOffset int
 
 	hook   GradHook        // what the hook ops call: OnGrad or the default
+	hooks  *hookSet        // the training graph's (cut loose by Close)
 	ctx    context.Context // the running Step's, only while it runs
 	gates  []*gate
 	runs   int64
@@ -62,6 +63,7 @@ func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 	var hooks *hookSet
 	if train {
 		hooks = &hookSet{m: m, onGrad: &gr.hook}
+		gr.hooks = hooks
 	}
 	b := m.builder(g, train, batch, hooks)
 	b.ctx, b.runs, b.offset = &gr.ctx, &gr.runs, &gr.SampleOffset
@@ -193,5 +195,10 @@ func (m *Model) accumulate(i int, g []float32) {
 	flat.AddTo(m.Flat.Grad[p.Offset:p.Offset+p.Size], g)
 }
 
-// Close releases the graph's machine.
-func (gr *Graph) Close() error { return gr.vm.Close() }
+// Close releases the graph's machine and lets its memory go: close every
+// training graph you drop (a dropped, unclosed one can stay in memory with
+// its activations, held through gorgonia's gradient plumbing).
+func (gr *Graph) Close() error {
+	gr.hooks.release()
+	return gr.vm.Close()
+}

@@ -75,6 +75,8 @@ type StageGraph struct {
 	dx      *G.Node       // gradient w.r.t. the input (nil for From == 0)
 	tOut    *G.Node
 	scratch []float32
+	hooks   *hookSet // the training graph's (cut loose by Close)
+	scale   *float32 // what the loss-scaling op reads: Scale, at each run
 }
 
 // NewStageGraph compiles layers [from, to) of m for micro-batches of batch
@@ -167,7 +169,8 @@ func (s *StageGraph) buildForward() error {
 func (s *StageGraph) buildTrain() error {
 	g := G.NewGraph()
 	x, xt := s.input(g)
-	b := s.M.builder(g, true, s.Batch, &hookSet{m: s.M, onGrad: &s.hook})
+	s.hooks = &hookSet{m: s.M, onGrad: &s.hook}
+	b := s.M.builder(g, true, s.Batch, s.hooks)
 	b.ctx, b.stage = &s.ctx, true
 	if s.From > 0 {
 		b.needDX[x] = true
@@ -189,7 +192,11 @@ func (s *StageGraph) buildTrain() error {
 		if s.loss, err = G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, lg, y); err != nil {
 			return err
 		}
-		if cost, err = G.ApplyOp(&scaleOp{baseOp{nextID(), "scale"}, &s.Scale}, s.loss); err != nil {
+		// The op reads its own cell (set from Scale at each run), not
+		// s.Scale: a pointer into s from the graph would keep s alive as
+		// long as anything keeps the graph (gorgonia's constants do).
+		s.scale = new(float32)
+		if cost, err = G.ApplyOp(&scaleOp{baseOp{nextID(), "scale"}, s.scale}, s.loss); err != nil {
 			return err
 		}
 	} else {
@@ -250,6 +257,9 @@ func (s *StageGraph) Forward(x []float32) ([]float32, error) {
 }
 
 func (s *StageGraph) run() error {
+	if s.scale != nil {
+		*s.scale = s.Scale
+	}
 	s.hook = s.OnGrad
 	if s.hook == nil {
 		s.hook = s.M.accumulate
@@ -320,6 +330,7 @@ func (s *StageGraph) DropGrads() { s.OnGrad = func(int, []float32) {} }
 
 // Close releases the stage's machines.
 func (s *StageGraph) Close() error {
+	s.hooks.release()
 	var err error
 	if s.fvm != nil {
 		err = s.fvm.Close()
