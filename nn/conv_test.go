@@ -158,7 +158,7 @@ func TestConv2dFiniteDifference(t *testing.T) {
 		sc := &convScratch{}
 		loss := func() float64 {
 			y := make([]float32, len(rr))
-			conv2dForward(g, x, w, y, sc)
+			conv2dForward(g, x, w, nil, y, sc)
 			var s float64
 			for i := range y {
 				s += float64(y[i]) * float64(rr[i])
@@ -187,6 +187,112 @@ func TestConv2dFiniteDifference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPoolReLUMatchesUnfused checks the fused ReLU + max-pool op bit for
+// bit against reluOp followed by maxPool2x2Op, values and gradients, on
+// inputs full of ties, zeros of both signs, negative windows and odd
+// sizes.
+func TestPoolReLUMatchesUnfused(t *testing.T) {
+	r := newRNG(12)
+	negZero := float32(math.Copysign(0, -1))
+	for _, s := range []tensor.Shape{{1, 1, 2, 2}, {2, 3, 5, 7}, {3, 2, 8, 6}, {1, 4, 9, 9}, {2, 2, 28, 28}} {
+		x := make([]float32, s.TotalSize())
+		for i := range x {
+			switch r.next() % 6 {
+			case 0:
+				x[i] = 0
+			case 1:
+				x[i] = negZero
+			case 2: // few distinct values: many ties
+				x[i] = float32(int(r.next()%5)-2) * 0.5
+			default:
+				x[i] = float32(2*r.float64() - 1)
+			}
+		}
+		shapes := []tensor.Shape{s}
+		fused := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			return G.ApplyOp(newPoolReLU(), in[0])
+		}, [][]float32{x}, shapes)
+		ref := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			h, err := G.ApplyOp(&reluOp{baseOp: baseOp{nextID(), "relu"}}, in[0])
+			if err != nil {
+				return nil, err
+			}
+			return G.ApplyOp(newMaxPool2x2(), h)
+		}, [][]float32{x}, shapes)
+		if !fused.yS.Eq(ref.yS) {
+			t.Fatalf("%v: shape %v, unfused %v", s, fused.yS, ref.yS)
+		}
+		same := func(what string, a, b []float32) {
+			for i := range b {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Errorf("%v: %s[%d] = %g, unfused %g", s, what, i, a[i], b[i])
+					return
+				}
+			}
+		}
+		same("y", fused.y, ref.y)
+		same("dx", fused.grads[0], ref.grads[0])
+	}
+}
+
+// TestSequentialFusesReLUPool checks that a Sequential builds ReLU then
+// MaxPool2d as the fused op, and nothing else as it.
+func TestSequentialFusesReLUPool(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		net   *Sequential
+		fused int
+	}{
+		{"relu, pool", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, ReLU{}, MaxPool2d{}, Flatten{}), 1},
+		{"pointers", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, &ReLU{}, &MaxPool2d{}, Flatten{}), 1},
+		{"pool, relu", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, MaxPool2d{}, ReLU{}, Flatten{}), 0},
+	} {
+		m, err := New(c.name, c.net, []int{1, 6, 6}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr, err := m.NewGraph(2, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fused int
+		for _, n := range gr.g.AllNodes() {
+			if _, ok := n.Op().(*poolReLUOp); ok {
+				fused++
+			}
+		}
+		gr.Close()
+		if fused != c.fused {
+			t.Errorf("%s: %d fused ops, want %d", c.name, fused, c.fused)
+		}
+	}
+}
+
+// TestConv2dBias checks the convolution with its bias input against the
+// convolution followed by biasOp, values and all three gradients.
+func TestConv2dBias(t *testing.T) {
+	r := newRNG(13)
+	for _, c := range convCases {
+		xs := tensor.Shape{c.n, c.cin, c.h, c.w}
+		ws := tensor.Shape{c.cout, c.cin, c.k, c.k}
+		vals := [][]float32{randSlice(r, xs.TotalSize()), randSlice(r, ws.TotalSize()), randSlice(r, c.cout)}
+		shapes := []tensor.Shape{xs, ws, {c.cout}}
+		mine := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			op := newConv2d(c.k, c.pad)
+			op.bias = true
+			return G.ApplyOp(op, in...)
+		}, vals, shapes)
+		ref := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			y, err := G.ApplyOp(newConv2d(c.k, c.pad), in[0], in[1])
+			if err != nil {
+				return nil, err
+			}
+			return G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: 4}, y, in[2])
+		}, vals, shapes)
+		compareOps(t, fmt.Sprintf("%+v", c), mine, ref)
 	}
 }
 
@@ -285,14 +391,15 @@ func TestCNNSkipsInputGrad(t *testing.T) {
 			} else {
 				dxs++
 			}
-		case *maxPool2x2Op:
+		case *poolReLUOp:
 			pools++
-		case *maxPool2x2GradOp:
+		case *poolReLUGradOp:
 			poolGrads++
 		}
 	}
+	// Each ReLU, MaxPool2d pair is one fused op.
 	if convs != 2 || dws != 2 || dxs != 1 || pools != 2 || poolGrads != 2 {
-		t.Errorf("got %d conv, %d dw, %d dx, %d pool, %d pool-gradient ops; want 2, 2, 1, 2, 2", convs, dws, dxs, pools, poolGrads)
+		t.Errorf("got %d conv, %d dw, %d dx, %d relu+pool, %d relu+pool-gradient ops; want 2, 2, 1, 2, 2", convs, dws, dxs, pools, poolGrads)
 	}
 }
 
@@ -444,7 +551,7 @@ func BenchmarkKernels(b *testing.B) {
 	sc := &convScratch{}
 	b.Run("conv-forward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			conv2dForward(g, x, w, y, sc)
+			conv2dForward(g, x, w, nil, y, sc)
 		}
 	})
 	b.Run("conv-dx", func(b *testing.B) {
