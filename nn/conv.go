@@ -677,11 +677,9 @@ func poolReLU(x []float32, planes, h, w int, y []float32) {
 			bot := xb[r0+w : r0+w+2*wo]
 			bot = bot[:len(top)]
 			yr := yb[o : o+wo]
-			yr = yr[:len(top)/2]
-			for ox := range yr {
-				i := 2 * ox
-				k := max(key32(top[i]), key32(top[i+1]), key32(bot[i]), key32(bot[i+1]), 0)
-				yr[ox] = uint32(k)
+			for len(top) >= 2 && len(bot) >= 2 && len(yr) >= 1 {
+				yr[0] = uint32(max(key32(top[0]), key32(top[1]), key32(bot[0]), key32(bot[1]), 0))
+				top, bot, yr = top[2:], bot[2:], yr[1:]
 			}
 			o += wo
 		}
@@ -737,12 +735,6 @@ func (op *poolReLUGradOp) Do(v ...G.Value) (G.Value, error) {
 	return t, nil
 }
 
-// eqMask is all ones if a == b, else 0.
-func eqMask(a, b uint32) uint32 {
-	d := a ^ b
-	return ((d | -d) >> 31) - 1
-}
-
 // poolReLUGrad writes every element of dx: dy of each window at the
 // window's first input with the output's bits, if the output is not +0;
 // 0 elsewhere (the dropped odd last row and column included).
@@ -761,24 +753,43 @@ func poolReLUGrad(x, y, dy []float32, planes, h, w int, dx []float32) {
 			r0 := p*h*w + 2*oy*w
 			top := xb[r0 : r0+2*wo]
 			bot := xb[r0+w : r0+w+2*wo]
-			bot = bot[:len(top)]
 			dt := db[r0 : r0+2*wo]
-			dt = dt[:len(top)]
 			dbt := db[r0+w : r0+w+2*wo]
-			dbt = dbt[:len(top)]
 			yr := yb[o : o+wo]
-			yr = yr[:len(top)/2]
 			gr := gb[o : o+wo]
-			gr = gr[:len(yr)]
-			for ox, yv := range yr {
-				i := 2 * ox
-				g := gr[ox] &^ eqMask(yv, 0) // no gradient where y is +0
-				m0 := eqMask(top[i], yv)
-				m1 := eqMask(top[i+1], yv) &^ m0
-				seen := m0 | m1
-				m2 := eqMask(bot[i], yv) &^ seen
-				m3 := eqMask(bot[i+1], yv) &^ (seen | m2)
-				dt[i], dt[i+1], dbt[i], dbt[i+1] = g&m0, g&m1, g&m2, g&m3
+			// Conditional moves throughout: which input is the maximum
+			// is a coin toss that branches would lose.
+			for len(top) >= 2 && len(bot) >= 2 && len(dt) >= 2 && len(dbt) >= 2 && len(yr) >= 1 && len(gr) >= 1 {
+				yv := yr[0]
+				var g uint32
+				if yv != 0 { // +0: the ReLU passes no gradient
+					g = gr[0]
+				}
+				k := 3
+				if bot[0] == yv {
+					k = 2
+				}
+				if top[1] == yv {
+					k = 1
+				}
+				if top[0] == yv {
+					k = 0
+				}
+				var g0, g1, g2, g3 uint32
+				if k == 0 {
+					g0 = g
+				}
+				if k == 1 {
+					g1 = g
+				}
+				if k == 2 {
+					g2 = g
+				}
+				if k == 3 {
+					g3 = g
+				}
+				dt[0], dt[1], dbt[0], dbt[1] = g0, g1, g2, g3
+				top, bot, dt, dbt, yr, gr = top[2:], bot[2:], dt[2:], dbt[2:], yr[1:], gr[1:]
 			}
 			if w%2 == 1 {
 				db[r0+w-1] = 0

@@ -534,6 +534,9 @@ func benchStep(b *testing.B, name string) {
 // "cnn" at batch 64. Run with OPENBLAS_NUM_THREADS=1 for per-rank numbers.
 func BenchmarkStepCNN(b *testing.B) { benchStep(b, "cnn") }
 
+// BenchmarkStepMLP is BenchmarkStepCNN for "mlp".
+func BenchmarkStepMLP(b *testing.B) { benchStep(b, "mlp") }
+
 // BenchmarkStepCNNBN is BenchmarkStepCNN for "cnn-bn".
 func BenchmarkStepCNNBN(b *testing.B) { benchStep(b, "cnn-bn") }
 
@@ -571,6 +574,18 @@ func BenchmarkKernels(b *testing.B) {
 	b.Run("maxpool-forward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			maxPool2x2(p, 64*32, 28, 28, py, arg)
+		}
+	})
+	b.Run("relu+maxpool-forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLU(p, 64*32, 28, 28, py)
+		}
+	})
+	pdy := randSlice(r, len(py))
+	pdx := make([]float32, len(p))
+	b.Run("relu+maxpool-backward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLUGrad(p, py, pdy, 64*32, 28, 28, pdx)
 		}
 	})
 }
