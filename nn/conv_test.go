@@ -243,12 +243,13 @@ func TestPoolReLUMatchesUnfused(t *testing.T) {
 func TestSequentialFusesReLUPool(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		net   *Sequential
-		fused int
+		net             *Sequential
+		fused, convPool int
 	}{
-		{"relu, pool", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, ReLU{}, MaxPool2d{}, Flatten{}), 1},
-		{"pointers", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, &ReLU{}, &MaxPool2d{}, Flatten{}), 1},
-		{"pool, relu", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, MaxPool2d{}, ReLU{}, Flatten{}), 0},
+		{"conv, relu, pool", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, ReLU{}, MaxPool2d{}, Flatten{}), 0, 1},
+		{"relu, pool", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, Tanh{}, ReLU{}, MaxPool2d{}, Flatten{}), 1, 0},
+		{"pointers", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, Tanh{}, &ReLU{}, &MaxPool2d{}, Flatten{}), 1, 0},
+		{"pool, relu", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, MaxPool2d{}, ReLU{}, Flatten{}), 0, 0},
 	} {
 		m, err := New(c.name, c.net, []int{1, 6, 6}, 1)
 		if err != nil {
@@ -258,15 +259,59 @@ func TestSequentialFusesReLUPool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var fused int
+		var fused, convPool int
 		for _, n := range gr.g.AllNodes() {
-			if _, ok := n.Op().(*poolReLUOp); ok {
+			switch n.Op().(type) {
+			case *poolReLUOp:
 				fused++
+			case *convPoolOp:
+				convPool++
 			}
 		}
 		gr.Close()
-		if fused != c.fused {
-			t.Errorf("%s: %d fused ops, want %d", c.name, fused, c.fused)
+		if fused != c.fused || convPool != c.convPool {
+			t.Errorf("%s: %d relu+pool and %d conv+relu+pool ops, want %d and %d", c.name, fused, convPool, c.fused, c.convPool)
+		}
+	}
+}
+
+// TestConvPoolMatchesUnfused checks the fused convolution, bias, ReLU and
+// pooling bit for bit against the convolution with bias followed by the
+// fused ReLU and pooling, values and the gradients of x, w and b.
+func TestConvPoolMatchesUnfused(t *testing.T) {
+	r := newRNG(14)
+	for _, c := range convCases {
+		xs := tensor.Shape{c.n, c.cin, c.h, c.w}
+		ws := tensor.Shape{c.cout, c.cin, c.k, c.k}
+		vals := [][]float32{randSlice(r, xs.TotalSize()), randSlice(r, ws.TotalSize()), randSlice(r, c.cout)}
+		shapes := []tensor.Shape{xs, ws, {c.cout}}
+		name := fmt.Sprintf("%+v", c)
+		fused := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			return G.ApplyOp(newConvPool(c.k, c.pad, false), in...)
+		}, vals, shapes)
+		ref := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			op := newConv2d(c.k, c.pad)
+			op.bias = true
+			y, err := G.ApplyOp(op, in...)
+			if err != nil {
+				return nil, err
+			}
+			return G.ApplyOp(newPoolReLU(), y)
+		}, vals, shapes)
+		if !fused.yS.Eq(ref.yS) {
+			t.Fatalf("%s: shape %v, unfused %v", name, fused.yS, ref.yS)
+		}
+		same := func(what string, a, b []float32) {
+			for i := range b {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Errorf("%s: %s[%d] = %g, unfused %g", name, what, i, a[i], b[i])
+					return
+				}
+			}
+		}
+		same("y", fused.y, ref.y)
+		for i, what := range []string{"dx", "dw", "db"} {
+			same(what, fused.grads[i], ref.grads[i])
 		}
 	}
 }
@@ -380,26 +425,24 @@ func TestCNNSkipsInputGrad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gr.Close()
-	var convs, dxs, dws, pools, poolGrads int
+	var convs, dxs, dws, dbs, other int
 	for _, n := range gr.g.AllNodes() {
-		switch op := n.Op().(type) {
-		case *conv2dOp:
+		switch n.Op().(type) {
+		case *convPoolOp:
 			convs++
-		case *conv2dGradOp:
-			if op.wrtW {
-				dws++
-			} else {
-				dxs++
-			}
-		case *poolReLUOp:
-			pools++
-		case *poolReLUGradOp:
-			poolGrads++
+		case *convPoolGradW:
+			dws++
+		case *convPoolGradX:
+			dxs++
+		case *convPoolGradB:
+			dbs++
+		case *conv2dOp, *conv2dGradOp, *poolReLUOp, *maxPool2x2Op:
+			other++
 		}
 	}
-	// Each ReLU, MaxPool2d pair is one fused op.
-	if convs != 2 || dws != 2 || dxs != 1 || pools != 2 || poolGrads != 2 {
-		t.Errorf("got %d conv, %d dw, %d dx, %d relu+pool, %d relu+pool-gradient ops; want 2, 2, 1, 2, 2", convs, dws, dxs, pools, poolGrads)
+	// Each Conv2d, ReLU, MaxPool2d triple is one fused op.
+	if convs != 2 || dws != 2 || dxs != 1 || dbs != 2 || other != 0 {
+		t.Errorf("got %d conv+pool, %d dw, %d dx, %d db, %d unfused ops; want 2, 2, 1, 2, 0", convs, dws, dxs, dbs, other)
 	}
 }
 

@@ -27,6 +27,17 @@ func (s *Sequential) Children() []Child {
 func (s *Sequential) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 	var err error
 	for i := 0; i < len(s.Layers); i++ {
+		if _, ok := s.Layers[i].(*Conv2d); ok && i+2 < len(s.Layers) && isReLU(s.Layers[i+1]) && isMaxPool(s.Layers[i+2]) {
+			// Conv2d, ReLU, MaxPool2d: one op (see convPoolOp).
+			b.poolNext = true
+			x, err = b.Child(i, x)
+			b.poolNext = false
+			if err != nil {
+				return nil, err
+			}
+			i += 2
+			continue
+		}
 		if i+1 < len(s.Layers) && isReLU(s.Layers[i]) && isMaxPool(s.Layers[i+1]) && x.Dims() == 4 {
 			// ReLU then MaxPool2d: one op, pooling first (the same
 			// values and gradients, and the ReLU on a quarter of them).
@@ -138,12 +149,18 @@ func (l *Conv2d) Params() []Param {
 }
 
 func (l *Conv2d) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
-	op := newConv2d(l.K, l.Pad)
+	pool := b.poolNext
+	b.poolNext = false
 	// The network's input needs no gradient: skip dx.
-	op.noDX = !b.NeedsGrad(x)
-	if op.noDX {
+	noDX := !b.NeedsGrad(x)
+	if noDX {
 		b.NoBackwardFetch()
 	}
+	if pool {
+		return G.ApplyOp(newConvPool(l.K, l.Pad, noDX), x, b.Param(0), b.Param(1))
+	}
+	op := newConv2d(l.K, l.Pad)
+	op.noDX = noDX
 	op.bias = true
 	return G.ApplyOp(op, x, b.Param(0), b.Param(1))
 }
