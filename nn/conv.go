@@ -677,9 +677,15 @@ func poolReLU(x []float32, planes, h, w int, y []float32) {
 			bot := xb[r0+w : r0+w+2*wo]
 			bot = bot[:len(top)]
 			yr := yb[o : o+wo]
-			for len(top) >= 2 && len(bot) >= 2 && len(yr) >= 1 {
-				yr[0] = uint32(max(key32(top[0]), key32(top[1]), key32(bot[0]), key32(bot[1]), 0))
-				top, bot, yr = top[2:], bot[2:], yr[1:]
+			if wo == 0 {
+				continue
+			}
+			// Checked above: top and bot hold 2*wo values, yr wo.
+			pt, pb, py := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0]), unsafe.Pointer(&yr[0])
+			for ox := 0; ox < wo; ox++ {
+				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
+				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
+				*(*uint32)(unsafe.Add(py, 4*ox)) = uint32(max(key32(t[0]), key32(t[1]), key32(b[0]), key32(b[1]), 0))
 			}
 			o += wo
 		}
@@ -757,22 +763,31 @@ func poolReLUGrad(x, y, dy []float32, planes, h, w int, dx []float32) {
 			dbt := db[r0+w : r0+w+2*wo]
 			yr := yb[o : o+wo]
 			gr := gb[o : o+wo]
-			// Conditional moves throughout: which input is the maximum
-			// is a coin toss that branches would lose.
-			for len(top) >= 2 && len(bot) >= 2 && len(dt) >= 2 && len(dbt) >= 2 && len(yr) >= 1 && len(gr) >= 1 {
-				yv := yr[0]
+			if wo == 0 {
+				continue
+			}
+			// Checked above: top, bot, dt and dbt hold 2*wo values, yr
+			// and gr wo. Conditional moves throughout: which input is the
+			// maximum is a coin toss that branches would lose.
+			pt, pb := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0])
+			pdt, pdb := unsafe.Pointer(&dt[0]), unsafe.Pointer(&dbt[0])
+			py, pg := unsafe.Pointer(&yr[0]), unsafe.Pointer(&gr[0])
+			for ox := 0; ox < wo; ox++ {
+				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
+				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
+				yv := *(*uint32)(unsafe.Add(py, 4*ox))
 				var g uint32
 				if yv != 0 { // +0: the ReLU passes no gradient
-					g = gr[0]
+					g = *(*uint32)(unsafe.Add(pg, 4*ox))
 				}
 				k := 3
-				if bot[0] == yv {
+				if b[0] == yv {
 					k = 2
 				}
-				if top[1] == yv {
+				if t[1] == yv {
 					k = 1
 				}
-				if top[0] == yv {
+				if t[0] == yv {
 					k = 0
 				}
 				var g0, g1, g2, g3 uint32
@@ -788,8 +803,8 @@ func poolReLUGrad(x, y, dy []float32, planes, h, w int, dx []float32) {
 				if k == 3 {
 					g3 = g
 				}
-				dt[0], dt[1], dbt[0], dbt[1] = g0, g1, g2, g3
-				top, bot, dt, dbt, yr, gr = top[2:], bot[2:], dt[2:], dbt[2:], yr[1:], gr[1:]
+				*(*[2]uint32)(unsafe.Add(pdt, 8*ox)) = [2]uint32{g0, g1}
+				*(*[2]uint32)(unsafe.Add(pdb, 8*ox)) = [2]uint32{g2, g3}
 			}
 			if w%2 == 1 {
 				db[r0+w-1] = 0

@@ -242,7 +242,7 @@ func TestPoolReLUMatchesUnfused(t *testing.T) {
 // MaxPool2d as the fused op, and nothing else as it.
 func TestSequentialFusesReLUPool(t *testing.T) {
 	for _, c := range []struct {
-		name  string
+		name            string
 		net             *Sequential
 		fused, convPool int
 	}{
