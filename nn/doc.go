@@ -16,8 +16,8 @@
 // gradients of the layers built one by one, bit for bit: Conv2d, ReLU,
 // MaxPool2d (each image convolved, biased and pooled while in cache; see
 // convpool.go) and ReLU, MaxPool2d (pooling first, the ReLU on a quarter
-// of the values). A pipeline stage that cuts inside such a run builds its
-// layers one by one.
+// of the values). A pipeline stage builds its layers one by one (the
+// same values).
 //
 // # Your own layer
 //
