@@ -817,3 +817,108 @@ func poolReLUGrad(x, y, dy []float32, planes, h, w int, dx []float32) {
 		}
 	}
 }
+
+// poolReLUArg is poolReLU that also records, for each output, which of
+// its window's four inputs it is (0, 1: top row; 2, 3: bottom row; the
+// first in that order with the output's bits), or 4 where the output is
+// +0 (no gradient). poolReLUArgGrad then needs neither x nor y.
+func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
+	if len(x) == 0 {
+		return
+	}
+	xb := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x))
+	yb := unsafe.Slice((*uint32)(unsafe.Pointer(&y[0])), len(y))
+	ho, wo := h/2, w/2
+	if wo == 0 {
+		return
+	}
+	o := 0
+	for p := 0; p < planes; p++ {
+		for oy := 0; oy < ho; oy++ {
+			r0 := p*h*w + 2*oy*w
+			top := xb[r0 : r0+2*wo]
+			bot := xb[r0+w : r0+w+2*wo]
+			yr := yb[o : o+wo]
+			ar := arg[o : o+wo]
+			// Checked above: top and bot hold 2*wo values, yr and ar wo.
+			pt, pb := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0])
+			py, pa := unsafe.Pointer(&yr[0]), unsafe.Pointer(&ar[0])
+			for ox := 0; ox < wo; ox++ {
+				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
+				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
+				k := max(key32(t[0]), key32(t[1]), key32(b[0]), key32(b[1]), 0)
+				v := uint32(k)
+				a := 3 // an int: conditional moves have no byte form
+				if b[0] == v {
+					a = 2
+				}
+				if t[1] == v {
+					a = 1
+				}
+				if t[0] == v {
+					a = 0
+				}
+				if k == 0 {
+					a = 4
+				}
+				*(*uint32)(unsafe.Add(py, 4*ox)) = v
+				*(*uint8)(unsafe.Add(pa, ox)) = uint8(a)
+			}
+			o += wo
+		}
+	}
+}
+
+// poolReLUArgGrad writes every element of dx from the gradient dy of
+// poolReLUArg's output and its arg: dy at the recorded input, 0 elsewhere
+// (the dropped odd last row and column included).
+func poolReLUArgGrad(arg []uint8, dy []float32, planes, h, w int, dx []float32) {
+	if len(dx) == 0 {
+		return
+	}
+	gb := unsafe.Slice((*uint32)(unsafe.Pointer(&dy[0])), len(dy))
+	db := unsafe.Slice((*uint32)(unsafe.Pointer(&dx[0])), len(dx))
+	ho, wo := h/2, w/2
+	o := 0
+	for p := 0; p < planes; p++ {
+		for oy := 0; oy < ho; oy++ {
+			r0 := p*h*w + 2*oy*w
+			dt := db[r0 : r0+2*wo]
+			dbt := db[r0+w : r0+w+2*wo]
+			ar := arg[o : o+wo]
+			gr := gb[o : o+wo]
+			if wo > 0 {
+				// Checked above: dt and dbt hold 2*wo values, ar and gr wo.
+				pdt, pdb := unsafe.Pointer(&dt[0]), unsafe.Pointer(&dbt[0])
+				pa, pg := unsafe.Pointer(&ar[0]), unsafe.Pointer(&gr[0])
+				for ox := 0; ox < wo; ox++ {
+					a := int(*(*uint8)(unsafe.Add(pa, ox)))
+					g := *(*uint32)(unsafe.Add(pg, 4*ox))
+					var g0, g1, g2, g3 uint32
+					if a == 0 {
+						g0 = g
+					}
+					if a == 1 {
+						g1 = g
+					}
+					if a == 2 {
+						g2 = g
+					}
+					if a == 3 {
+						g3 = g
+					}
+					*(*[2]uint32)(unsafe.Add(pdt, 8*ox)) = [2]uint32{g0, g1}
+					*(*[2]uint32)(unsafe.Add(pdb, 8*ox)) = [2]uint32{g2, g3}
+				}
+			}
+			if w%2 == 1 {
+				db[r0+w-1] = 0
+				db[r0+2*w-1] = 0
+			}
+			o += wo
+		}
+		if h%2 == 1 {
+			clear(db[p*h*w+(h-1)*w : (p+1)*h*w])
+		}
+	}
+}

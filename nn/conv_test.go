@@ -238,6 +238,52 @@ func TestPoolReLUMatchesUnfused(t *testing.T) {
 	}
 }
 
+// TestPoolReLUArgMatches checks the kernels that record which input each
+// output is (convPoolOp's) against poolReLU and poolReLUGrad, bit for bit,
+// on inputs full of ties and zeros of both signs.
+func TestPoolReLUArgMatches(t *testing.T) {
+	r := newRNG(15)
+	negZero := float32(math.Copysign(0, -1))
+	for _, s := range []tensor.Shape{{1, 1, 2, 2}, {2, 3, 5, 7}, {1, 4, 9, 9}, {2, 2, 28, 28}} {
+		x := make([]float32, s.TotalSize())
+		for i := range x {
+			switch r.next() % 6 {
+			case 0:
+				x[i] = 0
+			case 1:
+				x[i] = negZero
+			case 2:
+				x[i] = float32(int(r.next()%5)-2) * 0.5
+			default:
+				x[i] = float32(2*r.float64() - 1)
+			}
+		}
+		ys, _ := poolShape(s)
+		planes, h, w := s[0]*s[1], s[2], s[3]
+		y, y2 := make([]float32, ys.TotalSize()), make([]float32, ys.TotalSize())
+		arg := make([]uint8, len(y))
+		poolReLU(x, planes, h, w, y)
+		poolReLUArg(x, planes, h, w, y2, arg)
+		dy := randSlice(r, len(y))
+		dx, dx2 := make([]float32, len(x)), make([]float32, len(x))
+		for i := range dx2 {
+			dx2[i] = 7 // every element must be written
+		}
+		poolReLUGrad(x, y, dy, planes, h, w, dx)
+		poolReLUArgGrad(arg, dy, planes, h, w, dx2)
+		for i := range y {
+			if math.Float32bits(y[i]) != math.Float32bits(y2[i]) {
+				t.Fatalf("%v: y[%d] = %g, want %g", s, i, y2[i], y[i])
+			}
+		}
+		for i := range dx {
+			if math.Float32bits(dx[i]) != math.Float32bits(dx2[i]) {
+				t.Fatalf("%v: dx[%d] = %g, want %g", s, i, dx2[i], dx[i])
+			}
+		}
+	}
+}
+
 // TestSequentialFusesReLUPool checks that a Sequential builds ReLU then
 // MaxPool2d as the fused op, and nothing else as it.
 func TestSequentialFusesReLUPool(t *testing.T) {
@@ -629,6 +675,17 @@ func BenchmarkKernels(b *testing.B) {
 	b.Run("relu+maxpool-backward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			poolReLUGrad(p, py, pdy, 64*32, 28, 28, pdx)
+		}
+	})
+	parg := make([]uint8, len(py))
+	b.Run("relu+maxpool-arg-forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLUArg(p, 64*32, 28, 28, py, parg)
+		}
+	})
+	b.Run("relu+maxpool-arg-backward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLUArgGrad(parg, pdy, 64*32, 28, 28, pdx)
 		}
 	})
 }

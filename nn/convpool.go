@@ -18,8 +18,9 @@ import (
 // conv2dOp (with bias) followed by poolReLUOp: the same kernels, in the
 // same order.
 //
-// The forward op keeps the convolution's output (before ReLU) for the
-// backward ops, and the filter-gradient op leaves the gradient w.r.t. that
+// The forward op keeps, for each pooled output, which input of its window
+// it came from (a byte; the convolution's output itself stays in cache,
+// one image at a time), for the backward ops, and the filter-gradient op leaves the gradient w.r.t. that
 // output and the bias gradient for the other two, which take the filter
 // gradient as an input only to run after it. Like the other ops here, an
 // instance must not run concurrently with itself or its gradient ops.
@@ -27,8 +28,9 @@ import (
 // convPoolState is what the fused ops share.
 type convPoolState struct {
 	g     convGeom
-	y     []float32 // conv + bias, (N, Cout, Ho, Wo)
-	dconv []float32 // the gradient w.r.t. y
+	y     []float32 // one image's conv + bias, (Cout, Ho, Wo)
+	arg   []uint8   // which input each output is (poolReLUArg), for all images
+	dconv []float32 // the gradient w.r.t. conv + bias, (N, Cout, Ho, Wo)
 	db    []float32 // the bias gradient
 }
 
@@ -84,7 +86,11 @@ func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	st := op.st
 	st.g = g
-	st.y = grow(st.y, g.outShape().TotalSize())
+	st.y = grow(st.y, g.cout*g.howo())
+	if cap(st.arg) < ps.TotalSize() {
+		st.arg = make([]uint8, ps.TotalSize())
+	}
+	st.arg = st.arg[:ps.TotalSize()]
 	t, out := op.out.get(ps, x, w, b)
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
@@ -96,12 +102,12 @@ func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
 			col = op.conv.sc.get(ckk * howo)
 			im2col(g, xn, col)
 		}
-		yn := st.y[n*g.cout*howo : (n+1)*g.cout*howo]
+		yn := st.y // stays in cache: only the pooled output and arg are kept
 		impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cout, howo, ckk, 1, w, ckk, col, howo, 0, yn, howo)
 		for c, bc := range b[:g.cout] {
 			addScalar(yn[c*howo:(c+1)*howo], bc)
 		}
-		poolReLU(yn, g.cout, g.ho, g.wo, out[n*pn:(n+1)*pn])
+		poolReLUArg(yn, g.cout, g.ho, g.wo, out[n*pn:(n+1)*pn], st.arg[n*pn:(n+1)*pn])
 	}
 	return t, nil
 }
@@ -174,10 +180,10 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(st.y) != g.outShape().TotalSize() || !xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || len(p) != ps.TotalSize() || len(dp) != len(p) {
+	if len(st.arg) != ps.TotalSize() || !xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || len(p) != ps.TotalSize() || len(dp) != len(p) {
 		return nil, fmt.Errorf("nn: %s: no forward pass recorded for input %v", op.name, xs)
 	}
-	st.dconv = grow(st.dconv, len(st.y))
+	st.dconv = grow(st.dconv, g.outShape().TotalSize())
 	st.db = grow(st.db, g.cout)
 	clear(st.db)
 	t, dw := op.out.get(op.ws, x, p, dp)
@@ -186,9 +192,8 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	pn := len(p) / g.n
 	var beta float32
 	for n := 0; n < g.n; n++ {
-		yn := st.y[n*g.cout*howo : (n+1)*g.cout*howo]
 		dn := st.dconv[n*g.cout*howo : (n+1)*g.cout*howo]
-		poolReLUGrad(yn, p[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
+		poolReLUArgGrad(st.arg[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
 		for c := range st.db {
 			st.db[c] += sum32(dn[c*howo : (c+1)*howo])
 		}
