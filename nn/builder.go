@@ -34,6 +34,9 @@ type Builder struct {
 	gate   *gate            // the layer being built (store mode)
 	err    error            // the first misuse by a layer (Param out of range)
 	ctx    *context.Context // the running Step's (batch-norm sync)
+	// poolNext: a Sequential asks the Conv2d it builds next to take in
+	// the ReLU and MaxPool2d that follow it (Conv2d.Fwd clears it).
+	poolNext bool
 }
 
 // Param returns the node of the current layer's k-th learnable (in its

@@ -2,10 +2,11 @@ package nn
 
 import (
 	"fmt"
-	"github.com/gdist/gdist/flat"
 	"math"
+	"unsafe"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/flat"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 	G "gorgonia.org/gorgonia"
@@ -36,15 +37,19 @@ func (s *convScratch) get(n int) []float32 {
 	return s.col[:n]
 }
 
-// conv2dOp: x (N, Cin, H, W), w (Cout, Cin, k, k) -> (N, Cout, Ho, Wo) with
-// stride 1 and symmetric zero padding pad, Ho = H+2pad-k+1 (likewise Wo).
-// No bias: add it with biasOp. With noDX the op is not differentiable
+// conv2dOp: x (N, Cin, H, W), w (Cout, Cin, k, k)[, b (Cout)] ->
+// (N, Cout, Ho, Wo) with stride 1 and symmetric zero padding pad,
+// Ho = H+2pad-k+1 (likewise Wo). With noDX the op is not differentiable
 // w.r.t. x (for a network's input, whose gradient nobody reads).
 type conv2dOp struct {
 	baseOp
 	k, pad int
 	noDX   bool
-	sc     *convScratch
+	// bias: a third input b (Cout) is added to each output channel, in
+	// the same pass over the output as the matrix product.
+	bias bool
+	sc   *convScratch
+	out  outBuf
 }
 
 func newConv2d(k, pad int) *conv2dOp {
@@ -80,13 +85,21 @@ func newConvGeom(x, w tensor.Shape, k, pad int) (convGeom, error) {
 	return g, nil
 }
 
-func (op *conv2dOp) Arity() int { return 2 }
+func (op *conv2dOp) Arity() int {
+	if op.bias {
+		return 3
+	}
+	return 2
+}
 func (op *conv2dOp) Type() hm.Type {
+	if op.bias {
+		return hm.NewFnType(tt(4), tt(4), tt(1), tt(4))
+	}
 	return hm.NewFnType(tt(4), tt(4), tt(4))
 }
 func (op *conv2dOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
-	if len(ds) != 2 {
-		return nil, fmt.Errorf("nn: conv2d wants 2 inputs, got %d", len(ds))
+	if len(ds) != op.Arity() {
+		return nil, fmt.Errorf("nn: conv2d wants %d inputs, got %d", op.Arity(), len(ds))
 	}
 	x, ok1 := ds[0].(tensor.Shape)
 	w, ok2 := ds[1].(tensor.Shape)
@@ -126,13 +139,24 @@ func (op *conv2dOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, g.n*g.cout*g.howo())
-	conv2dForward(g, x, w, out, op.sc)
-	return tensor.New(tensor.WithShape(g.outShape()...), tensor.WithBacking(out)), nil
+	var b []float32
+	if op.bias {
+		var bs tensor.Shape
+		if b, bs, err = f32n(v[2]); err != nil {
+			return nil, err
+		}
+		if len(bs) != 1 || bs[0] != g.cout {
+			return nil, fmt.Errorf("nn: conv2d with %d output channels: bias of shape %v", g.cout, bs)
+		}
+	}
+	t, out := op.out.get(g.outShape(), x, w, b)
+	conv2dForward(g, x, w, b, out, op.sc)
+	return t, nil
 }
 
-// conv2dForward: y[n] [Cout, HoWo] = W [Cout, CKK] x im2col(x[n]).
-func conv2dForward(g convGeom, x, w, y []float32, sc *convScratch) {
+// conv2dForward: y[n] [Cout, HoWo] = W [Cout, CKK] x im2col(x[n]) (+ b,
+// one value per row, unless b is nil). y need not be zero.
+func conv2dForward(g convGeom, x, w, b, y []float32, sc *convScratch) {
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	for n := 0; n < g.n; n++ {
@@ -144,6 +168,31 @@ func conv2dForward(g convGeom, x, w, y []float32, sc *convScratch) {
 		}
 		yn := y[n*g.cout*howo : (n+1)*g.cout*howo]
 		impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cout, howo, ckk, 1, w, ckk, col, howo, 0, yn, howo)
+		if b != nil {
+			// While yn is still in cache.
+			for c, bc := range b[:g.cout] {
+				addScalar(yn[c*howo:(c+1)*howo], bc)
+			}
+		}
+	}
+}
+
+// addScalar adds s to every element of v.
+func addScalar(v []float32, s float32) {
+	for len(v) >= 8 {
+		w := v[:8:8]
+		w[0] += s
+		w[1] += s
+		w[2] += s
+		w[3] += s
+		w[4] += s
+		w[5] += s
+		w[6] += s
+		w[7] += s
+		v = v[8:]
+	}
+	for i := range v {
+		v[i] += s
 	}
 }
 
@@ -285,10 +334,15 @@ func col2imSame(g convGeom, row, plane []float32, ki, kj int) {
 	flat.AddTo(plane[d0+off:d1+off], row[d0:d1])
 }
 
-func (op *conv2dOp) DiffWRT(int) []bool { return []bool{!op.noDX, true} }
+func (op *conv2dOp) DiffWRT(int) []bool {
+	if op.bias {
+		return []bool{!op.noDX, true, true}
+	}
+	return []bool{!op.noDX, true}
+}
 func (op *conv2dOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 2 {
-		return nil, fmt.Errorf("nn: conv2d has 2 inputs, got %d", len(inputs))
+	if len(inputs) != op.Arity() {
+		return nil, fmt.Errorf("nn: conv2d has %d inputs, got %d", op.Arity(), len(inputs))
 	}
 	var dx *G.Node
 	if !op.noDX {
@@ -302,7 +356,14 @@ func (op *conv2dOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, erro
 	if err != nil {
 		return nil, err
 	}
-	return G.Nodes{dx, dw}, nil
+	if !op.bias {
+		return G.Nodes{dx, dw}, nil
+	}
+	db, err := G.ApplyOp(&channelSumOp{baseOp: baseOp{nextID(), "channelsum"}, c: inputs[2].Shape()[0], dims: 4}, grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx, dw, db}, nil
 }
 
 // conv2dGradOp computes dx from (w, dy) or, with wrtW, dw from (x, dy).
@@ -312,6 +373,7 @@ type conv2dGradOp struct {
 	fwd  *conv2dOp
 	wrtW bool
 	out  tensor.Shape
+	buf  outBuf
 }
 
 func (op *conv2dGradOp) Arity() int { return 2 }
@@ -343,17 +405,17 @@ func (op *conv2dGradOp) Do(v ...G.Value) (G.Value, error) {
 	if !dys.Eq(g.outShape()) {
 		return nil, fmt.Errorf("nn: %s: gradient of shape %v, want %v", op.name, dys, g.outShape())
 	}
-	out := make([]float32, op.out.TotalSize())
+	t, out := op.buf.get(op.out, a, dy)
 	if op.wrtW {
 		conv2dBackwardW(g, a, dy, out, op.fwd.sc)
 	} else {
 		conv2dBackwardX(g, a, dy, out, op.fwd.sc)
 	}
-	return tensor.New(tensor.WithShape(op.out.Clone()...), tensor.WithBacking(out)), nil
+	return t, nil
 }
 
 // conv2dBackwardX: dx[n] = col2im(W^T [CKK, Cout] x dy[n] [Cout, HoWo]).
-// dx must be zero on entry.
+// dx need not be zero.
 func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
@@ -366,6 +428,7 @@ func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
 		}
 		col := sc.get(ckk * howo)
 		impl.Sgemm(blas.Trans, blas.NoTrans, ckk, howo, g.cout, 1, w, ckk, dyn, howo, 0, col, howo)
+		clear(dxn)
 		col2im(g, col, dxn)
 	}
 }
@@ -541,4 +604,321 @@ func (op *maxPool2x2GradOp) Do(v ...G.Value) (G.Value, error) {
 		dx[a] += dy[i]
 	}
 	return t, nil
+}
+
+// ---- ReLU then 2x2 max pooling, fused ----
+
+// poolReLUOp is maxpool2x2(relu(x)), computed as relu(maxpool2x2(x)) (the
+// same values: ReLU is monotone) in one pass over x with no argmax kept:
+// the backward op finds the maximum again by comparing x with the output.
+// Values and gradients are bit for bit those of reluOp followed by
+// maxPool2x2Op: the output is the first maximum in row-major order under
+// orderKey's total order, clamped to +0; the gradient goes to the first
+// input with exactly the output's bits, and nowhere when the output is +0
+// (ReLU's gradient at x <= 0 is 0).
+type poolReLUOp struct {
+	baseOp
+	out outBuf
+}
+
+func newPoolReLU() *poolReLUOp {
+	return &poolReLUOp{baseOp: baseOp{nextID(), "relu+maxpool2x2"}}
+}
+
+func (op *poolReLUOp) Arity() int { return 1 }
+func (op *poolReLUOp) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4))
+}
+func (op *poolReLUOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	x, ok := ds[0].(tensor.Shape)
+	if !ok {
+		return nil, fmt.Errorf("nn: relu+maxpool2x2 wants a shape, got %T", ds[0])
+	}
+	return poolShape(x)
+}
+func (op *poolReLUOp) ReturnsPtr() bool { return false }
+
+func (op *poolReLUOp) Do(v ...G.Value) (G.Value, error) {
+	x, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	ys, err := poolShape(xs)
+	if err != nil {
+		return nil, err
+	}
+	t, out := op.out.get(ys, x)
+	poolReLU(x, xs[0]*xs[1], xs[2], xs[3], out)
+	return t, nil
+}
+
+// key32 is orderKey in 32 bits: an int32 with the order of the float32
+// with bits b. It is its own inverse.
+func key32(b uint32) int32 {
+	v := int32(b)
+	return v ^ (v>>31)&0x7fffffff
+}
+
+// poolReLU sets y to relu(maxpool2x2(x)) over planes (H, W). The ReLU is
+// a max with the key of +0, which is 0: positive floats (and NaNs with
+// the sign bit clear) are their own keys.
+func poolReLU(x []float32, planes, h, w int, y []float32) {
+	if len(x) == 0 {
+		return
+	}
+	xb := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x))
+	yb := unsafe.Slice((*uint32)(unsafe.Pointer(&y[0])), len(y))
+	ho, wo := h/2, w/2
+	o := 0
+	for p := 0; p < planes; p++ {
+		for oy := 0; oy < ho; oy++ {
+			r0 := p*h*w + 2*oy*w
+			top := xb[r0 : r0+2*wo]
+			bot := xb[r0+w : r0+w+2*wo]
+			bot = bot[:len(top)]
+			yr := yb[o : o+wo]
+			if wo == 0 {
+				continue
+			}
+			// Checked above: top and bot hold 2*wo values, yr wo.
+			pt, pb, py := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0]), unsafe.Pointer(&yr[0])
+			for ox := 0; ox < wo; ox++ {
+				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
+				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
+				*(*uint32)(unsafe.Add(py, 4*ox)) = uint32(max(key32(t[0]), key32(t[1]), key32(b[0]), key32(b[1]), 0))
+			}
+			o += wo
+		}
+	}
+}
+
+func (op *poolReLUOp) DiffWRT(int) []bool { return []bool{true} }
+func (op *poolReLUOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	dx, err := G.ApplyOp(&poolReLUGradOp{baseOp: baseOp{nextID(), "relu+maxpool2x2'"}}, inputs[0], output, grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx}, nil
+}
+
+// poolReLUGradOp: (x, y, dy) -> dx for y = poolReLU(x).
+type poolReLUGradOp struct {
+	baseOp
+	out outBuf
+}
+
+func (op *poolReLUGradOp) Arity() int { return 3 }
+func (op *poolReLUGradOp) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(4), tt(4))
+}
+func (op *poolReLUGradOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op *poolReLUGradOp) ReturnsPtr() bool { return false }
+
+func (op *poolReLUGradOp) Do(v ...G.Value) (G.Value, error) {
+	x, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	y, ys, err := f32n(v[1])
+	if err != nil {
+		return nil, err
+	}
+	dy, dys, err := f32n(v[2])
+	if err != nil {
+		return nil, err
+	}
+	want, err := poolShape(xs)
+	if err != nil {
+		return nil, err
+	}
+	if !ys.Eq(want) || !dys.Eq(want) {
+		return nil, fmt.Errorf("nn: relu+maxpool2x2': output %v and gradient %v for input %v", ys, dys, xs)
+	}
+	t, dx := op.out.get(xs, x, y, dy)
+	poolReLUGrad(x, y, dy, xs[0]*xs[1], xs[2], xs[3], dx)
+	return t, nil
+}
+
+// poolReLUGrad writes every element of dx: dy of each window at the
+// window's first input with the output's bits, if the output is not +0;
+// 0 elsewhere (the dropped odd last row and column included).
+func poolReLUGrad(x, y, dy []float32, planes, h, w int, dx []float32) {
+	if len(x) == 0 {
+		return
+	}
+	xb := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x))
+	yb := unsafe.Slice((*uint32)(unsafe.Pointer(&y[0])), len(y))
+	gb := unsafe.Slice((*uint32)(unsafe.Pointer(&dy[0])), len(dy))
+	db := unsafe.Slice((*uint32)(unsafe.Pointer(&dx[0])), len(dx))
+	ho, wo := h/2, w/2
+	o := 0
+	for p := 0; p < planes; p++ {
+		for oy := 0; oy < ho; oy++ {
+			r0 := p*h*w + 2*oy*w
+			top := xb[r0 : r0+2*wo]
+			bot := xb[r0+w : r0+w+2*wo]
+			dt := db[r0 : r0+2*wo]
+			dbt := db[r0+w : r0+w+2*wo]
+			yr := yb[o : o+wo]
+			gr := gb[o : o+wo]
+			if wo == 0 {
+				continue
+			}
+			// Checked above: top, bot, dt and dbt hold 2*wo values, yr
+			// and gr wo. Conditional moves throughout: which input is the
+			// maximum is a coin toss that branches would lose.
+			pt, pb := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0])
+			pdt, pdb := unsafe.Pointer(&dt[0]), unsafe.Pointer(&dbt[0])
+			py, pg := unsafe.Pointer(&yr[0]), unsafe.Pointer(&gr[0])
+			for ox := 0; ox < wo; ox++ {
+				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
+				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
+				yv := *(*uint32)(unsafe.Add(py, 4*ox))
+				var g uint32
+				if yv != 0 { // +0: the ReLU passes no gradient
+					g = *(*uint32)(unsafe.Add(pg, 4*ox))
+				}
+				k := 3
+				if b[0] == yv {
+					k = 2
+				}
+				if t[1] == yv {
+					k = 1
+				}
+				if t[0] == yv {
+					k = 0
+				}
+				var g0, g1, g2, g3 uint32
+				if k == 0 {
+					g0 = g
+				}
+				if k == 1 {
+					g1 = g
+				}
+				if k == 2 {
+					g2 = g
+				}
+				if k == 3 {
+					g3 = g
+				}
+				*(*[2]uint32)(unsafe.Add(pdt, 8*ox)) = [2]uint32{g0, g1}
+				*(*[2]uint32)(unsafe.Add(pdb, 8*ox)) = [2]uint32{g2, g3}
+			}
+			if w%2 == 1 {
+				db[r0+w-1] = 0
+				db[r0+2*w-1] = 0
+			}
+			o += wo
+		}
+		if h%2 == 1 {
+			clear(db[p*h*w+(h-1)*w : (p+1)*h*w])
+		}
+	}
+}
+
+// poolReLUArg is poolReLU that also records, for each output, which of
+// its window's four inputs it is (0, 1: top row; 2, 3: bottom row; the
+// first in that order with the output's bits), or 4 where the output is
+// +0 (no gradient). poolReLUArgGrad then needs neither x nor y.
+func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
+	if len(x) == 0 {
+		return
+	}
+	xb := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x))
+	yb := unsafe.Slice((*uint32)(unsafe.Pointer(&y[0])), len(y))
+	ho, wo := h/2, w/2
+	if wo == 0 {
+		return
+	}
+	o := 0
+	for p := 0; p < planes; p++ {
+		for oy := 0; oy < ho; oy++ {
+			r0 := p*h*w + 2*oy*w
+			top := xb[r0 : r0+2*wo]
+			bot := xb[r0+w : r0+w+2*wo]
+			yr := yb[o : o+wo]
+			ar := arg[o : o+wo]
+			// Checked above: top and bot hold 2*wo values, yr and ar wo.
+			pt, pb := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0])
+			py, pa := unsafe.Pointer(&yr[0]), unsafe.Pointer(&ar[0])
+			for ox := 0; ox < wo; ox++ {
+				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
+				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
+				k := max(key32(t[0]), key32(t[1]), key32(b[0]), key32(b[1]), 0)
+				v := uint32(k)
+				a := 3 // an int: conditional moves have no byte form
+				if b[0] == v {
+					a = 2
+				}
+				if t[1] == v {
+					a = 1
+				}
+				if t[0] == v {
+					a = 0
+				}
+				if k == 0 {
+					a = 4
+				}
+				*(*uint32)(unsafe.Add(py, 4*ox)) = v
+				*(*uint8)(unsafe.Add(pa, ox)) = uint8(a)
+			}
+			o += wo
+		}
+	}
+}
+
+// poolReLUArgGrad writes every element of dx from the gradient dy of
+// poolReLUArg's output and its arg: dy at the recorded input, 0 elsewhere
+// (the dropped odd last row and column included).
+func poolReLUArgGrad(arg []uint8, dy []float32, planes, h, w int, dx []float32) {
+	if len(dx) == 0 {
+		return
+	}
+	gb := unsafe.Slice((*uint32)(unsafe.Pointer(&dy[0])), len(dy))
+	db := unsafe.Slice((*uint32)(unsafe.Pointer(&dx[0])), len(dx))
+	ho, wo := h/2, w/2
+	o := 0
+	for p := 0; p < planes; p++ {
+		for oy := 0; oy < ho; oy++ {
+			r0 := p*h*w + 2*oy*w
+			dt := db[r0 : r0+2*wo]
+			dbt := db[r0+w : r0+w+2*wo]
+			ar := arg[o : o+wo]
+			gr := gb[o : o+wo]
+			if wo > 0 {
+				// Checked above: dt and dbt hold 2*wo values, ar and gr wo.
+				pdt, pdb := unsafe.Pointer(&dt[0]), unsafe.Pointer(&dbt[0])
+				pa, pg := unsafe.Pointer(&ar[0]), unsafe.Pointer(&gr[0])
+				for ox := 0; ox < wo; ox++ {
+					a := int(*(*uint8)(unsafe.Add(pa, ox)))
+					g := *(*uint32)(unsafe.Add(pg, 4*ox))
+					var g0, g1, g2, g3 uint32
+					if a == 0 {
+						g0 = g
+					}
+					if a == 1 {
+						g1 = g
+					}
+					if a == 2 {
+						g2 = g
+					}
+					if a == 3 {
+						g3 = g
+					}
+					*(*[2]uint32)(unsafe.Add(pdt, 8*ox)) = [2]uint32{g0, g1}
+					*(*[2]uint32)(unsafe.Add(pdb, 8*ox)) = [2]uint32{g2, g3}
+				}
+			}
+			if w%2 == 1 {
+				db[r0+w-1] = 0
+				db[r0+2*w-1] = 0
+			}
+			o += wo
+		}
+		if h%2 == 1 {
+			clear(db[p*h*w+(h-1)*w : (p+1)*h*w])
+		}
+	}
 }

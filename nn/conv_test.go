@@ -158,7 +158,7 @@ func TestConv2dFiniteDifference(t *testing.T) {
 		sc := &convScratch{}
 		loss := func() float64 {
 			y := make([]float32, len(rr))
-			conv2dForward(g, x, w, y, sc)
+			conv2dForward(g, x, w, nil, y, sc)
 			var s float64
 			for i := range y {
 				s += float64(y[i]) * float64(rr[i])
@@ -187,6 +187,203 @@ func TestConv2dFiniteDifference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPoolReLUMatchesUnfused checks the fused ReLU + max-pool op bit for
+// bit against reluOp followed by maxPool2x2Op, values and gradients, on
+// inputs full of ties, zeros of both signs, negative windows and odd
+// sizes.
+func TestPoolReLUMatchesUnfused(t *testing.T) {
+	r := newRNG(12)
+	negZero := float32(math.Copysign(0, -1))
+	for _, s := range []tensor.Shape{{1, 1, 2, 2}, {2, 3, 5, 7}, {3, 2, 8, 6}, {1, 4, 9, 9}, {2, 2, 28, 28}} {
+		x := make([]float32, s.TotalSize())
+		for i := range x {
+			switch r.next() % 6 {
+			case 0:
+				x[i] = 0
+			case 1:
+				x[i] = negZero
+			case 2: // few distinct values: many ties
+				x[i] = float32(int(r.next()%5)-2) * 0.5
+			default:
+				x[i] = float32(2*r.float64() - 1)
+			}
+		}
+		shapes := []tensor.Shape{s}
+		fused := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			return G.ApplyOp(newPoolReLU(), in[0])
+		}, [][]float32{x}, shapes)
+		ref := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			h, err := G.ApplyOp(&reluOp{baseOp: baseOp{nextID(), "relu"}}, in[0])
+			if err != nil {
+				return nil, err
+			}
+			return G.ApplyOp(newMaxPool2x2(), h)
+		}, [][]float32{x}, shapes)
+		if !fused.yS.Eq(ref.yS) {
+			t.Fatalf("%v: shape %v, unfused %v", s, fused.yS, ref.yS)
+		}
+		same := func(what string, a, b []float32) {
+			for i := range b {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Errorf("%v: %s[%d] = %g, unfused %g", s, what, i, a[i], b[i])
+					return
+				}
+			}
+		}
+		same("y", fused.y, ref.y)
+		same("dx", fused.grads[0], ref.grads[0])
+	}
+}
+
+// TestPoolReLUArgMatches checks the kernels that record which input each
+// output is (convPoolOp's) against poolReLU and poolReLUGrad, bit for bit,
+// on inputs full of ties and zeros of both signs.
+func TestPoolReLUArgMatches(t *testing.T) {
+	r := newRNG(15)
+	negZero := float32(math.Copysign(0, -1))
+	for _, s := range []tensor.Shape{{1, 1, 2, 2}, {2, 3, 5, 7}, {1, 4, 9, 9}, {2, 2, 28, 28}} {
+		x := make([]float32, s.TotalSize())
+		for i := range x {
+			switch r.next() % 6 {
+			case 0:
+				x[i] = 0
+			case 1:
+				x[i] = negZero
+			case 2:
+				x[i] = float32(int(r.next()%5)-2) * 0.5
+			default:
+				x[i] = float32(2*r.float64() - 1)
+			}
+		}
+		ys, _ := poolShape(s)
+		planes, h, w := s[0]*s[1], s[2], s[3]
+		y, y2 := make([]float32, ys.TotalSize()), make([]float32, ys.TotalSize())
+		arg := make([]uint8, len(y))
+		poolReLU(x, planes, h, w, y)
+		poolReLUArg(x, planes, h, w, y2, arg)
+		dy := randSlice(r, len(y))
+		dx, dx2 := make([]float32, len(x)), make([]float32, len(x))
+		for i := range dx2 {
+			dx2[i] = 7 // every element must be written
+		}
+		poolReLUGrad(x, y, dy, planes, h, w, dx)
+		poolReLUArgGrad(arg, dy, planes, h, w, dx2)
+		for i := range y {
+			if math.Float32bits(y[i]) != math.Float32bits(y2[i]) {
+				t.Fatalf("%v: y[%d] = %g, want %g", s, i, y2[i], y[i])
+			}
+		}
+		for i := range dx {
+			if math.Float32bits(dx[i]) != math.Float32bits(dx2[i]) {
+				t.Fatalf("%v: dx[%d] = %g, want %g", s, i, dx2[i], dx[i])
+			}
+		}
+	}
+}
+
+// TestSequentialFusesReLUPool checks that a Sequential builds ReLU then
+// MaxPool2d as the fused op, and nothing else as it.
+func TestSequentialFusesReLUPool(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		net             *Sequential
+		fused, convPool int
+	}{
+		{"conv, relu, pool", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, ReLU{}, MaxPool2d{}, Flatten{}), 0, 1},
+		{"relu, pool", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, Tanh{}, ReLU{}, MaxPool2d{}, Flatten{}), 1, 0},
+		{"pointers", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, Tanh{}, &ReLU{}, &MaxPool2d{}, Flatten{}), 1, 0},
+		{"pool, relu", Seq(&Conv2d{In: 1, Out: 2, K: 3, Pad: 1}, MaxPool2d{}, ReLU{}, Flatten{}), 0, 0},
+	} {
+		m, err := New(c.name, c.net, []int{1, 6, 6}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr, err := m.NewGraph(2, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fused, convPool int
+		for _, n := range gr.g.AllNodes() {
+			switch n.Op().(type) {
+			case *poolReLUOp:
+				fused++
+			case *convPoolOp:
+				convPool++
+			}
+		}
+		gr.Close()
+		if fused != c.fused || convPool != c.convPool {
+			t.Errorf("%s: %d relu+pool and %d conv+relu+pool ops, want %d and %d", c.name, fused, convPool, c.fused, c.convPool)
+		}
+	}
+}
+
+// TestConvPoolMatchesUnfused checks the fused convolution, bias, ReLU and
+// pooling bit for bit against the convolution with bias followed by the
+// fused ReLU and pooling, values and the gradients of x, w and b.
+func TestConvPoolMatchesUnfused(t *testing.T) {
+	r := newRNG(14)
+	for _, c := range convCases {
+		xs := tensor.Shape{c.n, c.cin, c.h, c.w}
+		ws := tensor.Shape{c.cout, c.cin, c.k, c.k}
+		vals := [][]float32{randSlice(r, xs.TotalSize()), randSlice(r, ws.TotalSize()), randSlice(r, c.cout)}
+		shapes := []tensor.Shape{xs, ws, {c.cout}}
+		name := fmt.Sprintf("%+v", c)
+		fused := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			return G.ApplyOp(newConvPool(c.k, c.pad, false), in...)
+		}, vals, shapes)
+		ref := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			op := newConv2d(c.k, c.pad)
+			op.bias = true
+			y, err := G.ApplyOp(op, in...)
+			if err != nil {
+				return nil, err
+			}
+			return G.ApplyOp(newPoolReLU(), y)
+		}, vals, shapes)
+		if !fused.yS.Eq(ref.yS) {
+			t.Fatalf("%s: shape %v, unfused %v", name, fused.yS, ref.yS)
+		}
+		same := func(what string, a, b []float32) {
+			for i := range b {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Errorf("%s: %s[%d] = %g, unfused %g", name, what, i, a[i], b[i])
+					return
+				}
+			}
+		}
+		same("y", fused.y, ref.y)
+		for i, what := range []string{"dx", "dw", "db"} {
+			same(what, fused.grads[i], ref.grads[i])
+		}
+	}
+}
+
+// TestConv2dBias checks the convolution with its bias input against the
+// convolution followed by biasOp, values and all three gradients.
+func TestConv2dBias(t *testing.T) {
+	r := newRNG(13)
+	for _, c := range convCases {
+		xs := tensor.Shape{c.n, c.cin, c.h, c.w}
+		ws := tensor.Shape{c.cout, c.cin, c.k, c.k}
+		vals := [][]float32{randSlice(r, xs.TotalSize()), randSlice(r, ws.TotalSize()), randSlice(r, c.cout)}
+		shapes := []tensor.Shape{xs, ws, {c.cout}}
+		mine := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			op := newConv2d(c.k, c.pad)
+			op.bias = true
+			return G.ApplyOp(op, in...)
+		}, vals, shapes)
+		ref := runOp(t, func(in ...*G.Node) (*G.Node, error) {
+			y, err := G.ApplyOp(newConv2d(c.k, c.pad), in[0], in[1])
+			if err != nil {
+				return nil, err
+			}
+			return G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: 4}, y, in[2])
+		}, vals, shapes)
+		compareOps(t, fmt.Sprintf("%+v", c), mine, ref)
 	}
 }
 
@@ -274,25 +471,24 @@ func TestCNNSkipsInputGrad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gr.Close()
-	var convs, dxs, dws, pools, poolGrads int
+	var convs, dxs, dws, dbs, other int
 	for _, n := range gr.g.AllNodes() {
-		switch op := n.Op().(type) {
-		case *conv2dOp:
+		switch n.Op().(type) {
+		case *convPoolOp:
 			convs++
-		case *conv2dGradOp:
-			if op.wrtW {
-				dws++
-			} else {
-				dxs++
-			}
-		case *maxPool2x2Op:
-			pools++
-		case *maxPool2x2GradOp:
-			poolGrads++
+		case *convPoolGradW:
+			dws++
+		case *convPoolGradX:
+			dxs++
+		case *convPoolGradB:
+			dbs++
+		case *conv2dOp, *conv2dGradOp, *poolReLUOp, *maxPool2x2Op:
+			other++
 		}
 	}
-	if convs != 2 || dws != 2 || dxs != 1 || pools != 2 || poolGrads != 2 {
-		t.Errorf("got %d conv, %d dw, %d dx, %d pool, %d pool-gradient ops; want 2, 2, 1, 2, 2", convs, dws, dxs, pools, poolGrads)
+	// Each Conv2d, ReLU, MaxPool2d triple is one fused op.
+	if convs != 2 || dws != 2 || dxs != 1 || dbs != 2 || other != 0 {
+		t.Errorf("got %d conv+pool, %d dw, %d dx, %d db, %d unfused ops; want 2, 2, 1, 2, 0", convs, dws, dxs, dbs, other)
 	}
 }
 
@@ -427,6 +623,9 @@ func benchStep(b *testing.B, name string) {
 // "cnn" at batch 64. Run with OPENBLAS_NUM_THREADS=1 for per-rank numbers.
 func BenchmarkStepCNN(b *testing.B) { benchStep(b, "cnn") }
 
+// BenchmarkStepMLP is BenchmarkStepCNN for "mlp".
+func BenchmarkStepMLP(b *testing.B) { benchStep(b, "mlp") }
+
 // BenchmarkStepCNNBN is BenchmarkStepCNN for "cnn-bn".
 func BenchmarkStepCNNBN(b *testing.B) { benchStep(b, "cnn-bn") }
 
@@ -444,7 +643,7 @@ func BenchmarkKernels(b *testing.B) {
 	sc := &convScratch{}
 	b.Run("conv-forward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			conv2dForward(g, x, w, y, sc)
+			conv2dForward(g, x, w, nil, y, sc)
 		}
 	})
 	b.Run("conv-dx", func(b *testing.B) {
@@ -464,6 +663,29 @@ func BenchmarkKernels(b *testing.B) {
 	b.Run("maxpool-forward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			maxPool2x2(p, 64*32, 28, 28, py, arg)
+		}
+	})
+	b.Run("relu+maxpool-forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLU(p, 64*32, 28, 28, py)
+		}
+	})
+	pdy := randSlice(r, len(py))
+	pdx := make([]float32, len(p))
+	b.Run("relu+maxpool-backward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLUGrad(p, py, pdy, 64*32, 28, 28, pdx)
+		}
+	})
+	parg := make([]uint8, len(py))
+	b.Run("relu+maxpool-arg-forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLUArg(p, 64*32, 28, 28, py, parg)
+		}
+	})
+	b.Run("relu+maxpool-arg-backward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			poolReLUArgGrad(parg, pdy, 64*32, 28, 28, pdx)
 		}
 	})
 }

@@ -12,6 +12,13 @@
 // there with load_state_dict; Param.Torch and Param.TransT say how a
 // tensor is laid out there when it is stored transposed here.
 //
+// A Sequential builds some runs of layers as one op, with the values and
+// gradients of the layers built one by one, bit for bit: Conv2d, ReLU,
+// MaxPool2d (each image convolved, biased and pooled while in cache; see
+// convpool.go) and ReLU, MaxPool2d (pooling first, the ReLU on a quarter
+// of the values). A pipeline stage builds its layers one by one (the
+// same values).
+//
 // # Your own layer
 //
 // A layer implements Layer: Params declares its learnables (name, shape,

@@ -26,12 +26,48 @@ func (s *Sequential) Children() []Child {
 }
 func (s *Sequential) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 	var err error
-	for i := range s.Layers {
+	for i := 0; i < len(s.Layers); i++ {
+		if _, ok := s.Layers[i].(*Conv2d); ok && i+2 < len(s.Layers) && isReLU(s.Layers[i+1]) && isMaxPool(s.Layers[i+2]) {
+			// Conv2d, ReLU, MaxPool2d: one op (see convPoolOp).
+			b.poolNext = true
+			x, err = b.Child(i, x)
+			b.poolNext = false
+			if err != nil {
+				return nil, err
+			}
+			i += 2
+			continue
+		}
+		if i+1 < len(s.Layers) && isReLU(s.Layers[i]) && isMaxPool(s.Layers[i+1]) && x.Dims() == 4 {
+			// ReLU then MaxPool2d: one op, pooling first (the same
+			// values and gradients, and the ReLU on a quarter of them).
+			if x, err = G.ApplyOp(newPoolReLU(), x); err != nil {
+				return nil, fmt.Errorf("layers %d and %d (ReLU, MaxPool2d): %w", i, i+1, err)
+			}
+			i++
+			continue
+		}
 		if x, err = b.Child(i, x); err != nil {
 			return nil, err
 		}
 	}
 	return x, nil
+}
+
+func isReLU(l Layer) bool {
+	switch l.(type) {
+	case ReLU, *ReLU:
+		return true
+	}
+	return false
+}
+
+func isMaxPool(l Layer) bool {
+	switch l.(type) {
+	case MaxPool2d, *MaxPool2d:
+		return true
+	}
+	return false
 }
 
 // Residual is x + Fn(x) (its child is named "fn").
@@ -113,17 +149,20 @@ func (l *Conv2d) Params() []Param {
 }
 
 func (l *Conv2d) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
-	op := newConv2d(l.K, l.Pad)
+	pool := b.poolNext
+	b.poolNext = false
 	// The network's input needs no gradient: skip dx.
-	op.noDX = !b.NeedsGrad(x)
-	if op.noDX {
+	noDX := !b.NeedsGrad(x)
+	if noDX {
 		b.NoBackwardFetch()
 	}
-	y, err := G.ApplyOp(op, x, b.Param(0))
-	if err != nil {
-		return nil, err
+	if pool {
+		return G.ApplyOp(newConvPool(l.K, l.Pad, noDX), x, b.Param(0), b.Param(1))
 	}
-	return G.ApplyOp(&biasOp{baseOp: baseOp{nextID(), "bias"}, dims: y.Dims()}, y, b.Param(1))
+	op := newConv2d(l.K, l.Pad)
+	op.noDX = noDX
+	op.bias = true
+	return G.ApplyOp(op, x, b.Param(0), b.Param(1))
 }
 
 // BatchNorm normalises over every axis but 1 of (N, C) (BatchNorm1d) or

@@ -1,0 +1,273 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Conv2d, ReLU, MaxPool2d in a row (a Sequential builds them as one op):
+// convolution, bias, ReLU and 2x2 max pooling image by image, so that
+// each image's convolution output is pooled while it is in cache, and in
+// backward the pooling's gradient, the bias's and the filter's are made
+// image by image too. The values and gradients are bit for bit those of
+// conv2dOp (with bias) followed by poolReLUOp: the same kernels, in the
+// same order.
+//
+// The forward op keeps, for each pooled output, which input of its window
+// it came from (a byte; the convolution's output itself stays in cache,
+// one image at a time), for the backward ops, and the filter-gradient op leaves the gradient w.r.t. that
+// output and the bias gradient for the other two, which take the filter
+// gradient as an input only to run after it. Like the other ops here, an
+// instance must not run concurrently with itself or its gradient ops.
+
+// convPoolState is what the fused ops share.
+type convPoolState struct {
+	g     convGeom
+	y     []float32 // one image's conv + bias, (Cout, Ho, Wo)
+	arg   []uint8   // which input each output is (poolReLUArg), for all images
+	dconv []float32 // the gradient w.r.t. conv + bias, (N, Cout, Ho, Wo)
+	db    []float32 // the bias gradient
+}
+
+type convPoolOp struct {
+	baseOp
+	conv *conv2dOp // k, pad, noDX and the im2col scratch
+	st   *convPoolState
+	out  outBuf
+}
+
+func newConvPool(k, pad int, noDX bool) *convPoolOp {
+	c := newConv2d(k, pad)
+	c.noDX, c.bias = noDX, true
+	return &convPoolOp{baseOp: baseOp{nextID(), fmt.Sprintf("conv%dx%dp%d+relu+maxpool2x2", k, k, pad)}, conv: c, st: &convPoolState{}}
+}
+
+func (op *convPoolOp) Arity() int { return 3 }
+func (op *convPoolOp) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(1), tt(4))
+}
+func (op *convPoolOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	s, err := op.conv.InferShape(ds...)
+	if err != nil {
+		return nil, err
+	}
+	return poolShape(s)
+}
+func (op *convPoolOp) ReturnsPtr() bool { return false }
+
+func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
+	x, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	w, ws, err := f32n(v[1])
+	if err != nil {
+		return nil, err
+	}
+	b, bs, err := f32n(v[2])
+	if err != nil {
+		return nil, err
+	}
+	g, err := newConvGeom(xs, ws, op.conv.k, op.conv.pad)
+	if err != nil {
+		return nil, err
+	}
+	if len(bs) != 1 || bs[0] != g.cout {
+		return nil, fmt.Errorf("nn: conv2d with %d output channels: bias of shape %v", g.cout, bs)
+	}
+	ps, err := poolShape(g.outShape())
+	if err != nil {
+		return nil, err
+	}
+	st := op.st
+	st.g = g
+	st.y = grow(st.y, g.cout*g.howo())
+	if cap(st.arg) < ps.TotalSize() {
+		st.arg = make([]uint8, ps.TotalSize())
+	}
+	st.arg = st.arg[:ps.TotalSize()]
+	t, out := op.out.get(ps, x, w, b)
+	impl := blas32.Implementation()
+	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
+	pn := ps.TotalSize() / g.n
+	for n := 0; n < g.n; n++ {
+		xn := x[n*hw : (n+1)*hw]
+		col := xn
+		if !g.direct() {
+			col = op.conv.sc.get(ckk * howo)
+			im2col(g, xn, col)
+		}
+		yn := st.y // stays in cache: only the pooled output and arg are kept
+		impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cout, howo, ckk, 1, w, ckk, col, howo, 0, yn, howo)
+		for c, bc := range b[:g.cout] {
+			addScalar(yn[c*howo:(c+1)*howo], bc)
+		}
+		poolReLUArg(yn, g.cout, g.ho, g.wo, out[n*pn:(n+1)*pn], st.arg[n*pn:(n+1)*pn])
+	}
+	return t, nil
+}
+
+// grow returns s with length n, reallocated if too short.
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func (op *convPoolOp) DiffWRT(int) []bool { return []bool{!op.conv.noDX, true, true} }
+func (op *convPoolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	if len(inputs) != 3 {
+		return nil, fmt.Errorf("nn: %s has 3 inputs, got %d", op.name, len(inputs))
+	}
+	dw, err := G.ApplyOp(&convPoolGradW{baseOp: baseOp{nextID(), op.name + "'w"}, fwd: op, ws: inputs[1].Shape().Clone()}, inputs[0], output, grad)
+	if err != nil {
+		return nil, err
+	}
+	db, err := G.ApplyOp(&convPoolGradB{baseOp: baseOp{nextID(), op.name + "'b"}, fwd: op}, dw)
+	if err != nil {
+		return nil, err
+	}
+	var dx *G.Node
+	if !op.conv.noDX {
+		if dx, err = G.ApplyOp(&convPoolGradX{baseOp: baseOp{nextID(), op.name + "'x"}, fwd: op, xs: inputs[0].Shape().Clone()}, inputs[1], dw); err != nil {
+			return nil, err
+		}
+	}
+	return G.Nodes{dx, dw, db}, nil
+}
+
+// convPoolGradW: (x, y, dy) -> dw, y and dy being the fused op's output
+// and its gradient. It leaves the gradient w.r.t. the convolution's
+// output and the bias gradient in the shared state.
+type convPoolGradW struct {
+	baseOp
+	fwd *convPoolOp
+	ws  tensor.Shape
+	out outBuf
+}
+
+func (op *convPoolGradW) Arity() int { return 3 }
+func (op *convPoolGradW) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(4), tt(4))
+}
+func (op *convPoolGradW) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return op.ws.Clone(), nil
+}
+func (op *convPoolGradW) ReturnsPtr() bool { return false }
+
+func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
+	x, xs, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	p, _, err := f32n(v[1])
+	if err != nil {
+		return nil, err
+	}
+	dp, _, err := f32n(v[2])
+	if err != nil {
+		return nil, err
+	}
+	st := op.fwd.st
+	g := st.g
+	ps, err := poolShape(g.outShape())
+	if err != nil {
+		return nil, err
+	}
+	if len(st.arg) != ps.TotalSize() || !xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || len(p) != ps.TotalSize() || len(dp) != len(p) {
+		return nil, fmt.Errorf("nn: %s: no forward pass recorded for input %v", op.name, xs)
+	}
+	st.dconv = grow(st.dconv, g.outShape().TotalSize())
+	st.db = grow(st.db, g.cout)
+	clear(st.db)
+	t, dw := op.out.get(op.ws, x, p, dp)
+	impl := blas32.Implementation()
+	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
+	pn := len(p) / g.n
+	var beta float32
+	for n := 0; n < g.n; n++ {
+		dn := st.dconv[n*g.cout*howo : (n+1)*g.cout*howo]
+		poolReLUArgGrad(st.arg[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
+		for c := range st.db {
+			st.db[c] += sum32(dn[c*howo : (c+1)*howo])
+		}
+		xn := x[n*hw : (n+1)*hw]
+		col := xn
+		if !g.direct() {
+			col = op.fwd.conv.sc.get(ckk * howo)
+			im2col(g, xn, col)
+		}
+		impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, ckk, howo, 1, dn, howo, col, howo, beta, dw, ckk)
+		beta = 1
+	}
+	return t, nil
+}
+
+// convPoolGradB: (dw) -> the bias gradient convPoolGradW left.
+type convPoolGradB struct {
+	baseOp
+	fwd *convPoolOp
+	out outBuf
+}
+
+func (op *convPoolGradB) Arity() int { return 1 }
+func (op *convPoolGradB) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(1))
+}
+func (op *convPoolGradB) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	s, ok := ds[0].(tensor.Shape)
+	if !ok || len(s) != 4 {
+		return nil, fmt.Errorf("nn: %s wants a filter shape, got %v", op.name, ds[0])
+	}
+	return tensor.Shape{s[0]}, nil
+}
+func (op *convPoolGradB) ReturnsPtr() bool { return false }
+
+func (op *convPoolGradB) Do(v ...G.Value) (G.Value, error) {
+	st := op.fwd.st
+	if len(st.db) != st.g.cout {
+		return nil, fmt.Errorf("nn: %s: no filter gradient computed", op.name)
+	}
+	t, db := op.out.get(tensor.Shape{st.g.cout}, st.db)
+	copy(db, st.db)
+	return t, nil
+}
+
+// convPoolGradX: (w, dw) -> dx from the gradient w.r.t. the convolution's
+// output that convPoolGradW left.
+type convPoolGradX struct {
+	baseOp
+	fwd *convPoolOp
+	xs  tensor.Shape
+	out outBuf
+}
+
+func (op *convPoolGradX) Arity() int { return 2 }
+func (op *convPoolGradX) Type() hm.Type {
+	return hm.NewFnType(tt(4), tt(4), tt(4))
+}
+func (op *convPoolGradX) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return op.xs.Clone(), nil
+}
+func (op *convPoolGradX) ReturnsPtr() bool { return false }
+
+func (op *convPoolGradX) Do(v ...G.Value) (G.Value, error) {
+	w, ws, err := f32n(v[0])
+	if err != nil {
+		return nil, err
+	}
+	st := op.fwd.st
+	g := st.g
+	if !op.xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || !ws.Eq(tensor.Shape{g.cout, g.cin, g.k, g.k}) || len(st.dconv) != g.outShape().TotalSize() {
+		return nil, fmt.Errorf("nn: %s: no filter gradient computed for input %v", op.name, op.xs)
+	}
+	t, dx := op.out.get(op.xs, w, st.dconv)
+	conv2dBackwardX(g, w, st.dconv, dx, op.fwd.conv.sc)
+	return t, nil
+}
