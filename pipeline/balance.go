@@ -245,8 +245,30 @@ func MeasureStage(ctx context.Context, m Model, from, to, micro, reps int) (time
 
 // MeasureStages is MeasureStage for several stages, timed in interleaved
 // rounds (each stage once per round) so that a slow spell of the machine
-// falls on all of them alike; each gets the median of its rounds.
+// falls on all of them alike; each gets the median of its rounds. The
+// stages are compiled a group at a time, as many as fit in
+// measureBudget bytes of graphs and activations by what each added to the
+// heap in its warm-up run (a large model's candidate stages, all at once,
+// would not fit in memory): interleaving holds within a group.
 func MeasureStages(ctx context.Context, m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
+	out := make([]time.Duration, len(stages))
+	for next := 0; next < len(stages); {
+		group, err := measureGroup(ctx, m, stages[next:], micro, reps)
+		if err != nil {
+			return nil, err
+		}
+		next += copy(out[next:], group)
+	}
+	return out, nil
+}
+
+// measureBudget bounds the memory MeasureStages holds at once.
+var measureBudget uint64 = 1 << 30
+
+// measureGroup compiles and warms up stages in order until measureBudget
+// is reached (at least one), times them in interleaved rounds and returns
+// their medians.
+func measureGroup(ctx context.Context, m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
 	type timed struct {
 		g       Stage
 		last    bool
@@ -254,15 +276,35 @@ func MeasureStages(ctx context.Context, m Model, stages [][2]int, micro, reps in
 		y       []int32
 		samples []time.Duration
 	}
-	ts := make([]*timed, len(stages))
+	var ts []*timed
 	defer func() {
 		for _, t := range ts {
-			if t != nil {
-				t.g.Close()
-			}
+			t.g.Close()
 		}
 	}()
+	run := func(i int, t *timed) error {
+		var err error
+		if t.last {
+			_, _, err = t.g.Step(t.x, t.y)
+		} else if _, err = t.g.Forward(t.x); err == nil {
+			_, err = t.g.Backward(t.x, t.gy)
+		}
+		if err != nil {
+			return fmt.Errorf("pipeline: timing stage [%d, %d): %w", stages[i][0], stages[i][1], err)
+		}
+		return nil
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	start := ms.HeapAlloc
 	for i, st := range stages {
+		if i > 0 {
+			runtime.ReadMemStats(&ms)
+			// Another stage like the i so far would pass the budget.
+			if grown := ms.HeapAlloc - min(start, ms.HeapAlloc); grown*uint64(i+1) > measureBudget*uint64(i) {
+				break
+			}
+		}
 		last := st[1] == m.NumLayers()
 		g, err := m.NewStage(st[0], st[1], micro, last)
 		if err != nil {
@@ -272,26 +314,21 @@ func MeasureStages(ctx context.Context, m Model, stages [][2]int, micro, reps in
 		t := &timed{g: g, last: last, gy: make([]float32, g.OutSize())}
 		t.x, t.y = probe(m, g, st[0], micro)
 		fillRandom(t.gy, 2)
-		ts[i] = t
+		ts = append(ts, t)
+		if err := run(i, t); err != nil { // the warm-up run
+			return nil, err
+		}
 	}
-	for r := 0; r <= max(reps, 1); r++ {
+	for r := 0; r < max(reps, 1); r++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("pipeline: timing stages: %w", err)
 		}
 		for i, t := range ts {
 			t0 := time.Now()
-			var err error
-			if t.last {
-				_, _, err = t.g.Step(t.x, t.y)
-			} else if _, err = t.g.Forward(t.x); err == nil {
-				_, err = t.g.Backward(t.x, t.gy)
+			if err := run(i, t); err != nil {
+				return nil, err
 			}
-			if err != nil {
-				return nil, fmt.Errorf("pipeline: timing stage [%d, %d): %w", stages[i][0], stages[i][1], err)
-			}
-			if r > 0 { // the first round warms up
-				t.samples = append(t.samples, time.Since(t0))
-			}
+			t.samples = append(t.samples, time.Since(t0))
 		}
 	}
 	out := make([]time.Duration, len(ts))

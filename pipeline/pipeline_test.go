@@ -468,6 +468,26 @@ func TestBalanceMeasured(t *testing.T) {
 	}
 }
 
+// TestMeasureStagesInGroups: with a memory budget that holds one stage at
+// a time, every stage is still timed (in groups of one).
+func TestMeasureStagesInGroups(t *testing.T) {
+	defer pipeline.SetMeasureBudget(pipeline.SetMeasureBudget(1))
+	m, _ := models.New("mlp-deep", 1)
+	stages := [][2]int{{0, 3}, {3, m.NumLayers()}, {0, 5}}
+	d, err := pipeline.MeasureStages(context.Background(), m, stages, 8, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d) != len(stages) {
+		t.Fatalf("%d timings for %d stages", len(d), len(stages))
+	}
+	for i, v := range d {
+		if v <= 0 {
+			t.Errorf("stage %v: %v", stages[i], v)
+		}
+	}
+}
+
 // TestSplitByTime: the ranks, profiling together, agree on a valid split;
 // a rank whose profiling fails fails them all, named.
 func TestSplitByTime(t *testing.T) {
