@@ -5,7 +5,7 @@
 //	go run ./cmd/train -nproc 4 -model cnn -epochs 3 -json
 //	go run ./cmd/train -model gpt -save gpt.safetensors  # a byte-level GPT on the Go tree, a few minutes (defaults: gpt.go)
 //
-// With a process backend (tcp, shm; -backend auto with -nproc > 1) it launches
+// With a process backend (tcp, shm, nccl; -backend auto with -nproc > 1) it launches
 // -nproc local worker processes itself, like torchrun, and serves their
 // rendezvous store. It also runs as one worker when started by torchrun
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun (OMPI_COMM_WORLD_*)
