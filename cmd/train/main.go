@@ -5,7 +5,7 @@
 //	go run ./cmd/train -nproc 4 -model cnn -epochs 3 -json
 //	go run ./cmd/train -model gpt -save gpt.safetensors  # a byte-level GPT on the Go tree, a few minutes (defaults: gpt.go)
 //
-// With a process backend (tcp, shm; -backend auto with -nproc > 1) it launches
+// With a process backend (tcp, shm, nccl; -backend auto with -nproc > 1) it launches
 // -nproc local worker processes itself, like torchrun, and serves their
 // rendezvous store. It also runs as one worker when started by torchrun
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun (OMPI_COMM_WORLD_*)
@@ -101,7 +101,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks on this host (local worker processes, or goroutines with -backend inproc); with -nnodes, per node")
-	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm or auto (for several processes: shared memory between ranks on one host, tcp across hosts; inproc for one process)")
+	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm, nccl or auto (for several processes: nccl when every rank has a GPU, else shared memory between ranks on one host, tcp across hosts; inproc for one process)")
 	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn (mlp-xl: 36.8M parameters, for ZeRO experiments); gpt, gpt-large, or gpt-L<layers>-D<dmodel>-H<heads>-T<context> (byte-level language models, trained on text; see -layers and the defaults below)")
 	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set); for -model gpt a text file or directory (default: the Go source tree's .go files)")
 	fs.IntVar(&c.Epochs, "epochs", 2, "epochs")
@@ -210,9 +210,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		if o.nproc == 1 && !launch.UnderLauncher() {
 			o.backend = "inproc"
 		}
-	case "inproc", "tcp", "shm":
+	case "inproc", "tcp", "shm", "nccl":
 	default:
-		return o, fmt.Errorf("-backend %q: want inproc, tcp, shm or auto", o.backend)
+		return o, fmt.Errorf("-backend %q: want inproc, tcp, shm, nccl or auto", o.backend)
 	}
 	c.Backend = o.backend
 	if o.maxRestarts > 0 && o.backend == "inproc" {

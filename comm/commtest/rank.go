@@ -19,15 +19,19 @@ type Check struct {
 // arguments. Ranks that are processes (on several hosts, say) run them in
 // order, each on its own Comm; a rank's error names what went wrong. Avg
 // is checked as the host backends compute it (AvgDivide).
-func RankChecks(counts []int) []Check {
+func RankChecks(counts []int) []Check { return RankChecksRule(counts, AvgDivide) }
+
+// RankChecksRule is RankChecks with Avg checked by rule (AvgPreMultiply for
+// NCCL).
+func RankChecksRule(counts []int, rule AvgRule) []Check {
 	return []Check{
-		{"AllReduce", allReduceAll(counts, AvgDivide)},
+		{"AllReduce", allReduceAll(counts, rule)},
 		{"Broadcast", broadcastAll(counts)},
-		{"Reduce", reduceAll(counts, AvgDivide)},
+		{"Reduce", reduceAll(counts, rule)},
 		{"AllGather", allGatherAll(counts)},
 		{"Gather", gatherAll(counts)},
 		{"Scatter", scatterAll(counts)},
-		{"ReduceScatter", reduceScatterAll(counts, AvgDivide)},
+		{"ReduceScatter", reduceScatterAll(counts, rule)},
 		{"AllToAll", allToAllAll(counts)},
 		{"SendRecv", sendRecvAll(counts)},
 		{"Barrier", barrierAll},

@@ -51,6 +51,7 @@ type Comm struct {
 	finish context.CancelFunc
 
 	hbStop context.CancelFunc // stops the heartbeats (world Comm of several ranks)
+	notes  sync.WaitGroup     // failure notices and goodbyes being written to the store
 
 	mu       sync.Mutex
 	watched  bool     // failures are published in the store (watch.go)
@@ -624,6 +625,7 @@ func (c *Comm) Close() error {
 	}
 	c.finish()
 	go c.cleanup(self)
+	c.awaitNotes()
 	return nil
 }
 

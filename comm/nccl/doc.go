@@ -106,6 +106,19 @@
 //
 // The tests run on a real GPU when there is one (conformance at world size
 // 1, more with more GPUs) and otherwise against the fake CUDA runtime and
-// NCCL of package gpu/cudafake, at world sizes 1 to 4 with the ranks as
-// goroutines.
+// NCCL of package gpu/cudafake: the conformance suite at world sizes 1 to 4
+// with the ranks as goroutines (TestConformance), and in the deployment
+// shape of real jobs, one process per rank (process_test.go: the test
+// binary re-executes itself as the ranks, each seeing one fake GPU, its
+// own, as device 0 with LOCAL_RANK = its rank, so LOCAL_RANK > 0 on one
+// visible device is exercised; the fake's NCCL joins the processes through
+// a shared rendezvous file): the per-rank conformance checks at world sizes
+// 2 and 4 (3 too without -short; TestConformanceProcesses), a 2-stage
+// pipeline against the unsplit model (TestPipelineProcesses), and kill -9
+// of one rank mid-all-reduce, after which the others fail within a few
+// peer timeouts naming the killed rank (TestKilledRankProcess). The last
+// found that a rank that failed and exited at once left its failure notice
+// unwritten, so its peers blamed it instead of the killed rank: Close now
+// waits up to min(PeerDeadline, 2s) for the notice and goodbye to reach the
+// store.
 package nccl

@@ -18,7 +18,13 @@ import (
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
-func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(workerEnv); mode != "" {
+		cudafake.Setup()
+		os.Exit(worker(mode))
+	}
+	os.Exit(cudafake.Main(m))
+}
 
 var token = []byte("nccl-test-token")
 

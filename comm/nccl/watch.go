@@ -125,13 +125,15 @@ func (c *Comm) stopHeartbeat() {
 }
 
 // goodbye tells the peer watching this rank that it closed (in the
-// background: Close never waits for the store).
+// background; Close waits for it a little, see awaitNotes).
 func (c *Comm) goodbye() {
 	if c.hbStop == nil {
 		return
 	}
 	c.hbStop()
+	c.notes.Add(1)
 	go func() {
+		defer c.notes.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.PeerDeadline())
 		defer cancel()
 		c.store.Set(ctx, c.hbKey(c.rank), []byte("bye"))
@@ -152,11 +154,32 @@ func (c *Comm) publish(err error) {
 		why = strings.TrimPrefix(pe.Err.Error(), comm.ErrPeerLost.Error()+": ")
 	}
 	msg := fmt.Sprintf("%s %d %d\n%s", kind, rank, c.rank, why)
+	c.notes.Add(1)
 	go func() {
+		defer c.notes.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.PeerDeadline())
 		defer cancel()
 		c.store.CompareAndSet(ctx, c.path+"/abort", nil, []byte(msg))
 	}()
+}
+
+// awaitNotes waits, for at most min(PeerDeadline(), 2s), until this
+// rank's failure notice and goodbye are in the store. A process that
+// closes its Comm after a failure and exits at once (as a training script
+// does) would otherwise leave the others to time out on its heartbeat and
+// blame it, instead of the rank that was lost (TestKilledRankProcess).
+func (c *Comm) awaitNotes() {
+	done := make(chan struct{})
+	go func() {
+		c.notes.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(min(c.opts.PeerDeadline(), 2*time.Second))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // watchAbort waits for another rank's failure and fails the Comm with it.

@@ -122,6 +122,24 @@ func setup() {
 	mode = "fake"
 }
 
+// Setup picks the mode as Main does, for a process that runs no tests: a
+// rank that a test started as a child process (see ProcessEnv).
+func Setup() { setup() }
+
+// ProcessEnv is the environment of a child process that is one NCCL rank
+// of a test, on the fake: it sees one device, the fake's physical device
+// dev (FAKE_CUDA_VISIBLE_DEVICES, like CUDA_VISIBLE_DEVICES), and its NCCL
+// unique ids name rendezvous files in dir, where the ranks of other
+// processes meet it (FAKE_NCCL_PROCESSES). The child calls Setup.
+func ProcessEnv(dev int, dir string) []string {
+	return []string{
+		"GDIST_CUDA_TEST=fake",
+		"FAKE_CUDA_VISIBLE_DEVICES=" + strconv.Itoa(dev),
+		"FAKE_NCCL_PROCESSES=1",
+		"FAKE_NCCL_DIR=" + dir,
+	}
+}
+
 // Mode is "real", "fake" or "none".
 func Mode() string { return mode }
 

@@ -6,8 +6,15 @@
 // The fake is strict: "device" memory sits at addresses that host code cannot
 // dereference, every copy is checked against its allocation's bounds and its
 // cudaMemcpyKind, async copies must use pinned memory, streams run their work
-// on their own threads, and NCCL communicators of one process match
-// collectives by launch order (ranks being goroutines). Like the real
+// on their own threads, and NCCL communicators match collectives by launch
+// order: ranks that are goroutines of one process, or, with
+// FAKE_NCCL_PROCESSES=1 (see ProcessEnv), ranks in separate processes that
+// meet through a rendezvous file the unique id names (each rank's input is
+// copied into a shared slot and every rank computes its own output;
+// send/recv go through per-pair mailboxes; a killed process gives its peers
+// no error, their kernels wait until aborted, as over NVLink).
+// FAKE_CUDA_VISIBLE_DEVICES shows a process only the given fake devices,
+// like CUDA_VISIBLE_DEVICES. Like the real
 // runtime, the current device is per OS thread, and a call that needs a
 // context on a thread with no device set is counted (Contexts,
 // NoImplicitContexts; the tests assert none); cudaFree and cudaFreeHost
@@ -31,5 +38,7 @@
 // found (the tests then run on the GPU), else "fake" when the fake builds,
 // else "none". $GDIST_CUDA_TEST=fake forces the fake, =real forbids it.
 // Tests call RequireCUDA (real or fake), RequireReal or RequireFake, which
-// skip with the reason ("no CUDA: ...") when the mode does not fit.
+// skip with the reason ("no CUDA: ...") when the mode does not fit. A child
+// process that a test starts as one rank (environment from ProcessEnv)
+// calls Setup instead of Main.
 package cudafake

@@ -24,6 +24,22 @@
 //     collectives set ncclInvalidUsage as the async error (real NCCL would
 //     hang or corrupt). Two ranks on one device are refused ("Duplicate GPU"),
 //     as real NCCL does, unless FAKE_NCCL_ALLOW_SHARED_GPU=1.
+//   - NCCL across processes (FAKE_NCCL_PROCESSES=1 where ncclGetUniqueId
+//     runs): the unique id names a rendezvous file (in $FAKE_NCCL_DIR, else
+//     $TMPDIR, else /tmp) that every rank's process maps; the ranks meet
+//     there under a robust process-shared mutex (a rank killed while
+//     holding it does not wedge the others). A collective copies each
+//     rank's input into its slot of the file, stamped with the collective's
+//     sequence number; every rank then computes its own output from the
+//     slots (inputs up to 64 MiB per rank). Send/recv move the bytes in
+//     chunks of up to 1 MiB through one mailbox per (sender, receiver); a
+//     send completes when the receiver has taken its last chunk. A killed
+//     peer gives no asynchronous error: the others wait until aborted.
+//     Duplicate GPUs are detected by physical device number.
+//
+// Devices: FAKE_CUDA_VISIBLE_DEVICES=a,b,... shows the process those
+// physical devices as devices 0, 1, ... (like CUDA_VISIBLE_DEVICES; it
+// overrides FAKE_CUDA_DEVICES).
 //
 // Environment: FAKE_CUDA_DEVICES (number of devices, default 1; 0 means
 // none), FAKE_CUDA_VERBOSE=1 (explain every error on stderr),
@@ -34,6 +50,9 @@
 // makes the ranks of a device vanish without an asynchronous error.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -170,7 +189,24 @@ static int seterr(int e) {
 	return e;
 }
 
+/* The physical device of visible device d (FAKE_CUDA_VISIBLE_DEVICES). */
+static int phys_dev(int d) {
+	const char *v = getenv("FAKE_CUDA_VISIBLE_DEVICES");
+	if (!v || !*v) return d;
+	for (int i = 0; i < d && v; i++) {
+		v = strchr(v, ',');
+		if (v) v++;
+	}
+	return v ? atoi(v) : d;
+}
+
 static int ndevices(void) {
+	const char *v = getenv("FAKE_CUDA_VISIBLE_DEVICES");
+	if (v && *v) {
+		int n = 1;
+		for (; *v; v++) n += *v == ',';
+		return n;
+	}
 	const char *s = getenv("FAKE_CUDA_DEVICES");
 	if (!s || !*s) return 1;
 	return atoi(s);
@@ -1046,6 +1082,7 @@ typedef struct ncclComm {
 	int pending;   /* stream tasks in flight (atomic) */
 	long fail_after;
 	char lasterr[512];
+	struct xhdr *x; /* cross-process rendezvous (NULL: ranks of one process) */
 } ncclComm;
 
 typedef struct coll {
@@ -1141,9 +1178,15 @@ API const char *ncclGetLastError(ncclComm *c) {
 	return tl_lasterr;
 }
 
+#define XPREFIX "fakenccl-x:"
+static int x_uniqueid(ncclUniqueId *id, uint64_t k);
+static int x_init(ncclComm **out, int n, const char *path, int rank, int dev);
+
 API int ncclGetUniqueId(ncclUniqueId *id) {
 	static uint64_t counter;
 	uint64_t k = __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST);
+	const char *xp = getenv("FAKE_NCCL_PROCESSES");
+	if (xp && *xp == '1') return x_uniqueid(id, k);
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	memset(id, 0, sizeof *id);
@@ -1188,6 +1231,11 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 	if (n < 1 || n > MAXR || rank < 0 || rank >= n) {
 		set_last(NULL, "ncclCommInitRank: rank %d of %d (at most %d ranks)", rank, n, MAXR);
 		return ncclInvalidArgument;
+	}
+	if (strncmp(id.internal, XPREFIX, strlen(XPREFIX)) == 0) {
+		char path[128];
+		snprintf(path, sizeof path, "%s", id.internal + strlen(XPREFIX));
+		return x_init(out, n, path, rank, dev);
 	}
 	pthread_mutex_lock(&cliques_mu);
 	clique *cl = joining;
@@ -1519,6 +1567,8 @@ static void exec_coll(clique *cl) {
 	}
 }
 
+static void x_coll(coll *k);
+
 static void run_coll(void *a) {
 	coll *k = a;
 	ncclComm *c = k->comm;
@@ -1532,6 +1582,12 @@ static void run_coll(void *a) {
 		__atomic_store_n(&c->async_err, ncclRemoteError, __ATOMIC_SEQ_CST);
 		snprintf(c->lasterr, sizeof c->lasterr, "injected remote error at collective #%llu", (unsigned long long)k->seq);
 		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		goto out;
+	}
+	if (c->x) {
+		pthread_mutex_unlock(&cl->mu);
+		x_coll(k);
+		pthread_mutex_lock(&cl->mu);
 		goto out;
 	}
 	while (cl->cur != k->seq && !c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
@@ -1581,6 +1637,295 @@ typedef struct gop {
 	stream *st;
 } gop;
 
+
+/* ---- ranks as processes (FAKE_NCCL_PROCESSES=1) ----
+   The rendezvous file: a header, then XMAXR collective input slots of
+   XCOLL_CAP bytes, then an XMAXR x XMAXR grid of mailboxes of XBOX_CAP
+   bytes. The file is sparse: only the bytes moved take memory. */
+#define XMAXR 8
+#define XCOLL_CAP ((size_t)64 << 20)
+#define XBOX_CAP ((size_t)1 << 20)
+#define XHDR 65536
+#define XSIZE (XHDR + XMAXR * XCOLL_CAP + XMAXR * XMAXR * XBOX_CAP)
+
+typedef struct xhdr {
+	pthread_mutex_t mu; /* robust, process-shared */
+	int n, joined, present[XMAXR], pdev[XMAXR];
+	uint64_t cur; /* the collective being run */
+	int posted, done;
+	struct { int type; size_t count; int dt, op, root; } k[XMAXR];
+	struct { int full; size_t bytes, total; } box[XMAXR][XMAXR];
+} xhdr;
+
+static void xlock(xhdr *h) {
+	if (pthread_mutex_lock(&h->mu) == EOWNERDEAD) pthread_mutex_consistent(&h->mu);
+}
+
+static void xunlock(xhdr *h) { pthread_mutex_unlock(&h->mu); }
+
+/* xnap sleeps between polls of the shared state (h->mu released), from
+   20 us up to 1 ms. */
+static void xnap(xhdr *h, int *i) {
+	xunlock(h);
+	usleep(*i < 50 ? 20 : 1000);
+	(*i)++;
+	xlock(h);
+}
+
+static unsigned char *xslot(xhdr *h, int r) { return (unsigned char *)h + XHDR + r * XCOLL_CAP; }
+static unsigned char *xbox(xhdr *h, int from, int to) {
+	return (unsigned char *)h + XHDR + XMAXR * XCOLL_CAP + (from * XMAXR + to) * XBOX_CAP;
+}
+
+static int x_uniqueid(ncclUniqueId *id, uint64_t k) {
+	const char *dir = getenv("FAKE_NCCL_DIR");
+	if (!dir || !*dir) dir = getenv("TMPDIR");
+	if (!dir || !*dir) dir = "/tmp";
+	char path[128];
+	int w = snprintf(path, sizeof path, "%s/fakenccl-%d-%llu", dir, (int)getpid(), (unsigned long long)k);
+	if (w < 0 || (size_t)w + strlen(XPREFIX) >= sizeof id->internal) {
+		set_last(NULL, "ncclGetUniqueId: fake: rendezvous path in %s too long", dir);
+		return ncclInvalidArgument;
+	}
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 || ftruncate(fd, XSIZE) != 0) {
+		set_last(NULL, "ncclGetUniqueId: fake: %s: %s", path, strerror(errno));
+		if (fd >= 0) close(fd);
+		return ncclSystemError;
+	}
+	xhdr *h = mmap(NULL, XHDR, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (h == MAP_FAILED) {
+		set_last(NULL, "ncclGetUniqueId: fake: mmap %s: %s", path, strerror(errno));
+		return ncclSystemError;
+	}
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&h->mu, &a);
+	pthread_mutexattr_destroy(&a);
+	munmap(h, XHDR);
+	memset(id, 0, sizeof *id);
+	snprintf(id->internal, sizeof id->internal, "%s%s", XPREFIX, path);
+	return ncclSuccess;
+}
+
+static long init_timeout_ms(void) {
+	const char *ts = getenv("FAKE_NCCL_INIT_TIMEOUT_MS");
+	return ts && *ts ? atol(ts) : 30000;
+}
+
+static long now_ms(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+static int x_init(ncclComm **out, int n, const char *path, int rank, int dev) {
+	if (n > XMAXR) {
+		set_last(NULL, "ncclCommInitRank: fake: at most %d ranks across processes, not %d", XMAXR, n);
+		return ncclInvalidArgument;
+	}
+	int fd = open(path, O_RDWR);
+	if (fd < 0) {
+		set_last(NULL, "ncclCommInitRank: fake: rank %d: rendezvous %s: %s", rank, path, strerror(errno));
+		return ncclSystemError;
+	}
+	xhdr *h = mmap(NULL, XSIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (h == MAP_FAILED) {
+		set_last(NULL, "ncclCommInitRank: fake: mmap %s: %s", path, strerror(errno));
+		return ncclSystemError;
+	}
+	int pd = phys_dev(dev);
+	const char *shared = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
+	xlock(h);
+	int err = ncclSuccess;
+	if (h->n && h->n != n) {
+		set_last(NULL, "ncclCommInitRank: rank %d says %d ranks, others said %d", rank, n, h->n);
+		err = ncclInvalidArgument;
+	} else if (h->present[rank]) {
+		set_last(NULL, "ncclCommInitRank: rank %d joined twice", rank);
+		err = ncclInvalidUsage;
+	}
+	for (int r = 0; !err && r < n && (!shared || *shared != '1'); r++) {
+		if (h->present[r] && h->pdev[r] == pd) {
+			set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, pd);
+			err = ncclInvalidUsage;
+		}
+	}
+	if (err) {
+		xunlock(h);
+		munmap(h, XSIZE);
+		return err;
+	}
+	h->n = n;
+	h->present[rank] = 1;
+	h->pdev[rank] = pd;
+	h->joined++;
+	long ms = init_timeout_ms(), end = now_ms() + ms;
+	for (int i = 0; h->joined < n;) {
+		if (now_ms() > end) {
+			h->present[rank] = 0;
+			h->joined--;
+			xunlock(h);
+			munmap(h, XSIZE);
+			set_last(NULL, "ncclCommInitRank: rank %d timed out after %ld ms waiting for the other ranks", rank, ms);
+			return ncclSystemError;
+		}
+		xnap(h, &i);
+	}
+	xunlock(h);
+	unlink(path); /* every rank has it mapped */
+	ncclComm *c = calloc(1, sizeof *c);
+	clique *cl = calloc(1, sizeof *cl); /* local: for abort's wake-ups */
+	pthread_mutex_init(&cl->mu, NULL);
+	pthread_cond_init(&cl->cv, NULL);
+	cl->n = n;
+	c->magic = COMM_MAGIC;
+	c->cl = cl;
+	c->x = h;
+	c->rank = rank;
+	c->n = n;
+	c->dev = dev;
+	const char *fa = getenv("FAKE_NCCL_FAIL_AFTER");
+	c->fail_after = fa && *fa ? atol(fa) : -1;
+	__atomic_add_fetch(&comm_inits, 1, __ATOMIC_SEQ_CST);
+	*out = c;
+	return ncclSuccess;
+}
+
+static int x_aborted(ncclComm *c) { return __atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST); }
+
+static size_t coll_in_bytes(int type, size_t count, size_t es, int n) { return type == T_REDSCAT ? n * count * es : count * es; }
+
+/* One collective of a cross-process communicator (on its stream's thread). */
+static void x_coll(coll *k) {
+	ncclComm *c = k->comm;
+	xhdr *h = c->x;
+	int n = c->n, me = c->rank, i = 0;
+	size_t es = dt_size(k->dt), bytes = k->count * es, in = coll_in_bytes(k->type, k->count, es, n);
+	xlock(h);
+	while (h->cur != k->seq && !x_aborted(c)) xnap(h, &i);
+	if (x_aborted(c)) goto out;
+	xunlock(h);
+	/* Nobody reads this slot until every rank has posted this collective. */
+	if (k->send && (k->type != T_BCAST || me == k->root)) memcpy(xslot(h, me), k->send, in);
+	xlock(h);
+	h->k[me].type = k->type;
+	h->k[me].count = k->count;
+	h->k[me].dt = k->dt;
+	h->k[me].op = k->op;
+	h->k[me].root = k->root;
+	h->posted++;
+	while (h->posted < n && !x_aborted(c)) xnap(h, &i);
+	if (x_aborted(c)) goto out;
+	xunlock(h);
+	int bad = -1;
+	for (int r = 0; r < n; r++) {
+		if (h->k[r].type != k->type || h->k[r].count != k->count || h->k[r].dt != k->dt ||
+		    (is_reduction(k->type) && h->k[r].op != k->op) || (is_rooted(k->type) && h->k[r].root != k->root))
+			bad = r;
+	}
+	if (bad >= 0) {
+		__atomic_store_n(&c->async_err, ncclInvalidUsage, __ATOMIC_SEQ_CST);
+		set_last(c, "collective #%llu does not match: rank %d called %s, rank %d called type %d count %zu",
+			 (unsigned long long)k->seq, me, tname(k->type), bad, h->k[bad].type, h->k[bad].count);
+	} else if (bytes) {
+		const unsigned char *src[XMAXR];
+		for (int r = 0; r < n; r++) src[r] = xslot(h, r);
+		switch (k->type) {
+		case T_ALLREDUCE: reduce(k->recv, src, n, k->count, k->dt, k->op); break;
+		case T_REDUCE:
+			if (me == k->root) reduce(k->recv, src, n, k->count, k->dt, k->op);
+			break;
+		case T_BCAST: memcpy(k->recv, src[k->root], bytes); break;
+		case T_ALLGATHER:
+			for (int r = 0; r < n; r++) memcpy(k->recv + r * bytes, src[r], bytes);
+			break;
+		case T_REDSCAT:
+			for (int r = 0; r < n; r++) src[r] += me * bytes;
+			reduce(k->recv, src, n, k->count, k->dt, k->op);
+			break;
+		}
+	}
+	xlock(h);
+	if (++h->done == n) {
+		h->posted = h->done = 0;
+		h->cur++;
+	}
+out:
+	xunlock(h);
+}
+
+/* One group of sends and receives of a cross-process communicator: each
+   send moves through the (me, peer) mailbox in chunks, in order per peer,
+   and completes when the receiver has taken its last chunk. */
+static void x_p2p(ncclComm *c, p2pent *ops, int nops) {
+	xhdr *h = c->x;
+	int me = c->rank, left = nops, i = 0;
+	size_t *off = calloc(nops ? nops : 1, sizeof *off);
+	int *st = calloc(nops ? nops : 1, sizeof *st); /* 0 moving, 1 sent all (send), 2 finished */
+	xlock(h);
+	while (left && !x_aborted(c)) {
+		int moved = 0;
+		for (int j = 0; j < nops; j++) {
+			p2pent *o = &ops[j];
+			if (st[j] == 2) continue;
+			int first = 1;
+			for (int q = 0; q < j; q++)
+				if (st[q] != 2 && ops[q].send == o->send && ops[q].peer == o->peer) first = 0;
+			if (!first) continue;
+			if (o->send) {
+				typeof(h->box[0][0]) *b = &h->box[me][o->peer];
+				if (st[j] == 1) {
+					if (!b->full) {
+						st[j] = 2;
+						left--;
+						moved = 1;
+					}
+					continue;
+				}
+				if (b->full) continue;
+				size_t ch = o->bytes - off[j] < XBOX_CAP ? o->bytes - off[j] : XBOX_CAP;
+				if (ch) memcpy(xbox(h, me, o->peer), o->buf + off[j], ch);
+				off[j] += ch;
+				b->bytes = ch;
+				b->total = o->bytes;
+				b->full = 1;
+				if (off[j] == o->bytes) st[j] = 1;
+				moved = 1;
+			} else {
+				typeof(h->box[0][0]) *b = &h->box[o->peer][me];
+				if (!b->full) continue;
+				if (b->total != o->bytes) {
+					__atomic_store_n(&c->async_err, ncclInvalidUsage, __ATOMIC_SEQ_CST);
+					set_last(c, "ncclRecv of %zu bytes from rank %d matched an ncclSend of %zu bytes", o->bytes,
+						 o->peer, b->total);
+					off[j] = o->bytes;
+				} else {
+					if (b->bytes) memcpy(o->buf + off[j], xbox(h, o->peer, me), b->bytes);
+					off[j] += b->bytes;
+				}
+				b->full = 0;
+				moved = 1;
+				if (off[j] >= o->bytes) {
+					st[j] = 2;
+					left--;
+				}
+			}
+		}
+		if (moved)
+			i = 0;
+		else
+			xnap(h, &i);
+	}
+	xunlock(h);
+	free(off);
+	free(st);
+}
+
 static __thread gop *gops;
 static __thread int ngops, capgops, gdepth;
 
@@ -1604,6 +1949,12 @@ static void run_p2p(void *a) {
 	pthread_mutex_lock(&cl->mu);
 	if (is_vanished(c->dev)) {
 		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
+		g->nops = 0;
+	}
+	if (c->x) {
+		pthread_mutex_unlock(&cl->mu);
+		x_p2p(c, g->ops, g->nops);
+		pthread_mutex_lock(&cl->mu);
 		g->nops = 0;
 	}
 	for (int i = 0; i < g->nops; i++) {
@@ -1767,6 +2118,10 @@ static int launch_coll(int type, const void *sendbuff, void *recvbuff, size_t co
 	case T_REDUCE: write = c->rank == root; break;
 	case T_ALLGATHER: outb = c->n * count * es; break;
 	case T_REDSCAT: in = c->n * count * es; break;
+	}
+	if (c->x && in > XCOLL_CAP) {
+		set_last(c, "%s: fake: %zu input bytes, more than the %zu a cross-process collective takes", call, in, XCOLL_CAP);
+		return ncclInvalidArgument;
 	}
 	coll *k = calloc(1, sizeof *k);
 	k->type = type;
