@@ -185,7 +185,7 @@ func (s *StageGraph) buildTrain() error {
 		if err != nil {
 			return err
 		}
-		if s.loss, err = G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, lg, y); err != nil {
+		if s.loss, err = G.ApplyOp(&xentOp{baseOp: baseOp{nextID(), "xent"}}, lg, y); err != nil {
 			return err
 		}
 		if cost, err = G.ApplyOp(&scaleOp{baseOp{nextID(), "scale"}, &s.Scale}, s.loss); err != nil {
