@@ -110,6 +110,17 @@ func (op *geluGradOp) Do(v ...G.Value) (G.Value, error) {
 // element, chaining every element's whole computation to the next (3.5x
 // slower here).
 func geluForward(y, deriv, x []float32) {
+	if n := geluAsm(y, deriv, x); n > 0 {
+		x, y = x[n:], y[n:]
+		if deriv != nil {
+			deriv = deriv[n:]
+		}
+	}
+	geluForwardGo(y, deriv, x)
+}
+
+// geluForwardGo is geluForward in Go, for the elements geluAsm leaves.
+func geluForwardGo(y, deriv, x []float32) {
 	var buf [256]float64
 	for len(x) > 0 {
 		n := min(len(x), len(buf))
