@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gdist/gdist/internal/syncbuf"
 	"os"
 	"os/signal"
 	"strconv"
@@ -131,26 +132,8 @@ func child(mode string) int {
 	return 20
 }
 
-// syncBuf is a bytes.Buffer safe for concurrent use.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func spec(t *testing.T, nproc int, mode string) (Spec, *syncBuf, *syncBuf) {
-	out, errOut := &syncBuf{}, &syncBuf{}
+func spec(t *testing.T, nproc int, mode string) (Spec, *syncbuf.Buffer, *syncbuf.Buffer) {
+	out, errOut := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	return Spec{
 		NProc: nproc,
 		Args:  []string{os.Args[0]},
@@ -277,7 +260,7 @@ func TestRestart(t *testing.T) {
 func TestRestartsRunOut(t *testing.T) {
 	s, _, _ := spec(t, 2, "always-fail")
 	s.MaxRestarts = 2
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	s.Logf = func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) }
 	err := Run(testCtx(t), s)
 	var ee *ExitError
@@ -297,7 +280,7 @@ func TestShrinkGrow(t *testing.T) {
 	t.Setenv("GDIST_FAULT_START", "0:2") // read by the launcher
 	s.MinProc, s.MaxRestarts = 2, 1
 	s.GracePeriod = 100 * time.Millisecond
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	s.Logf = func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) }
 	if err := Run(testCtx(t), s); err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, errOut)

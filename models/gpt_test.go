@@ -3,11 +3,10 @@ package models
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"math"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/gdist/gdist/internal/torchref"
 )
 
 // torchGPT loads the weights (PyTorch layout) into the reference module of
@@ -32,9 +31,7 @@ json.dump({"loss": loss.item(), "grads": {k: p.grad.reshape(-1).tolist() for k, 
 // equal the PyTorch reference module's on the same weights and batch
 // within 1e-4 (relative to each tensor's largest gradient).
 func TestGPTMatchesPyTorch(t *testing.T) {
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
-		t.Skip("python3-torch is not installed (Debian: apt-get install python3-torch)")
-	}
+	torchref.Require(t)
 	g := GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
 	m, err := NewGPT("gpt-test", g, 3)
 	if err != nil {
@@ -58,50 +55,16 @@ func TestGPTMatchesPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tensor struct {
-		Shape []int     `json:"shape"`
-		Data  []float32 `json:"data"`
-	}
-	params := map[string]tensor{}
+	params := map[string]torchref.Tensor{}
+	grads := map[string][]float32{}
 	for _, p := range m.Params {
-		params[p.Name] = tensor{p.Torch, p.ToTorch(m.Flat.Value[p.Offset : p.Offset+p.Size])}
+		params[p.Name] = torchref.Tensor{Shape: p.Torch, Data: p.ToTorch(m.Flat.Value[p.Offset : p.Offset+p.Size])}
+		grads[p.Name] = p.ToTorch(m.Flat.Grad[p.Offset : p.Offset+p.Size])
 	}
-	body, _ := json.Marshal(map[string]any{"shape": []int{g.Layers, g.Dim, g.Heads, g.Context}, "params": params, "n": n, "x": x, "y": y})
 	peers, _ := filepath.Abs("../benchmarks/peers")
-	cmd := exec.Command("/usr/bin/python3", "-c", torchGPT, peers)
-	cmd.Stdin = bytes.NewReader(body)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	var ref struct {
-		Loss  float64              `json:"loss"`
-		Grads map[string][]float64 `json:"grads"`
-	}
-	if err := json.Unmarshal(out, &ref); err != nil {
-		t.Fatal(err)
-	}
-	if math.Abs(float64(loss)-ref.Loss) > 1e-4*ref.Loss {
-		t.Errorf("loss %v, PyTorch %v", loss, ref.Loss)
-	}
-	for _, p := range m.Params {
-		want := ref.Grads[p.Name]
-		got := p.ToTorch(m.Flat.Grad[p.Offset : p.Offset+p.Size])
-		if len(want) != len(got) {
-			t.Fatalf("%s: %d gradients, PyTorch %d", p.Name, len(got), len(want))
-		}
-		var scale float64
-		for _, w := range want {
-			scale = math.Max(scale, math.Abs(w))
-		}
-		for i := range got {
-			if d := math.Abs(float64(got[i]) - want[i]); d > 1e-4*scale+1e-9 {
-				t.Fatalf("%s[%d]: gradient %v, PyTorch %v (largest %v)", p.Name, i, got[i], want[i], scale)
-			}
-		}
-	}
+	in := map[string]any{"shape": []int{g.Layers, g.Dim, g.Heads, g.Context}, "params": params, "n": n, "x": x, "y": y}
+	ref := torchref.Run(t, torchGPT, in, peers)
+	ref.Check(t, loss, 1e-4, grads, 1e-4, 1e-9)
 }
 
 func TestGPTSizes(t *testing.T) {

@@ -76,10 +76,10 @@ func Known(name string) bool {
 	if _, ok := deepLayers(name); ok {
 		return true
 	}
-	if _, ok := ParseGPT(name); ok {
+	if _, ok := GPTShape(name); ok {
 		return true
 	}
-	return slices.Contains(append(Names(), "mlp-xl", "gpt", "gpt-large"), name)
+	return slices.Contains(append(Names(), "mlp-xl"), name)
 }
 
 // deepLayers is the hidden layer count of an mlp-deep model name.
@@ -124,12 +124,8 @@ func Net(name string) (nn.Layer, []int, error) {
 		}
 		s.Layers = append(s.Layers, nn.Flatten{}, &nn.Linear{In: 64 * 7 * 7, Out: 128}, nn.ReLU{}, &nn.Linear{In: 128, Out: 10})
 		return s, []int{1, 28, 28}, nil
-	case "gpt":
-		return GPTSmall.Net()
-	case "gpt-large":
-		return GPTLarge.Net()
 	}
-	if g, ok := ParseGPT(name); ok {
+	if g, ok := GPTShape(name); ok {
 		return g.Net()
 	}
 	h, ok := deepLayers(name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/pipeline"
+	"math/rand/v2"
 	"strings"
 
 	"github.com/chewxy/hm"
@@ -457,4 +458,48 @@ func (m *Model) NewStage(from, to, batch int, last bool) (pipeline.Stage, error)
 		return nil, err
 	}
 	return s, nil
+}
+
+// A Model is a pipeline.Model, and a pipeline.Sampler.
+var (
+	_ pipeline.Model   = (*Model)(nil)
+	_ pipeline.Sampler = (*Model)(nil)
+)
+
+// Sample returns n samples of valid input for m and their labels, drawn
+// from seed: token ids in range where the network starts with an
+// Embedding, else floats uniform in [-0.5, 0.5); labels uniform over the
+// classes, LabelsPerSample of them per sample. It makes m a
+// pipeline.Sampler: what balancing by time profiles the stages on.
+func (m *Model) Sample(n int, seed uint64) ([]float32, []int32) {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	ids := 0
+	if e, ok := firstLayer(m.Net).(*Embedding); ok {
+		ids = e.Num
+	}
+	x := make([]float32, n*m.InputSize())
+	for i := range x {
+		if ids > 0 {
+			x[i] = float32(r.IntN(ids))
+		} else {
+			x[i] = r.Float32() - 0.5
+		}
+	}
+	y := make([]int32, n*m.perLab)
+	for i := range y {
+		y[i] = int32(r.IntN(m.classes))
+	}
+	return x, y
+}
+
+// firstLayer is the layer l's input meets first (descending into
+// Sequentials).
+func firstLayer(l Layer) Layer {
+	for {
+		s, ok := l.(*Sequential)
+		if !ok || len(s.Layers) == 0 {
+			return l
+		}
+		l = s.Layers[0]
+	}
 }

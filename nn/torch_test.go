@@ -1,12 +1,10 @@
 package nn
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"math"
-	"os/exec"
 	"testing"
+
+	"github.com/gdist/gdist/internal/torchref"
 )
 
 // The PyTorch twin of layerCases' "attention" model. It reads the
@@ -31,18 +29,11 @@ loss.backward()
 json.dump({"loss": loss.item(), "grads": {k: p.grad.reshape(-1).tolist() for k, p in m.named_parameters()}}, sys.stdout)
 `
 
-type torchTensor struct {
-	Shape []int     `json:"shape"`
-	Data  []float32 `json:"data"`
-}
-
 // TestAttentionMatchesPyTorch: embedding, causal multi-head attention,
 // layer norm, GELU and linear give PyTorch's loss and gradients on the
 // same weights (loaded with load_state_dict(strict=True) under our names).
 func TestAttentionMatchesPyTorch(t *testing.T) {
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
-		t.Skip("python3-torch is not installed (Debian: apt-get install python3-torch)")
-	}
+	torchref.Require(t)
 	var c layerCase
 	for _, lc := range layerCases() {
 		if lc.name == "attention" {
@@ -63,45 +54,12 @@ func TestAttentionMatchesPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := map[string]any{"n": n, "x": x, "y": y}
-	params := map[string]torchTensor{}
+	params := map[string]torchref.Tensor{}
+	grads := map[string][]float32{}
 	for _, p := range m.Params {
-		params[p.Name] = torchTensor{p.Torch, p.ToTorch(m.Flat.Value[p.Offset : p.Offset+p.Size])}
+		params[p.Name] = torchref.Tensor{Shape: p.Torch, Data: p.ToTorch(m.Flat.Value[p.Offset : p.Offset+p.Size])}
+		grads[p.Name] = p.ToTorch(m.Flat.Grad[p.Offset : p.Offset+p.Size])
 	}
-	in["params"] = params
-	body, _ := json.Marshal(in)
-	cmd := exec.Command("/usr/bin/python3", "-c", torchLayers)
-	cmd.Stdin = bytes.NewReader(body)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	outb, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	var out struct {
-		Loss  float64              `json:"loss"`
-		Grads map[string][]float64 `json:"grads"`
-	}
-	if err := json.Unmarshal(outb, &out); err != nil {
-		t.Fatal(err)
-	}
-	if math.Abs(float64(loss)-out.Loss) > 1e-5*math.Abs(out.Loss) {
-		t.Errorf("loss %v, PyTorch %v", loss, out.Loss)
-	}
-	for _, p := range m.Params {
-		want := out.Grads[p.Name]
-		got := p.ToTorch(m.Flat.Grad[p.Offset : p.Offset+p.Size])
-		if len(want) != len(got) {
-			t.Fatalf("%s: %d gradients, PyTorch %d", p.Name, len(got), len(want))
-		}
-		var scale float64
-		for _, w := range want {
-			scale = math.Max(scale, math.Abs(w))
-		}
-		for i := range got {
-			if d := math.Abs(float64(got[i]) - want[i]); d > 1e-4*scale+1e-7 {
-				t.Fatalf("%s[%d]: gradient %v, PyTorch %v", p.Name, i, got[i], want[i])
-			}
-		}
-	}
+	ref := torchref.Run(t, torchLayers, map[string]any{"n": n, "x": x, "y": y, "params": params})
+	ref.Check(t, loss, 1e-5, grads, 1e-4, 1e-7)
 }

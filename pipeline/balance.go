@@ -79,7 +79,6 @@ func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, 
 		reps = 1
 	}
 	costs := make([]LayerCost, n)
-	fill := func(v []float32) { fillRandom(v, 1) }
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("pipeline: profiling layer %d: %w", i, err)
@@ -90,11 +89,9 @@ func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, 
 			return nil, err
 		}
 		g.DropGrads()
-		x := make([]float32, g.InSize())
-		fill(x)
+		x, y := probe(m, g, i, micro)
 		var fwd, trn []time.Duration
 		if last {
-			y := make([]int32, micro)
 			for r := 0; r <= reps; r++ {
 				t0 := time.Now()
 				if _, _, err = g.Step(x, y); err != nil {
@@ -104,7 +101,7 @@ func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, 
 			}
 		} else {
 			gy := make([]float32, g.OutSize())
-			fill(gy)
+			fillRandom(gy, 2)
 			for r := 0; r <= reps && err == nil; r++ {
 				t0 := time.Now()
 				if _, err = g.Forward(x); err != nil {
@@ -128,6 +125,24 @@ func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, 
 		costs[i] = LayerCost{Forward: fastest(fwd[min(1, len(fwd)):]), Train: fastest(trn[1:])}
 	}
 	return costs, nil
+}
+
+// probe is the input and labels to profile stage g (layers from.., for
+// micro-batches of micro samples) on: the model's own samples (Sampler)
+// where the stage starts at the first layer or ends in the loss, uniform
+// floats for activations in between.
+func probe(m Model, g Stage, from, micro int) ([]float32, []int32) {
+	var sx []float32
+	y := make([]int32, micro)
+	if s, ok := m.(Sampler); ok {
+		sx, y = s.Sample(micro, 1)
+	}
+	if from == 0 && sx != nil {
+		return sx, y
+	}
+	x := make([]float32, g.InSize())
+	fillRandom(x, 1)
+	return x, y
 }
 
 // fillRandom fills v with values in [-0.5, 0.5) from seed.
@@ -254,8 +269,8 @@ func MeasureStages(ctx context.Context, m Model, stages [][2]int, micro, reps in
 			return nil, err
 		}
 		g.DropGrads()
-		t := &timed{g: g, last: last, x: make([]float32, g.InSize()), gy: make([]float32, g.OutSize()), y: make([]int32, micro)}
-		fillRandom(t.x, 1)
+		t := &timed{g: g, last: last, gy: make([]float32, g.OutSize())}
+		t.x, t.y = probe(m, g, st[0], micro)
 		fillRandom(t.gy, 2)
 		ts[i] = t
 	}

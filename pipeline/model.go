@@ -24,6 +24,17 @@ type Model interface {
 	NewStage(from, to, batch int, last bool) (Stage, error)
 }
 
+// Sampler is implemented by a Model whose input or labels are not
+// arbitrary (token ids for an embedding, a label per position for a
+// language model). Sample returns n samples of valid input and their
+// labels, drawn from seed. Balancing by time (ProfileLayers,
+// MeasureStages, Split with ByTime) profiles the first and the last layer
+// on them; without it, the first layer gets uniform floats in [-0.5, 0.5)
+// and the last one label 0 per sample. nn.Model implements it.
+type Sampler interface {
+	Sample(n int, seed uint64) (x []float32, y []int32)
+}
+
 // Stage is a compiled range of layers for one micro-batch size. Its
 // parameter gradients are added into the model's flat gradient buffer.
 type Stage interface {

@@ -11,8 +11,10 @@
 //
 // Stages are given as layer boundaries, or chosen by Balance (equal
 // parameter counts) or BalanceTime (equal compute, from ProfileLayers'
-// per-layer timings; the last stage is charged no recomputation): Split
-// picks by Config.Balance, identically on every rank. A pipeline's bubble
+// per-layer timings; the last stage is charged no recomputation, and a
+// Model that is a Sampler, as every nn model is, is timed on its own kind
+// of input, such as token ids): Split picks by Config.Balance, identically
+// on every rank. A pipeline's bubble
 // matches (K-1)/(M+K-1) only when its stages take equal time.
 //
 // A batch is split into M micro-batches (sizes differ by at most one).

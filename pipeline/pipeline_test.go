@@ -522,6 +522,33 @@ func TestSplitByTime(t *testing.T) {
 	}
 }
 
+// TestSplitByTimeLanguageModel: balancing by time profiles a model whose
+// first layer takes token ids and whose loss takes a label per position
+// (a GPT) on valid input: ids in range, T labels per sample.
+func TestSplitByTimeLanguageModel(t *testing.T) {
+	g := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
+	cs, err := inproc.New(2, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]int, 2)
+	err = commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+		m, err := models.NewGPT(g.Name(), g, 1)
+		if err != nil {
+			return err
+		}
+		got[c.Rank()], err = pipeline.Split(ctx, c, m, 2, pipeline.ByTime, 4)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := models.NewGPT(g.Name(), g, 1)
+	if err := pipeline.CheckBoundaries(m, got[0], 2); err != nil || fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+		t.Errorf("splits %v and %v: %v", got[0], got[1], err)
+	}
+}
+
 // TestStageComputeFails: a stage whose own compute fails (the last stage
 // gets an out-of-range label) makes every other stage's Step fail too,
 // while its Comm stays open: the failing Step aborts the group.

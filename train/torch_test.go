@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gdist/gdist/internal/torchref"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -51,9 +52,7 @@ with torch.no_grad():
 // nn.Sequential with load_state_dict(strict=True) and gives the same
 // outputs as our evaluation graph.
 func TestLoadsInPyTorch(t *testing.T) {
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
-		t.Skip("python3-torch is not installed (Debian: apt-get install python3-torch)")
-	}
+	torchref.Require(t)
 	for _, name := range models.Names() {
 		t.Run(name, func(t *testing.T) {
 			m, err := models.New(name, 11)
@@ -76,7 +75,7 @@ func TestLoadsInPyTorch(t *testing.T) {
 			if err := Save(path, m, opt, Position{}, nil); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command("/usr/bin/python3", "-c", torchScript, path, name)
+			cmd := exec.Command(torchref.Python, "-c", torchScript, path, name)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()

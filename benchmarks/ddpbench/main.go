@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gdist/gdist/benchmarks/internal/readme"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func main() {
 	batch := flag.Int("batch", 64, "batch per rank")
 	torchPeer := flag.String("torch", "benchmarks/peers/torch_ddp.py", "PyTorch peer script (empty: skip)")
 	torchModels := flag.String("torch-models", "mlp,cnn", "models to run the PyTorch peer on")
-	readme := flag.String("readme", "benchmarks/README.md", "file whose ddpbench section is rewritten")
+	readmePath := flag.String("readme", "benchmarks/README.md", "file whose ddpbench section is rewritten")
 	png := flag.String("png", "benchmarks/ddp_scaling_%s.png", "plot output, one per model (%s: the model)")
 	impls := flag.String("impls", "gdist,gdist-no-overlap,torch", "what to run: gdist, gdist-no-overlap, gdist-syncbn, torch")
 	section := flag.String("section", "ddpbench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
@@ -69,7 +70,7 @@ func main() {
 		for _, r := range runs {
 			reps = max(reps, r.Rep)
 		}
-		finish(runs, *models, *worlds, *batch, parseLimits(*limits), reps, *png, *readme, *section)
+		finish(runs, *models, *worlds, *batch, parseLimits(*limits), reps, *png, *readmePath, *section)
 		return
 	}
 	ctx := context.Background()
@@ -107,7 +108,7 @@ func main() {
 	if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
 		fail("%v", err)
 	}
-	finish(runs, *models, *worlds, *batch, lim, *reps, *png, *readme, *section)
+	finish(runs, *models, *worlds, *batch, lim, *reps, *png, *readmePath, *section)
 }
 
 func parseLimits(s string) map[string]string {
@@ -119,7 +120,7 @@ func parseLimits(s string) map[string]string {
 	return lim
 }
 
-func finish(runs []run, models, worlds string, batch int, lim map[string]string, reps int, png, readme, section string) {
+func finish(runs []run, models, worlds string, batch int, lim map[string]string, reps int, png, readmePath, section string) {
 	table := report(runs, models, worlds, batch, lim, reps)
 	if section == "syncbn" {
 		table = syncReport(runs, models, worlds, batch, lim, reps)
@@ -140,7 +141,7 @@ func finish(runs []run, models, worlds string, batch int, lim map[string]string,
 			fail("plot: %v", err)
 		}
 	}
-	if err := rewrite(readme, section, table); err != nil {
+	if err := readme.Rewrite(readmePath, section, table); err != nil {
 		fail("%v", err)
 	}
 }
@@ -312,19 +313,4 @@ func plotRuns(runs []run, model, path string) error {
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
 	return p.Save(6*vg.Inch, 3.5*vg.Inch, path)
-}
-
-func rewrite(path, section, table string) error {
-	beginMark, endMark := "<!-- "+section+":begin -->", "<!-- "+section+":end -->"
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	i, j := strings.Index(s, beginMark), strings.Index(s, endMark)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s ... %s section", path, beginMark, endMark)
-	}
-	s = s[:i+len(beginMark)] + "\n" + table + "\n" + s[j:]
-	return os.WriteFile(path, []byte(s), 0o644)
 }

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gdist/gdist/benchmarks/internal/readme"
 	"math"
 	"os"
 	"os/exec"
@@ -68,7 +69,7 @@ func main() {
 	mpi := flag.Bool("mpi", true, "run the Open MPI peer (needs mpicc and mpirun)")
 	gloo := flag.String("gloo", "benchmarks/peers/gloo_allreduce.py", "the Gloo peer script (empty: skip)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch for the Gloo peer")
-	readme := flag.String("readme", "benchmarks/README.md", "file whose peerbench section is rewritten")
+	readmePath := flag.String("readme", "benchmarks/README.md", "file whose peerbench section is rewritten")
 	out := flag.String("out", "benchmarks", "directory for peer_results.json and the plots")
 	flag.Parse()
 
@@ -250,8 +251,8 @@ func main() {
 		fmt.Fprintf(&t, "\n![all-reduce bus bandwidth at %d ranks](%s)\n", w, name)
 	}
 	fmt.Println(t.String())
-	if *readme != "" {
-		if err := rewrite(*readme, t.String()); err != nil {
+	if *readmePath != "" {
+		if err := readme.Rewrite(*readmePath, "peerbench", t.String()); err != nil {
 			fail("%v", err)
 		}
 	}
@@ -318,20 +319,6 @@ func human(n int64) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-func rewrite(path, table string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	const begin, end = "<!-- peerbench:begin -->", "<!-- peerbench:end -->"
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s ... %s section", path, begin, end)
-	}
-	return os.WriteFile(path, []byte(s[:i+len(begin)]+"\n"+table+"\n"+s[j:]), 0o644)
 }
 
 func fail(format string, args ...any) {

@@ -5,6 +5,9 @@ and the same weights give the same loss and gradients.
     import gpt; m = gpt.GPT(layers, dim, heads, context)
     logits = m(x)  # x: (N, context) byte values (long), logits (N, context, 256)
 """
+import json
+import struct
+
 import torch
 import torch.nn as nn
 
@@ -59,3 +62,22 @@ def GPT(layers, dim, heads, context):
         mods.append(Residual(nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))))
     mods += [nn.LayerNorm(dim), nn.Linear(dim, VOCAB)]
     return nn.Sequential(*mods)
+
+
+def load_safetensors(path):
+    """The F32 tensors of a safetensors file (gdist's checkpoint format) by
+    name, read with the standard library (no safetensors package)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    body = memoryview(raw)[8 + n :]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        if t["dtype"] != "F32":
+            raise ValueError(f"{path}: tensor {name} is {t['dtype']}, want F32")
+        a, b = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(body[a:b]), dtype=torch.float32).reshape(t["shape"])
+    return out

@@ -19,7 +19,9 @@ Optimizer: AdamW (betas 0.9, 0.999, eps 1e-8, weight decay on every
 parameter, as gdist's), lr linear warm-up over --warmup steps then cosine
 to 0.1 x lr at the last step (optim.Schedule.At), global gradient norm
 clipped to --clip after DDP's averaging. Initial weights are PyTorch's
-default initialisation (not gdist's).
+default initialisation (not gdist's), or with --init a gdist checkpoint's
+(e.g. one saved by `train -model gpt -steps 1 -warmup 0 -lr 1e-12 -save F`),
+loaded by name with strict=True.
 
 Prints one JSON line: tokens_per_sec (all ranks; training steps only:
 steps x global batch x context over the loop's wall time between two
@@ -103,6 +105,8 @@ def worker(rank, a, port, q):
     c = a.context
     ntr, nte = (len(train_b) - 1) // c, (len(test_b) - 1) // c
     model = gptmod.GPT(a.layers, a.dmodel, a.heads, c)
+    if a.init:
+        model.load_state_dict(gptmod.load_safetensors(a.init), strict=True)
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay)
     gb = a.batch * a.world
@@ -177,6 +181,7 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=0, help="per rank (0: cores / world)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--corpus", default="")
+    ap.add_argument("--init", default="", help="start from this gdist checkpoint's weights")
     a = ap.parse_args()
     a.corpus = a.corpus or os.path.join(goroot(), "src")
     q = mp.get_context("spawn").SimpleQueue()

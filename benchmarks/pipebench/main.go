@@ -18,6 +18,12 @@
 // shared machine short ops jitter more, in relative terms, than long ones.
 //
 //	go run ./benchmarks/pipebench -stages 2 -micro 2,4,8,16
+//
+// A gpt model trains -steps steps on the default text corpus (-warmup 0,
+// the final evaluation at batch 8) into its own section and files:
+//
+//	go run ./benchmarks/pipebench -model gpt-large -batch 32 -steps 8 -micro 2,4,8 \
+//	    -section pipebench-gpt -out benchmarks/pipe_gpt_results.json -png benchmarks/pipe_gpt_bubble.png
 package main
 
 import (
@@ -25,6 +31,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gdist/gdist/benchmarks/internal/readme"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,7 +70,11 @@ func main() {
 	limit := flag.Int("limit", 24576, "training samples (one epoch)")
 	balance := flag.String("balance", "time", "stage balance: params or time")
 	reps := flag.Int("reps", 3, "runs of each configuration (median reported)")
-	readme := flag.String("readme", "benchmarks/README.md", "file whose pipebench section is rewritten")
+	steps := flag.Int("steps", 0, "training steps per run (0: one epoch of -limit samples); text models need it")
+	readmePath := flag.String("readme", "benchmarks/README.md", "file whose section is rewritten")
+	section := flag.String("section", "pipebench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
+	out := flag.String("out", "benchmarks/pipe_results.json", "runs as JSON")
+	png := flag.String("png", "benchmarks/pipe_bubble.png", "bubble plot")
 	flag.Parse()
 	bin := filepath.Join(os.TempDir(), "gdist-pipebench-train")
 	if o, err := exec.Command("go", "build", "-o", bin, "./cmd/train").CombinedOutput(); err != nil {
@@ -86,7 +97,7 @@ func main() {
 	all := map[key][]run{}
 	for rep := 0; rep < *reps; rep++ {
 		for _, k := range order {
-			r := once(bin, k.sch, k.m, *stages, *model, *batch, *limit, *balance)
+			r := once(bin, k.sch, k.m, *stages, *model, *batch, *limit, *steps, *balance)
 			fmt.Fprintf(os.Stderr, "rep %d %-5s M=%2d: bubble %.3f (theory %.3f, replayed %.3f, with mean op times %.3f), %6.0f samples/s, stages %v busy %v ms/step, stage 0 holds %d inputs (%d bytes)\n",
 				rep, k.sch, k.m, r.Bubble, r.Theory, r.Replay, r.ReplayMean, r.SamplesPerSec, r.Boundaries, r.BusyMs, r.PeakHeld, r.PeakBytes)
 			all[k] = append(all[k], r)
@@ -103,12 +114,16 @@ func main() {
 		runs = append(runs, med)
 	}
 	b, _ := json.MarshalIndent(runs, "", " ")
-	if err := os.WriteFile("benchmarks/pipe_results.json", b, 0o644); err != nil {
+	if err := os.WriteFile(*out, b, 0o644); err != nil {
 		fail("%v", err)
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s, %d stages on %d ranks (auto: shared memory), -balance %s, batch %d, one epoch of %d samples, SGD, %s; median of %d interleaved runs. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
-		*model, *stages, *stages, *balance, *batch, *limit, time.Now().UTC().Format("2006-01-02"), *reps)
+	length := fmt.Sprintf("one epoch of %d samples, SGD", *limit)
+	if *steps > 0 {
+		length = fmt.Sprintf("%d steps, the model's default optimizer", *steps)
+	}
+	fmt.Fprintf(&t, "%s, %d stages on %d ranks (auto: shared memory), -balance %s, batch %d, %s, %s; median of %d interleaved runs. Bubble = idle / (busy + idle) per stage, mean over stages; idle is time waiting for activations, gradients and the end-of-step transfers.\n\n",
+		*model, *stages, *stages, *balance, *batch, length, time.Now().UTC().Format("2006-01-02"), *reps)
 	t.WriteString("Replayed: the same schedule on paper with instant messages (pipeline.Replay), from each op's measured compute time in every step (imbalance + compute jitter) and from each op's mean time (imbalance only).\n\n")
 	t.WriteString("| schedule | M | bubble | (K-1)/(M+K-1) | bubble / theory | replayed, op times | replayed, mean op times | all runs | samples/s | stages | busy ms/step per stage | stage 0 peak inputs held | stage 0 peak activation bytes |\n|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|---:|\n")
 	for _, r := range runs {
@@ -124,10 +139,10 @@ func main() {
 			r.Replay, r.ReplayMean, strings.Join(rs, " "), r.SamplesPerSec, r.Boundaries, strings.Join(bs, " / "), r.PeakHeld, r.PeakBytes)
 	}
 	fmt.Println(t.String())
-	if err := plotBubble(runs, "benchmarks/pipe_bubble.png"); err != nil {
+	if err := plotBubble(runs, *png); err != nil {
 		fail("plot: %v", err)
 	}
-	if err := rewrite(*readme, t.String()); err != nil {
+	if err := readme.Rewrite(*readmePath, *section, t.String()); err != nil {
 		fail("%v", err)
 	}
 }
@@ -167,25 +182,17 @@ func plotBubble(runs []run, path string) error {
 	return p.Save(6*vg.Inch, 3.5*vg.Inch, path)
 }
 
-func rewrite(path, table string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	const begin, end = "<!-- pipebench:begin -->", "<!-- pipebench:end -->"
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s ... %s section", path, begin, end)
-	}
-	return os.WriteFile(path, []byte(s[:i+len(begin)]+"\n"+table+"\n"+s[j:]), 0o644)
-}
-
 // once runs one training job and returns its measurements.
-func once(bin, sch string, m, stages int, model string, batch, limit int, balance string) run {
-	cmd := exec.Command(bin, "-nproc", strconv.Itoa(stages), "-backend", "auto", "-strategy", "pipeline", "-schedule", sch,
-		"-microbatches", strconv.Itoa(m), "-model", model, "-batch", strconv.Itoa(batch), "-limit", strconv.Itoa(limit),
-		"-balance", balance, "-epochs", "1", "-json", "-progress=false")
+func once(bin, sch string, m, stages int, model string, batch, limit, steps int, balance string) run {
+	args := []string{"-nproc", strconv.Itoa(stages), "-backend", "auto", "-strategy", "pipeline", "-schedule", sch,
+		"-microbatches", strconv.Itoa(m), "-model", model, "-batch", strconv.Itoa(batch),
+		"-balance", balance, "-json", "-progress=false"}
+	if steps > 0 {
+		args = append(args, "-max-steps", strconv.Itoa(steps), "-warmup", "0", "-eval-batch", "8")
+	} else {
+		args = append(args, "-limit", strconv.Itoa(limit), "-epochs", "1")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

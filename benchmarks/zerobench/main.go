@@ -7,6 +7,12 @@
 // zerobench markers), the runs as JSON and two PNG plots.
 //
 //	go run ./benchmarks/zerobench -worlds 1,2,4,8 -steps 6
+//
+// With a gpt model it trains on the default text corpus (-warmup 0, the
+// final evaluation at batch 8) and writes its own section and files:
+//
+//	go run ./benchmarks/zerobench -model gpt-large -worlds 1,2,4 -steps 6 -batch 8 \
+//	    -section zerobench-gpt -out benchmarks/zero_gpt_results.json -plots zero_gpt
 package main
 
 import (
@@ -15,6 +21,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gdist/gdist/benchmarks/internal/readme"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,9 +56,11 @@ func main() {
 	steps := flag.Int("steps", 6, "training steps per run")
 	batch := flag.Int("batch", 16, "batch per rank")
 	model := flag.String("model", "mlp-xl", "model")
-	readme := flag.String("readme", "benchmarks/README.md", "file whose zerobench section is rewritten")
+	readmePath := flag.String("readme", "benchmarks/README.md", "file whose zerobench section is rewritten")
 	out := flag.String("out", "benchmarks/zero_results.json", "runs as JSON")
-	pngDir := flag.String("png", "benchmarks", "directory for zero_memory.png and zero_step.png")
+	pngDir := flag.String("png", "benchmarks", "directory for the plots")
+	plotName := flag.String("plots", "zero", "the plots are <png>/<plots>_memory.png and <plots>_step.png")
+	section := flag.String("section", "zerobench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
 	replot := flag.String("replot", "", "skip the runs: rebuild table and plots from this JSON file")
 	flag.Parse()
 
@@ -88,10 +97,10 @@ func main() {
 	}
 	table := report(runs, *model, *steps, *batch)
 	fmt.Println(table)
-	if err := plots(runs, *pngDir); err != nil {
+	if err := plots(runs, *model, filepath.Join(*pngDir, *plotName)); err != nil {
 		fail("plot: %v", err)
 	}
-	if err := rewrite(*readme, table); err != nil {
+	if err := readme.Rewrite(*readmePath, *section, table); err != nil {
 		fail("%v", err)
 	}
 }
@@ -106,9 +115,13 @@ func mb(b int64) float64 { return float64(b) / 1e6 }
 func once(bin, model, strategy string, world, batch, steps int) (run, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	args := []string{"-model", model, "-data", "synthetic", "-nproc", strconv.Itoa(world), "-strategy", strategy,
-		"-optimizer", "adam", "-batch", strconv.Itoa(batch), "-epochs", "1", "-max-steps", strconv.Itoa(steps),
-		"-eval-batch", "100", "-json", "-progress=false"}
+	args := []string{"-model", model, "-nproc", strconv.Itoa(world), "-strategy", strategy,
+		"-optimizer", "adam", "-batch", strconv.Itoa(batch), "-max-steps", strconv.Itoa(steps), "-json", "-progress=false"}
+	if strings.HasPrefix(model, "gpt") {
+		args = append(args, "-warmup", "0", "-eval-batch", "8")
+	} else {
+		args = append(args, "-data", "synthetic", "-epochs", "1", "-eval-batch", "100")
+	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
 	var o, e bytes.Buffer
@@ -174,15 +187,15 @@ func report(runs []run, model string, steps, batch int) string {
 	return b.String()
 }
 
-func plots(runs []run, dir string) error {
+func plots(runs []run, model, prefix string) error {
 	for _, what := range []string{"memory", "step"} {
 		p := plot.New()
 		p.X.Label.Text = "ranks"
 		if what == "memory" {
-			p.Title.Text = "Model state per rank (Adam, mlp-xl)"
+			p.Title.Text = "Model state per rank (Adam, " + model + ")"
 			p.Y.Label.Text = "MB held persistently"
 		} else {
-			p.Title.Text = "Step time (Adam, mlp-xl)"
+			p.Title.Text = "Step time (Adam, " + model + ")"
 			p.Y.Label.Text = "ms per step (p50)"
 		}
 		for i, st := range strategies {
@@ -213,23 +226,9 @@ func plots(runs []run, dir string) error {
 		p.Legend.Top = true
 		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
-		if err := p.Save(6*vg.Inch, 3.5*vg.Inch, filepath.Join(dir, "zero_"+what+".png")); err != nil {
+		if err := p.Save(6*vg.Inch, 3.5*vg.Inch, prefix+"_"+what+".png"); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func rewrite(path, table string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	const begin, end = "<!-- zerobench:begin -->", "<!-- zerobench:end -->"
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s ... %s section", path, begin, end)
-	}
-	return os.WriteFile(path, []byte(s[:i+len(begin)]+"\n"+table+"\n"+s[j:]), 0o644)
 }

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gdist/gdist/internal/syncbuf"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,26 +26,8 @@ import (
 type job struct {
 	cmd    *exec.Cmd
 	stdout bytes.Buffer
-	stderr syncWriter
+	stderr syncbuf.Buffer
 	done   chan error
-}
-
-// syncWriter is a strings.Builder safe for concurrent use.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 func startJob(t *testing.T, args ...string) *job {

@@ -29,13 +29,31 @@ const (
 	gptEvalEvery = 250
 	// A forward pass at batch 500 is slower per window than at 64 (and
 	// holds gigabytes of activations), and the 1024 evaluation windows
-	// split over 2 ranks fill 64-window batches exactly.
+	// split over 2 ranks fill 64-window batches exactly. Larger models
+	// take a smaller power of two (gptEvalBatchFor).
 	gptEvalBatch = 64
+	// gptEvalBudget bounds the activations an evaluation batch holds: the
+	// graph keeps every intermediate value (gpt-large: about 36 MB a
+	// window, so 6.7 GB of peak RSS per process at batch 64, 2 GB at 16).
+	gptEvalBudget = 512 << 20
 )
+
+// gptEvalBatchFor is the default evaluation batch of a gpt of shape g: the
+// largest power of two up to gptEvalBatch whose activations, estimated
+// per block as 26 T x D values plus the H x T x T attention probabilities
+// (float32), fit gptEvalBudget.
+func gptEvalBatchFor(g models.GPT) int {
+	perWindow := 4 * g.Layers * (26*g.Context*g.Dim + g.Heads*g.Context*g.Context)
+	b := gptEvalBatch
+	for b > 1 && b*perWindow > gptEvalBudget {
+		b /= 2
+	}
+	return b
+}
 
 // gptDefaultsDoc lists the gpt defaults (for -help).
 func gptDefaultsDoc() string {
-	return fmt.Sprintf("-model gpt defaults, for the flags not given: -batch %d -optimizer %s -lr %g -weight-decay %g -warmup %d -lr-schedule %s -clip-grad %g -eval-every %d -eval-batch %d, and -steps %d unless -epochs, -steps or -max-steps is given",
+	return fmt.Sprintf("-model gpt defaults, for the flags not given: -batch %d -optimizer %s -lr %g -weight-decay %g -warmup %d -lr-schedule %s -clip-grad %g -eval-every %d -eval-batch %d (smaller for larger models: gpt-large 16), and -steps %d unless -epochs, -steps or -max-steps is given",
 		gptBatch, gptOptimizer, gptLR, gptWeightDec, gptWarmup, gptSchedule, gptClipGrad, gptEvalEvery, gptEvalBatch, gptSteps)
 }
 
@@ -62,11 +80,9 @@ func (g *gptFlags) apply(set map[string]bool, c *train.Config) error {
 		return nil
 	}
 	if shape {
-		base, ok := map[string]models.GPT{"gpt": models.GPTSmall, "gpt-large": models.GPTLarge}[c.Model]
+		base, ok := models.GPTShape(c.Model)
 		if !ok {
-			if base, ok = models.ParseGPT(c.Model); !ok {
-				return fmt.Errorf("-model %s: not a gpt model to resize (use -model gpt with -layers, -dmodel, -heads, -context)", c.Model)
-			}
+			return fmt.Errorf("-model %s: not a gpt model to resize (use -model gpt with -layers, -dmodel, -heads, -context)", c.Model)
 		}
 		s := base
 		for _, f := range []struct {
@@ -114,7 +130,13 @@ func (g *gptFlags) apply(set map[string]bool, c *train.Config) error {
 	def("lr-schedule", func() { c.LRSchedule = gptSchedule })
 	def("clip-grad", func() { c.ClipGrad = gptClipGrad })
 	def("eval-every", func() { c.EvalEvery = gptEvalEvery })
-	def("eval-batch", func() { c.EvalBatch = gptEvalBatch })
+	def("eval-batch", func() {
+		shape, ok := models.GPTShape(c.Model)
+		c.EvalBatch = gptEvalBatch
+		if ok {
+			c.EvalBatch = gptEvalBatchFor(shape)
+		}
+	})
 	return nil
 }
 

@@ -36,6 +36,17 @@ func TestGPTFlags(t *testing.T) {
 		c.Warmup != gptWarmup || c.ClipGrad != gptClipGrad || c.EvalEvery != gptEvalEvery || c.WeightDecay != gptWeightDec || c.EvalBatch != gptEvalBatch {
 		t.Errorf("gpt defaults: %+v", c)
 	}
+	// Larger models evaluate in smaller batches (activations are kept per
+	// window: gpt-large at 64 peaked at 6.7 GB per process); -eval-batch wins.
+	if c := parseOK("-model", "gpt-large").cfg; c.EvalBatch != 16 {
+		t.Errorf("gpt-large default eval batch %d, want 16", c.EvalBatch)
+	}
+	if c := parseOK("-model", "gpt", "-layers", "64").cfg; c.EvalBatch >= gptEvalBatch || c.EvalBatch < 1 {
+		t.Errorf("a 64-block gpt's default eval batch %d, want below %d", c.EvalBatch, gptEvalBatch)
+	}
+	if c := parseOK("-model", "gpt-large", "-eval-batch", "64").cfg; c.EvalBatch != 64 {
+		t.Errorf("-eval-batch 64 given: %d", c.EvalBatch)
+	}
 	c = parseOK("-model", "gpt", "-epochs", "1", "-optimizer", "sgd", "-lr-schedule", "constant", "-clip-grad", "0", "-batch", "4").cfg
 	if c.Steps != 0 || c.Optimizer != "sgd" || c.LR != 0.05 || c.LRSchedule != "constant" || c.ClipGrad != 0 || c.Batch != 4 || c.WeightDecay != 0 {
 		t.Errorf("gpt with flags given: %+v", c)
