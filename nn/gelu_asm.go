@@ -3,7 +3,7 @@ package nn
 import (
 	"math"
 
-	"github.com/gdist/gdist/nn/internal/vecmath"
+	"github.com/gdist/gdist/internal/vecmath"
 )
 
 // geluC is vecmath.GELU's constants: see vecmath.GELUConsts for the order.

@@ -6,3 +6,5 @@ package vecmath
 const HasAVX2FMA = false
 
 func geluKernel(y, d, x []float32, c *GELUConsts) { panic("vecmath: no GELU kernel") }
+
+func adamWKernel(p, g, m, v []float32, c *AdamWConsts) { panic("vecmath: no AdamW kernel") }

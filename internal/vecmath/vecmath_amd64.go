@@ -7,6 +7,13 @@ import "unsafe"
 //go:noescape
 func geluAVX2(y, d, x *float32, n int, c *GELUConsts)
 
+//go:noescape
+func adamWAVX(pp, gg, mm, vv *float32, n int, c *AdamWConsts)
+
+func adamWKernel(p, g, m, v []float32, c *AdamWConsts) {
+	adamWAVX(unsafe.SliceData(p), unsafe.SliceData(g), unsafe.SliceData(m), unsafe.SliceData(v), len(p), c)
+}
+
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv() (eax, edx uint32)
 
