@@ -153,3 +153,46 @@ func TestGPTNames(t *testing.T) {
 		t.Error("5 heads over dimension 24 built")
 	}
 }
+
+// BenchmarkGPTStep times one training step (forward, loss, backward; no
+// optimizer) of the "gpt" preset at train's default gpt batch, 8 windows
+// of 64 bytes, and the forward pass alone at the evaluation batch (64).
+// Run with OPENBLAS_NUM_THREADS=1 for a rank on one core.
+func BenchmarkGPTStep(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		batch int
+		grad  bool
+	}{{"train-8", 8, true}, {"eval-64", 64, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			g := GPTSmall
+			m, err := NewGPT("gpt", g, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			gr, err := m.NewGraph(bc.batch, bc.grad)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer gr.Close()
+			text := []byte("func main() {\n\tfor i := range 10 {\n\t\tfmt.Println(i, \"hello, world\")\n\t}\n}\n")
+			x := make([]float32, bc.batch*g.Context)
+			y := make([]int32, bc.batch*g.Context)
+			for i := range x {
+				x[i] = float32(text[(i*7)%len(text)])
+				y[i] = int32(text[(i*7+1)%len(text)])
+			}
+			for b.Loop() {
+				if bc.grad {
+					m.ZeroGrad()
+					if _, err := gr.Step(context.Background(), x, y); err != nil {
+						b.Fatal(err)
+					}
+				} else if _, err := gr.Logits(x); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(bc.batch*g.Context)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

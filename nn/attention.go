@@ -60,6 +60,7 @@ type attnOp struct {
 	baseOp
 	heads int
 	st    *attnState
+	out   outBuf
 }
 
 func (op *attnOp) Arity() int       { return 1 }
@@ -91,7 +92,8 @@ func gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []flo
 }
 
 // causalSoftmax turns each row i of s (t x t) into the softmax of its
-// first i+1 entries, zeroing the rest.
+// first i+1 entries, zeroing the rest. In float32 throughout (exp32), as
+// PyTorch's float32 softmax.
 func causalSoftmax(s []float32, t int) {
 	for i := 0; i < t; i++ {
 		row := s[i*t : (i+1)*t]
@@ -99,18 +101,36 @@ func causalSoftmax(s []float32, t int) {
 		for _, v := range row[1 : i+1] {
 			mx = max(mx, v)
 		}
-		var sum float64
-		for j := 0; j <= i; j++ {
-			e := math.Exp(float64(row[j] - mx))
-			row[j] = float32(e)
-			sum += e
+		r := row[:i+1]
+		for j, v := range r {
+			r[j] = exp32(v - mx)
 		}
-		inv := float32(1 / sum)
-		for j := 0; j <= i; j++ {
-			row[j] *= inv
+		inv := 1 / sum32(r)
+		for j := range r {
+			r[j] *= inv
 		}
 		clear(row[i+1:])
 	}
+}
+
+// exp32 is e^y for y <= 0 in float32, within about 2 ulp (0 below -87: the
+// float32 range ends at e^-87). Cody-Waite reduction to r in [-ln2/2,
+// ln2/2] with ln 2 split in two, a degree-7 Taylor polynomial, then the
+// power of two by its bits; NaN gives NaN.
+func exp32(y float32) float32 {
+	const (
+		log2e = 1.442695
+		ln2hi = 0.693359375   // ln 2's leading bits: n ln2hi is exact
+		ln2lo = -2.1219444e-4 // ln 2 - ln2hi
+		round = 0x1.8p23      // adding it rounds to an integer (|v| < 2^22)
+	)
+	y = max(y, -87)
+	nf := (y*log2e + round) - round
+	r := (y - nf*ln2hi) - nf*ln2lo
+	r2 := r * r
+	r4 := r2 * r2
+	p := (1 + r + (1.0/2+r*(1.0/6))*r2) + ((1.0/24+r*(1.0/120))+(1.0/720+r*(1.0/5040))*r2)*r4
+	return p * math.Float32frombits(uint32(int32(nf)+127)<<23)
 }
 
 func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
@@ -124,7 +144,7 @@ func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 	if len(op.st.p) != n*h*t*t {
 		op.st.p = make([]float32, n*h*t*t)
 	}
-	out := make([]float32, n*t*c)
+	res, out := op.out.get(tensor.Shape{n, t, c}, qkv)
 	for b := 0; b < n; b++ {
 		x := qkv[b*t*3*c:]
 		for hd := 0; hd < h; hd++ {
@@ -135,7 +155,7 @@ func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 			gemm(false, false, t, d, t, 1, p, t, vv, 3*c, 0, out[b*t*c+hd*d:], c)
 		}
 	}
-	return tensor.New(tensor.WithShape(n, t, c), tensor.WithBacking(out)), nil
+	return res, nil
 }
 
 func (op *attnOp) DiffWRT(int) []bool { return []bool{true} }
@@ -151,6 +171,7 @@ type attnGradOp struct {
 	baseOp
 	fwd *attnOp
 	ds  []float32 // scratch, t x t
+	out outBuf
 }
 
 func (op *attnGradOp) Arity() int       { return 2 }
@@ -179,7 +200,8 @@ func (op *attnGradOp) Do(v ...G.Value) (G.Value, error) {
 		op.ds = make([]float32, t*t)
 	}
 	ds := op.ds
-	dq := make([]float32, len(qkv))
+	res, dq := op.out.get(s, qkv, dout) // every value written below
+
 	for b := 0; b < n; b++ {
 		x, dx := qkv[b*t*3*c:], dq[b*t*3*c:]
 		do := dout[b*t*c:]
@@ -191,12 +213,9 @@ func (op *attnGradOp) Do(v ...G.Value) (G.Value, error) {
 			gemm(false, true, t, t, d, 1, doh, c, vv, 3*c, 0, ds, t)           // dP
 			for i := 0; i < t; i++ {
 				pr, dr := p[i*t:i*t+i+1], ds[i*t:(i+1)*t]
-				var dot float64
+				dot := dot32(pr, dr)
 				for j, pv := range pr {
-					dot += float64(pv) * float64(dr[j])
-				}
-				for j, pv := range pr {
-					dr[j] = pv * (dr[j] - float32(dot)) * scale
+					dr[j] = pv * (dr[j] - dot) * scale
 				}
 				clear(dr[i+1:])
 			}
@@ -204,5 +223,5 @@ func (op *attnGradOp) Do(v ...G.Value) (G.Value, error) {
 			gemm(true, false, t, d, t, 1, ds, t, q, 3*c, 0, dx[c+hd*d:], 3*c) // dK
 		}
 	}
-	return tensor.New(tensor.WithShape(s.Clone()...), tensor.WithBacking(dq)), nil
+	return res, nil
 }

@@ -82,7 +82,7 @@ func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 		if err != nil {
 			return nil, err
 		}
-		loss, err := G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, lg, y)
+		loss, err := G.ApplyOp(&xentOp{baseOp: baseOp{nextID(), "xent"}}, lg, y)
 		if err != nil {
 			return nil, err
 		}

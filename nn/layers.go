@@ -83,7 +83,7 @@ func (r *Residual) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 	if !h.Shape().Eq(x.Shape()) {
 		return nil, fmt.Errorf("residual: fn maps %v to %v; the shapes must agree", x.Shape(), h.Shape())
 	}
-	return G.Add(x, h)
+	return G.ApplyOp(newAdd(), x, h)
 }
 
 // Linear is y = x W^T + b over the last axis (PyTorch's nn.Linear; the

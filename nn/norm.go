@@ -36,7 +36,7 @@ func (l *LayerNorm) Fwd(b *Builder, x *G.Node) (*G.Node, error) {
 // lnState is what layer norm's forward leaves for its gradients.
 type lnState struct {
 	xhat   []float32
-	invstd []float64 // per row
+	invstd []float32 // per row
 }
 
 type lnOp struct {
@@ -44,6 +44,7 @@ type lnOp struct {
 	dims, c int
 	eps     float64
 	st      *lnState
+	out     outBuf
 }
 
 func (op *lnOp) Arity() int       { return 3 }
@@ -53,6 +54,76 @@ func (op *lnOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 	return ds[0].(tensor.Shape).Clone(), nil
 }
 
+// sum32 is the sum of v in float32, over 8 running sums (fast, and as
+// accurate as float32 allows for the row lengths of a layer norm).
+func sum32(v []float32) float32 {
+	var s [8]float32
+	for len(v) >= 8 {
+		w := v[:8:8]
+		s[0] += w[0]
+		s[1] += w[1]
+		s[2] += w[2]
+		s[3] += w[3]
+		s[4] += w[4]
+		s[5] += w[5]
+		s[6] += w[6]
+		s[7] += w[7]
+		v = v[8:]
+	}
+	for i, x := range v {
+		s[i] += x
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
+// sqDev32 is the sum of (v[i] - m)^2, like sum32.
+func sqDev32(v []float32, m float32) float32 {
+	var s [8]float32
+	for len(v) >= 8 {
+		w := v[:8:8]
+		d0, d1, d2, d3 := w[0]-m, w[1]-m, w[2]-m, w[3]-m
+		d4, d5, d6, d7 := w[4]-m, w[5]-m, w[6]-m, w[7]-m
+		s[0] += d0 * d0
+		s[1] += d1 * d1
+		s[2] += d2 * d2
+		s[3] += d3 * d3
+		s[4] += d4 * d4
+		s[5] += d5 * d5
+		s[6] += d6 * d6
+		s[7] += d7 * d7
+		v = v[8:]
+	}
+	for i, x := range v {
+		s[i] += (x - m) * (x - m)
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
+// dot32 is the sum of a[i] b[i] (len(b) >= len(a)), like sum32.
+func dot32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s [8]float32
+	for len(a) >= 8 {
+		x, y := a[:8:8], b[:8:8]
+		s[0] += x[0] * y[0]
+		s[1] += x[1] * y[1]
+		s[2] += x[2] * y[2]
+		s[3] += x[3] * y[3]
+		s[4] += x[4] * y[4]
+		s[5] += x[5] * y[5]
+		s[6] += x[6] * y[6]
+		s[7] += x[7] * y[7]
+		a, b = a[8:], b[8:]
+	}
+	for i, x := range a {
+		s[i] += x * b[i]
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
+// Do normalises each row in float32 (mean, then the mean squared
+// deviation from it: two passes, as PyTorch's float32 layer norm is
+// accurate to float32), keeping xhat and 1/std for the gradients.
 func (op *lnOp) Do(v ...G.Value) (G.Value, error) {
 	x, shape, err := f32(v[0])
 	if err != nil {
@@ -71,35 +142,34 @@ func (op *lnOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, fmt.Errorf("nn: layer norm over %d: input of %d values, scale %d, shift %d", c, len(x), len(gamma), len(beta))
 	}
 	st := op.st
-	st.xhat = make([]float32, len(x))
-	st.invstd = make([]float64, len(x)/c)
-	y := make([]float32, len(x))
+	if cap(st.xhat) < len(x) {
+		st.xhat = make([]float32, len(x))
+	}
+	st.xhat = st.xhat[:len(x)]
+	if rows := len(x) / c; cap(st.invstd) < rows {
+		st.invstd = make([]float32, rows)
+	}
+	st.invstd = st.invstd[:len(x)/c]
+	t, y := op.out.get(shape, x, gamma, beta)
+	invC := 1 / float32(c)
 	for r := 0; r < len(x); r += c {
 		row := x[r : r+c]
-		var mean float64
-		for _, v := range row {
-			mean += float64(v)
-		}
-		mean /= float64(c)
-		var vr float64
-		for _, v := range row {
-			d := float64(v) - mean
-			vr += d * d
-		}
-		inv := 1 / math.Sqrt(vr/float64(c)+op.eps)
+		mean := sum32(row) * invC
+		inv := float32(1 / math.Sqrt(float64(sqDev32(row, mean)*invC)+op.eps))
 		st.invstd[r/c] = inv
+		xh, yr := st.xhat[r:r+c], y[r:r+c]
 		for j, v := range row {
-			xh := (float64(v) - mean) * inv
-			st.xhat[r+j] = float32(xh)
-			y[r+j] = float32(xh*float64(gamma[j]) + float64(beta[j]))
+			h := (v - mean) * inv
+			xh[j] = h
+			yr[j] = h*gamma[j] + beta[j]
 		}
 	}
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(y)), nil
+	return t, nil
 }
 
 func (op *lnOp) DiffWRT(int) []bool { return []bool{true, true, true} }
 func (op *lnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	return normGrads(inputs, grad, func(g normGrad) G.Op { return &lnGradOp{g, op} }, "layernorm'", op.dims)
+	return normGrads(inputs, grad, func(g normGrad) G.Op { return &lnGradOp{normGrad: g, fwd: op} }, "layernorm'", op.dims)
 }
 
 // lnGradOp computes one of dx, dgamma, dbeta (normGrad) from the forward
@@ -107,6 +177,8 @@ func (op *lnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 type lnGradOp struct {
 	normGrad
 	fwd *lnOp
+	out outBuf
+	g   []float32 // scratch: one row of dy * gamma
 }
 
 func (op *lnGradOp) Do(v ...G.Value) (G.Value, error) {
@@ -119,38 +191,45 @@ func (op *lnGradOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	st, c := op.fwd.st, op.fwd.c
-	if len(dy) != len(st.xhat) {
+	if len(dy) != len(st.xhat) || len(gamma) != c {
 		return nil, fmt.Errorf("nn: layer norm gradient of %d values for an input of %d", len(dy), len(st.xhat))
 	}
 	if op.which > 0 {
-		out := make([]float32, c)
+		t, out := op.out.get(tensor.Shape{c}, dy, gamma)
+		clear(out)
 		for r := 0; r < len(dy); r += c {
-			for j := 0; j < c; j++ {
-				if op.which == 1 {
-					out[j] += dy[r+j] * st.xhat[r+j]
-				} else {
-					out[j] += dy[r+j]
+			d := dy[r : r+c]
+			if op.which == 1 {
+				xh := st.xhat[r : r+c]
+				for j, g := range d {
+					out[j] += g * xh[j]
+				}
+			} else {
+				for j, g := range d {
+					out[j] += g
 				}
 			}
 		}
-		return tensor.New(tensor.WithShape(c), tensor.WithBacking(out)), nil
+		return t, nil
 	}
-	dx := make([]float32, len(dy))
+	t, dx := op.out.get(shape, dy, gamma)
+	if len(op.g) != c {
+		op.g = make([]float32, c)
+	}
+	g := op.g
+	invC := 1 / float32(c)
 	for r := 0; r < len(dy); r += c {
-		// dxhat = dy * gamma; dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-		var m1, m2 float64
-		for j := 0; j < c; j++ {
-			g := float64(dy[r+j]) * float64(gamma[j])
-			m1 += g
-			m2 += g * float64(st.xhat[r+j])
+		// g = dy * gamma; dx = invstd * (g - mean(g) - xhat * mean(g * xhat))
+		d, xh, o := dy[r:r+c], st.xhat[r:r+c], dx[r:r+c]
+		for j, v := range d {
+			g[j] = v * gamma[j]
 		}
-		m1 /= float64(c)
-		m2 /= float64(c)
+		m1 := sum32(g) * invC
+		m2 := dot32(g, xh) * invC
 		inv := st.invstd[r/c]
-		for j := 0; j < c; j++ {
-			g := float64(dy[r+j]) * float64(gamma[j])
-			dx[r+j] = float32(inv * (g - m1 - float64(st.xhat[r+j])*m2))
+		for j, v := range g {
+			o[j] = inv * (v - m1 - xh[j]*m2)
 		}
 	}
-	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(dx)), nil
+	return t, nil
 }

@@ -186,6 +186,12 @@ func sum32(v []float32) float32 {
 
 type xentOp struct {
 	baseOp
+	// With a gradient (SymDiff called), forward keeps each logit's
+	// exp(logit - row max) and each row's sum of them for xentGradOp,
+	// which would otherwise compute the same exponentials twice more.
+	grad bool
+	e    []float64
+	sum  []float64
 }
 
 func (op *xentOp) Arity() int { return 2 }
@@ -230,22 +236,53 @@ func (op *xentOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	k := shape[1]
 	var total float64
+	if !op.grad {
+		for i, l := range lab {
+			total += rowLoss(lg[i*k:(i+1)*k], int(l))
+		}
+		return G.NewF32(float32(total / float64(len(lab)))), nil
+	}
+	if cap(op.e) < len(lg) {
+		op.e = make([]float64, len(lg))
+	}
+	if cap(op.sum) < len(lab) {
+		op.sum = make([]float64, len(lab))
+	}
+	op.e, op.sum = op.e[:len(lg)], op.sum[:len(lab)]
 	for i, l := range lab {
-		total += rowLoss(lg[i*k:(i+1)*k], int(l))
+		// rowLoss's operations in its order, the exponentials kept
+		row, e := lg[i*k:(i+1)*k], op.e[i*k:(i+1)*k]
+		m := float64(row[0])
+		for _, v := range row {
+			m = math.Max(m, float64(v))
+		}
+		var s float64
+		for j, v := range row {
+			e[j] = math.Exp(float64(v) - m)
+			s += e[j]
+		}
+		op.sum[i] = s
+		total += m + math.Log(s) - float64(row[int(l)])
 	}
 	return G.NewF32(float32(total / float64(len(lab)))), nil
 }
 func (op *xentOp) DiffWRT(int) []bool { return []bool{true, false} }
 func (op *xentOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	d, err := G.ApplyOp(&xentGradOp{baseOp{nextID(), "xent'"}}, inputs[0], inputs[1], grad)
+	op.grad = true
+	d, err := G.ApplyOp(&xentGradOp{baseOp: baseOp{nextID(), "xent'"}, fwd: op}, inputs[0], inputs[1], grad)
 	if err != nil {
 		return nil, err
 	}
 	return G.Nodes{d, nil}, nil
 }
 
-// xentGradOp: d logits = (softmax - onehot) / B * dloss.
-type xentGradOp struct{ baseOp }
+// xentGradOp: d logits = (softmax - onehot) / B * dloss, the softmax from
+// the exponentials its forward op kept.
+type xentGradOp struct {
+	baseOp
+	fwd *xentOp
+	out outBuf
+}
 
 func (op *xentGradOp) Arity() int { return 3 }
 func (op *xentGradOp) Type() hm.Type {
@@ -272,27 +309,22 @@ func (op *xentGradOp) Do(v ...G.Value) (G.Value, error) {
 		dl = s.Data().(float32)
 	}
 	b, k := shape[0], shape[1]
-	out := make([]float32, len(lg))
+	ex, sums := op.fwd.e, op.fwd.sum
+	if len(ex) != len(lg) || len(sums) != b {
+		return nil, fmt.Errorf("nn: cross-entropy gradient of %d logits without its forward pass (%d kept)", len(lg), len(ex))
+	}
+	t, out := op.out.get(tensor.Shape{b, k}, lg, lab)
 	scale := float64(dl) / float64(b)
 	for i := 0; i < b; i++ {
-		row := lg[i*k : (i+1)*k]
-		m := float64(row[0])
-		for _, x := range row {
-			m = math.Max(m, float64(x))
+		e, o, s := ex[i*k:(i+1)*k], out[i*k:(i+1)*k], sums[i]
+		for j := range o {
+			o[j] = float32(e[j] / s * scale)
 		}
-		var s float64
-		for _, x := range row {
-			s += math.Exp(float64(x) - m)
-		}
-		for j, x := range row {
-			p := math.Exp(float64(x)-m) / s
-			if j == int(lab[i]) {
-				p--
-			}
-			out[i*k+j] = float32(p * scale)
+		if l := int(lab[i]); l >= 0 && l < k {
+			o[l] = float32((e[l]/s - 1) * scale)
 		}
 	}
-	return tensor.New(tensor.WithShape(b, k), tensor.WithBacking(out)), nil
+	return t, nil
 }
 
 // ---- ReLU: one pass each way (gorgonia's builds a mask and multiplies) ----

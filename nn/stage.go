@@ -189,7 +189,7 @@ func (s *StageGraph) buildTrain() error {
 		if err != nil {
 			return err
 		}
-		if s.loss, err = G.ApplyOp(&xentOp{baseOp{nextID(), "xent"}}, lg, y); err != nil {
+		if s.loss, err = G.ApplyOp(&xentOp{baseOp: baseOp{nextID(), "xent"}}, lg, y); err != nil {
 			return err
 		}
 		// The op reads its own cell (set from Scale at each run), not
