@@ -151,37 +151,6 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	return t, nil
 }
 
-// sum32 is the sum of v, in eight interleaved partial sums (one running
-// sum would wait on the adder's latency at every element).
-func sum32(v []float32) float32 {
-	var s0, s1, s2, s3, s4, s5, s6, s7 float32
-	for len(v) >= 8 {
-		w := v[:8:8]
-		s0 += w[0]
-		s1 += w[1]
-		s2 += w[2]
-		s3 += w[3]
-		s4 += w[4]
-		s5 += w[5]
-		s6 += w[6]
-		s7 += w[7]
-		v = v[8:]
-	}
-	for i, x := range v {
-		switch i % 4 {
-		case 0:
-			s0 += x
-		case 1:
-			s1 += x
-		case 2:
-			s2 += x
-		default:
-			s3 += x
-		}
-	}
-	return ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7))
-}
-
 // ---- softmax cross-entropy: mean over the batch, labels as float32 ----
 
 type xentOp struct {
