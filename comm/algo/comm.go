@@ -62,6 +62,7 @@ type Comm struct {
 	dogSet  bool                     // dog is armed
 	ticks   uint64                   // times watch ran
 	p2pTail map[p2pKey]chan struct{} // done channel of the last p2p op per (dir, peer, tag)
+	p2ps    p2pState                 // shared ctx and timeout of p2p ops (p2p.go)
 	failed  error
 	closed  bool
 }
@@ -170,6 +171,7 @@ func (c *Comm) Close() error {
 			u.release()
 		}
 	}
+	c.p2pClose()
 	c.mu.Unlock()
 	c.finish()
 	if c.world {
@@ -858,55 +860,6 @@ func (c *Comm) Send(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.W
 // Recv: see comm.Comm.
 func (c *Comm) Recv(ctx context.Context, buf comm.Buffer, peer, tag int) (comm.Work, error) {
 	return c.p2p(ctx, false, buf, peer, tag)
-}
-
-func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag int) (comm.Work, error) {
-	name, err := c.args.P2P(ctx, send, buf, peer)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if c.failed != nil {
-		err := c.failed
-		c.mu.Unlock()
-		return nil, &comm.OpError{Op: name, Rank: c.rank, Err: err}
-	}
-	key := p2pKey{send: send, peer: peer, tag: tag}
-	prev := c.p2pTail[key]
-	done := make(chan struct{})
-	c.p2pTail[key] = done
-	c.mu.Unlock()
-
-	h := wire.Header{Kind: wire.KindP2P, Op: wire.OpSend, Group: c.group, Seq: uint64(int64(tag)),
-		DType: uint8(buf.DType()), Count: uint64(buf.Len())}
-	o := &op{c: c, user: ctx, name: name, hdr: h, dt: buf.DType()}
-	req := comm.NewRequest()
-	go func() {
-		defer func() {
-			close(done)
-			c.mu.Lock()
-			if c.p2pTail[key] == done {
-				delete(c.p2pTail, key)
-			}
-			c.mu.Unlock()
-		}()
-		octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
-		defer cancel()
-		o.ctx = octx
-		if prev != nil {
-			select {
-			case <-prev:
-			case <-octx.Done():
-			}
-		}
-		req.Complete(c.run(o, func(o *op) error {
-			if send {
-				return o.send(peer, 0, buf.Host())
-			}
-			return o.recv(peer, 0, buf.Host())
-		}))
-	}()
-	return req, nil
 }
 
 // Split: see comm.Comm.

@@ -137,8 +137,8 @@ func SmallOpAllocs(t testing.TB, world World, n int) map[string]float64 {
 // broadcast on a world of n ranks allocate at most one object per rank:
 // the op's Work, which the caller may keep for ever, so it is never
 // reused (everything else on the path, messages, receives, locks,
-// scratch, is reused). Point-to-point Send/Recv still allocate (a
-// goroutine and a timeout ctx per op); their count is logged.
+// scratch, is reused); and unless a Send and its Recv allocate at most
+// P2POpAllocs each (no timer, ctx or request per op).
 func CheckSmallOpAllocs(t *testing.T, world World, n int) {
 	if Race {
 		t.Skip("the race detector's sync.Pool drops items at random")
@@ -152,4 +152,12 @@ func CheckSmallOpAllocs(t *testing.T, world World, n int) {
 			t.Errorf("%s of 4 KiB on %d ranks: %v allocations per op, want at most %d (one Work per rank)", name, n, got[name], n)
 		}
 	}
+	if got["send_recv"] > 2*P2POpAllocs {
+		t.Errorf("send_recv of 4 KiB: %v allocations per Send+Recv pair, want at most %d", got["send_recv"], 2*P2POpAllocs)
+	}
 }
+
+// P2POpAllocs bounds the allocations of one steady-state Send or Recv:
+// its Work, the Work's done channel, and the goroutine that runs it (a
+// Send and a Recv progress without a Wait, so each has one).
+const P2POpAllocs = 3

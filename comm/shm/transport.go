@@ -55,6 +55,8 @@ type Transport struct {
 	// poll is the adaptive poll window of await, in nanoseconds, in
 	// [0, pollFor]: see await.
 	poll atomic.Int64
+	// wakers: the ctxs a sleeping waiter was woken for (see armWaker).
+	wakers wakers
 
 	mu      sync.Mutex
 	err     error         // first failure (or errTransportClosed); set once
@@ -368,8 +370,7 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, re
 		}
 	}
 	if done != nil {
-		stop := context.AfterFunc(ctx, t.wakeFromCtx)
-		defer stop()
+		t.armWaker(ctx, done)
 	}
 	slept := time.Duration(0)
 	for {
@@ -417,6 +418,54 @@ func (t *Transport) adaptPoll(w time.Duration, quick bool) {
 		w = 0
 	}
 	t.poll.Store(int64(w))
+}
+
+// wakers remembers the ctxs (by Done channel) whose end wakes this
+// rank's sleepers. Registering an AfterFunc per sleep cost two
+// allocations and a ctx lock each time; the ctxs a transport waits under
+// are few and long-lived (a Comm's collective ctx, the shared ctx of its
+// p2p ops), so each is registered once and kept, up to len(ring); the
+// oldest is dropped past that. A sleeper whose ctx was dropped still wakes
+// within sleepMax of its end (sleeps are bounded), never hangs.
+type wakers struct {
+	mu   sync.Mutex
+	ring [8]struct {
+		done <-chan struct{}
+		stop func() bool
+	}
+	next int
+}
+
+// armWaker makes sure the end of ctx (whose Done channel is done) wakes
+// this rank's sleepers.
+func (t *Transport) armWaker(ctx context.Context, done <-chan struct{}) {
+	w := &t.wakers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.ring {
+		if w.ring[i].done == done {
+			return
+		}
+	}
+	e := &w.ring[w.next]
+	w.next = (w.next + 1) % len(w.ring)
+	if e.stop != nil {
+		e.stop()
+	}
+	e.done, e.stop = done, context.AfterFunc(ctx, t.wakeFromCtx)
+}
+
+// dropWakers stops every registered waker (Close).
+func (t *Transport) dropWakers() {
+	w := &t.wakers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.ring {
+		if e := &w.ring[i]; e.stop != nil {
+			e.stop()
+			e.done, e.stop = nil, nil
+		}
+	}
 }
 
 // wakeFromCtx runs when the ctx of a sleeping waiter ends.
@@ -665,6 +714,7 @@ func (t *Transport) close() {
 			l.watch.close()
 		}
 	}
+	t.dropWakers()
 	t.seg.unmap()
 }
 
