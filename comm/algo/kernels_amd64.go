@@ -7,35 +7,16 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/internal/cpu"
 )
 
 //go:generate go run gen_kernels_amd64.go
 
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-func xgetbv() (eax, edx uint32)
-
-// cpuFeatures reports AVX2 (with F16C and FMA-era AVX state) and AVX-512
-// (F, BW, VL, DQ) support, each also enabled by the OS (XCR0).
+// cpuFeatures reports AVX2 (with F16C) and AVX-512 (F, BW, VL, DQ)
+// support, each also enabled by the OS.
 func cpuFeatures() (hasAVX2, hasAVX512 bool) {
-	maxID, _, _, _ := cpuid(0, 0)
-	if maxID < 7 {
-		return false, false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx, f16c = 1 << 27, 1 << 28, 1 << 29
-	if ecx1&osxsave == 0 || ecx1&avx == 0 || ecx1&f16c == 0 {
-		return false, false
-	}
-	xcr0, _ := xgetbv()
-	if xcr0&0x6 != 0x6 { // SSE and AVX state
-		return false, false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	const avx2, avx512f, avx512dq, avx512bw, avx512vl = 1 << 5, 1 << 16, 1 << 17, 1 << 30, 1 << 31
-	hasAVX2 = ebx7&avx2 != 0
-	hasAVX512 = hasAVX2 && ebx7&avx512f != 0 && ebx7&avx512dq != 0 && ebx7&avx512bw != 0 &&
-		ebx7&avx512vl != 0 && xcr0&0xe0 == 0xe0 // opmask, ZMM0-15 upper halves, ZMM16-31
-	return hasAVX2, hasAVX512
+	hasAVX2 = cpu.X86.AVX2 && cpu.X86.F16C
+	return hasAVX2, hasAVX2 && cpu.X86.AVX512
 }
 
 type asmBin func(dst, a, b *byte, n int)

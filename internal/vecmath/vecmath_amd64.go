@@ -2,7 +2,11 @@
 
 package vecmath
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/gdist/gdist/internal/cpu"
+)
 
 //go:noescape
 func geluAVX2(y, d, x *float32, n int, c *GELUConsts)
@@ -14,26 +18,9 @@ func adamWKernel(p, g, m, v []float32, c *AdamWConsts) {
 	adamWAVX(unsafe.SliceData(p), unsafe.SliceData(g), unsafe.SliceData(m), unsafe.SliceData(v), len(p), c)
 }
 
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-func xgetbv() (eax, edx uint32)
-
 // HasAVX2FMA reports AVX2 and FMA, with the AVX state enabled by the OS:
 // what the kernels need.
-var HasAVX2FMA = func() bool {
-	if maxID, _, _, _ := cpuid(0, 0); maxID < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const fma, osxsave, avx = 1 << 12, 1 << 27, 1 << 28
-	if ecx1&fma == 0 || ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xcr0, _ := xgetbv(); xcr0&0x6 != 0x6 {
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	return ebx7&(1<<5) != 0
-}()
+var HasAVX2FMA = cpu.X86.AVX2 && cpu.X86.FMA
 
 func geluKernel(y, d, x []float32, c *GELUConsts) {
 	var dp *float32

@@ -1,0 +1,16 @@
+// Package cpu reports the x86 vector extensions the assembly kernels use
+// (comm/algo's reduce kernels, internal/vecmath's GELU and AdamW), each
+// only where the OS also saves its registers: one place that asks CPUID.
+package cpu
+
+// Features are the extensions found, all false off amd64 or with the
+// purego build tag.
+type Features struct {
+	AVX2   bool // AVX2, with the AVX state enabled by the OS
+	FMA    bool // FMA3 (meaningful with AVX2)
+	F16C   bool // half-precision conversions
+	AVX512 bool // AVX-512 F, DQ, BW and VL, with their state enabled by the OS (implies AVX2)
+}
+
+// X86 is this machine's.
+var X86 = detect()
