@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gdist/gdist/internal/syncbuf"
+	"github.com/gdist/gdist/comm/commtest"
 	"os"
 	"os/signal"
 	"strconv"
@@ -132,8 +132,8 @@ func child(mode string) int {
 	return 20
 }
 
-func spec(t *testing.T, nproc int, mode string) (Spec, *syncbuf.Buffer, *syncbuf.Buffer) {
-	out, errOut := &syncbuf.Buffer{}, &syncbuf.Buffer{}
+func spec(t *testing.T, nproc int, mode string) (Spec, *commtest.Buffer, *commtest.Buffer) {
+	out, errOut := &commtest.Buffer{}, &commtest.Buffer{}
 	return Spec{
 		NProc: nproc,
 		Args:  []string{os.Args[0]},
@@ -260,7 +260,7 @@ func TestRestart(t *testing.T) {
 func TestRestartsRunOut(t *testing.T) {
 	s, _, _ := spec(t, 2, "always-fail")
 	s.MaxRestarts = 2
-	var logs syncbuf.Buffer
+	var logs commtest.Buffer
 	s.Logf = func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) }
 	err := Run(testCtx(t), s)
 	var ee *ExitError
@@ -280,7 +280,7 @@ func TestShrinkGrow(t *testing.T) {
 	t.Setenv("GDIST_FAULT_START", "0:2") // read by the launcher
 	s.MinProc, s.MaxRestarts = 2, 1
 	s.GracePeriod = 100 * time.Millisecond
-	var logs syncbuf.Buffer
+	var logs commtest.Buffer
 	s.Logf = func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) }
 	if err := Run(testCtx(t), s); err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, errOut)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gdist/gdist/internal/syncbuf"
+	"github.com/gdist/gdist/comm/commtest"
 	"math"
 	"os"
 	"os/exec"
@@ -26,7 +26,7 @@ import (
 type job struct {
 	cmd    *exec.Cmd
 	stdout bytes.Buffer
-	stderr syncbuf.Buffer
+	stderr commtest.Buffer
 	done   chan error
 }
 
