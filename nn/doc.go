@@ -62,7 +62,9 @@
 // Model.ZeroGrad (the strategies' Step/update does it for you).
 //
 // Graphs are built under flat.Build's lock, so ranks as goroutines may
-// build them at the same time; a graph is used by one goroutine.
+// build them at the same time; a graph is used by one goroutine. A graph
+// keeps every node's value (all activations) for its life: Close the
+// graphs you are done with, and that memory goes.
 //
 // # ZeRO stage 3
 //
@@ -80,7 +82,9 @@
 // # Pipelines, batch norm, dropout
 //
 // A Model is a pipeline.Model: a pipeline splits a Sequential between its
-// children (StageGraph). Batch norm takes its statistics over the rank's
+// children (StageGraph). It is also a pipeline.Sampler: Model.Sample
+// makes valid random input (token ids where the network starts with an
+// Embedding) and labels, which balancing stages by time profiles on. Batch norm takes its statistics over the rank's
 // batch, or over all ranks' with syncbn.Convert (SyncBatchNorm; its
 // collectives run under the ctx given to Step). Dropout's masks are a
 // hash of the seed, the run and the sample's place in the global batch
