@@ -480,9 +480,10 @@ var (
 // Sample returns n samples of valid input for m and their labels, drawn
 // from seed: token ids in range where the network starts with an
 // Embedding, else floats uniform in [-0.5, 0.5); labels uniform over the
-// classes, LabelsPerSample of them per sample. It makes m a
+// classes, LabelsPerSample of them per sample (none for n <= 0). It makes m a
 // pipeline.Sampler: what balancing by time profiles the stages on.
 func (m *Model) Sample(n int, seed uint64) ([]float32, []int32) {
+	n = max(n, 0)
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	ids := 0
 	if e, ok := firstLayer(m.Net).(*Embedding); ok {
