@@ -4,7 +4,11 @@
 // checks the result of every op.
 //
 //	go run ./benchmarks/commbench -backend inproc|tcp|shm|auto|nccl -np N \
-//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device]
+//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device] [-per-op]
+//
+// -per-op also times every iteration and reports rank 0's p50, p90, p99
+// and maximum: small messages on shm have a slow tail (the iterations
+// that sleep) that the mean folds in.
 //
 // -device (the default with nccl) puts the buffers in GPU memory: the timed
 // runs then move device memory only (host backends stage it: their Comms
@@ -28,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +66,7 @@ type config struct {
 	timeout time.Duration
 	cpuProf string
 	device  bool // device buffers (device.go)
+	perOp   bool // time every iteration: percentiles in the row
 }
 
 // Row is one line of output.
@@ -77,6 +83,11 @@ type Row struct {
 	BusBW    float64 `json:"busbw_gbs"`
 	Correct  bool    `json:"correct"`
 	CheckErr string  `json:"check_error,omitempty"`
+	// With -per-op: rank 0's per-iteration time percentiles.
+	P50US float64 `json:"p50_us,omitempty"`
+	P90US float64 `json:"p90_us,omitempty"`
+	P99US float64 `json:"p99_us,omitempty"`
+	MaxUS float64 `json:"max_us,omitempty"`
 }
 
 func main() {
@@ -116,6 +127,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: about 64 MiB of traffic, 3..200)")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON object per row")
+	fs.BoolVar(&cfg.perOp, "per-op", false, "also time each iteration and report rank 0's p50/p90/p99/max (a mean hides a slow tail)")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.StringVar(&redop, "op", "sum", "reduction for all_reduce, reduce, reduce_scatter")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
@@ -451,10 +463,18 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
 				return err
 			}
+			var per []time.Duration
+			if cfg.perOp {
+				per = make([]time.Duration, 0, iters)
+			}
 			start := time.Now()
 			for i := 0; i < iters; i++ {
+				t0 := time.Now()
 				if err := oc.run(ctx); err != nil {
 					return fmt.Errorf("%s %d bytes: %w", op, size, err)
+				}
+				if per != nil {
+					per = append(per, time.Since(t0))
 				}
 			}
 			elapsed := []float64{time.Since(start).Seconds() / float64(iters)}
@@ -489,6 +509,13 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 				failed++
 				row.CheckErr = fmt.Sprintf("%d rank(s) got a wrong result", bad[0])
 			}
+			if len(per) > 0 {
+				slices.Sort(per)
+				q := func(f float64) float64 {
+					return float64(per[min(len(per)-1, int(f*float64(len(per))))].Nanoseconds()) / 1e3
+				}
+				row.P50US, row.P90US, row.P99US, row.MaxUS = q(0.5), q(0.9), q(0.99), q(1)
+			}
 			if size > 0 && elapsed[0] > 0 {
 				row.AlgBW = float64(size) / elapsed[0] / 1e9
 				row.BusBW = row.AlgBW * busFactor(op, n)
@@ -502,7 +529,11 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 					if !row.Correct {
 						check = "WRONG"
 					}
-					fmt.Fprintf(out, "  %12d %12d %10.1f %12.3f %12.3f %6s\n", row.Bytes, row.Count, row.TimeUS, row.AlgBW, row.BusBW, check)
+					fmt.Fprintf(out, "  %12d %12d %10.1f %12.3f %12.3f %6s", row.Bytes, row.Count, row.TimeUS, row.AlgBW, row.BusBW, check)
+					if cfg.perOp {
+						fmt.Fprintf(out, "  p50 %.1f p90 %.1f p99 %.1f max %.1f us", row.P50US, row.P90US, row.P99US, row.MaxUS)
+					}
+					fmt.Fprintln(out)
 				}
 			}
 		}
