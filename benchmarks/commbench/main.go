@@ -124,7 +124,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.np, "np", 2, "number of ranks")
 	fs.StringVar(&ops, "ops", "all", "comma-separated ops, or all: "+strings.Join(allOps, ","))
 	fs.StringVar(&sizes, "sizes", "4K,64K,1M,16M", "comma-separated sizes in bytes (K, M, G suffixes)")
-	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: about 64 MiB of traffic, 3..200)")
+	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: about 64 MiB of traffic, 3..2000, as OSU times small messages over about 1000)")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON object per row")
 	fs.BoolVar(&cfg.perOp, "per-op", false, "also time each iteration and report rank 0's p50/p90/p99/max (a mean hides a slow tail)")
@@ -453,7 +453,7 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			oc := newCase(dc.comm(), cfg, op, size)
 			iters := cfg.iters
 			if iters == 0 {
-				iters = int(min(200, max(3, (64<<20)/max(size, 1))))
+				iters = int(min(2000, max(3, (64<<20)/max(size, 1))))
 			}
 			for i := 0; i < cfg.warmup; i++ {
 				if err := oc.run(ctx); err != nil {

@@ -3,7 +3,7 @@
 // MPI's MPI_Allreduce (benchmarks/peers/mpi_allreduce.c, built with mpicc)
 // and PyTorch's Gloo (benchmarks/peers/gloo_allreduce.py, run with
 // /usr/bin/python3). All of them time float32 sum all-reduce the same way
-// (3 untimed iterations, then about 64 MiB of traffic, 3..200 iterations)
+// (3 untimed iterations, then about 64 MiB of traffic, 3..2000 iterations)
 // and check the result.
 //
 // The runs are interleaved: each repetition runs every implementation once

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch Gloo peer for benchmarks/peerbench: torch.distributed.all_reduce
 of float32 (sum) over loopback TCP, timed like commbench (3 untimed
-iterations, then about 64 MiB of traffic: 3..200 iterations, between
+iterations, then about 64 MiB of traffic: 3..2000 iterations, between
 barriers; rank 0 reports) and checked once per size. One thread per rank.
 Prints one JSON object per size in commbench's -json schema.
 
@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 
 def iterations(nbytes):
-    return max(3, min(200, (64 << 20) // nbytes))
+    return max(3, min(2000, (64 << 20) // nbytes))
 
 
 def worker(rank, world, sizes, port):

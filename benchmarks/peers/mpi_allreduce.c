@@ -1,6 +1,6 @@
 /* Open MPI peer for benchmarks/peerbench: MPI_Allreduce of float32 (sum)
  * timed like commbench (3 untimed iterations, then about 64 MiB of
- * traffic: 3..200 iterations, between barriers; rank 0 reports) and
+ * traffic: 3..2000 iterations, between barriers; rank 0 reports) and
  * checked once per size. One JSON object per size on stdout, in
  * commbench's -json schema.
  *
@@ -14,7 +14,7 @@
 static int iterations(long bytes) {
 	long it = (64L << 20) / bytes;
 	if (it < 3) it = 3;
-	if (it > 200) it = 200;
+	if (it > 2000) it = 2000;
 	return (int)it;
 }
 
