@@ -7,11 +7,12 @@ Prints one JSON object per size in commbench's -json schema.
 
     /usr/bin/python3 benchmarks/peers/gloo_allreduce.py WORLD SIZE_BYTES...
 """
-import json, os, socket, sys, time
+import json, os, sys, time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from peerutil import free_port
 
 
 def iterations(nbytes):
@@ -46,14 +47,6 @@ def worker(rank, world, sizes, port):
                               "dtype": "float32", "iters": iters, "time_us": dt * 1e6, "algbw_gbs": alg,
                               "busbw_gbs": alg * 2 * (world - 1) / world, "correct": ok}), flush=True)
     dist.destroy_process_group()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ Prints one JSON line: {"peer": "torch-ddp-gloo", "world_size", "model",
 "samples_per_sec" (training loop only, all ranks together), "step_ms_p50",
 "test_accuracy", "eval_loss"}. Needs Debian's python3-torch and
 dataset-fashion-mnist."""
-import argparse, gzip, json, os, socket, statistics, struct, time
+import argparse, gzip, json, os, statistics, struct, time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+from peerutil import free_port
 
 DATA = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # the normalisation gdist's data package uses
@@ -101,14 +102,6 @@ def worker(rank, a, port, q):
                "samples_per_sec": a.epochs * steps * gb / dt, "step_ms_p50": statistics.median(times),
                "test_accuracy": acc, "eval_loss": ev})
     dist.destroy_process_group()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ steps x global batch x context over the loop's wall time between two
 barriers, evaluation and start-up excluded), loop_tokens_per_sec (global
 batch x context over rank 0's median step), step_ms_p50, eval_bpb,
 unigram_bpb, train_loss, clipped_steps, grad_norm_p50 (before clipping)."""
-import argparse, json, math, os, socket, statistics, subprocess, time
+import argparse, json, math, os, statistics, subprocess, time
 
 import torch
 import torch.distributed as dist
@@ -37,6 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gpt as gptmod
+from peerutil import free_port
 
 EVAL_WINDOWS = 1024
 
@@ -154,14 +155,6 @@ def worker(rank, a, port, q):
                "unigram_bpb": unigram_bits(train_b, test_b), "loop_seconds": dt,
                "clipped_steps": sum(n > a.clip for n in norms), "grad_norm_p50": statistics.median(norms) if norms else 0})
     dist.destroy_process_group()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 if __name__ == "__main__":

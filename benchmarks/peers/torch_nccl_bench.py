@@ -17,9 +17,9 @@ Without torchrun it runs as a single rank (world size 1)."""
 import argparse
 import json
 import os
-import socket
 import sys
 import time
+from peerutil import free_port
 
 OPS = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all"]
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M,16M,64M,256M"
@@ -40,12 +40,6 @@ def bus_factor(op, n):
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
