@@ -16,9 +16,10 @@
 // rank go to Spec.Stderr, each line prefixed with "[rank N] ".
 //
 // Supervision, like torchrun's agent: a failed rank's peers get
-// GracePeriod to exit by themselves, then the rest are killed; Spec.Stop
-// (the launcher's SIGTERM or Ctrl-C) sends every rank SIGTERM to save and
-// exit (ExitPreempted); Spec.MaxRestarts starts every rank again after a
+// GracePeriod to exit by themselves, then the rest are killed (a rank
+// stopped by a signal, which cannot exit, at once); Spec.Stop (the
+// launcher's SIGTERM or Ctrl-C) sends every rank SIGTERM (and SIGCONT) to
+// save and exit (ExitPreempted); Spec.MaxRestarts starts every rank again after a
 // failure (GDIST_RESTART_COUNT), Spec.MinProc lets a restart go on with
 // fewer ranks when some cannot start; workers die with the launcher
 // (parent-death signal, WatchLauncher). Spec.Nodes > 1 spans several
@@ -52,6 +53,10 @@ import (
 // well under a second) and exit naming it; a rank that has not exited by
 // then is frozen or stuck, and is killed.
 const DefaultGracePeriod = 10 * time.Second
+
+// frozenPollInterval is how often, during the grace period after a
+// failure, the launcher looks for ranks stopped by a signal.
+const frozenPollInterval = 200 * time.Millisecond
 
 // DefaultStopTimeout is Spec.StopTimeout's default.
 const DefaultStopTimeout = 60 * time.Second
@@ -476,6 +481,26 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 
 	var failed []RankStatus
 	var grace, stopDeadline <-chan time.Time
+	// While the grace period runs, a rank stopped by a signal (SIGSTOP,
+	// SIGTSTP: frozen) cannot exit by itself: it is killed at once rather
+	// than at the end of the grace period.
+	var frozenPoll <-chan time.Time
+	var frozenTicker *time.Ticker
+	defer func() {
+		if frozenTicker != nil {
+			frozenTicker.Stop()
+		}
+	}()
+	killFrozen := func() {
+		for r, cmd := range cmds {
+			if cmd != nil && !exited[r] && !killed[r] && processStopped(cmd.Process.Pid) {
+				if err := cmd.Process.Kill(); err == nil {
+					killed[r] = true
+					logf("launch: killing rank %d (stopped by a signal: it cannot exit by itself)", s.NodeRank*nproc+r)
+				}
+			}
+		}
+	}
 	ctxDone := ctx.Done()
 	stop := s.Stop
 	for remaining := started; remaining > 0; {
@@ -504,10 +529,16 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 				} else {
 					logf("launch: waiting up to %v for the other ranks to exit", s.GracePeriod)
 					grace = time.After(s.GracePeriod)
+					frozenTicker = time.NewTicker(frozenPollInterval)
+					frozenPoll = frozenTicker.C
+					killFrozen()
 				}
 			}
+		case <-frozenPoll:
+			killFrozen()
 		case <-grace:
 			grace = nil
+			frozenPoll = nil
 			killAll(fmt.Sprintf("grace period of %v after a failure is over", s.GracePeriod))
 		case <-stop:
 			stop = nil
@@ -515,6 +546,8 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			for r, cmd := range cmds {
 				if cmd != nil && !exited[r] {
 					cmd.Process.Signal(syscall.SIGTERM)
+					// A stopped rank resumes to act on it.
+					cmd.Process.Signal(syscall.SIGCONT)
 				}
 			}
 			stopDeadline = time.After(s.StopTimeout)

@@ -8,6 +8,7 @@ import (
 	"github.com/gdist/gdist/comm/commtest"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,15 @@ func child(mode string) int {
 	case "hang":
 		time.Sleep(time.Minute)
 		return 0
+	case "frozen-after-fail":
+		// Rank 1 freezes (SIGSTOP to itself), then rank 0 fails.
+		if rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			time.Sleep(time.Minute)
+			return 0
+		}
+		time.Sleep(500 * time.Millisecond)
+		return 1
 	case "term":
 		// A worker that stops on SIGTERM as gdist's do.
 		sig := make(chan os.Signal, 1)
@@ -198,6 +208,32 @@ func TestGracePeriodKillsSurvivors(t *testing.T) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("took %v: the hanging rank was not killed", d)
+	}
+}
+
+// TestFrozenRankKilledAtOnce: after a failure, a rank stopped by a signal
+// is killed without waiting for the grace period (it cannot exit by
+// itself), so a job with a frozen worker ends at the peer timeout plus a
+// moment.
+func TestFrozenRankKilledAtOnce(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("stopped processes are recognised on Linux only (/proc)")
+	}
+	s, _, _ := spec(t, 2, "frozen-after-fail")
+	s.GracePeriod = 30 * time.Second
+	var log commtest.Buffer
+	s.Logf = func(f string, a ...any) { fmt.Fprintf(&log, f+"\n", a...) }
+	start := time.Now()
+	err := Run(testCtx(t), s)
+	var ee *ExitError
+	if !errors.As(err, &ee) || len(ee.Failed) != 2 || !ee.Failed[1].Killed {
+		t.Fatalf("got %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v: the frozen rank waited for the grace period", d)
+	}
+	if !strings.Contains(log.String(), "killing rank 1 (stopped by a signal") {
+		t.Errorf("log does not say why rank 1 was killed:\n%s", log.String())
 	}
 }
 

@@ -1,8 +1,11 @@
 package launch
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 )
@@ -35,3 +38,19 @@ var forker = sync.OnceValue(func() chan func() {
 	}()
 	return ch
 })
+
+// processStopped reports whether process pid is stopped by a signal
+// (state T, or t: stopped under a tracer), from /proc/<pid>/stat.
+func processStopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st == 'T' || st == 't'
+}
