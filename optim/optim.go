@@ -81,19 +81,32 @@ type SGD struct {
 	LR, Momentum, WeightDecay float64
 	buf                       []float32
 	t                         int64
+	kc                        vecmath.SGDConsts // the kernel's constants, refilled each step
 }
 
 // Step applies one update.
 func (s *SGD) Step(p, g []float32) {
 	lr, mu, wd := float32(s.LR), float32(s.Momentum), float32(s.WeightDecay)
 	g = g[:len(p)]
+	// whole multiples of 8 vectorised, bit-identical to the loops below
+	for i, x := range [...]float32{wd, mu, lr} {
+		for j := range s.kc[i] {
+			s.kc[i][j] = x
+		}
+	}
+	var b []float32
+	if s.buf != nil {
+		b = s.buf[:len(p)]
+	}
+	n := vecmath.SGD(p, g, b, &s.kc)
+	p, g = p[n:], g[n:]
 	if s.buf == nil {
 		for i := range p {
 			d := g[i] + wd*p[i]
 			p[i] -= lr * d
 		}
 	} else {
-		b := s.buf[:len(p)]
+		b = b[n:]
 		for i := range p {
 			d := g[i] + wd*p[i]
 			b[i] = mu*b[i] + d

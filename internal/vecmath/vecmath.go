@@ -47,3 +47,29 @@ func AdamW(p, g, m, v []float32, c *AdamWConsts) int {
 	adamWKernel(p[:n], g[:n], m[:n], v[:n], c)
 	return n
 }
+
+// SGDConsts is the SGD kernel's constants, each broadcast to 8 lanes:
+// weight decay, momentum, learning rate.
+type SGDConsts [3][8]float32
+
+// SGD is one step of SGD over the first len(p) rounded down to a multiple
+// of 8 elements, each computed exactly as optim.SGD's scalar loop does
+// (the same float32 operations in the same order, no fused multiply-adds:
+// bit-identical results):
+//
+//	d = g + wd p; with momentum (b not nil): b = mu b + d, p -= lr b;
+//	without: p -= lr d
+//
+// It returns how many elements it did: 0 where the kernel does not run.
+// g and b (if not nil) must be at least as long as p.
+func SGD(p, g, b []float32, c *SGDConsts) int {
+	n := len(p) &^ 7
+	if !HasAVX2FMA || n == 0 {
+		return 0
+	}
+	if b != nil {
+		b = b[:n]
+	}
+	sgdKernel(p[:n], g[:n], b, c)
+	return n
+}

@@ -14,6 +14,17 @@ func geluAVX2(y, d, x *float32, n int, c *GELUConsts)
 //go:noescape
 func adamWAVX(pp, gg, mm, vv *float32, n int, c *AdamWConsts)
 
+//go:noescape
+func sgdAVX(pp, gg, bb *float32, n int, c *SGDConsts)
+
+func sgdKernel(p, g, b []float32, c *SGDConsts) {
+	var bp *float32
+	if b != nil {
+		bp = unsafe.SliceData(b)
+	}
+	sgdAVX(unsafe.SliceData(p), unsafe.SliceData(g), bp, len(p), c)
+}
+
 func adamWKernel(p, g, m, v []float32, c *AdamWConsts) {
 	adamWAVX(unsafe.SliceData(p), unsafe.SliceData(g), unsafe.SliceData(m), unsafe.SliceData(v), len(p), c)
 }

@@ -8,3 +8,5 @@ const HasAVX2FMA = false
 func geluKernel(y, d, x []float32, c *GELUConsts) { panic("vecmath: no GELU kernel") }
 
 func adamWKernel(p, g, m, v []float32, c *AdamWConsts) { panic("vecmath: no AdamW kernel") }
+
+func sgdKernel(p, g, b []float32, c *SGDConsts) { panic("vecmath: no SGD kernel") }

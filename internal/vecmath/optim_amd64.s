@@ -54,3 +54,53 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func sgdAVX(pp, gg, bb *float32, n int, c *SGDConsts)
+//
+// One SGD step, 8 lanes at a time (n a multiple of 8), with the scalar
+// loop's operations in its order and no FMA (bit-identical): d = g + wd p;
+// with momentum (bb not nil) b = mu b + d, p -= lr b; else p -= lr d.
+TEXT ·sgdAVX(SB), NOSPLIT, $0-40
+	MOVQ pp+0(FP), DI
+	MOVQ gg+8(FP), SI
+	MOVQ bb+16(FP), DX
+	MOVQ n+24(FP), CX
+	MOVQ c+32(FP), R8
+	VMOVUPS 0(R8), Y8   // wd
+	VMOVUPS 32(R8), Y9  // mu
+	VMOVUPS 64(R8), Y10 // lr
+	TESTQ DX, DX
+	JZ plain
+momentum:
+	CMPQ CX, $8
+	JB done
+	VMOVUPS (DI), Y0 // p
+	VMULPS Y0, Y8, Y2
+	VADDPS (SI), Y2, Y2 // d = g + wd p
+	VMULPS (DX), Y9, Y3
+	VADDPS Y2, Y3, Y3 // b = mu b + d
+	VMOVUPS Y3, (DX)
+	VMULPS Y3, Y10, Y4
+	VSUBPS Y4, Y0, Y0 // p -= lr b
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JMP momentum
+plain:
+	CMPQ CX, $8
+	JB done
+	VMOVUPS (DI), Y0
+	VMULPS Y0, Y8, Y2
+	VADDPS (SI), Y2, Y2 // d = g + wd p
+	VMULPS Y2, Y10, Y4
+	VSUBPS Y4, Y0, Y0 // p -= lr d
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP plain
+done:
+	VZEROUPPER
+	RET
