@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"unsafe"
+
+	"github.com/gdist/gdist/internal/hugepage"
 )
 
 // Sentinel errors; every error of this package about the data wraps one of
@@ -145,7 +147,7 @@ func (t Tensor) Float32s() ([]float32, error) {
 	d := t.Data
 	switch t.DType {
 	case "F32":
-		out := make([]float32, len(d)/4)
+		out := hugepage.Float32s(len(d) / 4)
 		if littleEndian && len(out) > 0 {
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(d)), d)
 			return out, nil

@@ -3,6 +3,8 @@ package data
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gdist/gdist/internal/hugepage"
 )
 
 // Sentinel errors; every error of this package wraps one of them.
@@ -128,7 +130,7 @@ func Synthetic(n int, seed int64) *Dataset {
 	}
 	d := &Dataset{
 		Name: "synthetic", N: n, Rows: synthSide, Cols: synthSide, Classes: synthClasses,
-		Images: make([]float32, n*sz),
+		Images: hugepage.Float32s(n * sz),
 		Labels: make([]int32, n),
 	}
 	for s := 0; s < n; s++ {

@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/gdist/gdist/internal/hugepage"
 )
 
 // DefaultDir is where the Debian package dataset-fashion-mnist installs
@@ -117,29 +119,38 @@ func LoadFiles(imagesPath, labelsPath string) (*Dataset, error) {
 	}
 	d := &Dataset{
 		Name: filepath.Base(imagesPath), N: n, Rows: rows, Cols: cols, Classes: classes,
-		Images: make([]float32, len(pix)),
+		Images: hugepage.Float32s(n * rows * cols),
 		Labels: make([]int32, n),
 	}
-	for i, l := range lbl {
-		if int(l) >= classes {
-			return nil, fmt.Errorf("%w: %s: label %d of sample %d is not below %d classes",
-				ErrCorrupt, labelsPath, l, i, classes)
+	i := 0
+	for _, part := range lbl {
+		for _, l := range part {
+			if int(l) >= classes {
+				return nil, fmt.Errorf("%w: %s: label %d of sample %d is not below %d classes",
+					ErrCorrupt, labelsPath, l, i, classes)
+			}
+			d.Labels[i] = int32(l)
+			i++
 		}
-		d.Labels[i] = int32(l)
 	}
 	var lut [256]float32
 	for p := range lut {
 		lut[p] = (float32(p)/255 - FashionMNISTMean) / FashionMNISTStd
 	}
-	for i, p := range pix {
-		d.Images[i] = lut[p]
+	img := d.Images
+	for _, part := range pix {
+		for j, p := range part {
+			img[j] = lut[p]
+		}
+		img = img[len(part):]
 	}
 	return d, nil
 }
 
 // readIDX reads an unsigned-byte IDX file with the given magic and returns
-// its dimensions and data. The data must match the dimensions exactly.
-func readIDX(path string, magic uint32) (dims []int, body []byte, err error) {
+// its dimensions and data, in pieces of up to 4 MiB. The data must match
+// the dimensions exactly.
+func readIDX(path string, magic uint32) (dims []int, body [][]byte, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -205,17 +216,38 @@ func readIDX(path string, magic uint32) (dims []int, body []byte, err error) {
 	if total > maxPixels {
 		return nil, nil, corrupt("dimensions %v make %d bytes, more than the limit %d", dims, total, maxPixels)
 	}
-	// Read at most total+1 bytes: memory grows with the data actually
-	// present, never with what a (possibly corrupt) header claims.
-	body, err = io.ReadAll(io.LimitReader(r, int64(total)+1))
-	if err != nil {
-		return nil, nil, readErr(fmt.Sprintf("reading %d data bytes", total), err)
+	// Read at most total+1 bytes, in chunks: memory grows with the data
+	// actually present, never with what a (possibly corrupt) header
+	// claims, and no byte is copied twice (io.ReadAll's growing buffer
+	// copied and page-faulted about twice the data).
+	const chunk = 4 << 20
+	lr := io.LimitReader(r, int64(total)+1)
+	n := 0
+	for n <= total {
+		c := make([]byte, min(chunk, total+1-n))
+		m := 0
+		var err error
+		for m < len(c) && err == nil {
+			var k int
+			k, err = lr.Read(c[m:])
+			m += k
+		}
+		if m > 0 {
+			body = append(body, c[:m])
+			n += m
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, readErr(fmt.Sprintf("reading %d data bytes", total), err)
+		}
 	}
 	switch {
-	case len(body) < total:
+	case n < total:
 		return nil, nil, corrupt("truncated: dimensions %v need %d data bytes after the %d-byte header, found %d",
-			dims, total, hlen, len(body))
-	case len(body) > total:
+			dims, total, hlen, n)
+	case n > total:
 		return nil, nil, corrupt("oversized: dimensions %v need %d data bytes after the %d-byte header, found more",
 			dims, total, hlen)
 	}

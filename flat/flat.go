@@ -7,6 +7,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/internal/hugepage"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -144,8 +145,8 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 		p.Spans = append(p.Spans, Span{Name: name, Shape: shape, Offset: off, Size: size})
 		off += size
 	}
-	p.Value = make([]float32, max(off, minLen))
-	p.Grad = make([]float32, max(off, minLen))
+	p.Value = hugepage.Float32s(max(off, minLen))
+	p.Grad = hugepage.Float32s(max(off, minLen))
 	for i, n := range learnables {
 		copy(p.ValueOf(i), n.Value().(*tensor.Dense).Data().([]float32))
 		if g, err := n.Grad(); err == nil {
@@ -192,12 +193,12 @@ func (p *Params) rebind() (err error) {
 // nodes) must be rebuilt.
 func (p *Params) Grow(n int) error {
 	if len(p.Value) < n {
-		v := make([]float32, n)
+		v := hugepage.Float32s(n)
 		copy(v, p.Value)
 		p.Value = v
 	}
 	if p.Grad != nil && len(p.Grad) < n {
-		g := make([]float32, n)
+		g := hugepage.Float32s(n)
 		copy(g, p.Grad)
 		p.Grad = g
 	}

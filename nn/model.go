@@ -7,6 +7,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
+	"github.com/gdist/gdist/internal/hugepage"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -156,7 +157,7 @@ func New(name string, net Layer, in []int, seed int64) (*Model, error) {
 	for i, p := range m.Params {
 		spans[i] = flat.Span{Name: p.Name, Shape: p.Shape, Offset: p.Offset, Size: p.Size}
 	}
-	if m.Flat, err = flat.New(make([]float32, off), make([]float32, off), spans); err != nil {
+	if m.Flat, err = flat.New(hugepage.Float32s(off), hugepage.Float32s(off), spans); err != nil {
 		return nil, fmt.Errorf("nn: %s: %w", name, err)
 	}
 	shapes, err := m.shapes(1, 0, m.NumLayers())

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gdist/gdist/internal/hugepage"
 	"github.com/gdist/gdist/internal/vecmath"
 )
 
@@ -55,12 +56,12 @@ func New(cfg Config, n int) (Optimizer, error) {
 		}
 		s := &SGD{LR: cfg.LR, Momentum: cfg.Momentum, WeightDecay: cfg.WeightDecay}
 		if cfg.Momentum > 0 {
-			s.buf = make([]float32, n)
+			s.buf = hugepage.Float32s(n)
 		}
 		return s, nil
 	case "adam", "adamw":
 		a := &Adam{LR: cfg.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: cfg.WeightDecay, Decoupled: cfg.Name == "adamw",
-			m: make([]float32, n), v: make([]float32, n)}
+			m: hugepage.Float32s(n), v: hugepage.Float32s(n)}
 		if cfg.Beta1 != 0 {
 			a.Beta1 = cfg.Beta1
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/internal/hugepage"
 )
 
 // saver saves the run's checkpoints, at most once per step, and times
@@ -233,7 +234,7 @@ type snapBufs struct {
 // get returns a buffer of n values (contents undefined).
 func (b *snapBufs) get(n int) []float32 {
 	if b == nil {
-		return make([]float32, n)
+		return hugepage.Float32s(n)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -242,7 +243,7 @@ func (b *snapBufs) get(n int) []float32 {
 		b.free[n] = l[:len(l)-1]
 		return buf
 	}
-	return make([]float32, n)
+	return hugepage.Float32s(n)
 }
 
 // put gives buffers back.

@@ -38,6 +38,7 @@ import (
 	"strings"
 
 	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/internal/hugepage"
 )
 
 // ShardFormat is the "format" metadata of shard files (and of the model
@@ -89,7 +90,7 @@ func (e *Engine) WriteShard(ctx context.Context, path string, meta map[string]st
 // that saves often reuses them once the write returned).
 func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string]string, extra []checkpoint.Tensor, alloc func(n int) []float32) (write func() error, err error) {
 	if alloc == nil {
-		alloc = func(n int) []float32 { return make([]float32, n) }
+		alloc = hugepage.Float32s
 	}
 	view := func(name string, v []float32) checkpoint.Tensor {
 		dst := alloc(len(v))
@@ -260,11 +261,11 @@ func ReadShards(path string, world int, id string) (*Shards, error) {
 			if sh.NumParams == 0 {
 				return nil, bad("no parameters")
 			}
-			sh.Params = make([]float32, sh.NumParams)
+			sh.Params = hugepage.Float32s(sh.NumParams)
 			sh.OptState = map[string][]float32{}
 			for k := range ts {
 				if name, ok := strings.CutPrefix(k, "optimizer."); ok {
-					sh.OptState[name] = make([]float32, sh.NumParams)
+					sh.OptState[name] = hugepage.Float32s(sh.NumParams)
 				}
 			}
 			sh.Buffers = map[string]checkpoint.Tensor{}
