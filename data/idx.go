@@ -46,29 +46,7 @@ const (
 // DefaultDir it includes the install command); a malformed file gives an
 // error wrapping ErrCorrupt that names the file.
 func Load(dir, split string) (*Dataset, error) {
-	var prefix string
-	switch split {
-	case "train":
-		prefix = "train"
-	case "test":
-		prefix = "t10k"
-	default:
-		return nil, fmt.Errorf("%w: split %q, want \"train\" or \"test\"", ErrInvalidArgument, split)
-	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		msg := fmt.Sprintf("Fashion-MNIST directory %s does not exist", dir)
-		if err == nil {
-			msg = fmt.Sprintf("Fashion-MNIST directory %s is not a directory", dir)
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			msg = fmt.Sprintf("Fashion-MNIST directory %s: %v", dir, err)
-		}
-		return nil, fmt.Errorf("%w: %s%s", ErrNotFound, msg, hint(dir))
-	}
-	imgPath, err := findFile(dir, prefix+"-images-idx3-ubyte")
-	if err != nil {
-		return nil, err
-	}
-	lblPath, err := findFile(dir, prefix+"-labels-idx1-ubyte")
+	imgPath, lblPath, err := files(dir, split)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +63,60 @@ func hint(dir string) string {
 		return "; install Fashion-MNIST with: " + InstallHint
 	}
 	return ""
+}
+
+// files returns the image and label files of split ("train" or "test")
+// in dir.
+func files(dir, split string) (imgPath, lblPath string, err error) {
+	var prefix string
+	switch split {
+	case "train":
+		prefix = "train"
+	case "test":
+		prefix = "t10k"
+	default:
+		return "", "", fmt.Errorf("%w: split %q, want \"train\" or \"test\"", ErrInvalidArgument, split)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		msg := fmt.Sprintf("Fashion-MNIST directory %s does not exist", dir)
+		if err == nil {
+			msg = fmt.Sprintf("Fashion-MNIST directory %s is not a directory", dir)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			msg = fmt.Sprintf("Fashion-MNIST directory %s: %v", dir, err)
+		}
+		return "", "", fmt.Errorf("%w: %s%s", ErrNotFound, msg, hint(dir))
+	}
+	if imgPath, err = findFile(dir, prefix+"-images-idx3-ubyte"); err != nil {
+		return "", "", err
+	}
+	lblPath, err = findFile(dir, prefix+"-labels-idx1-ubyte")
+	if err != nil {
+		return "", "", err
+	}
+	return imgPath, lblPath, nil
+}
+
+// Count returns how many samples split ("train" or "test") of the
+// Fashion-MNIST files in dir holds, reading only the files' headers: the
+// checks Load makes of the files' presence, magic numbers and dimensions,
+// and that the label and image counts agree, without reading the data.
+func Count(dir, split string) (int, error) {
+	imgPath, lblPath, err := files(dir, split)
+	if err != nil {
+		return 0, err
+	}
+	imgDims, _, err := readIDX(imgPath, idxImagesMagic, true)
+	if err != nil {
+		return 0, err
+	}
+	lblDims, _, err := readIDX(lblPath, idxLabelsMagic, true)
+	if err != nil {
+		return 0, err
+	}
+	if lblDims[0] != imgDims[0] {
+		return 0, fmt.Errorf("%w: %s has %d labels but %s has %d images", ErrCorrupt, lblPath, lblDims[0], imgPath, imgDims[0])
+	}
+	return imgDims[0], nil
 }
 
 // findFile returns dir/name or dir/name.gz, whichever exists (the plain
@@ -104,11 +136,11 @@ func findFile(dir, name string) (string, error) {
 // Pixels are normalized with the Fashion-MNIST mean and std; labels must be
 // below 10. Errors wrap ErrNotFound or ErrCorrupt and name the file.
 func LoadFiles(imagesPath, labelsPath string) (*Dataset, error) {
-	imgDims, pix, err := readIDX(imagesPath, idxImagesMagic)
+	imgDims, pix, err := readIDX(imagesPath, idxImagesMagic, false)
 	if err != nil {
 		return nil, err
 	}
-	lblDims, lbl, err := readIDX(labelsPath, idxLabelsMagic)
+	lblDims, lbl, err := readIDX(labelsPath, idxLabelsMagic, false)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +181,9 @@ func LoadFiles(imagesPath, labelsPath string) (*Dataset, error) {
 
 // readIDX reads an unsigned-byte IDX file with the given magic and returns
 // its dimensions and data, in pieces of up to 4 MiB. The data must match
-// the dimensions exactly.
-func readIDX(path string, magic uint32) (dims []int, body [][]byte, err error) {
+// the dimensions exactly. With headerOnly it returns after checking the
+// header (body nil).
+func readIDX(path string, magic uint32, headerOnly bool) (dims []int, body [][]byte, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -215,6 +248,9 @@ func readIDX(path string, magic uint32) (dims []int, body [][]byte, err error) {
 	}
 	if total > maxPixels {
 		return nil, nil, corrupt("dimensions %v make %d bytes, more than the limit %d", dims, total, maxPixels)
+	}
+	if headerOnly {
+		return dims, nil, nil
 	}
 	// Read at most total+1 bytes, in chunks: memory grows with the data
 	// actually present, never with what a (possibly corrupt) header

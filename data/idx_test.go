@@ -110,6 +110,38 @@ func TestLoadRoundTrip(t *testing.T) {
 			t.Fatalf("gzip=%v: %v", gzipped, err)
 		}
 		checkDataset(t, d, 4, 3, 5, tpix, tlbl)
+		for split, want := range map[string]int{"train": 7, "test": 4} {
+			if n, err := Count(dir, split); err != nil || n != want {
+				t.Errorf("gzip=%v: Count(%s) = %d, %v; want %d", gzipped, split, n, err, want)
+			}
+		}
+	}
+}
+
+// TestCountChecksHeaders: Count refuses what Load refuses in the headers
+// (missing file, wrong magic, label and image counts that disagree).
+func TestCountChecksHeaders(t *testing.T) {
+	pix, lbl := smallSet(4, 3, 3)
+	cases := []struct {
+		name     string
+		img, lbl []byte
+		want     error
+		says     string
+	}{
+		{"wrong magic", idxBytes(idxLabelsMagic, []uint32{4}, lbl), idxBytes(idxLabelsMagic, []uint32{4}, lbl), ErrCorrupt, "magic number"},
+		{"counts differ", idxBytes(idxImagesMagic, []uint32{4, 3, 3}, pix), idxBytes(idxLabelsMagic, []uint32{3}, lbl[:3]), ErrCorrupt, "3 labels but"},
+		{"no labels", idxBytes(idxImagesMagic, []uint32{4, 3, 3}, pix), nil, ErrNotFound, "labels"},
+	}
+	for _, c := range cases {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "train-images-idx3-ubyte"), c.img)
+		if c.lbl != nil {
+			writeFile(t, filepath.Join(dir, "train-labels-idx1-ubyte"), c.lbl)
+		}
+		_, err := Count(dir, "train")
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want %v saying %q", c.name, err, c.want, c.says)
+		}
 	}
 }
 

@@ -26,6 +26,10 @@ import (
 type Config struct {
 	Model       string
 	DataDir     string // "" means data.DefaultDir; "synthetic" a generated set
+	// Data, when set, is the training and test sets LoadData(cfg) would
+	// return, loaded already: ranks in one process (an in-process launch)
+	// share one copy instead of loading one each. Run only reads it.
+	Data *Data
 	Epochs      int
 	Batch       int // per rank
 	EvalBatch   int // default 500
@@ -387,16 +391,45 @@ func limit(s Samples, n int) Samples {
 	return limited{s, n}
 }
 
-// CheckData reports whether the training set trainSet (before -limit)
-// gives cfg.World ranks at least one batch, so that a launcher can refuse
-// what would make every worker fail. It assumes the data-parallel world is
-// every rank (a pipeline's is smaller, and checked by its workers).
-func CheckData(cfg Config, trainSet Samples) error {
+// CheckData checks, before any worker starts, that cfg's training data
+// is there and, after -limit, gives cfg.World ranks at least one batch
+// (the sampler's rules), so that a launcher can refuse what would make
+// every worker fail. It reads no more than it must: the headers of the
+// Fashion-MNIST files (data.Count), of a text corpus only that it
+// exists. It assumes the data-parallel world is every rank (a pipeline's
+// is smaller, and checked by its workers).
+func CheckData(cfg Config) error {
+	if _, ok := textModel(cfg.Model); ok {
+		path := cfg.DataDir
+		if path == "" {
+			path = data.DefaultCorpus()
+		}
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("-data: text corpus: %w", err)
+		}
+		return nil
+	}
+	var n int
+	switch dir := cfg.DataDir; dir {
+	case "synthetic":
+		n = syntheticTrain
+	default:
+		if dir == "" {
+			dir = data.DefaultDir
+		}
+		var err error
+		if n, err = data.Count(dir, "train"); err != nil {
+			return err
+		}
+	}
 	world := max(cfg.World, 1)
 	if cfg.Strategy == "pipeline" {
 		return nil
 	}
-	smp := data.Sampler{N: limit(trainSet, cfg.Limit).Len(), World: world, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	if cfg.Limit > 0 {
+		n = min(n, cfg.Limit)
+	}
+	smp := data.Sampler{N: n, World: world, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
 	if err := smp.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -443,6 +476,12 @@ func textModel(name string) (context int, ok bool) {
 	return in[0], true
 }
 
+// Data is a training and a test set (Config.Data).
+type Data struct{ Train, Test Samples }
+
+// syntheticTrain is the training set size of -data synthetic.
+const syntheticTrain = 6000
+
 // LoadData returns the training and test sets for cfg: Fashion-MNIST (or
 // a synthetic set) for the image models; for the language models (gpt),
 // the text at cfg.DataDir (a file, or every file below a directory) or by
@@ -463,13 +502,14 @@ func LoadData(cfg Config) (trainSet, testSet Samples, err error) {
 		return t.Split(false), spread(t.Split(true), evalWindows), nil
 	}
 	if cfg.DataDir == "synthetic" {
-		// One generated set (same class prototypes), split 6000 / 1000.
-		all := data.Synthetic(7000, 1)
+		// One generated set (same class prototypes), split
+		// syntheticTrain / 1000.
+		all := data.Synthetic(syntheticTrain+1000, 1)
 		test := *all
 		test.N = 1000
-		test.Images = all.Images[6000*all.SampleSize():]
-		test.Labels = all.Labels[6000:]
-		return all.Limit(6000), &test, nil
+		test.Images = all.Images[syntheticTrain*all.SampleSize():]
+		test.Labels = all.Labels[syntheticTrain:]
+		return all.Limit(syntheticTrain), &test, nil
 	}
 	dir := cfg.DataDir
 	if dir == "" {
@@ -496,7 +536,13 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	wallStart := time.Now()
 	rank, world := c.Rank(), c.Size()
 	lead := rank == 0
-	trainSet, testSet, err := LoadData(cfg)
+	var trainSet, testSet Samples
+	var err error
+	if cfg.Data != nil {
+		trainSet, testSet = cfg.Data.Train, cfg.Data.Test
+	} else {
+		trainSet, testSet, err = LoadData(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -352,9 +352,12 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		// One process, one OpenBLAS, o.nproc ranks sharing the cores.
 		cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, o.nproc)
 		cfg.NoOverlap = noOverlap(cfg, o.overlapSet, o.nproc, runtime.NumCPU())
-		if _, _, err := train.LoadData(cfg); err != nil {
+		// One copy of the data for every rank.
+		tr, te, err := train.LoadData(cfg)
+		if err != nil {
 			return err
 		}
+		cfg.Data = &train.Data{Train: tr, Test: te}
 		comms, err := inproc.New(o.nproc, comm.Options{PeerTimeout: o.peerTimeout})
 		if err != nil {
 			return err
@@ -379,23 +382,8 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if !launch.UnderLauncher() {
 		// Launcher: check what would make every worker fail the same way,
 		// then start the workers.
-		if strings.HasPrefix(cfg.Model, "gpt") {
-			// Text: the workers read the corpus; check it is there.
-			path := cfg.DataDir
-			if path == "" {
-				path = data.DefaultCorpus()
-			}
-			if _, err := os.Stat(path); err != nil {
-				return fmt.Errorf("-data: text corpus: %w", err)
-			}
-		} else {
-			trainSet, _, err := train.LoadData(cfg)
-			if err != nil {
-				return err
-			}
-			if err := train.CheckData(cfg, trainSet); err != nil {
-				return err
-			}
+		if err := train.CheckData(cfg); err != nil {
+			return err
 		}
 		if cfg.Resume != "" && cfg.Resume != "auto" {
 			if _, err := os.Stat(cfg.Resume); err != nil {
