@@ -24,12 +24,12 @@ import (
 
 // Config is one training run.
 type Config struct {
-	Model       string
-	DataDir     string // "" means data.DefaultDir; "synthetic" a generated set
+	Model   string
+	DataDir string // "" means data.DefaultDir; "synthetic" a generated set
 	// Data, when set, is the training and test sets LoadData(cfg) would
 	// return, loaded already: ranks in one process (an in-process launch)
 	// share one copy instead of loading one each. Run only reads it.
-	Data *Data
+	Data        *Data
 	Epochs      int
 	Batch       int // per rank
 	EvalBatch   int // default 500
