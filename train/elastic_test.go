@@ -72,7 +72,7 @@ func TestSaveInBackground(t *testing.T) {
 			cfg.Strategy, cfg.Epochs = strat, 1
 			cfg.Save, cfg.SaveEvery = filepath.Join(dir, "bg.safetensors"), 5
 			var reached atomic.Int64
-			testHookStep = func(rank int, step int64) {
+			cfg.AfterStep = func(rank int, step int64) {
 				if rank == 0 {
 					reached.Store(step)
 				}
@@ -93,7 +93,7 @@ func TestSaveInBackground(t *testing.T) {
 				return nil
 			}
 			sums, err := runRanks(t, 2, cfg)
-			testHookSave, testHookStep = nil, nil
+			testHookSave = nil
 			must(t, err)
 			if at := <-waited; at < 8 {
 				t.Fatalf("the step 5 save committed with training at step %d: it did not go on in the background", at)

@@ -29,7 +29,11 @@ type Config struct {
 	// Data, when set, is the training and test sets LoadData(cfg) would
 	// return, loaded already: ranks in one process (an in-process launch)
 	// share one copy instead of loading one each. Run only reads it.
-	Data        *Data
+	Data *Data
+	// AfterStep, if set, runs on each rank after each training step, with
+	// the rank and the number of steps done (for metrics, or to pace or
+	// fail a run in tests).
+	AfterStep   func(rank int, step int64)
 	Epochs      int
 	Batch       int // per rank
 	EvalBatch   int // default 500
@@ -761,8 +765,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := sv.advance(ctx, saving); err != nil {
 				return nil, err
 			}
-			if testHookStep != nil {
-				testHookStep(c.Rank(), steps+1)
+			if cfg.AfterStep != nil {
+				cfg.AfterStep(c.Rank(), steps+1)
 			}
 			dt := time.Since(t0)
 			trainTime += dt
@@ -952,9 +956,6 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	prog.remove() // done: no restart will need it
 	return s, nil
 }
-
-// testHookStep, when a test sets it, runs on each rank after each step.
-var testHookStep func(rank int, step int64)
 
 // nextPos is the position after batch k of epoch's nb, steps taken.
 func nextPos(epoch, k, nb int, steps int64) Position {

@@ -255,6 +255,7 @@ func TestRestartAfterKill(t *testing.T) {
 			t.Fatalf("uninterrupted run: %v", err)
 		}
 		save := filepath.Join(dir, "run.safetensors")
+		t.Setenv(stepSleepEnv, "10ms") // the kill lands at step 30, ten after the first save
 		j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2")...)
 		j.killWorker(t, save, 1)
 		s := j.summary(t)
@@ -278,9 +279,11 @@ func TestShrink(t *testing.T) {
 		dir := t.TempDir()
 		save := filepath.Join(dir, "run.safetensors")
 		t.Setenv("GDIST_FAULT_START", "1:2") // rank 2 of the first restart
+		t.Setenv(stepSleepEnv, "10ms")
 		j := startJob(t, append(elasticArgs(save, c.backend, c.strategy), "-max-restarts", "2", "-min-nproc", "2")...)
 		j.killWorker(t, save, 0)
 		os.Unsetenv("GDIST_FAULT_START")
+		os.Unsetenv(stepSleepEnv)
 		s := j.summary(t)
 		if s.WorldSize != 2 || s.GlobalBatch != 48 || s.Restarts != 1 || s.ResumedStep < 20 {
 			t.Fatalf("world %d, global batch %d, restarts %d, resumed at %d: want 2, 48, 1, >= 20", s.WorldSize, s.GlobalBatch, s.Restarts, s.ResumedStep)

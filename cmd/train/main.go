@@ -339,11 +339,16 @@ const orphanGrace = 60 * time.Second
 // orphanExit ends an orphaned worker that did not stop in time.
 var orphanExit = func() { os.Exit(1) }
 
+// testAfterStep is Config.AfterStep for the tests (the test binary runs as
+// train and may pace its workers' steps); nil in the command.
+var testAfterStep func(rank int, step int64)
+
 // start runs the job o describes: the ranks as goroutines (inproc), as
 // worker processes it launches, or this process as one worker.
 func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	cfg := o.cfg
 	cfg.Out = stdout
+	cfg.AfterStep = testAfterStep
 	if o.progress {
 		cfg.Progress = stderr
 	}

@@ -16,6 +16,11 @@ import (
 	"github.com/gdist/gdist/train"
 )
 
+// stepSleepEnv, set to a duration, makes every step of a test's train
+// workers that much longer: a test that kills a worker at a step then
+// lands there, not some steps later.
+const stepSleepEnv = "GDIST_TEST_STEP_SLEEP"
+
 // The test binary doubles as the train command (TRAIN_MAIN=1), so the
 // launcher's workers, re-executions of the same binary, are train too.
 func TestMain(m *testing.M) {
@@ -27,6 +32,9 @@ func TestMain(m *testing.M) {
 			}
 		}
 		os.Args = append(os.Args[:1], args...)
+		if d, err := time.ParseDuration(os.Getenv(stepSleepEnv)); err == nil {
+			testAfterStep = func(int, int64) { time.Sleep(d) }
+		}
 		main()
 		os.Exit(0)
 	}
