@@ -7,6 +7,11 @@ import "github.com/gdist/gdist/comm"
 // algorithm the table chooses (algorithms.go).
 
 func (o *op) allReduce(buf []byte) error {
+	if sm, ok := o.zeroCopy(len(buf)); ok {
+		if ran, err := o.allReduceZeroCopy(sm, buf); ran {
+			return err
+		}
+	}
 	return o.run("all_reduce", len(buf), call{buf: buf})
 }
 

@@ -1,0 +1,281 @@
+package algo
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gdist/gdist/comm"
+)
+
+// All-reduce of buffers that lie in shared memory (SharedMemory; comm.Alloc
+// on the shm backend): no message carries data. The ranks exchange handles
+// (where each one's buffer and flag block lie: one 32-byte message to each
+// peer), then rank r reduces block r of the buffer (the blocks of the ring)
+// chunk by chunk, reading every peer's block r where it lies and writing
+// its own (x_r op the others in rank order), and publishes after each
+// chunk how many it has finished (its ready counter). Between its own
+// chunks, and once they are done, it copies the peers' finished chunks of
+// their blocks into its buffer. So every byte of every peer is read once
+// and every byte of the own buffer written once (plus, on the rank's own
+// block, read again in cache), with the reduce-scatter and all-gather
+// halves overlapping. Before it returns, a rank publishes that it has
+// finished reading (its fin counter) and waits until every peer has, so
+// that nobody still reads its buffer when the caller gets it back.
+//
+// The choice is made by every rank alike: the exchange runs on a
+// SharedMemory transport whose ranks all share the memory, for buffers of
+// at least Tuning.ZeroCopyMin bytes; if any rank's buffer is not in shared
+// memory (or it has no free flag block), every rank runs the table's
+// algorithm instead. The exchange costs one small message each way (a few
+// microseconds); GDIST_ZEROCOPY_MIN moves or (0) removes it.
+//
+//	cost: a + n(p-1)/p g + n b (each rank reads n(p-1)/p bytes of peers
+//	to reduce and n(p-1)/p to gather; no copy into or out of a ring)
+
+// zcStep is the step of the exchange message.
+const zcStep = 1 << 30
+
+// zeroCopy returns the transport's SharedMemory if an all-reduce of n
+// bytes should try the zero-copy path (every rank decides alike).
+func (o *op) zeroCopy(n int) (SharedMemory, bool) {
+	if o.tun.ZeroCopyMin <= 0 || n < o.tun.ZeroCopyMin || o.c.Size() < 2 || o.c.base != nil {
+		return nil, false
+	}
+	if f, ok := o.tun.Force["all_reduce"]; ok && f != AlgoZeroCopy {
+		return nil, false
+	}
+	sm, ok := o.c.t.(SharedMemory)
+	if !ok {
+		return nil, false
+	}
+	for _, w := range o.c.members {
+		if !sm.Shares(w) {
+			return nil, false
+		}
+	}
+	return sm, true
+}
+
+// allReduceZeroCopy runs the zero-copy all-reduce of buf if every rank's
+// buffer lies in shared memory; ran is false (and nothing was written) if
+// some rank's does not.
+func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error) {
+	c := o.c
+	p, r := c.Size(), c.rank
+	h := sm.Locate(buf)
+	var fh uint64
+	var ready, fin *uint64
+	if h != 0 {
+		var release func()
+		fh, ready, fin, release = sm.Flags()
+		if fh == 0 {
+			h = 0
+		} else {
+			defer release()
+		}
+	}
+	var readyBase, finBase uint64
+	if h != 0 {
+		readyBase, finBase = atomic.LoadUint64(ready), atomic.LoadUint64(fin)
+	}
+	var mine [32]byte
+	le := binary.LittleEndian
+	le.PutUint64(mine[0:], h)
+	le.PutUint64(mine[8:], fh)
+	le.PutUint64(mine[16:], readyBase)
+	le.PutUint64(mine[24:], finBase)
+	all := make([]byte, 32*p)
+	copy(all[32*r:], mine[:])
+	o.hdr.Algo = AlgoZeroCopy
+	if err := o.exchange(mine[:], all); err != nil {
+		return true, err
+	}
+	type peer struct {
+		buf        []byte
+		ready, fin *uint64
+		rbase      uint64
+		fbase      uint64
+	}
+	ps := make([]peer, p)
+	shared := true
+	for q := range p {
+		e := all[32*q : 32*q+32]
+		if le.Uint64(e[0:]) == 0 {
+			shared = false
+		}
+	}
+	if !shared {
+		return false, nil
+	}
+	for q := range p {
+		e := all[32*q : 32*q+32]
+		if q == r {
+			ps[q] = peer{buf: buf, ready: ready, fin: fin, rbase: readyBase, fbase: finBase}
+			continue
+		}
+		pb, pr, pf := sm.Map(le.Uint64(e[0:]), len(buf)), sm.Counter(le.Uint64(e[8:]), 0), sm.Counter(le.Uint64(e[8:]), 1)
+		if pb == nil || pr == nil || pf == nil {
+			_, w := c.outer(q)
+			return true, &comm.PeerError{Rank: w, Err: fmt.Errorf("%w: all_reduce #%d: its shared buffer (handle %#x, %d bytes) or flag block (%#x) is not in the shared memory",
+				comm.ErrProtocol, o.hdr.Seq, le.Uint64(e[0:]), len(buf), le.Uint64(e[8:]))}
+		}
+		ps[q] = peer{buf: pb, ready: pr, fin: pf, rbase: le.Uint64(e[16:]), fbase: le.Uint64(e[24:])}
+	}
+
+	es := o.dt.Size()
+	seg := bounds(len(buf)/es, p, es)
+	ck := max(o.tun.ZeroCopyChunk/es*es, es)
+	nck := func(s int) int { return (seg[s+1] - seg[s] + ck - 1) / ck }
+	chunk := func(s, k int) (int, int) { lo := seg[s] + k*ck; return lo, min(lo+ck, seg[s+1]) }
+
+	// await waits for peer q's counter c to reach v.
+	await := func(q int, cnt *uint64, v uint64) error {
+		if atomic.LoadUint64(cnt) >= v {
+			return nil
+		}
+		err := sm.Await(o.ctx, c.group, c.members[q], cnt, v)
+		return o.explain(err, q, false)
+	}
+
+	mineN := nck(r)
+	got := make([]int, p) // chunks of block q copied so far
+	left := 0             // peers' chunks still to copy
+	for q := range p {
+		if q != r {
+			left += nck(q)
+		}
+	}
+	// gather copies the chunks of the peers' blocks that are finished;
+	// with block set, it waits for at least one.
+	gather := func(block bool) error {
+		for q := range p {
+			if q == r {
+				continue
+			}
+			pq := &ps[q]
+			for got[q] < nck(q) {
+				v := pq.rbase + uint64(got[q]) + 1
+				if atomic.LoadUint64(pq.ready) < v {
+					if !block {
+						break
+					}
+					if err := await(q, pq.ready, v); err != nil {
+						return err
+					}
+				}
+				block = false
+				lo, hi := chunk(q, got[q])
+				copy(buf[lo:hi], pq.buf[lo:hi])
+				got[q]++
+				left--
+			}
+		}
+		return nil
+	}
+	for k := range mineN {
+		lo, hi := chunk(r, k)
+		dst := buf[lo:hi]
+		for q := range p {
+			if q != r {
+				Reduce(o.dt, o.red, dst, ps[q].buf[lo:hi])
+			}
+		}
+		o.finishAvg(dst)
+		sm.Publish(ready, readyBase+uint64(k)+1)
+		if err := gather(false); err != nil {
+			return true, err
+		}
+	}
+	for left > 0 {
+		if err := gather(true); err != nil {
+			return true, err
+		}
+	}
+	// Done reading the peers; wait until they are done reading this
+	// rank's buffer.
+	sm.Publish(fin, finBase+1)
+	for q := range p {
+		if q != r {
+			if err := await(q, ps[q].fin, ps[q].fbase+1); err != nil {
+				return true, err
+			}
+		}
+	}
+	own := int64(seg[r+1] - seg[r])
+	c0, _ := c.outer(0)
+	c0.received.Add(int64(p-1)*own + int64(len(buf)) - own) // bytes read from peers
+	return true, nil
+}
+
+// exchange sends mine (this rank's 32 bytes) to every other rank and
+// receives theirs into all (32 bytes per rank, in rank order).
+func (o *op) exchange(mine, all []byte) error {
+	p, r := o.c.Size(), o.c.rank
+	var errc chan error
+	for q := range p {
+		if q == r {
+			continue
+		}
+		if o.eager(q, len(mine)) {
+			if err := o.send(q, zcStep, mine); err != nil {
+				return err
+			}
+			continue
+		}
+		if errc == nil {
+			errc = make(chan error, p)
+		}
+		go func() { errc <- o.send(q, zcStep, mine) }()
+	}
+	var first error
+	for q := range p {
+		if q != r && first == nil {
+			first = o.recv(q, zcStep, all[32*q:32*q+32])
+		}
+	}
+	if errc != nil {
+		for q := range p {
+			if q != r && !o.eager(q, len(mine)) {
+				if err := <-errc; first == nil {
+					first = err
+				}
+			}
+		}
+	}
+	return first
+}
+
+var _ comm.Allocator = (*Comm)(nil)
+
+// Alloc returns n zeroed elements of dt for collectives on c (see
+// comm.Allocator): in the transport's shared memory if it is a
+// SharedMemory whose ranks all share it with this one (all-reduces of
+// such buffers on every rank are zero-copy), else ordinary memory. The
+// memory stays valid after Close; free is idempotent.
+func (c *Comm) Alloc(dt comm.DType, n int) (comm.Buffer, func(), error) {
+	if !dt.Valid() {
+		return comm.Buffer{}, nil, comm.InvalidArgf("alloc: unsupported dtype %v", dt)
+	}
+	if n < 0 {
+		return comm.Buffer{}, nil, comm.InvalidArgf("alloc: negative length %d", n)
+	}
+	sm, ok := c.t.(SharedMemory)
+	for _, w := range c.members {
+		ok = ok && sm.Shares(w)
+	}
+	if !ok || n == 0 || c.Size() < 2 {
+		b, _ := comm.FromBytes(dt, make([]byte, n*dt.Size()))
+		return b, func() {}, nil
+	}
+	mem, free, err := sm.Alloc(n * dt.Size())
+	if err != nil {
+		return comm.Buffer{}, nil, err
+	}
+	b, err := comm.FromBytes(dt, mem)
+	if err != nil {
+		free()
+		return comm.Buffer{}, nil, err
+	}
+	return b, free, nil
+}
