@@ -92,6 +92,7 @@ func (g geometry) slotOff(i int) int { return headerSize + i*slotSize }
 func (g geometry) pairOff(i, j int) int {
 	return headerSize + g.n*slotSize + (i*g.n+j)*g.pairSize()
 }
+
 // ctlSize is the size of the part mapped as the segment proper.
 func (g geometry) ctlSize() int { return headerSize + g.n*slotSize + g.n*g.n*g.pairSize() }
 
@@ -105,7 +106,6 @@ func (g geometry) size() int {
 	}
 	return g.areasOff() + g.n*g.areaBytes
 }
-
 
 // segment is one mapping of a job's shared-memory file. f stays open
 // while the areas need it (arena.go).
