@@ -36,13 +36,14 @@ import (
 // zcStep is the step of the exchange message.
 const zcStep = 1 << 30
 
-// zeroCopy returns the transport's SharedMemory if an all-reduce of n
-// bytes should try the zero-copy path (every rank decides alike).
+// zeroCopy returns the transport's SharedMemory if a collective of n
+// bytes (all-reduce: the buffer; reduce-scatter and all-gather: all p
+// blocks) should try the zero-copy path (every rank decides alike).
 func (o *op) zeroCopy(n int) (SharedMemory, bool) {
 	if o.tun.ZeroCopyMin <= 0 || n < o.tun.ZeroCopyMin || o.c.Size() < 2 || o.c.base != nil {
 		return nil, false
 	}
-	if f, ok := o.tun.Force["all_reduce"]; ok && f != AlgoZeroCopy {
+	if f, ok := o.tun.Force[o.name]; ok && f != AlgoZeroCopy {
 		return nil, false
 	}
 	sm, ok := o.c.t.(SharedMemory)
@@ -61,9 +62,23 @@ func (o *op) zeroCopy(n int) (SharedMemory, bool) {
 // buffer lies in shared memory; ran is false (and nothing was written) if
 // some rank's does not.
 func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error) {
+	es := o.dt.Size()
+	seg := bounds(len(buf)/es, o.c.Size(), es)
+	r := o.c.rank
+	return o.zeroCopyRun(sm, buf, buf[seg[r]:seg[r+1]], seg, true, true)
+}
+
+// zeroCopyRun is the zero-copy path of all-reduce (reduce and gather),
+// reduce-scatter (reduce: in is src, out dst) and all-gather (gather: in
+// is dst, this rank's block already in place). in is the buffer the peers
+// read, cut into the blocks seg; with reduce, this rank sets out (the
+// length of its block; it may be that block of in) to its block of in op
+// the peers' blocks; with gather, it copies each peer's block of in into
+// its own.
+func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reduce, gather bool) (ran bool, err error) {
 	c := o.c
 	p, r := c.Size(), c.rank
-	h := sm.Locate(buf)
+	h := sm.Locate(in)
 	var fh uint64
 	var ready, fin *uint64
 	if h != 0 {
@@ -98,33 +113,27 @@ func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error
 		fbase      uint64
 	}
 	ps := make([]peer, p)
-	shared := true
 	for q := range p {
-		e := all[32*q : 32*q+32]
-		if le.Uint64(e[0:]) == 0 {
-			shared = false
+		if le.Uint64(all[32*q:]) == 0 {
+			return false, nil
 		}
-	}
-	if !shared {
-		return false, nil
 	}
 	for q := range p {
 		e := all[32*q : 32*q+32]
 		if q == r {
-			ps[q] = peer{buf: buf, ready: ready, fin: fin, rbase: readyBase, fbase: finBase}
+			ps[q] = peer{buf: in, ready: ready, fin: fin, rbase: readyBase, fbase: finBase}
 			continue
 		}
-		pb, pr, pf := sm.Map(le.Uint64(e[0:]), len(buf)), sm.Counter(le.Uint64(e[8:]), 0), sm.Counter(le.Uint64(e[8:]), 1)
+		pb, pr, pf := sm.Map(le.Uint64(e[0:]), len(in)), sm.Counter(le.Uint64(e[8:]), 0), sm.Counter(le.Uint64(e[8:]), 1)
 		if pb == nil || pr == nil || pf == nil {
 			_, w := c.outer(q)
-			return true, &comm.PeerError{Rank: w, Err: fmt.Errorf("%w: all_reduce #%d: its shared buffer (handle %#x, %d bytes) or flag block (%#x) is not in the shared memory",
-				comm.ErrProtocol, o.hdr.Seq, le.Uint64(e[0:]), len(buf), le.Uint64(e[8:]))}
+			return true, &comm.PeerError{Rank: w, Err: fmt.Errorf("%w: %s #%d: its shared buffer (handle %#x, %d bytes) or flag block (%#x) is not in the shared memory",
+				comm.ErrProtocol, o.name, o.hdr.Seq, le.Uint64(e[0:]), len(in), le.Uint64(e[8:]))}
 		}
 		ps[q] = peer{buf: pb, ready: pr, fin: pf, rbase: le.Uint64(e[16:]), fbase: le.Uint64(e[24:])}
 	}
 
 	es := o.dt.Size()
-	seg := bounds(len(buf)/es, p, es)
 	ck := max(o.tun.ZeroCopyChunk/es*es, es)
 	nck := func(s int) int { return (seg[s+1] - seg[s] + ck - 1) / ck }
 	chunk := func(s, k int) (int, int) { lo := seg[s] + k*ck; return lo, min(lo+ck, seg[s+1]) }
@@ -138,17 +147,18 @@ func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error
 		return o.explain(err, q, false)
 	}
 
-	mineN := nck(r)
 	got := make([]int, p) // chunks of block q copied so far
 	left := 0             // peers' chunks still to copy
-	for q := range p {
-		if q != r {
-			left += nck(q)
+	if gather {
+		for q := range p {
+			if q != r {
+				left += nck(q)
+			}
 		}
 	}
-	// gather copies the chunks of the peers' blocks that are finished;
+	// pull copies the chunks of the peers' blocks that are finished;
 	// with block set, it waits for at least one.
-	gather := func(block bool) error {
+	pull := func(block bool) error {
 		for q := range p {
 			if q == r {
 				continue
@@ -166,29 +176,43 @@ func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error
 				}
 				block = false
 				lo, hi := chunk(q, got[q])
-				copy(buf[lo:hi], pq.buf[lo:hi])
+				copy(in[lo:hi], pq.buf[lo:hi])
 				got[q]++
 				left--
 			}
 		}
 		return nil
 	}
-	for k := range mineN {
-		lo, hi := chunk(r, k)
-		dst := buf[lo:hi]
-		for q := range p {
-			if q != r {
-				Reduce(o.dt, o.red, dst, ps[q].buf[lo:hi])
+	if reduce {
+		base := seg[r]
+		for k := range nck(r) {
+			lo, hi := chunk(r, k)
+			dst := out[lo-base : hi-base]
+			first := true
+			for q := range p {
+				if q == r {
+					continue
+				}
+				if first {
+					ReduceTo(o.dt, o.red, dst, in[lo:hi], ps[q].buf[lo:hi])
+					first = false
+				} else {
+					Reduce(o.dt, o.red, dst, ps[q].buf[lo:hi])
+				}
+			}
+			o.finishAvg(dst)
+			sm.Publish(ready, readyBase+uint64(k)+1)
+			if gather {
+				if err := pull(false); err != nil {
+					return true, err
+				}
 			}
 		}
-		o.finishAvg(dst)
-		sm.Publish(ready, readyBase+uint64(k)+1)
-		if err := gather(false); err != nil {
-			return true, err
-		}
+	} else {
+		sm.Publish(ready, readyBase+uint64(nck(r)))
 	}
 	for left > 0 {
-		if err := gather(true); err != nil {
+		if err := pull(true); err != nil {
 			return true, err
 		}
 	}
@@ -203,8 +227,15 @@ func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error
 		}
 	}
 	own := int64(seg[r+1] - seg[r])
+	var read int64 // bytes read from peers
+	if reduce {
+		read += int64(p-1) * own
+	}
+	if gather {
+		read += int64(seg[p]-seg[0]) - own
+	}
 	c0, _ := c.outer(0)
-	c0.received.Add(int64(p-1)*own + int64(len(buf)) - own) // bytes read from peers
+	c0.received.Add(read)
 	return true, nil
 }
 
