@@ -1,6 +1,9 @@
 package comm
 
-import "unsafe"
+import (
+	"errors"
+	"unsafe"
+)
 
 // Allocator is implemented by Comms whose backend can place buffers in
 // memory that the other ranks map (the shm backend, and auto between the
@@ -9,18 +12,21 @@ import "unsafe"
 // MPI_Alloc_mem, or NCCL's user-buffer registration). Use Alloc, which
 // falls back to ordinary memory on every other Comm.
 type Allocator interface {
-	// Alloc returns a zeroed Buffer of n elements of dt in shared memory
-	// and the function that frees it. The memory stays valid until it is
-	// freed, even after the Comm is closed; freeing twice, or after
-	// Close, does nothing. Safe for concurrent use.
+	// Alloc returns a zeroed Buffer of n > 0 elements of dt in shared
+	// memory and the function that frees it. The memory stays valid
+	// until it is freed, even after the Comm is closed; freeing twice, or
+	// after Close, does nothing. It fails with an error wrapping
+	// ErrUnsupported where this Comm has no shared memory (its ranks span
+	// hosts, or the transport has none). Safe for concurrent use.
 	Alloc(dt DType, n int) (Buffer, func(), error)
 }
 
 // Alloc returns a zeroed Buffer of n elements of dt for collectives on c
 // and the function that frees it (calling it again does nothing). Where
-// c is an Allocator it comes from there (shared memory, which makes
+// c is an Allocator with shared memory it comes from there (which makes
 // collectives on it zero-copy where every rank's buffer is such); else
-// it is ordinary Go memory and free does nothing. A Buffer from Alloc
+// (no Allocator, or one that reports ErrUnsupported) it is ordinary Go
+// memory and free does nothing. A Buffer from Alloc
 // works with every Comm and with ordinary Buffers in the same op (such
 // ops take the ordinary path); the gain needs every rank's buffer to come
 // from Alloc on the same backend.
@@ -36,7 +42,10 @@ func Alloc(c Comm, dt DType, n int) (Buffer, func(), error) {
 		return Buffer{}, nil, InvalidArgf("alloc: negative length %d", n)
 	}
 	if a, ok := c.(Allocator); ok && n > 0 {
-		return a.Alloc(dt, n)
+		b, free, err := a.Alloc(dt, n)
+		if !errors.Is(err, ErrUnsupported) {
+			return b, free, err
+		}
 	}
 	b, _ := FromBytes(dt, alignedBytes(n*dt.Size()))
 	return b, func() {}, nil

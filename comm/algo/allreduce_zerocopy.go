@@ -279,25 +279,25 @@ func (o *op) exchange(mine, all []byte) error {
 
 var _ comm.Allocator = (*Comm)(nil)
 
-// Alloc returns n zeroed elements of dt for collectives on c (see
-// comm.Allocator): in the transport's shared memory if it is a
-// SharedMemory whose ranks all share it with this one (all-reduces of
-// such buffers on every rank are zero-copy), else ordinary memory. The
-// memory stays valid after Close; free is idempotent.
+// Alloc returns n > 0 zeroed elements of dt for collectives on c (see
+// comm.Allocator) in the transport's shared memory, if it is a
+// SharedMemory that every rank of c shares (collectives whose buffers all
+// come from there are zero-copy); else it fails with an error wrapping
+// comm.ErrUnsupported (comm.Alloc then gives ordinary memory). The memory
+// stays valid after Close; free is idempotent.
 func (c *Comm) Alloc(dt comm.DType, n int) (comm.Buffer, func(), error) {
 	if !dt.Valid() {
 		return comm.Buffer{}, nil, comm.InvalidArgf("alloc: unsupported dtype %v", dt)
 	}
-	if n < 0 {
-		return comm.Buffer{}, nil, comm.InvalidArgf("alloc: negative length %d", n)
+	if n <= 0 {
+		return comm.Buffer{}, nil, comm.InvalidArgf("alloc: length %d", n)
 	}
 	sm, ok := c.t.(SharedMemory)
 	for _, w := range c.members {
 		ok = ok && sm.Shares(w)
 	}
-	if !ok || n == 0 || c.Size() < 2 {
-		b, _ := comm.FromBytes(dt, make([]byte, n*dt.Size()))
-		return b, func() {}, nil
+	if !ok || c.Size() < 2 {
+		return comm.Buffer{}, nil, fmt.Errorf("alloc: rank %d: this comm's ranks share no memory: %w", c.rank, comm.ErrUnsupported)
 	}
 	mem, free, err := sm.Alloc(n * dt.Size())
 	if err != nil {
