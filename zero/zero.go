@@ -46,6 +46,15 @@
 // first layer's backward needs no gather (its input, the data, needs no
 // gradient).
 //
+// Shared memory: on a Comm that is a comm.Allocator with shared memory
+// (the shm backend; auto with every rank on one host), stages 1 and 2 move
+// the padded parameter buffer, and stage 1 the gradient buffer, into it,
+// so the parameter all-gather and stage 1's gradient reduce-scatter are
+// zero-copy (each rank reads the others' buffers where they lie; see
+// comm/shm). Options.OrdinaryBuffers keeps them in ordinary memory; Close
+// moves them back and frees the shared memory. Stage 2's buckets and
+// stage 3's gathers use ordinary memory.
+//
 // # Plain gorgonia models
 //
 // Wrap takes a plain gorgonia model's learnables, like ddp.Wrap, for
