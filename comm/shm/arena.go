@@ -186,6 +186,17 @@ func (a *arena) put(off, want int) {
 	a.release()
 }
 
+// onTmpfs reports whether dir is on a tmpfs (or hugetlbfs): memory, not
+// a disk that dirty pages of the areas would be written back to.
+func onTmpfs(dir string) bool {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return true // nothing to say
+	}
+	const tmpfsMagic, hugetlbfsMagic = 0x01021994, 0x958458f6
+	return st.Type == tmpfsMagic || st.Type == hugetlbfsMagic
+}
+
 // pageSize is the granule of fallocate's commit and punch.
 var pageSize = syscall.Getpagesize()
 

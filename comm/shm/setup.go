@@ -181,6 +181,9 @@ func (t *Transport) reportFailure(ns string, err error) {
 func (t *Transport) create(ctx context.Context, ns string) (segInfo, *segment, error) {
 	o := t.opts
 	sweep(o.Dir, t.logf)
+	if o.AreaBytes > 0 && !onTmpfs(o.Dir) {
+		t.logf("shm: rank %d: %s is not a tmpfs: the shared buffers of comm.Alloc will be written back to its disk (set GDIST_SHM_DIR to a tmpfs such as /dev/shm)", t.rank, o.Dir)
+	}
 	si := segInfo{
 		Nonce: make([]byte, 32), Dir: o.Dir, Ring: o.RingBytes, Ctrl: ctrlRingBytes,
 		Frame: min(o.FrameBytes, o.RingBytes/4, wire.MaxFrame), Area: o.AreaBytes, Ranks: t.local, World: t.size,

@@ -243,3 +243,12 @@ func TestAllocFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestOnTmpfs(t *testing.T) {
+	if !onTmpfs("/dev/shm") {
+		t.Skip("/dev/shm is not a tmpfs here")
+	}
+	if onTmpfs("/proc") {
+		t.Error("/proc reported as a tmpfs")
+	}
+}
