@@ -293,9 +293,10 @@ func trainOn(t *testing.T, cs []comm.Comm, stage int, opts zero.Options, check f
 		if err != nil {
 			return err
 		}
-		opts.Stage = stage
-		opts.Optim = optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}
-		e, err := zero.New(ctx, c, m, opts)
+		o := opts
+		o.Stage = stage
+		o.Optim = optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}
+		e, err := zero.New(ctx, c, m, o)
 		if err != nil {
 			return err
 		}
