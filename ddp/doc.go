@@ -46,7 +46,7 @@
 // into that memory (comm.Alloc), so every bucket's all-reduce is
 // zero-copy: each rank reads the others' gradients where they lie, with
 // no copy through the transport's rings (buckets under
-// GDIST_ZEROCOPY_MIN, 64 KiB by default, take the ordinary path).
+// GDIST_ZEROCOPY_MIN, 128 KiB by default, take the ordinary path).
 // Options.OrdinaryGrads keeps the buffer where it was; Close moves it back
 // into ordinary memory and frees the shared memory. The model's buffers
 // are re-pointed (flat.Params.Move), so code that kept the old gradient

@@ -94,7 +94,7 @@ type Tuning struct {
 // with TCP's overheads) per host.
 func DefaultTuning() Tuning {
 	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100,
-		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 64 << 10, ZeroCopyChunk: 64 << 10}
+		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10}
 }
 
 // over returns t with the link costs of the slowest link of l: the
@@ -114,7 +114,7 @@ func (t Tuning) over(l Layout) Tuning {
 //	   direct|tree; all_to_all: pairwise|bruck. A bare name applies to
 //	   every op that has that algorithm.
 //	GDIST_CHUNK_BYTES=524288
-//	GDIST_ZEROCOPY_MIN=65536         smallest zero-copy all-reduce, bytes (0: none)
+//	GDIST_ZEROCOPY_MIN=131072        smallest zero-copy collective, bytes (0: none)
 //	GDIST_ZEROCOPY_CHUNK=65536       its unit of work, bytes
 //	GDIST_INTER_HOST_GBPS=8          bandwidth between hosts, in Gbit/s
 //	GDIST_INTER_HOST_LATENCY_US=50   latency of a message between hosts
