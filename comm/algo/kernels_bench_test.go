@@ -228,5 +228,55 @@ func BenchmarkAllReduceBound(b *testing.B) {
 			b.StopTimer()
 			close(iters)
 		})
+		b.Run(fmt.Sprintf("%s/2-rank-push", sizeName(s)), func(b *testing.B) {
+			bufs := [2][]byte{x, y}
+			// A spinning barrier between the phases, as the ranks' ready
+			// counters are.
+			var arrived atomic.Int64
+			barrier := func(gen *int64) {
+				*gen += 2
+				arrived.Add(1)
+				for i := 1; arrived.Load() < *gen; i++ {
+					if i%256 == 0 {
+						runtime.Gosched()
+					}
+				}
+			}
+			iters := make(chan int)
+			done := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				gen := int64(0)
+				for n := range iters {
+					for range n {
+						mine, peer := bufs[1][h:], bufs[0][h:]
+						for c := 0; c < h; c += 64 << 10 {
+							e := min(c+64<<10, h)
+							k(mine[c:e], mine[c:e], peer[c:e])
+							copy(peer[c:e], mine[c:e])
+						}
+						barrier(&gen)
+					}
+					done <- struct{}{}
+				}
+			}()
+			b.SetBytes(int64(s))
+			gen := int64(0)
+			b.ResetTimer()
+			iters <- b.N
+			for range b.N {
+				mine, peer := bufs[0][:h], bufs[1][:h]
+				for c := 0; c < h; c += 64 << 10 {
+					e := min(c+64<<10, h)
+					k(mine[c:e], mine[c:e], peer[c:e])
+					copy(peer[c:e], mine[c:e])
+				}
+				barrier(&gen)
+			}
+			<-done
+			b.StopTimer()
+			close(iters)
+		})
 	}
 }
