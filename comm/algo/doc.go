@@ -23,9 +23,9 @@
 //     transport, comm.Alloc): no row of the table, since it depends on
 //     where the buffers lie: a 32-byte exchange of where they are, then
 //     each rank reduces its block reading the peers' buffers directly and
-//     copies their reduced blocks, chunk by chunk behind their progress
-//     counters; if any rank's buffer is ordinary memory, every rank runs
-//     the table's algorithm. Tuning.ZeroCopyMin (GDIST_ZEROCOPY_MIN)
+//     writes the result into its own buffer and theirs, behind two
+//     handshakes (armed, fin) in shared counters; if any rank's buffer is
+//     ordinary memory, every rank runs the table's algorithm. Tuning.ZeroCopyMin (GDIST_ZEROCOPY_MIN)
 //     bounds it from below.
 //   - layout.go: which ranks of a group share a host (Layout), from a
 //     Transport that is a HostMap (comm/auto); the cost model costs the

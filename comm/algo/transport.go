@@ -78,9 +78,10 @@ type EagerSender interface {
 
 // SharedMemory is an optional extension of Transport for transports whose
 // ranks map one another's memory (comm/shm; comm/auto between the ranks of
-// one host). Buffers from Alloc lie in that memory; an all-reduce whose
-// buffers all do runs zero-copy (allreduce_zerocopy.go): each rank reads
-// its peers' buffers where they lie and writes only its own.
+// one host). Buffers from Alloc lie in that memory; an all-reduce,
+// reduce-scatter or all-gather whose buffers all do runs zero-copy
+// (allreduce_zerocopy.go): each rank reads and writes its block of every
+// rank's buffer where it lies.
 //
 // Memory is named by handles (byte offsets into the shared memory plus
 // one, so that 0 names nothing), which mean the same on every rank that
@@ -101,10 +102,11 @@ type SharedMemory interface {
 	// they are not all in the shared memory).
 	Map(h uint64, n int) []byte
 	// Flags takes a flag block of this rank for one op: its handle, its
-	// two counters, and the function that returns it (h == 0: none is
-	// free).
-	Flags() (h uint64, ready, fin *uint64, release func())
-	// Counter returns counter i (0: ready, 1: fin) of the flag block at
+	// two counters (armed: peers may write into this rank's buffer; fin:
+	// this rank is done with theirs), and the function that returns it
+	// (h == 0: none is free).
+	Flags() (h uint64, armed, fin *uint64, release func())
+	// Counter returns counter i (0: armed, 1: fin) of the flag block at
 	// handle h, as this rank maps it (nil if h is not one).
 	Counter(h uint64, i int) *uint64
 	// Publish sets this rank's counter c to v and wakes the peers
@@ -114,4 +116,11 @@ type SharedMemory interface {
 	// when ctx ends, the transport fails, group is aborted or peer
 	// leaves, naming the cause as Recv would.
 	Await(ctx context.Context, group uint64, peer int, c *uint64, v uint64) error
+	// Quiesce is Await for a failure path: it waits, past ctx, aborts
+	// and the transport's failure, until peer's counter c reaches v or
+	// the peer is gone (its process ended, it closed), for at most the
+	// transport's peer deadline. It reports whether c reached v. A rank
+	// whose op failed calls it before it hands its buffer back, so that
+	// no peer still writes into it.
+	Quiesce(peer int, c *uint64, v uint64) bool
 }

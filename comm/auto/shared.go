@@ -81,3 +81,11 @@ func (t *Transport) Await(ctx context.Context, group uint64, peer int, c *uint64
 	t.couple(err)
 	return err
 }
+
+// Quiesce: see algo.SharedMemory.
+func (t *Transport) Quiesce(peer int, c *uint64, v uint64) bool {
+	if t.shm == nil || peer < 0 || peer >= t.size || !t.onHost[peer] {
+		return false
+	}
+	return t.shm.Quiesce(peer, c, v)
+}

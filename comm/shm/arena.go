@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
@@ -326,5 +327,32 @@ func (t *Transport) Await(ctx context.Context, group uint64, peer int, c *uint64
 			raceAcquire()
 			return nil
 		}
+	}
+}
+
+// Quiesce waits until world rank peer's counter c reaches v, or the peer
+// is gone (it said goodbye, its process died), for at most the peer
+// deadline, whatever else failed (see algo.SharedMemory).
+func (t *Transport) Quiesce(peer int, c *uint64, v uint64) bool {
+	if peer < 0 || peer >= t.size || t.links[peer] == nil || peer == t.rank {
+		return false
+	}
+	if !t.enter() {
+		return false
+	}
+	defer t.exit()
+	l := t.links[peer]
+	deadline := time.Now().Add(t.peerDL)
+	nap := 20 * time.Microsecond
+	for {
+		if atomic.LoadUint64(c) >= v {
+			raceAcquire()
+			return true
+		}
+		if atomic.LoadUint32(l.peerState) == stateClosed || (l.watch != nil && !l.watch.alive()) || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, time.Millisecond)
 	}
 }

@@ -52,14 +52,16 @@
 // (the "shm" backend, or "auto" with every rank on this host) returns a
 // Buffer in this rank's area of the segment, and an all-reduce,
 // reduce-scatter or all-gather whose buffers every rank got that way runs
-// without moving data through the rings: each rank reads its peers'
-// buffers where they lie and writes only its own (comm/algo's
-// allreduce_zerocopy.go has the algorithm). For a 2-rank all-reduce that
-// is one read of the peer's half to reduce and one of its other half to
-// copy, against a copy into the ring and a read out of it for each byte
-// of the ring path; Open MPI's shared-memory transport does the same for
-// large messages (single-copy). A collective whose buffers are mixed
-// (some rank's is ordinary memory) takes the ring path.
+// without moving data through the rings: each rank reduces its block of
+// the buffer reading the peers' buffers where they lie and writes the
+// result into its own and theirs (comm/algo's allreduce_zerocopy.go has
+// the algorithm). For a 2-rank all-reduce each rank reads half of the
+// peer's buffer and writes that half back, against a copy into the ring
+// and a copy out of it for each byte of the ring path. A collective whose
+// buffers are mixed (some rank's is ordinary memory) takes the ring path.
+// Since peers write into a rank's buffer, a rank whose zero-copy op fails
+// waits (Quiesce: at most the peer deadline) until every peer still alive
+// has said it is done with it before it returns.
 //
 // The areas are mapped apart from the rings: Close unmaps the rings at
 // once, and the areas when the last buffer allocated there is freed, so a
@@ -70,8 +72,8 @@
 // buffer (fallocate, so that a full tmpfs fails Alloc with an error that
 // says so instead of a SIGBUS later) and free gives them back
 // (FALLOC_FL_PUNCH_HOLE). An area starts with 64 KiB of flag blocks, two
-// counters on cache lines of their own that a zero-copy op publishes its
-// progress in (Publish, Await: the waits of the rings, with the same
+// counters on cache lines of their own (armed, fin) that a zero-copy op
+// publishes its progress in (Publish, Await: the waits of the rings, with the same
 // failure handling: a lost peer, an abort, a goodbye or the end of ctx
 // ends them with the error a Recv would get). $GDIST_SHM_AREA_BYTES (or
 // Options.AreaBytes) sizes the areas; 0 turns them off (Alloc then gives

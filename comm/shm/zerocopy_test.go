@@ -116,12 +116,16 @@ func TestZeroCopyPeerLost(t *testing.T) {
 }
 
 // TestZeroCopyCtxEnds: a zero-copy all-reduce whose peer stalls ends with
-// the caller's ctx, saying which rank it waited for.
+// the caller's ctx, saying which rank it waited for. The stalled peer
+// (alive, in the op, never done with this rank's buffer) holds the buffer
+// for at most the peer deadline after that: no peer writes into a buffer
+// whose op returned.
 func TestZeroCopyCtxEnds(t *testing.T) {
 	t.Setenv("GDIST_ZEROCOPY_MIN", "1")
-	w := mkWorld(t, 2, comm.Options{}, Options{})
+	opts := comm.Options{PeerTimeout: 500 * time.Millisecond}
+	w := mkWorld(t, 2, opts, Options{})
 	ctx := ctxT(t, 20*time.Second)
-	c0 := algo.NewComm(w.ts[0], comm.Options{})
+	c0 := algo.NewComm(w.ts[0], opts)
 	const n = 1 << 16
 	b, free, err := comm.Alloc(c0, comm.Float32, n)
 	if err != nil {
@@ -131,9 +135,13 @@ func TestZeroCopyCtxEnds(t *testing.T) {
 	zcJoin(t, ctx, w.ts[1], n)
 	octx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
+	start := time.Now()
 	err = comm.Run(octx)(c0.AllReduce(octx, b, comm.Sum))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
 		t.Fatalf("got %v, want a deadline error naming rank 1", err)
+	}
+	if d := time.Since(start); d < 600*time.Millisecond || d > 5*time.Second {
+		t.Errorf("returned after %v, want the ctx's 200ms plus the peer deadline's 500ms", d)
 	}
 }
 
