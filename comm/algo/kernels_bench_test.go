@@ -152,17 +152,21 @@ func BenchmarkReduceSplit(b *testing.B) {
 }
 
 // BenchmarkAllReduceBound is the physical bound of a 2-rank all-reduce of
-// S bytes on this machine's cores: what the zero-copy all-reduce must move
+// S bytes on this machine's cores: what a zero-copy all-reduce must move,
 // with no protocol at all. Two goroutines (the two ranks; GOMAXPROCS >= 2
-// puts them on two cores) each own a buffer of S bytes; per op each
-// reduces its half from the other's buffer into its own (one float32
-// sum-kernel pass: read own, read peer, write own) and, once both are
-// done, copies the other half from the other's buffer (read peer, write
-// own). MB/s is S per op: the 2-rank bus bandwidth (algbw x 2(n-1)/n =
-// algbw) of an all-reduce that costs nothing but this. "copy" and
-// "reduce" are one core's memcpy and a += b on S/2 bytes with the other
-// core idle (MB/s: bytes of dst), for the arithmetic
-// S / (t_reduce(S/2) + t_copy(S/2)).
+// puts them on two cores) each own a buffer of S bytes. MB/s is S per op:
+// the 2-rank bus bandwidth (algbw x 2(n-1)/n = algbw).
+//
+//   - 2-rank-push (what allreduce_zerocopy.go does): each reduces its half
+//     from both buffers into its own and copies the result into the
+//     other's, 64 KiB at a time (a float32 sum-kernel pass and a copy
+//     from cache), then both meet at a barrier.
+//   - 2-rank (the pull variant it replaced): each reduces its half into
+//     its own buffer, barrier, copies the other half from the other's
+//     buffer, barrier. Every op then moves each line between the cores
+//     twice, where push, in a loop that rewrites nothing, moves none.
+//   - copy, reduce: one core's memcpy and a += b on S/2 bytes, the other
+//     core idle (MB/s: bytes of dst).
 //
 //	go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
 func BenchmarkAllReduceBound(b *testing.B) {
