@@ -73,9 +73,9 @@
 // says so instead of a SIGBUS later) and free gives them back
 // (FALLOC_FL_PUNCH_HOLE). An area starts with 64 KiB of flag blocks, two
 // counters on cache lines of their own (armed, fin) that a zero-copy op
-// publishes its progress in (Publish, Await: the waits of the rings, with the same
-// failure handling: a lost peer, an abort, a goodbye or the end of ctx
-// ends them with the error a Recv would get). $GDIST_SHM_AREA_BYTES (or
+// publishes its progress in (Publish, Await: the waits of the rings,
+// with the same failure handling: a lost peer, an abort, a goodbye or the
+// end of ctx ends them with the error a Recv would get). $GDIST_SHM_AREA_BYTES (or
 // Options.AreaBytes) sizes the areas; 0 turns them off (Alloc then gives
 // ordinary memory).
 //
