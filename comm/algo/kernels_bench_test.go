@@ -161,14 +161,16 @@ func BenchmarkReduceSplit(b *testing.B) {
 //     from both buffers into its own and copies the result into the
 //     other's, 64 KiB at a time (a float32 sum-kernel pass and a copy
 //     from cache), then both meet at a barrier.
+//
 //   - 2-rank (the pull variant it replaced): each reduces its half into
 //     its own buffer, barrier, copies the other half from the other's
 //     buffer, barrier. Every op then moves each line between the cores
 //     twice, where push, in a loop that rewrites nothing, moves none.
+//
 //   - copy, reduce: one core's memcpy and a += b on S/2 bytes, the other
 //     core idle (MB/s: bytes of dst).
 //
-//	go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
+//     go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
 func BenchmarkAllReduceBound(b *testing.B) {
 	k := activeKernels().bin[comm.Float32][comm.Sum]
 	for _, s := range []int{1 << 20, 4 << 20, 16 << 20, 64 << 20} {
