@@ -170,7 +170,9 @@ func BenchmarkReduceSplit(b *testing.B) {
 //   - copy, reduce: one core's memcpy and a += b on S/2 bytes, the other
 //     core idle (MB/s: bytes of dst).
 //
-//     go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
+// Run it with
+//
+//	go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
 func BenchmarkAllReduceBound(b *testing.B) {
 	k := activeKernels().bin[comm.Float32][comm.Sum]
 	for _, s := range []int{1 << 20, 4 << 20, 16 << 20, 64 << 20} {
