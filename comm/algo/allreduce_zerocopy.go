@@ -35,12 +35,11 @@ import (
 // algorithm instead. The exchange costs one small message each way (a few
 // microseconds), also to ops on ordinary buffers; GDIST_ZEROCOPY_MIN
 // moves or (0) removes it. Its default, 128 KiB, is where the zero-copy
-// path overtakes the ordinary one on 2 ranks here (2026-11-25, loaded
-// machine, medians of 7, measured with the first version, which pulled
-// the peers' results instead of pushing: 64 KiB 1.3 GB/s zero-copy
-// against 2.2 ordinary; 128 KiB 2.3 against 0.8): below it, the ordinary
-// path's one eager exchange beats the zero-copy path's waits (the
-// exchange, the peers' progress, their fin).
+// path overtakes the ordinary one on 2 ranks here (2026-11-25 06:14,
+// load 5.9, medians of 5, GB/s: 64 KiB 1.34 zero-copy against 1.87
+// ordinary; 128 KiB 2.37 against 0.74; 256 KiB 4.67 against 1.09): below
+// it, the ordinary path's one eager exchange beats the zero-copy path's
+// three waits (the exchange, the peer being armed, its fin).
 //
 //	cost: 2a + n(p-1)/p g + n(p-1)/p b (each rank reads n(p-1)/p bytes
 //	of peers to reduce and writes as many into them; no ring)
