@@ -15,7 +15,12 @@
 // itself imports no gorgonia, so a program that only runs collectives does
 // not build it).
 // BroadcastObject and AllGatherObject move small Go values (gob-encoded)
-// for metadata.
+// for metadata. Alloc (AllocSlice) returns memory for collectives on a
+// Comm: on a backend that is an Allocator (shm; auto between the ranks of
+// one host) it lies in the job's shared memory, and all-reduce,
+// reduce-scatter and all-gather of such buffers on every rank are
+// zero-copy (each rank reads its peers' buffers where they lie); on the
+// others it is ordinary memory. Ordinary buffers work everywhere.
 //
 // # Contract
 //

@@ -22,6 +22,11 @@ type Options struct {
 	NoOverlap     bool    // start all-reduces only after backward
 	Hook          CommHook
 	Debug         bool // check identical parameters after every Finish
+	// OrdinaryGrads keeps the gradient buffer where the model put it. By
+	// default New and Wrap move it into memory from comm.Alloc, which on
+	// the shm backend (and auto, on one host) makes every bucket's
+	// all-reduce zero-copy.
+	OrdinaryGrads bool
 }
 
 // Model is what DDP needs of a model: its learnables in flat buffers
@@ -67,7 +72,8 @@ type DDP struct {
 	bkts  []Bucket
 	owner []int // span -> bucket
 
-	noSync bool
+	noSync   bool
+	freeGrad func() // frees the shared gradient buffer (nil: ordinary memory)
 	// runCtx is the context of the Backward call under way (nil outside
 	// one): buckets launched from gradient hooks run under it.
 	runCtx   context.Context
@@ -142,6 +148,19 @@ func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffe
 	if d.hook == nil {
 		d.hook = Average{}
 	}
+	if a, ok := c.(comm.Allocator); ok && !opts.OrdinaryGrads && len(p.Grad) > 0 {
+		// A Comm without shared memory, or whose shared memory is too
+		// small for the gradients (shm's area), leaves them where they
+		// are: every collective works on ordinary memory.
+		if b, free, err := a.Alloc(comm.Float32, len(p.Grad)); err == nil {
+			g, _ := comm.AsSlice[float32](b)
+			if err := p.Move(nil, g); err != nil {
+				free()
+				return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
+			}
+			d.freeGrad = free
+		}
+	}
 	d.layout()
 	p.OnGrad(d.tapped)
 	if err := d.Broadcast(ctx); err != nil {
@@ -185,6 +204,26 @@ func (d *DDP) reset() {
 	}
 	d.order = d.order[:0]
 }
+
+// Close moves the gradient buffer back into ordinary memory (if New put
+// it in the Comm's shared memory) and frees the shared memory. The DDP
+// still works after it, with ordinary buffers. It does not close the
+// Comm.
+func (d *DDP) Close() error {
+	if d.freeGrad == nil {
+		return nil
+	}
+	if err := d.p.Move(nil, make([]float32, len(d.p.Grad))); err != nil {
+		return err
+	}
+	d.freeGrad()
+	d.freeGrad = nil
+	return nil
+}
+
+// SharedGrads reports whether the gradient buffer lies in memory from
+// comm.Alloc on an Allocator Comm (Options.OrdinaryGrads).
+func (d *DDP) SharedGrads() bool { return d.freeGrad != nil }
 
 // Buckets returns the bucket layout.
 func (d *DDP) Buckets() []Bucket { return d.bkts }

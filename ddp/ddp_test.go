@@ -13,6 +13,7 @@ import (
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/shm"
 	_ "github.com/gdist/gdist/comm/tcp"
 	"github.com/gdist/gdist/data"
 	"github.com/gdist/gdist/ddp"
@@ -112,7 +113,7 @@ func reference(t *testing.T, s setup, n int) *models.Model {
 }
 
 // distributed trains every rank with DDP and returns the models.
-func distributed(t *testing.T, s setup, cs []comm.Comm, opts ddp.Options) []*models.Model {
+func distributed(t *testing.T, s setup, cs []comm.Comm, opts ddp.Options, checks ...func(*ddp.DDP) error) []*models.Model {
 	n := len(cs)
 	ms := make([]*models.Model, n)
 	err := commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
@@ -126,6 +127,12 @@ func distributed(t *testing.T, s setup, cs []comm.Comm, opts ddp.Options) []*mod
 		d, err := ddp.New(ctx, c, m, opts)
 		if err != nil {
 			return err
+		}
+		defer d.Close()
+		for _, check := range checks {
+			if err := check(d); err != nil {
+				return err
+			}
 		}
 		gr, err := m.NewGraph(s.batch, true)
 		if err != nil {
@@ -193,8 +200,8 @@ func maxRelDiff(a, b []float32) (float64, int) {
 // as one rank at batch N*B, for SGD with momentum and Adam, on inproc and tcp.
 func TestEquivalence(t *testing.T) {
 	ds := data.Synthetic(2048, 7)
-	worlds := map[string]func(*testing.T, int) []comm.Comm{"inproc": inprocWorld, "tcp": tcpWorld}
-	for _, backend := range []string{"inproc", "tcp"} {
+	worlds := map[string]func(*testing.T, int) []comm.Comm{"inproc": inprocWorld, "tcp": tcpWorld, "shm": shmWorld}
+	for _, backend := range []string{"inproc", "tcp", "shm"} {
 		for _, opt := range []optim.Config{{Name: "sgd", LR: 0.05, Momentum: 0.9}, {Name: "adam", LR: 1e-3}} {
 			for _, n := range []int{2, 3} {
 				name := fmt.Sprintf("%s/%s/n=%d", backend, opt.Name, n)
@@ -219,6 +226,43 @@ func TestEquivalence(t *testing.T) {
 			}
 		}
 	}
+}
+
+func shmWorld(t *testing.T, n int) []comm.Comm {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	return commtest.RegistryWorld("shm", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+		comm.Config{Token: []byte("ddp-test-token"), Logf: t.Logf})(t, n)
+}
+
+// TestSharedGrads: on shm, DDP moves the gradient buffer into the Comm's
+// shared memory (every bucket of 64 KiB or more is then all-reduced
+// zero-copy), and training gives bit for bit the parameters it gives
+// with the gradients in ordinary memory (2 ranks: a sum of two is the
+// same whichever rank adds).
+func TestSharedGrads(t *testing.T) {
+	ds := data.Synthetic(1024, 7)
+	s := setup{model: "mlp", opt: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}, steps: 4, batch: 16, ds: ds, seed: 42}
+	opts := ddp.Options{FirstBucketMB: 0.05, BucketMB: 0.2}
+	shared := func(want bool) func(d *ddp.DDP) error {
+		return func(d *ddp.DDP) error {
+			if d.SharedGrads() != want {
+				return fmt.Errorf("SharedGrads() = %v, want %v", d.SharedGrads(), want)
+			}
+			return nil
+		}
+	}
+	got := distributed(t, s, shmWorld(t, 2), opts, shared(true))
+	opts.OrdinaryGrads = true
+	want := distributed(t, s, shmWorld(t, 2), opts, shared(false))
+	for r := range got {
+		for i, v := range got[r].Flat.Value {
+			if math.Float32bits(v) != math.Float32bits(want[r].Flat.Value[i]) {
+				t.Fatalf("rank %d: parameter %d is %v with shared gradients, %v without", r, i, v, want[r].Flat.Value[i])
+			}
+		}
+	}
+	// Elsewhere the gradients stay in ordinary memory.
+	distributed(t, s, inprocWorld(t, 2), ddp.Options{}, shared(false))
 }
 
 // TestEquivalenceCNN covers convolutions and no-overlap mode.

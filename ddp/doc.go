@@ -41,6 +41,17 @@
 // (two backward passes without Finish between) is never added under a
 // running reduction: Finish reports ErrLateGradient.
 //
+// On a Comm that is a comm.Allocator with shared memory (the shm backend;
+// auto with every rank on one host), New and Wrap move the gradient buffer
+// into that memory (comm.Alloc), so every bucket's all-reduce is
+// zero-copy: each rank reads the others' gradients where they lie, with
+// no copy through the transport's rings (buckets under
+// GDIST_ZEROCOPY_MIN, 128 KiB by default, take the ordinary path).
+// Options.OrdinaryGrads keeps the buffer where it was; Close moves it back
+// into ordinary memory and frees the shared memory. The model's buffers
+// are re-pointed (flat.Params.Move), so code that kept the old gradient
+// slice must fetch it again.
+//
 // NoSync skips communication for gradient accumulation: gradients add up
 // locally until the next step that syncs. CommHook replaces the plain
 // average (FP16Compress and BF16Compress halve the bytes sent). With

@@ -205,6 +205,26 @@ func (p *Params) Grow(n int) error {
 	return p.rebind()
 }
 
+// Move moves the buffers into value and grad (nil: leave that buffer
+// where it is), which must be at least as long: it copies the contents
+// (the new tail zero) and re-backs bound learnables onto them, as Grow
+// does. Strategies use it to put the buffers in memory their Comm shares
+// (comm.Alloc).
+func (p *Params) Move(value, grad []float32) error {
+	if value != nil && len(value) < len(p.Value) || grad != nil && (p.Grad == nil || len(grad) < len(p.Grad)) {
+		return fmt.Errorf("%w: moving buffers of %d and %d elements into %d and %d", ErrInvalid, len(p.Value), len(p.Grad), len(value), len(grad))
+	}
+	if value != nil {
+		clear(value[copy(value, p.Value):])
+		p.Value = value
+	}
+	if grad != nil {
+		clear(grad[copy(grad, p.Grad):])
+		p.Grad = grad
+	}
+	return p.rebind()
+}
+
 // Bound reports whether p re-backs gorgonia learnables (Bind).
 func (p *Params) Bound() bool { return p.nodes != nil }
 

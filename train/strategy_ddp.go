@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/gdist/gdist/comm"
@@ -98,4 +99,6 @@ func (s *ddpStrategy) Report(_ context.Context, sum *Summary) error {
 	return nil
 }
 
-func (s *ddpStrategy) Close() error { return s.gr.Close() }
+func (s *ddpStrategy) Close() error {
+	return errors.Join(s.gr.Close(), s.d.Close())
+}

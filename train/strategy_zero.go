@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gdist/gdist/comm"
@@ -124,4 +125,6 @@ func (s *zeroStrategy) Memory() (MemoryBytes, int64) {
 
 func (s *zeroStrategy) Report(context.Context, *Summary) error { return nil }
 
-func (s *zeroStrategy) Close() error { return s.gr.Close() }
+func (s *zeroStrategy) Close() error {
+	return errors.Join(s.gr.Close(), s.e.Close())
+}

@@ -46,6 +46,15 @@
 // first layer's backward needs no gather (its input, the data, needs no
 // gradient).
 //
+// Shared memory: on a Comm that is a comm.Allocator with shared memory
+// (the shm backend; auto with every rank on one host), stages 1 and 2 move
+// the padded parameter buffer, and stage 1 the gradient buffer, into it,
+// so the parameter all-gather and stage 1's gradient reduce-scatter are
+// zero-copy (each rank reads the others' buffers where they lie; see
+// comm/shm). Options.OrdinaryBuffers keeps them in ordinary memory; Close
+// moves them back and frees the shared memory. Stage 2's buckets and
+// stage 3's gathers use ordinary memory.
+//
 // # Plain gorgonia models
 //
 // Wrap takes a plain gorgonia model's learnables, like ddp.Wrap, for
@@ -83,6 +92,13 @@ type Options struct {
 	Optim         optim.Config
 	BucketMB      float64 // stage 2 bucket cap (default 25)
 	FirstBucketMB float64 // stage 2 first bucket cap (default 1)
+	// OrdinaryBuffers keeps the flat buffers where the model put them. By
+	// default stages 1 and 2 move the parameter buffer (and stage 1 the
+	// gradient buffer) into the Comm's shared memory (comm.Allocator),
+	// which on the shm backend (and auto, on one host) makes the
+	// parameter all-gather and stage 1's gradient reduce-scatter
+	// zero-copy.
+	OrdinaryBuffers bool
 }
 
 // Model is what the engine needs of a model: its learnables in flat
@@ -130,6 +146,7 @@ type Engine struct {
 	flatP  []float32
 	opt    optim.Optimizer
 	noSync bool
+	frees  []func() // frees the shared buffers (Close)
 
 	// stage 1: full padded gradient buffer; stage 2: shard gradients.
 	gradFull  []float32
@@ -246,6 +263,9 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 		if err := fp.Grow(n * s); err != nil {
 			return nil, fmt.Errorf("zero: rank %d: %w", c.Rank(), err)
 		}
+		if err := e.share(opts.Stage == 1); err != nil {
+			return nil, err
+		}
 		e.flatP = fp.Value[:n*s]
 	}
 	if err := run(c.Broadcast(ctx, comm.FromSlice(fp.Value[:p]), 0)); err != nil {
@@ -284,6 +304,67 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 		return nil, err
 	}
 	return e, nil
+}
+
+// share moves the parameter buffer (and with grads the gradient buffer)
+// into the Comm's shared memory, where it has some and room for them
+// (else they stay where they are).
+func (e *Engine) share(grads bool) error {
+	a, ok := e.c.(comm.Allocator)
+	if !ok || e.opts.OrdinaryBuffers {
+		return nil
+	}
+	get := func(n int) []float32 {
+		b, free, err := a.Alloc(comm.Float32, n)
+		if err != nil {
+			return nil
+		}
+		e.frees = append(e.frees, free)
+		s, _ := comm.AsSlice[float32](b)
+		return s
+	}
+	v := get(len(e.fp.Value))
+	var g []float32
+	if v != nil && grads && e.fp.Grad != nil {
+		g = get(len(e.fp.Grad))
+	}
+	if err := e.fp.Move(v, g); err != nil {
+		e.Close()
+		return fmt.Errorf("zero: rank %d: %w", e.rank, err)
+	}
+	return nil
+}
+
+// SharedBuffers reports whether the parameter buffer lies in the Comm's
+// shared memory (Options.OrdinaryBuffers).
+func (e *Engine) SharedBuffers() bool { return len(e.frees) > 0 }
+
+// Close moves the flat buffers back into ordinary memory (if New put them
+// in the Comm's shared memory) and frees the shared memory. The engine
+// still works after it. It does not close the Comm.
+func (e *Engine) Close() error {
+	if len(e.frees) == 0 {
+		return nil
+	}
+	var g []float32
+	if e.fp.Grad != nil {
+		g = make([]float32, len(e.fp.Grad))
+	}
+	if err := e.fp.Move(make([]float32, len(e.fp.Value)), g); err != nil {
+		return err
+	}
+	if e.flatP != nil {
+		e.flatP = e.fp.Value[:len(e.flatP)]
+	}
+	if e.gradFull != nil {
+		e.gradFull = e.fp.Grad[:len(e.gradFull)]
+		e.gradShard = e.gradFull[e.lo : e.lo+e.s]
+	}
+	for _, f := range e.frees {
+		f()
+	}
+	e.frees = nil
+	return nil
 }
 
 // Shard returns this rank's range [lo, hi) of the (padded) flat buffer

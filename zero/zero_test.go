@@ -12,6 +12,8 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/shm"
 	"github.com/gdist/gdist/data"
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/models"
@@ -278,4 +280,86 @@ func trainStep(ctx context.Context, s interface {
 }, gr *models.Graph, x []float32, y []int32) (float32, error) {
 	gr.OnGrad = s.AddGrad
 	return gr.StepIn(ctx, s.Backward, x, y)
+}
+
+// trainOn runs `steps` ZeRO steps (stage 1 or 2) on the Comms cs and
+// returns rank 0's parameters; check runs on every rank's engine.
+func trainOn(t *testing.T, cs []comm.Comm, stage int, opts zero.Options, check func(*zero.Engine) error) []float32 {
+	n := len(cs)
+	var out []float32
+	err := commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
+		r := c.Rank()
+		m, err := models.New("mlp", 21+int64(r))
+		if err != nil {
+			return err
+		}
+		o := opts
+		o.Stage = stage
+		o.Optim = optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}
+		e, err := zero.New(ctx, c, m, o)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		if err := check(e); err != nil {
+			return err
+		}
+		smp := data.Sampler{N: ds.N, World: n, Rank: r, Batch: batch, Seed: 2}
+		x := make([]float32, batch*m.InputSize())
+		y := make([]int32, batch)
+		gr, _ := m.NewGraph(batch, true)
+		for k := 0; k < steps; k++ {
+			ds.Batch(smp.Indices(0, k, nil), x, y)
+			if _, err := trainStep(ctx, e, gr, x, y); err != nil {
+				return err
+			}
+			if err := e.Step(ctx); err != nil {
+				return err
+			}
+		}
+		if r == 0 {
+			out = append([]float32(nil), m.Flat.Value...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func shmWorld(t *testing.T, n int) []comm.Comm {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	return commtest.RegistryWorld("shm", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+		comm.Config{Token: []byte("zero-test-token"), Logf: t.Logf})(t, n)
+}
+
+// TestSharedBuffers: on shm, stages 1 and 2 keep the parameter buffer
+// (stage 1 also the gradient buffer) in the Comm's shared memory, where
+// the all-gather (and stage 1's reduce-scatter) are zero-copy, and train
+// to bit for bit the parameters they reach with ordinary buffers (2
+// ranks: the sums are the same whichever rank adds).
+func TestSharedBuffers(t *testing.T) {
+	for _, stage := range []int{1, 2} {
+		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
+			shared := func(want bool) func(e *zero.Engine) error {
+				return func(e *zero.Engine) error {
+					if e.SharedBuffers() != want {
+						return fmt.Errorf("SharedBuffers() = %v, want %v", e.SharedBuffers(), want)
+					}
+					return nil
+				}
+			}
+			opts := zero.Options{FirstBucketMB: 0.05, BucketMB: 0.15}
+			got := trainOn(t, shmWorld(t, 2), stage, opts, shared(true))
+			opts.OrdinaryBuffers = true
+			want := trainOn(t, shmWorld(t, 2), stage, opts, shared(false))
+			for i, v := range got {
+				if math.Float32bits(v) != math.Float32bits(want[i]) {
+					t.Fatalf("parameter %d is %v with shared buffers, %v without", i, v, want[i])
+				}
+			}
+			trainOn(t, world(t, 2), stage, zero.Options{}, shared(false))
+		})
+	}
 }

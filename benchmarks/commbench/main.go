@@ -67,6 +67,7 @@ type config struct {
 	cpuProf string
 	device  bool // device buffers (device.go)
 	perOp   bool // time every iteration: percentiles in the row
+	alloc   bool // buffers from comm.Alloc (shared memory on shm/auto)
 }
 
 // Row is one line of output.
@@ -88,6 +89,8 @@ type Row struct {
 	P90US float64 `json:"p90_us,omitempty"`
 	P99US float64 `json:"p99_us,omitempty"`
 	MaxUS float64 `json:"max_us,omitempty"`
+	// With -alloc: the buffers came from comm.Alloc.
+	Alloc bool `json:"alloc,omitempty"`
 }
 
 func main() {
@@ -132,6 +135,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&redop, "op", "sum", "reduction for all_reduce, reduce, reduce_scatter")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.BoolVar(&cfg.device, "device", false, "use GPU buffers (CUDA); the default with -backend nccl")
+	fs.BoolVar(&cfg.alloc, "alloc", false, "all_reduce, broadcast, reduce: buffers from comm.Alloc (on shm and auto, shared memory: all-reduce is zero-copy)")
 	fs.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile (pprof) to this file; with a process backend every rank writes FILE.rankN")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -297,6 +301,7 @@ type opCase struct {
 	count int64 // elements per rank's "main" buffer, as nccl-tests reports
 	run   func(ctx context.Context) error
 	fill  func()       // sets inputs for the checked run
+	free  func()       // releases the buffers (nil: nothing to do)
 	check func() error // verifies the checked run
 }
 
@@ -335,6 +340,14 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 		buf := commtest.NewBuf(dt, k)
 		out := commtest.NewBuf(dt, k)
 		oc := opCase{count: int64(k)}
+		if cfg.alloc && op != "sendrecv" {
+			b, free, err := comm.Alloc(c, dt, k)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "commbench: -alloc: %v; using ordinary memory\n", err)
+			} else {
+				buf, oc.free = b, free
+			}
+		}
 		switch op {
 		case "all_reduce":
 			oc.run = func(ctx context.Context) error { return do(ctx)(c.AllReduce(ctx, buf, red)) }
@@ -503,8 +516,11 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Sum)); err != nil {
 				return err
 			}
+			if oc.free != nil {
+				oc.free()
+			}
 			row := Row{Op: op, Backend: backend, World: n, Bytes: size, Count: oc.count, DType: cfg.dtype.String(),
-				Iters: iters, TimeUS: elapsed[0] * 1e6, Correct: bad[0] == 0}
+				Iters: iters, TimeUS: elapsed[0] * 1e6, Correct: bad[0] == 0, Alloc: cfg.alloc}
 			if bad[0] != 0 {
 				failed++
 				row.CheckErr = fmt.Sprintf("%d rank(s) got a wrong result", bad[0])

@@ -4,7 +4,10 @@
 // and PyTorch's Gloo (benchmarks/peers/gloo_allreduce.py, run with
 // /usr/bin/python3). All of them time float32 sum all-reduce the same way
 // (3 untimed iterations, then about 64 MiB of traffic, 3..2000 iterations)
-// and check the result.
+// and check the result. The shm (and auto) rows use buffers from
+// comm.Alloc (commbench -alloc), the zero-copy all-reduce in the job's
+// shared memory; -alloc=false, or the pseudo-backend shm-ordinary, runs
+// shm with ordinary buffers.
 //
 // The runs are interleaved: each repetition runs every implementation once
 // per world size, in an order that rotates between repetitions, so that
@@ -64,7 +67,8 @@ type cell struct {
 func main() {
 	worlds := flag.String("worlds", "2,4", "world sizes")
 	sizes := flag.String("sizes", "4K,16K,64K,256K,1M,4M,16M,64M", "message sizes (K, M suffixes)")
-	backends := flag.String("backends", "shm,tcp,inproc", "our commbench backends")
+	backends := flag.String("backends", "shm,tcp,inproc", "our commbench backends (shm-ordinary: shm with ordinary buffers, for comparison with -alloc)")
+	alloc := flag.Bool("alloc", true, "shm and auto rows use buffers from comm.Alloc (commbench -alloc: zero-copy all-reduce in shared memory)")
 	reps := flag.Int("reps", 3, "repetitions (median reported)")
 	mpi := flag.Bool("mpi", true, "run the Open MPI peer (needs mpicc and mpirun)")
 	gloo := flag.String("gloo", "benchmarks/peers/gloo_allreduce.py", "the Gloo peer script (empty: skip)")
@@ -103,12 +107,20 @@ func main() {
 	for i, n := range sz {
 		sizeArgs[i] = strconv.FormatInt(n, 10)
 	}
+	var notes []string
 	for _, b := range strings.Split(*backends, ",") {
+		args := []string{"-backend", b, "-ops", "all_reduce", "-sizes", strings.Join(sizeArgs, ","), "-json"}
+		switch {
+		case b == "shm-ordinary":
+			args[1] = "shm"
+		case *alloc && (b == "shm" || b == "auto"):
+			args = append(args, "-alloc")
+			notes = append(notes, fmt.Sprintf("%s: buffers from comm.Alloc (commbench -alloc), in the job's shared memory: the zero-copy all-reduce.", b))
+		}
 		impls = append(impls, impl{b, func(w int) *exec.Cmd {
-			return exec.Command(cb, "-backend", b, "-np", strconv.Itoa(w), "-ops", "all_reduce", "-sizes", strings.Join(sizeArgs, ","), "-json")
+			return exec.Command(cb, append(args, "-np", strconv.Itoa(w))...)
 		}})
 	}
-	var notes []string
 	if *mpi {
 		bin := filepath.Join(tmp, "mpi_allreduce")
 		if o, err := exec.Command("mpicc", "-O2", "-o", bin, "benchmarks/peers/mpi_allreduce.c").CombinedOutput(); err != nil {
@@ -208,7 +220,7 @@ func main() {
 		have[im.name] = true
 	}
 	var ratios [][2]string
-	for _, ours := range []string{"shm", "tcp", "inproc"} {
+	for _, ours := range []string{"shm", "shm-ordinary", "tcp", "inproc"} {
 		for _, peer := range []string{"openmpi", "gloo"} {
 			if have[ours] && have[peer] {
 				ratios = append(ratios, [2]string{ours, peer})

@@ -49,6 +49,10 @@ const (
 	AlgoHD       uint8 = 9  // recursive halving (reduce-scatter) [+ doubling (all-gather)]
 	AlgoBruck    uint8 = 10 // Bruck's all-to-all
 	AlgoHier     uint8 = 11 // hierarchical: inside hosts, then across them
+	// AlgoZeroCopy marks the exchange of the zero-copy all-reduce
+	// (allreduce_zerocopy.go), which is not a row of the table: it runs
+	// when every rank's buffer lies in shared memory, whatever the cost.
+	AlgoZeroCopy uint8 = 12
 )
 
 // flat is the cost function of an algorithm that ignores the layout: f's

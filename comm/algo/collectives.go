@@ -7,6 +7,11 @@ import "github.com/gdist/gdist/comm"
 // algorithm the table chooses (algorithms.go).
 
 func (o *op) allReduce(buf []byte) error {
+	if sm, ok := o.zeroCopy(len(buf)); ok {
+		if ran, err := o.allReduceZeroCopy(sm, buf); ran {
+			return err
+		}
+	}
 	return o.run("all_reduce", len(buf), call{buf: buf})
 }
 
@@ -32,6 +37,11 @@ func (o *op) reduceScatter(dst, src []byte) error {
 		return nil
 	}
 	es := o.dt.Size()
+	if sm, ok := o.zeroCopy(p * n); ok {
+		if ran, err := o.zeroCopyRun(sm, src, dst, bounds(p*n/es, p, es), true, false); ran {
+			return err
+		}
+	}
 	work := getScratch(p * n)
 	err := o.run("reduce_scatter", p*n, call{dst: dst, src: src, work: work, seg: bounds(p*n/es, p, es)})
 	if err == nil {
@@ -47,6 +57,11 @@ func (o *op) allGather(dst, src []byte) error {
 		copy(dst[r*n:(r+1)*n], src)
 	}
 	es := o.dt.Size()
+	if sm, ok := o.zeroCopy(p * n); ok {
+		if ran, err := o.zeroCopyRun(sm, dst, nil, bounds(p*n/es, p, es), false, true); ran {
+			return err
+		}
+	}
 	return o.run("all_gather", p*n, call{dst: dst, src: src, seg: bounds(p*n/es, p, es)})
 }
 

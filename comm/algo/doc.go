@@ -18,6 +18,15 @@
 //     allreduce_hierarchical.go (groups that span hosts: inside each
 //     host, then across, then inside again; its phases run the other
 //     algorithms on views of the Comm, Comm.view).
+//   - allreduce_zerocopy.go: all-reduce, reduce-scatter and all-gather
+//     of buffers that every rank has in shared memory (a SharedMemory
+//     transport, comm.Alloc): no row of the table, since it depends on
+//     where the buffers lie: a 32-byte exchange of where they are, then
+//     each rank reduces its block reading the peers' buffers directly and
+//     writes the result into its own buffer and theirs, behind two
+//     handshakes (armed, fin) in shared counters; if any rank's buffer is
+//     ordinary memory, every rank runs the table's algorithm. Tuning.ZeroCopyMin (GDIST_ZEROCOPY_MIN)
+//     bounds it from below.
 //   - layout.go: which ranks of a group share a host (Layout), from a
 //     Transport that is a HostMap (comm/auto); the cost model costs the
 //     links between hosts apart from those inside one.

@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,5 +148,143 @@ func BenchmarkReduceSplit(b *testing.B) {
 				bg.Wait()
 			})
 		}
+	}
+}
+
+// BenchmarkAllReduceBound is the physical bound of a 2-rank all-reduce of
+// S bytes on this machine's cores: what a zero-copy all-reduce must move,
+// with no protocol at all. Two goroutines (the two ranks; GOMAXPROCS >= 2
+// puts them on two cores) each own a buffer of S bytes. MB/s is S per op:
+// the 2-rank bus bandwidth (algbw x 2(n-1)/n = algbw).
+//
+//   - 2-rank-push (what allreduce_zerocopy.go does): each reduces its half
+//     from both buffers into its own and copies the result into the
+//     other's, 64 KiB at a time (a float32 sum-kernel pass and a copy
+//     from cache), then both meet at a barrier.
+//
+//   - 2-rank (the pull variant it replaced): each reduces its half into
+//     its own buffer, barrier, copies the other half from the other's
+//     buffer, barrier. Every op then moves each line between the cores
+//     twice, where push, in a loop that rewrites nothing, moves none.
+//
+//   - copy, reduce: one core's memcpy and a += b on S/2 bytes, the other
+//     core idle (MB/s: bytes of dst).
+//
+// Run it with
+//
+//	go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
+func BenchmarkAllReduceBound(b *testing.B) {
+	k := activeKernels().bin[comm.Float32][comm.Sum]
+	for _, s := range []int{1 << 20, 4 << 20, 16 << 20, 64 << 20} {
+		h := s / 2
+		x, y := benchInputs(comm.Float32, s)
+		b.Run(fmt.Sprintf("%s/copy", sizeName(s)), func(b *testing.B) {
+			b.SetBytes(int64(h))
+			for b.Loop() {
+				copy(x[:h], y[:h])
+			}
+		})
+		b.Run(fmt.Sprintf("%s/reduce", sizeName(s)), func(b *testing.B) {
+			b.SetBytes(int64(h))
+			for b.Loop() {
+				k(x[:h], x[:h], y[:h])
+			}
+		})
+		b.Run(fmt.Sprintf("%s/2-rank", sizeName(s)), func(b *testing.B) {
+			bufs := [2][]byte{x, y}
+			// A spinning barrier between the phases, as the ranks' ready
+			// counters are.
+			var arrived atomic.Int64
+			barrier := func(gen *int64) {
+				*gen += 2
+				arrived.Add(1)
+				for i := 1; arrived.Load() < *gen; i++ {
+					if i%256 == 0 {
+						runtime.Gosched()
+					}
+				}
+			}
+			iters := make(chan int)
+			done := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				gen := int64(0)
+				for n := range iters {
+					for range n {
+						mine, peer := bufs[1][h:], bufs[0][h:]
+						k(mine, mine, peer)
+						barrier(&gen)
+						copy(bufs[1][:h], bufs[0][:h])
+						barrier(&gen)
+					}
+					done <- struct{}{}
+				}
+			}()
+			b.SetBytes(int64(s))
+			gen := int64(0)
+			b.ResetTimer()
+			iters <- b.N
+			for range b.N {
+				mine, peer := bufs[0][:h], bufs[1][:h]
+				k(mine, mine, peer)
+				barrier(&gen)
+				copy(bufs[0][h:], bufs[1][h:])
+				barrier(&gen)
+			}
+			<-done
+			b.StopTimer()
+			close(iters)
+		})
+		b.Run(fmt.Sprintf("%s/2-rank-push", sizeName(s)), func(b *testing.B) {
+			bufs := [2][]byte{x, y}
+			// A spinning barrier between the phases, as the ranks' ready
+			// counters are.
+			var arrived atomic.Int64
+			barrier := func(gen *int64) {
+				*gen += 2
+				arrived.Add(1)
+				for i := 1; arrived.Load() < *gen; i++ {
+					if i%256 == 0 {
+						runtime.Gosched()
+					}
+				}
+			}
+			iters := make(chan int)
+			done := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				gen := int64(0)
+				for n := range iters {
+					for range n {
+						mine, peer := bufs[1][h:], bufs[0][h:]
+						for c := 0; c < h; c += 64 << 10 {
+							e := min(c+64<<10, h)
+							k(mine[c:e], mine[c:e], peer[c:e])
+							copy(peer[c:e], mine[c:e])
+						}
+						barrier(&gen)
+					}
+					done <- struct{}{}
+				}
+			}()
+			b.SetBytes(int64(s))
+			gen := int64(0)
+			b.ResetTimer()
+			iters <- b.N
+			for range b.N {
+				mine, peer := bufs[0][:h], bufs[1][:h]
+				for c := 0; c < h; c += 64 << 10 {
+					e := min(c+64<<10, h)
+					k(mine[c:e], mine[c:e], peer[c:e])
+					copy(peer[c:e], mine[c:e])
+				}
+				barrier(&gen)
+			}
+			<-done
+			b.StopTimer()
+			close(iters)
+		})
 	}
 }

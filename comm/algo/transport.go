@@ -75,3 +75,52 @@ type EagerSender interface {
 	// delivers eagerly (0: none).
 	EagerBytes(to int) int
 }
+
+// SharedMemory is an optional extension of Transport for transports whose
+// ranks map one another's memory (comm/shm; comm/auto between the ranks of
+// one host). Buffers from Alloc lie in that memory; an all-reduce,
+// reduce-scatter or all-gather whose buffers all do runs zero-copy
+// (allreduce_zerocopy.go): each rank reads and writes its block of every
+// rank's buffer where it lies.
+//
+// Memory is named by handles (byte offsets into the shared memory plus
+// one, so that 0 names nothing), which mean the same on every rank that
+// shares it. Counters are 64-bit words of this rank's flag blocks that
+// only grow: their owner publishes, the peers await a value.
+type SharedMemory interface {
+	// Alloc returns n zeroed bytes of this rank's shared memory, aligned
+	// to 64 bytes, and the function that frees them (a no-op when called
+	// again or after Close). The memory stays mapped until it is freed,
+	// even after Close.
+	Alloc(n int) ([]byte, func(), error)
+	// Shares reports whether world rank r maps this rank's shared memory.
+	Shares(r int) bool
+	// Locate returns the handle of b if all of b lies in the shared
+	// memory, else 0.
+	Locate(b []byte) uint64
+	// Map returns the n bytes at handle h as this rank maps them (nil if
+	// they are not all in the shared memory).
+	Map(h uint64, n int) []byte
+	// Flags takes a flag block of this rank for one op: its handle, its
+	// two counters (armed: peers may write into this rank's buffer; fin:
+	// this rank is done with theirs), and the function that returns it
+	// (h == 0: none is free).
+	Flags() (h uint64, armed, fin *uint64, release func())
+	// Counter returns counter i (0: armed, 1: fin) of the flag block at
+	// handle h, as this rank maps it (nil if h is not one).
+	Counter(h uint64, i int) *uint64
+	// Publish sets this rank's counter c to v and wakes the peers
+	// waiting on it.
+	Publish(c *uint64, v uint64)
+	// Await waits until world rank peer's counter c reaches v. It fails
+	// when ctx ends, the transport fails, group is aborted or peer
+	// leaves, naming the cause as Recv would.
+	Await(ctx context.Context, group uint64, peer int, c *uint64, v uint64) error
+	// Quiesce is Await for a failure path: it waits, past ctx, aborts
+	// and the transport's failure, until peer's counter c reaches v or
+	// the peer is gone (its process ended, it closed), for at most the
+	// transport's peer deadline. It reports whether c reached v. A rank
+	// whose op failed calls it before it hands its buffer back, so that
+	// no peer still writes into it.
+	Quiesce(peer int, c *uint64, v uint64) bool
+}

@@ -72,6 +72,11 @@ type Tuning struct {
 	// algorithm id that overrides the cost model.
 	Force map[string]uint8
 
+	// ZeroCopyMin is the smallest all-reduce (bytes) that tries the
+	// zero-copy path over a SharedMemory transport (0: never);
+	// ZeroCopyChunk its unit of work (allreduce_zerocopy.go).
+	ZeroCopyMin, ZeroCopyChunk int
+
 	hierPlan hierKind // tests: the hierarchical all-reduce's plan, if not hierNone
 }
 
@@ -89,7 +94,7 @@ type Tuning struct {
 // with TCP's overheads) per host.
 func DefaultTuning() Tuning {
 	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100,
-		InterAlpha: 50_000_000, InterBeta: 1000}
+		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10}
 }
 
 // over returns t with the link costs of the slowest link of l: the
@@ -109,6 +114,8 @@ func (t Tuning) over(l Layout) Tuning {
 //	   direct|tree; all_to_all: pairwise|bruck. A bare name applies to
 //	   every op that has that algorithm.
 //	GDIST_CHUNK_BYTES=524288
+//	GDIST_ZEROCOPY_MIN=131072        smallest zero-copy collective, bytes (0: none)
+//	GDIST_ZEROCOPY_CHUNK=65536       its unit of work, bytes
 //	GDIST_INTER_HOST_GBPS=8          bandwidth between hosts, in Gbit/s
 //	GDIST_INTER_HOST_LATENCY_US=50   latency of a message between hosts
 //
@@ -135,6 +142,20 @@ func TuningFromEnv() Tuning {
 			t.ChunkBytes = n
 		} else {
 			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_CHUNK_BYTES=%q (want an integer >= 1024)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_ZEROCOPY_MIN"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			t.ZeroCopyMin = n
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_ZEROCOPY_MIN=%q (want bytes >= 0)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_ZEROCOPY_CHUNK"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1024 {
+			t.ZeroCopyChunk = n
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_ZEROCOPY_CHUNK=%q (want an integer >= 1024)\n", v)
 		}
 	}
 	if v := os.Getenv("GDIST_ALGO"); v != "" {

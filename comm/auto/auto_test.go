@@ -256,3 +256,28 @@ func TestRecvPayload(t *testing.T) {
 		t.Errorf("rank out of range: %v", err)
 	}
 }
+
+// TestAllocOneHost: comm.Alloc'd buffers on the "auto" backend with every
+// rank on this host: the shared-memory part's zero-copy all-reduce.
+func TestAllocOneHost(t *testing.T) {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	t.Setenv("GDIST_ZEROCOPY_MIN", "1")
+	cfg := commtest.AllocConfig{Config: commtest.Config{Sizes: []int{2, 3}}, ZeroCopy: true}
+	if testing.Short() {
+		cfg.Sizes = []int{2}
+	}
+	world := commtest.RegistryWorld("auto", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+		comm.Config{Token: token, Logf: func(string, ...any) {}})
+	commtest.AllocSuite(t, world, cfg)
+}
+
+// TestAllocMixedHosts: on a Comm spanning hosts, comm.Alloc gives ordinary
+// memory and all-reduce takes the ordinary path.
+func TestAllocMixedHosts(t *testing.T) {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	t.Setenv("GDIST_ZEROCOPY_MIN", "1")
+	cfg := commtest.AllocConfig{Config: commtest.Config{Sizes: []int{3}}}
+	commtest.AllocSuite(t, func(t testing.TB, n int) []comm.Comm {
+		return comms(build(t, n, comm.Options{}, pairs))
+	}, cfg)
+}

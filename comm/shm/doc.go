@@ -18,6 +18,8 @@
 //	       goodbye reason
 //	pair:  tail (written by i), head (written by j), the counts of
 //	       waiters asleep on either side, control ring, data ring
+//	area:  after the pairs, one per rank (Options.AreaBytes, 256 MiB by
+//	       default): the shared buffers of Alloc (below)
 //
 // Every word that two processes write sits on its own cache line and is
 // accessed with sync/atomic. The rings are single-producer,
@@ -43,6 +45,44 @@
 // slower than the two memcpys through a ring that stays in cache (4.4 GB/s
 // of payload on one core), and the two copies run on two cores in
 // parallel.
+//
+// # Shared buffers: zero-copy collectives
+//
+// The Transport is an algo.SharedMemory: comm.Alloc on a Comm over it
+// (the "shm" backend, or "auto" with every rank on this host) returns a
+// Buffer in this rank's area of the segment, and an all-reduce,
+// reduce-scatter or all-gather whose buffers every rank got that way runs
+// without moving data through the rings: each rank reduces its block of
+// the buffer reading the peers' buffers where they lie and writes the
+// result into its own and theirs (comm/algo's allreduce_zerocopy.go has
+// the algorithm). For a 2-rank all-reduce each rank reads half of the
+// peer's buffer and writes that half back, against a copy into the ring
+// and a copy out of it for each byte of the ring path. A collective whose
+// buffers are mixed (some rank's is ordinary memory) takes the ring path.
+// Since peers write into a rank's buffer, a rank whose zero-copy op fails
+// waits (Quiesce: at most the peer deadline) until every peer still alive
+// has said it is done with it before it returns.
+//
+// The areas are mapped apart from the rings: Close unmaps the rings at
+// once, and the areas when the last buffer allocated there is freed, so a
+// Buffer from Alloc stays valid memory after Close (freeing it twice or
+// after Close does nothing). Each rank allocates from its own area only
+// (first fit in 64-byte granules); the file is sparse on tmpfs, so the
+// areas cost address space, not memory: Alloc commits the pages of a
+// buffer (fallocate, so that a full tmpfs fails Alloc with an error that
+// says so instead of a SIGBUS later) and free gives them back
+// (FALLOC_FL_PUNCH_HOLE). An area starts with 64 KiB of flag blocks, two
+// counters on cache lines of their own (armed, fin) that a zero-copy op
+// publishes its progress in (Publish, Await: the waits of the rings,
+// with the same failure handling: a lost peer, an abort, a goodbye or the
+// end of ctx ends them with the error a Recv would get). $GDIST_SHM_AREA_BYTES (or
+// Options.AreaBytes) sizes the areas; 0 turns them off (Alloc then gives
+// ordinary memory).
+//
+// The measurements that rejected process_vm_readv above were of a copy
+// into a rank's own buffer; reading the peer's buffer through a shared
+// mapping costs no system call and no page pinning, and the reduction
+// reads it directly.
 //
 // # Streams and receives
 //

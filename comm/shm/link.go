@@ -81,6 +81,7 @@ type link struct {
 
 	// The peer's slot.
 	peerState, peerDoorbell, peerCtrlBell, peerReasonLen *uint32
+	peerSleepers                                         *uint32
 	peerHB                                               *uint64
 	peerReason                                           []byte
 	peerPid                                              int

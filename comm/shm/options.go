@@ -21,6 +21,14 @@ const (
 	DefaultFrameBytes    = 64 << 10
 	DefaultMaxUnexpected = 1 << 30
 	DefaultDir           = "/dev/shm"
+	// DefaultAreaBytes is each rank's area of shared memory for Alloc:
+	// address space only until a buffer is allocated there.
+	DefaultAreaBytes = 256 << 20
+
+	// areaAlign aligns the areas (and their sizes) in the file; each
+	// area starts with flagBytes of flag blocks (arena.go).
+	areaAlign = 64 << 10
+	flagBytes = 64 << 10
 )
 
 // Options tunes the shared-memory transport beyond comm.Config. The zero
@@ -46,6 +54,14 @@ type Options struct {
 	// the sender writes the next): $GDIST_SHM_FRAME_BYTES, else
 	// DefaultFrameBytes; at most a quarter of the ring.
 	FrameBytes int
+	// AreaBytes is the size of each rank's area of shared memory, which
+	// Alloc (comm.Alloc) takes buffers from, a multiple of 64 KiB:
+	// $GDIST_SHM_AREA_BYTES, else DefaultAreaBytes; negative (or 0 in the
+	// environment): none, and Alloc gives ordinary memory. The areas
+	// cost address space only: the file is sparse, and pages are
+	// committed when a buffer is allocated. Only the creating rank's
+	// value matters.
+	AreaBytes int
 	// MaxUnexpected caps the payload bytes one link may hold queued for
 	// receives not posted yet (DefaultMaxUnexpected if <= 0). A peer that
 	// sends more is a protocol error.
@@ -134,6 +150,24 @@ func (o Options) withDefaults(cfg comm.Config) (Options, error) {
 	}
 	if o.FrameBytes < 1024 {
 		return o, comm.InvalidArgf("shm: frame size %d < 1024", o.FrameBytes)
+	}
+	if o.AreaBytes == 0 {
+		n, ok, err := envInt("GDIST_SHM_AREA_BYTES")
+		if err != nil {
+			return o, err
+		}
+		o.AreaBytes = DefaultAreaBytes
+		if ok {
+			o.AreaBytes = n
+			if n == 0 {
+				o.AreaBytes = -1
+			}
+		}
+	}
+	if o.AreaBytes < 0 {
+		o.AreaBytes = 0
+	} else if o.AreaBytes%areaAlign != 0 || o.AreaBytes < 2*flagBytes || o.AreaBytes > 1<<40 {
+		return o, comm.InvalidArgf("shm: area size %d is not a multiple of 64 KiB in [128 KiB, 1 TiB] (Options.AreaBytes, GDIST_SHM_AREA_BYTES)", o.AreaBytes)
 	}
 	if o.MaxUnexpected <= 0 {
 		o.MaxUnexpected = DefaultMaxUnexpected

@@ -40,3 +40,15 @@ func (t *Transport) Recv(context.Context, int, wire.Header, []byte) error { retu
 func (t *Transport) RecvPayload(context.Context, int, wire.Header, int, func(int, []byte)) error {
 	return errUnsupported
 }
+
+func (t *Transport) Alloc(int) ([]byte, func(), error)         { return nil, nil, errUnsupported }
+func (t *Transport) Shares(int) bool                           { return false }
+func (t *Transport) Locate([]byte) uint64                      { return 0 }
+func (t *Transport) Map(uint64, int) []byte                    { return nil }
+func (t *Transport) Flags() (uint64, *uint64, *uint64, func()) { return 0, nil, nil, nil }
+func (t *Transport) Counter(uint64, int) *uint64               { return nil }
+func (t *Transport) Publish(*uint64, uint64)                   {}
+func (t *Transport) Quiesce(int, *uint64, uint64) bool         { return false }
+func (t *Transport) Await(context.Context, uint64, int, *uint64, uint64) error {
+	return errUnsupported
+}

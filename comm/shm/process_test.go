@@ -43,9 +43,10 @@ func child(mode string) int {
 	defer cancel()
 	dir := os.Getenv(childDirEnv)
 	switch mode {
-	case "allreduce-loop":
+	case "allreduce-loop", "allreduce-loop-alloc":
 		// A rank of a job started by the launcher: all-reduce until
-		// something fails.
+		// something fails (with -alloc, 1 MiB from comm.Alloc: the
+		// zero-copy path).
 		c, closeFn, err := rendezvous.InitComm(ctx, "shm", comm.Options{})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "init:", err)
@@ -53,9 +54,18 @@ func child(mode string) int {
 		}
 		pidFile := filepath.Join(dir, fmt.Sprintf("rank%d.pid", c.Rank()))
 		os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o600)
-		buf := make([]float32, 64<<10)
+		buf := comm.FromSlice(make([]float32, 64<<10))
+		if mode == "allreduce-loop-alloc" {
+			b, free, err := comm.Alloc(c, comm.Float32, 256<<10)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "alloc:", err)
+				return 2
+			}
+			defer free()
+			buf = b
+		}
 		for ctx.Err() == nil {
-			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(buf), comm.Sum)); err != nil {
+			if err := comm.Run(ctx)(c.AllReduce(ctx, buf, comm.Sum)); err != nil {
 				fmt.Fprintf(os.Stderr, "rank %d failed: %v\n", c.Rank(), err)
 				closeFn()
 				return 1
@@ -83,7 +93,16 @@ type syncBuf = commtest.Buffer
 // TestKillRank: three worker processes all-reduce over shm; rank 1 is
 // killed with SIGKILL. The other two must fail on their own (not be killed
 // by the launcher), quickly, with an error naming rank 1 as lost.
+// TestKillRank: SIGKILL one rank of three processes in the middle of a
+// loop of all-reduces (ordinary buffers, and buffers from comm.Alloc: the
+// zero-copy path); the others fail naming it, within seconds.
 func TestKillRank(t *testing.T) {
+	for _, mode := range []string{"allreduce-loop", "allreduce-loop-alloc"} {
+		t.Run(mode, func(t *testing.T) { killRank(t, mode) })
+	}
+}
+
+func killRank(t *testing.T, mode string) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -93,7 +112,7 @@ func TestKillRank(t *testing.T) {
 		done <- launch.Run(ctx, launch.Spec{
 			NProc: 3,
 			Args:  []string{os.Args[0], "-test.run=^$"},
-			Env: []string{childEnv + "=allreduce-loop", childDirEnv + "=" + dir, "GDIST_SHM_DIR=" + dir,
+			Env: []string{childEnv + "=" + mode, childDirEnv + "=" + dir, "GDIST_SHM_DIR=" + dir,
 				"GORACE=atexit_sleep_ms=0"},
 			Stdout: &out, Stderr: &out, GracePeriod: time.Minute,
 			Logf: func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) },

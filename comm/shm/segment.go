@@ -26,9 +26,11 @@ import (
 //	pairs       n x n x pairSize: pair (i, j) carries i -> j: a control
 //	            page (ring indices, waiter counts), the control ring
 //	            (aborts) and the data ring. The diagonal is unused.
+//	areas       from areasOff (64 KiB aligned): n x areaBytes, the shared
+//	            memory each rank allocates from (arena.go), mapped apart.
 const (
 	segMagic   = "GDSHMSEG"
-	segVersion = 1
+	segVersion = 2
 	namePrefix = "gdist-shm-"
 
 	headerSize  = 4096
@@ -42,6 +44,7 @@ const (
 	hdrCreated  = 48  // u64: unix nanos
 	hdrWorld    = 56  // u32: world size
 	hdrNonce    = 64  // [32]byte
+	hdrArea     = 96  // u64: area bytes per rank
 	hdrAttached = 60  // u32: ranks that attached
 	hdrRanks    = 128 // [n]u32
 
@@ -81,6 +84,7 @@ type geometry struct {
 	n         int
 	ringBytes int
 	ctrlBytes int
+	areaBytes int // per rank; 0: no areas
 }
 
 func (g geometry) pairSize() int     { return pairCtlSize + g.ctrlBytes + g.ringBytes }
@@ -88,21 +92,42 @@ func (g geometry) slotOff(i int) int { return headerSize + i*slotSize }
 func (g geometry) pairOff(i, j int) int {
 	return headerSize + g.n*slotSize + (i*g.n+j)*g.pairSize()
 }
-func (g geometry) size() int { return headerSize + g.n*slotSize + g.n*g.n*g.pairSize() }
 
-// segment is one mapping of a job's shared-memory file.
+// ctlSize is the size of the part mapped as the segment proper.
+func (g geometry) ctlSize() int { return headerSize + g.n*slotSize + g.n*g.n*g.pairSize() }
+
+// areasOff is the file offset of the areas.
+func (g geometry) areasOff() int { return (g.ctlSize() + areaAlign - 1) &^ (areaAlign - 1) }
+
+// size is the file's size.
+func (g geometry) size() int {
+	if g.areaBytes == 0 {
+		return g.ctlSize()
+	}
+	return g.areasOff() + g.n*g.areaBytes
+}
+
+// segment is one mapping of a job's shared-memory file. f stays open
+// while the areas need it (arena.go).
 type segment struct {
 	geometry
 	mem []byte
+	f   *os.File
 }
 
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
 func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
 
+// unmap unmaps the segment proper and closes the file unless the areas
+// took it (arena.go).
 func (s *segment) unmap() {
 	if s.mem != nil {
 		syscall.Munmap(s.mem)
 		s.mem = nil
+	}
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
 	}
 }
 
@@ -118,7 +143,12 @@ func createSegment(path string, g geometry, world int, nonce []byte, ranks []int
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	if err := f.Chmod(0o600); err != nil { // whatever the umask did
 		os.Remove(path)
 		return nil, err
@@ -127,18 +157,20 @@ func createSegment(path string, g geometry, world int, nonce []byte, ranks []int
 		os.Remove(path)
 		return nil, fmt.Errorf("sizing %s to %d bytes: %w", path, g.size(), err)
 	}
-	mem, err := mapFile(f, g.size())
+	mem, err := mapFile(f, g.ctlSize())
 	if err != nil {
 		os.Remove(path)
 		return nil, fmt.Errorf("mapping %s: %w", path, err)
 	}
-	s := &segment{geometry: g, mem: mem}
+	keep = true
+	s := &segment{geometry: g, mem: mem, f: f}
 	le := binary.LittleEndian
 	h := mem[:headerSize]
 	le.PutUint32(h[hdrVersion:], segVersion)
 	le.PutUint32(h[hdrN:], uint32(g.n))
 	le.PutUint64(h[hdrRing:], uint64(g.ringBytes))
 	le.PutUint64(h[hdrCtrl:], uint64(g.ctrlBytes))
+	le.PutUint64(h[hdrArea:], uint64(g.areaBytes))
 	pid := os.Getpid()
 	le.PutUint64(h[hdrPid:], uint64(pid))
 	le.PutUint64(h[hdrStart:], procStart(pid))
@@ -160,7 +192,12 @@ func openSegment(path string, g geometry, world int, nonce []byte, ranks []int) 
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	var st syscall.Stat_t
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, err
@@ -171,7 +208,7 @@ func openSegment(path string, g geometry, world int, nonce []byte, ranks []int) 
 	if st.Size != int64(g.size()) {
 		return nil, fmt.Errorf("%s has %d bytes, want %d", path, st.Size, g.size())
 	}
-	mem, err := mapFile(f, g.size())
+	mem, err := mapFile(f, g.ctlSize())
 	if err != nil {
 		return nil, fmt.Errorf("mapping %s: %w", path, err)
 	}
@@ -180,6 +217,8 @@ func openSegment(path string, g geometry, world int, nonce []byte, ranks []int) 
 		s.unmap()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	keep = true
+	s.f = f
 	return s, nil
 }
 
@@ -192,7 +231,7 @@ func (s *segment) checkHeader(world int, nonce []byte, ranks []int) error {
 	case le.Uint32(h[hdrVersion:]) != segVersion:
 		return fmt.Errorf("segment version %d, want %d", le.Uint32(h[hdrVersion:]), segVersion)
 	case int(le.Uint32(h[hdrN:])) != s.n || int(le.Uint64(h[hdrRing:])) != s.ringBytes ||
-		int(le.Uint64(h[hdrCtrl:])) != s.ctrlBytes || int(le.Uint32(h[hdrWorld:])) != world:
+		int(le.Uint64(h[hdrCtrl:])) != s.ctrlBytes || int(le.Uint64(h[hdrArea:])) != s.areaBytes || int(le.Uint32(h[hdrWorld:])) != world:
 		return errors.New("segment geometry differs from the one announced")
 	case !bytes.Equal(h[hdrNonce:hdrNonce+32], nonce):
 		return errors.New("segment belongs to another job")

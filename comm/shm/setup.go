@@ -30,6 +30,7 @@ type segInfo struct {
 	Ring  int
 	Ctrl  int
 	Frame int
+	Area  int
 	Ranks []int
 	World int
 	Host  string
@@ -39,8 +40,8 @@ type segInfo struct {
 
 func (si *segInfo) mac(token []byte) []byte {
 	m := hmac.New(sha256.New, token)
-	fmt.Fprintf(m, "gdist-shm/1 segment\x00%x\x00%s\x00%d\x00%d\x00%d\x00%v\x00%d\x00%s\x00%d",
-		si.Nonce, si.Dir, si.Ring, si.Ctrl, si.Frame, si.Ranks, si.World, si.Host, si.PID)
+	fmt.Fprintf(m, "gdist-shm/2 segment\x00%x\x00%s\x00%d\x00%d\x00%d\x00%d\x00%v\x00%d\x00%s\x00%d",
+		si.Nonce, si.Dir, si.Ring, si.Ctrl, si.Frame, si.Area, si.Ranks, si.World, si.Host, si.PID)
 	return m.Sum(nil)
 }
 
@@ -150,6 +151,8 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 			os.Remove(t.path) // nobody can join any more; ignore ENOENT
 			seg.unmap()
 			t.seg = nil
+			t.arena.close()
+			t.arena = nil
 			t.reportFailure(ns, err)
 		}
 	}()
@@ -158,6 +161,9 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 		return err
 	}
 	t.buildLinks()
+	if err := t.mapAreas(); err != nil {
+		return err
+	}
 	go t.ctrlLoop()
 	return nil
 }
@@ -175,16 +181,19 @@ func (t *Transport) reportFailure(ns string, err error) {
 func (t *Transport) create(ctx context.Context, ns string) (segInfo, *segment, error) {
 	o := t.opts
 	sweep(o.Dir, t.logf)
+	if o.AreaBytes > 0 && !onTmpfs(o.Dir) {
+		t.logf("shm: rank %d: %s is not a tmpfs: the shared buffers of comm.Alloc will be written back to its disk (set GDIST_SHM_DIR to a tmpfs such as /dev/shm)", t.rank, o.Dir)
+	}
 	si := segInfo{
 		Nonce: make([]byte, 32), Dir: o.Dir, Ring: o.RingBytes, Ctrl: ctrlRingBytes,
-		Frame: min(o.FrameBytes, o.RingBytes/4, wire.MaxFrame), Ranks: t.local, World: t.size,
+		Frame: min(o.FrameBytes, o.RingBytes/4, wire.MaxFrame), Area: o.AreaBytes, Ranks: t.local, World: t.size,
 		Host: o.HostID, PID: os.Getpid(),
 	}
 	if _, err := rand.Read(si.Nonce); err != nil {
 		return si, nil, fmt.Errorf("shm: rank %d: no randomness: %w", t.rank, err)
 	}
 	si.MAC = si.mac(t.cfg.Token)
-	g := geometry{n: len(t.local), ringBytes: si.Ring, ctrlBytes: si.Ctrl}
+	g := geometry{n: len(t.local), ringBytes: si.Ring, ctrlBytes: si.Ctrl, areaBytes: si.Area}
 	path := filepath.Join(si.Dir, segName(t.cfg.Token, si.Nonce, si.PID))
 	seg, err := createSegment(path, g, t.size, si.Nonce, t.local)
 	if err != nil {
@@ -229,10 +238,11 @@ func (t *Transport) join(ctx context.Context, ns string) (segInfo, *segment, err
 			t.rank, t.local, t.size, leader, si.Ranks, si.World)
 	}
 	if len(si.Nonce) != 32 || si.Ring < 64<<10 || si.Ring&(si.Ring-1) != 0 || si.Ctrl != ctrlRingBytes ||
-		si.Frame < 1024 || si.Frame > si.Ring/4 || si.Frame > wire.MaxFrame {
+		si.Frame < 1024 || si.Frame > si.Ring/4 || si.Frame > wire.MaxFrame ||
+		si.Area < 0 || si.Area%areaAlign != 0 || si.Area > 1<<40 || (si.Area != 0 && si.Area < 2*flagBytes) {
 		return si, nil, fmt.Errorf("shm: rank %d: %w: bad segment geometry %+v", t.rank, comm.ErrProtocol, si)
 	}
-	g := geometry{n: len(t.local), ringBytes: si.Ring, ctrlBytes: si.Ctrl}
+	g := geometry{n: len(t.local), ringBytes: si.Ring, ctrlBytes: si.Ctrl, areaBytes: si.Area}
 	path := filepath.Join(si.Dir, segName(t.cfg.Token, si.Nonce, si.PID))
 	seg, err := openSegment(path, g, t.size, si.Nonce, t.local)
 	if err != nil {
@@ -380,6 +390,7 @@ func (t *Transport) buildLinks() {
 		off := s.slotOff(i)
 		l.peerState = s.u32(off + slotState)
 		l.peerDoorbell = s.u32(off + slotDoorbell)
+		l.peerSleepers = s.u32(off + slotSleepers)
 		l.peerCtrlBell = s.u32(off + slotCtrlBell)
 		l.peerReasonLen = s.u32(off + slotReasonLen)
 		l.peerHB = s.u64(off + slotHeartbeat)

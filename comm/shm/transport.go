@@ -36,6 +36,7 @@ type Transport struct {
 	logf       func(format string, args ...any)
 
 	seg   *segment // nil when this rank is alone
+	arena *arena   // the shared-memory areas (arena.go); nil if none
 	path  string   // the segment file (unlinked once every rank mapped it)
 	local []int    // local index -> world rank
 	me    int      // this rank's local index
@@ -704,6 +705,7 @@ func (t *Transport) close() {
 	for t.inflight.Load() != 0 {
 		if time.Now().After(deadline) {
 			t.logf("shm: rank %d: calls still in flight after %v; leaving the segment mapped", t.rank, closeWait)
+			t.arena.close()
 			return
 		}
 		t.wakeAll()
@@ -716,6 +718,7 @@ func (t *Transport) close() {
 	}
 	t.dropWakers()
 	t.seg.unmap()
+	t.arena.close()
 }
 
 // EagerBytes is the longest payload to world rank to that Send delivers

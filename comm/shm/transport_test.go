@@ -326,7 +326,7 @@ func TestWrongTokenRefused(t *testing.T) {
 
 	// A process of this user that opens the file by listing the directory
 	// and claims rank 1's slot without the token is refused.
-	g := geometry{n: 2, ringBytes: si.Ring, ctrlBytes: si.Ctrl}
+	g := geometry{n: 2, ringBytes: si.Ring, ctrlBytes: si.Ctrl, areaBytes: si.Area}
 	seg, err := openSegment(path, g, 2, si.Nonce, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)

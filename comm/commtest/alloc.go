@@ -1,0 +1,218 @@
+package commtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/gdist/gdist/comm"
+)
+
+// AllocConfig selects what AllocSuite covers.
+type AllocConfig struct {
+	Config
+	// ZeroCopy: the backend's all-reduce of buffers that every rank got
+	// from comm.Alloc moves no data through messages (only a 32-byte
+	// exchange with each peer), which the suite checks with the Comm's
+	// traffic counter; buffers mixed with ordinary ones move data as
+	// before. The backend must be set to try the zero-copy path at every
+	// count the suite uses (GDIST_ZEROCOPY_MIN=1).
+	ZeroCopy bool
+}
+
+// AllocSuite runs all-reduce (every dtype, op and count of Suite, in
+// place), reduce-scatter (every dtype and op; separate and in place) and
+// all-gather (every dtype; separate and in place) with buffers from
+// comm.Alloc: on every rank, and mixed (only rank 0's, or every rank's but
+// rank 0's). Each result must equal, bit
+// for bit, the all-reduce of the same input in ordinary memory (the
+// inputs make every reduction exact in any order) and what the rank
+// computes itself; with cfg.ZeroCopy, the traffic proves which path ran.
+// It also checks Alloc's contract: zeroed memory, a free that may be
+// called twice.
+func AllocSuite(t *testing.T, world World, cfg AllocConfig) {
+	cfg.fill()
+	counts := append(append([]int(nil), Counts...), cfg.Large)
+	for _, n := range cfg.Sizes {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			comms := world(t, n)
+			for _, mode := range []string{"all", "rank0", "others"} {
+				t.Run(mode, func(t *testing.T) {
+					err := RunRanks(context.Background(), comms, cfg.Timeout, func(ctx context.Context, c comm.Comm) error {
+						shared := mode == "all" || (mode == "rank0") == (c.Rank() == 0)
+						if err := allocAllReduce(ctx, c, counts, cfg, shared, mode == "all"); err != nil {
+							return err
+						}
+						if err := allocReduceScatter(ctx, c, counts, cfg, shared, mode == "all"); err != nil {
+							return err
+						}
+						return allocAllGather(ctx, c, counts, cfg, shared, mode == "all")
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+		})
+	}
+}
+
+func allocAllReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig, shared, zero bool) error {
+	n, r := c.Size(), c.Rank()
+	for _, tcase := range reduceCases(counts) {
+		dt, op, count := tcase.dt, tcase.op, tcase.count
+		plain := NewBuf(dt, count)
+		fillInput(dt, op, r, plain)
+		if err := wait(ctx)(c.AllReduce(ctx, plain, op)); err != nil {
+			return fmt.Errorf("all_reduce %v %v count %d in ordinary memory: %w", dt, op, count, err)
+		}
+		b, free := NewBuf(dt, count), func() {}
+		if shared {
+			var err error
+			if b, free, err = comm.Alloc(c, dt, count); err != nil {
+				return fmt.Errorf("alloc %v x %d: %w", dt, count, err)
+			}
+			if b.Len() != count || b.DType() != dt {
+				free()
+				return fmt.Errorf("alloc %v x %d gave %v", dt, count, b)
+			}
+			for i, x := range b.Host() {
+				if x != 0 {
+					free()
+					return fmt.Errorf("alloc %v x %d: byte %d is %d, not zero", dt, count, i, x)
+				}
+			}
+		}
+		fillInput(dt, op, r, b)
+		sent0 := sentSoFar(c)
+		err := wait(ctx)(c.AllReduce(ctx, b, op))
+		if err == nil {
+			err = checkTraffic(c, cfg, sent0, count*dt.Size(), zero)
+		}
+		if err == nil {
+			err = CheckReduced(dt, op, n, cfg.Avg, b.Host(), count, ExpectedFuncRule(dt, op, n, cfg.Avg))
+		}
+		if err == nil && !bytes.Equal(b.Host(), plain.Host()) {
+			err = fmt.Errorf("result differs from the all-reduce of ordinary memory")
+		}
+		free()
+		free() // twice: a no-op
+		if err != nil {
+			return fmt.Errorf("all_reduce %v %v count %d (allocated: %v): %w", dt, op, count, shared, err)
+		}
+	}
+	return nil
+}
+
+// alloc returns a Buffer of count dt elements: from comm.Alloc if shared.
+func alloc(c comm.Comm, dt comm.DType, count int, shared bool) (comm.Buffer, func(), error) {
+	if !shared {
+		return NewBuf(dt, count), func() {}, nil
+	}
+	b, free, err := comm.Alloc(c, dt, count)
+	if err != nil {
+		return b, nil, fmt.Errorf("alloc %v x %d: %w", dt, count, err)
+	}
+	return b, free, nil
+}
+
+// checkTraffic checks what c sent since sent0 for a zero-copy op (zero:
+// only the exchange) or an ordinary one (more), when the backend is
+// zero-copy and the op moves at least 64 bytes.
+func checkTraffic(c comm.Comm, cfg AllocConfig, sent0 int64, bytes int, zero bool) error {
+	tc, ok := c.(comm.TrafficCounter)
+	n := c.Size()
+	if !ok || !cfg.ZeroCopy || n < 2 || bytes < 64 {
+		return nil
+	}
+	sent, _ := tc.Traffic()
+	if d, want := sent-sent0, int64(32*(n-1)); zero && d != want {
+		return fmt.Errorf("sent %d bytes, want %d (the zero-copy exchange only)", d, want)
+	} else if !zero && d <= want {
+		return fmt.Errorf("sent %d bytes with mixed buffers: the data did not move", d)
+	}
+	return nil
+}
+
+func sentSoFar(c comm.Comm) int64 {
+	if tc, ok := c.(comm.TrafficCounter); ok {
+		s, _ := tc.Traffic()
+		return s
+	}
+	return 0
+}
+
+func allocReduceScatter(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig, shared, zero bool) error {
+	n, r := c.Size(), c.Rank()
+	for _, tcase := range reduceCases(counts) {
+		dt, op, k := tcase.dt, tcase.op, tcase.count
+		if k == counts[len(counts)-1] {
+			k /= n
+		}
+		for _, inPlace := range []bool{false, true} {
+			psrc := NewBuf(dt, n*k)
+			fillInput(dt, op, r, psrc)
+			pdst := NewBuf(dt, k)
+			if err := wait(ctx)(c.ReduceScatter(ctx, pdst, psrc, op)); err != nil {
+				return fmt.Errorf("reduce_scatter %v %v count %d in ordinary memory: %w", dt, op, k, err)
+			}
+			src, free, err := alloc(c, dt, n*k, shared)
+			if err != nil {
+				return err
+			}
+			fillInput(dt, op, r, src)
+			dst := NewBuf(dt, k)
+			if inPlace {
+				dst = src.Slice(r*k, (r+1)*k)
+			}
+			sent0 := sentSoFar(c)
+			err = wait(ctx)(c.ReduceScatter(ctx, dst, src, op))
+			if err == nil {
+				err = checkTraffic(c, cfg, sent0, n*k*dt.Size(), zero)
+			}
+			if err == nil && !bytes.Equal(dst.Host(), pdst.Host()) {
+				err = fmt.Errorf("result differs from the reduce-scatter of ordinary memory")
+			}
+			if err == nil && !inPlace && !bytes.Equal(src.Host(), psrc.Host()) {
+				err = fmt.Errorf("src modified")
+			}
+			free()
+			if err != nil {
+				return fmt.Errorf("reduce_scatter %v %v count %d in-place %v (allocated: %v): %w", dt, op, k, inPlace, shared, err)
+			}
+		}
+	}
+	return nil
+}
+
+func allocAllGather(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig, shared, zero bool) error {
+	n, r := c.Size(), c.Rank()
+	for _, tcase := range blockCases(counts, n) {
+		dt, k := tcase.dt, tcase.count
+		for _, inPlace := range []bool{false, true} {
+			dst, free, err := alloc(c, dt, n*k, shared)
+			if err != nil {
+				return err
+			}
+			src := NewBuf(dt, k)
+			if inPlace {
+				src = dst.Slice(r*k, (r+1)*k)
+			}
+			Fill(dt, src.Host(), func(i int) float64 { return Pattern(r, i) })
+			sent0 := sentSoFar(c)
+			err = wait(ctx)(c.AllGather(ctx, dst, src))
+			if err == nil {
+				err = checkTraffic(c, cfg, sent0, n*k*dt.Size(), zero)
+			}
+			if err == nil {
+				err = CheckElems(dt, dst.Host(), n*k, func(i int) float64 { return Pattern(i/max(k, 1), i%max(k, 1)) })
+			}
+			free()
+			if err != nil {
+				return fmt.Errorf("all_gather %v count %d in-place %v (allocated: %v): %w", dt, k, inPlace, shared, err)
+			}
+		}
+	}
+	return nil
+}
