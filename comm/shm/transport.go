@@ -47,6 +47,7 @@ type Transport struct {
 	// This rank's slot words.
 	doorbell, sleepers, ctrlBell, myState, reasonLen *uint32
 	heartbeat                                        *uint64
+	pulse                                            *uint64 // bumped while a waiter of this rank polls
 	reason                                           []byte
 
 	// epoch moves on every event a waiter may have to react to: failure,
@@ -276,8 +277,15 @@ var (
 	pollFor = envUS("GDIST_SHM_POLL_US", 20)
 	// spinFor is how long it then polls while yielding
 	// ($GDIST_SHM_SPIN_US microseconds if set).
-	spinFor  = envUS("GDIST_SHM_SPIN_US", 50)
-	sleepMax = 50 * time.Millisecond
+	spinFor = envUS("GDIST_SHM_SPIN_US", 50)
+	// activeMax bounds how long a waiter polls past its window while
+	// the peer it waits for is polling too ($GDIST_SHM_ACTIVE_US; 0:
+	// never), and activeGap is how recently the peer's pulse must have
+	// moved (a peer between two waits, copying or reducing a small
+	// message, does not pulse for a few microseconds).
+	activeMax = envUS("GDIST_SHM_ACTIVE_US", 1000)
+	activeGap = 10 * time.Microsecond
+	sleepMax  = 50 * time.Millisecond
 	// pokeAfter: a producer that has slept this long for ring space asks
 	// the consumer's control goroutine to drain the ring (into queues).
 	pokeAfter = time.Millisecond
@@ -296,8 +304,9 @@ func envUS(name string, def int) time.Duration {
 // await waits until ready() holds (and returns true), or until the epoch
 // moves past ep or ctx ends (false). flag, if not nil, is the pair-level
 // count of waiters that the other side checks; poke, if not nil, is a
-// futex word rung once after sleeping pokeAfter.
-func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, ready func() bool) bool {
+// futex word rung once after sleeping pokeAfter; peer, if not nil, is the
+// pulse word of the rank whose message or space this wait is for.
+func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, peer *uint64, ready func() bool) bool {
 	done := ctx.Done()
 	interrupted := func() bool {
 		if t.epoch.Load() != ep {
@@ -315,46 +324,67 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, re
 			return true
 		}
 	}
-	// Poll without giving up the processor for the adaptive window,
-	// reading the clock every 64 polls (a poll is a few loads; the
-	// clock, a vDSO call, costs about as much as 64 of them). A wait that
-	// polling ends (or that ends within pollFor anyway) doubles the
-	// window, up to pollFor; one that outlasts it halves the window
-	// (below a microsecond: none). So while the peers run and answer
-	// within microseconds, as on a quiet machine, a waiter keeps its
-	// processor, like MPI's and NCCL's progress loops; on a loaded one,
-	// where the peer is often descheduled and polling only takes
-	// processor time from it, the window shrinks to nothing and the
-	// waiter yields at once.
+	// Poll without giving up the processor, reading the clock every 64
+	// polls (a poll is a few loads; the clock, a vDSO call, costs about
+	// as much as 64 of them), for the adaptive window and then for as
+	// long as the peer is itself polling: its pulse word, which every
+	// polling waiter bumps at each clock read, moved within activeGap.
+	// A peer that polls is running on another processor and about to
+	// answer, so yielding or sleeping now would only add a wake-up (the
+	// tail of small messages); a peer that computes, sleeps or was
+	// descheduled (a loaded machine) stops pulsing, and the waiter stops
+	// polling activeGap later. activeMax bounds it (two ranks that wait
+	// for a third keep each other pulsing). The window adapts: a wait
+	// that ends within twice the window (at least 2 us) doubles it, up
+	// to pollFor; a longer one halves it (below a microsecond: none).
 	start := time.Now()
-	if w := time.Duration(t.poll.Load()); w > 0 {
+	w := time.Duration(t.poll.Load())
+	defer func() {
+		t.adaptPoll(w, time.Since(start) <= max(2*w, 2*time.Microsecond))
+	}()
+	if w > 0 || (peer != nil && activeMax > 0) {
+		// A pulse that moved before this wait began proves nothing (the
+		// peer may share this processor and be waiting for it): only
+		// movement seen while polling counts, and without any the
+		// waiter stops 2 us into its wait or at the end of its window.
+		var seen uint64
+		seenAt := start.Add(2*time.Microsecond - activeGap)
+		if peer != nil {
+			seen = atomic.LoadUint64(peer)
+		}
 		for i := 1; ; i++ {
 			if ready() {
-				t.adaptPoll(w, true)
 				return true
 			}
-			if i&63 == 0 {
-				if interrupted() {
-					return false
-				}
-				if time.Since(start) > w {
-					break
-				}
+			if i&63 != 0 {
+				continue
+			}
+			if interrupted() {
+				return false
+			}
+			atomic.AddUint64(t.pulse, 1)
+			now := time.Now()
+			el := now.Sub(start)
+			if el <= w {
+				continue
+			}
+			if peer == nil || el > activeMax {
+				break
+			}
+			if p := atomic.LoadUint64(peer); p != seen {
+				seen, seenAt = p, now
+			} else if now.Sub(seenAt) > activeGap {
+				break
 			}
 		}
 	}
-	defer func() {
-		// Quick: a window twice as long (at least 2 us) would have
-		// caught it.
-		w := time.Duration(t.poll.Load())
-		t.adaptPoll(w, time.Since(start) <= max(2*w, 2*time.Microsecond))
-	}()
 	// Let other processes run between polls (often the peer that is
-	// about to send what this one waits for), and every fourth poll the
+	// about to send what this one waits for), and now and then the
 	// goroutines of this process too. (runtime.Gosched wakes an idle
-	// thread each time, which cost more than it gave as the common case.)
+	// thread each time, whose run takes the processor from the peer on a
+	// machine with few cores: it was most of the yield path's cost.)
 	for i := 1; ; i++ {
-		if i&3 == 0 {
+		if i&31 == 0 {
 			runtime.Gosched()
 		} else {
 			osYield()
