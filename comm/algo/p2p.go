@@ -140,6 +140,7 @@ type p2pOp struct {
 	prev, next *p2pOp        // the ops of key issued just before and after (prev is nil once it completed)
 	started    bool          // taken to run (off c.p2pq)
 	kicked     bool          // a kick saw it runnable and not started
+	prompt     bool          // not small: start a runner as soon as it is runnable
 	done       chan struct{} // made on demand, closed on completion
 
 	complete atomic.Bool // err is set
@@ -284,7 +285,29 @@ func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag in
 			s.dogSet = true
 		}
 	}
-	c.p2pq = append(c.p2pq, p)
+	// A small Send (one the transport delivers without waiting for its
+	// Recv) runs now, on this goroutine, unless an earlier op of its key
+	// is pending; a message that is not small gets a runner at once, as
+	// its transfer is worth overlapping; a small Recv waits for its Wait
+	// (or a kick): its data waits in the transport meanwhile.
+	small := p.o.eager(peer, len(buf.Host()))
+	p.prompt = !small
+	switch {
+	case p.prev != nil:
+		c.p2pq = append(c.p2pq, p)
+	case small && send:
+		p.started = true
+		c.mu.Unlock()
+		c.p2pRun(p, false)
+		return p, nil
+	case !small:
+		p.started = true
+		c.mu.Unlock()
+		go c.p2pRunner(p)
+		return p, nil
+	default:
+		c.p2pq = append(c.p2pq, p)
+	}
 	if !c.kickSet {
 		c.kick.Reset(kickDelay)
 		c.kickSet = true
@@ -331,9 +354,12 @@ func (c *Comm) p2pRun(p *p2pOp, chain bool) *p2pOp {
 	if p.done != nil {
 		close(p.done)
 	}
-	if chain && n != nil && !n.started {
+	if n != nil && !n.started && (chain || n.prompt) {
 		c.p2pTake(n)
-		return n
+		if chain {
+			return n
+		}
+		go c.p2pRunner(n)
 	}
 	return nil
 }
