@@ -49,25 +49,26 @@ type Comm struct {
 	sent, received atomic.Int64 // payload bytes
 	heard          []heard      // per rank: the last collective message received from it
 
-	mu      sync.Mutex
-	seq     uint64
-	cq      []*collOp         // collectives issued and not yet started, in issue order
-	cbusy   bool              // a goroutine is running a collective of cq
-	kick    *time.Timer       // runs kicked
-	kickSet bool              // kick is armed
-	kickFor *collOp           // cq's head when kick last ran
-	cur     *collOp           // the collective running, if any
-	uctx    *userCtx          // op ctx of collectives under the latest user ctx
-	dog     *time.Timer       // runs watch; nil until the first collective
-	dogSet  bool              // dog is armed
-	ticks   uint64            // times watch ran
-	p2pTail map[p2pKey]*p2pOp // the last p2p op issued per (dir, peer, tag), until it completes
-	p2pq    []*p2pOp          // p2p ops issued and not yet started
-	p2ps    p2pState          // shared ctx and timeout of p2p ops (p2p.go)
-	collRec recycler[collOp]  // finished collectives' records (recycle.go)
-	p2pRec  recycler[p2pOp]   // finished p2p ops' records
-	failed  error
-	closed  bool
+	mu       sync.Mutex
+	seq      uint64
+	cq       []*collOp         // collectives issued and not yet started, in issue order
+	cbusy    bool              // a goroutine is running a collective of cq
+	kick     *time.Timer       // runs kicked
+	kickSet  bool              // kick is armed
+	kickWait time.Duration     // the kick period (see armKick)
+	kickFor  *collOp           // cq's head when kick last ran
+	cur      *collOp           // the collective running, if any
+	uctx     *userCtx          // op ctx of collectives under the latest user ctx
+	dog      *time.Timer       // runs watch; nil until the first collective
+	dogSet   bool              // dog is armed
+	ticks    uint64            // times watch ran
+	p2pTail  map[p2pKey]*p2pOp // the last p2p op issued per (dir, peer, tag), until it completes
+	p2pq     []*p2pOp          // p2p ops issued and not yet started
+	p2ps     p2pState          // shared ctx and timeout of p2p ops (p2p.go)
+	collRec  recycler[collOp]  // finished collectives' records (recycle.go)
+	p2pRec   recycler[p2pOp]   // finished p2p ops' records
+	failed   error
+	closed   bool
 }
 
 type p2pKey struct {
@@ -226,21 +227,40 @@ func (c *Comm) fail(err error) error {
 // goroutine when it can, which saves the hand-off to and from another
 // goroutine that dominates small messages. So that every collective makes
 // progress whether or not anybody waits for it, a queue that nobody runs
-// gets a runner goroutine: between one and two kickDelays after its head
-// was issued (kicked), at once when a Wait cannot run it, and after a Wait
-// that ran its own collective leaves others queued.
+// gets a runner goroutine: between one and two kick periods after its
+// head was issued (kicked), at once when a Wait cannot run it, and after a
+// Wait that ran its own collective leaves others queued.
 
-// kickDelay: see kicked.
-var kickDelay = 50 * time.Microsecond
+// The kick period is kickDelay while kicks find ops that nobody runs; each
+// kick that finds none (the program waits for what it issues, at once)
+// doubles it, up to kickMaxDelay, so that a loop of blocking small ops does
+// not wake a thread (a timer firing) every kickDelay: on a machine with
+// few cores that thread runs on a processor a rank is polling on.
+var (
+	kickDelay    = 50 * time.Microsecond
+	kickMaxDelay = 400 * time.Microsecond
+)
 
-// kicked runs kickDelay after an idle queue got a head (the timer is not
-// re-armed or stopped per collective: setting a timer is a clock read
+// armKick arms the kick timer unless it is armed. c.mu is held.
+func (c *Comm) armKick() {
+	if c.kickSet {
+		return
+	}
+	if c.kickWait == 0 {
+		c.kickWait = kickDelay
+	}
+	c.kick.Reset(c.kickWait)
+	c.kickSet = true
+}
+
+// kicked runs a kick period after an idle queue got a head (the timer is
+// not re-armed or stopped per collective: setting a timer is a clock read
 // and often a thread wake-up). A head that nobody took since the last run
-// has waited at least kickDelay: a runner goroutine starts it.
+// has waited at least a period: a runner goroutine starts it.
 func (c *Comm) kicked() {
 	c.mu.Lock()
 	c.kickSet = false
-	again := c.p2pKicked()
+	again, started := c.p2pKicked()
 	runner := false
 	switch {
 	case c.cbusy || len(c.cq) == 0:
@@ -253,9 +273,13 @@ func (c *Comm) kicked() {
 		c.kickFor = nil
 		runner = true
 	}
+	if again || runner || started {
+		c.kickWait = kickDelay
+	} else {
+		c.kickWait = min(2*max(c.kickWait, kickDelay), kickMaxDelay)
+	}
 	if again {
-		c.kick.Reset(kickDelay)
-		c.kickSet = true
+		c.armKick()
 	}
 	c.mu.Unlock()
 	if runner {
@@ -415,10 +439,7 @@ func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt com
 	c.cq = append(c.cq, q)
 	head := len(c.cq) == 1 && !c.cbusy
 	if head {
-		if !c.kickSet {
-			c.kick.Reset(kickDelay)
-			c.kickSet = true
-		}
+		c.armKick()
 	} else if ctx.Done() != nil {
 		// Queued behind another collective: if its ctx ends first, fail
 		// the Comm now (which ends the ones ahead of it too) rather than

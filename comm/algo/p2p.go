@@ -15,7 +15,7 @@ import (
 // run first) on the caller's goroutine. An op that nobody runs gets a
 // runner goroutine: at once if somebody asks for its Done channel or
 // waits under another ctx, else from the Comm's kick timer, between one
-// and two kickDelays after it became runnable. So two ranks that each
+// and two kick periods after it became runnable. So two ranks that each
 // Send, then Recv, then Wait for the Send progress even if the Sends wait
 // for their Recvs: the kicks start the Recvs. A runner goes on with the
 // next op of its key. The ops issued under one user ctx share one ctx
@@ -308,10 +308,7 @@ func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag in
 	default:
 		c.p2pq = append(c.p2pq, p)
 	}
-	if !c.kickSet {
-		c.kick.Reset(kickDelay)
-		c.kickSet = true
-	}
+	c.armKick()
 	c.mu.Unlock()
 	return p, nil
 }
@@ -374,9 +371,8 @@ func (c *Comm) p2pRunner(p *p2pOp) {
 
 // p2pKicked starts a runner for each op that is runnable and was seen
 // not started by the previous kick; it reports whether ops are left
-// waiting for a later kick. c.mu is held.
-func (c *Comm) p2pKicked() bool {
-	left := false
+// waiting for a later kick, and whether it started any. c.mu is held.
+func (c *Comm) p2pKicked() (left, started bool) {
 	for i := 0; i < len(c.p2pq); {
 		p := c.p2pq[i]
 		if p.prev != nil {
@@ -391,9 +387,10 @@ func (c *Comm) p2pKicked() bool {
 			continue
 		}
 		c.p2pTake(p)
+		started = true
 		go c.p2pRunner(p)
 	}
-	return left
+	return left, started
 }
 
 func runSend(o *op) error { return o.send(o.root, 0, o.a.Host()) }
