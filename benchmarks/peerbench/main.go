@@ -71,6 +71,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "Python with torch for the Gloo peer")
 	readmePath := flag.String("readme", "benchmarks/README.md", "file whose peerbench section is rewritten")
 	out := flag.String("out", "benchmarks", "directory for peer_results.json and the plots")
+	bind := flag.Bool("bind", false, "pin each rank of commbench's process backends to one CPU (commbench -bind), as mpirun binds Open MPI's ranks by default")
 	flag.Parse()
 
 	var sz []int64
@@ -105,7 +106,11 @@ func main() {
 	}
 	for _, b := range strings.Split(*backends, ",") {
 		impls = append(impls, impl{b, func(w int) *exec.Cmd {
-			return exec.Command(cb, "-backend", b, "-np", strconv.Itoa(w), "-ops", "all_reduce", "-sizes", strings.Join(sizeArgs, ","), "-json")
+			args := []string{"-backend", b, "-np", strconv.Itoa(w), "-ops", "all_reduce", "-sizes", strings.Join(sizeArgs, ","), "-json"}
+			if *bind && b != "inproc" {
+				args = append(args, "-bind")
+			}
+			return exec.Command(cb, args...)
 		}})
 	}
 	var notes []string
