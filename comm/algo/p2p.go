@@ -288,9 +288,14 @@ func (c *Comm) p2p(ctx context.Context, send bool, buf comm.Buffer, peer, tag in
 	// A small Send (one the transport delivers without waiting for its
 	// Recv) runs now, on this goroutine, unless an earlier op of its key
 	// is pending; a message that is not small gets a runner at once, as
-	// its transfer is worth overlapping; a small Recv waits for its Wait
-	// (or a kick): its data waits in the transport meanwhile.
-	small := p.o.eager(peer, len(buf.Host()))
+	// its transfer is worth overlapping; a small Recv of at most
+	// lazyRecvBytes waits for its Wait (or a kick): its data waits in the
+	// transport meanwhile (larger ones would fill a ring sooner).
+	n := len(buf.Host())
+	small := p.o.eager(peer, n)
+	if !send && n > lazyRecvBytes {
+		small = false
+	}
 	p.prompt = !small
 	switch {
 	case p.prev != nil:
@@ -392,6 +397,9 @@ func (c *Comm) p2pKicked() (left, started bool) {
 	}
 	return left, started
 }
+
+// lazyRecvBytes: see p2p.
+const lazyRecvBytes = 16 << 10
 
 func runSend(o *op) error { return o.send(o.root, 0, o.a.Host()) }
 func runRecv(o *op) error { return o.recv(o.root, 0, o.a.Host()) }
