@@ -79,10 +79,11 @@
 // messages; a peer that computes, sleeps or was descheduled (a loaded
 // machine) stops pulsing, and only movement seen while this waiter runs
 // counts, so two ranks that share one processor do not keep each other
-// spinning. The waiter then polls while yielding (sched_yield, so that a
-// peer process on the same core can run, and every 32nd time
-// runtime.Gosched, which wakes an idle thread of this process and so took
-// the processor from the peer when done every time) for 50 us
+// spinning (and after 4 waits in a row that saw no pulse, only every 16th
+// wait looks for one). The waiter then polls while yielding (sched_yield,
+// so that a peer process on the same core can run, and every fourth time
+// runtime.Gosched, so that a goroutine started on this processor, such as
+// a large message's send, runs) for 50 us
 // ($GDIST_SHM_SPIN_US), then sleeps on its rank's doorbell, a futex word
 // in its slot, after counting itself in the slot's sleepers and in the
 // pair's waiter count. Whoever makes its condition true (a peer
