@@ -327,6 +327,9 @@ func (q *collOp) finish() error {
 		return q.o.releasedErr()
 	}
 	q.released.Store(true)
+	// Drop what it refers to (user buffers, ctxs) while it waits for
+	// reuse; what releasedErr reports stays.
+	q.o.a, q.o.b, q.o.ctx, q.o.user, q.fn, q.uc = comm.Buffer{}, comm.Buffer{}, nil, nil, nil, nil
 	if !q.noReuse {
 		c.collRec.put(q)
 	}

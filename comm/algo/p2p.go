@@ -202,6 +202,7 @@ func (p *p2pOp) finish() error {
 		return p.o.releasedErr()
 	}
 	p.released.Store(true)
+	p.o.a, p.o.ctx, p.o.user, p.uc = comm.Buffer{}, nil, nil, nil
 	c.p2pRec.put(p)
 	c.mu.Unlock()
 	return err
