@@ -138,6 +138,18 @@ func NewGroup(ctx context.Context, c Comm, ranks []int) (Comm, error) {
 // Work is an operation in flight. Wait blocks until the operation is done or
 // ctx ends (the operation itself goes on); Done and Err never block. Err is
 // nil until the operation has finished, and after it succeeded.
+//
+// Once Wait has returned the operation's outcome (nil or the operation's
+// error, not the end of Wait's own ctx), the Work is finished with: the
+// Comm may reuse it for a later operation, which is how the backends built
+// on comm/algo (inproc, tcp, shm, auto) issue operations without
+// allocating. Do not call its methods again (keep the error Wait returned);
+// until it is reused such a call fails with ErrWorkReleased (Done returns a
+// closed channel), and it is reused only after several later Waits, so
+// misuse shows up as that error rather than as another operation's
+// outcome. Wait for a Work from one goroutine; Done and Err may be called
+// from any until then. A Work that is only watched through Done and Err is
+// never reused.
 type Work interface {
 	Wait(ctx context.Context) error
 	Done() <-chan struct{}

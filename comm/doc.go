@@ -46,6 +46,9 @@
 //     rank) called recv(tag 3, int32 x 10)"). After any failure the Comm stays failed; Close never hangs.
 //   - A Buffer belongs to its op until the Work is done. AllReduce, Reduce
 //     and Broadcast work in place; the others state their in-place alias.
+//   - Once Wait has returned an op's outcome, its Work is finished with:
+//     the Comm may reuse it for a later op (so that ops allocate nothing),
+//     and a later call of its methods reports ErrWorkReleased (see Work).
 //
 // # Backends
 //

@@ -29,6 +29,10 @@ var (
 	ErrAborted = errors.New("comm: aborted")
 	// ErrUnsupported: the backend cannot do what was asked.
 	ErrUnsupported = errors.New("comm: unsupported")
+	// ErrWorkReleased: a Work's method was called after its Wait had
+	// returned the operation's outcome (see Work).
+	ErrWorkReleased = errors.New("comm: Work used after its Wait returned " +
+		"(the Comm may reuse it for a later operation; keep the error that Wait returned)")
 )
 
 // InvalidArgf returns an error wrapping ErrInvalidArgument.

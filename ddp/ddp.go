@@ -365,6 +365,12 @@ func (d *DDP) Finish(ctx context.Context) error {
 	var first error
 	for _, b := range d.order {
 		err := d.works[b].Wait(ctx)
+		if ctx.Err() == nil {
+			// Wait returned the all-reduce's outcome: the Work is
+			// finished with (the Comm may reuse it, see comm.Work), so
+			// abandon must not wait for it again.
+			d.works[b] = nil
+		}
 		if err != nil && first == nil {
 			first = fmt.Errorf("ddp: all-reduce of bucket %d (%d gradients): %w", b, d.bkts[b].Hi-d.bkts[b].Lo, err)
 		}

@@ -68,6 +68,7 @@ type config struct {
 	device  bool // device buffers (device.go)
 	perOp   bool // time every iteration: percentiles in the row
 	alloc   bool // buffers from comm.Alloc (shared memory on shm/auto)
+	bind    bool // pin each rank's process to one CPU
 }
 
 // Row is one line of output.
@@ -131,6 +132,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON object per row")
 	fs.BoolVar(&cfg.perOp, "per-op", false, "also time each iteration and report rank 0's p50/p90/p99/max (a mean hides a slow tail)")
+	fs.BoolVar(&cfg.bind, "bind", false, "pin each rank's process to one CPU (rank r to the r-th allowed CPU, modulo), as mpirun --bind-to core does for Open MPI's ranks; process backends only")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.StringVar(&redop, "op", "sum", "reduction for all_reduce, reduce, reduce_scatter")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
@@ -149,6 +151,9 @@ func parseFlags(args []string) (config, error) {
 		cfg.device = true
 	default:
 		return cfg, fmt.Errorf("-backend %q: want inproc, tcp, shm, auto or nccl", cfg.backend)
+	}
+	if cfg.bind && cfg.backend == "inproc" {
+		return cfg, fmt.Errorf("-bind: inproc ranks are goroutines of one process; use a process backend (shm, tcp, auto)")
 	}
 	if cfg.np < 1 || cfg.np > 1024 {
 		return cfg, fmt.Errorf("-np %d: want 1..1024", cfg.np)
@@ -245,6 +250,12 @@ func run() error {
 	c, closeFn, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{})
 	if err != nil {
 		return err
+	}
+	if cfg.bind {
+		if _, err := bindToCPU(c.Rank()); err != nil {
+			closeFn()
+			return fmt.Errorf("rank %d: -bind: %w", c.Rank(), err)
+		}
 	}
 	if cfg.cpuProf != "" {
 		stopProf, err := startCPUProfile(fmt.Sprintf("%s.rank%d", cfg.cpuProf, c.Rank()))

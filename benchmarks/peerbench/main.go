@@ -75,6 +75,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "Python with torch for the Gloo peer")
 	readmePath := flag.String("readme", "benchmarks/README.md", "file whose peerbench section is rewritten")
 	out := flag.String("out", "benchmarks", "directory for peer_results.json and the plots")
+	bind := flag.Bool("bind", false, "pin each rank of commbench's process backends to one CPU (commbench -bind), as mpirun binds Open MPI's ranks by default")
 	flag.Parse()
 
 	var sz []int64
@@ -118,7 +119,11 @@ func main() {
 			notes = append(notes, fmt.Sprintf("%s: buffers from comm.Alloc (commbench -alloc), in the job's shared memory: the zero-copy all-reduce.", b))
 		}
 		impls = append(impls, impl{b, func(w int) *exec.Cmd {
-			return exec.Command(cb, append(args, "-np", strconv.Itoa(w))...)
+			a := append(append([]string(nil), args...), "-np", strconv.Itoa(w))
+			if *bind && b != "inproc" {
+				a = append(a, "-bind")
+			}
+			return exec.Command(cb, a...)
 		}})
 	}
 	if *mpi {

@@ -49,22 +49,26 @@ type Comm struct {
 	sent, received atomic.Int64 // payload bytes
 	heard          []heard      // per rank: the last collective message received from it
 
-	mu      sync.Mutex
-	seq     uint64
-	cq      []*collOp                // collectives issued and not yet started, in issue order
-	cbusy   bool                     // a goroutine is running a collective of cq
-	kick    *time.Timer              // runs kicked
-	kickSet bool                     // kick is armed
-	kickFor *collOp                  // cq's head when kick last ran
-	cur     *collOp                  // the collective running, if any
-	uctx    *userCtx                 // op ctx of collectives under the latest user ctx
-	dog     *time.Timer              // runs watch; nil until the first collective
-	dogSet  bool                     // dog is armed
-	ticks   uint64                   // times watch ran
-	p2pTail map[p2pKey]chan struct{} // done channel of the last p2p op per (dir, peer, tag)
-	p2ps    p2pState                 // shared ctx and timeout of p2p ops (p2p.go)
-	failed  error
-	closed  bool
+	mu       sync.Mutex
+	seq      uint64
+	cq       []*collOp         // collectives issued and not yet started, in issue order
+	cbusy    bool              // a goroutine is running a collective of cq
+	kick     *time.Timer       // runs kicked
+	kickSet  bool              // kick is armed
+	kickWait time.Duration     // the kick period (see armKick)
+	kickFor  *collOp           // cq's head when kick last ran
+	cur      *collOp           // the collective running, if any
+	uctx     *userCtx          // op ctx of collectives under the latest user ctx
+	dog      *time.Timer       // runs watch; nil until the first collective
+	dogSet   bool              // dog is armed
+	ticks    uint64            // times watch ran
+	p2pTail  map[p2pKey]*p2pOp // the last p2p op issued per (dir, peer, tag), until it completes
+	p2pq     []*p2pOp          // p2p ops issued and not yet started
+	p2ps     p2pState          // shared ctx and timeout of p2p ops (p2p.go)
+	collRec  recycler[collOp]  // finished collectives' records (recycle.go)
+	p2pRec   recycler[p2pOp]   // finished p2p ops' records
+	failed   error
+	closed   bool
 }
 
 type p2pKey struct {
@@ -91,7 +95,7 @@ func NewComm(t Transport, opts comm.Options) *Comm {
 func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, world bool) *Comm {
 	life, finish := context.WithCancel(context.Background())
 	c := &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
-		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]chan struct{}{},
+		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]*p2pOp{},
 		heard: make([]heard, len(members)),
 		args:  opcheck.Args{Rank: rank, Size: len(members), Buf: opcheck.HostBuf}}
 	c.layout = OneHost(len(members))
@@ -223,42 +227,71 @@ func (c *Comm) fail(err error) error {
 // goroutine when it can, which saves the hand-off to and from another
 // goroutine that dominates small messages. So that every collective makes
 // progress whether or not anybody waits for it, a queue that nobody runs
-// gets a runner goroutine: between one and two kickDelays after its head
-// was issued (kicked), at once when a Wait cannot run it, and after a Wait
-// that ran its own collective leaves others queued.
+// gets a runner goroutine: between one and two kick periods after its
+// head was issued (kicked), at once when a Wait cannot run it, and after a
+// Wait that ran its own collective leaves others queued.
 
-// kickDelay: see kicked.
-var kickDelay = 50 * time.Microsecond
+// The kick period is kickDelay while kicks find ops that nobody runs; each
+// kick that finds none (the program waits for what it issues, at once)
+// doubles it, up to kickMaxDelay, so that a loop of blocking small ops does
+// not wake a thread (a timer firing) every kickDelay: on a machine with
+// few cores that thread runs on a processor a rank is polling on.
+var (
+	kickDelay    = 50 * time.Microsecond
+	kickMaxDelay = 400 * time.Microsecond
+)
 
-// kicked runs kickDelay after an idle queue got a head (the timer is not
-// re-armed or stopped per collective: setting a timer is a clock read
+// armKick arms the kick timer unless it is armed. c.mu is held.
+func (c *Comm) armKick() {
+	if c.kickSet {
+		return
+	}
+	if c.kickWait == 0 {
+		c.kickWait = kickDelay
+	}
+	c.kick.Reset(c.kickWait)
+	c.kickSet = true
+}
+
+// kicked runs a kick period after an idle queue got a head (the timer is
+// not re-armed or stopped per collective: setting a timer is a clock read
 // and often a thread wake-up). A head that nobody took since the last run
-// has waited at least kickDelay: a runner goroutine starts it.
+// has waited at least a period: a runner goroutine starts it.
 func (c *Comm) kicked() {
 	c.mu.Lock()
 	c.kickSet = false
-	if c.cbusy || len(c.cq) == 0 {
+	again, started := c.p2pKicked()
+	runner := false
+	switch {
+	case c.cbusy || len(c.cq) == 0:
 		// Whoever runs the queue hands on what is left.
 		c.kickFor = nil
-		c.mu.Unlock()
-		return
+	case c.cq[0] != c.kickFor:
+		c.kickFor = c.cq[0]
+		again = true
+	default:
+		c.kickFor = nil
+		runner = true
 	}
-	if h := c.cq[0]; h != c.kickFor {
-		c.kickFor = h
-		c.kick.Reset(kickDelay)
-		c.kickSet = true
-		c.mu.Unlock()
-		return
+	if again || runner || started {
+		c.kickWait = kickDelay
+	} else {
+		c.kickWait = min(2*max(c.kickWait, kickDelay), kickMaxDelay)
 	}
-	c.kickFor = nil
+	if again {
+		c.armKick()
+	}
 	c.mu.Unlock()
-	c.runColl(nil)
+	if runner {
+		c.runColl(nil)
+	}
 }
 
 // collOp is a collective in a Comm's queue, and its Work: its Wait runs
 // the collective itself when nothing else is running the Comm's queue.
-// It is the one allocation of issuing a collective (the caller may keep
-// the Work for ever, so it cannot be reused); its done channel is made
+// Once a Wait has returned its outcome it goes to the Comm's recycler and
+// is reused by a later collective (see comm.Work), so issuing a
+// collective allocates nothing in steady state; its done channel is made
 // only if somebody asks for it (Done, or a Wait that must block).
 type collOp struct {
 	o       op
@@ -269,8 +302,39 @@ type collOp struct {
 	unwatch func() bool // stops the watch on o.ctx while queued, if any
 
 	complete atomic.Bool   // err is set
+	released atomic.Bool   // a Wait returned the outcome: the record may be reused
+	noReuse  bool          // its unwatch had fired: never reuse it (guarded by c.mu)
 	err      error         // the outcome, once complete
 	done     chan struct{} // made on demand, closed on completion (guarded by c.mu)
+}
+
+// releasedErr is what a method of a Work returns once its Wait returned.
+func (o *op) releasedErr() error {
+	var seq uint64
+	if o.hdr.Kind == wire.KindColl {
+		seq = o.hdr.Seq
+	}
+	return &comm.OpError{Op: o.name, Seq: seq, Rank: o.c.rank, Err: comm.ErrWorkReleased}
+}
+
+// finish returns q's outcome to its Wait and recycles q.
+func (q *collOp) finish() error {
+	c := q.o.c
+	err := q.err
+	c.mu.Lock()
+	if q.released.Load() { // another Wait got here first
+		c.mu.Unlock()
+		return q.o.releasedErr()
+	}
+	q.released.Store(true)
+	// Drop what it refers to (user buffers, ctxs) while it waits for
+	// reuse; what releasedErr reports stays.
+	q.o.a, q.o.b, q.o.ctx, q.o.user, q.fn, q.uc = comm.Buffer{}, comm.Buffer{}, nil, nil, nil, nil
+	if !q.noReuse {
+		c.collRec.put(q)
+	}
+	c.mu.Unlock()
+	return err
 }
 
 var _ comm.Work = (*collOp)(nil)
@@ -281,7 +345,7 @@ var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); re
 
 // Done: see comm.Work.
 func (q *collOp) Done() <-chan struct{} {
-	if q.complete.Load() {
+	if q.complete.Load() || q.released.Load() {
 		return closedChan
 	}
 	c := q.o.c
@@ -298,6 +362,9 @@ func (q *collOp) Done() <-chan struct{} {
 
 // Err: see comm.Work.
 func (q *collOp) Err() error {
+	if q.released.Load() {
+		return q.o.releasedErr()
+	}
 	if q.complete.Load() {
 		return q.err
 	}
@@ -309,8 +376,11 @@ func (q *collOp) Err() error {
 // Wait runs the queue up to this collective on the calling goroutine;
 // otherwise it makes sure a runner goroutine does, and waits for it.
 func (q *collOp) Wait(ctx context.Context) error {
+	if q.released.Load() {
+		return q.o.releasedErr()
+	}
 	if q.complete.Load() {
-		return q.err
+		return q.finish()
 	}
 	c := q.o.c
 	if d := ctx.Done(); d == nil || d == q.o.user.Done() {
@@ -323,11 +393,11 @@ func (q *collOp) Wait(ctx context.Context) error {
 		c.mu.Unlock()
 	}
 	if q.complete.Load() {
-		return q.err
+		return q.finish()
 	}
 	select {
 	case <-q.Done():
-		return q.err
+		return q.finish()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -354,7 +424,11 @@ func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt com
 	h.DType = uint8(dt)
 	h.Red = uint8(red)
 	octx, uc := c.collCtxFor(ctx)
-	q := &collOp{o: op{c: c, ctx: octx, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: c.tuning, a: a, b: b, root: root},
+	q := c.collRec.get()
+	if q == nil {
+		q = new(collOp)
+	}
+	*q = collOp{o: op{c: c, ctx: octx, user: ctx, name: name, hdr: h, dt: dt, red: red, tun: c.tuning, a: a, b: b, root: root},
 		fn: fn, uc: uc, issued: c.ticks}
 	o := &q.o
 	if d := c.opts.OpTimeout(); d > 0 && !c.dogSet {
@@ -368,10 +442,7 @@ func (c *Comm) issueColl(ctx context.Context, name string, h wire.Header, dt com
 	c.cq = append(c.cq, q)
 	head := len(c.cq) == 1 && !c.cbusy
 	if head {
-		if !c.kickSet {
-			c.kick.Reset(kickDelay)
-			c.kickSet = true
-		}
+		c.armKick()
 	} else if ctx.Done() != nil {
 		// Queued behind another collective: if its ctx ends first, fail
 		// the Comm now (which ends the ones ahead of it too) rather than
@@ -472,8 +543,12 @@ func (c *Comm) runColl(upTo *collOp) {
 		c.cbusy = true
 		c.cur = q
 		c.mu.Unlock()
-		if q.unwatch != nil {
-			q.unwatch()
+		if q.unwatch != nil && !q.unwatch() {
+			// Its AfterFunc runs (or ran) and looks at q: keep q out of
+			// the recycler, whatever it finds.
+			c.mu.Lock()
+			q.noReuse = true
+			c.mu.Unlock()
 		}
 		err := c.run(&q.o, q.fn)
 		c.mu.Lock()

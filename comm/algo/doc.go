@@ -88,16 +88,22 @@
 // reduced from directly, without the staging copy. Scratch
 // buffers come from pools (scratch.go) rather than fresh zeroed memory.
 //
-// A collective allocates one object: its record, which is also its Work
-// (the caller may keep a Work for ever, so records are never reused; the
-// done channel is made only if somebody asks for it). Its arguments are
-// fields of the record and it runs through a plain function, not a
-// closure; receive-and-reduce state and kernel tails come from pools; a
-// fan-out of one message runs on the calling goroutine. With shm or
-// inproc (eager for small messages) a small all-reduce or broadcast thus
-// costs one allocation per rank (commtest.CheckSmallOpAllocs).
-// Point-to-point Send and Recv still take a goroutine and a timeout ctx
-// per op.
+// An operation's record is its Work. Once a Wait has returned its outcome
+// the record goes to a per-Comm recycler and a later operation reuses it
+// (comm.Work states the rule; a Work used after its Wait returned reports
+// comm.ErrWorkReleased, and is held back for several later Waits before
+// reuse so that misuse shows as that error); a Work watched only through
+// Done and Err is never reused. A collective's arguments are fields of
+// the record and it runs through a plain function, not a closure; its
+// done channel is made only if somebody asks for it; receive-and-reduce
+// state and kernel tails come from pools; a fan-out of one message runs
+// on the calling goroutine. Send and Recv (p2p.go) have no goroutine of
+// their own either: a small Send (one the transport delivers eagerly)
+// runs when issued, a small Recv on its Wait's goroutine (or a runner
+// goroutine started by Done, a Wait under another ctx, or the kick timer),
+// and a larger message gets a runner at once. With shm or inproc a small
+// all-reduce, broadcast, Send or Recv thus allocates nothing in steady
+// state (commtest.CheckSmallOpAllocs).
 //
 // Every message carries a header with the op, sequence number, dtype,
 // count, reduction, root, algorithm and step, which the transport checks

@@ -91,6 +91,6 @@ func TestRegistryJoin(t *testing.T) {
 // on 2 ranks, with allocations (-benchmem).
 func BenchmarkSmallOps(b *testing.B) { commtest.BenchSmallOps(b, world, 2) }
 
-// TestSmallOpAllocs: a small all-reduce or broadcast allocates only its
-// Work on each rank.
+// TestSmallOpAllocs: a small all-reduce, broadcast, or send and recv
+// allocates nothing in steady state, on any rank.
 func TestSmallOpAllocs(t *testing.T) { commtest.CheckSmallOpAllocs(t, world, 2) }

@@ -323,7 +323,7 @@ func (t *Transport) Await(ctx context.Context, group uint64, peer int, c *uint64
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
-		if t.await(ctx, ep, nil, nil, ready) {
+		if t.await(ctx, ep, nil, nil, l.peerPulse, ready) {
 			raceAcquire()
 			return nil
 		}

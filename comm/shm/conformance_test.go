@@ -31,8 +31,8 @@ func BenchmarkSmallOps(b *testing.B) {
 	commtest.BenchSmallOps(b, shmWorld, 2)
 }
 
-// TestSmallOpAllocs: a small all-reduce or broadcast allocates only its
-// Work on each rank.
+// TestSmallOpAllocs: a small all-reduce, broadcast, or send and recv
+// allocates nothing in steady state, on any rank.
 func TestSmallOpAllocs(t *testing.T) {
 	t.Setenv("GDIST_SHM_DIR", t.TempDir())
 	commtest.CheckSmallOpAllocs(t, shmWorld, 2)

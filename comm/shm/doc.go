@@ -106,20 +106,33 @@
 // # Waiting
 //
 // A waiter polls the shared words without giving up its processor for an
-// adaptive window of at most 20 us ($GDIST_SHM_POLL_US; 0: never): a wait
-// that ends within (about) the window doubles it, one that outlasts it
-// halves it, down to nothing, so a waiter keeps polling while its peers
-// answer within microseconds and stops taking processor time from them
-// when they are descheduled (a loaded machine). It then polls while
-// yielding (runtime.Gosched, and sched_yield so that a peer process on the
-// same core can run) for 50 us ($GDIST_SHM_SPIN_US), then sleeps on its
-// rank's doorbell, a futex word in its slot,
-// after counting itself in the slot's sleepers and in the pair's waiter
-// count. Whoever makes its condition true (a peer publishing data or
-// freeing space, a local receive finishing its op, a failure, an abort,
-// the end of its ctx) checks those counts after the change and rings the
-// doorbell (FUTEX_WAKE) only if someone sleeps. Sleeps are bounded, so a
-// lost wake-up would cost time, never a hang.
+// adaptive window of at most 20 us ($GDIST_SHM_POLL_US; 0: never): a
+// wait that ends within (about) twice the window doubles it, one that
+// outlasts it halves it, down to nothing. Past the window it keeps
+// polling while the rank it waits for is itself polling: every polling
+// waiter bumps its rank's pulse word (in its slot) at each clock read,
+// about every 64 polls, and a waiter that sees its peer's pulse move
+// during this wait, and not more than 10 us ago, goes on, for at most
+// 1 ms ($GDIST_SHM_ACTIVE_US; 0: never). A peer that polls runs on
+// another processor and answers within microseconds, so yielding or
+// sleeping then would only add a wake-up, which was the tail of small
+// messages; a peer that computes, sleeps or was descheduled (a loaded
+// machine) stops pulsing, and only movement seen while this waiter runs
+// counts, so two ranks that share one processor do not keep each other
+// spinning (and after 4 waits in a row that saw no pulse, only every 16th
+// wait looks for one). The waiter then polls while yielding (sched_yield,
+// so that a peer process on the same core can run, and every fourth time
+// runtime.Gosched, so that a goroutine started on this processor, such as
+// a large message's send, runs) for 50 us
+// ($GDIST_SHM_SPIN_US), then sleeps on its rank's doorbell, a futex word
+// in its slot, after counting itself in the slot's sleepers and in the
+// pair's waiter count. Whoever makes its condition true (a peer
+// publishing data or freeing space, a local receive finishing its op, a
+// failure, an abort, the end of its ctx) checks those counts after the
+// change and rings the doorbell (FUTEX_WAKE) only if someone sleeps.
+// Sleeps are bounded, so a lost wake-up would cost time, never a hang.
+// The segment is mapped with MAP_POPULATE, so the first messages through
+// a ring take no page faults.
 //
 // # Liveness and failure
 //

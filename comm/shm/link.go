@@ -83,6 +83,7 @@ type link struct {
 	peerState, peerDoorbell, peerCtrlBell, peerReasonLen *uint32
 	peerSleepers                                         *uint32
 	peerHB                                               *uint64
+	peerPulse                                            *uint64 // moves while the peer polls (await)
 	peerReason                                           []byte
 	peerPid                                              int
 	watch                                                *procWatch // nil: same process
@@ -197,7 +198,7 @@ func (l *link) waitSpace(ctx context.Context, group uint64, need uint64) error {
 			return ctxErr(ctx)
 		}
 		ready := func() bool { return free() || atomic.LoadUint32(l.peerState) == stateClosed }
-		if t.await(ctx, ep, r.spaceWaiters, l.peerCtrlBell, ready) && free() {
+		if t.await(ctx, ep, r.spaceWaiters, l.peerCtrlBell, l.peerPulse, ready) && free() {
 			return nil
 		}
 	}
@@ -246,7 +247,7 @@ func (l *link) wait(ctx context.Context, s *mailbox.Stream, op *mailbox.Recv) er
 				return op.Err
 			}
 		}
-		t.await(ctx, ep, flag, nil, ready)
+		t.await(ctx, ep, flag, nil, l.peerPulse, ready)
 	}
 }
 
@@ -265,7 +266,7 @@ func (l *link) releaseDrain() {
 func (l *link) cancel(s *mailbox.Stream, op *mailbox.Recv, err error) error {
 	return l.box.Cancel(s, op, err, func(op *mailbox.Recv) {
 		for !op.Done() {
-			l.t.await(context.Background(), l.t.epoch.Load(), nil, nil, op.Done)
+			l.t.await(context.Background(), l.t.epoch.Load(), nil, nil, nil, op.Done)
 		}
 	})
 }

@@ -58,6 +58,7 @@ const (
 	slotSleepers  = 128
 	slotCtrlBell  = 192
 	slotHeartbeat = 256 // u64
+	slotPulse     = 320 // u64: bumped while the rank polls (see await)
 	slotReason    = 4096
 
 	pairCtlSize      = 512
@@ -132,7 +133,9 @@ func (s *segment) unmap() {
 }
 
 func mapFile(f *os.File, size int) ([]byte, error) {
-	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	// MAP_POPULATE maps every page now, so the first messages through a
+	// ring do not pay a page fault per 4 KiB.
+	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 }
 
 // createSegment creates the file (exclusively, mode 0600), sizes and maps

@@ -99,7 +99,7 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 		// this process.
 		w := new(soloWords)
 		t.doorbell, t.sleepers, t.ctrlBell, t.myState, t.reasonLen = &w.doorbell, &w.sleepers, &w.ctrlBell, &w.state, &w.reasonLen
-		t.heartbeat = &w.heartbeat
+		t.heartbeat, t.pulse = &w.heartbeat, &w.pulse
 		close(t.ctrlDone)
 		return t, nil
 	}
@@ -292,6 +292,7 @@ func (t *Transport) bindSlot() {
 	t.myState = s.u32(off + slotState)
 	t.reasonLen = s.u32(off + slotReasonLen)
 	t.heartbeat = s.u64(off + slotHeartbeat)
+	t.pulse = s.u64(off + slotPulse)
 	t.reason = s.mem[off+slotReason : off+slotSize : off+slotSize]
 }
 
@@ -394,6 +395,7 @@ func (t *Transport) buildLinks() {
 		l.peerCtrlBell = s.u32(off + slotCtrlBell)
 		l.peerReasonLen = s.u32(off + slotReasonLen)
 		l.peerHB = s.u64(off + slotHeartbeat)
+		l.peerPulse = s.u64(off + slotPulse)
 		l.peerReason = s.mem[off+slotReason : off+slotSize : off+slotSize]
 		l.peerPid = int(atomic.LoadUint64(s.u64(off + slotPid)))
 		if l.peerPid != mypid {
@@ -408,5 +410,5 @@ func (t *Transport) buildLinks() {
 // soloWords stand in for the slot of a rank that shares no segment.
 type soloWords struct {
 	doorbell, sleepers, ctrlBell, state, reasonLen uint32
-	heartbeat                                      uint64
+	heartbeat, pulse                               uint64
 }

@@ -47,7 +47,9 @@ func ring(addr *uint32) {
 }
 
 // osYield gives the CPU to another thread or process.
-func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+// (A raw system call: sched_yield never blocks, so the runtime need not
+// hand the processor to another thread around it.)
+func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // procStart returns the start time of process pid (field 22 of
 // /proc/pid/stat, in clock ticks since boot), which together with the pid

@@ -48,6 +48,7 @@ type Transport struct {
 	// This rank's slot words.
 	doorbell, sleepers, ctrlBell, myState, reasonLen *uint32
 	heartbeat                                        *uint64
+	pulse                                            *uint64 // bumped while a waiter of this rank polls
 	reason                                           []byte
 
 	// epoch moves on every event a waiter may have to react to: failure,
@@ -56,6 +57,11 @@ type Transport struct {
 	// poll is the adaptive poll window of await, in nanoseconds, in
 	// [0, pollFor]: see await.
 	poll atomic.Int64
+	// pollers counts the waiters in await's first (polling) phase;
+	// noPulse the waits in a row that polled and saw no pulse of their
+	// peer (see await).
+	pollers atomic.Int32
+	noPulse atomic.Uint32
 	// wakers: the ctxs a sleeping waiter was woken for (see armWaker).
 	wakers wakers
 
@@ -277,8 +283,15 @@ var (
 	pollFor = envUS("GDIST_SHM_POLL_US", 20)
 	// spinFor is how long it then polls while yielding
 	// ($GDIST_SHM_SPIN_US microseconds if set).
-	spinFor  = envUS("GDIST_SHM_SPIN_US", 50)
-	sleepMax = 50 * time.Millisecond
+	spinFor = envUS("GDIST_SHM_SPIN_US", 50)
+	// activeMax bounds how long a waiter polls past its window while
+	// the peer it waits for is polling too ($GDIST_SHM_ACTIVE_US; 0:
+	// never), and activeGap is how recently the peer's pulse must have
+	// moved (a peer between two waits, copying or reducing a small
+	// message, does not pulse for a few microseconds).
+	activeMax = envUS("GDIST_SHM_ACTIVE_US", 1000)
+	activeGap = 10 * time.Microsecond
+	sleepMax  = 50 * time.Millisecond
 	// pokeAfter: a producer that has slept this long for ring space asks
 	// the consumer's control goroutine to drain the ring (into queues).
 	pokeAfter = time.Millisecond
@@ -297,8 +310,9 @@ func envUS(name string, def int) time.Duration {
 // await waits until ready() holds (and returns true), or until the epoch
 // moves past ep or ctx ends (false). flag, if not nil, is the pair-level
 // count of waiters that the other side checks; poke, if not nil, is a
-// futex word rung once after sleeping pokeAfter.
-func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, ready func() bool) bool {
+// futex word rung once after sleeping pokeAfter; peer, if not nil, is the
+// pulse word of the rank whose message or space this wait is for.
+func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, peer *uint64, ready func() bool) bool {
 	done := ctx.Done()
 	interrupted := func() bool {
 		if t.epoch.Load() != ep {
@@ -316,44 +330,93 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, re
 			return true
 		}
 	}
-	// Poll without giving up the processor for the adaptive window,
-	// reading the clock every 64 polls (a poll is a few loads; the
-	// clock, a vDSO call, costs about as much as 64 of them). A wait that
-	// polling ends (or that ends within pollFor anyway) doubles the
-	// window, up to pollFor; one that outlasts it halves the window
-	// (below a microsecond: none). So while the peers run and answer
-	// within microseconds, as on a quiet machine, a waiter keeps its
-	// processor, like MPI's and NCCL's progress loops; on a loaded one,
-	// where the peer is often descheduled and polling only takes
-	// processor time from it, the window shrinks to nothing and the
-	// waiter yields at once.
+	// Poll without giving up the processor, reading the clock every 64
+	// polls (a poll is a few loads; the clock, a vDSO call, costs about
+	// as much as 64 of them), for the adaptive window and then for as
+	// long as the peer is itself polling: its pulse word, which every
+	// polling waiter bumps at each clock read, moved within activeGap.
+	// A peer that polls is running on another processor and about to
+	// answer, so yielding or sleeping now would only add a wake-up (the
+	// tail of small messages); a peer that computes, sleeps or was
+	// descheduled (a loaded machine) stops pulsing, and the waiter stops
+	// polling activeGap later. activeMax bounds it (two ranks that wait
+	// for a third keep each other pulsing). The window adapts: a wait
+	// that ends within twice the window (at least 2 us) doubles it, up
+	// to pollFor; a longer one halves it (below a microsecond: none).
 	start := time.Now()
-	if w := time.Duration(t.poll.Load()); w > 0 {
+	w := time.Duration(t.poll.Load())
+	defer func() {
+		t.adaptPoll(w, time.Since(start) <= max(2*w, 2*time.Microsecond))
+	}()
+	if w > 0 || (peer != nil && activeMax > 0) {
+		// A pulse that moved before this wait began proves nothing (the
+		// peer may share this processor and be waiting for it): only
+		// movement seen while polling counts, and without any the
+		// waiter stops 2 us into its wait or at the end of its window.
+		// And only a lone poller of this rank goes on past its window:
+		// with two (a large message's send and receive at once) this
+		// rank already keeps two processors busy, and the peer's pulse
+		// may come from its other waiter while the one this wait needs
+		// waits for a processor (1 MiB all-reduces were 10% slower).
+		// Those 2 us are lost on every wait of ranks that share a
+		// processor for good (its window shrinks to nothing), so after 4
+		// waits in a row that saw no pulse only every 16th probes.
+		probe := 2 * time.Microsecond
+		if n := t.noPulse.Load(); w < probe && n >= 4 && n%16 != 0 {
+			probe = 0
+		}
+		var seen uint64
+		seenAt := start.Add(probe - activeGap)
+		moved := false
+		if peer != nil {
+			seen = atomic.LoadUint64(peer)
+		}
+		t.pollers.Add(1)
+		defer t.pollers.Add(-1)
 		for i := 1; ; i++ {
 			if ready() {
-				t.adaptPoll(w, true)
+				if peer != nil {
+					t.noPulse.Store(0)
+				}
 				return true
 			}
-			if i&63 == 0 {
-				if interrupted() {
-					return false
-				}
-				if time.Since(start) > w {
-					break
-				}
+			if i&63 != 0 {
+				continue
+			}
+			if interrupted() {
+				return false
+			}
+			atomic.AddUint64(t.pulse, 1)
+			now := time.Now()
+			el := now.Sub(start)
+			if el <= w {
+				continue
+			}
+			if peer == nil || el > activeMax || t.pollers.Load() > 1 {
+				break
+			}
+			if p := atomic.LoadUint64(peer); p != seen {
+				seen, seenAt, moved = p, now, true
+			} else if now.Sub(seenAt) > activeGap {
+				break
+			}
+		}
+		if peer != nil {
+			if moved {
+				t.noPulse.Store(0)
+			} else {
+				t.noPulse.Add(1)
 			}
 		}
 	}
-	defer func() {
-		// Quick: a window twice as long (at least 2 us) would have
-		// caught it.
-		w := time.Duration(t.poll.Load())
-		t.adaptPoll(w, time.Since(start) <= max(2*w, 2*time.Microsecond))
-	}()
 	// Let other processes run between polls (often the peer that is
 	// about to send what this one waits for), and every fourth poll the
-	// goroutines of this process too. (runtime.Gosched wakes an idle
-	// thread each time, which cost more than it gave as the common case.)
+	// goroutines of this process too: a goroutine just started on this
+	// processor (a large message's send, beside this receive) runs only
+	// once this one lets it (every 32nd poll cost a third of 1 MiB's
+	// bandwidth), although runtime.Gosched also wakes an idle thread,
+	// which takes the processor from the peer on a machine with few
+	// cores. Small messages rarely get here now (see the pulse above).
 	for i := 1; ; i++ {
 		if i&3 == 0 {
 			runtime.Gosched()
