@@ -8,6 +8,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
+	"github.com/gdist/gdist/internal/hugepage"
 )
 
 // stage3 shards every parameter tensor evenly over the ranks (padded to a
@@ -239,11 +240,11 @@ func (st *stage3) takeShard(dst, full []float32) {
 // with its own range.
 func (st *stage3) fileSpan(ctx context.Context, lo, n int, opt map[string][]float32) ([]float32, map[string][]float32, error) {
 	e := st.e
-	params := make([]float32, n)
+	params := hugepage.Float32s(n)
 	outOpt := map[string][]float32{}
 	names := make([]string, 0, len(opt))
 	for k := range opt {
-		outOpt[k] = make([]float32, n)
+		outOpt[k] = hugepage.Float32s(n)
 		names = append(names, k)
 	}
 	sort.Strings(names) // every rank gathers in the same order
@@ -256,7 +257,7 @@ func (st *stage3) fileSpan(ctx context.Context, lo, n int, opt map[string][]floa
 			dsts = append(dsts, outOpt[k])
 		}
 		for j, src := range sources {
-			full := make([]float32, st.n*st.sz[i])
+			full := hugepage.Float32s(st.n * st.sz[i])
 			shard := comm.FromSlice(src[st.off[i] : st.off[i]+st.sz[i]])
 			if err := comm.Run(ctx)(e.c.AllGather(ctx, comm.FromSlice(full), shard)); err != nil {
 				return nil, nil, fmt.Errorf("zero: gathering %s for a checkpoint: %w", p.Name, err)
