@@ -191,100 +191,81 @@ func BenchmarkAllReduceBound(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("%s/2-rank", sizeName(s)), func(b *testing.B) {
-			bufs := [2][]byte{x, y}
-			// A spinning barrier between the phases, as the ranks' ready
-			// counters are.
-			var arrived atomic.Int64
-			barrier := func(gen *int64) {
-				*gen += 2
-				arrived.Add(1)
-				for i := 1; arrived.Load() < *gen; i++ {
-					if i%256 == 0 {
-						runtime.Gosched()
-					}
-				}
-			}
-			iters := make(chan int)
-			done := make(chan struct{})
-			go func() {
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				gen := int64(0)
-				for n := range iters {
-					for range n {
-						mine, peer := bufs[1][h:], bufs[0][h:]
-						k(mine, mine, peer)
-						barrier(&gen)
-						copy(bufs[1][:h], bufs[0][:h])
-						barrier(&gen)
-					}
-					done <- struct{}{}
-				}
-			}()
-			b.SetBytes(int64(s))
-			gen := int64(0)
-			b.ResetTimer()
-			iters <- b.N
-			for range b.N {
-				mine, peer := bufs[0][:h], bufs[1][:h]
-				k(mine, mine, peer)
-				barrier(&gen)
-				copy(bufs[0][h:], bufs[1][h:])
-				barrier(&gen)
-			}
-			<-done
-			b.StopTimer()
-			close(iters)
+			// Pull: reduce my half, then copy the peer's reduced half.
+			twoRanks(b, s, func(r int, barrier func()) {
+				lo, hi := r*h, (r+1)*h
+				mine, peer := bufs(x, y, r)
+				k(mine[lo:hi], mine[lo:hi], peer[lo:hi])
+				barrier()
+				copy(mine[s-hi:s-lo], peer[s-hi:s-lo])
+				barrier()
+			})
 		})
 		b.Run(fmt.Sprintf("%s/2-rank-push", sizeName(s)), func(b *testing.B) {
-			bufs := [2][]byte{x, y}
-			// A spinning barrier between the phases, as the ranks' ready
-			// counters are.
-			var arrived atomic.Int64
-			barrier := func(gen *int64) {
-				*gen += 2
-				arrived.Add(1)
-				for i := 1; arrived.Load() < *gen; i++ {
-					if i%256 == 0 {
-						runtime.Gosched()
-					}
-				}
-			}
-			iters := make(chan int)
-			done := make(chan struct{})
-			go func() {
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				gen := int64(0)
-				for n := range iters {
-					for range n {
-						mine, peer := bufs[1][h:], bufs[0][h:]
-						for c := 0; c < h; c += 64 << 10 {
-							e := min(c+64<<10, h)
-							k(mine[c:e], mine[c:e], peer[c:e])
-							copy(peer[c:e], mine[c:e])
-						}
-						barrier(&gen)
-					}
-					done <- struct{}{}
-				}
-			}()
-			b.SetBytes(int64(s))
-			gen := int64(0)
-			b.ResetTimer()
-			iters <- b.N
-			for range b.N {
-				mine, peer := bufs[0][:h], bufs[1][:h]
-				for c := 0; c < h; c += 64 << 10 {
-					e := min(c+64<<10, h)
+			// Push: reduce my half chunk by chunk and write each chunk
+			// into the peer's buffer too.
+			twoRanks(b, s, func(r int, barrier func()) {
+				lo, hi := r*h, (r+1)*h
+				mine, peer := bufs(x, y, r)
+				for c := lo; c < hi; c += 64 << 10 {
+					e := min(c+64<<10, hi)
 					k(mine[c:e], mine[c:e], peer[c:e])
 					copy(peer[c:e], mine[c:e])
 				}
-				barrier(&gen)
-			}
-			<-done
-			b.StopTimer()
-			close(iters)
+				barrier()
+			})
 		})
 	}
+}
+
+// bufs is rank r's buffer and its peer's, of the two ranks' x and y.
+func bufs(x, y []byte, r int) (mine, peer []byte) {
+	if r == 0 {
+		return x, y
+	}
+	return y, x
+}
+
+// twoRanks times b.N rounds of step run by two goroutines at once (rank 0
+// on the benchmark's goroutine, rank 1 on a locked thread), each round
+// one op of s bytes; barrier is a spinning barrier between the phases of
+// a round, as the ranks' ready counters are.
+func twoRanks(b *testing.B, s int, step func(r int, barrier func())) {
+	var arrived atomic.Int64
+	barrier := func(gen *int64) func() {
+		return func() {
+			*gen += 2
+			arrived.Add(1)
+			for i := 1; arrived.Load() < *gen; i++ {
+				if i%256 == 0 {
+					runtime.Gosched()
+				}
+			}
+		}
+	}
+	iters := make(chan int)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		gen := int64(0)
+		bar := barrier(&gen)
+		for n := range iters {
+			for range n {
+				step(1, bar)
+			}
+			done <- struct{}{}
+		}
+	}()
+	b.SetBytes(int64(s))
+	gen := int64(0)
+	bar := barrier(&gen)
+	b.ResetTimer()
+	iters <- b.N
+	for range b.N {
+		step(0, bar)
+	}
+	<-done
+	b.StopTimer()
+	close(iters)
 }
