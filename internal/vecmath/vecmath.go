@@ -73,3 +73,20 @@ func SGD(p, g, b []float32, c *SGDConsts) int {
 	sgdKernel(p[:n], g[:n], b, c)
 	return n
 }
+
+// PoolReLUArg is one output row of a 2x2 max-pool followed by ReLU, as
+// nn's fused conv+ReLU+pool computes it, for all len(y) outputs: y[i] is the largest of top[2i],
+// top[2i+1], bot[2i], bot[2i+1] and +0 (compared by their
+// order-preserving integer keys, so bit for bit what nn's scalar loop
+// gives), arg[i] which of the four it is (0-3, the first in that order
+// among equals) or 4 when y[i] is +0. It returns how many outputs it did:
+// 0 where the kernel does not run (no AVX-512). top and bot must hold
+// 2*len(y) values, arg len(y).
+func PoolReLUArg(top, bot, y []float32, arg []uint8) int {
+	n := len(y)
+	if !HasAVX512 || n == 0 {
+		return 0
+	}
+	poolReLUArgKernel(top[:2*n], bot[:2*n], y[:n], arg[:n])
+	return n
+}

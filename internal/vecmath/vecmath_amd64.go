@@ -40,3 +40,13 @@ func geluKernel(y, d, x []float32, c *GELUConsts) {
 	}
 	geluAVX2(unsafe.SliceData(y), dp, unsafe.SliceData(x), len(x), c)
 }
+
+//go:noescape
+func poolReLUArgAVX512(top, bot, y *float32, arg *uint8, n int)
+
+// HasAVX512 reports AVX-512 (F, DQ, BW, VL) enabled by the OS.
+var HasAVX512 = cpu.X86.AVX512
+
+func poolReLUArgKernel(top, bot, y []float32, arg []uint8) {
+	poolReLUArgAVX512(unsafe.SliceData(top), unsafe.SliceData(bot), unsafe.SliceData(y), unsafe.SliceData(arg), len(y))
+}
