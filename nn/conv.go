@@ -28,8 +28,49 @@ import (
 // concurrently with itself or with the other ops of its layer.
 
 // convScratch is the im2col buffer shared by a convolution's forward op
-// and its two gradient ops (they never run at the same time).
-type convScratch struct{ col []float32 }
+// and its two gradient ops (they never run at the same time), and the
+// vectorised im2col's geometry for the last input size.
+type convScratch struct {
+	col   []float32
+	plane *vecmath.ConvPlane
+}
+
+// planeFor is the AVX-512 im2col/col2im geometry of g's planes, nil where
+// the scalar loops run (no AVX-512).
+func (s *convScratch) planeFor(g convGeom) *vecmath.ConvPlane {
+	if p := s.plane; p != nil && p.H == g.h && p.W == g.w && p.K == g.k && p.Pad == g.pad {
+		return p
+	}
+	s.plane = vecmath.NewConvPlane(g.h, g.w, g.k, g.pad)
+	return s.plane
+}
+
+// im2col is im2col(g, x, col), a channel at a time in AVX-512 where the
+// CPU has it (bit for bit the same).
+func (s *convScratch) im2col(g convGeom, x, col []float32) {
+	p := s.planeFor(g)
+	if p == nil {
+		im2col(g, x, col)
+		return
+	}
+	kk, hw := g.k*g.k*g.howo(), g.hw()
+	for c := 0; c < g.cin; c++ {
+		p.Im2col(col[c*kk:(c+1)*kk], x[c*hw:(c+1)*hw])
+	}
+}
+
+// col2im is col2im(g, col, dx) like im2col above.
+func (s *convScratch) col2im(g convGeom, col, dx []float32) {
+	p := s.planeFor(g)
+	if p == nil {
+		col2im(g, col, dx)
+		return
+	}
+	kk, hw := g.k*g.k*g.howo(), g.hw()
+	for c := 0; c < g.cin; c++ {
+		p.Col2im(dx[c*hw:(c+1)*hw], col[c*kk:(c+1)*kk])
+	}
+}
 
 func (s *convScratch) get(n int) []float32 {
 	if cap(s.col) < n {
@@ -165,7 +206,7 @@ func conv2dForward(g convGeom, x, w, b, y []float32, sc *convScratch) {
 		col := xn
 		if !g.direct() {
 			col = sc.get(ckk * howo)
-			im2col(g, xn, col)
+			sc.im2col(g, xn, col)
 		}
 		yn := y[n*g.cout*howo : (n+1)*g.cout*howo]
 		impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cout, howo, ckk, 1, w, ckk, col, howo, 0, yn, howo)
@@ -180,6 +221,9 @@ func conv2dForward(g convGeom, x, w, b, y []float32, sc *convScratch) {
 
 // addScalar adds s to every element of v.
 func addScalar(v []float32, s float32) {
+	if vecmath.AddScalar(v, s) {
+		return
+	}
 	for len(v) >= 8 {
 		w := v[:8:8]
 		w[0] += s
@@ -430,7 +474,7 @@ func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
 		col := sc.get(ckk * howo)
 		impl.Sgemm(blas.Trans, blas.NoTrans, ckk, howo, g.cout, 1, w, ckk, dyn, howo, 0, col, howo)
 		clear(dxn)
-		col2im(g, col, dxn)
+		sc.col2im(g, col, dxn)
 	}
 }
 
@@ -445,7 +489,7 @@ func conv2dBackwardW(g convGeom, x, dy, dw []float32, sc *convScratch) {
 		col := xn
 		if !g.direct() {
 			col = sc.get(ckk * howo)
-			im2col(g, xn, col)
+			sc.im2col(g, xn, col)
 		}
 		dyn := dy[n*g.cout*howo : (n+1)*g.cout*howo]
 		impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, ckk, howo, 1, dyn, howo, col, howo, beta, dw, ckk)
@@ -895,7 +939,7 @@ func poolReLUArgGrad(arg []uint8, dy []float32, planes, h, w int, dx []float32) 
 			dbt := db[r0+w : r0+w+2*wo]
 			ar := arg[o : o+wo]
 			gr := gb[o : o+wo]
-			if wo > 0 {
+			if wo > 0 && !vecmath.PoolArgGrad(ar, dy[o:o+wo], dx[r0:r0+2*wo], dx[r0+w:r0+w+2*wo]) {
 				// Checked above: dt and dbt hold 2*wo values, ar and gr wo.
 				pdt, pdb := unsafe.Pointer(&dt[0]), unsafe.Pointer(&dbt[0])
 				pa, pg := unsafe.Pointer(&ar[0]), unsafe.Pointer(&gr[0])

@@ -100,7 +100,7 @@ func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
 		col := xn
 		if !g.direct() {
 			col = op.conv.sc.get(ckk * howo)
-			im2col(g, xn, col)
+			op.conv.sc.im2col(g, xn, col)
 		}
 		yn := st.y // stays in cache: only the pooled output and arg are kept
 		impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cout, howo, ckk, 1, w, ckk, col, howo, 0, yn, howo)
@@ -201,7 +201,7 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 		col := xn
 		if !g.direct() {
 			col = op.fwd.conv.sc.get(ckk * howo)
-			im2col(g, xn, col)
+			op.fwd.conv.sc.im2col(g, xn, col)
 		}
 		impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, ckk, howo, 1, dn, howo, col, howo, beta, dw, ckk)
 		beta = 1

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/internal/vecmath"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -59,6 +60,9 @@ func (op *lnOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 // float32 allows for the row lengths of a layer norm or a channel).
 func sum32(v []float32) float32 {
 	var s [8]float32
+	if vecmath.Sum8(v, &s) {
+		v = v[len(v)&^7:]
+	}
 	for len(v) >= 8 {
 		w := v[:8:8]
 		s[0] += w[0]

@@ -50,3 +50,34 @@ var HasAVX512 = cpu.X86.AVX512
 func poolReLUArgKernel(top, bot, y []float32, arg []uint8) {
 	poolReLUArgAVX512(unsafe.SliceData(top), unsafe.SliceData(bot), unsafe.SliceData(y), unsafe.SliceData(arg), len(y))
 }
+
+//go:noescape
+func im2colPlaneAVX512(col, x *float32, h, w, ho, wo, k, pad int, masks *uint16)
+
+//go:noescape
+func col2imPlaneAVX512(dx, col *float32, h, w, ho, wo, k, pad int, masks *uint16)
+
+//go:noescape
+func poolArgGradAVX512(arg *uint8, dy, top, bot *float32, n int)
+
+//go:noescape
+func sum8AVX(v *float32, n int, s *[8]float32)
+
+//go:noescape
+func addScalarAVX512(v *float32, n int, s float32)
+
+func im2colKernel(col, x []float32, h, w, ho, wo, k, pad int, masks []uint16) {
+	im2colPlaneAVX512(unsafe.SliceData(col), unsafe.SliceData(x), h, w, ho, wo, k, pad, unsafe.SliceData(masks))
+}
+
+func col2imKernel(dx, col []float32, h, w, ho, wo, k, pad int, masks []uint16) {
+	col2imPlaneAVX512(unsafe.SliceData(dx), unsafe.SliceData(col), h, w, ho, wo, k, pad, unsafe.SliceData(masks))
+}
+
+func poolArgGradKernel(arg []uint8, dy, top, bot []float32) {
+	poolArgGradAVX512(unsafe.SliceData(arg), unsafe.SliceData(dy), unsafe.SliceData(top), unsafe.SliceData(bot), len(dy))
+}
+
+func sum8Kernel(v []float32, s *[8]float32) { sum8AVX(unsafe.SliceData(v), len(v), s) }
+
+func addScalarKernel(v []float32, s float32) { addScalarAVX512(unsafe.SliceData(v), len(v), s) }

@@ -15,3 +15,17 @@ func sgdKernel(p, g, b []float32, c *SGDConsts) { panic("vecmath: no SGD kernel"
 const HasAVX512 = false
 
 func poolReLUArgKernel(top, bot, y []float32, arg []uint8) { panic("vecmath: no pooling kernel") }
+
+func im2colKernel(col, x []float32, h, w, ho, wo, k, pad int, masks []uint16) {
+	panic("vecmath: no im2col kernel")
+}
+
+func col2imKernel(dx, col []float32, h, w, ho, wo, k, pad int, masks []uint16) {
+	panic("vecmath: no col2im kernel")
+}
+
+func poolArgGradKernel(arg []uint8, dy, top, bot []float32) { panic("vecmath: no pooling kernel") }
+
+func sum8Kernel(v []float32, s *[8]float32) { panic("vecmath: no sum kernel") }
+
+func addScalarKernel(v []float32, s float32) { panic("vecmath: no add kernel") }
