@@ -7,7 +7,7 @@ import "fmt"
 // the lane masks its im2col and col2im kernels read.
 type ConvPlane struct {
 	H, W, Ho, Wo, K, Pad int
-	im, col               []uint16 // 64 bytes per entry: see im2colPlaneAVX512
+	im, col              []uint16 // 64 bytes per entry: see im2colPlaneAVX512
 }
 
 // NewConvPlane returns the plane's geometry and masks; nil without
