@@ -74,6 +74,7 @@ type DDP struct {
 
 	noSync   bool
 	freeGrad func() // frees the shared gradient buffer (nil: ordinary memory)
+	shareErr error  // why the gradients are not in shared memory (SharedGradsErr)
 	// runCtx is the context of the Backward call under way (nil outside
 	// one): buckets launched from gradient hooks run under it.
 	runCtx   context.Context
@@ -159,6 +160,8 @@ func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffe
 				return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
 			}
 			d.freeGrad = free
+		} else if !errors.Is(err, comm.ErrUnsupported) {
+			d.shareErr = err
 		}
 	}
 	d.layout()
@@ -224,6 +227,12 @@ func (d *DDP) Close() error {
 // SharedGrads reports whether the gradient buffer lies in memory from
 // comm.Alloc on an Allocator Comm (Options.OrdinaryGrads).
 func (d *DDP) SharedGrads() bool { return d.freeGrad != nil }
+
+// SharedGradsErr is why the gradient buffer is not in shared memory on a
+// Comm that has some (its area is too small: the error names the setting
+// that enlarges it); nil when it is there, or the Comm has none, or
+// Options.OrdinaryGrads kept it out.
+func (d *DDP) SharedGradsErr() error { return d.shareErr }
 
 // Buckets returns the bucket layout.
 func (d *DDP) Buckets() []Bucket { return d.bkts }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,6 +249,9 @@ func TestSharedGrads(t *testing.T) {
 			if d.SharedGrads() != want {
 				return fmt.Errorf("SharedGrads() = %v, want %v", d.SharedGrads(), want)
 			}
+			if err := d.SharedGradsErr(); err != nil {
+				return fmt.Errorf("SharedGradsErr() = %v, want nil", err)
+			}
 			return nil
 		}
 	}
@@ -263,6 +267,21 @@ func TestSharedGrads(t *testing.T) {
 	}
 	// Elsewhere the gradients stay in ordinary memory.
 	distributed(t, s, inprocWorld(t, 2), ddp.Options{}, shared(false))
+	// An area too small for them: ordinary memory, the same training, and
+	// SharedGradsErr names the setting that makes room.
+	t.Setenv("GDIST_SHM_AREA_BYTES", "131072")
+	opts.OrdinaryGrads = false
+	small := distributed(t, s, shmWorld(t, 2), opts, func(d *ddp.DDP) error {
+		if err := d.SharedGradsErr(); d.SharedGrads() || err == nil || !strings.Contains(err.Error(), "GDIST_SHM_AREA_BYTES") {
+			return fmt.Errorf("128 KiB area: SharedGrads() = %v, SharedGradsErr() = %v; want false and an error naming GDIST_SHM_AREA_BYTES", d.SharedGrads(), err)
+		}
+		return nil
+	})
+	for i, v := range small[0].Flat.Value {
+		if math.Float32bits(v) != math.Float32bits(want[0].Flat.Value[i]) {
+			t.Fatalf("parameter %d is %v with a small area, %v with ordinary gradients", i, v, want[0].Flat.Value[i])
+		}
+	}
 }
 
 // TestEquivalenceCNN covers convolutions and no-overlap mode.

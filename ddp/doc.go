@@ -47,7 +47,9 @@
 // zero-copy: each rank reads the others' gradients where they lie, with
 // no copy through the transport's rings (buckets under
 // GDIST_ZEROCOPY_MIN, 128 KiB by default, take the ordinary path).
-// Options.OrdinaryGrads keeps the buffer where it was; Close moves it back
+// Where the shared memory has no room for the buffer (shm's area, see
+// GDIST_SHM_AREA_BYTES), it stays in ordinary memory and SharedGradsErr
+// says why. Options.OrdinaryGrads keeps the buffer where it was; Close moves it back
 // into ordinary memory and frees the shared memory. The model's buffers
 // are re-pointed (flat.Params.Move), so code that kept the old gradient
 // slice must fetch it again.

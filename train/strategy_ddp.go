@@ -96,6 +96,10 @@ func (s *ddpStrategy) Memory() (MemoryBytes, int64) {
 
 func (s *ddpStrategy) Report(_ context.Context, sum *Summary) error {
 	sum.Buckets = len(s.d.Buckets())
+	sum.SharedMemory = s.d.SharedGrads()
+	if err := s.d.SharedGradsErr(); err != nil {
+		sum.SharedMemoryNote = err.Error()
+	}
 	return nil
 }
 

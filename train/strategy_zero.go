@@ -123,7 +123,13 @@ func (s *zeroStrategy) Memory() (MemoryBytes, int64) {
 	return MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient
 }
 
-func (s *zeroStrategy) Report(context.Context, *Summary) error { return nil }
+func (s *zeroStrategy) Report(_ context.Context, sum *Summary) error {
+	sum.SharedMemory = s.e.SharedBuffers()
+	if err := s.e.SharedBuffersErr(); err != nil {
+		sum.SharedMemoryNote = err.Error()
+	}
+	return nil
+}
 
 func (s *zeroStrategy) Close() error {
 	return errors.Join(s.gr.Close(), s.e.Close())

@@ -196,6 +196,12 @@ type Summary struct {
 	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
 	Overlap          bool    `json:"overlap"`
 	Buckets          int     `json:"buckets"`
+	// SharedMemory: the strategy's flat buffers (DDP's gradients, ZeRO
+	// 1-2's parameters) lie in the Comm's shared memory, so their
+	// collectives are zero-copy (comm.Alloc); SharedMemoryNote is why not
+	// where the Comm has shared memory but no room for them.
+	SharedMemory     bool    `json:"shared_memory"`
+	SharedMemoryNote string  `json:"shared_memory_note,omitempty"`
 	BLAS             string  `json:"blas"`
 	WallSeconds      float64 `json:"wall_seconds"`
 	// Saves is how many checkpoints this run wrote, SaveMsMean and

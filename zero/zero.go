@@ -51,7 +51,8 @@
 // the padded parameter buffer, and stage 1 the gradient buffer, into it,
 // so the parameter all-gather and stage 1's gradient reduce-scatter are
 // zero-copy (each rank reads the others' buffers where they lie; see
-// comm/shm). Options.OrdinaryBuffers keeps them in ordinary memory; Close
+// comm/shm); where the area has no room for them they stay in ordinary
+// memory and SharedBuffersErr says why. Options.OrdinaryBuffers keeps them in ordinary memory; Close
 // moves them back and frees the shared memory. Stage 2's buckets and
 // stage 3's gathers use ordinary memory.
 //
@@ -77,6 +78,7 @@ package zero
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -147,6 +149,8 @@ type Engine struct {
 	opt    optim.Optimizer
 	noSync bool
 	frees  []func() // frees the shared buffers (Close)
+	// shareErr is why a buffer is not in shared memory (SharedBuffersErr).
+	shareErr error
 
 	// stage 1: full padded gradient buffer; stage 2: shard gradients.
 	gradFull  []float32
@@ -317,6 +321,9 @@ func (e *Engine) share(grads bool) error {
 	get := func(n int) []float32 {
 		b, free, err := a.Alloc(comm.Float32, n)
 		if err != nil {
+			if !errors.Is(err, comm.ErrUnsupported) {
+				e.shareErr = err
+			}
 			return nil
 		}
 		e.frees = append(e.frees, free)
@@ -338,6 +345,12 @@ func (e *Engine) share(grads bool) error {
 // SharedBuffers reports whether the parameter buffer lies in the Comm's
 // shared memory (Options.OrdinaryBuffers).
 func (e *Engine) SharedBuffers() bool { return len(e.frees) > 0 }
+
+// SharedBuffersErr is why a buffer is not in shared memory on a Comm that
+// has some (its area is too small: the error names the setting that
+// enlarges it); nil when they are there, or the Comm has none, or
+// Options.OrdinaryBuffers kept them out.
+func (e *Engine) SharedBuffersErr() error { return e.shareErr }
 
 // Close moves the flat buffers back into ordinary memory (if New put them
 // in the Comm's shared memory) and frees the shared memory. The engine

@@ -347,6 +347,9 @@ func TestSharedBuffers(t *testing.T) {
 					if e.SharedBuffers() != want {
 						return fmt.Errorf("SharedBuffers() = %v, want %v", e.SharedBuffers(), want)
 					}
+					if err := e.SharedBuffersErr(); err != nil {
+						return fmt.Errorf("SharedBuffersErr() = %v, want nil", err)
+					}
 					return nil
 				}
 			}
@@ -360,6 +363,21 @@ func TestSharedBuffers(t *testing.T) {
 				}
 			}
 			trainOn(t, world(t, 2), stage, zero.Options{}, shared(false))
+			// An area too small for the buffers: ordinary memory, the same
+			// training, and an error naming the setting that makes room.
+			t.Setenv("GDIST_SHM_AREA_BYTES", "131072")
+			opts.OrdinaryBuffers = false
+			small := trainOn(t, shmWorld(t, 2), stage, opts, func(e *zero.Engine) error {
+				if err := e.SharedBuffersErr(); e.SharedBuffers() || err == nil || !strings.Contains(err.Error(), "GDIST_SHM_AREA_BYTES") {
+					return fmt.Errorf("128 KiB area: SharedBuffers() = %v, SharedBuffersErr() = %v; want false and an error naming GDIST_SHM_AREA_BYTES", e.SharedBuffers(), err)
+				}
+				return nil
+			})
+			for i, v := range small {
+				if math.Float32bits(v) != math.Float32bits(want[i]) {
+					t.Fatalf("parameter %d is %v with a small area, %v with ordinary buffers", i, v, want[i])
+				}
+			}
 		})
 	}
 }

@@ -37,6 +37,11 @@
 // OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS, when set,
 // are left to OpenBLAS; -blas-threads N overrides all. The summary's
 // blas_threads and blas_threads_from say what was used.
+//
+// On one host the strategies keep their flat buffers in the job's shared
+// memory (zero-copy collectives, see comm.Alloc): the summary's
+// shared_memory says whether they did, and shared_memory_note why not
+// when the area was too small (GDIST_SHM_AREA_BYTES enlarges it).
 package main
 
 import (

@@ -126,6 +126,28 @@ func TestBLASThreads(t *testing.T) {
 	}
 }
 
+// TestSharedMemorySummary: on shm the summary says the gradients lie in
+// shared memory (zero-copy all-reduces) and, when the area has no room
+// for them, says why not instead of falling back in silence.
+func TestSharedMemorySummary(t *testing.T) {
+	args := []string{"-nproc", "2", "-backend", "shm", "-data", "synthetic", "-limit", "256", "-epochs", "1", "-batch", "16", "-json", "-progress=false"}
+	out, stderr, err := trainCmd(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if s := summary(t, out); !s.SharedMemory || s.SharedMemoryNote != "" {
+		t.Errorf("shm: shared_memory %v, note %q; want true and none", s.SharedMemory, s.SharedMemoryNote)
+	}
+	t.Setenv("GDIST_SHM_AREA_BYTES", "131072")
+	out, stderr, err = trainCmd(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if s := summary(t, out); s.SharedMemory || !strings.Contains(s.SharedMemoryNote, "GDIST_SHM_AREA_BYTES") {
+		t.Errorf("shm, 128 KiB area: shared_memory %v, note %q; want false and a note naming GDIST_SHM_AREA_BYTES", s.SharedMemory, s.SharedMemoryNote)
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	cases := []struct {
 		args []string
