@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/internal/vecmath"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -90,8 +91,10 @@ func (l *BNLayer) Forward(ctx context.Context, x []float32, n, inner int, gamma,
 		for i := 0; i < len(x); i += inner {
 			ch := (i / inner) % c
 			var s float64
-			for _, xv := range x[i : i+inner] {
-				s += float64(xv)
+			if !vecmath.SumF64(x[i:i+inner], &s) {
+				for _, xv := range x[i : i+inner] {
+					s += float64(xv)
+				}
 			}
 			stats[ch] += s
 		}
@@ -101,9 +104,11 @@ func (l *BNLayer) Forward(ctx context.Context, x []float32, n, inner int, gamma,
 				ch := (i / inner) % c
 				mu := stats[ch] / stats[2*c]
 				var s float64
-				for _, xv := range x[i : i+inner] {
-					d := float64(xv) - mu
-					s += d * d
+				if !vecmath.SqDevF64(x[i:i+inner], mu, &s) {
+					for _, xv := range x[i : i+inner] {
+						d := float64(xv) - mu
+						s += d * d
+					}
 				}
 				stats[c+ch] += s
 			}
@@ -139,6 +144,13 @@ func (l *BNLayer) Forward(ctx context.Context, x []float32, n, inner int, gamma,
 	for i := 0; i < len(x); i += inner {
 		ch := (i / inner) % c
 		mu, is, g, b := mean[ch], invstd[ch], float64(gamma[ch]), float64(beta[ch])
+		var xhat []float32
+		if train {
+			xhat = st.XHat[i : i+inner]
+		}
+		if vecmath.BNNorm(x[i:i+inner], out[i:i+inner], xhat, &[4]float64{mu, is, g, b}) {
+			continue
+		}
 		for j, xv := range x[i : i+inner] {
 			xh := (float64(xv) - mu) * is
 			if train {
@@ -161,9 +173,13 @@ func (l *BNLayer) localSums(dy []float32, inner int, st *BNState) []float64 {
 	for i := 0; i < len(dy); i += inner {
 		ch := (i / inner) % c
 		var s, sx float64
-		for j, d := range dy[i : i+inner] {
-			s += float64(d)
-			sx += float64(d) * float64(st.XHat[i+j])
+		if sd := [2]float64{}; vecmath.SumDotF64(dy[i:i+inner], st.XHat[i:i+inner], &sd) {
+			s, sx = sd[0], sd[1]
+		} else {
+			for j, d := range dy[i : i+inner] {
+				s += float64(d)
+				sx += float64(d) * float64(st.XHat[i+j])
+			}
 		}
 		local[ch] += s
 		local[c+ch] += sx
@@ -206,6 +222,9 @@ func (l *BNLayer) InputGrad(ctx context.Context, dy []float32, inner int, gamma 
 		ch := (i / inner) % c
 		k := float64(gamma[ch]) * st.InvStd[ch]
 		mdy, mdyx := sums[ch]/st.M, sums[c+ch]/st.M
+		if vecmath.BNGrad(dy[i:i+inner], st.XHat[i:i+inner], out[i:i+inner], &[3]float64{k, mdy, mdyx}) {
+			continue
+		}
 		for j, d := range dy[i : i+inner] {
 			out[i+j] = float32(k * (float64(d) - mdy - float64(st.XHat[i+j])*mdyx))
 		}

@@ -664,10 +664,27 @@ func (op *maxPool2x2GradOp) Do(v ...G.Value) (G.Value, error) {
 type poolReLUOp struct {
 	baseOp
 	out outBuf
+	st  *poolArgState
+}
+
+// poolArgState is what poolReLUOp leaves its gradient op: which input of
+// its window each output came from (poolReLUArg), for the input and output
+// it was computed on.
+type poolArgState struct {
+	arg  []uint8
+	x, y *float32 // the forward's input and output data
+}
+
+// argFor returns the recorded codes if they are x's and y's, else nil.
+func (s *poolArgState) argFor(x, y []float32) []uint8 {
+	if len(x) == 0 || len(y) != len(s.arg) || s.x != &x[0] || s.y != &y[0] {
+		return nil
+	}
+	return s.arg
 }
 
 func newPoolReLU() *poolReLUOp {
-	return &poolReLUOp{baseOp: baseOp{nextID(), "relu+maxpool2x2"}}
+	return &poolReLUOp{baseOp: baseOp{nextID(), "relu+maxpool2x2"}, st: &poolArgState{}}
 }
 
 func (op *poolReLUOp) Arity() int { return 1 }
@@ -693,7 +710,16 @@ func (op *poolReLUOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	t, out := op.out.get(ys, x)
-	poolReLU(x, xs[0]*xs[1], xs[2], xs[3], out)
+	st := op.st
+	if cap(st.arg) < len(out) {
+		st.arg = make([]uint8, len(out))
+	}
+	st.arg = st.arg[:len(out)]
+	st.x, st.y = nil, nil
+	poolReLUArg(x, xs[0]*xs[1], xs[2], xs[3], out, st.arg)
+	if len(x) > 0 && len(out) > 0 {
+		st.x, st.y = &x[0], &out[0]
+	}
 	return t, nil
 }
 
@@ -739,17 +765,20 @@ func poolReLU(x []float32, planes, h, w int, y []float32) {
 
 func (op *poolReLUOp) DiffWRT(int) []bool { return []bool{true} }
 func (op *poolReLUOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	dx, err := G.ApplyOp(&poolReLUGradOp{baseOp: baseOp{nextID(), "relu+maxpool2x2'"}}, inputs[0], output, grad)
+	dx, err := G.ApplyOp(&poolReLUGradOp{baseOp: baseOp{nextID(), "relu+maxpool2x2'"}, st: op.st}, inputs[0], output, grad)
 	if err != nil {
 		return nil, err
 	}
 	return G.Nodes{dx}, nil
 }
 
-// poolReLUGradOp: (x, y, dy) -> dx for y = poolReLU(x).
+// poolReLUGradOp: (x, y, dy) -> dx for y = poolReLU(x), from the winners
+// the forward op recorded when they are for this x and y (else found
+// again from x and y: the same gradient).
 type poolReLUGradOp struct {
 	baseOp
 	out outBuf
+	st  *poolArgState
 }
 
 func (op *poolReLUGradOp) Arity() int { return 3 }
@@ -782,7 +811,11 @@ func (op *poolReLUGradOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, fmt.Errorf("nn: relu+maxpool2x2': output %v and gradient %v for input %v", ys, dys, xs)
 	}
 	t, dx := op.out.get(xs, x, y, dy)
-	poolReLUGrad(x, y, dy, xs[0]*xs[1], xs[2], xs[3], dx)
+	if arg := op.st.argFor(x, y); arg != nil {
+		poolReLUArgGrad(arg, dy, xs[0]*xs[1], xs[2], xs[3], dx)
+	} else {
+		poolReLUGrad(x, y, dy, xs[0]*xs[1], xs[2], xs[3], dx)
+	}
 	return t, nil
 }
 

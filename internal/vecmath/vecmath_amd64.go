@@ -81,3 +81,40 @@ func poolArgGradKernel(arg []uint8, dy, top, bot []float32) {
 func sum8Kernel(v []float32, s *[8]float32) { sum8AVX(unsafe.SliceData(v), len(v), s) }
 
 func addScalarKernel(v []float32, s float32) { addScalarAVX512(unsafe.SliceData(v), len(v), s) }
+
+//go:noescape
+func sumF64AVX512(x *float32, n int) float64
+
+//go:noescape
+func sqDevF64AVX512(x *float32, n int, mu float64) float64
+
+//go:noescape
+func sumDotF64AVX512(d, e *float32, n int, out *[2]float64)
+
+//go:noescape
+func bnNormAVX512(x, out, xhat *float32, n int, c *[4]float64)
+
+//go:noescape
+func bnGradAVX512(dy, xhat, out *float32, n int, c *[3]float64)
+
+func sumF64Kernel(x []float32) float64 { return sumF64AVX512(unsafe.SliceData(x), len(x)) }
+
+func sqDevF64Kernel(x []float32, mu float64) float64 {
+	return sqDevF64AVX512(unsafe.SliceData(x), len(x), mu)
+}
+
+func sumDotF64Kernel(d, e []float32, out *[2]float64) {
+	sumDotF64AVX512(unsafe.SliceData(d), unsafe.SliceData(e), len(d), out)
+}
+
+func bnNormKernel(x, out, xhat []float32, c *[4]float64) {
+	var xp *float32
+	if xhat != nil {
+		xp = unsafe.SliceData(xhat)
+	}
+	bnNormAVX512(unsafe.SliceData(x), unsafe.SliceData(out), xp, len(x), c)
+}
+
+func bnGradKernel(dy, xhat, out []float32, c *[3]float64) {
+	bnGradAVX512(unsafe.SliceData(dy), unsafe.SliceData(xhat), unsafe.SliceData(out), len(dy), c)
+}

@@ -29,3 +29,9 @@ func poolArgGradKernel(arg []uint8, dy, top, bot []float32) { panic("vecmath: no
 func sum8Kernel(v []float32, s *[8]float32) { panic("vecmath: no sum kernel") }
 
 func addScalarKernel(v []float32, s float32) { panic("vecmath: no add kernel") }
+
+func sumF64Kernel(x []float32) float64                    { panic("vecmath: no batch-norm kernel") }
+func sqDevF64Kernel(x []float32, mu float64) float64      { panic("vecmath: no batch-norm kernel") }
+func sumDotF64Kernel(d, e []float32, out *[2]float64)     { panic("vecmath: no batch-norm kernel") }
+func bnNormKernel(x, out, xhat []float32, c *[4]float64)  { panic("vecmath: no batch-norm kernel") }
+func bnGradKernel(dy, xhat, out []float32, c *[3]float64) { panic("vecmath: no batch-norm kernel") }
