@@ -19,6 +19,12 @@
 // of the values). A pipeline stage builds its layers one by one (the
 // same values).
 //
+// On CPUs with AVX-512 the convolution's unrolling (im2col) and its
+// adjoint, pooling forward and backward, bias sums and adds and batch
+// norm's per-channel loops run as assembly kernels (internal/vecmath),
+// bit for bit the scalar loops' values (batch norm's float64 sums to
+// float64 rounding); the matrix products go to OpenBLAS.
+//
 // # Your own layer
 //
 // A layer implements Layer: Params declares its learnables (name, shape,
