@@ -30,7 +30,7 @@ type convPoolState struct {
 	g     convGeom
 	y     []float32 // one image's conv + bias, (Cout, Ho, Wo)
 	arg   []uint8   // which input each output is (poolReLUArg), for all images
-	dconv []float32 // the gradient w.r.t. conv + bias, (N, Cout, Ho, Wo)
+	dconv []float32 // the gradient w.r.t. conv + bias, (N, Cout, Ho, Wo); one image's without dx
 	db    []float32 // the bias gradient
 }
 
@@ -183,7 +183,15 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	if len(st.arg) != ps.TotalSize() || !xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || len(p) != ps.TotalSize() || len(dp) != len(p) {
 		return nil, fmt.Errorf("nn: %s: no forward pass recorded for input %v", op.name, xs)
 	}
-	st.dconv = grow(st.dconv, g.outShape().TotalSize())
+	// Without an input gradient nobody reads the gradient w.r.t. the
+	// convolution's output after this op: one image's worth, which stays
+	// in cache, will do.
+	per := g.cout * g.howo()
+	if op.fwd.conv.noDX {
+		st.dconv = grow(st.dconv, per)
+	} else {
+		st.dconv = grow(st.dconv, g.n*per)
+	}
 	st.db = grow(st.db, g.cout)
 	clear(st.db)
 	t, dw := op.out.get(op.ws, x, p, dp)
@@ -192,7 +200,10 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	pn := len(p) / g.n
 	var beta float32
 	for n := 0; n < g.n; n++ {
-		dn := st.dconv[n*g.cout*howo : (n+1)*g.cout*howo]
+		dn := st.dconv[:per]
+		if !op.fwd.conv.noDX {
+			dn = st.dconv[n*per : (n+1)*per]
+		}
 		poolReLUArgGrad(st.arg[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
 		for c := range st.db {
 			st.db[c] += sum32(dn[c*howo : (c+1)*howo])
