@@ -47,11 +47,38 @@ func newConn(t *Transport, peer int, nc net.Conn) *conn {
 	if nc != nil {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
+			t.tune(tc)
 		}
 		c.br = bufio.NewReaderSize(&deadlineReader{nc: nc, d: t.peerDL}, 64<<10)
 		c.lastWrite.Store(time.Now().UnixNano())
 	}
 	return c
+}
+
+// tune sets the congestion control of a link within this host
+// (Options.Congestion).
+func (t *Transport) tune(tc *net.TCPConn) {
+	cc := t.opts.Congestion
+	if cc == congestionSystem || !sameHost(tc) {
+		return
+	}
+	if err := setCongestion(tc, cc); err != nil {
+		t.ccOnce.Do(func() {
+			t.logf("tcp: rank %d: keeping the kernel's congestion control on links within the host: %s %q: %v", t.rank, EnvCongestion, cc, err)
+		})
+	}
+}
+
+// congestionSystem is the Options.Congestion that keeps the kernel's choice.
+const congestionSystem = "system"
+
+// sameHost reports whether both ends of tc are on this host: the peer has
+// a loopback address or the local one (the kernel then routes the link
+// through the loopback device).
+func sameHost(tc *net.TCPConn) bool {
+	l, lok := tc.LocalAddr().(*net.TCPAddr)
+	r, rok := tc.RemoteAddr().(*net.TCPAddr)
+	return lok && rok && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
 }
 
 // deadlineReader pushes the read deadline forward before every read, so a

@@ -57,6 +57,16 @@
 // for ranks that never publish anything is bounded by New's ctx and
 // Config.OpTimeout(); New then fails naming them.
 //
+// # Sockets
+//
+// Every link has TCP_NODELAY. A link whose two ends are on this host (the
+// peer's address is a loopback address or this end's own) runs the
+// congestion control Options.Congestion ($GDIST_TCP_CONGESTION), Reno by
+// default: over loopback the kernel's common default, BBR, paces the
+// sender by its bandwidth estimate and moved 20-30% less than Reno in a
+// 2-process exchange on a 2-core machine (DefaultCongestion). Links
+// between hosts keep the kernel's default.
+//
 // # Frames and streams
 //
 // A message is sent as one or more frames of at most wire.MaxFrame bytes, each
