@@ -83,7 +83,14 @@
 // and Offset = bytes received so far) and its payload is read from the socket
 // straight into the caller's buffer; otherwise the payload is read into a
 // pooled buffer (power-of-two size classes, reused without zeroing) and
-// queued. Queued ("unexpected") bytes per connection are capped
+// queued. Before it queues a frame of 64 KiB or more while nothing is
+// queued on the link, the reader waits up to 200 us for its receive to be
+// posted (conn.awaitPost): the algorithms post the receive of a message
+// right after the previous one completes, usually just after the reader
+// has met the next header, and a queued payload costs one more copy (or
+// a reduction from a buffer no longer in cache). A wait that times out
+// makes the reader queue the next 8 frames without waiting, so a receive
+// posted late costs the link at most that delay. Queued ("unexpected") bytes per connection are capped
 // (Options.MaxUnexpected, 1 GiB by default): a peer that exceeds the cap is a
 // protocol error. A Recv first consumes queued frames (copying), then posts
 // itself. A frame that does not match fails the Recv with a

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gdist/gdist/comm"
@@ -117,6 +118,8 @@ type Transport struct {
 
 	closeOnce sync.Once
 	ccOnce    sync.Once // logs a refused congestion control once
+
+	postWait atomic.Int64 // the reader's wait for a receive, ns (postWait; tests change it)
 }
 
 var errTransportClosed = fmt.Errorf("tcp: transport closed: %w", comm.ErrClosed)
@@ -371,6 +374,9 @@ func (t *Transport) recv(ctx context.Context, from int, h wire.Header, op *mailb
 	// outside the lock), then post op.
 	c.mu.Lock()
 	box.Take(s, op, c.byeErrLocked, true, putBuf)
+	if !op.Finished {
+		c.posted(key)
+	}
 	c.mu.Unlock()
 
 	cancel := func(err error) error {
