@@ -67,6 +67,11 @@
 // 2-process exchange on a 2-core machine (DefaultCongestion). Links
 // between hosts keep the kernel's default.
 //
+// The backend's collectives pipeline in chunks of ChunkBytes (4 MiB, one
+// frame) rather than algo's default, unless $GDIST_CHUNK_BYTES says
+// otherwise: each chunk is a message, and per message both ranks pay
+// wakeups and system calls that a loopback link, busy copying, cannot hide.
+//
 // # Frames and streams
 //
 // A message is sent as one or more frames of at most wire.MaxFrame bytes, each
