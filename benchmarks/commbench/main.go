@@ -4,7 +4,11 @@
 // checks the result of every op.
 //
 //	go run ./benchmarks/commbench -backend inproc|tcp|shm|auto|nccl -np N \
-//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device] [-per-op]
+//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device] [-per-op] [-cpu]
+//
+// -cpu adds a column with the CPU time per op, all ranks' processes
+// together (the JSON rows always carry it, cpu_us): on a machine shared
+// with other jobs it moves less than the time does.
 //
 // -per-op also times every iteration and reports rank 0's p50, p90, p99
 // and maximum: small messages on shm have a slow tail (the iterations
