@@ -4,7 +4,11 @@
 // checks the result of every op.
 //
 //	go run ./benchmarks/commbench -backend inproc|tcp|shm|auto|nccl -np N \
-//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device] [-per-op]
+//	    -ops all|all_reduce,broadcast,... -sizes 4K,1M,... [-iters K] [-json] [-device] [-per-op] [-cpu]
+//
+// -cpu adds a column with the CPU time per op, all ranks' processes
+// together (the JSON rows always carry it, cpu_us): on a machine shared
+// with other jobs it moves less than the time does.
 //
 // -per-op also times every iteration and reports rank 0's p50, p90, p99
 // and maximum: small messages on shm have a slow tail (the iterations
@@ -69,6 +73,7 @@ type config struct {
 	perOp   bool // time every iteration: percentiles in the row
 	alloc   bool // buffers from comm.Alloc (shared memory on shm/auto)
 	bind    bool // pin each rank's process to one CPU
+	cpu     bool // text output: a column with the CPU time per op
 }
 
 // Row is one line of output.
@@ -90,6 +95,14 @@ type Row struct {
 	P90US float64 `json:"p90_us,omitempty"`
 	P99US float64 `json:"p99_us,omitempty"`
 	MaxUS float64 `json:"max_us,omitempty"`
+	// CPUUS is the CPU time (user and system) that the timed iterations
+	// took per op, summed over the ranks' processes (with inproc, the one
+	// process's). On a machine with fewer cores than busy threads it
+	// bounds what the time can reach: cores x time_us >= cpu_us. It counts
+	// the kernel's work done in the ranks' contexts (system calls and the
+	// softirqs that run in them), not that of kernel threads. Zero where
+	// the platform does not tell (see cpuTime).
+	CPUUS float64 `json:"cpu_us,omitempty"`
 	// With -alloc: the buffers came from comm.Alloc.
 	Alloc bool `json:"alloc,omitempty"`
 }
@@ -138,6 +151,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.BoolVar(&cfg.device, "device", false, "use GPU buffers (CUDA); the default with -backend nccl")
 	fs.BoolVar(&cfg.alloc, "alloc", false, "all_reduce, broadcast, reduce: buffers from comm.Alloc (on shm and auto, shared memory: all-reduce is zero-copy)")
+	fs.BoolVar(&cfg.cpu, "cpu", false, "text output: add a column with the CPU time (user+system, all ranks' processes) per op")
 	fs.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile (pprof) to this file; with a process backend every rank writes FILE.rankN")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -467,7 +481,11 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			if op == "all_reduce" || op == "reduce" || op == "reduce_scatter" {
 				fmt.Fprintf(out, " op=%v", cfg.redop)
 			}
-			fmt.Fprintf(out, "\n# %12s %12s %10s %12s %12s %6s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check")
+			fmt.Fprintf(out, "\n# %12s %12s %10s %12s %12s %6s", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check")
+			if cfg.cpu {
+				fmt.Fprintf(out, " %10s", "cpu(us)")
+			}
+			fmt.Fprintln(out)
 		}
 		for _, size := range sizes {
 			dc, err := newDevCase(c, cfg)
@@ -491,6 +509,7 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			if cfg.perOp {
 				per = make([]time.Duration, 0, iters)
 			}
+			cpu0 := cpuTime()
 			start := time.Now()
 			for i := 0; i < iters; i++ {
 				t0 := time.Now()
@@ -502,8 +521,16 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 				}
 			}
 			elapsed := []float64{time.Since(start).Seconds() / float64(iters)}
+			cpu := []float64{(cpuTime() - cpu0).Seconds() / float64(iters)}
 			// The slowest rank's time is the op's time.
 			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(elapsed), comm.Max)); err != nil {
+				return err
+			}
+			if cfg.backend == "inproc" {
+				// One process: every rank measured the same clock.
+				cpu[0] /= float64(n)
+			}
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(cpu), comm.Sum)); err != nil {
 				return err
 			}
 			// One more run with known inputs, checked on every rank.
@@ -531,7 +558,7 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 				oc.free()
 			}
 			row := Row{Op: op, Backend: backend, World: n, Bytes: size, Count: oc.count, DType: cfg.dtype.String(),
-				Iters: iters, TimeUS: elapsed[0] * 1e6, Correct: bad[0] == 0, Alloc: cfg.alloc}
+				Iters: iters, TimeUS: elapsed[0] * 1e6, CPUUS: cpu[0] * 1e6, Correct: bad[0] == 0, Alloc: cfg.alloc}
 			if bad[0] != 0 {
 				failed++
 				row.CheckErr = fmt.Sprintf("%d rank(s) got a wrong result", bad[0])
@@ -557,6 +584,9 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 						check = "WRONG"
 					}
 					fmt.Fprintf(out, "  %12d %12d %10.1f %12.3f %12.3f %6s", row.Bytes, row.Count, row.TimeUS, row.AlgBW, row.BusBW, check)
+					if cfg.cpu {
+						fmt.Fprintf(out, " %10.1f", row.CPUUS)
+					}
 					if cfg.perOp {
 						fmt.Fprintf(out, "  p50 %.1f p90 %.1f p99 %.1f max %.1f us", row.P50US, row.P90US, row.P99US, row.MaxUS)
 					}

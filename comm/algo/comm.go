@@ -127,6 +127,10 @@ func (c *Comm) WorldRank(r int) int { return c.members[r] }
 // algorithms) read from the environment. Every rank must use the same.
 func (c *Comm) SetTuning(t Tuning) { c.mu.Lock(); c.tuning = t; c.mu.Unlock() }
 
+// Tuning returns the algorithm choices in use (TuningFromEnv's unless
+// SetTuning replaced them).
+func (c *Comm) Tuning() Tuning { c.mu.Lock(); defer c.mu.Unlock(); return c.tuning }
+
 // Layout returns where the ranks of c run (see Layout).
 func (c *Comm) Layout() Layout { return c.layout }
 

@@ -22,6 +22,9 @@ const (
 	// EnvConnectTimeout bounds mesh construction once every rank has
 	// published its address: a Go duration ("45s") or a number of seconds.
 	EnvConnectTimeout = "GDIST_CONNECT_TIMEOUT"
+	// EnvCongestion names the TCP congestion control of the links between
+	// ranks on one host (Options.Congestion).
+	EnvCongestion = "GDIST_TCP_CONGESTION"
 )
 
 // DefaultConnectTimeout is the default of Options.ConnectTimeout.

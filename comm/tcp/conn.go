@@ -31,10 +31,19 @@ type conn struct {
 	readerDone chan struct{} // closed when the reader has exited
 	stage      []byte        // the reader's staging buffer (readStaged)
 
+	// The reader's wait for a receive to be posted (awaitPost).
+	postCh    chan struct{} // signalled by a receive that posts on waitKey
+	waitTimer *time.Timer
+	waitSkip  int // frames to queue without waiting, after a wait timed out
+	// Waits that ended with a post, and that timed out (for tests).
+	waitHits, waitMisses atomic.Int64
+
 	mu         sync.Mutex   // guards box and the fields below
 	box        *mailbox.Box // the streams the peer sends on
-	peerClosed bool         // the peer said goodbye
-	byeErr     error        // what ops on this link fail with after the goodbye
+	waiting    bool         // the reader waits for a receive on waitKey
+	waitKey    mailbox.Key
+	peerClosed bool  // the peer said goodbye
+	byeErr     error // what ops on this link fail with after the goodbye
 }
 
 func newConn(t *Transport, peer int, nc net.Conn) *conn {
@@ -42,16 +51,44 @@ func newConn(t *Transport, peer int, nc net.Conn) *conn {
 		t: t, peer: peer, nc: nc,
 		wsem:       make(chan struct{}, 1),
 		readerDone: make(chan struct{}),
+		postCh:     make(chan struct{}, 1),
 	}
 	c.box = mailbox.New(&c.mu)
 	if nc != nil {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
+			t.tune(tc)
 		}
 		c.br = bufio.NewReaderSize(&deadlineReader{nc: nc, d: t.peerDL}, 64<<10)
 		c.lastWrite.Store(time.Now().UnixNano())
 	}
 	return c
+}
+
+// tune sets the congestion control of a link within this host
+// (Options.Congestion).
+func (t *Transport) tune(tc *net.TCPConn) {
+	cc := t.opts.Congestion
+	if cc == congestionSystem || !sameHost(tc) {
+		return
+	}
+	if err := setCongestion(tc, cc); err != nil {
+		t.ccOnce.Do(func() {
+			t.logf("tcp: rank %d: keeping the kernel's congestion control on links within the host: %s %q: %v", t.rank, EnvCongestion, cc, err)
+		})
+	}
+}
+
+// congestionSystem is the Options.Congestion that keeps the kernel's choice.
+const congestionSystem = "system"
+
+// sameHost reports whether both ends of tc are on this host: the peer has
+// a loopback address or the local one (the kernel then routes the link
+// through the loopback device).
+func sameHost(tc *net.TCPConn) bool {
+	l, lok := tc.LocalAddr().(*net.TCPAddr)
+	r, rok := tc.RemoteAddr().(*net.TCPAddr)
+	return lok && rok && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
 }
 
 // deadlineReader pushes the read deadline forward before every read, so a
@@ -214,6 +251,23 @@ func (c *conn) readData(h wire.Header) error {
 	box := c.box
 	c.mu.Lock()
 	s := box.Stream(key)
+	if s.Posted() == nil && c.shouldWait(h) {
+		select {
+		case <-c.postCh: // left by a post that came as the last wait ended
+		default:
+		}
+		c.waiting, c.waitKey = true, key
+		c.mu.Unlock()
+		ok := c.awaitPost()
+		c.mu.Lock()
+		c.waiting = false
+		if !ok {
+			c.waitSkip = waitSkipFrames
+		}
+		s = box.Stream(key)
+	} else if c.waitSkip > 0 {
+		c.waitSkip--
+	}
 	if op := s.Posted(); op != nil {
 		off, ok := box.Start(key, s, op, h)
 		if !ok {
@@ -276,6 +330,62 @@ func (c *conn) readData(h wire.Header) error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// The reader's wait for a receive: a data frame of at least waitMinBytes
+// that arrives on a stream with no receive posted (and nothing queued) makes
+// the reader wait up to postWait (Transport.postWait) for one to be posted, before it reads the
+// payload into a queued buffer. Collective algorithms post the receive of
+// chunk k+1 right after chunk k completes, which is usually after the
+// reader has read the header of chunk k+1; waiting a few microseconds saves
+// a copy of the payload (from the queued buffer into place) and lets a
+// RecvPayload reduce it while it is in cache. The wait is bounded, so a
+// receive that is posted late (or never) costs at most postWait; after a
+// wait that timed out the reader queues the next waitSkipFrames frames
+// without waiting.
+const (
+	waitMinBytes   = 64 << 10
+	postWait       = 200 * time.Microsecond
+	waitSkipFrames = 8
+)
+
+// shouldWait reports whether the reader should wait for a receive of the
+// data frame h on s (see postWait). Callers hold c.mu.
+func (c *conn) shouldWait(h wire.Header) bool {
+	return h.Len >= waitMinBytes && c.waitSkip == 0 && c.box.Queued == 0
+}
+
+// awaitPost waits (without c.mu) until a receive is posted on c.waitKey,
+// postWait passes or the transport dies, and reports whether one was.
+func (c *conn) awaitPost() bool {
+	d := time.Duration(c.t.postWait.Load())
+	if c.waitTimer == nil {
+		c.waitTimer = time.NewTimer(d)
+	} else {
+		c.waitTimer.Reset(d)
+	}
+	defer c.waitTimer.Stop()
+	select {
+	case <-c.postCh:
+		c.waitHits.Add(1)
+		return true
+	case <-c.waitTimer.C:
+		c.waitMisses.Add(1)
+		return false
+	case <-c.t.dead:
+		return false
+	}
+}
+
+// posted tells a waiting reader that a receive was posted on key. Callers
+// hold c.mu.
+func (c *conn) posted(key mailbox.Key) {
+	if c.waiting && c.waitKey == key {
+		select {
+		case c.postCh <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // stagePiece is the most payload the reader stages at a time for

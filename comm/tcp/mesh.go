@@ -74,6 +74,7 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 		ready:   make(chan struct{}),
 		missing: missing,
 	}
+	t.postWait.Store(int64(postWait))
 	t.conns[t.rank] = newConn(t, t.rank, nil)
 	if missing == 0 {
 		return t, nil
