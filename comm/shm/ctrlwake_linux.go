@@ -92,14 +92,40 @@ func (w *ctrlWaker) listen(name string) error {
 // wake sends one byte to the control socket at to (nil: none), without
 // blocking (a raw system call, then): if the reader's queue is full, a
 // wake-up is pending already.
-func (w *ctrlWaker) wake(to *ctrlAddr) {
-	if to == nil {
+func (w *ctrlWaker) wake(to *ctrlAddr) { w.send1(to) }
+
+// send1 sends the byte and returns the error (EAGAIN: the queue is full).
+func (w *ctrlWaker) send1(to *ctrlAddr) error {
+	fd := w.send.Load()
+	if to == nil || fd <= 0 {
+		return syscall.EBADF
+	}
+	b := byte(1)
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd-1), uintptr(unsafe.Pointer(&b)), 1,
+		syscall.MSG_DONTWAIT, uintptr(unsafe.Pointer(&to.raw)), to.n); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// checkCtrlPeers is called once every rank has bound its socket (after
+// attach), before the control goroutine starts. Abstract socket names
+// live in a network namespace: ranks that share the segment but not the
+// namespace (containers sharing /dev/shm) cannot reach each other's
+// sockets, in either direction, so a rank that cannot reach some peer's
+// sleeps on the futex instead (every ringer rings both).
+func (t *Transport) checkCtrlPeers() {
+	w := &t.ctrlWake
+	if w.conn == nil {
 		return
 	}
-	if fd := w.send.Load(); fd > 0 {
-		b := byte(1)
-		syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd-1), uintptr(unsafe.Pointer(&b)), 1,
-			syscall.MSG_DONTWAIT, uintptr(unsafe.Pointer(&to.raw)), to.n)
+	for _, l := range t.peers {
+		if err := w.send1(l.peerCtrlAddr); err != nil && err != syscall.EAGAIN {
+			t.logf("shm: rank %d: rank %d's control socket is unreachable (%v; another network namespace?): sleeping on the futex", t.rank, l.peer, err)
+			w.conn.Close()
+			w.conn = nil
+			return
+		}
 	}
 }
 

@@ -66,6 +66,27 @@ func TestControlWakeups(t *testing.T) {
 	}
 }
 
+// A control socket that is not there (a peer in another network
+// namespace) is reported as unreachable; a bound one is not.
+func TestCtrlReach(t *testing.T) {
+	var w ctrlWaker
+	name := ctrlName([]byte("reach"), []byte(t.Name()), 0)
+	if err := w.listen(name); err != nil {
+		t.Skipf("no abstract unix sockets here: %v", err)
+	}
+	defer w.close()
+	if err := w.send1(newCtrlAddr(name)); err != nil {
+		t.Errorf("sending to a bound socket: %v", err)
+	}
+	if err := w.send1(newCtrlAddr(ctrlName([]byte("reach"), []byte(t.Name()), 1))); err == nil {
+		t.Error("sending to a socket nobody bound succeeded")
+	}
+	var b [8]byte
+	if n, _, err := w.conn.ReadFrom(b[:]); err != nil || n != 1 {
+		t.Errorf("read %d bytes, %v", n, err)
+	}
+}
+
 // Control socket names differ by rank, by job token and by segment.
 func TestCtrlName(t *testing.T) {
 	a := ctrlName([]byte("t"), []byte("nonce"), 0)

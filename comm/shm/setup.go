@@ -174,6 +174,7 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 		return err
 	}
 	t.buildLinks()
+	t.checkCtrlPeers()
 	if err := t.mapAreas(); err != nil {
 		return err
 	}
