@@ -105,6 +105,8 @@ func child(mode string) int {
 		return 0
 	case "always-fail":
 		return 4
+	case "cpus":
+		return childCPUs()
 	case "store":
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

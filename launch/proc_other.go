@@ -11,7 +11,10 @@ import (
 // the launcher's death.
 func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
-func startChild(cmd *exec.Cmd) error { return cmd.Start() }
+func startChild(cmd *exec.Cmd, cpus []int) error { return cmd.Start() }
+
+// allowedCPUs is not known here: Spec.BindCPUs does nothing.
+func allowedCPUs() []int { return nil }
 
 // processStopped is not known here: a stopped rank is killed at the end of
 // the grace period.

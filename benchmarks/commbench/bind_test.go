@@ -4,13 +4,15 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 )
 
 // TestBindToCPU: -bind pins the process to the rank's CPU (rank modulo
-// the allowed CPUs), on every thread, as /proc reports it.
+// the allowed CPUs), on every thread, as /proc reports it, and (unless
+// $GOMAXPROCS says otherwise) runs it with GOMAXPROCS 1 to match.
 func TestBindToCPU(t *testing.T) {
 	before, err := getAffinity()
 	if err != nil {
@@ -20,10 +22,17 @@ func TestBindToCPU(t *testing.T) {
 		if err := setAffinity(&before); err != nil {
 			t.Errorf("restoring the affinity: %v", err)
 		}
+		fitGOMAXPROCS()
 	}()
 	cpu, err := bindToCPU(1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	fitGOMAXPROCS()
+	if os.Getenv("GOMAXPROCS") == "" {
+		if n := runtime.GOMAXPROCS(0); n != 1 {
+			t.Errorf("GOMAXPROCS %d after binding to one CPU", n)
+		}
 	}
 	if before[cpu/64]&(1<<(cpu%64)) == 0 {
 		t.Fatalf("bound to CPU %d, which the process may not use", cpu)

@@ -10,9 +10,15 @@
 // together (the JSON rows always carry it, cpu_us): on a machine shared
 // with other jobs it moves less than the time does.
 //
+// Each size is warmed up with -warmup iterations and then for about
+// -warmup-time (100 ms), so that the timed iterations measure a process
+// in its steady state rather than the Go runtime's start-up (warmUp).
+//
 // -per-op also times every iteration and reports rank 0's p50, p90, p99
 // and maximum: small messages on shm have a slow tail (the iterations
-// that sleep) that the mean folds in.
+// that sleep) that the mean folds in. -slow-log DIR (with -per-op) has
+// every rank list its slow iterations and its threads' context switches,
+// to line up with a scheduler trace (perf record -k mono).
 //
 // -device (the default with nccl) puts the buffers in GPU memory: the timed
 // runs then move device memory only (host backends stage it: their Comms
@@ -64,16 +70,18 @@ type config struct {
 	sizes   []int64
 	iters   int
 	warmup  int
+	warmFor time.Duration // more warm-up, by time (see warmUp)
 	jsonOut bool
 	dtype   comm.DType
 	redop   comm.ReduceOp
 	timeout time.Duration
 	cpuProf string
-	device  bool // device buffers (device.go)
-	perOp   bool // time every iteration: percentiles in the row
-	alloc   bool // buffers from comm.Alloc (shared memory on shm/auto)
-	bind    bool // pin each rank's process to one CPU
-	cpu     bool // text output: a column with the CPU time per op
+	device  bool   // device buffers (device.go)
+	perOp   bool   // time every iteration: percentiles in the row
+	alloc   bool   // buffers from comm.Alloc (shared memory on shm/auto)
+	bind    bool   // pin each rank's process to one CPU
+	cpu     bool   // text output: a column with the CPU time per op
+	slowLog string // with perOp: where each rank writes its slow ops (slowlog_linux.go)
 }
 
 // Row is one line of output.
@@ -143,9 +151,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&sizes, "sizes", "4K,64K,1M,16M", "comma-separated sizes in bytes (K, M, G suffixes)")
 	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: about 64 MiB of traffic, 3..2000, as OSU times small messages over about 1000)")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
+	fs.DurationVar(&cfg.warmFor, "warmup-time", 100*time.Millisecond, "after -warmup iterations, more untimed ones for about this long (as many on every rank), so that the timed run starts past the Go runtime's start-up; 0: none")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON object per row")
 	fs.BoolVar(&cfg.perOp, "per-op", false, "also time each iteration and report rank 0's p50/p90/p99/max (a mean hides a slow tail)")
-	fs.BoolVar(&cfg.bind, "bind", false, "pin each rank's process to one CPU (rank r to the r-th allowed CPU, modulo), as mpirun --bind-to core does for Open MPI's ranks; process backends only")
+	fs.StringVar(&cfg.slowLog, "slow-log", "", "with -per-op, a directory where each rank writes rankN.txt: the iterations that took 20 us or more, with CLOCK_MONOTONIC start times (for perf record -k mono), and its threads' context switches during the timed run (Linux)")
+	fs.BoolVar(&cfg.bind, "bind", false, "pin each rank's process to one CPU (rank r to the r-th allowed CPU, modulo), as mpirun --bind-to core does for Open MPI's ranks, and set GOMAXPROCS to 1 to match unless $GOMAXPROCS is set; process backends only")
 	fs.StringVar(&dtype, "dtype", "float32", "element type")
 	fs.StringVar(&redop, "op", "sum", "reduction for all_reduce, reduce, reduce_scatter")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
@@ -201,8 +211,11 @@ func parseFlags(args []string) (config, error) {
 	if err := comm.CheckReduce(cfg.dtype, cfg.redop); err != nil {
 		return cfg, fmt.Errorf("-op %s -dtype %s: %v", redop, dtype, err)
 	}
-	if cfg.iters < 0 || cfg.warmup < 0 {
-		return cfg, fmt.Errorf("-iters and -warmup must not be negative")
+	if cfg.slowLog != "" && !cfg.perOp {
+		return cfg, fmt.Errorf("-slow-log needs -per-op")
+	}
+	if cfg.iters < 0 || cfg.warmup < 0 || cfg.warmFor < 0 {
+		return cfg, fmt.Errorf("-iters, -warmup and -warmup-time must not be negative")
 	}
 	return cfg, nil
 }
@@ -270,6 +283,7 @@ func run() error {
 			closeFn()
 			return fmt.Errorf("rank %d: -bind: %w", c.Rank(), err)
 		}
+		fitGOMAXPROCS()
 	}
 	if cfg.cpuProf != "" {
 		stopProf, err := startCPUProfile(fmt.Sprintf("%s.rank%d", cfg.cpuProf, c.Rank()))
@@ -467,6 +481,42 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 	}
 }
 
+// warmUp runs cfg.warmup untimed iterations, then more, in batches that
+// double, until the slowest rank has spent cfg.warmFor warming up (every
+// rank runs the same number: the time is all-reduced after each batch).
+// A fresh Go process is not in its steady state for its first tens of
+// milliseconds: sysmon, the runtime's monitor thread, wakes every 20 us at
+// first (and again after it takes a processor back from a system call),
+// backing off to 10 ms over about 25 ms; on the 2-core VM of issue 16
+// each wake-up takes a pinned rank's core for 20-40 us, which a
+// 2000-iteration run of 4 KiB all-reduces (4 ms) would measure instead of
+// the collective (benchmarks/README.md).
+func warmUp(ctx context.Context, c comm.Comm, oc opCase, cfg config) error {
+	start := time.Now()
+	for i := 0; i < cfg.warmup; i++ {
+		if err := oc.run(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.warmup == 0 || cfg.warmFor <= 0 {
+		return nil
+	}
+	for batch := cfg.warmup; ; batch = min(2*batch, 1<<20) {
+		spent := []float64{time.Since(start).Seconds()}
+		if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(spent), comm.Max)); err != nil {
+			return err
+		}
+		if spent[0] >= cfg.warmFor.Seconds() {
+			return nil
+		}
+		for i := 0; i < batch; i++ {
+			if err := oc.run(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 	n := c.Size()
 	backend := backendName(cfg)
@@ -497,10 +547,8 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			if iters == 0 {
 				iters = int(min(2000, max(3, (64<<20)/max(size, 1))))
 			}
-			for i := 0; i < cfg.warmup; i++ {
-				if err := oc.run(ctx); err != nil {
-					return fmt.Errorf("%s %d bytes: %w", op, size, err)
-				}
+			if err := warmUp(ctx, c, oc, cfg); err != nil {
+				return fmt.Errorf("%s %d bytes: %w", op, size, err)
 			}
 			if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
 				return err
@@ -508,6 +556,12 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			var per []time.Duration
 			if cfg.perOp {
 				per = make([]time.Duration, 0, iters)
+			}
+			var starts []time.Duration
+			var slow *slowLog
+			if per != nil && cfg.slowLog != "" {
+				starts = make([]time.Duration, 0, iters)
+				slow = startSlowLog(cfg.slowLog, c.Rank())
 			}
 			cpu0 := cpuTime()
 			start := time.Now()
@@ -518,10 +572,16 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 				}
 				if per != nil {
 					per = append(per, time.Since(t0))
+					if starts != nil {
+						starts = append(starts, t0.Sub(start))
+					}
 				}
 			}
 			elapsed := []float64{time.Since(start).Seconds() / float64(iters)}
 			cpu := []float64{(cpuTime() - cpu0).Seconds() / float64(iters)}
+			if err := slow.write(start, starts, per); err != nil {
+				return fmt.Errorf("-slow-log: %w", err)
+			}
 			// The slowest rank's time is the op's time.
 			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(elapsed), comm.Max)); err != nil {
 				return err

@@ -93,7 +93,7 @@ func TestAllOpsJSON(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			cmd := selfCmd(ctx, "-backend", backend, "-np", "3", "-sizes", "4K,1M", "-json", "-iters", "3", "-warmup", "1")
+			cmd := selfCmd(ctx, "-backend", backend, "-np", "3", "-sizes", "4K,1M", "-json", "-iters", "3", "-warmup", "1", "-warmup-time", "0")
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +76,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "Python with torch for the Gloo peer")
 	readmePath := flag.String("readme", "benchmarks/README.md", "file whose peerbench section is rewritten")
 	out := flag.String("out", "benchmarks", "directory for peer_results.json and the plots")
-	bind := flag.Bool("bind", false, "pin each rank of commbench's process backends to one CPU (commbench -bind), as mpirun binds Open MPI's ranks by default")
+	bind := flag.Bool("bind", true, "pin each rank of commbench's process backends to one CPU (commbench -bind) when the world fits this machine's CPUs, as mpirun binds Open MPI's ranks to cores by default; -bind=false: never")
 	flag.Parse()
 
 	var sz []int64
@@ -120,11 +121,14 @@ func main() {
 		}
 		impls = append(impls, impl{b, func(w int) *exec.Cmd {
 			a := append(append([]string(nil), args...), "-np", strconv.Itoa(w))
-			if *bind && b != "inproc" {
+			if *bind && b != "inproc" && w <= runtime.NumCPU() {
 				a = append(a, "-bind")
 			}
 			return exec.Command(cb, a...)
 		}})
+	}
+	if *bind {
+		notes = append(notes, fmt.Sprintf("Process backends ran with commbench -bind (a rank per CPU, GOMAXPROCS 1) where the world fits the %d CPUs, as mpirun binds Open MPI's ranks by default.", runtime.NumCPU()))
 	}
 	if *mpi {
 		bin := filepath.Join(tmp, "mpi_allreduce")

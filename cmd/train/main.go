@@ -30,10 +30,18 @@
 // any starts: -nproc (at most 1024), -save (its directory must take a new
 // file), and the strategy's settings for -nproc ranks.
 //
+// The launcher binds each rank to a share of the host's CPUs of its own
+// (one CPU each with as many ranks as CPUs), as mpirun binds ranks to
+// cores, unless the ranks outnumber the CPUs or -bind=false: with the
+// placement left to the kernel, two ranks on two cores share one for
+// stretches and the Go runtime's threads take a polling rank's CPU
+// (benchmarks/README.md, the 4 KiB section, measures both).
+//
 // Each rank's process runs OpenBLAS with max(1, cores / local ranks)
 // threads (cores: those this process may run on; local ranks: the ranks on
 // this host, from the launcher's environment, or -nproc with -backend
-// inproc), so that the ranks of a host do not oversubscribe its cores.
+// inproc; 1 for a rank bound to its own CPUs), so that the ranks of a host
+// do not oversubscribe its cores.
 // OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS, when set,
 // are left to OpenBLAS; -blas-threads N overrides all. The summary's
 // blas_threads and blas_threads_from say what was used.
@@ -86,6 +94,7 @@ type options struct {
 	tokenFile   string
 	peerTimeout time.Duration
 	blasThreads int
+	bind        bool // launcher: bind each rank to CPUs of its own
 	overlapSet  bool // -no-overlap given (either way): no default overlap choice
 	cpuProfile  string
 	gpt         gptFlags
@@ -144,6 +153,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when some ranks cannot be started again, go on with as few as this many (the global batch kept); 0: always -nproc")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
+	fs.BoolVar(&o.bind, "bind", true, "launcher: bind each local rank to a share of this host's CPUs of its own (one each with as many ranks as CPUs), as mpirun binds ranks to cores; only when the ranks do not outnumber the CPUs (Linux). -bind=false leaves placement to the kernel")
 	fs.IntVar(&o.blasThreads, "blas-threads", 0, "OpenBLAS threads per rank (0: OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS if set, else max(1, cores / ranks on this host))")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of this process here; a launched worker writes <file>.rank<RANK>")
 	fs.BoolVar(&c.JSON, "json", false, "print JSON lines on stdout; the last is the summary")
@@ -403,7 +413,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		spec := launch.Spec{NProc: o.nproc, Stdout: stdout, Stderr: stderr,
 			Stop: cfg.Stop, MaxRestarts: o.maxRestarts, MinProc: o.minNProc,
 			// A failed rank's peers name it within the peer timeout.
-			GracePeriod: launch.DefaultGracePeriod}
+			GracePeriod: launch.DefaultGracePeriod, BindCPUs: o.bind}
 		if o.nnodes > 1 {
 			tok, err := jobToken(o.tokenFile)
 			if err != nil {
@@ -420,9 +430,11 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 
 	// A worker: set its BLAS threads before any BLAS work. A bad
-	// environment is InitComm's to report.
+	// environment is InitComm's to report. A rank the launcher bound to
+	// CPUs of its own (-bind) has them to itself: it counts as the only
+	// local rank on the CPUs it sees.
 	local := 1
-	if env, err := rendezvous.FromEnv(); err == nil {
+	if env, err := rendezvous.FromEnv(); err == nil && launch.BoundCPUs() == nil {
 		local = env.LocalSize
 	}
 	cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, local)

@@ -121,10 +121,12 @@
 // counts, so two ranks that share one processor do not keep each other
 // spinning (and after 4 waits in a row that saw no pulse, only every 16th
 // wait looks for one). The waiter then polls while yielding (sched_yield,
-// so that a peer process on the same core can run, and every fourth time
-// runtime.Gosched, so that a goroutine started on this processor, such as
-// a large message's send, runs) for 50 us
-// ($GDIST_SHM_SPIN_US), then sleeps on its rank's doorbell, a futex word
+// so that a peer process on the same core can run, and every fourth time,
+// if some goroutine of the process waits for a processor,
+// runtime.Gosched, so that it runs: a large message's send started on
+// this processor; with none waiting, Gosched would only wake an idle
+// thread, which takes a CPU from a rank for 20-40 us on a small VM) for
+// 50 us ($GDIST_SHM_SPIN_US), then sleeps on its rank's doorbell, a futex word
 // in its slot, after counting itself in the slot's sleepers and in the
 // pair's waiter count. Whoever makes its condition true (a peer
 // publishing data or freeing space, a local receive finishing its op, a
@@ -136,9 +138,9 @@
 //
 // # Liveness and failure
 //
-// Each rank runs one control goroutine. It sleeps on the rank's control
-// bell for at most a tick (PeerDeadline()/4, at most 100 ms), bumps the
-// rank's heartbeat, reads the control rings (aborts), and checks every
+// Each rank runs one control goroutine. It sleeps until the rank's control
+// bell rings, for at most a tick (PeerDeadline()/4, at most 100 ms), bumps
+// the rank's heartbeat, reads the control rings (aborts), and checks every
 // peer: a goodbye in its slot, its process (a pidfd, or kill(pid, 0) and
 // the start time where pidfds are unavailable), and its heartbeat. A peer
 // whose process died, or whose heartbeat stood still for PeerDeadline()
@@ -159,6 +161,16 @@
 // with an error wrapping comm.ErrAborted that quotes "rank N aborted:
 // reason". Close says goodbye, fails pending calls with comm.ErrClosed,
 // waits for the calls still inside the mapping to leave it, and unmaps it.
+//
+// The control goroutine sleeps in the network poller, on an abstract unix
+// datagram socket of its rank (named from the job token and the
+// segment's nonce), which whoever rings the bell also sends a byte to;
+// a futex sleep would hold its P (the runtime's processor) in the system
+// call, and sysmon, taking it back, would then wake every 20 us for a
+// while on the cores the ranks poll on (ctrlwake_linux.go has the
+// measurements). The bell word stays the record: a datagram only wakes
+// the reader. Where the socket cannot be bound it sleeps on the bell's
+// futex as before.
 //
 // # Rendezvous and the job token
 //

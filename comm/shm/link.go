@@ -82,6 +82,7 @@ type link struct {
 	// The peer's slot.
 	peerState, peerDoorbell, peerCtrlBell, peerReasonLen *uint32
 	peerSleepers                                         *uint32
+	peerCtrlAddr                                         *ctrlAddr // the peer's control socket (ctrlwake_linux.go)
 	peerHB                                               *uint64
 	peerPulse                                            *uint64 // moves while the peer polls (await)
 	peerReason                                           []byte
@@ -198,7 +199,7 @@ func (l *link) waitSpace(ctx context.Context, group uint64, need uint64) error {
 			return ctxErr(ctx)
 		}
 		ready := func() bool { return free() || atomic.LoadUint32(l.peerState) == stateClosed }
-		if t.await(ctx, ep, r.spaceWaiters, l.peerCtrlBell, l.peerPulse, ready) && free() {
+		if t.await(ctx, ep, r.spaceWaiters, l, l.peerPulse, ready) && free() {
 			return nil
 		}
 	}
@@ -436,7 +437,7 @@ func (l *link) sendAbort(group uint64, text string) bool {
 		copy(rec[ctrlRecHdr:], text)
 		l.ctail += need
 		atomic.StoreUint64(r.ctail, l.ctail)
-		ring(l.peerCtrlBell)
+		l.ringCtrl()
 		return true
 	}
 }
@@ -508,9 +509,9 @@ func (l *link) checkPeer(now time.Time) error {
 	return nil
 }
 
-// ctrlLoop is the control goroutine: it sleeps on this rank's control
-// bell (rung for aborts, goodbyes and producers stuck on a full ring) for
-// at most a tick, bumps this rank's heartbeat, handles the control rings,
+// ctrlLoop is the control goroutine: it sleeps until this rank's control
+// bell is rung (for aborts, goodbyes and producers stuck on a full ring;
+// see ctrlSleep), for at most a tick, bumps this rank's heartbeat, handles the control rings,
 // watches the peers' liveness, and drains a ring whose producer waits for
 // space while no receive is draining it (so a sender never waits forever
 // for a receive that is not posted yet).
@@ -521,7 +522,7 @@ func (t *Transport) ctrlLoop() {
 		if t.stopCtrl.Load() {
 			return
 		}
-		futexWait(t.ctrlBell, seen, t.tick)
+		t.ctrlSleep(seen)
 		seen = atomic.LoadUint32(t.ctrlBell)
 		if t.stopCtrl.Load() {
 			return

@@ -62,6 +62,10 @@ func rankProof(token, nonce []byte, rank int) []byte {
 	return m.Sum(nil)
 }
 
+// ctrlTickMax bounds the control goroutine's tick (PeerDeadline()/4).
+// Tests raise it to show that rings of the control bell wake it.
+var ctrlTickMax = 100 * time.Millisecond
+
 // New builds the shared-memory transport of rank cfg.Rank over all ranks
 // (see the package documentation). It blocks until every rank has mapped
 // the segment, ctx ends, or cfg.OpTimeout() passes.
@@ -82,7 +86,7 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 	t := &Transport{
 		rank: cfg.Rank, size: cfg.Size, cfg: cfg, opts: o,
 		peerDL:   peerDL,
-		tick:     min(max(peerDL/4, time.Millisecond), 100*time.Millisecond),
+		tick:     min(max(peerDL/4, time.Millisecond), ctrlTickMax),
 		logf:     cfg.Logger(),
 		local:    o.Ranks,
 		dead:     make(chan struct{}),
@@ -157,10 +161,20 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 		}
 	}()
 	t.bindSlot()
+	t.nonce = si.Nonce
+	if err := t.ctrlWake.listen(ctrlName(cfg.Token, si.Nonce, t.rank)); err != nil {
+		t.logf("shm: rank %d: no control socket (%v); its control goroutine sleeps on a futex", t.rank, err)
+	}
+	defer func() {
+		if err != nil {
+			t.ctrlWake.close()
+		}
+	}()
 	if err := t.attach(ctx, ns, si); err != nil {
 		return err
 	}
 	t.buildLinks()
+	t.checkCtrlPeers()
 	if err := t.mapAreas(); err != nil {
 		return err
 	}
@@ -392,6 +406,7 @@ func (t *Transport) buildLinks() {
 		l.peerState = s.u32(off + slotState)
 		l.peerDoorbell = s.u32(off + slotDoorbell)
 		l.peerSleepers = s.u32(off + slotSleepers)
+		l.peerCtrlAddr = newCtrlAddr(ctrlName(t.cfg.Token, t.nonce, r))
 		l.peerCtrlBell = s.u32(off + slotCtrlBell)
 		l.peerReasonLen = s.u32(off + slotReasonLen)
 		l.peerHB = s.u64(off + slotHeartbeat)

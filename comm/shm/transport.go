@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ type Transport struct {
 	heartbeat                                        *uint64
 	pulse                                            *uint64 // bumped while a waiter of this rank polls
 	reason                                           []byte
+	nonce                                            []byte // the segment's (names the control sockets)
 
 	// epoch moves on every event a waiter may have to react to: failure,
 	// close, abort, a peer's goodbye.
@@ -64,6 +66,8 @@ type Transport struct {
 	noPulse atomic.Uint32
 	// wakers: the ctxs a sleeping waiter was woken for (see armWaker).
 	wakers wakers
+	// ctrlWake: the control goroutine's socket (ctrlwake_linux.go).
+	ctrlWake ctrlWaker
 
 	mu      sync.Mutex
 	err     error         // first failure (or errTransportClosed); set once
@@ -208,7 +212,7 @@ func (t *Transport) goodbye(reason string) {
 	atomic.StoreUint32(t.myState, stateClosed)
 	for _, l := range t.peers {
 		ring(l.peerDoorbell)
-		ring(l.peerCtrlBell)
+		l.ringCtrl()
 	}
 }
 
@@ -310,9 +314,10 @@ func envUS(name string, def int) time.Duration {
 // await waits until ready() holds (and returns true), or until the epoch
 // moves past ep or ctx ends (false). flag, if not nil, is the pair-level
 // count of waiters that the other side checks; poke, if not nil, is a
-// futex word rung once after sleeping pokeAfter; peer, if not nil, is the
-// pulse word of the rank whose message or space this wait is for.
-func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, peer *uint64, ready func() bool) bool {
+// link whose peer's control goroutine is woken once this waiter has slept
+// pokeAfter (ringCtrl); peer, if not nil, is the pulse word of the rank
+// whose message or space this wait is for.
+func (t *Transport) await(ctx context.Context, ep uint64, flag *uint32, poke *link, peer *uint64, ready func() bool) bool {
 	done := ctx.Done()
 	interrupted := func() bool {
 		if t.epoch.Load() != ep {
@@ -411,14 +416,18 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, pe
 	}
 	// Let other processes run between polls (often the peer that is
 	// about to send what this one waits for), and every fourth poll the
-	// goroutines of this process too: a goroutine just started on this
-	// processor (a large message's send, beside this receive) runs only
-	// once this one lets it (every 32nd poll cost a third of 1 MiB's
-	// bandwidth), although runtime.Gosched also wakes an idle thread,
-	// which takes the processor from the peer on a machine with few
-	// cores. Small messages rarely get here now (see the pulse above).
+	// goroutines of this process too, if any is waiting for a processor:
+	// a goroutine just started on this processor (a large message's
+	// send, beside this receive) runs only once this one lets it (every
+	// 32nd poll cost a third of 1 MiB's bandwidth). Only if one waits:
+	// runtime.Gosched also wakes an idle thread when the process has an
+	// idle P, and that thread takes the processor from this rank (or from
+	// the peer) for 20-40 us on a machine with few cores; with nothing
+	// runnable it was most of the thread wake-ups of a 4 KiB all-reduce
+	// loop (benchmarks/README.md). Small messages rarely get here now
+	// (see the pulse above).
 	for i := 1; ; i++ {
-		if i&3 == 0 {
+		if i&3 == 0 && othersRunnable() {
 			runtime.Gosched()
 		} else {
 			osYield()
@@ -456,7 +465,7 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, pe
 			if poke != nil && slept >= pokeAfter {
 				// Still counted in flag, so whoever acts on the poke
 				// sees this waiter and wakes it.
-				ring(poke)
+				poke.ringCtrl()
 				poke = nil
 			}
 		}
@@ -471,6 +480,26 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag, poke *uint32, pe
 			return false
 		}
 	}
+}
+
+// runnableSample reads how many goroutines wait for a processor; a pool
+// keeps the sample, so that the check allocates nothing.
+var runnableSample = sync.Pool{New: func() any {
+	return &[1]metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+}}
+
+// othersRunnable reports whether some goroutine of this process is ready
+// to run but has no processor (about 50 ns: a scheduler lock, no system
+// call).
+func othersRunnable() bool {
+	s := runnableSample.Get().(*[1]metrics.Sample)
+	metrics.Read(s[:])
+	n := uint64(1) // unknown (a runtime without the metric): yield to be safe
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		n = s[0].Value.Uint64()
+	}
+	runnableSample.Put(s)
+	return n > 0
 }
 
 // adaptPoll doubles the poll window w after a wait that ended soon
@@ -762,7 +791,9 @@ func (t *Transport) close() {
 	t.wakeAll()
 	t.stopCtrl.Store(true)
 	ring(t.ctrlBell)
+	t.ctrlWake.wake(t.ctrlWake.self)
 	<-t.ctrlDone
+	t.ctrlWake.close()
 	t.closing.Store(true)
 	deadline := time.Now().Add(closeWait)
 	for t.inflight.Load() != 0 {
