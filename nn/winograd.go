@@ -1,0 +1,144 @@
+package nn
+
+import (
+	"github.com/gdist/gdist/internal/winograd"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// Winograd convolutions: 3x3, pad 1, stride 1, NCHW float32, with the
+// contracts of conv2dForward, conv2dBackwardX and conv2dBackwardW, in
+// fewer multiplications (F(2x2, 3x3): 16 per 2x2 outputs instead of 36;
+// F(4x4, 3x3): 36 per 4x4 instead of 144). Images go a chunk at a time
+// (winogradChunkTiles tiles, so that the transformed chunk stays in the
+// caches): the inputs' tiles are transformed (internal/winograd, AVX-512
+// where the CPU has it), the A*A element-wise products summed over
+// channels are A*A sgemms over the whole chunk's tiles (M = output
+// channels, K = input channels, N = tiles), and the products are
+// transformed back into the output. Not wired into the ops: see
+// winogradOK for where they apply.
+//
+// Accuracy (TestWinograd*): the transforms add and scale a tile's values
+// before the products, so the rounding error grows with the tile: for
+// F(2x2, 3x3) it stays within a few float32 ulps of the im2col path's
+// (relative to the largest output), for F(4x4, 3x3) about ten times that.
+
+// winogradScratch is kept between calls (one per op, like convScratch):
+// the transformed filters, inputs and products, and the chunk plans.
+// Not safe for concurrent use.
+type winogradScratch struct {
+	u, v, mm, s []float32
+	plans       []*winograd.Plan
+}
+
+// winogradChunkTiles is how many tiles (columns of the sgemms) a chunk
+// holds at least: enough images to fill it (one if an image has more).
+var winogradChunkTiles = 512
+
+// winogradOK reports whether the Winograd functions compute g: a 3x3
+// kernel with padding 1 (stride is always 1 here).
+func winogradOK(g convGeom) bool {
+	return g.k == 3 && g.pad == 1 && g.ho == g.h && g.wo == g.w
+}
+
+func (s *winogradScratch) plan(m, h, w, n int) *winograd.Plan {
+	for _, p := range s.plans {
+		if p.M == m && p.H == h && p.W == w && p.N == n {
+			return p
+		}
+	}
+	p := winograd.NewPlan(m, h, w, n)
+	if len(s.plans) >= 4 {
+		s.plans = s.plans[1:]
+	}
+	s.plans = append(s.plans, p)
+	return p
+}
+
+// chunk is the number of images a chunk holds.
+func winogradChunk(m, h, w, n int) int {
+	tiles := ((h + m - 1) / m) * ((w + m - 1) / m)
+	return min(n, max(1, (winogradChunkTiles+tiles-1)/tiles))
+}
+
+// winogradForward is conv2dForward for winogradOK(g) with m x m output
+// tiles (m = 2 or 4): y = conv(x, w) (+ b, one value per output channel,
+// unless b is nil), overwriting y.
+func winogradForward(m int, g convGeom, x, w, b, y []float32, s *winogradScratch) {
+	a2 := (m + 2) * (m + 2)
+	s.u = grow(s.u, a2*g.cout*g.cin)
+	winograd.Filter(m, s.u, g.cout*g.cin, g.cin, w, g.cout, g.cin, g.cin, 1, false)
+	s.run(m, g.n, g.h, g.w, g.cin, g.cout, x, s.u, b, y)
+}
+
+// winogradBackwardX is conv2dBackwardX for winogradOK(g): dx = the
+// gradient w.r.t. x of sum(dy * conv(x, w)), overwriting dx (as
+// conv2dBackwardX does). It is the forward convolution of dy with the
+// filters turned by 180 degrees and their channels swapped.
+func winogradBackwardX(m int, g convGeom, w, dy, dx []float32, s *winogradScratch) {
+	a2 := (m + 2) * (m + 2)
+	s.u = grow(s.u, a2*g.cout*g.cin)
+	winograd.Filter(m, s.u, g.cout*g.cin, g.cout, w, g.cin, g.cout, 1, g.cin, true)
+	s.run(m, g.n, g.h, g.w, g.cout, g.cin, dy, s.u, nil, dx)
+}
+
+// run convolves x (n, cin, h, w) with the transformed filters u [A*A]
+// [cout][cin] into y (n, cout, h, w) (+ b).
+func (s *winogradScratch) run(m, n, h, w, cin, cout int, x, u, b, y []float32) {
+	impl := blas32.Implementation()
+	a2 := (m + 2) * (m + 2)
+	hw := h * w
+	nb := winogradChunk(m, h, w, n)
+	for s0 := 0; s0 < n; s0 += nb {
+		p := s.plan(m, h, w, min(nb, n-s0))
+		s.v = grow(s.v, a2*cin*p.PP)
+		s.mm = grow(s.mm, a2*cout*p.PP)
+		v, mm := s.v, s.mm
+		for c := 0; c < cin; c++ {
+			p.Input(v[c*p.PP:], cin*p.PP, x[(s0*cin+c)*hw:], cin*hw)
+		}
+		for xi := 0; xi < a2; xi++ {
+			impl.Sgemm(blas.NoTrans, blas.NoTrans, cout, p.P, cin, 1, u[xi*cout*cin:], cin, v[xi*cin*p.PP:], p.PP, 0, mm[xi*cout*p.PP:], p.PP)
+		}
+		for k := 0; k < cout; k++ {
+			var bk float32
+			if b != nil {
+				bk = b[k]
+			}
+			p.Output(y[(s0*cout+k)*hw:], cout*hw, mm[k*p.PP:], cout*p.PP, bk)
+		}
+	}
+}
+
+// winogradBackwardW is conv2dBackwardW for winogradOK(g): dw = the
+// gradient w.r.t. w of sum(dy * conv(x, w)), overwriting dw. The
+// gradient w.r.t. the transformed filter G g G^T is, per A*A position,
+// the sum over tiles of (A dy A^T) times (B^T x B): A*A sgemms with K =
+// tiles (M = output channels, N = input channels), summed over chunks;
+// G^T (that) G is dw.
+func winogradBackwardW(m int, g convGeom, x, dy, dw []float32, s *winogradScratch) {
+	impl := blas32.Implementation()
+	a2 := (m + 2) * (m + 2)
+	hw := g.hw()
+	kc := g.cout * g.cin
+	s.s = grow(s.s, a2*kc)
+	nb := winogradChunk(m, g.h, g.w, g.n)
+	var beta float32
+	for s0 := 0; s0 < g.n; s0 += nb {
+		p := s.plan(m, g.h, g.w, min(nb, g.n-s0))
+		s.v = grow(s.v, a2*g.cin*p.PP)
+		s.mm = grow(s.mm, a2*g.cout*p.PP)
+		v, q := s.v, s.mm
+		for c := 0; c < g.cin; c++ {
+			p.Input(v[c*p.PP:], g.cin*p.PP, x[(s0*g.cin+c)*hw:], g.cin*hw)
+		}
+		for k := 0; k < g.cout; k++ {
+			p.GradOutput(q[k*p.PP:], g.cout*p.PP, dy[(s0*g.cout+k)*hw:], g.cout*hw)
+		}
+		for xi := 0; xi < a2; xi++ {
+			impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, g.cin, p.P, 1, q[xi*g.cout*p.PP:], p.PP, v[xi*g.cin*p.PP:], p.PP, beta, s.s[xi*kc:], g.cin)
+		}
+		beta = 1
+	}
+	winograd.FilterGrad(m, dw, s.s, kc, g.cin, g.cout, g.cin)
+}
