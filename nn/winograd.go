@@ -33,7 +33,7 @@ type winogradScratch struct {
 
 // winogradChunkTiles is how many tiles (columns of the sgemms) a chunk
 // holds at least: enough images to fill it (one if an image has more).
-var winogradChunkTiles = 512
+var winogradChunkTiles = 128
 
 // winogradOK reports whether the Winograd functions compute g: a 3x3
 // kernel with padding 1 (stride is always 1 here).

@@ -3,32 +3,15 @@
 #include "textflag.h"
 
 // Winograd tile transforms, 16 tiles a register (lane l: tile 16g+l of
-// group g). Input tiles are gathered from the planes and output tiles
-// scattered back, under per-lane masks for the plane's edges (masked
-// lanes read nothing and read as 0, or write nothing). Arguments: a
-// *kargs (kernels_amd64.go); constants: Z24 = 4, Z25 = 5, Z26 = 2,
-// Z27 = 8, Z28 = 0, Z29 = the bias, Z30 = the tiles' plane offsets,
-// Z31 = the plane stride. Registers: DI the transformed rows (group g's
-// columns), R8 their stride in bytes, SI the plane, R9 a plane row in
-// bytes, CX groups left, R10/R11 the tile tables, R12 the group's masks
-// (R13 bytes a group), R14 36 registers of scratch.
+// group g), between the transformed rows and a chunk's planes of one
+// channel split by column phase (Plan.QW): deint* splits a plane into
+// the scratch, inter* joins the scratch back into a plane (adding the
+// bias), and the transforms read and write the scratch with one masked
+// load or store per run of tiles in a tile row (a segment), contiguous in
+// the scratch. Arguments: a *kargs (kernels_amd64.go). Constants: Z24 =
+// 4, Z25 = 5, Z26 = 2, Z27 = 8, Z28 = 0.
 
-#define PROLOGUE \
-	MOVQ a+0(FP), AX \
-	MOVQ 0(AX), DI \
-	MOVQ 8(AX), R8 \
-	SHLQ $2, R8 \
-	MOVQ 16(AX), SI \
-	VPBROADCASTD 24(AX), Z31 \
-	MOVQ 32(AX), R9 \
-	SHLQ $2, R9 \
-	MOVQ 40(AX), CX \
-	MOVQ 48(AX), R10 \
-	MOVQ 56(AX), R11 \
-	MOVQ 64(AX), R12 \
-	MOVQ 72(AX), R13 \
-	MOVQ 80(AX), R14 \
-	VBROADCASTSS 88(AX), Z29 \
+#define CONSTS \
 	MOVL $0x40800000, AX \
 	VPBROADCASTD AX, Z24 \
 	MOVL $0x40a00000, AX \
@@ -39,32 +22,35 @@
 	VPBROADCASTD AX, Z27 \
 	VPXORD Z28, Z28, Z28
 
-// TILEIDX sets Z30 to the group's tile offsets: image x stride + offset.
-#define TILEIDX \
-	VPMULLD (R10), Z31, Z30 \
-	VPADDD (R11), Z30, Z30
+// TARGS loads a transform's arguments: DI the transformed rows (group
+// g's columns), R8 their stride in bytes, SI the scratch, R10 a scratch
+// row (M phases) in bytes, R11 a phase row (QW values) in bytes, R15
+// 3*R11, CX groups, R12 the segments, R13 the groups' segment ends, R9
+// the 36 registers of scratch; R14 = 0, the first segment.
+#define TARGS(m) \
+	MOVQ a+0(FP), AX \
+	MOVQ 0(AX), DI \
+	MOVQ 8(AX), R8 \
+	SHLQ $2, R8 \
+	MOVQ 48(AX), SI \
+	MOVQ 64(AX), R11 \
+	SHLQ $2, R11 \
+	MOVQ R11, R10 \
+	IMULQ $m, R10 \
+	MOVQ R11, R15 \
+	IMULQ $3, R15 \
+	MOVQ 72(AX), CX \
+	MOVQ 80(AX), R12 \
+	MOVQ 88(AX), R13 \
+	MOVQ 128(AX), R9 \
+	XORQ R14, R14 \
+	CONSTS
 
-#define NEXTGROUP \
-	ADDQ $64, DI \
-	ADDQ $64, R10 \
-	ADDQ $64, R11 \
-	ADDQ R13, R12
-
-// GATHER sets z to the plane values at disp(BX) + 4*Z30 under the masks
-// at rm(R12) and cm(R12) (0 where either is clear).
-#define GATHER(rm, cm, disp, z) \
-	KMOVW rm(R12), K1 \
-	KMOVW cm(R12), K2 \
-	KANDW K1, K2, K3 \
-	VPXORD z, z, z \
-	VGATHERDPS disp(BX)(Z30*4), K3, z
-
-// SCATTER stores z to disp(BX) + 4*Z30 under the masks at rm and cm.
-#define SCATTER(rm, cm, disp, z) \
-	KMOVW rm(R12), K1 \
-	KMOVW cm(R12), K2 \
-	KANDW K1, K2, K3 \
-	VSCATTERDPS z, K3, disp(BX)(Z30*4)
+// SEG sets K1 to segment R14's lanes and BX to its values' base.
+#define SEG \
+	KMOVW (R12)(R14*8), K1 \
+	MOVLQSX 4(R12)(R14*8), BX \
+	ADDQ SI, BX
 
 // BT2: (d0, d1, d2, d3) = (d0-d2, d1+d2, d2-d1, d1-d3).
 #define BT2(d0, d1, d2, d3) \
@@ -150,36 +136,57 @@
 	VMOVUPS (DX), z \
 	ADDQ R8, DX
 
+
 // func inputF2AVX512(a *kargs)
-// masks: input rows at 0, 2, 4, 6; input columns at 8, 10, 12, 14.
 TEXT ·inputF2AVX512(SB), NOSPLIT, $0-8
-	PROLOGUE
-	SUBQ R9, SI
-	SUBQ $4, SI // the origin of tile (0, 0): row -1, column -1
+	TARGS(2)
 	TESTQ CX, CX
 	JZ in2done
 in2loop:
-	TILEIDX
-	MOVQ SI, BX
-	GATHER(0, 8, 0, Z0)
-	GATHER(0, 10, 4, Z1)
-	GATHER(0, 12, 8, Z2)
-	GATHER(0, 14, 12, Z3)
-	ADDQ R9, BX
-	GATHER(2, 8, 0, Z4)
-	GATHER(2, 10, 4, Z5)
-	GATHER(2, 12, 8, Z6)
-	GATHER(2, 14, 12, Z7)
-	ADDQ R9, BX
-	GATHER(4, 8, 0, Z8)
-	GATHER(4, 10, 4, Z9)
-	GATHER(4, 12, 8, Z10)
-	GATHER(4, 14, 12, Z11)
-	ADDQ R9, BX
-	GATHER(6, 8, 0, Z12)
-	GATHER(6, 10, 4, Z13)
-	GATHER(6, 12, 8, Z14)
-	GATHER(6, 14, 12, Z15)
+	MOVL (R13), AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+in2seg:
+	CMPQ R14, AX
+	JAE in2segdone
+	SEG
+	// (i, j): row i, phase j%2, column +j/2
+	VMOVUPS (BX), K1, Z0
+	VMOVUPS (BX)(R11*1), K1, Z1
+	VMOVUPS 4(BX), K1, Z2
+	VMOVUPS 4(BX)(R11*1), K1, Z3
+	ADDQ R10, BX
+	VMOVUPS (BX), K1, Z4
+	VMOVUPS (BX)(R11*1), K1, Z5
+	VMOVUPS 4(BX), K1, Z6
+	VMOVUPS 4(BX)(R11*1), K1, Z7
+	ADDQ R10, BX
+	VMOVUPS (BX), K1, Z8
+	VMOVUPS (BX)(R11*1), K1, Z9
+	VMOVUPS 4(BX), K1, Z10
+	VMOVUPS 4(BX)(R11*1), K1, Z11
+	ADDQ R10, BX
+	VMOVUPS (BX), K1, Z12
+	VMOVUPS (BX)(R11*1), K1, Z13
+	VMOVUPS 4(BX), K1, Z14
+	VMOVUPS 4(BX)(R11*1), K1, Z15
+	INCQ R14
+	JMP in2seg
+in2segdone:
 	BT2(Z0, Z1, Z2, Z3)
 	BT2(Z4, Z5, Z6, Z7)
 	BT2(Z8, Z9, Z10, Z11)
@@ -205,7 +212,8 @@ in2loop:
 	STORE(Z13)
 	STORE(Z14)
 	STORE(Z15)
-	NEXTGROUP
+	ADDQ $64, DI
+	ADDQ $4, R13
 	DECQ CX
 	JNZ in2loop
 in2done:
@@ -213,9 +221,8 @@ in2done:
 	RET
 
 // func outputF2AVX512(a *kargs)
-// masks: output rows at 16, 18; output columns at 20, 22.
 TEXT ·outputF2AVX512(SB), NOSPLIT, $0-8
-	PROLOGUE
+	TARGS(2)
 	TESTQ CX, CX
 	JZ out2done
 out2loop:
@@ -242,18 +249,21 @@ out2loop:
 	AT2(Z12, Z13, Z14, Z15)
 	AT2(Z0, Z4, Z8, Z12)
 	AT2(Z1, Z5, Z9, Z13)
-	VADDPS Z29, Z0, Z0
-	VADDPS Z29, Z1, Z1
-	VADDPS Z29, Z4, Z4
-	VADDPS Z29, Z5, Z5
-	TILEIDX
-	MOVQ SI, BX
-	SCATTER(16, 20, 0, Z0)
-	SCATTER(16, 22, 4, Z1)
-	ADDQ R9, BX
-	SCATTER(18, 20, 0, Z4)
-	SCATTER(18, 22, 4, Z5)
-	NEXTGROUP
+	MOVL (R13), AX
+out2seg:
+	CMPQ R14, AX
+	JAE out2segdone
+	SEG
+	VMOVUPS Z0, K1, (BX)
+	VMOVUPS Z1, K1, (BX)(R11*1)
+	ADDQ R10, BX
+	VMOVUPS Z4, K1, (BX)
+	VMOVUPS Z5, K1, (BX)(R11*1)
+	INCQ R14
+	JMP out2seg
+out2segdone:
+	ADDQ $64, DI
+	ADDQ $4, R13
 	DECQ CX
 	JNZ out2loop
 out2done:
@@ -261,19 +271,28 @@ out2done:
 	RET
 
 // func gradF2AVX512(a *kargs)
-// masks: output rows at 16, 18; output columns at 20, 22.
 TEXT ·gradF2AVX512(SB), NOSPLIT, $0-8
-	PROLOGUE
+	TARGS(2)
 	TESTQ CX, CX
 	JZ grad2done
 grad2loop:
-	TILEIDX
-	MOVQ SI, BX
-	GATHER(16, 20, 0, Z0)
-	GATHER(16, 22, 4, Z16)
-	ADDQ R9, BX
-	GATHER(18, 20, 0, Z4)
-	GATHER(18, 22, 4, Z17)
+	MOVL (R13), AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z16, Z16, Z16
+	VPXORD Z4, Z4, Z4
+	VPXORD Z17, Z17, Z17
+grad2seg:
+	CMPQ R14, AX
+	JAE grad2segdone
+	SEG
+	VMOVUPS (BX), K1, Z0
+	VMOVUPS (BX)(R11*1), K1, Z16
+	ADDQ R10, BX
+	VMOVUPS (BX), K1, Z4
+	VMOVUPS (BX)(R11*1), K1, Z17
+	INCQ R14
+	JMP grad2seg
+grad2segdone:
 	A2(Z0, Z16, Z1, Z2, Z3)
 	A2(Z4, Z17, Z5, Z6, Z7)
 	A2(Z0, Z4, Z18, Z8, Z12)
@@ -301,75 +320,81 @@ grad2loop:
 	STORE(Z13)
 	STORE(Z14)
 	STORE(Z15)
-	NEXTGROUP
+	ADDQ $64, DI
+	ADDQ $4, R13
 	DECQ CX
 	JNZ grad2loop
 grad2done:
 	VZEROUPPER
 	RET
 
-// GROW6 gathers input row rm's 6 values into Z0..Z5 (F(4x4, 3x3):
-// input columns' masks at 12, 14, ..., 22).
-#define GROW6(rm) \
-	GATHER(rm, 12, 0, Z0) \
-	GATHER(rm, 14, 4, Z1) \
-	GATHER(rm, 16, 8, Z2) \
-	GATHER(rm, 18, 12, Z3) \
-	GATHER(rm, 20, 16, Z4) \
-	GATHER(rm, 22, 20, Z5)
+// STAGE6 copies row i's 6 values (phases 0..3 at column +0, phases 0, 1
+// at +1) of the segment at BX to the scratch row at toff(R9), under K1.
+#define STAGE6(toff) \
+	VMOVUPS.Z (BX), K1, Z0 \
+	VMOVUPS.Z (BX)(R11*1), K1, Z1 \
+	VMOVUPS.Z (BX)(R11*2), K1, Z2 \
+	VMOVUPS.Z (BX)(R15*1), K1, Z3 \
+	VMOVUPS.Z 4(BX), K1, Z4 \
+	VMOVUPS.Z 4(BX)(R11*1), K1, Z5 \
+	VMOVUPS Z0, K1, toff(R9) \
+	VMOVUPS Z1, K1, toff+64(R9) \
+	VMOVUPS Z2, K1, toff+128(R9) \
+	VMOVUPS Z3, K1, toff+192(R9) \
+	VMOVUPS Z4, K1, toff+256(R9) \
+	VMOVUPS Z5, K1, toff+320(R9) \
+	ADDQ R10, BX
 
-// TSTORE6 stores Z0..Z5 at the scratch from (DX), 64 bytes apart, and
-// moves DX past them.
-#define TSTORE6 \
-	VMOVUPS Z0, 0(DX) \
-	VMOVUPS Z1, 64(DX) \
-	VMOVUPS Z2, 128(DX) \
-	VMOVUPS Z3, 192(DX) \
-	VMOVUPS Z4, 256(DX) \
-	VMOVUPS Z5, 320(DX) \
-	ADDQ $384, DX
+// ROWT4 transforms scratch row toff in place (B^T along the row).
+#define ROWT4(toff) \
+	VMOVUPS toff(R9), Z0 \
+	VMOVUPS toff+64(R9), Z1 \
+	VMOVUPS toff+128(R9), Z2 \
+	VMOVUPS toff+192(R9), Z3 \
+	VMOVUPS toff+256(R9), Z4 \
+	VMOVUPS toff+320(R9), Z5 \
+	BT4(Z0, Z1, Z2, Z3, Z4, Z5) \
+	VMOVUPS Z0, toff(R9) \
+	VMOVUPS Z1, toff+64(R9) \
+	VMOVUPS Z2, toff+128(R9) \
+	VMOVUPS Z3, toff+192(R9) \
+	VMOVUPS Z4, toff+256(R9) \
+	VMOVUPS Z5, toff+320(R9)
 
 // func inputF4AVX512(a *kargs)
-// masks: input rows at 0, 2, ..., 10; input columns at 12, ..., 22.
-// Rows first, into the scratch (36 registers), then columns.
+// The segments' values go to the scratch (36 registers: (i, j) at
+// 64*(6i+j)), transformed there along rows, then along columns into the
+// transformed rows.
 TEXT ·inputF4AVX512(SB), NOSPLIT, $0-8
-	PROLOGUE
-	SUBQ R9, SI
-	SUBQ $4, SI
-	MOVQ R8, AX
-	IMULQ $6, AX // 6 rows of the output
+	TARGS(4)
 	TESTQ CX, CX
 	JZ in4done
 in4loop:
-	TILEIDX
-	MOVQ SI, BX
-	MOVQ R14, DX
-	GROW6(0)
-	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	TSTORE6
-	ADDQ R9, BX
-	GROW6(2)
-	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	TSTORE6
-	ADDQ R9, BX
-	GROW6(4)
-	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	TSTORE6
-	ADDQ R9, BX
-	GROW6(6)
-	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	TSTORE6
-	ADDQ R9, BX
-	GROW6(8)
-	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	TSTORE6
-	ADDQ R9, BX
-	GROW6(10)
-	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	TSTORE6
+	MOVL (R13), AX
+in4seg:
+	CMPQ R14, AX
+	JAE in4segdone
+	SEG
+	STAGE6(0)
+	STAGE6(384)
+	STAGE6(768)
+	STAGE6(1152)
+	STAGE6(1536)
+	STAGE6(1920)
+	INCQ R14
+	JMP in4seg
+in4segdone:
+	ROWT4(0)
+	ROWT4(384)
+	ROWT4(768)
+	ROWT4(1152)
+	ROWT4(1536)
+	ROWT4(1920)
 	// Columns j: scratch j, j+6, ..., j+30 -> rows j, j+6, ..., j+30.
-	MOVQ R14, DX
+	MOVQ R9, DX
 	MOVQ DI, BX
+	MOVQ R8, AX
+	IMULQ $6, AX
 in4col:
 	VMOVUPS 0(DX), Z0
 	VMOVUPS 384(DX), Z1
@@ -378,25 +403,27 @@ in4col:
 	VMOVUPS 1536(DX), Z4
 	VMOVUPS 1920(DX), Z5
 	BT4(Z0, Z1, Z2, Z3, Z4, Z5)
-	MOVQ BX, R15
-	VMOVUPS Z0, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z1, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z2, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z3, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z4, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z5, (R15)
+	MOVQ BX, R10
+	VMOVUPS Z0, (R10)
+	ADDQ AX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ AX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ AX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ AX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ AX, R10
+	VMOVUPS Z5, (R10)
 	ADDQ $64, DX
 	ADDQ R8, BX
-	MOVQ R14, R15
-	ADDQ $384, R15
-	CMPQ DX, R15
+	LEAQ 384(R9), R10
+	CMPQ DX, R10
 	JB in4col
-	NEXTGROUP
+	MOVQ R11, R10
+	SHLQ $2, R10 // a scratch row again
+	ADDQ $64, DI
+	ADDQ $4, R13
 	DECQ CX
 	JNZ in4loop
 in4done:
@@ -404,16 +431,15 @@ in4done:
 	RET
 
 // func outputF4AVX512(a *kargs)
-// masks: output rows at 24, 26, 28, 30; output columns at 32, ..., 38.
 // Rows first (6 rows of 6 -> 6 rows of 4, into the scratch), then
-// columns.
+// columns; the 16 outputs go to the segments' (a, b) = row a, phase b.
 TEXT ·outputF4AVX512(SB), NOSPLIT, $0-8
-	PROLOGUE
+	TARGS(4)
 	TESTQ CX, CX
 	JZ out4done
 out4loop:
 	MOVQ DI, DX
-	MOVQ R14, BX
+	MOVQ R9, BX
 	MOVQ $6, AX
 out4row:
 	LOAD(Z0)
@@ -430,8 +456,7 @@ out4row:
 	ADDQ $256, BX
 	DECQ AX
 	JNZ out4row
-	TILEIDX
-	MOVQ R14, DX
+	MOVQ R9, DX
 	// Column b: scratch b, b+4, ..., b+20 -> outputs (0..3, b).
 	VMOVUPS 0(DX), Z0
 	VMOVUPS 256(DX), Z1
@@ -462,110 +487,113 @@ out4row:
 	VMOVUPS 1472(DX), Z21
 	AT4(Z4, Z5, Z10, Z11, Z20, Z21)
 	// (a, b): column 0 in Z0..Z3, 1 in Z6..Z9, 2 in Z12..Z15, 3 in Z4, Z5, Z10, Z11.
-	VADDPS Z29, Z0, Z0
-	VADDPS Z29, Z1, Z1
-	VADDPS Z29, Z2, Z2
-	VADDPS Z29, Z3, Z3
-	VADDPS Z29, Z6, Z6
-	VADDPS Z29, Z7, Z7
-	VADDPS Z29, Z8, Z8
-	VADDPS Z29, Z9, Z9
-	VADDPS Z29, Z12, Z12
-	VADDPS Z29, Z13, Z13
-	VADDPS Z29, Z14, Z14
-	VADDPS Z29, Z15, Z15
-	VADDPS Z29, Z4, Z4
-	VADDPS Z29, Z5, Z5
-	VADDPS Z29, Z10, Z10
-	VADDPS Z29, Z11, Z11
-	MOVQ SI, BX
-	SCATTER(24, 32, 0, Z0)
-	SCATTER(24, 34, 4, Z6)
-	SCATTER(24, 36, 8, Z12)
-	SCATTER(24, 38, 12, Z4)
-	ADDQ R9, BX
-	SCATTER(26, 32, 0, Z1)
-	SCATTER(26, 34, 4, Z7)
-	SCATTER(26, 36, 8, Z13)
-	SCATTER(26, 38, 12, Z5)
-	ADDQ R9, BX
-	SCATTER(28, 32, 0, Z2)
-	SCATTER(28, 34, 4, Z8)
-	SCATTER(28, 36, 8, Z14)
-	SCATTER(28, 38, 12, Z10)
-	ADDQ R9, BX
-	SCATTER(30, 32, 0, Z3)
-	SCATTER(30, 34, 4, Z9)
-	SCATTER(30, 36, 8, Z15)
-	SCATTER(30, 38, 12, Z11)
-	NEXTGROUP
+	MOVL (R13), AX
+out4seg:
+	CMPQ R14, AX
+	JAE out4segdone
+	SEG
+	VMOVUPS Z0, K1, (BX)
+	VMOVUPS Z6, K1, (BX)(R11*1)
+	VMOVUPS Z12, K1, (BX)(R11*2)
+	VMOVUPS Z4, K1, (BX)(R15*1)
+	ADDQ R10, BX
+	VMOVUPS Z1, K1, (BX)
+	VMOVUPS Z7, K1, (BX)(R11*1)
+	VMOVUPS Z13, K1, (BX)(R11*2)
+	VMOVUPS Z5, K1, (BX)(R15*1)
+	ADDQ R10, BX
+	VMOVUPS Z2, K1, (BX)
+	VMOVUPS Z8, K1, (BX)(R11*1)
+	VMOVUPS Z14, K1, (BX)(R11*2)
+	VMOVUPS Z10, K1, (BX)(R15*1)
+	ADDQ R10, BX
+	VMOVUPS Z3, K1, (BX)
+	VMOVUPS Z9, K1, (BX)(R11*1)
+	VMOVUPS Z15, K1, (BX)(R11*2)
+	VMOVUPS Z11, K1, (BX)(R15*1)
+	INCQ R14
+	JMP out4seg
+out4segdone:
+	ADDQ $64, DI
+	ADDQ $4, R13
 	DECQ CX
 	JNZ out4loop
 out4done:
 	VZEROUPPER
 	RET
 
-// GROW4 gathers output row rm's 4 values of dy into Z0..Z3 (output
-// columns' masks at 32, ..., 38).
-#define GROW4(rm) \
-	GATHER(rm, 32, 0, Z0) \
-	GATHER(rm, 34, 4, Z1) \
-	GATHER(rm, 36, 8, Z2) \
-	GATHER(rm, 38, 12, Z3)
+// AROW4 transforms dy row (e0..e3) with A into scratch row toff (6).
+#define AROW4(e0, e1, e2, e3, toff) \
+	A4(e0, e1, e2, e3, Z18, Z19, Z20, Z21) \
+	VMOVUPS e0, toff(R9) \
+	VMOVUPS Z18, toff+64(R9) \
+	VMOVUPS Z19, toff+128(R9) \
+	VMOVUPS Z20, toff+192(R9) \
+	VMOVUPS Z21, toff+256(R9) \
+	VMOVUPS e3, toff+320(R9)
 
 // func gradF4AVX512(a *kargs)
-// masks: output rows at 24, ..., 30; output columns at 32, ..., 38. Rows
-// first (4 rows of 4 -> 4 rows of 6, into the scratch), then columns.
+// Rows first (4 rows of 4 -> 4 rows of 6, into the scratch), then
+// columns.
 TEXT ·gradF4AVX512(SB), NOSPLIT, $0-8
-	PROLOGUE
-	MOVQ R8, AX
-	IMULQ $6, AX
+	TARGS(4)
+	MOVQ R8, DX
+	IMULQ $6, DX
+	MOVQ DX, R10 // 6 transformed rows; a scratch row is 4*R11
 	TESTQ CX, CX
 	JZ grad4done
 grad4loop:
-	TILEIDX
-	MOVQ SI, BX
-	MOVQ R14, DX
-	GROW4(24)
-	A4(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	VMOVUPS Z0, 0(DX)
-	VMOVUPS Z4, 64(DX)
-	VMOVUPS Z5, 128(DX)
-	VMOVUPS Z6, 192(DX)
-	VMOVUPS Z7, 256(DX)
-	VMOVUPS Z3, 320(DX)
-	ADDQ $384, DX
-	ADDQ R9, BX
-	GROW4(26)
-	A4(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	VMOVUPS Z0, 0(DX)
-	VMOVUPS Z4, 64(DX)
-	VMOVUPS Z5, 128(DX)
-	VMOVUPS Z6, 192(DX)
-	VMOVUPS Z7, 256(DX)
-	VMOVUPS Z3, 320(DX)
-	ADDQ $384, DX
-	ADDQ R9, BX
-	GROW4(28)
-	A4(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	VMOVUPS Z0, 0(DX)
-	VMOVUPS Z4, 64(DX)
-	VMOVUPS Z5, 128(DX)
-	VMOVUPS Z6, 192(DX)
-	VMOVUPS Z7, 256(DX)
-	VMOVUPS Z3, 320(DX)
-	ADDQ $384, DX
-	ADDQ R9, BX
-	GROW4(30)
-	A4(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	VMOVUPS Z0, 0(DX)
-	VMOVUPS Z4, 64(DX)
-	VMOVUPS Z5, 128(DX)
-	VMOVUPS Z6, 192(DX)
-	VMOVUPS Z7, 256(DX)
-	VMOVUPS Z3, 320(DX)
+	MOVL (R13), AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+grad4seg:
+	CMPQ R14, AX
+	JAE grad4segdone
+	SEG
+	MOVQ R11, DX
+	SHLQ $2, DX
+	VMOVUPS (BX), K1, Z0
+	VMOVUPS (BX)(R11*1), K1, Z1
+	VMOVUPS (BX)(R11*2), K1, Z2
+	VMOVUPS (BX)(R15*1), K1, Z3
+	ADDQ DX, BX
+	VMOVUPS (BX), K1, Z4
+	VMOVUPS (BX)(R11*1), K1, Z5
+	VMOVUPS (BX)(R11*2), K1, Z6
+	VMOVUPS (BX)(R15*1), K1, Z7
+	ADDQ DX, BX
+	VMOVUPS (BX), K1, Z8
+	VMOVUPS (BX)(R11*1), K1, Z9
+	VMOVUPS (BX)(R11*2), K1, Z10
+	VMOVUPS (BX)(R15*1), K1, Z11
+	ADDQ DX, BX
+	VMOVUPS (BX), K1, Z12
+	VMOVUPS (BX)(R11*1), K1, Z13
+	VMOVUPS (BX)(R11*2), K1, Z14
+	VMOVUPS (BX)(R15*1), K1, Z15
+	INCQ R14
+	JMP grad4seg
+grad4segdone:
+	AROW4(Z0, Z1, Z2, Z3, 0)
+	AROW4(Z4, Z5, Z6, Z7, 384)
+	AROW4(Z8, Z9, Z10, Z11, 768)
+	AROW4(Z12, Z13, Z14, Z15, 1152)
 	// Columns j: scratch j, j+6, j+12, j+18 -> rows j, j+6, ..., j+30.
-	MOVQ R14, DX
+	MOVQ R9, DX
 	MOVQ DI, BX
 grad4col:
 	VMOVUPS 0(DX), Z0
@@ -573,27 +601,280 @@ grad4col:
 	VMOVUPS 768(DX), Z2
 	VMOVUPS 1152(DX), Z3
 	A4(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
-	MOVQ BX, R15
-	VMOVUPS Z0, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z4, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z5, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z6, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z7, (R15)
-	ADDQ AX, R15
-	VMOVUPS Z3, (R15)
+	MOVQ BX, AX
+	VMOVUPS Z0, (AX)
+	ADDQ R10, AX
+	VMOVUPS Z4, (AX)
+	ADDQ R10, AX
+	VMOVUPS Z5, (AX)
+	ADDQ R10, AX
+	VMOVUPS Z6, (AX)
+	ADDQ R10, AX
+	VMOVUPS Z7, (AX)
+	ADDQ R10, AX
+	VMOVUPS Z3, (AX)
 	ADDQ $64, DX
 	ADDQ R8, BX
-	MOVQ R14, R15
-	ADDQ $384, R15
-	CMPQ DX, R15
+	LEAQ 384(R9), AX
+	CMPQ DX, AX
 	JB grad4col
-	NEXTGROUP
+	ADDQ $64, DI
+	ADDQ $4, R13
 	DECQ CX
 	JNZ grad4loop
 grad4done:
+	VZEROUPPER
+	RET
+
+// PARGS loads a split's or join's arguments: SI the plane, R10 a plane
+// row in bytes, R9 the plane's rows, DI the scratch, R12 a phase row
+// (QW values) in bytes, R13 the column masks, R14 the scratch rows, R15
+// the shift (0 or 1: rows and columns), Z30 and Z31 the even and odd
+// lanes of two registers, Z26 and Z27 the interleaved low and high halves
+// of two, Z29 the bias.
+#define PARGS \
+	MOVQ a+0(FP), AX \
+	MOVQ 16(AX), SI \
+	MOVQ 32(AX), R9 \
+	MOVQ 40(AX), R10 \
+	SHLQ $2, R10 \
+	MOVQ 48(AX), DI \
+	MOVQ 64(AX), R12 \
+	SHLQ $2, R12 \
+	MOVQ 96(AX), R13 \
+	MOVQ 112(AX), R14 \
+	MOVQ 120(AX), R15 \
+	VBROADCASTSS 144(AX), Z29 \
+	MOVQ 136(AX), AX \
+	VMOVDQU32 0(AX), Z30 \
+	VMOVDQU32 64(AX), Z31 \
+	VMOVDQU32 128(AX), Z26 \
+	VMOVDQU32 192(AX), Z27 \
+	VPXORD Z28, Z28, Z28
+
+// SPLITSETUP points SI at the plane's row -shift, column -shift, sets R9
+// to h + shift (rows r in [shift, h+shift) come from plane row r -
+// shift), BX to row 0's source, DX to the scratch and AX to 0.
+#define SPLITSETUP \
+	MOVQ R15, AX \
+	IMULQ R10, AX \
+	SUBQ AX, SI \
+	MOVQ R15, AX \
+	SHLQ $2, AX \
+	SUBQ AX, SI \
+	ADDQ R15, R9 \
+	MOVQ SI, BX \
+	MOVQ DI, DX \
+	XORQ AX, AX
+
+// func deint2AVX512(a *kargs)
+// One plane (rows scratch rows) into phases 0, 1: scratch (r, b, q) =
+// plane (r - shift, 2q + b - shift), 0 outside the plane.
+TEXT ·deint2AVX512(SB), NOSPLIT, $0-8
+	PARGS
+	SPLITSETUP
+d2row:
+	CMPQ AX, R14
+	JAE d2done
+	MOVQ DX, DI
+	MOVQ R12, CX
+	SHRQ $6, CX
+	CMPQ AX, R15
+	JB d2zero
+	CMPQ AX, R9
+	JAE d2zero
+	MOVQ BX, R11
+	MOVQ R13, R8
+d2blk:
+	KMOVW (R8), K1
+	KMOVW 2(R8), K2
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS.Z 64(R11), K2, Z1
+	VMOVAPS Z0, Z2
+	VPERMT2PS Z1, Z30, Z2
+	VPERMT2PS Z1, Z31, Z0
+	VMOVUPS Z2, (DI)
+	VMOVUPS Z0, (DI)(R12*1)
+	ADDQ $128, R11
+	ADDQ $4, R8
+	ADDQ $64, DI
+	DECQ CX
+	JNZ d2blk
+	JMP d2next
+d2zero:
+	VMOVUPS Z28, (DI)
+	VMOVUPS Z28, (DI)(R12*1)
+	ADDQ $64, DI
+	DECQ CX
+	JNZ d2zero
+d2next:
+	ADDQ R10, BX
+	LEAQ (DX)(R12*2), DX
+	INCQ AX
+	JMP d2row
+d2done:
+	VZEROUPPER
+	RET
+
+// func deint4AVX512(a *kargs)
+// deint2AVX512 with phases 0..3.
+TEXT ·deint4AVX512(SB), NOSPLIT, $0-8
+	PARGS
+	SPLITSETUP
+d4row:
+	CMPQ AX, R14
+	JAE d4done
+	MOVQ DX, DI
+	MOVQ R12, CX
+	SHRQ $6, CX
+	CMPQ AX, R15
+	JB d4zero
+	CMPQ AX, R9
+	JAE d4zero
+	MOVQ BX, R11
+	MOVQ R13, R8
+d4blk:
+	KMOVW (R8), K1
+	KMOVW 2(R8), K2
+	KMOVW 4(R8), K3
+	KMOVW 6(R8), K4
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS.Z 64(R11), K2, Z1
+	VMOVUPS.Z 128(R11), K3, Z2
+	VMOVUPS.Z 192(R11), K4, Z3
+	VMOVAPS Z0, Z4
+	VPERMT2PS Z1, Z30, Z4 // columns 0 mod 2 of the first 32
+	VPERMT2PS Z1, Z31, Z0 // 1 mod 2
+	VMOVAPS Z2, Z5
+	VPERMT2PS Z3, Z30, Z5
+	VPERMT2PS Z3, Z31, Z2
+	VMOVAPS Z4, Z6
+	VPERMT2PS Z5, Z30, Z6 // phase 0
+	VPERMT2PS Z5, Z31, Z4 // phase 2
+	VMOVAPS Z0, Z7
+	VPERMT2PS Z2, Z30, Z7 // phase 1
+	VPERMT2PS Z2, Z31, Z0 // phase 3
+	VMOVUPS Z6, (DI)
+	VMOVUPS Z7, (DI)(R12*1)
+	VMOVUPS Z4, (DI)(R12*2)
+	ADDQ R12, DI
+	VMOVUPS Z0, (DI)(R12*2)
+	SUBQ R12, DI
+	ADDQ $256, R11
+	ADDQ $8, R8
+	ADDQ $64, DI
+	DECQ CX
+	JNZ d4blk
+	JMP d4next
+d4zero:
+	VMOVUPS Z28, (DI)
+	VMOVUPS Z28, (DI)(R12*1)
+	VMOVUPS Z28, (DI)(R12*2)
+	ADDQ R12, DI
+	VMOVUPS Z28, (DI)(R12*2)
+	SUBQ R12, DI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ d4zero
+d4next:
+	ADDQ R10, BX
+	LEAQ (DX)(R12*4), DX
+	INCQ AX
+	JMP d4row
+d4done:
+	VZEROUPPER
+	RET
+
+// func inter2AVX512(a *kargs)
+// The scratch's phases 0, 1 (rows 0..h-1) back into the plane's columns
+// under the column masks, plus the bias.
+TEXT ·inter2AVX512(SB), NOSPLIT, $0-8
+	PARGS
+	MOVQ DI, BX
+	MOVQ SI, DX
+	XORQ AX, AX
+i2row:
+	CMPQ AX, R9
+	JAE i2done
+	MOVQ BX, R11
+	MOVQ DX, DI
+	MOVQ R13, R8
+	MOVQ R12, CX
+	SHRQ $6, CX
+i2blk:
+	KMOVW (R8), K1
+	KMOVW 2(R8), K2
+	VADDPS (R11), Z29, Z0
+	VADDPS (R11)(R12*1), Z29, Z1
+	VMOVAPS Z0, Z2
+	VPERMT2PS Z1, Z26, Z2
+	VPERMT2PS Z1, Z27, Z0
+	VMOVUPS Z2, K1, (DI)
+	VMOVUPS Z0, K2, 64(DI)
+	ADDQ $64, R11
+	ADDQ $4, R8
+	ADDQ $128, DI
+	DECQ CX
+	JNZ i2blk
+	LEAQ (BX)(R12*2), BX
+	ADDQ R10, DX
+	INCQ AX
+	JMP i2row
+i2done:
+	VZEROUPPER
+	RET
+
+// func inter4AVX512(a *kargs)
+// inter2AVX512 with phases 0..3.
+TEXT ·inter4AVX512(SB), NOSPLIT, $0-8
+	PARGS
+	MOVQ DI, BX
+	MOVQ SI, DX
+	XORQ AX, AX
+i4row:
+	CMPQ AX, R9
+	JAE i4done
+	MOVQ BX, R11
+	MOVQ DX, DI
+	MOVQ R13, R8
+	MOVQ R12, CX
+	SHRQ $6, CX
+i4blk:
+	KMOVW (R8), K1
+	KMOVW 2(R8), K2
+	KMOVW 4(R8), K3
+	KMOVW 6(R8), K4
+	VADDPS (R11), Z29, Z0
+	VADDPS (R11)(R12*1), Z29, Z1
+	VADDPS (R11)(R12*2), Z29, Z2
+	ADDQ R12, R11
+	VADDPS (R11)(R12*2), Z29, Z3
+	SUBQ R12, R11
+	VMOVAPS Z0, Z4
+	VPERMT2PS Z2, Z26, Z4 // phases 0, 2 interleaved, low half
+	VPERMT2PS Z2, Z27, Z0 // high half
+	VMOVAPS Z1, Z5
+	VPERMT2PS Z3, Z26, Z5 // phases 1, 3, low
+	VPERMT2PS Z3, Z27, Z1 // high
+	VMOVAPS Z4, Z6
+	VPERMT2PS Z5, Z26, Z6 // columns 0..15
+	VPERMT2PS Z5, Z27, Z4 // 16..31
+	VMOVAPS Z0, Z7
+	VPERMT2PS Z1, Z26, Z7 // 32..47
+	VPERMT2PS Z1, Z27, Z0 // 48..63
+	VMOVUPS Z6, K1, (DI)
+	VMOVUPS Z4, K2, 64(DI)
+	VMOVUPS Z7, K3, 128(DI)
+	VMOVUPS Z0, K4, 192(DI)
+	ADDQ $64, R11
+	ADDQ $8, R8
+	ADDQ $256, DI
+	DECQ CX
+	JNZ i4blk
+	LEAQ (BX)(R12*4), BX
+	ADDQ R10, DX
+	INCQ AX
+	JMP i4row
+i4done:
 	VZEROUPPER
 	RET

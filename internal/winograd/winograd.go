@@ -17,7 +17,8 @@
 // goes. The transforms lay a chunk of Plan.N images out as a*a matrices
 // of one row per channel and one column per tile ("tile p" is tile (ty,
 // tx) of image s, p = s*TH*TW + ty*TW + tx), each row Plan.PP (P rounded
-// up to 16) long.
+// up to 16) long. The assembly kernels work on 16 tiles a register (their
+// layout: Plan.QW), the Go ones a tile at a time.
 package winograd
 
 import "fmt"
@@ -42,6 +43,22 @@ type Plan struct {
 	// clear everywhere.
 	masks []uint16
 	nmask int // masks per group: 2A + 2M
+
+	// The assembly kernels' layout: a chunk's planes of one channel
+	// split by column phase (column mod M) into the scratch, image s's
+	// rows at scr[s*splane:], a row being M phase rows of QW values
+	// (QW >= TW+1, a multiple of 16): input rows with the halo (row r is
+	// input row r-1, (r, phase, q) input column M*q+phase-1), dy and
+	// output rows without. A run of a group's tiles in one tile row is
+	// one segment: (lane mask, byte offset of lane 0's value in row
+	// M*ty, phase 0), segEnd[g] the end of group g's segments.
+	QW, splane int
+	segs       []int32 // pairs: mask, byte offset
+	segEnd     []int32
+	inMask     []uint16 // per q-block, M lane masks of input columns (halo: shifted by 1)
+	dyMask     []uint16 // the same without the shift (dy)
+	outMask    []uint16 // per q-block, M lane masks of output columns
+	scr, tmp   []float32
 }
 
 // NewPlan returns the plan for chunks of n images of h x w with m x m
@@ -85,6 +102,39 @@ func NewPlan(m, h, w, n int) *Plan {
 			}
 		}
 	}
+	p.QW = (p.TW + 1 + 15) &^ 15
+	p.splane = (m*p.TH + 2) * m * p.QW
+	p.scr = make([]float32, n*p.splane)
+	p.segEnd = make([]int32, p.PP/16)
+	for g := 0; g < p.PP/16; g++ {
+		for t := 16 * g; t < min(16*g+16, p.P); {
+			s, y0, x0 := p.tile(t)
+			ty, tx0 := (y0+1)/m, (x0+1)/m
+			cnt := min(p.TW-tx0, 16*g+16-t)
+			l0 := t - 16*g
+			p.segs = append(p.segs, int32((1<<cnt-1)<<l0), int32(4*(s*p.splane+m*ty*m*p.QW+tx0-l0)))
+			t += cnt
+		}
+		p.segEnd[g] = int32(len(p.segs) / 2)
+	}
+	nb := p.QW / 16
+	p.inMask = make([]uint16, nb*m)
+	p.dyMask = make([]uint16, nb*m)
+	p.outMask = make([]uint16, nb*m)
+	for b := 0; b < nb; b++ {
+		for k := 0; k < m; k++ {
+			for l := 0; l < 16; l++ {
+				c := 16*m*b + 16*k + l
+				if c-1 >= 0 && c-1 < w {
+					p.inMask[b*m+k] |= 1 << l
+				}
+				if c < w {
+					p.dyMask[b*m+k] |= 1 << l
+					p.outMask[b*m+k] |= 1 << l
+				}
+			}
+		}
+	}
 	return p
 }
 
@@ -107,7 +157,8 @@ func (p *Plan) check(what string, dst []float32, dstride int, src []float32, str
 
 // Input sets v[xi*vstride+t], for xi < A*A and t < PP, to B^T d B of tile
 // t of one channel: image s's plane is x[s*stride:][:H*W] (x starts at
-// the channel), zero outside it; columns past P are zero.
+// the channel), zero outside it. Columns P to PP hold finite values of no
+// meaning (an sgemm over the first P columns leaves them out).
 func (p *Plan) Input(v []float32, vstride int, x []float32, stride int) {
 	p.check("Input", v, vstride, x, stride)
 	if useAsm {
@@ -182,8 +233,8 @@ func (p *Plan) Output(y []float32, stride int, mm []float32, mstride int, bias f
 // GradOutput sets q[xi*qstride+t], for xi < A*A and t < PP, to A e A^T,
 // e being tile t's M x M outputs of one channel of dy (dy[s*stride:][:H*W]
 // for image s, dy starting at the channel), zero outside the plane:
-// the gradient w.r.t. the element-wise products (the columns past P are
-// zero).
+// the gradient w.r.t. the element-wise products (columns P to PP as in
+// Input).
 func (p *Plan) GradOutput(q []float32, qstride int, dy []float32, stride int) {
 	p.check("GradOutput", q, qstride, dy, stride)
 	if useAsm {
