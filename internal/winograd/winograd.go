@@ -377,26 +377,53 @@ func gradTile4(e *[16]float32, d *[36]float32) {
 // ---- filter transforms (small: in float64, rounded once) ----
 
 // g2 is G (4x3) of F(2, 3) applied to a filter row or column.
-func g2(f0, f1, f2 float64) [6]float64 {
-	return [6]float64{f0, (f0 + f1 + f2) / 2, (f0 - f1 + f2) / 2, f2}
+func g2(f0, f1, f2 float64) (r0, r1, r2, r3 float64) {
+	s := f0 + f2
+	return f0, (s + f1) * 0.5, (s - f1) * 0.5, f2
 }
 
 // g4 is G (6x3) of F(4, 3).
-func g4(f0, f1, f2 float64) [6]float64 {
-	s, d := f0+f2, f1
-	return [6]float64{f0 / 4, -(s + d) / 6, -(s - d) / 6, f0/24 + f1/12 + f2/6, f0/24 - f1/12 + f2/6, f2}
+func g4(f0, f1, f2 float64) (r0, r1, r2, r3, r4, r5 float64) {
+	const sixth, twelfth, tw4th = 1.0 / 6, 1.0 / 12, 1.0 / 24
+	s := f0 + f2
+	q, h := f0*tw4th+f2*sixth, f1*twelfth
+	return f0 * 0.25, -(s + f1) * sixth, -(s - f1) * sixth, q + h, q - h, f2
 }
 
 // gt2 is G^T (3x4) of F(2, 3).
-func gt2(e *[6]float64) (k0, k1, k2 float64) {
-	h := (e[1] + e[2]) / 2
-	return e[0] + h, (e[1] - e[2]) / 2, h + e[3]
+func gt2(e0, e1, e2, e3 float64) (k0, k1, k2 float64) {
+	h := (e1 + e2) * 0.5
+	return e0 + h, (e1 - e2) * 0.5, h + e3
 }
 
 // gt4 is G^T (3x6) of F(4, 3).
-func gt4(e *[6]float64) (k0, k1, k2 float64) {
-	s12, s34 := e[1]+e[2], e[3]+e[4]
-	return e[0]/4 - s12/6 + s34/24, (e[2]-e[1])/6 + (e[3]-e[4])/12, (s34-s12)/6 + e[5]
+func gt4(e0, e1, e2, e3, e4, e5 float64) (k0, k1, k2 float64) {
+	const sixth, twelfth, tw4th = 1.0 / 6, 1.0 / 12, 1.0 / 24
+	s12, s34 := e1+e2, e3+e4
+	return e0*0.25 - s12*sixth + s34*tw4th, (e2-e1)*sixth + (e3-e4)*twelfth, (s34-s12)*sixth + e5
+}
+
+// filterTile sets u to G f G^T (A x A, row-major) of the 3x3 filter f.
+func filterTile(m int, f *[9]float64, u *[36]float64) {
+	if m == 2 {
+		var t [4][3]float64 // G f
+		for k := 0; k < 3; k++ {
+			t[0][k], t[1][k], t[2][k], t[3][k] = g2(f[k], f[3+k], f[6+k])
+		}
+		for i := 0; i < 4; i++ {
+			r := u[i*4 : i*4+4 : i*4+4]
+			r[0], r[1], r[2], r[3] = g2(t[i][0], t[i][1], t[i][2])
+		}
+		return
+	}
+	var t [6][3]float64
+	for k := 0; k < 3; k++ {
+		t[0][k], t[1][k], t[2][k], t[3][k], t[4][k], t[5][k] = g4(f[k], f[3+k], f[6+k])
+	}
+	for i := 0; i < 6; i++ {
+		r := u[i*6 : i*6+6 : i*6+6]
+		r[0], r[1], r[2], r[3], r[4], r[5] = g4(t[i][0], t[i][1], t[i][2])
+	}
 }
 
 // Filter sets u[xi*ustride + r*ld + c], for xi < A*A, to G g G^T of the
@@ -405,36 +432,35 @@ func gt4(e *[6]float64) (k0, k1, k2 float64) {
 // with ri = cin, ci = 1 gives the forward's [A*A][cout][cin]; with ri = 1,
 // ci = cin and flip, the input gradient's [A*A][cin][cout].
 func Filter(m int, u []float32, ustride, ld int, w []float32, rows, cols, ri, ci int, flip bool) {
-	a := m + 2
-	g := g2
-	if m == 4 {
-		g = g4
-	} else if m != 2 {
+	if m != 2 && m != 4 {
 		panic(fmt.Sprintf("winograd: tile side %d, want 2 or 4", m))
 	}
-	if rows < 1 || cols < 1 || ld < cols || ustride < (rows-1)*ld+cols || len(u) < (a*a-1)*ustride+(rows-1)*ld+cols {
+	a2 := (m + 2) * (m + 2)
+	if rows < 1 || cols < 1 || ld < cols || ustride < (rows-1)*ld+cols || len(u) < (a2-1)*ustride+(rows-1)*ld+cols {
 		panic("winograd: Filter: output too small")
 	}
 	var f [9]float64
-	var t [3][6]float64 // G f's columns: t[k][i] = (G f)[i][k]
+	var t [16][36]float64 // 16 filters of a row at a time: u's rows written 16 values at a time
 	for r := 0; r < rows; r++ {
-		for c := 0; c < cols; c++ {
-			src := w[(r*ri+c*ci)*9:][:9]
-			for i := range f {
+		for c0 := 0; c0 < cols; c0 += 16 {
+			nc := min(16, cols-c0)
+			for k := 0; k < nc; k++ {
+				src := w[(r*ri+(c0+k)*ci)*9:][:9]
 				if flip {
-					f[i] = float64(src[8-i])
+					for i := range f {
+						f[i] = float64(src[8-i])
+					}
 				} else {
-					f[i] = float64(src[i])
+					for i := range f {
+						f[i] = float64(src[i])
+					}
 				}
+				filterTile(m, &f, &t[k])
 			}
-			for k := 0; k < 3; k++ {
-				t[k] = g(f[k], f[3+k], f[6+k])
-			}
-			dst := u[r*ld+c:]
-			for i := 0; i < a; i++ {
-				row := g(t[0][i], t[1][i], t[2][i]) // (G f G^T)[i][:]
-				for j := 0; j < a; j++ {
-					dst[(i*a+j)*ustride] = float32(row[j])
+			for xi := 0; xi < a2; xi++ {
+				dst := u[xi*ustride+r*ld+c0:][:nc]
+				for k := range dst {
+					dst[k] = float32(t[k][xi])
 				}
 			}
 		}
@@ -445,31 +471,44 @@ func Filter(m int, u []float32, ustride, ld int, w []float32, rows, cols, ri, ci
 // (r, c) of (rows, cols, 3, 3), to G^T s G, s being s[xi*sstride + r*ld +
 // c] for xi < A*A: the gradient w.r.t. G g G^T.
 func FilterGrad(m int, dw []float32, s []float32, sstride, ld, rows, cols int) {
-	a := m + 2
-	gt := gt2
-	if m == 4 {
-		gt = gt4
-	} else if m != 2 {
+	if m != 2 && m != 4 {
 		panic(fmt.Sprintf("winograd: tile side %d, want 2 or 4", m))
 	}
+	a := m + 2
 	if rows < 1 || cols < 1 || len(dw) < rows*cols*9 || ld < cols || len(s) < (a*a-1)*sstride+(rows-1)*ld+cols {
 		panic("winograd: FilterGrad: sizes")
 	}
-	var e [6]float64
-	var t [3][6]float64 // (G^T s)[k][j]
+	var eb [16][36]float64 // 16 filters of a row at a time: s's rows read 16 values at a time
+	var t [3][6]float64    // (G^T e)[k][j]
 	for r := 0; r < rows; r++ {
-		for c := 0; c < cols; c++ {
-			src := s[r*ld+c:]
-			for j := 0; j < a; j++ {
-				for i := 0; i < a; i++ {
-					e[i] = float64(src[(i*a+j)*sstride])
+		for c0 := 0; c0 < cols; c0 += 16 {
+			nc := min(16, cols-c0)
+			for xi := 0; xi < a*a; xi++ {
+				src := s[xi*sstride+r*ld+c0:][:nc]
+				for k, v := range src {
+					eb[k][xi] = float64(v)
 				}
-				t[0][j], t[1][j], t[2][j] = gt(&e)
 			}
-			out := dw[(r*cols+c)*9:][:9]
-			for k := 0; k < 3; k++ {
-				k0, k1, k2 := gt(&t[k])
-				out[k*3], out[k*3+1], out[k*3+2] = float32(k0), float32(k1), float32(k2)
+			for k := 0; k < nc; k++ {
+				e := &eb[k]
+				out := dw[(r*cols+c0+k)*9:][:9]
+				if m == 2 {
+					for j := 0; j < 4; j++ {
+						t[0][j], t[1][j], t[2][j] = gt2(e[j], e[4+j], e[8+j], e[12+j])
+					}
+					for q := 0; q < 3; q++ {
+						k0, k1, k2 := gt2(t[q][0], t[q][1], t[q][2], t[q][3])
+						out[q*3], out[q*3+1], out[q*3+2] = float32(k0), float32(k1), float32(k2)
+					}
+					continue
+				}
+				for j := 0; j < 6; j++ {
+					t[0][j], t[1][j], t[2][j] = gt4(e[j], e[6+j], e[12+j], e[18+j], e[24+j], e[30+j])
+				}
+				for q := 0; q < 3; q++ {
+					k0, k1, k2 := gt4(t[q][0], t[q][1], t[q][2], t[q][3], t[q][4], t[q][5])
+					out[q*3], out[q*3+1], out[q*3+2] = float32(k0), float32(k1), float32(k2)
+				}
 			}
 		}
 	}
