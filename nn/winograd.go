@@ -10,8 +10,8 @@ import (
 // contracts of conv2dForward, conv2dBackwardX and conv2dBackwardW, in
 // fewer multiplications (F(2x2, 3x3): 16 per 2x2 outputs instead of 36;
 // F(4x4, 3x3): 36 per 4x4 instead of 144). Images go a chunk at a time
-// (winogradChunkTiles tiles, so that the transformed chunk stays in the
-// caches): the inputs' tiles are transformed (internal/winograd, AVX-512
+// (winogradChunkBytes of transformed values, which stay in L2): the
+// inputs' tiles are transformed (internal/winograd, AVX-512
 // where the CPU has it), the A*A element-wise products summed over
 // channels are A*A sgemms over the whole chunk's tiles (M = output
 // channels, K = input channels, N = tiles), and the products are
@@ -31,9 +31,16 @@ type winogradScratch struct {
 	plans       []*winograd.Plan
 }
 
-// winogradChunkTiles is how many tiles (columns of the sgemms) a chunk
-// holds at least: enough images to fill it (one if an image has more).
-var winogradChunkTiles = 128
+// winogradChunkBytes is the size of a chunk's transformed inputs and
+// products (A*A x (cin + cout) values a tile): about half of a Zen 4
+// core's L2, so that the sgemms read what the input transform wrote, and
+// the output transform what the sgemms wrote, from L2. (Measured at the
+// cnn's second convolution: F(2x2) is fastest from 64 to 256 tiles a
+// chunk, F(4x4) from 32 to 64; 1024 costs 30-50% more.)
+const winogradChunkBytes = 512 << 10
+
+// winogradChunkTiles, if not 0, is the chunk's tiles instead (tests).
+var winogradChunkTiles = 0
 
 // winogradOK reports whether the Winograd functions compute g: a 3x3
 // kernel with padding 1 (stride is always 1 here).
@@ -55,10 +62,15 @@ func (s *winogradScratch) plan(m, h, w, n int) *winograd.Plan {
 	return p
 }
 
-// chunk is the number of images a chunk holds.
-func winogradChunk(m, h, w, n int) int {
+// winogradChunk is the number of images a chunk holds: enough for
+// winogradChunkBytes (at least 32 tiles, at most 1024), at least one.
+func winogradChunk(m, h, w, n, cin, cout int) int {
 	tiles := ((h + m - 1) / m) * ((w + m - 1) / m)
-	return min(n, max(1, (winogradChunkTiles+tiles-1)/tiles))
+	want := winogradChunkTiles
+	if want == 0 {
+		want = min(max(winogradChunkBytes/((m+2)*(m+2)*(cin+cout)*4), 32), 1024)
+	}
+	return min(n, max(1, (want+tiles/2)/tiles))
 }
 
 // winogradForward is conv2dForward for winogradOK(g) with m x m output
@@ -88,7 +100,7 @@ func (s *winogradScratch) run(m, n, h, w, cin, cout int, x, u, b, y []float32) {
 	impl := blas32.Implementation()
 	a2 := (m + 2) * (m + 2)
 	hw := h * w
-	nb := winogradChunk(m, h, w, n)
+	nb := winogradChunk(m, h, w, n, cin, cout)
 	for s0 := 0; s0 < n; s0 += nb {
 		p := s.plan(m, h, w, min(nb, n-s0))
 		s.v = grow(s.v, a2*cin*p.PP)
@@ -122,7 +134,7 @@ func winogradBackwardW(m int, g convGeom, x, dy, dw []float32, s *winogradScratc
 	hw := g.hw()
 	kc := g.cout * g.cin
 	s.s = grow(s.s, a2*kc)
-	nb := winogradChunk(m, g.h, g.w, g.n)
+	nb := winogradChunk(m, g.h, g.w, g.n, g.cin, g.cout)
 	var beta float32
 	for s0 := 0; s0 < g.n; s0 += nb {
 		p := s.plan(m, g.h, g.w, min(nb, g.n-s0))

@@ -404,9 +404,9 @@ func TestWinogradForward(t *testing.T) {
 		for _, m := range []int{2, 4} {
 			_, bound := winogradRef(m, c.n, c.cin, c.cout, c.h, c.w, x, w, b)
 			for _, asm := range wgModes() {
-				// Chunks of 1 image, of 2 and the default.
-				for _, chunk := range []int{1, 2 * c.h * c.w / (m * m), 512} {
-					winogradChunkTiles = max(chunk, 1)
+				// Chunks of 1 image, of 2, of 512 tiles and the default (0).
+				for _, chunk := range []int{1, 2 * c.h * c.w / (m * m), 512, 0} {
+					winogradChunkTiles = chunk
 					ys := make([]float32, len(ref)+20)
 					for i := range ys {
 						ys[i] = float32(math.NaN())
@@ -422,7 +422,7 @@ func TestWinogradForward(t *testing.T) {
 					if !(scaled <= wgTol(c.cin)) { // NaN: not written
 						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, wgTol(c.cin))
 					}
-					if ci < 2 && chunk == 512 {
+					if ci < 2 && chunk == 0 {
 						t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|y| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, rel, imRel, scaled, wgTol(c.cin))
 					}
 				}
@@ -454,7 +454,7 @@ func TestWinogradBackwardX(t *testing.T) {
 		for _, m := range []int{2, 4} {
 			_, bound := winogradRef(m, c.n, c.cout, c.cin, c.h, c.w, dy, wf, nil)
 			for _, asm := range wgModes() {
-				for _, chunk := range []int{1, 512} {
+				for _, chunk := range []int{1, 0} {
 					winogradChunkTiles = chunk
 					dxs := make([]float32, len(ref)+20)
 					for i := range dxs {
@@ -471,7 +471,7 @@ func TestWinogradBackwardX(t *testing.T) {
 					if !(scaled <= wgTol(c.cout)) {
 						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, wgTol(c.cout))
 					}
-					if ci < 2 && chunk == 512 {
+					if ci < 2 && chunk == 0 {
 						t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|dx| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, rel, imRel, scaled, wgTol(c.cout))
 					}
 				}
@@ -501,7 +501,7 @@ func TestWinogradBackwardW(t *testing.T) {
 			bound := winogradWBound(m, c.n, c.cin, c.cout, c.h, c.w, x, dy)
 			tol := wgTol(c.n * ((c.h + m - 1) / m) * ((c.w + m - 1) / m))
 			for _, asm := range wgModes() {
-				for _, chunk := range []int{1, 512} {
+				for _, chunk := range []int{1, 0} {
 					winogradChunkTiles = chunk
 					dw := make([]float32, len(ref))
 					for i := range dw {
@@ -512,7 +512,7 @@ func TestWinogradBackwardW(t *testing.T) {
 					if !(scaled <= tol) {
 						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, tol)
 					}
-					if ci < 2 && chunk == 512 {
+					if ci < 2 && chunk == 0 {
 						t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|dw| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, rel, imRel, scaled, tol)
 					}
 				}
@@ -588,6 +588,52 @@ func BenchmarkWinograd(b *testing.B) {
 						im.run(op)
 					}
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkWinogradShapes times im2col against Winograd over channel
+// counts and plane sizes at batch 64, to find where Winograd starts to
+// win: names hHxW/cinC-coutK/op/impl.
+func BenchmarkWinogradShapes(b *testing.B) {
+	for _, hw := range []int{7, 14, 28} {
+		for _, ch := range [][2]int{{1, 32}, {3, 32}, {8, 32}, {16, 32}, {32, 64}, {64, 64}} {
+			g := convGeom{n: 64, cin: ch[0], h: hw, w: hw, cout: ch[1], k: 3, pad: 1, ho: hw, wo: hw}
+			r := newRNG(46)
+			x := randSlice(r, g.n*g.cin*g.hw())
+			w := randSlice(r, g.cout*g.ckk())
+			dy := randSlice(r, g.n*g.cout*g.howo())
+			y := make([]float32, len(dy))
+			dx := make([]float32, len(x))
+			dw := make([]float32, len(w))
+			sc := &convScratch{}
+			ws := &winogradScratch{}
+			for _, op := range []string{"fwd", "dx", "dw"} {
+				for _, m := range []int{0, 2, 4} {
+					name := fmt.Sprintf("h%dx%d/cin%d-cout%d/%s/F%d", hw, hw, g.cin, g.cout, op, m)
+					if m == 0 {
+						name = fmt.Sprintf("h%dx%d/cin%d-cout%d/%s/im2col", hw, hw, g.cin, g.cout, op)
+					}
+					b.Run(name, func(b *testing.B) {
+						for i := 0; i < b.N; i++ {
+							switch {
+							case m == 0 && op == "fwd":
+								conv2dForward(g, x, w, nil, y, sc)
+							case m == 0 && op == "dx":
+								conv2dBackwardX(g, w, dy, dx, sc)
+							case m == 0:
+								conv2dBackwardW(g, x, dy, dw, sc)
+							case op == "fwd":
+								winogradForward(m, g, x, w, nil, y, ws)
+							case op == "dx":
+								winogradBackwardX(m, g, w, dy, dx, ws)
+							default:
+								winogradBackwardW(m, g, x, dy, dw, ws)
+							}
+						}
+					})
+				}
 			}
 		}
 	}

@@ -328,42 +328,45 @@ grad2done:
 	VZEROUPPER
 	RET
 
-// STAGE6 copies row i's 6 values (phases 0..3 at column +0, phases 0, 1
-// at +1) of the segment at BX to the scratch row at toff(R9), under K1.
-#define STAGE6(toff) \
-	VMOVUPS.Z (BX), K1, Z0 \
-	VMOVUPS.Z (BX)(R11*1), K1, Z1 \
-	VMOVUPS.Z (BX)(R11*2), K1, Z2 \
-	VMOVUPS.Z (BX)(R15*1), K1, Z3 \
-	VMOVUPS.Z 4(BX), K1, Z4 \
-	VMOVUPS.Z 4(BX)(R11*1), K1, Z5 \
-	VMOVUPS Z0, K1, toff(R9) \
-	VMOVUPS Z1, K1, toff+64(R9) \
-	VMOVUPS Z2, K1, toff+128(R9) \
-	VMOVUPS Z3, K1, toff+192(R9) \
-	VMOVUPS Z4, K1, toff+256(R9) \
-	VMOVUPS Z5, K1, toff+320(R9) \
-	ADDQ R10, BX
-
-// ROWT4 transforms scratch row toff in place (B^T along the row).
-#define ROWT4(toff) \
-	VMOVUPS toff(R9), Z0 \
-	VMOVUPS toff+64(R9), Z1 \
-	VMOVUPS toff+128(R9), Z2 \
-	VMOVUPS toff+192(R9), Z3 \
-	VMOVUPS toff+256(R9), Z4 \
-	VMOVUPS toff+320(R9), Z5 \
+// INROW4 gathers input row i (SI: the scratch advanced by i rows) of the
+// group's segments R14..AX into Z0..Z5 (phases 0..3 at column +0, phases
+// 0, 1 at +1), transforms it (B^T along the row) into the scratch row at
+// toff(R9), and moves SI to the next row. loop and done: labels.
+#define INROW4(toff, loop, done) \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	MOVQ R14, DX \
+loop: \
+	CMPQ DX, AX \
+	JAE done \
+	KMOVW (R12)(DX*8), K1 \
+	MOVLQSX 4(R12)(DX*8), BX \
+	ADDQ SI, BX \
+	VMOVUPS (BX), K1, Z0 \
+	VMOVUPS (BX)(R11*1), K1, Z1 \
+	VMOVUPS (BX)(R11*2), K1, Z2 \
+	VMOVUPS (BX)(R15*1), K1, Z3 \
+	VMOVUPS 4(BX), K1, Z4 \
+	VMOVUPS 4(BX)(R11*1), K1, Z5 \
+	INCQ DX \
+	JMP loop \
+done: \
 	BT4(Z0, Z1, Z2, Z3, Z4, Z5) \
 	VMOVUPS Z0, toff(R9) \
 	VMOVUPS Z1, toff+64(R9) \
 	VMOVUPS Z2, toff+128(R9) \
 	VMOVUPS Z3, toff+192(R9) \
 	VMOVUPS Z4, toff+256(R9) \
-	VMOVUPS Z5, toff+320(R9)
+	VMOVUPS Z5, toff+320(R9) \
+	ADDQ R10, SI
 
 // func inputF4AVX512(a *kargs)
-// The segments' values go to the scratch (36 registers: (i, j) at
-// 64*(6i+j)), transformed there along rows, then along columns into the
+// Rows first (each row's values from the segments, transformed along the
+// row into the scratch: (i, j) at 64*(6i+j)), then columns into the
 // transformed rows.
 TEXT ·inputF4AVX512(SB), NOSPLIT, $0-8
 	TARGS(4)
@@ -371,25 +374,19 @@ TEXT ·inputF4AVX512(SB), NOSPLIT, $0-8
 	JZ in4done
 in4loop:
 	MOVL (R13), AX
-in4seg:
-	CMPQ R14, AX
-	JAE in4segdone
-	SEG
-	STAGE6(0)
-	STAGE6(384)
-	STAGE6(768)
-	STAGE6(1152)
-	STAGE6(1536)
-	STAGE6(1920)
-	INCQ R14
-	JMP in4seg
-in4segdone:
-	ROWT4(0)
-	ROWT4(384)
-	ROWT4(768)
-	ROWT4(1152)
-	ROWT4(1536)
-	ROWT4(1920)
+	INROW4(0, in4s0, in4d0)
+	INROW4(384, in4s1, in4d1)
+	INROW4(768, in4s2, in4d2)
+	INROW4(1152, in4s3, in4d3)
+	INROW4(1536, in4s4, in4d4)
+	INROW4(1920, in4s5, in4d5)
+	SUBQ R10, SI
+	SUBQ R10, SI
+	SUBQ R10, SI
+	SUBQ R10, SI
+	SUBQ R10, SI
+	SUBQ R10, SI
+	MOVQ AX, R14
 	// Columns j: scratch j, j+6, ..., j+30 -> rows j, j+6, ..., j+30.
 	MOVQ R9, DX
 	MOVQ DI, BX
