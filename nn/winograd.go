@@ -48,6 +48,22 @@ func winogradOK(g convGeom) bool {
 	return g.k == 3 && g.pad == 1 && g.ho == g.h && g.wo == g.w
 }
 
+// winogradTile is the output tile side where Winograd beats im2col on
+// g (BenchmarkWinogradShapes, one Zen 4 core): 0 (use im2col) unless
+// winogradOK, the AVX-512 transforms run and both channel counts are at
+// least 16 (the sgemms' K is the input channels forward and the output
+// channels backward, M the other: below 16 they run far from peak and
+// the transforms, which cost per channel and pixel, dominate; at 28x28
+// and above 8 channels already win). F(2x2, 3x3) then: as accurate as
+// im2col, and at 14x14 as fast as F(4x4, 3x3), which is up to 1.3x
+// faster on larger planes (28x28) but ten times less accurate.
+func winogradTile(g convGeom) int {
+	if !winogradOK(g) || !winograd.Vectorized() || g.cin < 16 || g.cout < 16 {
+		return 0
+	}
+	return 2
+}
+
 func (s *winogradScratch) plan(m, h, w, n int) *winograd.Plan {
 	for _, p := range s.plans {
 		if p.M == m && p.H == h && p.W == w && p.N == n {

@@ -318,6 +318,22 @@ const u32 = 1.0 / (1 << 24) // float32's unit roundoff
 
 type wgCase struct{ n, cin, cout, h, w int }
 
+// TestWinogradTile: where the wiring would use Winograd: the cnn's
+// second convolution (with the AVX-512 transforms), not its first (one
+// input channel), nor other kernels.
+func TestWinogradTile(t *testing.T) {
+	conv1 := convGeom{n: 64, cin: 1, h: 28, w: 28, cout: 32, k: 3, pad: 1, ho: 28, wo: 28}
+	conv2 := convGeom{n: 64, cin: 32, h: 14, w: 14, cout: 64, k: 3, pad: 1, ho: 14, wo: 14}
+	five := convGeom{n: 64, cin: 32, h: 14, w: 14, cout: 64, k: 5, pad: 2, ho: 14, wo: 14}
+	want2 := 0
+	if winograd.Vectorized() {
+		want2 = 2
+	}
+	if a, b, c := winogradTile(conv1), winogradTile(conv2), winogradTile(five); a != 0 || b != want2 || c != 0 {
+		t.Errorf("winogradTile: conv1 %d, conv2 %d, 5x5 %d; want 0, %d, 0", a, b, c, want2)
+	}
+}
+
 // TestWinogradReference checks the float64 reference itself: Winograd
 // with the paper's matrices is the convolution, to float64 rounding.
 func TestWinogradReference(t *testing.T) {

@@ -20,6 +20,11 @@ func SetAsm(on bool) bool {
 	return old
 }
 
+// Vectorized reports whether the assembly kernels run (AVX-512, not
+// turned off by SetAsm). Without them the Go kernels are several times
+// slower than the convolution's matrix products, and im2col wins.
+func Vectorized() bool { return useAsm }
+
 // kargs is what every kernel reads (offsets fixed: kernels_amd64.s).
 type kargs struct {
 	t       *float32 // 0: transformed values, row xi at t + xi*tstride

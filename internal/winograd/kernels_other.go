@@ -14,3 +14,6 @@ func gradOutputAsm(p *Plan, q []float32, qstride int, dy []float32, stride int) 
 
 // SetAsm does nothing here (no assembly kernels) and returns false.
 func SetAsm(on bool) bool { return false }
+
+// Vectorized reports false: no assembly kernels here.
+func Vectorized() bool { return false }
