@@ -30,16 +30,16 @@ type kargs struct {
 	t       *float32 // 0: transformed values, row xi at t + xi*tstride
 	tstride int      // 8: elements
 	plane   *float32 // 16: one plane (split, join)
-	pstride int      // 24: unused
+	_       int      // 24
 	h, w    int      // 32, 40: the plane's
 	scr     *float32 // 48: the phase scratch (image 0's for the transforms)
-	splane  int      // 56: unused
+	_       int      // 56
 	qw      int      // 64: Plan.QW
 	groups  int      // 72: groups of 16 tiles
 	segs    *int32   // 80
 	segEnd  *int32   // 88
 	masks   *uint16  // 96: column masks, M per q-block
-	nimg    int      // 104: unused
+	_       int      // 104
 	rows    int      // 112: scratch rows (split)
 	shift   int      // 120: 1 for the input's halo, 0 for dy (split)
 	tmp     *float32 // 128: 36 x 16 floats (F(4x4, 3x3))

@@ -25,24 +25,14 @@ import "fmt"
 
 // Plan is one chunk's geometry: N images of H x W (input and output: pad
 // 1, stride 1) in TH x TW tiles of M x M outputs, P = N*TH*TW tiles in
-// all, and the per-tile tables the kernels read. A Plan is read-only once
-// made: safe for concurrent use.
+// all, the tables the assembly kernels read, and their scratch: a Plan
+// must not be used by two goroutines at once.
 type Plan struct {
 	M, A   int // output tile side (2 or 4), input tile side M+2
 	H, W   int
 	TH, TW int
 	N      int
 	P, PP  int // tiles; tiles rounded up to a multiple of 16
-
-	// Per tile (PP entries; 0 past P): its image and the offset of its
-	// output origin (M*ty, M*tx) in the plane.
-	sidx, off []int32
-	// Per group of 16 tiles, lane masks (bit l: tile 16g+l): A for the
-	// input rows M*ty-1+i in [0, H), A for the input columns, M for the
-	// output rows M*ty+a < H, M for the output columns. Lanes past P are
-	// clear everywhere.
-	masks []uint16
-	nmask int // masks per group: 2A + 2M
 
 	// The assembly kernels' layout: a chunk's planes of one channel
 	// split by column phase (column mod M) into the scratch, image s's
@@ -71,37 +61,8 @@ func NewPlan(m, h, w, n int) *Plan {
 		panic(fmt.Sprintf("winograd: %d images of %dx%d", n, h, w))
 	}
 	p := &Plan{M: m, A: m + 2, H: h, W: w, N: n, TH: (h + m - 1) / m, TW: (w + m - 1) / m}
-	tiles := p.TH * p.TW
-	p.P = n * tiles
+	p.P = n * p.TH * p.TW
 	p.PP = (p.P + 15) &^ 15
-	p.sidx = make([]int32, p.PP)
-	p.off = make([]int32, p.PP)
-	p.nmask = 2*p.A + 2*m
-	p.masks = make([]uint16, p.PP/16*p.nmask)
-	for t := 0; t < p.P; t++ {
-		s, r := t/tiles, t%tiles
-		ty, tx := r/p.TW, r%p.TW
-		p.sidx[t] = int32(s)
-		p.off[t] = int32(m*ty*w + m*tx)
-		mk := p.masks[t/16*p.nmask:][:p.nmask]
-		bit := uint16(1) << (t % 16)
-		for i := 0; i < p.A; i++ {
-			if y := m*ty - 1 + i; y >= 0 && y < h {
-				mk[i] |= bit
-			}
-			if x := m*tx - 1 + i; x >= 0 && x < w {
-				mk[p.A+i] |= bit
-			}
-		}
-		for a := 0; a < m; a++ {
-			if m*ty+a < h {
-				mk[2*p.A+a] |= bit
-			}
-			if m*tx+a < w {
-				mk[2*p.A+m+a] |= bit
-			}
-		}
-	}
 	p.QW = (p.TW + 1 + 15) &^ 15
 	p.splane = (m*p.TH + 2) * m * p.QW
 	p.scr = make([]float32, n*p.splane)
