@@ -93,10 +93,24 @@ func winogradChunk(m, h, w, n, cin, cout int) int {
 // tiles (m = 2 or 4): y = conv(x, w) (+ b, one value per output channel,
 // unless b is nil), overwriting y.
 func winogradForward(m int, g convGeom, x, w, b, y []float32, s *winogradScratch) {
-	a2 := (m + 2) * (m + 2)
-	s.u = grow(s.u, a2*g.cout*g.cin)
+	s.forwardFilters(m, g, w)
+	s.forwardImages(m, g, x, b, y, 0, g.n)
+}
+
+// forwardFilters transforms the filters w for forwardImages (kept in s
+// until a later call of the Winograd functions with s).
+func (s *winogradScratch) forwardFilters(m int, g convGeom, w []float32) {
+	s.u = grow(s.u, (m+2)*(m+2)*g.cout*g.cin)
 	winograd.Filter(m, s.u, g.cout*g.cin, g.cin, w, g.cout, g.cin, g.cin, 1, false)
-	s.run(m, g.n, g.h, g.w, g.cin, g.cout, x, s.u, b, y)
+}
+
+// forwardImages is winogradForward for images [s0, s1) only (x, b and y
+// the whole batch's), with the filters forwardFilters transformed: for
+// a fused op that pools a few images' output while it is in cache
+// (winogradChunk images at a time are as fast as the whole batch).
+func (s *winogradScratch) forwardImages(m int, g convGeom, x, b, y []float32, s0, s1 int) {
+	hw := g.hw()
+	s.run(m, s1-s0, g.h, g.w, g.cin, g.cout, x[s0*g.cin*hw:s1*g.cin*hw], s.u, b, y[s0*g.cout*hw:s1*g.cout*hw])
 }
 
 // winogradBackwardX is conv2dBackwardX for winogradOK(g): dx = the

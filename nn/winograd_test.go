@@ -448,6 +448,39 @@ func TestWinogradForward(t *testing.T) {
 	}
 }
 
+// TestWinogradForwardImages: forwardImages over a few images at a time
+// gives winogradForward's values, bit for bit, and writes only those
+// images.
+func TestWinogradForwardImages(t *testing.T) {
+	g := convGeom{n: 7, cin: 32, h: 14, w: 14, cout: 64, k: 3, pad: 1, ho: 14, wo: 14}
+	r := newRNG(47)
+	x := randSlice(r, g.n*g.cin*g.hw())
+	w := randSlice(r, g.cout*g.ckk())
+	b := randSlice(r, g.cout)
+	for _, m := range []int{2, 4} {
+		want := make([]float32, g.n*g.cout*g.howo())
+		s := &winogradScratch{}
+		winogradForward(m, g, x, w, b, want, s)
+		nb := winogradChunk(m, g.h, g.w, g.n, g.cin, g.cout)
+		got := make([]float32, len(want))
+		s.forwardFilters(m, g, w)
+		for s0 := 0; s0 < g.n; s0 += nb {
+			s1 := min(s0+nb, g.n)
+			s.forwardImages(m, g, x, b, got, s0, s1)
+			for i, v := range got[s1*g.cout*g.howo():] {
+				if v != 0 {
+					t.Fatalf("F(%d): images %d..%d: wrote %d past them", m, s0, s1, s1*g.cout*g.howo()+i)
+				}
+			}
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("F(%d): output %d: %v by chunks, %v at once", m, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 // TestWinogradBackwardX: winogradBackwardX against the float64 input
 // gradient (the forward convolution of dy with the flipped, transposed
 // filters), like TestWinogradForward; dx is overwritten, as
