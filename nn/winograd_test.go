@@ -403,6 +403,12 @@ func wgModes() []bool {
 // past y. It logs the largest errors relative to max |y| (and the
 // im2col path's, for comparison).
 func TestWinogradForward(t *testing.T) {
+	var worst [5][2]float64 // per tile side: max|err|/max|y|, of the bound, over all shapes
+	defer func() {
+		for _, m := range []int{2, 4} {
+			t.Logf("all shapes F(%dx%d): max|err|/max|y| %.3g, of the bound %.3g", m, m, worst[m][0], worst[m][1])
+		}
+	}()
 	defer func(n int) { winogradChunkTiles = n }(winogradChunkTiles)
 	r := newRNG(42)
 	for ci, c := range wgShapes() {
@@ -435,6 +441,7 @@ func TestWinogradForward(t *testing.T) {
 						}
 					}
 					rel, scaled := errStats(y, ref, bound)
+					worst[m][0], worst[m][1] = math.Max(worst[m][0], rel), math.Max(worst[m][1], scaled)
 					if !(scaled <= wgTol(c.cin)) { // NaN: not written
 						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, wgTol(c.cin))
 					}
@@ -486,6 +493,12 @@ func TestWinogradForwardImages(t *testing.T) {
 // filters), like TestWinogradForward; dx is overwritten, as
 // conv2dBackwardX does.
 func TestWinogradBackwardX(t *testing.T) {
+	var worst [5][2]float64 // per tile side: max|err|/max|dx|, of the bound, over all shapes
+	defer func() {
+		for _, m := range []int{2, 4} {
+			t.Logf("all shapes F(%dx%d): max|err|/max|dx| %.3g, of the bound %.3g", m, m, worst[m][0], worst[m][1])
+		}
+	}()
 	defer func(n int) { winogradChunkTiles = n }(winogradChunkTiles)
 	r := newRNG(43)
 	for ci, c := range wgShapes() {
@@ -517,6 +530,7 @@ func TestWinogradBackwardX(t *testing.T) {
 						}
 					}
 					rel, scaled := errStats(dx, ref, bound)
+					worst[m][0], worst[m][1] = math.Max(worst[m][0], rel), math.Max(worst[m][1], scaled)
 					if !(scaled <= wgTol(c.cout)) {
 						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, wgTol(c.cout))
 					}
@@ -533,6 +547,12 @@ func TestWinogradBackwardX(t *testing.T) {
 // gradient, within (tiles + 18) u of winogradWBound (a sum over all tiles
 // of all images per weight).
 func TestWinogradBackwardW(t *testing.T) {
+	var worst [5][2]float64 // per tile side: max|err|/max|dw|, of the bound, over all shapes
+	defer func() {
+		for _, m := range []int{2, 4} {
+			t.Logf("all shapes F(%dx%d): max|err|/max|dw| %.3g, of the bound %.3g", m, m, worst[m][0], worst[m][1])
+		}
+	}()
 	defer func(n int) { winogradChunkTiles = n }(winogradChunkTiles)
 	r := newRNG(44)
 	for ci, c := range wgShapes() {
@@ -558,6 +578,7 @@ func TestWinogradBackwardW(t *testing.T) {
 					}
 					withAsm(asm, func() { winogradBackwardW(m, g, x, dy, dw, &winogradScratch{}) })
 					rel, scaled := errStats(dw, ref, bound)
+					worst[m][0], worst[m][1] = math.Max(worst[m][0], rel), math.Max(worst[m][1], scaled)
 					if !(scaled <= tol) {
 						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, tol)
 					}
