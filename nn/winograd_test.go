@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/gdist/gdist/internal/winograd"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
 )
 
 // Winograd's matrices as in Lavin and Gray (2015), for the float64
@@ -706,5 +708,100 @@ func BenchmarkWinogradShapes(b *testing.B) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkWinogradConvPool times the cnn's second block (conv 32->64 at
+// 14x14, bias, ReLU, 2x2 max pool; batch 64) as the fused op computes it
+// (convpool.go: each image convolved and pooled while in cache; backward:
+// pooling gradient, bias and filter gradients image by image, then the
+// input gradient) against the same with the Winograd functions (forward
+// a chunk of images at a time, pooled right after; backward: pooling and
+// bias gradients image by image, then winogradBackwardW and
+// winogradBackwardX over the batch): what wiring F(2x2) (and F(4x4))
+// into convPoolOp would gain.
+func BenchmarkWinogradConvPool(b *testing.B) {
+	g := convGeom{n: 64, cin: 32, h: 14, w: 14, cout: 64, k: 3, pad: 1, ho: 14, wo: 14}
+	r := newRNG(48)
+	x := randSlice(r, g.n*g.cin*g.hw())
+	w := randSlice(r, g.cout*g.ckk())
+	bias := randSlice(r, g.cout)
+	per, pn := g.cout*g.howo(), g.cout*g.howo()/4
+	pooled := make([]float32, g.n*pn)
+	dp := randSlice(r, len(pooled))
+	arg := make([]uint8, len(pooled))
+	y := make([]float32, g.n*per)
+	dconv := make([]float32, g.n*per)
+	db := make([]float32, g.cout)
+	dw := make([]float32, len(w))
+	dx := make([]float32, len(x))
+	sc := &convScratch{}
+	g1 := g
+	g1.n = 1
+	hw := g.cin * g.hw()
+	im2colFwd := func() {
+		for n := 0; n < g.n; n++ {
+			yn := y[:per] // one image's, in cache
+			conv2dForward(g1, x[n*hw:(n+1)*hw], w, bias, yn, sc)
+			poolReLUArg(yn, g.cout, g.ho, g.wo, pooled[n*pn:(n+1)*pn], arg[n*pn:(n+1)*pn])
+		}
+	}
+	poolGrad := func(n int) {
+		dn := dconv[n*per : (n+1)*per]
+		poolReLUArgGrad(arg[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
+		for c := range db {
+			db[c] += sum32(dn[c*g.howo() : (c+1)*g.howo()])
+		}
+	}
+	im2colBwd := func() {
+		clear(db)
+		col := sc.get(g.ckk() * g.howo())
+		var beta float32
+		for n := 0; n < g.n; n++ {
+			poolGrad(n)
+			sc.im2col(g, x[n*hw:(n+1)*hw], col)
+			blas32.Implementation().Sgemm(blas.NoTrans, blas.Trans, g.cout, g.ckk(), g.howo(), 1, dconv[n*per:(n+1)*per], g.howo(), col, g.howo(), beta, dw, g.ckk())
+			beta = 1
+		}
+		conv2dBackwardX(g, w, dconv, dx, sc)
+	}
+	for _, m := range []int{0, 2, 4} {
+		ws := &winogradScratch{}
+		fwd, bwd := im2colFwd, im2colBwd
+		name := "im2col"
+		if m != 0 {
+			name = fmt.Sprintf("F%d", m)
+			fwd = func() {
+				ws.forwardFilters(m, g, w)
+				nb := winogradChunk(m, g.h, g.w, g.n, g.cin, g.cout)
+				for s0 := 0; s0 < g.n; s0 += nb {
+					s1 := min(s0+nb, g.n)
+					ws.forwardImages(m, g, x, bias, y, s0, s1)
+					for n := s0; n < s1; n++ {
+						poolReLUArg(y[n*per:(n+1)*per], g.cout, g.ho, g.wo, pooled[n*pn:(n+1)*pn], arg[n*pn:(n+1)*pn])
+					}
+				}
+			}
+			bwd = func() {
+				clear(db)
+				for n := 0; n < g.n; n++ {
+					poolGrad(n)
+				}
+				winogradBackwardW(m, g, x, dconv, dw, ws)
+				winogradBackwardX(m, g, w, dconv, dx, ws)
+			}
+		}
+		b.Run("fwd/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				fwd()
+			}
+		})
+		b.Run("bwd/"+name, func(b *testing.B) {
+			fwd()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				bwd()
+			}
+		})
 	}
 }
