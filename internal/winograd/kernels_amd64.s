@@ -328,7 +328,7 @@ grad2done:
 	VZEROUPPER
 	RET
 
-// INROW4 gathers input row i (SI: the scratch advanced by i rows) of the
+// INROW4 loads input row i (SI: the scratch advanced by i rows) of the
 // group's segments R14..AX into Z0..Z5 (phases 0..3 at column +0, phases
 // 0, 1 at +1), transforms it (B^T along the row) into the scratch row at
 // toff(R9), and moves SI to the next row. loop and done: labels.
