@@ -26,14 +26,17 @@ import (
 //	cnn conv2 (32->64, 14x14)  forward 5.73 / 3.13 / 2.99
 //	                           input gradient 5.66 / 3.34 / 3.15
 //	                           filter gradient 6.04 / 4.14 / 3.65
-//	cnn conv1 (1->32, 28x28)   forward 0.43 / 1.14 / 1.15 (K = 1: im2col wins)
+//	cnn conv1 (1->32, 28x28)   forward 0.43 / 1.14 / 1.15, input gradient
+//	                           0.34 / 1.42 / 1.62, filter gradient 0.35 /
+//	                           1.21 / 1.45 (one input channel: im2col wins)
 //	conv2's fused block (BenchmarkWinogradConvPool): forward 5.9 / 3.5 /
 //	3.2, backward 11.8 / 7.8 / 7.2.
 //
 // The sgemms run at OpenBLAS's peak (forward ~95 GFLOP/s; the filter
 // gradient's, K = tiles, ~75); the rest is the transforms (input ~0.8 ns,
 // output ~0.45 ns per pixel and channel for F(2x2) with AVX-512; the Go
-// kernels are 15x slower, and then im2col wins).
+// kernels are about 12x slower, and then im2col wins: conv2 forward
+// 15 ms).
 //
 // Accuracy (TestWinograd*, against float64): F(2x2, 3x3) is as accurate
 // as im2col (max |err| / max |y| 2-4e-7 at the cnn's shapes; im2col 1-6e-7);
