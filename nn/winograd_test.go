@@ -356,11 +356,16 @@ func TestWinogradReference(t *testing.T) {
 	}
 }
 
-// wgShapes are the cnn model's two convolutions (at batch 16: several
-// chunks of images, the last one short) and odd shapes: planes of 1 to
-// 13 on a side (edge tiles cut by the plane), 1 and 3 channels.
+// wgShapes are the cnn model's two convolutions (at batch 16, 5 with
+// -short: several chunks of images, the last one short) and odd shapes:
+// planes of 1 to 13 on a side (edge tiles cut by the plane), 1 and 3
+// channels.
 func wgShapes() []wgCase {
-	cs := []wgCase{{16, 1, 32, 28, 28}, {16, 32, 64, 14, 14}}
+	n := 16
+	if testing.Short() {
+		n = 5
+	}
+	cs := []wgCase{{n, 1, 32, 28, 28}, {n, 32, 64, 14, 14}}
 	sizes := []int{1, 2, 3, 5, 7, 13}
 	for i, h := range sizes {
 		for j, w := range sizes {
