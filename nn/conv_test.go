@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gdist/gdist/data"
+	"github.com/gdist/gdist/internal/winograd"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -108,6 +109,13 @@ var convCases = []convCase{
 	{1, 1, 28, 28, 4, 3, 1}, // the model's first layer, small
 }
 
+// winogradCases are convolutions that take the Winograd path where the
+// CPU has AVX-512 (winogradTile): 3x3, pad 1, 16+ channels each way.
+var winogradCases = []convCase{
+	{3, 16, 7, 6, 16, 3, 1},   // odd height, batch 3: partial tiles
+	{2, 32, 14, 14, 24, 3, 1}, // the model's second layer, small
+}
+
 // TestIm2colKernels: the vectorised im2col and col2im the ops use give
 // bit for bit what the scalar loops give (the loops run where there is
 // no AVX-512), on every case above and the model's second layer.
@@ -152,7 +160,7 @@ func bitsEqual(a, b []float32) bool {
 
 func TestConv2dMatchesGorgonia(t *testing.T) {
 	r := newRNG(7)
-	for _, c := range convCases {
+	for _, c := range append(convCases, winogradCases...) {
 		name := fmt.Sprintf("%+v", c)
 		xs := tensor.Shape{c.n, c.cin, c.h, c.w}
 		ws := tensor.Shape{c.cout, c.cin, c.k, c.k}
@@ -367,8 +375,17 @@ func TestSequentialFusesReLUPool(t *testing.T) {
 // pooling bit for bit against the convolution with bias followed by the
 // fused ReLU and pooling, values and the gradients of x, w and b.
 func TestConvPoolMatchesUnfused(t *testing.T) {
+	for _, c := range winogradCases {
+		g, err := newConvGeom(tensor.Shape{c.n, c.cin, c.h, c.w}, tensor.Shape{c.cout, c.cin, c.k, c.k}, c.k, c.pad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if winograd.Vectorized() && winogradTile(g) == 0 {
+			t.Fatalf("%+v: not a Winograd convolution here", c)
+		}
+	}
 	r := newRNG(14)
-	for _, c := range convCases {
+	for _, c := range append(convCases, winogradCases...) {
 		xs := tensor.Shape{c.n, c.cin, c.h, c.w}
 		ws := tensor.Shape{c.cout, c.cin, c.k, c.k}
 		vals := [][]float32{randSlice(r, xs.TotalSize()), randSlice(r, ws.TotalSize()), randSlice(r, c.cout)}

@@ -95,6 +95,23 @@ func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	pn := ps.TotalSize() / g.n
+	if m := winogradTile(g); m != 0 {
+		// Winograd a chunk of images at a time (the chunks of
+		// conv2dForward's, hence its values), each pooled while in cache.
+		sc := &op.conv.sc.wg
+		sc.forwardFilters(m, g, w)
+		nb := winogradChunk(m, g.h, g.w, g.n, g.cin, g.cout)
+		per := g.cout * howo
+		st.y = grow(st.y, nb*per)
+		for s0 := 0; s0 < g.n; s0 += nb {
+			s1 := min(s0+nb, g.n)
+			sc.run(m, s1-s0, g.h, g.w, g.cin, g.cout, x[s0*hw:s1*hw], sc.u, b, st.y[:(s1-s0)*per])
+			for n := s0; n < s1; n++ {
+				poolReLUArg(st.y[(n-s0)*per:(n-s0+1)*per], g.cout, g.ho, g.wo, out[n*pn:(n+1)*pn], st.arg[n*pn:(n+1)*pn])
+			}
+		}
+		return t, nil
+	}
 	for n := 0; n < g.n; n++ {
 		xn := x[n*hw : (n+1)*hw]
 		col := xn
@@ -198,6 +215,12 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	pn := len(p) / g.n
+	// Winograd takes the whole batch's output gradient: with an input
+	// gradient dconv holds it (without, one image's, and im2col runs).
+	wm := winogradTile(g)
+	if op.fwd.conv.noDX {
+		wm = 0
+	}
 	var beta float32
 	for n := 0; n < g.n; n++ {
 		dn := st.dconv[:per]
@@ -208,6 +231,9 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 		for c := range st.db {
 			st.db[c] += sum32(dn[c*howo : (c+1)*howo])
 		}
+		if wm != 0 {
+			continue
+		}
 		xn := x[n*hw : (n+1)*hw]
 		col := xn
 		if !g.direct() {
@@ -216,6 +242,9 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 		}
 		impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, ckk, howo, 1, dn, howo, col, howo, beta, dw, ckk)
 		beta = 1
+	}
+	if wm != 0 {
+		winogradBackwardW(wm, g, x, st.dconv, dw, &op.fwd.conv.sc.wg)
 	}
 	return t, nil
 }

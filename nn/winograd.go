@@ -19,7 +19,10 @@ import (
 // algorithm transposed: per A*A position an sgemm over the tiles (K =
 // tiles) of the transformed dy and x, then G^T (.) G.
 //
-// Not wired into the ops yet; winogradTile says where they win. Measured
+// conv2dForward, conv2dBackwardX, conv2dBackwardW and the fused
+// conv+ReLU+pool ops (convpool.go: the forward a chunk of images at a
+// time, pooled while in cache; the filter gradient over the batch when
+// dconv holds it) take this path where winogradTile says it wins. Measured
 // at batch 64 on one Zen 4 core (OPENBLAS_NUM_THREADS=1, load ~2 on 2
 // cores, medians of 7), ms per call, im2col / F(2x2) / F(4x4):
 //
@@ -43,16 +46,6 @@ import (
 // F(4x4, 3x3) is 10 to 40 times less (3-8e-6): its transforms scale by
 // up to 8 and its filter transform by 1/24.
 //
-// Wiring (for whoever does it): in conv2dForward, conv2dBackwardX and
-// conv2dBackwardW, if m := winogradTile(g); m != 0, call winogradForward,
-// winogradBackwardX, winogradBackwardW with a winogradScratch kept next to
-// convScratch. In convPoolOp.Do, forwardFilters once, then per chunk of
-// winogradChunk images forwardImages and poolReLUArg each image (its
-// output is still in L2); in convPoolGradW, poolReLUArgGrad and the bias
-// sums image by image as now, then winogradBackwardW over the batch
-// (dconv holds every image's gradient when there is an input gradient;
-// with noDX only one image's: keep im2col there, as for conv1).
-
 // winogradScratch is kept between calls (one per op, like convScratch):
 // the transformed filters, inputs and products, and the chunk plans.
 // Not safe for concurrent use.
