@@ -34,6 +34,17 @@ type convScratch struct {
 	col   []float32
 	plane *vecmath.ConvPlane
 	wg    winogradScratch // where winogradTile picks Winograd
+	// noWinograd keeps the im2col path everywhere (tests and benchmarks
+	// that compare the two).
+	noWinograd bool
+}
+
+// winograd is winogradTile(g) unless s keeps im2col: 0 for im2col.
+func (s *convScratch) winograd(g convGeom) int {
+	if s.noWinograd {
+		return 0
+	}
+	return winogradTile(g)
 }
 
 // planeFor is the AVX-512 im2col/col2im geometry of g's planes, nil where
@@ -200,7 +211,7 @@ func (op *conv2dOp) Do(v ...G.Value) (G.Value, error) {
 // conv2dForward: y[n] [Cout, HoWo] = W [Cout, CKK] x im2col(x[n]) (+ b,
 // one value per row, unless b is nil). y need not be zero.
 func conv2dForward(g convGeom, x, w, b, y []float32, sc *convScratch) {
-	if m := winogradTile(g); m != 0 {
+	if m := sc.winograd(g); m != 0 {
 		winogradForward(m, g, x, w, b, y, &sc.wg)
 		return
 	}
@@ -467,7 +478,7 @@ func (op *conv2dGradOp) Do(v ...G.Value) (G.Value, error) {
 // conv2dBackwardX: dx[n] = col2im(W^T [CKK, Cout] x dy[n] [Cout, HoWo]).
 // dx need not be zero.
 func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
-	if m := winogradTile(g); m != 0 {
+	if m := sc.winograd(g); m != 0 {
 		winogradBackwardX(m, g, w, dy, dx, &sc.wg)
 		return
 	}
@@ -490,7 +501,7 @@ func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
 // conv2dBackwardW: dw [Cout, CKK] = sum over n of dy[n] [Cout, HoWo] x
 // im2col(x[n])^T.
 func conv2dBackwardW(g convGeom, x, dy, dw []float32, sc *convScratch) {
-	if m := winogradTile(g); m != 0 {
+	if m := sc.winograd(g); m != 0 {
 		winogradBackwardW(m, g, x, dy, dw, &sc.wg)
 		return
 	}

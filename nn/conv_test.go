@@ -699,7 +699,7 @@ func BenchmarkKernels(b *testing.B) {
 	y := make([]float32, len(dy))
 	dx := make([]float32, len(x))
 	dw := make([]float32, len(w))
-	sc := &convScratch{}
+	sc := &convScratch{noWinograd: true} // the im2col path (BenchmarkWinograd has Winograd's)
 	b.Run("conv-forward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			conv2dForward(g, x, w, nil, y, sc)

@@ -95,7 +95,7 @@ func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	pn := ps.TotalSize() / g.n
-	if m := winogradTile(g); m != 0 {
+	if m := op.conv.sc.winograd(g); m != 0 {
 		// Winograd a chunk of images at a time (the chunks of
 		// conv2dForward's, hence its values), each pooled while in cache.
 		sc := &op.conv.sc.wg
@@ -217,7 +217,7 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	pn := len(p) / g.n
 	// Winograd takes the whole batch's output gradient: with an input
 	// gradient dconv holds it (without, one image's, and im2col runs).
-	wm := winogradTile(g)
+	wm := op.fwd.conv.sc.winograd(g)
 	if op.fwd.conv.noDX {
 		wm = 0
 	}

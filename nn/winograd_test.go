@@ -425,7 +425,7 @@ func TestWinogradForward(t *testing.T) {
 		b := randSlice(r, c.cout)
 		ref, scale := convRef(c.n, c.cin, c.cout, c.h, c.w, x, w, b)
 		y := make([]float32, len(ref))
-		conv2dForward(g, x, w, b, y, &convScratch{})
+		conv2dForward(g, x, w, b, y, &convScratch{noWinograd: true})
 		imRel, imScaled := errStats(y, ref, scale)
 		if imScaled > float64(9*c.cin+1)*u32 {
 			t.Errorf("%+v: im2col: error %.3g of sum |w x|", c, imScaled)
@@ -515,7 +515,7 @@ func TestWinogradBackwardX(t *testing.T) {
 		wf := flipFilters(w, c.cout, c.cin)
 		ref, scale := convRef(c.n, c.cout, c.cin, c.h, c.w, dy, wf, nil)
 		dx := make([]float32, len(ref))
-		conv2dBackwardX(g, w, dy, dx, &convScratch{})
+		conv2dBackwardX(g, w, dy, dx, &convScratch{noWinograd: true})
 		imRel, imScaled := errStats(dx, ref, scale)
 		if imScaled > float64(9*c.cout)*u32 {
 			t.Errorf("%+v: im2col: error %.3g of sum |w dy|", c, imScaled)
@@ -568,7 +568,7 @@ func TestWinogradBackwardW(t *testing.T) {
 		dy := randSlice(r, c.n*c.cout*c.h*c.w)
 		ref, scale := convWRef(c.n, c.cin, c.cout, c.h, c.w, x, dy)
 		dw := make([]float32, len(ref))
-		conv2dBackwardW(g, x, dy, dw, &convScratch{})
+		conv2dBackwardW(g, x, dy, dw, &convScratch{noWinograd: true})
 		imRel, imScaled := errStats(dw, ref, scale)
 		if imScaled > float64(c.n*c.h*c.w)*u32 {
 			t.Errorf("%+v: im2col: error %.3g of sum |dy x|", c, imScaled)
@@ -620,7 +620,7 @@ func BenchmarkWinograd(b *testing.B) {
 		y := make([]float32, len(dy))
 		dx := make([]float32, len(x))
 		dw := make([]float32, len(w))
-		sc := &convScratch{}
+		sc := &convScratch{noWinograd: true}
 		ws := &winogradScratch{}
 		type impl struct {
 			name string
@@ -684,7 +684,7 @@ func BenchmarkWinogradShapes(b *testing.B) {
 			y := make([]float32, len(dy))
 			dx := make([]float32, len(x))
 			dw := make([]float32, len(w))
-			sc := &convScratch{}
+			sc := &convScratch{noWinograd: true}
 			ws := &winogradScratch{}
 			for _, op := range []string{"fwd", "dx", "dw"} {
 				for _, m := range []int{0, 2, 4} {
@@ -740,7 +740,7 @@ func BenchmarkWinogradConvPool(b *testing.B) {
 	db := make([]float32, g.cout)
 	dw := make([]float32, len(w))
 	dx := make([]float32, len(x))
-	sc := &convScratch{}
+	sc := &convScratch{noWinograd: true}
 	g1 := g
 	g1.n = 1
 	hw := g.cin * g.hw()
