@@ -48,13 +48,15 @@
 //
 // Shared memory: on a Comm that is a comm.Allocator with shared memory
 // (the shm backend; auto with every rank on one host), stages 1 and 2 move
-// the padded parameter buffer, and stage 1 the gradient buffer, into it,
-// so the parameter all-gather and stage 1's gradient reduce-scatter are
-// zero-copy (each rank reads the others' buffers where they lie; see
+// the padded parameter buffer, and stage 1 (and stage 2 over a plain
+// gorgonia model, whose buckets are views of it) the gradient buffer,
+// into it, so the parameter all-gather, stage 1's gradient reduce-scatter
+// and those buckets' reduces to their owners are zero-copy (each rank reads the others' buffers where they lie; see
 // comm/shm); where the area has no room for them they stay in ordinary
 // memory and SharedBuffersErr says why. Options.OrdinaryBuffers keeps them in ordinary memory; Close
-// moves them back and frees the shared memory. Stage 2's buckets and
-// stage 3's gathers use ordinary memory.
+// moves them back and frees the shared memory. Stage 2's buckets over an
+// nn model (transient, made as the gradients come) and stage 3's gathers
+// use ordinary memory.
 //
 // # Plain gorgonia models
 //
@@ -267,7 +269,10 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 		if err := fp.Grow(n * s); err != nil {
 			return nil, fmt.Errorf("zero: rank %d: %w", c.Rank(), err)
 		}
-		if err := e.share(opts.Stage == 1); err != nil {
+		// Stage 1 reduce-scatters the full gradient buffer, stage 2 over
+		// plain gorgonia reduces buckets straight from it: both
+		// zero-copy where it lies in shared memory too.
+		if err := e.share(opts.Stage == 1 || opts.Stage == 2 && fp.Bound()); err != nil {
 			return nil, err
 		}
 		e.flatP = fp.Value[:n*s]

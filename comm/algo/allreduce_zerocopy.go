@@ -20,7 +20,9 @@ import (
 // handshake: one before the first write into a peer (it is armed) and one
 // at the end (every rank has finished with the others' buffers: fin).
 // Reduce-scatter is the first half (the result only into the rank's own
-// output), all-gather the second (the rank's block into every peer).
+// output), all-gather the second (the rank's block into every peer);
+// a reduce to a root is the first half with one block, the root's: the
+// root reads every peer's whole buffer, the others lend theirs.
 //
 // A rank that reads or writes only its own block of each buffer keeps
 // those lines in its own cache from one op to the next when, as in a

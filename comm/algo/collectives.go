@@ -81,6 +81,22 @@ func (o *op) reduce(buf []byte, root int) error {
 		o.finishAvg(buf)
 		return nil
 	}
+	if sm, ok := o.zeroCopy(len(buf)); ok {
+		// Zero-copy: the root owns the whole buffer (one block), reads
+		// every peer's where it lies and reduces into its own; the
+		// others only lend theirs until the root is done.
+		seg := make([]int, p+1)
+		for q := root + 1; q <= p; q++ {
+			seg[q] = len(buf)
+		}
+		var out []byte
+		if o.c.rank == root {
+			out = buf
+		}
+		if ran, err := o.zeroCopyRun(sm, buf, out, seg, true, false); ran {
+			return err
+		}
+	}
 	work := buf
 	if o.c.rank != root {
 		work = getScratch(len(buf))

@@ -21,8 +21,9 @@ type AllocConfig struct {
 	ZeroCopy bool
 }
 
-// AllocSuite runs all-reduce (every dtype, op and count of Suite, in
-// place), reduce-scatter (every dtype and op; separate and in place) and
+// AllocSuite runs all-reduce and reduce (every dtype, op and count of
+// Suite, in place; reduce to a root that moves with the count),
+// reduce-scatter (every dtype and op; separate and in place) and
 // all-gather (every dtype; separate and in place) with buffers from
 // comm.Alloc: on every rank, and mixed (only rank 0's, or every rank's but
 // rank 0's). Each result must equal, bit
@@ -42,6 +43,9 @@ func AllocSuite(t *testing.T, world World, cfg AllocConfig) {
 					err := RunRanks(context.Background(), comms, cfg.Timeout, func(ctx context.Context, c comm.Comm) error {
 						shared := mode == "all" || (mode == "rank0") == (c.Rank() == 0)
 						if err := allocAllReduce(ctx, c, counts, cfg, shared, mode == "all"); err != nil {
+							return err
+						}
+						if err := allocReduce(ctx, c, counts, cfg, shared, mode == "all"); err != nil {
 							return err
 						}
 						if err := allocReduceScatter(ctx, c, counts, cfg, shared, mode == "all"); err != nil {
@@ -100,6 +104,46 @@ func allocAllReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocCon
 		free() // twice: a no-op
 		if err != nil {
 			return fmt.Errorf("all_reduce %v %v count %d (allocated: %v): %w", dt, op, count, shared, err)
+		}
+	}
+	return nil
+}
+
+// allocReduce: Reduce to a root that moves with the count, in place, each
+// result equal to the one in ordinary memory, non-root buffers
+// unchanged.
+func allocReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig, shared, zero bool) error {
+	n, r := c.Size(), c.Rank()
+	for _, tcase := range reduceCases(counts) {
+		dt, op, count := tcase.dt, tcase.op, tcase.count
+		root := count % n
+		plain := NewBuf(dt, count)
+		fillInput(dt, op, r, plain)
+		if err := wait(ctx)(c.Reduce(ctx, plain, op, root)); err != nil {
+			return fmt.Errorf("reduce %v %v count %d to %d in ordinary memory: %w", dt, op, count, root, err)
+		}
+		b, free, err := alloc(c, dt, count, shared)
+		if err != nil {
+			return err
+		}
+		fillInput(dt, op, r, b)
+		in := append([]byte(nil), b.Host()...)
+		sent0 := sentSoFar(c)
+		err = wait(ctx)(c.Reduce(ctx, b, op, root))
+		if err == nil && zero {
+			// Every rank sent the exchange only (with mixed buffers the
+			// root of the ordinary reduce may send nothing at all).
+			err = checkTraffic(c, cfg, sent0, count*dt.Size(), zero)
+		}
+		if err == nil && r == root && !bytes.Equal(b.Host(), plain.Host()) {
+			err = fmt.Errorf("result differs from the reduce of ordinary memory")
+		}
+		if err == nil && r != root && !bytes.Equal(b.Host(), in) {
+			err = fmt.Errorf("a non-root rank's buffer changed")
+		}
+		free()
+		if err != nil {
+			return fmt.Errorf("reduce %v %v count %d to %d (allocated: %v): %w", dt, op, count, root, shared, err)
 		}
 	}
 	return nil

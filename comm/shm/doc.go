@@ -50,7 +50,7 @@
 //
 // The Transport is an algo.SharedMemory: comm.Alloc on a Comm over it
 // (the "shm" backend, or "auto" with every rank on this host) returns a
-// Buffer in this rank's area of the segment, and an all-reduce,
+// Buffer in this rank's area of the segment, and an all-reduce, reduce,
 // reduce-scatter or all-gather whose buffers every rank got that way runs
 // without moving data through the rings: each rank reduces its block of
 // the buffer reading the peers' buffers where they lie and writes the
