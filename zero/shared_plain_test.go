@@ -83,3 +83,28 @@ func TestSharedBuffersPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedBuckets: stage 2 over an nn model takes its transient bucket
+// buffers from shared memory (a pool), so every bucket's reduce to its
+// owner is zero-copy: over the whole run rank 1 sends only the 32-byte
+// exchanges (no gradients, no parameters: the all-gather is zero-copy
+// too), where with ordinary buffers it sends its buckets; the
+// parameters are bit for bit the same.
+func TestSharedBuckets(t *testing.T) {
+	sent := func(ordinary bool) ([]float32, int64) {
+		cs := shmWorld(t, 2)
+		got := trainOn(t, cs, 2, zero.Options{OrdinaryBuffers: ordinary}, func(*zero.Engine) error { return nil })
+		s, _ := cs[1].(comm.TrafficCounter).Traffic()
+		return got, s
+	}
+	got, shared := sent(false)
+	want, ordinary := sent(true)
+	if shared > 16<<10 || ordinary < 1<<20 {
+		t.Fatalf("rank 1 sent %d bytes with shared buckets, %d with ordinary ones: want under 16 KiB (exchanges only) and over 1 MiB", shared, ordinary)
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("parameter %d is %v with shared buckets, %v with ordinary ones", i, got[i], want[i])
+		}
+	}
+}

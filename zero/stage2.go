@@ -2,7 +2,9 @@ package zero
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
@@ -54,7 +56,8 @@ func (e *Engine) onGrad(i int, g []float32) {
 		b := e.bkts[bi]
 		f := e.pending[bi]
 		if f == nil {
-			f = &inflight{b: bi, buf: make([]float32, b.hi-b.lo), left: len(b.params)}
+			f = &inflight{b: bi, left: len(b.params)}
+			f.buf, f.pool = e.bucketBuf(b.hi - b.lo)
 			e.pending[bi] = f
 			e.track(int64(len(f.buf)) * 4)
 		}
@@ -120,6 +123,9 @@ func (e *Engine) launch(ctx context.Context, f *inflight) {
 		if transient {
 			e.track(-int64(len(f.buf)) * 4)
 		}
+		if f.pool {
+			e.pool.put(f.buf)
+		}
 		f.buf = nil
 	}()
 }
@@ -142,7 +148,8 @@ func (e *Engine) finish2(ctx context.Context) error {
 		f := e.pending[bi]
 		if f == nil {
 			b := e.bkts[bi]
-			f = &inflight{b: bi, buf: make([]float32, b.hi-b.lo)}
+			f = &inflight{b: bi}
+			f.buf, f.pool = e.bucketBuf(b.hi - b.lo)
 			e.pending[bi] = f
 			e.track(int64(len(f.buf)) * 4)
 		}
@@ -167,6 +174,9 @@ func (e *Engine) drain() {
 				<-f.done
 			} else if !e.inPlace {
 				e.track(-int64(len(f.buf)) * 4)
+				if f.pool {
+					e.pool.put(f.buf)
+				}
 			}
 			e.pending[bi] = nil
 		}
@@ -174,4 +184,64 @@ func (e *Engine) drain() {
 	if e.left != nil {
 		e.resetLeft()
 	}
+}
+
+// bucketPool keeps stage 2's bucket buffers (over an nn model: made as
+// the gradients come, dropped once reduced) in the Comm's shared memory,
+// so that every bucket's reduce to its owner is zero-copy (comm.Alloc):
+// a buffer goes back to the pool when its reduce is done, so the pool
+// holds as many of each size as were ever in flight at once.
+type bucketPool struct {
+	mu    sync.Mutex
+	a     comm.Allocator // nil: no shared memory (or closed)
+	free  map[int][][]float32
+	frees []func()
+}
+
+// bucketBuf returns a zeroed buffer of n values for a bucket and whether
+// it came from the pool (shared memory), else it is ordinary memory.
+func (e *Engine) bucketBuf(n int) ([]float32, bool) {
+	p := &e.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.a == nil {
+		return make([]float32, n), false
+	}
+	if l := p.free[n]; len(l) > 0 {
+		b := l[len(l)-1]
+		p.free[n] = l[:len(l)-1]
+		clear(b)
+		return b, true
+	}
+	b, free, err := p.a.Alloc(comm.Float32, n)
+	if err != nil {
+		// No room (or no shared memory after all): ordinary buckets from
+		// now on, and SharedBuffersErr says why.
+		if !errors.Is(err, comm.ErrUnsupported) {
+			e.shareErr = err
+		}
+		p.a = nil
+		return make([]float32, n), false
+	}
+	p.frees = append(p.frees, free)
+	s, _ := comm.AsSlice[float32](b)
+	return s, true
+}
+
+func (p *bucketPool) put(b []float32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.free != nil {
+		p.free[len(b)] = append(p.free[len(b)], b)
+	}
+}
+
+// close frees the pool's shared memory; later buckets are ordinary.
+func (p *bucketPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.frees {
+		f()
+	}
+	p.a, p.free, p.frees = nil, nil, nil
 }

@@ -55,8 +55,9 @@
 // comm/shm); where the area has no room for them they stay in ordinary
 // memory and SharedBuffersErr says why. Options.OrdinaryBuffers keeps them in ordinary memory; Close
 // moves them back and frees the shared memory. Stage 2's buckets over an
-// nn model (transient, made as the gradients come) and stage 3's gathers
-// use ordinary memory.
+// nn model (transient, made as the gradients come) come from a pool in
+// shared memory (as many of each size as were ever in flight at once), so
+// their reduces are zero-copy too. Stage 3's gathers use ordinary memory.
 //
 // # Plain gorgonia models
 //
@@ -170,6 +171,7 @@ type Engine struct {
 	live    int64 // bytes in live bucket buffers
 	peak    int64
 	pending []*inflight
+	pool    bucketPool // stage 2's bucket buffers in shared memory
 
 	// runCtx is the context of the Backward call under way (nil outside
 	// one): collectives started from inside the graph run under it.
@@ -186,6 +188,7 @@ type bucket struct {
 type inflight struct {
 	b    int
 	buf  []float32
+	pool bool // buf came from the bucket pool (and goes back to it)
 	left int
 	w    comm.Work
 	done chan struct{} // closed once reduced, folded in and freed
@@ -301,8 +304,12 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 			// each bucket straight from them.
 			e.inPlace = true
 		} else {
-			// The model keeps no full gradient buffer.
+			// The model keeps no full gradient buffer: buckets come and
+			// go, from shared memory where the Comm has some.
 			fp.Grad = nil
+			if a, ok := c.(comm.Allocator); ok && !opts.OrdinaryBuffers {
+				e.pool.a, e.pool.free = a, map[int][][]float32{}
+			}
 		}
 		e.gradShard = make([]float32, s)
 		e.layout()
@@ -361,6 +368,7 @@ func (e *Engine) SharedBuffersErr() error { return e.shareErr }
 // in the Comm's shared memory) and frees the shared memory. The engine
 // still works after it. It does not close the Comm.
 func (e *Engine) Close() error {
+	e.pool.close()
 	if len(e.frees) == 0 {
 		return nil
 	}
