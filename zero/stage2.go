@@ -228,6 +228,13 @@ func (e *Engine) bucketBuf(n int) ([]float32, bool) {
 	return s, true
 }
 
+// active reports whether buffers come from shared memory.
+func (p *bucketPool) active() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.a != nil
+}
+
 func (p *bucketPool) put(b []float32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

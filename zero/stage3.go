@@ -33,8 +33,9 @@ type stage3 struct {
 }
 
 type slot struct {
-	buf []float32
-	w   comm.Work
+	buf  []float32
+	w    comm.Work
+	pool bool // buf came from the engine's pool of shared buffers
 }
 
 type rsOp struct {
@@ -85,7 +86,8 @@ func (st *stage3) gather(i int) *slot {
 		return s
 	}
 	e := st.e
-	s := &slot{buf: make([]float32, st.n*st.sz[i])}
+	s := &slot{}
+	s.buf, s.pool = e.bucketBuf(st.n * st.sz[i])
 	e.track(int64(len(s.buf)) * 4)
 	shard := comm.FromSlice(e.flatP[st.off[i] : st.off[i]+st.sz[i]])
 	ctx := e.runCtx
@@ -144,6 +146,11 @@ func (st *stage3) Release(idx []int) {
 		if s := st.slots[i]; s != nil {
 			delete(st.slots, i)
 			st.e.track(-int64(len(s.buf)) * 4)
+			if s.pool && done(s.w) {
+				// (A gather still running keeps its buffer out of the pool
+				// until Close.)
+				st.e.pool.put(s.buf)
+			}
 		}
 	}
 }
@@ -153,19 +160,28 @@ func (st *stage3) AddGrad(i int, g []float32) error {
 	e := st.e
 	s := st.sz[i]
 	buf := g // the store owns g (see flat.Store)
-	if len(g) != st.n*s {
-		buf = make([]float32, st.n*s)
+	pooled := false
+	if len(g) != st.n*s || e.pool.active() {
+		// Padded, or into shared memory: the reduce-scatter is then
+		// zero-copy, one copy of g instead of the ring's two of each byte.
+		buf, pooled = e.bucketBuf(st.n * s)
 		copy(buf, g)
 	}
 	part := make([]float32, s)
 	e.track(int64(len(buf)+len(part)) * 4)
-	if e.runCtx == nil {
+	drop := func() {
 		e.track(-int64(len(buf)+len(part)) * 4)
+		if pooled {
+			e.pool.put(buf)
+		}
+	}
+	if e.runCtx == nil {
+		drop()
 		return errNoCtx
 	}
 	w, err := e.c.ReduceScatter(e.runCtx, comm.FromSlice(part), comm.FromSlice(buf), comm.Avg)
 	if err != nil {
-		e.track(-int64(len(buf)+len(part)) * 4)
+		drop()
 		return err
 	}
 	op := &rsOp{done: make(chan struct{})}
@@ -181,9 +197,19 @@ func (st *stage3) AddGrad(i int, g []float32) error {
 				dst[j] += v
 			}
 		}
-		e.track(-int64(len(buf)+len(part)) * 4)
+		drop()
 	}()
 	return nil
+}
+
+// done reports whether w has completed, without waiting.
+func done(w comm.Work) bool {
+	select {
+	case <-w.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // finish waits for the gradient reductions and drops prefetched

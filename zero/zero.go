@@ -57,7 +57,9 @@
 // moves them back and frees the shared memory. Stage 2's buckets over an
 // nn model (transient, made as the gradients come) come from a pool in
 // shared memory (as many of each size as were ever in flight at once), so
-// their reduces are zero-copy too. Stage 3's gathers use ordinary memory.
+// their reduces are zero-copy too; stage 3 takes its gathered parameters
+// and the gradients it reduce-scatters from the same pool (one copy of
+// each gradient into it).
 //
 // # Plain gorgonia models
 //
@@ -292,6 +294,11 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 	case 3:
 		if err := e.initStage3(sh); err != nil {
 			return nil, err
+		}
+		// Gathered parameters and gradients to reduce-scatter come and
+		// go: from shared memory where the Comm has some.
+		if a, ok := c.(comm.Allocator); ok && !opts.OrdinaryBuffers {
+			e.pool.a, e.pool.free = a, map[int][][]float32{}
 		}
 	case 1:
 		// The reduce-scatter runs in place: this rank's averaged shard
