@@ -228,6 +228,13 @@ func (e *Engine) bucketBuf(n int) ([]float32, bool) {
 	return s, true
 }
 
+// used reports whether the pool holds shared memory.
+func (p *bucketPool) used() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.frees) > 0
+}
+
 // active reports whether buffers come from shared memory.
 func (p *bucketPool) active() bool {
 	p.mu.Lock()

@@ -361,9 +361,11 @@ func (e *Engine) share(grads bool) error {
 	return nil
 }
 
-// SharedBuffers reports whether the parameter buffer lies in the Comm's
-// shared memory (Options.OrdinaryBuffers).
-func (e *Engine) SharedBuffers() bool { return len(e.frees) > 0 }
+// SharedBuffers reports whether the parameter buffer (stages 1-2) or the
+// pool of transient buffers (stage 2 over an nn model, stage 3, once a
+// step took from it) lies in the Comm's shared memory
+// (Options.OrdinaryBuffers).
+func (e *Engine) SharedBuffers() bool { return len(e.frees) > 0 || e.pool.used() }
 
 // SharedBuffersErr is why a buffer is not in shared memory on a Comm that
 // has some (its area is too small: the error names the setting that
