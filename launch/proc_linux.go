@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"unsafe"
+
+	"github.com/gdist/gdist/internal/affinity"
 )
 
 // childAttr puts a child in its own process group (a terminal's Ctrl-C
@@ -30,66 +31,28 @@ func startChild(cmd *exec.Cmd, cpus []int) error {
 	errc := make(chan error)
 	forker() <- func() {
 		if len(cpus) > 0 {
-			old, err := threadAffinity()
+			old, err := affinity.Thread()
 			if err == nil {
-				var set cpuMask
+				var set affinity.Mask
 				for _, c := range cpus {
-					set.add(c)
+					set.Add(c)
 				}
-				err = setThreadAffinity(&set)
+				err = affinity.Set(0, &set)
 			}
 			if err != nil {
 				errc <- fmt.Errorf("binding to CPUs %v: %w", cpus, err)
 				return
 			}
-			defer setThreadAffinity(&old)
+			defer affinity.Set(0, &old)
 		}
 		errc <- cmd.Start()
 	}
 	return <-errc
 }
 
-// cpuMask is a sched_setaffinity mask of up to 1024 CPUs.
-type cpuMask [16]uint64
-
-func (m *cpuMask) add(cpu int) {
-	if cpu >= 0 && cpu < len(m)*64 {
-		m[cpu/64] |= 1 << (cpu % 64)
-	}
-}
-
-// threadAffinity returns the calling thread's affinity mask.
-func threadAffinity() (cpuMask, error) {
-	var m cpuMask
-	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m))); e != 0 {
-		return m, os.NewSyscallError("sched_getaffinity", e)
-	}
-	return m, nil
-}
-
-// setThreadAffinity sets the calling thread's affinity mask.
-func setThreadAffinity(m *cpuMask) error {
-	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(*m), uintptr(unsafe.Pointer(m))); e != 0 {
-		return os.NewSyscallError("sched_setaffinity", e)
-	}
-	return nil
-}
-
 // allowedCPUs lists the CPUs this process may run on (its calling
 // thread's mask), in increasing order.
-func allowedCPUs() []int {
-	m, err := threadAffinity()
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for i := range len(m) * 64 {
-		if m[i/64]&(1<<(i%64)) != 0 {
-			out = append(out, i)
-		}
-	}
-	return out
-}
+func allowedCPUs() []int { return affinity.Allowed() }
 
 // forker runs its functions on one OS thread, locked for the process's
 // life (started by the first launch).

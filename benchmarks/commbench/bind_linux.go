@@ -3,34 +3,31 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"syscall"
-	"unsafe"
+
+	"github.com/gdist/gdist/internal/affinity"
 )
 
 // bindToCPU pins every thread of this process (and so every thread it
 // starts later, which inherits the mask) to one CPU: rank r gets CPU r
 // modulo the CPUs this process may use, as mpirun --bind-to core does.
 func bindToCPU(rank int) (int, error) {
-	set, err := getAffinity()
+	set, err := affinity.Thread()
 	if err != nil {
 		return -1, err
 	}
-	var cpus []int
-	for i := range len(set) * 64 {
-		if set[i/64]&(1<<(i%64)) != 0 {
-			cpus = append(cpus, i)
-		}
-	}
+	cpus := set.CPUs()
 	if len(cpus) == 0 {
 		return -1, fmt.Errorf("no CPU in this process's affinity mask")
 	}
 	cpu := cpus[rank%len(cpus)]
-	var one cpuSet
-	one[cpu/64] = 1 << (cpu % 64)
+	var one affinity.Mask
+	one.Add(cpu)
 	if err := setAffinity(&one); err != nil {
 		return -1, fmt.Errorf("CPU %d: %w", cpu, err)
 	}
@@ -50,20 +47,8 @@ func fitGOMAXPROCS() {
 	}
 }
 
-// cpuSet is a sched_setaffinity mask of up to 1024 CPUs.
-type cpuSet [16]uint64
-
-// getAffinity returns the affinity mask of the calling thread.
-func getAffinity() (cpuSet, error) {
-	var set cpuSet
-	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(set), uintptr(unsafe.Pointer(&set))); e != 0 {
-		return set, fmt.Errorf("sched_getaffinity: %w", e)
-	}
-	return set, nil
-}
-
 // setAffinity sets the affinity mask of every thread of this process.
-func setAffinity(set *cpuSet) error {
+func setAffinity(set *affinity.Mask) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return err
@@ -75,8 +60,8 @@ func setAffinity(set *cpuSet) error {
 		if err != nil {
 			continue
 		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, uintptr(tid), unsafe.Sizeof(*set), uintptr(unsafe.Pointer(set))); e != 0 && e != syscall.ESRCH {
-			return fmt.Errorf("sched_setaffinity(thread %d): %w", tid, e)
+		if err := affinity.Set(tid, set); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("thread %d: %w", tid, err)
 		}
 	}
 	return nil

@@ -8,13 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gdist/gdist/internal/affinity"
 )
 
 // TestBindToCPU: -bind pins the process to the rank's CPU (rank modulo
 // the allowed CPUs), on every thread, as /proc reports it, and (unless
 // $GOMAXPROCS says otherwise) runs it with GOMAXPROCS 1 to match.
 func TestBindToCPU(t *testing.T) {
-	before, err := getAffinity()
+	before, err := affinity.Thread()
 	if err != nil {
 		t.Fatal(err)
 	}
