@@ -409,13 +409,52 @@ func wgModes() []bool {
 // ones, with several chunks of images; every output written, nothing
 // past y. It logs the largest errors relative to max |y| (and the
 // im2col path's, for comparison).
-func TestWinogradForward(t *testing.T) {
-	var worst [5][2]float64 // per tile side: max|err|/max|y|, of the bound, over all shapes
-	defer func() {
-		for _, m := range []int{2, 4} {
-			t.Logf("all shapes F(%dx%d): max|err|/max|y| %.3g, of the bound %.3g", m, m, worst[m][0], worst[m][1])
+// wgCheck is what TestWinogradForward, BackwardX and BackwardW share:
+// each Winograd result (of an output of len(ref) values, NaN-filled,
+// guarded past its end) within tol of the magnitude bound, the worst
+// errors over all shapes logged at the end, the cnn's shapes' each.
+type wgCheck struct {
+	t     *testing.T
+	what  string        // "y", "dx", "dw"
+	worst [5][2]float64 // per tile side: max|err|/max|out|, of the bound
+}
+
+func (k *wgCheck) logWorst() {
+	for _, m := range []int{2, 4} {
+		k.t.Logf("all shapes F(%dx%d): max|err|/max|%s| %.3g, of the bound %.3g", m, m, k.what, k.worst[m][0], k.worst[m][1])
+	}
+}
+
+// run runs f on a fresh output (chunk: winogradChunkTiles) and checks
+// it; ci is the shape's index (0, 1: the cnn's), imRel im2col's error.
+func (k *wgCheck) run(m int, asm bool, chunk, ci int, c wgCase, ref, bound []float64, tol, imRel float64, f func(out []float32)) {
+	t := k.t
+	t.Helper()
+	winogradChunkTiles = chunk
+	outs := make([]float32, len(ref)+20)
+	for i := range outs {
+		outs[i] = float32(math.NaN())
+	}
+	out := outs[:len(ref)]
+	withAsm(asm, func() { f(out) })
+	for i, v := range outs[len(ref):] {
+		if !math.IsNaN(float64(v)) {
+			t.Fatalf("F(%d) asm %v: %+v: wrote %v past %s at %d", m, asm, c, v, k.what, i)
 		}
-	}()
+	}
+	rel, scaled := errStats(out, ref, bound)
+	k.worst[m][0], k.worst[m][1] = math.Max(k.worst[m][0], rel), math.Max(k.worst[m][1], scaled)
+	if !(scaled <= tol) { // NaN: not written
+		t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, tol)
+	}
+	if ci < 2 && chunk == 0 {
+		t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|%s| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, k.what, rel, imRel, scaled, tol)
+	}
+}
+
+func TestWinogradForward(t *testing.T) {
+	k := &wgCheck{t: t, what: "y"}
+	defer k.logWorst()
 	defer func(n int) { winogradChunkTiles = n }(winogradChunkTiles)
 	r := newRNG(42)
 	for ci, c := range wgShapes() {
@@ -435,30 +474,12 @@ func TestWinogradForward(t *testing.T) {
 			for _, asm := range wgModes() {
 				// Chunks of 1 image, of 2, of 512 tiles and the default (0).
 				for _, chunk := range []int{1, 2 * c.h * c.w / (m * m), 512, 0} {
-					winogradChunkTiles = chunk
-					ys := make([]float32, len(ref)+20)
-					for i := range ys {
-						ys[i] = float32(math.NaN())
-					}
-					y := ys[:len(ref)]
-					withAsm(asm, func() { winogradForward(m, g, x, w, b, y, &winogradScratch{}) })
-					for i, v := range ys[len(ref):] {
-						if !math.IsNaN(float64(v)) {
-							t.Fatalf("F(%d) asm %v: %+v: wrote %v past y at %d", m, asm, c, v, i)
-						}
-					}
-					rel, scaled := errStats(y, ref, bound)
-					worst[m][0], worst[m][1] = math.Max(worst[m][0], rel), math.Max(worst[m][1], scaled)
-					if !(scaled <= wgTol(c.cin)) { // NaN: not written
-						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, wgTol(c.cin))
-					}
-					if ci < 2 && chunk == 0 {
-						t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|y| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, rel, imRel, scaled, wgTol(c.cin))
-					}
+					k.run(m, asm, chunk, ci, c, ref, bound, wgTol(c.cin), imRel, func(y []float32) {
+						winogradForward(m, g, x, w, b, y, &winogradScratch{})
+					})
 				}
 			}
 		}
-		_ = imRel
 	}
 }
 
@@ -500,12 +521,8 @@ func TestWinogradForwardImages(t *testing.T) {
 // filters), like TestWinogradForward; dx is overwritten, as
 // conv2dBackwardX does.
 func TestWinogradBackwardX(t *testing.T) {
-	var worst [5][2]float64 // per tile side: max|err|/max|dx|, of the bound, over all shapes
-	defer func() {
-		for _, m := range []int{2, 4} {
-			t.Logf("all shapes F(%dx%d): max|err|/max|dx| %.3g, of the bound %.3g", m, m, worst[m][0], worst[m][1])
-		}
-	}()
+	k := &wgCheck{t: t, what: "dx"}
+	defer k.logWorst()
 	defer func(n int) { winogradChunkTiles = n }(winogradChunkTiles)
 	r := newRNG(43)
 	for ci, c := range wgShapes() {
@@ -524,26 +541,9 @@ func TestWinogradBackwardX(t *testing.T) {
 			_, bound := winogradRef(m, c.n, c.cout, c.cin, c.h, c.w, dy, wf, nil)
 			for _, asm := range wgModes() {
 				for _, chunk := range []int{1, 0} {
-					winogradChunkTiles = chunk
-					dxs := make([]float32, len(ref)+20)
-					for i := range dxs {
-						dxs[i] = float32(math.NaN())
-					}
-					dx := dxs[:len(ref)]
-					withAsm(asm, func() { winogradBackwardX(m, g, w, dy, dx, &winogradScratch{}) })
-					for i, v := range dxs[len(ref):] {
-						if !math.IsNaN(float64(v)) {
-							t.Fatalf("F(%d) asm %v: %+v: wrote %v past dx at %d", m, asm, c, v, i)
-						}
-					}
-					rel, scaled := errStats(dx, ref, bound)
-					worst[m][0], worst[m][1] = math.Max(worst[m][0], rel), math.Max(worst[m][1], scaled)
-					if !(scaled <= wgTol(c.cout)) {
-						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, wgTol(c.cout))
-					}
-					if ci < 2 && chunk == 0 {
-						t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|dx| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, rel, imRel, scaled, wgTol(c.cout))
-					}
+					k.run(m, asm, chunk, ci, c, ref, bound, wgTol(c.cout), imRel, func(dx []float32) {
+						winogradBackwardX(m, g, w, dy, dx, &winogradScratch{})
+					})
 				}
 			}
 		}
@@ -554,12 +554,8 @@ func TestWinogradBackwardX(t *testing.T) {
 // gradient, within (tiles + 18) u of winogradWBound (a sum over all tiles
 // of all images per weight).
 func TestWinogradBackwardW(t *testing.T) {
-	var worst [5][2]float64 // per tile side: max|err|/max|dw|, of the bound, over all shapes
-	defer func() {
-		for _, m := range []int{2, 4} {
-			t.Logf("all shapes F(%dx%d): max|err|/max|dw| %.3g, of the bound %.3g", m, m, worst[m][0], worst[m][1])
-		}
-	}()
+	k := &wgCheck{t: t, what: "dw"}
+	defer k.logWorst()
 	defer func(n int) { winogradChunkTiles = n }(winogradChunkTiles)
 	r := newRNG(44)
 	for ci, c := range wgShapes() {
@@ -578,20 +574,9 @@ func TestWinogradBackwardW(t *testing.T) {
 			tol := wgTol(c.n * ((c.h + m - 1) / m) * ((c.w + m - 1) / m))
 			for _, asm := range wgModes() {
 				for _, chunk := range []int{1, 0} {
-					winogradChunkTiles = chunk
-					dw := make([]float32, len(ref))
-					for i := range dw {
-						dw[i] = float32(math.NaN())
-					}
-					withAsm(asm, func() { winogradBackwardW(m, g, x, dy, dw, &winogradScratch{}) })
-					rel, scaled := errStats(dw, ref, bound)
-					worst[m][0], worst[m][1] = math.Max(worst[m][0], rel), math.Max(worst[m][1], scaled)
-					if !(scaled <= tol) {
-						t.Errorf("F(%d) asm %v chunk %d: %+v: error %.3g of the bound, tolerance %.3g", m, asm, chunk, c, scaled, tol)
-					}
-					if ci < 2 && chunk == 0 {
-						t.Logf("cnn conv %d F(%dx%d) asm %-5v: max|err|/max|dw| %.3g (im2col %.3g); of the bound %.3g (tolerance %.3g)", ci+1, m, m, asm, rel, imRel, scaled, tol)
-					}
+					k.run(m, asm, chunk, ci, c, ref, bound, tol, imRel, func(dw []float32) {
+						winogradBackwardW(m, g, x, dy, dw, &winogradScratch{})
+					})
 				}
 			}
 		}
