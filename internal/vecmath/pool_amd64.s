@@ -2,6 +2,31 @@
 
 #include "textflag.h"
 
+// POOL8 pools the 8 windows of Z0 (top row) and Z1 (bottom row): the
+// outputs' bits into Y8, their winner codes into X9's low 8 bytes.
+#define POOL8 \
+	VPSRAD $31, Z0, Z2 \
+	VPANDD Z31, Z2, Z2 \
+	VPXORD Z2, Z0, Z0 \
+	VPSRAD $31, Z1, Z3 \
+	VPANDD Z31, Z3, Z3 \
+	VPXORD Z3, Z1, Z1 \
+	VPMAXSD Z1, Z0, Z4 \
+	VPSHUFD $0xB1, Z4, Z5 \
+	VPMAXSD Z5, Z4, Z4 \
+	VPMAXSD Z30, Z4, Z4 \
+	VPCMPEQD Z4, Z0, K1 \
+	VPCMPEQD Z4, Z1, K2 \
+	VPCMPEQD Z30, Z4, K3 \
+	VMOVDQA32 Z29, Z6 \
+	VMOVDQA32 Z28, K2, Z6 \
+	VMOVDQA32 Z27, K1, Z6 \
+	VPSHUFD $0xB1, Z6, Z7 \
+	VPMINSD Z7, Z6, Z6 \
+	VMOVDQA32 Z26, K3, Z6 \
+	VPMOVQD Z4, Y8 \
+	VPMOVQB Z6, X9
+
 // func poolReLUArgAVX512(top, bot, y *float32, arg *uint8, n int)
 //
 // n outputs (a last group of fewer than 8 under masks) of a 2x2 max-pool followed by ReLU over one
@@ -31,27 +56,7 @@ loop:
 	JB tail
 	VMOVDQU32 (SI), Z0
 	VMOVDQU32 (DI), Z1
-	VPSRAD $31, Z0, Z2
-	VPANDD Z31, Z2, Z2
-	VPXORD Z2, Z0, Z0 // top keys
-	VPSRAD $31, Z1, Z3
-	VPANDD Z31, Z3, Z3
-	VPXORD Z3, Z1, Z1 // bottom keys
-	VPMAXSD Z1, Z0, Z4
-	VPSHUFD $0xB1, Z4, Z5
-	VPMAXSD Z5, Z4, Z4
-	VPMAXSD Z30, Z4, Z4 // k: the window's max with 0, in both lanes of a pair
-	VPCMPEQD Z4, Z0, K1
-	VPCMPEQD Z4, Z1, K2
-	VPCMPEQD Z30, Z4, K3
-	VMOVDQA32 Z29, Z6
-	VMOVDQA32 Z28, K2, Z6
-	VMOVDQA32 Z27, K1, Z6
-	VPSHUFD $0xB1, Z6, Z7
-	VPMINSD Z7, Z6, Z6
-	VMOVDQA32 Z26, K3, Z6
-	VPMOVQD Z4, Y8
-	VPMOVQB Z6, X9
+	POOL8
 	VMOVDQU Y8, (DX)
 	MOVQ X9, (BX)
 	ADDQ $64, SI
@@ -77,27 +82,7 @@ tail:
 	KMOVW AX, K4 // inputs
 	VMOVDQU32.Z (SI), K4, Z0
 	VMOVDQU32.Z (DI), K4, Z1
-	VPSRAD $31, Z0, Z2
-	VPANDD Z31, Z2, Z2
-	VPXORD Z2, Z0, Z0 // top keys
-	VPSRAD $31, Z1, Z3
-	VPANDD Z31, Z3, Z3
-	VPXORD Z3, Z1, Z1 // bottom keys
-	VPMAXSD Z1, Z0, Z4
-	VPSHUFD $0xB1, Z4, Z5
-	VPMAXSD Z5, Z4, Z4
-	VPMAXSD Z30, Z4, Z4 // k: the window's max with 0, in both lanes of a pair
-	VPCMPEQD Z4, Z0, K1
-	VPCMPEQD Z4, Z1, K2
-	VPCMPEQD Z30, Z4, K3
-	VMOVDQA32 Z29, Z6
-	VMOVDQA32 Z28, K2, Z6
-	VMOVDQA32 Z27, K1, Z6
-	VPSHUFD $0xB1, Z6, Z7
-	VPMINSD Z7, Z6, Z6
-	VMOVDQA32 Z26, K3, Z6
-	VPMOVQD Z4, Y8
-	VPMOVQB Z6, X9
+	POOL8
 	VMOVDQU32 Y8, K5, (DX)
 	VMOVDQU8 X9, K5, (BX)
 done:
