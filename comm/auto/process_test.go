@@ -29,6 +29,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	// These tests are about the host transports: on a machine with GPUs
+	// (or CUDA_VISIBLE_DEVICES naming one for every process) the auto
+	// backend would pick NCCL instead. comm/nccl's TestAutoPicksNCCL tests
+	// that choice.
+	os.Setenv(EnvNCCL, "0")
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(child())
 	}

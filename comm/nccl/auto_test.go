@@ -10,17 +10,22 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/auto"
 	"github.com/gdist/gdist/comm/nccl"
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
 // TestAutoPicksNCCL: the auto backend takes NCCL when every rank has a GPU
-// of its own, and not when a host runs more ranks than it has GPUs or
-// GDIST_AUTO_NCCL=0; an auto world on GPUs all-reduces host buffers.
+// of its own, and not when a host runs more ranks than it has GPUs (a
+// machine with one GPU and two ranks, issue 26 item 1) or GDIST_AUTO_NCCL=0;
+// an auto world of two ranks all-reduces host buffers (over NCCL with two
+// GPUs, else over the host backends).
 func TestAutoPicksNCCL(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	if ok, why := nccl.Usable(); !ok {
 		t.Skipf("no NCCL: %s", why)
 	}
+	noGPUAssignment(t)
+	gpus := cuda.DeviceCount()
 	pick := func(localSize int) ([]bool, []string) {
 		ss := stores(t, 2)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -39,8 +44,12 @@ func TestAutoPicksNCCL(t *testing.T) {
 		wg.Wait()
 		return use, why
 	}
-	if use, why := pick(2); !use[0] || !use[1] {
+	use, why := pick(2)
+	switch {
+	case gpus >= 2 && (!use[0] || !use[1]):
 		t.Errorf("2 ranks with a GPU each: use nccl %v (%v)", use, why)
+	case gpus < 2 && (use[0] || use[1] || !strings.Contains(why[0], "GPU")):
+		t.Errorf("2 ranks on %d GPU: use nccl %v, why %q", gpus, use, why)
 	}
 	if use, why := pick(1000); use[0] || use[1] || !strings.Contains(why[0], "GPU") {
 		t.Errorf("more ranks than GPUs: use nccl %v, why %q", use, why)

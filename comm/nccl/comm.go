@@ -118,25 +118,36 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 	return c, nil
 }
 
-// deviceFor picks the GPU of a rank: its local rank, or the only GPU the
-// process sees (Slurm's --gpus-per-task=1, a one-GPU Kubernetes pod, or
-// CUDA_VISIBLE_DEVICES set per rank: each process then sees its own GPU as
-// device 0; if ranks do share it, NCCL refuses with "Duplicate GPU").
+// deviceFor picks the GPU of a rank: its local rank when the host has a
+// GPU per local rank; the only GPU the process sees when the launcher gave
+// it that one (CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES naming one
+// device: Slurm's --gpus-per-task=1, a one-GPU pod); with GPU sharing
+// (EnvShareGPU), local rank k mod the number of GPUs. Otherwise the host has
+// too few GPUs: NCCL would refuse ("Duplicate GPU"), so it fails first,
+// saying what to do.
 func deviceFor(cfg comm.Config) (int, error) {
 	if cfg.LocalRank < 0 {
 		return 0, comm.InvalidArgf("nccl: rank %d: local rank %d", cfg.Rank, cfg.LocalRank)
 	}
 	n := cuda.DeviceCount()
-	if n == 1 {
+	local := max(cfg.LocalSize, cfg.LocalRank+1)
+	if n < 1 {
+		return 0, fmt.Errorf("%w: rank %d: no CUDA device", ErrUnavailable, cfg.Rank)
+	}
+	if local <= n {
+		return cfg.LocalRank, nil
+	}
+	if n == 1 && onePerProcess() {
 		return 0, nil
 	}
-	if cfg.LocalSize > n || cfg.LocalRank >= n {
-		return 0, fmt.Errorf("%w: rank %d is local rank %d of %d on this host, which has %d GPU(s); NCCL needs one GPU per rank "+
-			"(it refuses two ranks on one GPU): use a host backend (tcp, shm), which stages device buffers, fewer ranks, "+
-			"or give each rank one GPU (CUDA_VISIBLE_DEVICES, Slurm's --gpus-per-task=1)",
-			ErrUnavailable, cfg.Rank, cfg.LocalRank, max(cfg.LocalSize, cfg.LocalRank+1), n)
+	if share, why := shareGPU(); share {
+		if why != "" {
+			return 0, fmt.Errorf("%w: rank %d: %s", ErrUnavailable, cfg.Rank, why)
+		}
+		return cfg.LocalRank % n, nil
 	}
-	return cfg.LocalRank, nil
+	return 0, fmt.Errorf("%w: rank %d is local rank %d of %d on this host, which has %d GPU(s); %s",
+		ErrUnavailable, cfg.Rank, cfg.LocalRank, local, n, oneGPUPerRank)
 }
 
 // exchangeID: the creator makes a unique id and publishes it at key; the

@@ -121,18 +121,22 @@ func Usable() (ok bool, reason string) {
 }
 
 // UsableFor is Usable for a host that runs localSize ranks: NCCL needs one
-// GPU per rank (it refuses two ranks on one GPU). A process that sees one
-// GPU and was given it alone (CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES
-// names one device) counts as having its own.
+// GPU per rank (it refuses two ranks of one host on one GPU). A process that
+// sees one GPU and was given it alone (CUDA_VISIBLE_DEVICES or
+// NVIDIA_VISIBLE_DEVICES names one device) counts as having its own; with
+// EnvShareGPU=1 (and NCCL_HOSTID set) ranks share the GPUs.
 func UsableFor(localSize int) (ok bool, reason string) {
 	if ok, why := Usable(); !ok {
 		return false, why
 	}
 	n := cuda.DeviceCount()
-	if localSize > n && !(n == 1 && onePerProcess()) {
-		return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); NCCL needs one GPU per rank", localSize, n)
+	if localSize <= n || n == 1 && onePerProcess() {
+		return true, ""
 	}
-	return true, ""
+	if share, why := shareGPU(); share {
+		return why == "", why
+	}
+	return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); %s", localSize, n, oneGPUPerRank)
 }
 
 // onePerProcess reports whether the launcher gave this process its own GPU:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,16 +102,38 @@ func TestRealGPU(t *testing.T) {
 
 func TestUsable(t *testing.T) {
 	cudafake.RequireCUDA(t)
+	noGPUAssignment(t)
 	if ok, why := nccl.Usable(); !ok {
 		t.Fatalf("Usable: %s", why)
 	}
-	if ok, why := nccl.UsableFor(cuda.DeviceCount() + 1); ok || !strings.Contains(why, "one GPU per rank") {
+	n := cuda.DeviceCount()
+	if ok, why := nccl.UsableFor(n); !ok {
+		t.Fatalf("UsableFor(%d GPUs) = %v, %q", n, ok, why)
+	}
+	if ok, why := nccl.UsableFor(n + 1); ok || !strings.Contains(why, "one GPU per rank") || !strings.Contains(why, nccl.EnvShareGPU) {
 		t.Fatalf("UsableFor(more ranks than GPUs) = %v, %q", ok, why)
+	}
+	t.Setenv(nccl.EnvShareGPU, "1")
+	if ok, why := nccl.UsableFor(n + 1); ok || !strings.Contains(why, "NCCL_HOSTID") {
+		t.Fatalf("UsableFor(more ranks than GPUs) with %s=1 and no NCCL_HOSTID = %v, %q", nccl.EnvShareGPU, ok, why)
+	}
+	t.Setenv("NCCL_HOSTID", "gdist-test")
+	if ok, why := nccl.UsableFor(n + 1); !ok {
+		t.Fatalf("UsableFor(more ranks than GPUs) with %s=1 and NCCL_HOSTID set = %v, %q", nccl.EnvShareGPU, ok, why)
 	}
 	if cudafake.Mode() == "fake" {
 		if v, _, err := nccl.Version(); err != nil || v != "2.19.3" {
 			t.Fatalf("Version() = %q, %v", v, err)
 		}
+	}
+}
+
+// noGPUAssignment clears, for the test, what says that a launcher gave the
+// process its GPU(s) (a GPU machine may set CUDA_VISIBLE_DEVICES or
+// NVIDIA_VISIBLE_DEVICES for every process) and GPU sharing.
+func noGPUAssignment(t *testing.T) {
+	for _, v := range []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", nccl.EnvShareGPU, "NCCL_HOSTID"} {
+		t.Setenv(v, "")
 	}
 }
 
@@ -165,12 +188,35 @@ func TestNoCUDA(t *testing.T) {
 	}
 }
 
+// Issue 26, item 1: a rank whose local rank has no GPU of its own is
+// refused, saying why, on a machine with one GPU too; with GPU sharing
+// (EnvShareGPU and NCCL_HOSTID) local rank k gets GPU k mod n.
 func TestTooFewGPUs(t *testing.T) {
 	cudafake.RequireCUDA(t)
+	noGPUAssignment(t)
 	n := cuda.DeviceCount()
-	_, err := nccl.New(context.Background(), comm.Config{Rank: 0, Size: 1, LocalRank: n, LocalSize: n + 1})
-	if err == nil || !strings.Contains(err.Error(), "one GPU per rank") {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := comm.Config{Rank: 0, Size: 1, LocalRank: n, LocalSize: n + 1}
+	_, err := nccl.New(ctx, cfg)
+	if !errors.Is(err, nccl.ErrUnavailable) || !strings.Contains(err.Error(), "one GPU per rank") {
 		t.Fatalf("more local ranks than GPUs: %v", err)
+	}
+	t.Setenv(nccl.EnvShareGPU, "1")
+	if _, err = nccl.New(ctx, cfg); !errors.Is(err, nccl.ErrUnavailable) || !strings.Contains(err.Error(), "NCCL_HOSTID") {
+		t.Fatalf("%s=1 without NCCL_HOSTID: %v", nccl.EnvShareGPU, err)
+	}
+	t.Setenv("NCCL_HOSTID", "gdist-test-"+strconv.Itoa(os.Getpid()))
+	c, err := nccl.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%s=1 with NCCL_HOSTID: %v", nccl.EnvShareGPU, err)
+	}
+	defer c.Close()
+	if c.Device() != 0 {
+		t.Fatalf("local rank %d of %d on %d GPU(s) with sharing: Device() = %d, want 0", n, n+1, n, c.Device())
+	}
+	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -22,7 +22,9 @@ var source []byte
 const EnvNCCL = "GDIST_NCCL_PATH"
 
 // Devices is the number of fake devices Main sets up (FAKE_CUDA_DEVICES),
-// enough for every multi-rank test to give each rank its own device.
+// enough for every multi-rank test to give each rank its own device. Set
+// FAKE_CUDA_DEVICES before the tests start to choose another number:
+// FAKE_CUDA_DEVICES=1 runs them as on a machine with one GPU.
 const Devices = 8
 
 // Build compiles the fake into a shared library and returns its path. The
@@ -114,7 +116,11 @@ func setup() {
 		return
 	}
 	path = p
-	Use(p, Devices)
+	devices := Devices
+	if n, err := strconv.Atoi(os.Getenv("FAKE_CUDA_DEVICES")); err == nil && n >= 0 {
+		devices = n
+	}
+	Use(p, devices)
 	if ok, why := cuda.Available(); !ok {
 		fake = "the fake CUDA does not load: " + why
 		return
@@ -128,12 +134,15 @@ func Setup() { setup() }
 
 // ProcessEnv is the environment of a child process that is one NCCL rank
 // of a test, on the fake: it sees one device, the fake's physical device
-// dev (FAKE_CUDA_VISIBLE_DEVICES, like CUDA_VISIBLE_DEVICES), and its NCCL
-// unique ids name rendezvous files in dir, where the ranks of other
-// processes meet it (FAKE_NCCL_PROCESSES). The child calls Setup.
+// dev (FAKE_CUDA_VISIBLE_DEVICES, like CUDA_VISIBLE_DEVICES; and
+// CUDA_VISIBLE_DEVICES names it too, as a launcher that gives each process
+// its GPU does, which the fake ignores), and its NCCL unique ids name
+// rendezvous files in dir, where the ranks of other processes meet it
+// (FAKE_NCCL_PROCESSES). The child calls Setup.
 func ProcessEnv(dev int, dir string) []string {
 	return []string{
 		"GDIST_CUDA_TEST=fake",
+		"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(dev),
 		"FAKE_CUDA_VISIBLE_DEVICES=" + strconv.Itoa(dev),
 		"FAKE_NCCL_PROCESSES=1",
 		"FAKE_NCCL_DIR=" + dir,
