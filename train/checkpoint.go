@@ -227,6 +227,12 @@ func snapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Positio
 	model := modelTensors(m, held)
 	return func() error {
 		defer held.release()
+		if w := tensorsNonFinite(model); w != "" {
+			return fmt.Errorf("%w: not saving step %d to %s: %s", ErrDiverged, pos.Step, path, w)
+		}
+		if w := tensorsNonFinite(ts); w != "" {
+			return fmt.Errorf("%w: not saving step %d to %s: %s", ErrDiverged, pos.Step, path, w)
+		}
 		removeStale(path, "", true)
 		tpath := trainFile(path, id)
 		if err := checkpoint.Write(tpath, ts, trainMeta); err != nil {

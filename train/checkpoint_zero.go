@@ -145,6 +145,9 @@ func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model
 	model := modelTensors(full, held) // a copy
 	commit := func() error {
 		defer held.release()
+		if w := tensorsNonFinite(model); w != "" {
+			return fmt.Errorf("%w: not saving step %d to %s: %s", ErrDiverged, pos.Step, path, w)
+		}
 		if err := saveHook(0, "commit"); err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/internal/hugepage"
+	"github.com/gdist/gdist/models"
 )
 
 // saver saves the run's checkpoints, at most once per step, and times
@@ -46,6 +47,9 @@ type saver struct {
 	max   time.Duration
 	total time.Duration
 	pend  *pendingSave
+	// nonFinite names what is not finite in the state this rank would
+	// save, or returns "" (stateNonFinite): every save checks first.
+	nonFinite func() string
 }
 
 // snapshotter is what a strategy implements for saves that do not stop
@@ -104,10 +108,10 @@ func (p *pendingSave) wait() {
 	}
 }
 
-func newSaver(strat Strategy, c comm.Comm, cfg Config, meta map[string]string) *saver {
+func newSaver(strat Strategy, c comm.Comm, cfg Config, meta map[string]string, m *models.Model) *saver {
 	_, async := strat.(snapshotter)
 	return &saver{strat: strat, c: c, lead: c.Rank() == 0, keep: max(cfg.Keep, 1), sync: cfg.SyncSave || !async,
-		path: cfg.Save, meta: meta, last: -1}
+		path: cfg.Save, meta: meta, last: -1, nonFinite: func() string { return stateNonFinite(strat, m) }}
 }
 
 // save saves at pos unless there is no -save path or pos's step is saved
@@ -119,6 +123,10 @@ func (s *saver) save(ctx context.Context, pos Position) error {
 	}
 	t0 := time.Now()
 	if err := s.finish(ctx); err != nil {
+		return err
+	}
+	// Nothing non-finite is ever saved: the last checkpoint stays.
+	if err := checkFinite(ctx, s.c, s.nonFinite(), pos.Step, s.path); err != nil {
 		return err
 	}
 	if s.lead && s.keep > 1 {

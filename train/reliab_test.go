@@ -1,18 +1,24 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"github.com/gdist/gdist/checkpoint"
-	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/commtest"
-	"github.com/gdist/gdist/comm/inproc"
-	"github.com/gdist/gdist/zero"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gdist/gdist/checkpoint"
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/zero"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -245,5 +251,113 @@ func TestStopPreempts(t *testing.T) {
 				t.Fatalf("resuming: %v", err)
 			}
 		})
+	}
+}
+
+// TestDivergedUpdateNotSaved: an update that makes the parameters
+// non-finite (as -lr Inf did: a finite loss, then Inf parameters) at a
+// step that saves leaves the last checkpoint as it was, and the error
+// says training diverged at that step. The repro: -max-steps 19,
+// then -save-every 20 -resume auto with a diverging update at step 20.
+func TestDivergedUpdateNotSaved(t *testing.T) {
+	for _, tc := range []struct {
+		strat string
+		sync  bool
+	}{{"ddp", false}, {"ddp", true}, {"zero2", false}, {"pipeline", false}} {
+		t.Run(fmt.Sprintf("%s sync=%v", tc.strat, tc.sync), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := base()
+			cfg.Strategy, cfg.MaxSteps, cfg.SyncSave = tc.strat, 19, tc.sync
+			cfg.Save = filepath.Join(dir, "run.safetensors")
+			if _, err := runRanks(t, 2, cfg); err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.ReadFile(cfg.Save)
+			must(t, err)
+			next := cfg
+			next.MaxSteps, next.SaveEvery, next.Resume = 0, 20, "auto"
+			testHookUpdate = func(rank int, step int64, m *models.Model) {
+				if rank == 0 && step >= 20 {
+					m.Flat.Value[0] = float32(math.Inf(1))
+				}
+			}
+			_, err = runRanks(t, 2, next)
+			testHookUpdate = nil
+			if err == nil || !strings.Contains(err.Error(), "diverged") || !strings.Contains(err.Error(), "step 20") {
+				t.Fatalf("a diverged update at step 20: %v", err)
+			}
+			t.Log(err)
+			after, err := os.ReadFile(cfg.Save)
+			must(t, err)
+			if !bytes.Equal(before, after) {
+				_, meta := readCk(t, cfg.Save)
+				t.Fatalf("the checkpoint changed (now step %s): a diverged state was saved over step 19's", meta["step"])
+			}
+			if sums, err := runRanks(t, 2, next); err != nil || sums[0].ResumedStep != 19 {
+				t.Fatalf("resuming after the divergence: %v", err)
+			}
+		})
+	}
+}
+
+// TestLRInfRejected: -lr beyond float32's range (Inf in the optimizer)
+// is a bad configuration.
+func TestLRInfRejected(t *testing.T) {
+	for _, lr := range []float64{1e39, math.MaxFloat32 * 2, math.Inf(1)} {
+		cfg := base()
+		cfg.LR = lr
+		if err := cfg.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "-lr") {
+			t.Errorf("-lr %v: %v", lr, err)
+		}
+	}
+}
+
+// TestSaveRefusesNonFinite: the model file's write itself refuses NaN or
+// infinite values (where no rank could check beforehand: ZeRO-3's
+// parameters are whole only in what rank 0 gathers to write), leaving
+// the previous checkpoint.
+func TestSaveRefusesNonFinite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ck")
+	m, err := models.New("mlp", 1)
+	must(t, err)
+	opt, err := optim.New(optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9}, m.NumParams())
+	must(t, err)
+	must(t, Save(path, m, opt, Position{Step: 1}, nil))
+	before, err := os.ReadFile(path)
+	must(t, err)
+	m.Flat.Value[m.NumParams()-1] = float32(math.NaN())
+	if err := Save(path, m, opt, Position{Step: 2}, nil); !errors.Is(err, ErrDiverged) {
+		t.Fatalf("saving a NaN parameter: %v", err)
+	}
+	m.Flat.Value[m.NumParams()-1] = 0
+	st, _ := opt.State()
+	for _, v := range st {
+		v[3] = float32(math.Inf(-1))
+	}
+	if err := Save(path, m, opt, Position{Step: 3}, nil); !errors.Is(err, ErrDiverged) {
+		t.Fatalf("saving an infinite optimizer state: %v", err)
+	}
+	after, err := os.ReadFile(path)
+	must(t, err)
+	if !bytes.Equal(before, after) {
+		t.Fatal("a refused save changed the checkpoint")
+	}
+}
+
+// TestFirstNonFinite: every position of a block, and none.
+func TestFirstNonFinite(t *testing.T) {
+	v := make([]float32, 3000)
+	if i := firstNonFinite(v); i != -1 {
+		t.Fatalf("all zero: %d", i)
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		for _, at := range []int{0, 1, 1023, 1024, 2999} {
+			v[at] = bad
+			if i := firstNonFinite(v); i != at {
+				t.Errorf("%v at %d: found at %d", bad, at, i)
+			}
+			v[at] = math.MaxFloat32
+		}
 	}
 }

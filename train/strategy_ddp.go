@@ -85,6 +85,15 @@ func (s *ddpStrategy) SnapshotSave(_ context.Context, path string, pos Position,
 	return []func() error{snapshotFull(path, s.m, s.opt, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())), &s.snaps)}, nil
 }
 
+// nonFinite: rank 0 saves the whole model and optimizer, which every rank
+// holds alike.
+func (s *ddpStrategy) nonFinite() string {
+	if w := paramsNonFinite(s.m, s.m.Flat.Value, 0); w != "" {
+		return w
+	}
+	return optimNonFinite(s.opt)
+}
+
 func (s *ddpStrategy) Load(_ context.Context, path string) (Position, error) {
 	pos, _, err := LoadCheckpoint(path, s.m, s.opt)
 	return pos, err

@@ -258,6 +258,16 @@ func (s *pipelineStrategy) Load(_ context.Context, path string) (Position, error
 	return pos, nil
 }
 
+// nonFinite: this stage's parameters and optimizer state (the save
+// gathers every stage's).
+func (s *pipelineStrategy) nonFinite() string {
+	off, _ := s.p.Range()
+	if w := paramsNonFinite(s.m, s.p.Params(), off); w != "" {
+		return w
+	}
+	return optimNonFinite(s.opt)
+}
+
 func (s *pipelineStrategy) Memory() (MemoryBytes, int64) {
 	// Every rank allocates the whole model's buffers; only its stage's
 	// range is trained.

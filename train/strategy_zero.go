@@ -118,6 +118,18 @@ func (s *zeroStrategy) Load(_ context.Context, path string) (Position, error) {
 	return pos, nil
 }
 
+// nonFinite: this rank's shard of the optimizer state and, with stages 1
+// and 2, the parameters every rank holds whole (stage 3's are checked
+// where rank 0 gathers them for the model file).
+func (s *zeroStrategy) nonFinite() string {
+	if s.m.Store == nil {
+		if w := paramsNonFinite(s.m, s.m.Flat.Value[:min(len(s.m.Flat.Value), s.m.NumParams())], 0); w != "" {
+			return w
+		}
+	}
+	return optimNonFinite(s.e.Optimizer())
+}
+
 func (s *zeroStrategy) Memory() (MemoryBytes, int64) {
 	m := s.e.Memory()
 	return MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient

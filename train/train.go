@@ -286,8 +286,12 @@ func (c *Config) Validate() error {
 		return bad("-batch %d: want at least 1", c.Batch)
 	case c.EvalBatch < 1:
 		return bad("eval batch %d: want at least 1", c.EvalBatch)
-	case !(c.LR > 0) || math.IsInf(c.LR, 0):
-		return bad("-lr %v: want a positive number", c.LR)
+	case !(c.LR > 0) || c.LR > math.MaxFloat32:
+		return bad("-lr %v: want a positive number below %.4g (the optimizer computes in float32)", c.LR, math.MaxFloat32)
+	case math.IsNaN(c.Momentum):
+		return bad("-momentum %v: want a number in [0, 1)", c.Momentum)
+	case !(c.WeightDecay >= 0) || c.WeightDecay > math.MaxFloat32:
+		return bad("-weight-decay %v: want 0 or a positive number below %.4g", c.WeightDecay, math.MaxFloat32)
 	case c.Limit < 0:
 		return bad("-limit %d: want 0 (all) or more", c.Limit)
 	case c.MaxSteps < 0:
@@ -618,7 +622,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		return loss, acc, err
 	}
 	meta := map[string]string{"seed": strconv.FormatInt(cfg.Seed, 10)}
-	sv := newSaver(strat, c, cfg, meta)
+	sv := newSaver(strat, c, cfg, meta, m)
 	defer sv.abandon()
 	var prog *progressFile
 	if lead && cfg.Save != "" && (cfg.Restartable || cfg.Restarts > 0) {
@@ -761,11 +765,20 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			if err := strat.Update(ctx); err != nil {
 				return nil, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 			}
+			if testHookUpdate != nil {
+				testHookUpdate(rank, steps+1, m)
+			}
 			stepSent += sentNow() - s0
 			// Stop at the first non-finite loss, on every rank alike, with
-			// nothing saved: the last checkpoint stays the last good one.
+			// nothing saved (saves check the state too: finite.go).
 			stop, saving, err := checkStep(ctx, c, loss, stopRequested(cfg.Stop), sv.status(), steps+1, epoch, k)
 			if err != nil {
+				if errors.Is(err, ErrDiverged) {
+					// A save under way holds an earlier, checked state:
+					// let it end, then say where the last checkpoint is.
+					sv.abandon()
+					err = fmt.Errorf("%w. %s", err, lastCheckpointNote(cfg.Save, steps+1))
+				}
 				return nil, err
 			}
 			if err := sv.advance(ctx, saving); err != nil {
@@ -963,6 +976,10 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	return s, nil
 }
 
+// testHookUpdate, when a test sets it, runs on each rank right after
+// each update, with the step it took (a test makes an update diverge).
+var testHookUpdate func(rank int, step int64, m *models.Model)
+
 // nextPos is the position after batch k of epoch's nb, steps taken.
 func nextPos(epoch, k, nb int, steps int64) Position {
 	if k+1 == nb {
@@ -1001,12 +1018,12 @@ func checkStep(ctx context.Context, c comm.Comm, loss float32, stopReq bool, sav
 	if int(bad[0]) == c.Size() {
 		return bad[1] < 0, bad[2], nil
 	}
-	what := fmt.Sprintf("rank %d's loss is not finite", bad[0])
+	what := ""
 	if !finite && int(bad[0]) == c.Rank() {
-		what = fmt.Sprintf("rank %d's loss is not finite (%v)", bad[0], loss)
+		what = fmt.Sprintf(" (%v)", loss)
 	}
-	return false, 0, fmt.Errorf("train: step %d (epoch %d, batch %d): %s: training diverged; lower -lr (or check the data); nothing was saved, the last checkpoint is the last good state",
-		step, epoch+1, batch, what)
+	return false, 0, fmt.Errorf("%w at step %d (epoch %d, batch %d): rank %d's loss is not finite%s; lower -lr (or check the data)",
+		ErrDiverged, step, epoch+1, batch, bad[0], what)
 }
 
 // syncBuffers gives every rank rank 0's batch-norm running statistics (as

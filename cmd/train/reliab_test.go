@@ -49,6 +49,8 @@ func TestLauncherValidates(t *testing.T) {
 		{[]string{"-save", filepath.Join(dir, "missing", "ck")}, filepath.Join(dir, "missing")},
 		{[]string{"-save", filepath.Join(file, "ck")}, file},
 		{[]string{"-epochs", "0"}, "bad configuration"},
+		{[]string{"-lr", "1e39"}, "-lr 1e+39"}, // Inf as a float32
+		{[]string{"-weight-decay", "-1"}, "-weight-decay"},
 	}
 	for _, tc := range cases {
 		_, stderr, err := trainCmd(t, append(common, tc.args...)...)
