@@ -4,8 +4,14 @@
 // # Loading
 //
 // Nothing links against NCCL or CUDA: libnccl is loaded with dlopen at run
-// time ($GDIST_NCCL_PATH, else libnccl.so.2, libnccl.so), and the CUDA
-// runtime through package gpu/cuda. The NCCL prototypes and enum values used
+// time, and the CUDA runtime through package gpu/cuda. If $GDIST_NCCL_PATH
+// is set, that file alone is tried; otherwise the libnccl.so.2 of NVIDIA's
+// NCCL pip wheels (nvidia-nccl-cu12, nvidia-nccl-cu13:
+// site-packages/nvidia/nccl/lib; WheelLibraries) in $VIRTUAL_ENV, then
+// $CONDA_PREFIX, then the environment of each python3 on $PATH (activated
+// or not), the same environments gpu/cuda searches (internal/dl's
+// WheelLibraries), then libnccl.so.2 and libnccl.so from the usual library
+// path; the first that loads is used. The NCCL prototypes and enum values used
 // are re-declared in shim.h. Usable and UsableFor say whether the backend
 // can run here and, if not, what is missing; comm.New(ctx, "nccl", cfg) then
 // fails with an error wrapping ErrUnavailable that says the same. An "auto"

@@ -3,6 +3,8 @@ package nccl
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gdist/gdist/internal/dl"
 )
 
 // EnvLibrary names the environment variable that points the loader at a
@@ -10,8 +12,19 @@ import (
 // nothing else is tried.
 const EnvLibrary = "GDIST_NCCL_PATH"
 
-// DefaultLibraries are the names tried, in order, when EnvLibrary is unset.
+// DefaultLibraries are the names tried, in order, when EnvLibrary is unset,
+// after the libnccl of NVIDIA's pip wheels in the Python environments (see
+// WheelLibraries).
 var DefaultLibraries = []string{"libnccl.so.2", "libnccl.so"}
+
+// WheelLibraries are the libnccl.so.2 files that NVIDIA's NCCL pip wheels
+// (nvidia-nccl-cu12, nvidia-nccl-cu13) installed at
+// site-packages/nvidia/nccl/lib in the Python environments that
+// dl.WheelLibraries finds ($VIRTUAL_ENV, $CONDA_PREFIX, then the
+// environment of each python3 on $PATH, activated or not), as
+// cuda.WheelLibraries finds the CUDA runtime's. They are not on the library
+// path, so dlopen would not find them by name.
+func WheelLibraries() []string { return dl.WheelLibraries("nvidia/nccl/lib/libnccl.so.2") }
 
 // ErrUnavailable is wrapped by the errors that come from NCCL or CUDA being
 // absent.

@@ -52,7 +52,7 @@ func load() *state {
 		syms[i] = p
 	}
 	var tried []string
-	for _, name := range dl.Candidates(EnvLibrary, DefaultLibraries) {
+	for _, name := range dl.Candidates(EnvLibrary, append(WheelLibraries(), DefaultLibraries...)) {
 		cname := C.CString(name)
 		var buf [512]C.char
 		c := C.gdnc_open(cname, C.uintptr_t(syms[0]), C.uintptr_t(syms[1]), C.uintptr_t(syms[2]),
@@ -70,7 +70,7 @@ func load() *state {
 		l.version = int(v)
 		return &state{lib: l}
 	}
-	msg := dl.Unloadable("NCCL", tried, EnvLibrary, "a libnccl.so.2 (the pip package nvidia-nccl-cu12 ships one)")
+	msg := dl.Unloadable("NCCL", tried, EnvLibrary, "a libnccl.so.2 (the pip packages nvidia-nccl-cu12 and nvidia-nccl-cu13 ship one; it is found in $VIRTUAL_ENV, $CONDA_PREFIX or the environment of a python3 on $PATH)")
 	return &state{err: fmt.Errorf("%w: %s", ErrUnavailable, msg)}
 }
 

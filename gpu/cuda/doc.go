@@ -8,10 +8,21 @@
 // # Loading
 //
 // Nothing links against CUDA. The first call loads the runtime library with
-// dlopen: the file named by $GDIST_CUDART_PATH, or else the runtime of
-// NVIDIA's CUDA 13 or 12 pip wheel in the active $VIRTUAL_ENV or
-// $CONDA_PREFIX (WheelLibraries), or else libcudart.so, libcudart.so.13,
-// libcudart.so.12, libcudart.so.11.0 from the usual library path. The C
+// dlopen. If $GDIST_CUDART_PATH is set, that file alone is tried. Otherwise
+// the candidates are, in order: the runtimes of NVIDIA's pip wheels
+// (WheelLibraries: CUDA 13's nvidia/cu13/lib/libcudart.so.13, then CUDA
+// 12's nvidia/cuda_runtime/lib/libcudart.so.12, under
+// lib/python3*/site-packages or dist-packages) in $VIRTUAL_ENV, then
+// $CONDA_PREFIX, then the environment of each python3 on $PATH (its
+// directory's parent, so a virtualenv that is not activated counts); then
+// libcudart.so, libcudart.so.13, libcudart.so.12, libcudart.so.11.0 from
+// the usual library path. The first runtime that sees a device is used: one
+// that loads but sees none (a CUDA 13 wheel on an older driver says
+// cudaErrorInsufficientDriver) does not end the search. If none sees a
+// device, the first that loaded is kept (Symbol, Loaded) and Available's
+// reason names every library tried and what each said. A runtime named by
+// $GDIST_CUDART_PATH that sees no device is reported so, naming the
+// variable; no other runtime stands in for it. The C
 // prototypes of the two dozen functions used are re-declared in shim.h (with
 // the enum values they need, and their meaning), so building needs only a C
 // compiler and libc, never the CUDA headers. gorgonia's own CUDA build tag

@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"unsafe"
 
@@ -44,8 +45,19 @@ func get() *state { return loaded.Get() }
 // new one.
 func Reload() { loaded.Reload() }
 
+// load tries the candidates in order (dl.Candidates: EnvLibrary alone when
+// it is set, else WheelLibraries then DefaultLibraries) and keeps the first
+// runtime that sees a device. A runtime that loads but sees none (a CUDA 13
+// wheel on an older driver says cudaErrorInsufficientDriver; a machine with
+// no GPU, cudaErrorNoDevice) does not end the search. If none sees a device,
+// the first that loaded is kept (Symbol and Loaded use it) and the reason
+// names every library tried and what each said. With EnvLibrary set only
+// that library is tried, so one that sees no device is reported as such,
+// naming the variable; no other runtime stands in for it. Runtimes loaded
+// but not kept stay mapped (unloading a CUDA runtime is unsafe).
 func load() *state {
-	var tried []string
+	var tried []string // every candidate, with what it said
+	var first *library // the first that loaded (and sees no device)
 	for _, name := range dl.Candidates(EnvLibrary, append(WheelLibraries(), DefaultLibraries...)) {
 		cname := C.CString(name)
 		var buf [512]C.char
@@ -60,16 +72,27 @@ func load() *state {
 		C.gdcu_versions(c, &drv, &rt)
 		l.driver, l.runtime = int(drv), int(rt)
 		var n C.int
+		var why string
 		if e := C.gdcu_device_count(c, &n); e != 0 {
-			return &state{lib: l, reason: fmt.Sprintf("%s loaded, but %v", name, l.err("cudaGetDeviceCount", e))}
+			why = fmt.Sprintf("%s loaded, but %v", name, l.err("cudaGetDeviceCount", e))
+		} else if n == 0 {
+			why = name + " loaded, but it reports no CUDA device"
+		} else {
+			l.devices = int(n)
+			return &state{lib: l}
 		}
-		l.devices = int(n)
-		if l.devices == 0 {
-			return &state{lib: l, reason: name + " loaded, but it reports no CUDA device"}
+		tried = append(tried, why)
+		if first == nil {
+			first = l
 		}
-		return &state{lib: l}
 	}
-	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip packages nvidia-cuda-runtime-cu12 and nvidia-cuda-runtime for CUDA 13 ship one; in an active virtualenv or conda environment they are found)")
+	if first != nil {
+		if os.Getenv(EnvLibrary) != "" { // tried is this one library
+			return &state{lib: first, reason: tried[0] + " (" + EnvLibrary + " names it, so no other CUDA runtime was tried)"}
+		}
+		return &state{lib: first, reason: "no CUDA runtime sees a device (" + strings.Join(tried, "; ") + ")"}
+	}
+	reason := dl.Unloadable("the CUDA runtime", tried, EnvLibrary, "a libcudart.so (the pip packages nvidia-cuda-runtime-cu12 and nvidia-cuda-runtime for CUDA 13 ship one; they are found in $VIRTUAL_ENV, $CONDA_PREFIX or the environment of a python3 on $PATH)")
 	if C.gdcu_driver_present() != 0 {
 		reason += "; the NVIDIA driver (libcuda.so.1) is present"
 	} else {
@@ -97,8 +120,9 @@ func lib() (*library, error) {
 }
 
 // Available reports whether a CUDA runtime is loaded and sees at least one
-// device; when not, reason says why (which libraries were tried, what the
-// runtime said).
+// device; when not, reason says why, on one line: every library tried and
+// what each said (cannot be opened, or loaded but cudaGetDeviceCount failed
+// or found no device).
 func Available() (ok bool, reason string) {
 	s := get()
 	return s.reason == "", s.reason
@@ -158,8 +182,9 @@ func Symbol(name string) (uintptr, error) {
 	return uintptr(C.gdcu_sym(l.c, cname)), nil
 }
 
-// Loaded names the CUDA runtime library that was loaded ("" if none could
-// be, whether or not it sees a device) and the optional functions it lacks
+// Loaded names the CUDA runtime library that was loaded, whether or not it
+// sees a device ("" if none could be; when none sees a device, the first
+// that loaded), and the optional functions it lacks
 // (cudaGetErrorName, cudaLaunchHostFunc, ...; each missing one disables only
 // what needs it).
 func Loaded() (path string, missing []string) {

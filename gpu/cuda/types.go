@@ -3,39 +3,31 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"unsafe"
+
+	"github.com/gdist/gdist/internal/dl"
 )
 
 // EnvLibrary names the environment variable that points the loader at a
 // specific CUDA runtime library (a path or a file name for dlopen). When it
-// is set, nothing else is tried.
+// is set, nothing else is tried: if that library sees no device, CUDA is
+// unavailable and the reason says so (no other runtime stands in for it).
 const EnvLibrary = "GDIST_CUDART_PATH"
 
 // DefaultLibraries are the names tried, in order, when EnvLibrary is unset,
-// after the runtimes of NVIDIA's pip wheels in the active Python environment
-// (see WheelLibraries).
+// after the runtimes of NVIDIA's pip wheels in the Python environments (see
+// WheelLibraries).
 var DefaultLibraries = []string{"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}
 
-// WheelLibraries are the CUDA runtimes that NVIDIA's pip wheels installed in
-// the active Python environment ($VIRTUAL_ENV, else $CONDA_PREFIX): CUDA 13's
-// nvidia/cu13/lib/libcudart.so.13 and CUDA 12's
-// nvidia/cuda_runtime/lib/libcudart.so.12, under lib/python3.*/site-packages.
-// They are not on the library path, so dlopen would not find them by name.
+// WheelLibraries are the CUDA runtimes that NVIDIA's pip wheels installed
+// in the Python environments (dl.WheelLibraries: $VIRTUAL_ENV, else
+// $CONDA_PREFIX, then the environment of each python3 on $PATH, activated
+// or not): CUDA 13's nvidia/cu13/lib/libcudart.so.13 and CUDA 12's
+// nvidia/cuda_runtime/lib/libcudart.so.12, under lib/python3.*/site-packages
+// (or dist-packages). They are not on the library path, so dlopen would not
+// find them by name.
 func WheelLibraries() []string {
-	var out []string
-	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		root := os.Getenv(env)
-		if root == "" {
-			continue
-		}
-		for _, rel := range []string{"nvidia/cu13/lib/libcudart.so.13", "nvidia/cuda_runtime/lib/libcudart.so.12"} {
-			m, _ := filepath.Glob(filepath.Join(root, "lib", "python3*", "site-packages", rel))
-			out = append(out, m...)
-		}
-	}
-	return out
+	return dl.WheelLibraries("nvidia/cu13/lib/libcudart.so.13", "nvidia/cuda_runtime/lib/libcudart.so.12")
 }
 
 // ErrUnavailable is wrapped by every error that comes from CUDA being absent

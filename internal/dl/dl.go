@@ -1,12 +1,14 @@
 // Package dl holds what gpu/cuda and comm/nccl share to load their
 // libraries with dlopen at run time: the C loader helpers (dl.h, included
 // by both shims through #cgo CFLAGS: -I), the lazily loaded, reloadable
-// library state (Lazy), the names to try (Candidates) and the message that
-// says why none loaded (Unloadable).
+// library state (Lazy), the names to try (Candidates), where NVIDIA's pip
+// wheels put the libraries (WheelLibraries) and the message that says why
+// none loaded (Unloadable).
 package dl
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +51,56 @@ func Candidates(env string, defaults []string) []string {
 		return []string{p}
 	}
 	return defaults
+}
+
+// WheelLibraries returns the files at the paths rels (relative to a
+// site-packages directory, e.g. "nvidia/nccl/lib/libnccl.so.2") that exist
+// in the Python environments found without running Python, in this order:
+// $VIRTUAL_ENV, $CONDA_PREFIX, then the prefix (the parent of the
+// directory) of each python3 on $PATH, in PATH's order, so that a
+// virtualenv whose python3 is first on PATH counts even when it is not
+// "activated". In each environment, lib/python3*/site-packages and then
+// lib/python3*/dist-packages are searched, each for rels in their order.
+// Every environment and file is listed once; relative PATH entries are
+// skipped. NVIDIA's wheels (nvidia-cuda-runtime-cu12, nvidia-nccl-cu13,
+// ...) install their libraries there, off the library path, so dlopen
+// would not find them by name.
+func WheelLibraries(rels ...string) []string {
+	var roots []string
+	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if r := os.Getenv(env); r != "" {
+			roots = append(roots, r)
+		}
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "python3")); err == nil && !fi.IsDir() {
+			roots = append(roots, filepath.Dir(filepath.Clean(dir)))
+		}
+	}
+	var out []string
+	seenRoot, seen := map[string]bool{}, map[string]bool{}
+	for _, root := range roots {
+		root = filepath.Clean(root)
+		if seenRoot[root] {
+			continue
+		}
+		seenRoot[root] = true
+		for _, site := range []string{"site-packages", "dist-packages"} {
+			for _, rel := range rels {
+				m, _ := filepath.Glob(filepath.Join(root, "lib", "python3*", site, rel))
+				for _, f := range m {
+					if !seen[f] {
+						seen[f] = true
+						out = append(out, f)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Unloadable says that what could not be loaded, with each attempt's error
