@@ -293,6 +293,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if launch.UnderLauncher() {
+		// A worker's stdout and stderr are pipes to its launcher; if the
+		// launcher dies (even kill -9) a write to them must fail, not
+		// kill the worker with SIGPIPE before its stop-save: the worker
+		// stops and saves (handleSignals), its output lost.
+		signal.Ignore(syscall.SIGPIPE)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)

@@ -2,16 +2,20 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gdist/gdist/checkpoint"
 )
 
 // TestNprocBound: an absurd -nproc is refused before anything starts
@@ -161,5 +165,82 @@ func TestPreempt(t *testing.T) {
 	}
 	if _, err := os.Stat(save); err != nil {
 		t.Fatalf("no checkpoint after preemption: %v", err)
+	}
+}
+
+// workersOf lists the processes whose environment names launcher as
+// their GDIST_LAUNCHER_PID (its workers, orphaned or not).
+func workersOf(launcher int) []int {
+	ents, _ := os.ReadDir("/proc")
+	want := []byte("GDIST_LAUNCHER_PID=" + strconv.Itoa(launcher) + "\x00")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && bytes.Contains(env, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestLauncherKill9Saves: kill -9 of the launcher while the progress bar
+// is on (the default): the workers, whose progress now goes to a pipe
+// nobody reads, still finish their step, save and exit (they used to die
+// of SIGPIPE writing the bar, before saving).
+func TestLauncherKill9Saves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("launches workers and waits for them")
+	}
+	save := filepath.Join(t.TempDir(), "run.safetensors")
+	cmd := exec.Command(os.Args[0], "-nproc", "2", "-backend", "shm", "-data", "synthetic", "-limit", "6000",
+		"-batch", "16", "-epochs", "100000", "-save", save)
+	cmd.Env = append(os.Environ(), "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0", stepSleepEnv+"=20ms")
+	errp, err := cmd.StderrPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	defer cmd.Process.Kill()
+	// Training is under way once the bar shows a step.
+	r := bufio.NewReader(errp)
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), "epoch 1/") {
+		b, err := r.ReadByte()
+		if err != nil {
+			t.Fatalf("no progress bar: %v\n%s", err, seen.String())
+		}
+		seen.WriteByte(b)
+	}
+	workers := workersOf(cmd.Process.Pid)
+	if len(workers) != 2 {
+		t.Fatalf("workers %v, want 2", workers)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	defer func() {
+		for _, p := range workersOf(cmd.Process.Pid) {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}()
+	deadline := time.Now().Add(90 * time.Second)
+	for len(workersOf(cmd.Process.Pid)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("workers %v still running 90 s after the launcher died", workersOf(cmd.Process.Pid))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ts, meta, err := checkpoint.Read(save)
+	if err != nil || len(ts) == 0 {
+		t.Fatalf("no stop-save after kill -9 of the launcher: %v", err)
+	}
+	t.Logf("saved at step %s", meta["step"])
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
