@@ -51,6 +51,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--overlap", action="store_true", help="issue iterations back to back, synchronize once")
     ap.add_argument("--json", action="store_true", help="one JSON object per row (commbench's keys)")
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="every rank on GPU 0, each process posing as its own NCCL host (NCCL_HOSTID per rank), "
+                         "so that several ranks can run on a one-GPU machine")
     args = ap.parse_args()
 
     try:
@@ -70,6 +73,10 @@ def main():
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.share_gpu:  # NCCL refuses two ranks of one host on one GPU
+        os.environ["NCCL_HOSTID"] = f"torch-nccl-bench-{rank}"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        local = 0
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", rank=rank, world_size=world)

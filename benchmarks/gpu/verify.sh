@@ -1,0 +1,434 @@
+#!/usr/bin/env bash
+# GPU verification of gdist's CUDA/NCCL path: one command, on a machine with
+# one or more NVIDIA GPUs, that needs no Go and no compiler there. Build the
+# bundle first on any Linux amd64 machine with Go (benchmarks/gpu/build.sh,
+# which writes bin/gpu and bin/gpu.tar.xz; carry either), then, from the
+# repository's root on the GPU machine:
+#
+#   benchmarks/gpu/verify.sh                 # results in $OUT (else bin/gpu/results)
+#   BUDGET=300 benchmarks/gpu/verify.sh      # seconds for all steps (default 420)
+#
+# Every step runs under its own timeout, in order of value; a step whose
+# usual time no longer fits in what is left of BUDGET is skipped, not
+# started. Nothing changes GPU settings. Steps:
+#
+#   inventory   nvidia-smi, driver, compute mode; every libcudart, libnccl,
+#               libcublas, libnvrtc found and where; what gdist's loaders
+#               pick by themselves
+#   cuda        gpu/cuda's tests on the real device (GDIST_CUDA_TEST=real)
+#   nccl        comm/nccl's tests on real NCCL
+#   ranks2      two NCCL ranks (processes) on one GPU through the
+#               conformance checks (ncclcheck; each process its own NCCL host)
+#   kill        kill -9 of one of two ranks mid-all-reduce: the other fails
+#               naming it (and says whether the heartbeat, a notice or
+#               ncclCommGetAsyncError caught it)
+#   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
+#   bench       commbench -backend nccl (1 and 2 ranks) next to
+#               torch.distributed's NCCL on the same GPU, and a table
+#   staging     comm/staging's tests (host backends with device buffers)
+#   sanitizer   compute-sanitizer (memcheck) over one short GPU test
+#
+# Under $OUT: summary.txt (one line per step: PASS/FAIL/SKIP and why),
+# inventory.txt, results.jsonl (one JSON row per step and per benchmark
+# row), bench.txt (the side-by-side table), logs.tar.gz (every step's log,
+# each capped). The exit status is non-zero if a step failed.
+#
+# DRY=1 runs the same steps against the fake CUDA and NCCL (gpu/cudafake,
+# whose library build.sh compiles into the bundle) on a machine without a
+# GPU: `DRY=1 benchmarks/gpu/verify.sh`; the test benchmarks/gpu's
+# TestVerifyDryRun does this in CI.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+B=${BUNDLE:-$root/bin/gpu}
+if [ ! -x "$B/cuda.test" ] && [ -f "$B.tar.xz" ]; then
+	tar -C "$(dirname "$B")" -xJf "$B.tar.xz" || exit 2
+fi
+if [ ! -x "$B/cuda.test" ]; then
+	echo "verify.sh: no bundle in $B; run benchmarks/gpu/build.sh first (here, with Go), then carry bin/gpu" >&2
+	exit 2
+fi
+OUT=${OUT:-$B/results}
+BUDGET=${BUDGET:-420}
+DRY=${DRY:-0}
+LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
+mkdir -p "$OUT"
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
+t0=$(date +%s)
+: >"$OUT/summary.txt"
+: >"$OUT/results.jsonl"
+failed=0
+
+left() { echo $((BUDGET - ($(date +%s) - t0))); }
+now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1" 2>/dev/null || printf '"%s"' "$(printf '%s' "$1" | tr -d '"\\\n' | head -c 300)"; }
+
+# record NAME STATUS SECONDS DETAIL: one summary line and one JSON row.
+record() {
+	printf '%-5s %-10s %4ss  %s\n' "$2" "$1" "$3" "$4" | tee -a "$OUT/summary.txt"
+	printf '{"step":"%s","status":"%s","seconds":%s,"detail":%s,"time":"%s","dry":%s}\n' \
+		"$1" "$2" "$3" "$(json_str "$4")" "$(now)" "$([ "$DRY" = 1 ] && echo true || echo false)" >>"$OUT/results.jsonl"
+	[ "$2" = FAIL ] && failed=1
+	return 0
+}
+
+# step NAME NEED LIMIT FUNC: runs FUNC (which writes $LOGS/NAME.log and
+# sets DETAIL; its status says PASS or FAIL) under a timeout of LIMIT
+# seconds, capped by what is left of BUDGET; skips it when less than NEED
+# seconds are left.
+step() {
+	local name=$1 need=$2 limit=$3 fn=$4 l rc s
+	l=$(left)
+	if [ "$l" -lt "$need" ]; then
+		record "$name" SKIP 0 "not started: ${l}s of the budget left, it needs about ${need}s"
+		return
+	fi
+	[ "$limit" -gt "$l" ] && limit=$l
+	echo "=== $name (limit ${limit}s, ${l}s left) $(now)"
+	DETAIL=""
+	s=$(date +%s)
+	STEP_LIMIT=$limit
+	STEP_END=$((s + limit))
+	"$fn" "$LOGS/$name.log" >"$LOGS/$name.detail" 2>>"$LOGS/$name.log"
+	rc=$?
+	DETAIL=$(tail -1 "$LOGS/$name.detail")
+	local took=$(($(date +%s) - s))
+	if [ "$rc" = 0 ]; then
+		record "$name" PASS "$took" "$DETAIL"
+	elif [ "$rc" = 77 ]; then
+		record "$name" SKIP "$took" "$DETAIL"
+	elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+		record "$name" FAIL "$took" "timed out after ${limit}s; $DETAIL"
+	else
+		record "$name" FAIL "$took" "exit $rc; $DETAIL"
+	fi
+}
+
+# limited SECONDS [VAR=value...] CMD...: the command under timeout (its
+# process group killed at the end, launched ranks included), with the
+# variables set.
+limited() {
+	local t=$1
+	shift
+	[ "$t" -gt 0 ] || { echo "limited: no time left in the step for $*" >&2; return 124; }
+	timeout -k 5 "$t" env "$@"
+}
+
+# rest: seconds left in the current step.
+rest() { echo $((STEP_END - $(date +%s))); }
+
+# ---------------------------------------------------------------- libraries
+# Python's site directories (NVIDIA's pip wheels live there).
+sitedirs() {
+	python3 - <<'PY' 2>/dev/null
+import site, sys
+ds = []
+try:
+    ds += site.getsitepackages()
+except Exception:
+    pass
+ds += [p for p in sys.path if p.endswith("-packages")]
+print("\n".join(dict.fromkeys(ds)))
+PY
+}
+SITES=$(sitedirs)
+libsearch() { # every file named like $1 in the usual places
+	{
+		ldconfig -p 2>/dev/null | awk -v n="$1" 'index($1, n) == 1 {print $NF}'
+		for d in $SITES /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 /usr/lib64; do
+			[ -d "$d" ] && find "$d" -maxdepth 5 -name "$1*" \( -type f -o -type l \) 2>/dev/null
+		done
+	} | sort -u
+}
+first_of() { # the first existing path matching one of the globs, in order
+	local g f
+	for g in "$@"; do
+		for f in $g; do
+			[ -e "$f" ] && { echo "$f"; return; }
+		done
+	done
+}
+
+if [ "$DRY" = 1 ]; then
+	fake=$B/libfakecuda.so
+	[ -e "$fake" ] || { echo "verify.sh: DRY=1 needs $fake (build.sh makes it)" >&2; exit 2; }
+	export GDIST_CUDART_PATH=$fake GDIST_NCCL_PATH=$fake FAKE_CUDA_DEVICES=1
+	export FAKE_NCCL_PROCESSES=1 FAKE_NCCL_DIR=$LOGS/fakenccl
+	mkdir -p "$FAKE_NCCL_DIR"
+	smi() { echo "(dry run: the fake CUDA, 1 device)"; }
+else
+	smi() { nvidia-smi "$@"; }
+	cudart_all=$(libsearch libcudart.so)
+	nccl_all=$(libsearch libnccl.so)
+	# Prefer the runtime that matches the newest driver: 13, then 12.
+	: "${GDIST_CUDART_PATH:=$(first_of $(echo "$cudart_all" | grep 'so\.13') $(echo "$cudart_all" | grep 'so\.12') $(echo "$cudart_all" | head -1))}"
+	: "${GDIST_NCCL_PATH:=$(echo "$nccl_all" | grep 'so\.2' | head -1)}"
+	[ -n "$GDIST_CUDART_PATH" ] && export GDIST_CUDART_PATH || unset GDIST_CUDART_PATH
+	[ -n "$GDIST_NCCL_PATH" ] && export GDIST_NCCL_PATH || unset GDIST_NCCL_PATH
+fi
+export GDIST_CUDA_TEST=real NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+
+# ---------------------------------------------------------------- steps
+inventory() {
+	{
+		echo "# gdist GPU verification, $(now), $([ "$DRY" = 1 ] && echo 'DRY RUN on the fake' || echo 'real GPU')"
+		echo "## machine"; uname -srm; ldd --version 2>&1 | head -1; nproc
+		[ -f "$B/GLIBC_NEEDED" ] && echo "bundle needs $(cat "$B/GLIBC_NEEDED") or later"
+		[ -f "$B/BUILD_INFO" ] && cat "$B/BUILD_INFO"
+		echo "## nvidia-smi"
+		smi --query-gpu=index,name,driver_version,memory.total,compute_mode,pci.bus_id,persistence_mode,mig.mode.current --format=csv 2>&1
+		smi -L 2>&1
+		smi topo -m 2>&1 | head -20
+		echo "## environment"; env | grep -E '^(CUDA|NVIDIA|NCCL|VIRTUAL_ENV|CONDA|LD_LIBRARY_PATH)' | sort
+		echo "## python"; command -v python3; python3 -c 'import sys; print(sys.version.split()[0], sys.prefix)' 2>&1
+		echo "## site dirs"; echo "$SITES"
+		echo "## libraries found"
+		for n in libcudart.so libnccl.so libcublas.so libcublasLt.so libnvrtc.so libcuda.so; do
+			echo "- $n:"; libsearch "$n" | sed 's/^/    /'
+		done
+		echo "## compute-sanitizer, nvcc"
+		command -v compute-sanitizer nvcc 2>&1; nvcc --version 2>&1 | tail -2
+		echo "## chosen: GDIST_CUDART_PATH=${GDIST_CUDART_PATH:-} GDIST_NCCL_PATH=${GDIST_NCCL_PATH:-}"
+		echo "## gdist, libraries as given"
+		"$B/ncclcheck" -mode info 2>&1
+		echo "## gdist, libraries found by its own search (GDIST_*_PATH unset, VIRTUAL_ENV=${VIRTUAL_ENV:-unset})"
+		if [ "$DRY" = 1 ]; then echo "(dry run: skipped)"; else
+			env -u GDIST_CUDART_PATH -u GDIST_NCCL_PATH "$B/ncclcheck" -mode info 2>&1
+		fi
+	} >"$OUT/inventory.txt" 2>&1
+	cat "$OUT/inventory.txt" >"$1"
+	if [ "$DRY" = 1 ]; then
+		echo "dry run"
+	else
+		smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>&1 | head -1
+	fi
+	grep -q '^cuda: ok' "$OUT/inventory.txt" || { echo "gdist sees no CUDA device: $(grep -m1 '^cuda:' "$OUT/inventory.txt")"; return 1; }
+	echo "$(grep -m1 '^cuda: ok' "$OUT/inventory.txt" | cut -c10-200); $(grep -m1 '^nccl:' "$OUT/inventory.txt" | cut -c1-120)"
+}
+
+# gotest PKGDIR BINARY [ARGS]: a test binary run in its package's directory
+# (tests read files beside them), verbose; the detail counts the results and
+# names the failures.
+gotest() {
+	local log=$1 dir=$2 bin=$3
+	shift 3
+	(cd "$root/$dir" && limited "$STEP_LIMIT" "$B/$bin" -test.v -test.count=1 -test.timeout "$((STEP_LIMIT - 5))s" "$@") >>"$log" 2>&1
+	local rc=$?
+	local p f s
+	p=$(grep -c -- '--- PASS' "$log")
+	f=$(grep -- '--- FAIL' "$log" | awk '{print $3}' | tr '\n' ' ')
+	s=$(grep -c -- '--- SKIP' "$log")
+	if [ "$DRY" != 1 ] && grep -q -- '--- SKIP: TestRealGPU' "$log"; then
+		echo "the tests saw no GPU: $(grep -m1 -A1 -- '--- SKIP: TestRealGPU' "$log" | tail -1 | cut -c1-200)"
+		return 1
+	fi
+	echo "$p passed, $s skipped${f:+, FAILED: $f}"
+	[ "$p" -gt 0 ] || return 1
+	return $rc
+}
+t_cuda() { gotest "$1" gpu/cuda cuda.test; }
+t_nccl() { gotest "$1" comm/nccl nccl.test -test.short; }
+t_staging() { gotest "$1" comm/staging staging.test -test.short; }
+
+# Two ranks of one job on one GPU: each process poses as its own NCCL host.
+share_env() {
+	if [ "$DRY" = 1 ]; then
+		echo GDIST_NCCL_SHARE_GPU=1
+	else
+		echo GDIST_NCCL_SHARE_GPU=1 NCCL_SOCKET_IFNAME=lo
+	fi
+}
+
+t_ranks2() {
+	limited "$(rest)" $(share_env) NCCL_DEBUG=INFO "$B/ncclcheck" -np 2 -timeout "$((STEP_LIMIT - 5))s" >"$1" 2>&1
+	local rc=$?
+	local n
+	n=$(grep -c 'rank [0-9]* passed' "$1")
+	echo "$n of 2 ranks passed the conformance checks$(grep -m1 'failed:' "$1" | cut -c1-300 | sed 's/^/; /')"
+	[ "$rc" = 0 ] && [ "$n" = 2 ]
+}
+
+# kill -9 of rank 1 while both all-reduce; rank 0 must fail naming rank 1.
+t_kill() {
+	local log=$1 port=$((29000 + RANDOM % 1000)) pids=() r
+	for r in 0 1; do
+		env $(share_env) RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+			GDIST_TOKEN=verify-kill NCCL_HOSTID=gdist-verify-$r \
+			"$B/ncclcheck" -mode loop -peer-timeout 2s -timeout 60s >"$LOGS/kill.rank$r" 2>&1 &
+		pids+=($!)
+	done
+	local deadline=$(($(date +%s) + STEP_LIMIT - 25))
+	until grep -q 'ready rank' "$LOGS/kill.rank0" && grep -q 'ready rank' "$LOGS/kill.rank1"; do
+		if [ "$(date +%s)" -gt "$deadline" ] || ! kill -0 "${pids[0]}" 2>/dev/null || ! kill -0 "${pids[1]}" 2>/dev/null; then
+			kill -9 "${pids[@]}" 2>/dev/null
+			cat "$LOGS"/kill.rank* >>"$log"
+			echo "the ranks did not start all-reducing: $(grep -h -m1 'failed' "$LOGS"/kill.rank* | cut -c1-300)"
+			return 1
+		fi
+		sleep 0.2
+	done
+	sleep 1
+	local k0
+	k0=$(date +%s%N)
+	kill -9 "${pids[1]}"
+	local waited=0
+	while kill -0 "${pids[0]}" 2>/dev/null && [ $waited -lt 200 ]; do sleep 0.1; waited=$((waited + 1)); done
+	local ms=$((($(date +%s%N) - k0) / 1000000))
+	kill -9 "${pids[0]}" 2>/dev/null
+	wait "${pids[0]}" 2>/dev/null
+	{ echo "--- rank 0"; cat "$LOGS/kill.rank0"; echo "--- rank 1 (killed)"; cat "$LOGS/kill.rank1"; } >>"$log"
+	local by
+	by=$(grep -m1 '^caught-by:' "$LOGS/kill.rank0" | cut -d' ' -f2)
+	if [ $waited -ge 200 ]; then
+		echo "rank 0 still running 20 s after rank 1 was killed"
+		return 1
+	fi
+	if grep -q '^lost rank 1' "$LOGS/kill.rank0"; then
+		echo "rank 0 failed ${ms} ms after the kill, naming rank 1 (caught by: ${by:-?})"
+		return 0
+	fi
+	echo "rank 0 ended ${ms} ms after the kill without naming rank 1 (caught by: ${by:-?}): $(grep -m1 'failed:' "$LOGS/kill.rank0" | cut -c1-300)"
+	return 1
+}
+
+# train -backend nccl -nproc 2 against -backend shm: same steps, eval loss
+# equal to float32 rounding (NCCL's avg pre-multiplies).
+t_train() {
+	local log=$1 common=(-nproc 2 -data synthetic -limit 2048 -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false)
+	local m rc=0 out=""
+	for m in mlp cnn; do
+		echo "--- $m nccl" >>"$log"
+		limited "$(($(rest) / 2))" $(share_env) "$B/train" -model "$m" -backend nccl "${common[@]}" >"$LOGS/train.$m.nccl" 2>>"$log"
+		local r1=$?
+		echo "--- $m shm" >>"$log"
+		limited "$(rest)" "$B/train" -model "$m" -backend shm "${common[@]}" >"$LOGS/train.$m.shm" 2>>"$log"
+		local r2=$?
+		cat "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" >>"$log"
+		local cmp
+		cmp=$(python3 - "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" <<'PY'
+import json, sys
+def last(p):
+    s = None
+    for line in open(p):
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            if "eval_loss" in r:
+                s = r
+    return s
+a, b = last(sys.argv[1]), last(sys.argv[2])
+if not a or not b:
+    print("no summary (nccl %s, shm %s)" % (bool(a), bool(b))); sys.exit(1)
+d = abs(a["eval_loss"] - b["eval_loss"])
+ok = a.get("backend") == "nccl" and a.get("steps") == b.get("steps") and d <= 1e-5 * abs(b["eval_loss"])
+print("eval_loss nccl %.9g shm %.9g (diff %.2g, steps %s/%s)%s" % (a["eval_loss"], b["eval_loss"], d, a.get("steps"), b.get("steps"), "" if ok else " MISMATCH"))
+sys.exit(0 if ok else 1)
+PY
+		)
+		local r3=$?
+		out="$out$m: $cmp (exit $r1/$r2); "
+		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
+		if [ "$(rest)" -lt 40 ]; then out="$out(no time left for the next model)"; break; fi
+	done
+	echo "$out"
+	return $rc
+}
+
+t_bench() {
+	local log=$1 sizes=${SIZES:-8,512,4K,64K,1M,16M,64M,256M} rc=0
+	local np
+	for np in 1 2; do
+		local ev=""
+		[ $np = 2 ] && ev=$(share_env)
+		echo "--- commbench nccl np $np" >>"$log"
+		limited "$(($(rest) / 6))" $ev "$B/commbench" -backend nccl -np $np -ops all_reduce -sizes "$sizes" -json \
+			>"$LOGS/cb.ar.$np.jsonl" 2>>"$log" || rc=1
+		limited "$(($(rest) / 5))" $ev "$B/commbench" -backend nccl -np $np -ops all -sizes 4K,1M,64M -json \
+			>"$LOGS/cb.all.$np.jsonl" 2>>"$log" || rc=1
+		echo "--- torch nccl np $np" >>"$log"
+		local tr=(python3 "$B/torch_nccl_bench.py")
+		[ $np = 2 ] && tr=(python3 -m torch.distributed.run --nproc-per-node 2 "$B/torch_nccl_bench.py" --share-gpu)
+		if [ "$DRY" = 1 ]; then
+			echo "(dry run: no torch)" >>"$log"
+		else
+			limited "$(($(rest) / 4))" "${tr[@]}" --ops all_reduce --sizes "$sizes" --json >"$LOGS/tt.ar.$np.jsonl" 2>>"$log" || rc=1
+			limited "$(($(rest) / 3))" "${tr[@]}" --ops all --sizes 4K,1M,64M --json >"$LOGS/tt.all.$np.jsonl" 2>>"$log" || rc=1
+		fi
+	done
+	cat "$LOGS"/cb.*.jsonl "$LOGS"/tt.*.jsonl 2>/dev/null | grep '^{' >>"$log"
+	python3 - "$LOGS" "$OUT" <<'PY' 2>>"$log"
+import glob, json, os, sys
+logs, out = sys.argv[1], sys.argv[2]
+def rows(pat):
+    d = {}
+    for p in sorted(glob.glob(os.path.join(logs, pat))):
+        np = p.split(".")[-2]
+        for line in open(p):
+            if line.startswith("{"):
+                r = json.loads(line)
+                d[(int(np), r["op"], r["bytes"])] = r
+    return d
+g, t = rows("cb.*.jsonl"), rows("tt.*.jsonl")
+bad, ratios = 0, []
+with open(os.path.join(out, "bench.txt"), "w") as f, open(os.path.join(out, "results.jsonl"), "a") as js:
+    f.write(f"{'ranks':>5} {'op':<15}{'bytes':>11}{'gdist us':>11}{'torch us':>11}{'gdist/torch':>12}{'gdist busbw':>12}{'torch busbw':>12}\n")
+    for key in sorted(g, key=lambda k: (k[0], k[1] != "all_reduce", k[1], k[2])):
+        a, b = g[key], t.get(key)
+        ok = a.get("correct", True) and (not b or b.get("correct", True))
+        bad += not ok
+        ratio = a["time_us"] / b["time_us"] if b and b["time_us"] else None
+        if ratio and key[1] == "all_reduce" and key[2] in (1 << 20, 1 << 26):
+            ratios.append(f"{key[0]}r {key[2] >> 20}M {ratio:.2f}x")
+        f.write(f"{key[0]:>5} {key[1]:<15}{key[2]:>11}{a['time_us']:11.1f}" + (f"{b['time_us']:11.1f}" if b else f"{'-':>11}")
+                + (f"{ratio:12.2f}" if ratio else f"{'-':>12}") + f"{a.get('busbw_gbs', 0):12.2f}" + (f"{b.get('busbw_gbs', 0):12.2f}" if b else f"{'-':>12}")
+                + ("" if ok else "  WRONG RESULT") + "\n")
+        js.write(json.dumps({"bench": "nccl", "ranks": key[0], "op": key[1], "bytes": key[2], "gdist_us": a["time_us"],
+                             "torch_us": b["time_us"] if b else None, "gdist_busbw_gbs": a.get("busbw_gbs"),
+                             "torch_busbw_gbs": b.get("busbw_gbs") if b else None, "correct": ok}) + "\n")
+ranks = sorted({k[0] for k in g})
+print(f"gdist rows {len(g)} (ranks {ranks}), torch rows {len(t)}, wrong {bad}; all_reduce time gdist/torch: {', '.join(ratios) or 'none'}")
+sys.exit(1 if bad or not g else 0)
+PY
+	local r=$?
+	cat "$OUT/bench.txt" >>"$log" 2>/dev/null
+	[ $r = 0 ] && [ $rc = 0 ]
+}
+
+t_sanitizer() {
+	local log=$1
+	if [ "$DRY" = 1 ]; then echo "dry run: compute-sanitizer needs a GPU"; return 77; fi
+	command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer"; return 77; }
+	(cd "$root/gpu/cuda" && limited "$STEP_LIMIT" compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 \
+		"$B/cuda.test" -test.run 'TestCopyRoundTrip|TestStreamsAndEvents|TestPool$' -test.count=1) >"$log" 2>&1
+	local rc=$?
+	echo "memcheck: $(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary')"
+	return $rc
+}
+
+echo "gdist GPU verification: budget ${BUDGET}s, bundle $B, results $OUT$([ "$DRY" = 1 ] && echo ', DRY RUN on the fake')"
+step inventory 10 40 inventory
+step cuda 20 90 t_cuda
+step nccl 30 150 t_nccl
+step ranks2 20 120 t_ranks2
+step kill 20 60 t_kill
+step train 40 150 t_train
+step bench 60 180 t_bench
+step staging 30 120 t_staging
+step sanitizer 30 90 t_sanitizer
+
+# Logs, each capped to LOGCAP bytes (head and tail), into one archive.
+mkdir -p "$LOGS/capped"
+for f in "$LOGS"/*.log "$LOGS"/kill.rank* "$LOGS"/train.* "$LOGS"/*.jsonl; do
+	[ -f "$f" ] || continue
+	if [ "$(stat -c %s "$f")" -gt "$LOGCAP" ]; then
+		{ head -c $((LOGCAP / 2)) "$f"; printf '\n[... %s bytes cut ...]\n' "$(stat -c %s "$f")"; tail -c $((LOGCAP / 2)) "$f"; } >"$LOGS/capped/$(basename "$f")"
+	else
+		cp "$f" "$LOGS/capped/"
+	fi
+done
+tar -C "$LOGS/capped" -czf "$OUT/logs.tar.gz" .
+echo
+echo "=== summary ($(($(date +%s) - t0))s of ${BUDGET}s)"
+cat "$OUT/summary.txt"
+[ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
+rm -rf "$LOGS"
+exit $failed
