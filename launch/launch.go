@@ -448,6 +448,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 		if storeAddr != "" { // one node: this launcher's store (several: rank 0 serves it)
 			cmd.Env = append(cmd.Env, "GDIST_STORE_ADDR="+storeAddr)
 		}
+		cmd.Env = append(cmd.Env, shareGPUEnv(cmd.Env, s.NodeRank*nproc+r, s.multiNode())...) // GDIST_NCCL_SHARE_GPU=1
 		var cpus []int
 		if blocks != nil {
 			cpus = blocks[r]

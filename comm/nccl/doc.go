@@ -25,9 +25,24 @@
 // sees (Slurm's --gpus-per-task=1, a one-GPU pod), after cudaSetDevice and
 // cudaFree(NULL) (with CUDA 11 the latter makes the device's context
 // current, which NCCL needs). NCCL's ABI facts are one table (abi.go) with
-// the nccl.h.in line of each. NCCL refuses two ranks on one GPU,
-// so a host needs a GPU per rank (host backends wrapped by package
-// comm/staging let several ranks share one). At world size 1 no store is needed.
+// the nccl.h.in line of each. At world size 1 no store is needed.
+//
+// NCCL refuses two ranks of one host on one GPU ("Duplicate GPU detected",
+// every rank of the communicator), so a host needs a GPU per local rank: a
+// rank whose local rank has none fails at once, saying so, unless the
+// process was given its one GPU (CUDA_VISIBLE_DEVICES or
+// NVIDIA_VISIBLE_DEVICES naming one device). Host backends wrapped by
+// package comm/staging let several ranks share a GPU. So does NCCL when
+// each rank's process poses as its own host: with EnvShareGPU
+// (GDIST_NCCL_SHARE_GPU=1) local rank k uses GPU k mod n, and each process
+// must have an NCCL_HOSTID of its own (and NCCL_SOCKET_IFNAME=lo, since the
+// "hosts" then talk over NCCL's network transport). gdist's launcher sets
+// both for each worker when GDIST_NCCL_SHARE_GPU=1 is set:
+//
+//	GDIST_NCCL_SHARE_GPU=1 train -backend nccl -nproc 2
+//
+// That is for testing multi-rank NCCL on a machine with one GPU, not for
+// speed.
 //
 // comm.New returns the Comm wrapped by staging.WrapDevice, so it takes host
 // buffers too (copied through memory on the rank's GPU); New returns the
@@ -119,12 +134,18 @@
 // own, as device 0 with LOCAL_RANK = its rank, so LOCAL_RANK > 0 on one
 // visible device is exercised; the fake's NCCL joins the processes through
 // a shared rendezvous file): the per-rank conformance checks at world sizes
-// 2 and 4 (3 too without -short; TestConformanceProcesses), a 2-stage
+// 2 and 4 (3 too without -short; TestConformanceProcesses), the same
+// checks with every rank on the one GPU of a fake set up with one device,
+// each process with its own NCCL_HOSTID (and every rank refused, at once,
+// when they share one: TestSharedGPURefused), a 2-stage
 // pipeline against the unsplit model (TestPipelineProcesses), and kill -9
 // of one rank mid-all-reduce, after which the others fail within a few
 // peer timeouts naming the killed rank (TestKilledRankProcess). The last
 // found that a rank that failed and exited at once left its failure notice
 // unwritten, so its peers blamed it instead of the killed rank: Close now
 // waits up to min(PeerDeadline, 2s) for the notice and goodbye to reach the
-// store.
+// store. On a real GPU (GDIST_CUDA_TEST=real) the process tests run too,
+// the ranks sharing the GPU (as above) where there are fewer GPUs than
+// ranks; FAKE_CUDA_DEVICES=1 runs the tests on the fake as on a machine
+// with one GPU.
 package nccl

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,5 +304,32 @@ func TestOldNCCL(t *testing.T) {
 	}
 	if err := comm.Run(ctx)(cs[0].AllReduce(ctx, comm.FromSlice([]float32{1}), comm.Sum)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 26: two ranks of one host on one GPU (here ranks of one process,
+// each told it is alone on its host) are refused by NCCL, both of them and
+// at once, not one refused and the other left waiting for it.
+func TestDuplicateGPU(t *testing.T) {
+	cudafake.RequireFake(t)
+	ss := stores(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			c, err := nccl.New(ctx, comm.Config{Rank: r, Size: 2, LocalRank: 0, LocalSize: 1, Store: ss[r], Job: t.Name()})
+			if err == nil {
+				c.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "Duplicate GPU") {
+			t.Errorf("rank %d: %v, want NCCL's \"Duplicate GPU\"", r, err)
+		}
 	}
 }

@@ -149,6 +149,24 @@ func ProcessEnv(dev int, dir string) []string {
 	}
 }
 
+// SharedProcessEnv is the environment of a child process that is one NCCL
+// rank of a test, on the fake, on a machine with one GPU that every rank
+// sees as device 0 (FAKE_CUDA_DEVICES=1, nothing naming a device per
+// process): the ranks share it, which the fake's NCCL, like NCCL, refuses
+// unless each process poses as its own host (NCCL_HOSTID, which the test
+// adds). Unique ids name rendezvous files in dir, as with ProcessEnv.
+func SharedProcessEnv(dir string) []string {
+	return []string{
+		"GDIST_CUDA_TEST=fake",
+		"FAKE_CUDA_DEVICES=1",
+		"CUDA_VISIBLE_DEVICES=",
+		"NVIDIA_VISIBLE_DEVICES=",
+		"FAKE_CUDA_VISIBLE_DEVICES=",
+		"FAKE_NCCL_PROCESSES=1",
+		"FAKE_NCCL_DIR=" + dir,
+	}
+}
+
 // Mode is "real", "fake" or "none".
 func Mode() string { return mode }
 

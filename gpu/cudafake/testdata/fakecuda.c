@@ -22,8 +22,11 @@
 //     last rank to arrive performs the whole collective; point-to-point
 //     messages match in order per (sender, receiver). Mismatched
 //     collectives set ncclInvalidUsage as the async error (real NCCL would
-//     hang or corrupt). Two ranks on one device are refused ("Duplicate GPU"),
-//     as real NCCL does, unless FAKE_NCCL_ALLOW_SHARED_GPU=1.
+//     hang or corrupt). Two ranks of one host on one device are refused
+//     ("Duplicate GPU"), as real NCCL does: every rank of the communicator
+//     fails once all have joined, unless FAKE_NCCL_ALLOW_SHARED_GPU=1. A
+//     rank's host is its NCCL_HOSTID (unset: the machine), so processes
+//     with NCCL_HOSTIDs of their own may share a device, as with NCCL.
 //   - NCCL across processes (FAKE_NCCL_PROCESSES=1 where ncclGetUniqueId
 //     runs): the unique id names a rendezvous file (in $FAKE_NCCL_DIR, else
 //     $TMPDIR, else /tmp) that every rank's process maps; the ranks meet
@@ -35,7 +38,7 @@
 //     chunks of up to 1 MiB through one mailbox per (sender, receiver); a
 //     send completes when the receiver has taken its last chunk. A killed
 //     peer gives no asynchronous error: the others wait until aborted.
-//     Duplicate GPUs are detected by physical device number.
+//     Duplicate GPUs are detected by physical device number and host.
 //
 // Devices: FAKE_CUDA_VISIBLE_DEVICES=a,b,... shows the process those
 // physical devices as devices 0, 1, ... (like CUDA_VISIBLE_DEVICES; it
@@ -1082,6 +1085,7 @@ typedef struct ncclComm {
 	int pending;   /* stream tasks in flight (atomic) */
 	long fail_after;
 	char lasterr[512];
+	char hostid[64]; /* NCCL_HOSTID when it joined ("": the machine's own) */
 	struct xhdr *x; /* cross-process rendezvous (NULL: ranks of one process) */
 } ncclComm;
 
@@ -1225,6 +1229,19 @@ static int init_dev(void) {
 	return 0;
 }
 
+/* The host identity NCCL compares to find the ranks of one host: its
+   NCCL_HOSTID, else the machine's (here ""). Ranks of one host on one GPU
+   are refused, ranks that pose as hosts of their own are not. */
+static void host_id(char *buf, size_t len) {
+	const char *h = getenv("NCCL_HOSTID");
+	snprintf(buf, len, "%s", h ? h : "");
+}
+
+static int shared_gpu_ok(void) {
+	const char *s = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
+	return s && *s == '1';
+}
+
 API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 	*out = NULL;
 	int dev = init_dev();
@@ -1266,23 +1283,13 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 		set_last(NULL, "ncclCommInitRank: rank %d joined twice", rank);
 		return ncclInvalidUsage;
 	}
-	const char *shared = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
-	if (!shared || *shared != '1') {
-		for (int r = 0; r < n; r++) {
-			if (cl->ranks[r] && cl->ranks[r]->dev == dev) {
-				pthread_mutex_unlock(&cl->mu);
-				pthread_mutex_unlock(&cliques_mu);
-				set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, dev);
-				return ncclInvalidUsage;
-			}
-		}
-	}
 	ncclComm *c = calloc(1, sizeof *c);
 	c->magic = COMM_MAGIC;
 	c->cl = cl;
 	c->rank = rank;
 	c->n = n;
 	c->dev = dev;
+	host_id(c->hostid, sizeof c->hostid);
 	const char *fa = getenv("FAKE_NCCL_FAIL_AFTER");
 	c->fail_after = fa && *fa ? atol(fa) : -1;
 	cl->ranks[rank] = c;
@@ -1316,6 +1323,17 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 			set_last(NULL, "ncclCommInitRank: rank %d timed out after %ld ms waiting for the other ranks", rank, ms);
 			c->magic = 0;
 			return ncclSystemError;
+		}
+	}
+	/* Like NCCL, every rank sees every rank's host and device once all
+	   joined: all the ranks that share a GPU fail. */
+	for (int r = 0; r < n && !shared_gpu_ok(); r++) {
+		ncclComm *o = cl->ranks[r];
+		if (r != rank && o->dev == dev && strcmp(o->hostid, c->hostid) == 0) {
+			pthread_mutex_unlock(&cl->mu);
+			set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, dev);
+			c->magic = 0; /* never freed: the clique points at it */
+			return ncclInvalidUsage;
 		}
 	}
 	pthread_mutex_unlock(&cl->mu);
@@ -1651,6 +1669,7 @@ typedef struct gop {
 typedef struct xhdr {
 	pthread_mutex_t mu; /* robust, process-shared */
 	int n, joined, present[XMAXR], pdev[XMAXR];
+	char hostid[XMAXR][64];
 	uint64_t cur; /* the collective being run */
 	int posted, done;
 	struct { int type; size_t count; int dt, op, root; } k[XMAXR];
@@ -1739,7 +1758,8 @@ static int x_init(ncclComm **out, int n, const char *path, int rank, int dev) {
 		return ncclSystemError;
 	}
 	int pd = phys_dev(dev);
-	const char *shared = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
+	char hid[64];
+	host_id(hid, sizeof hid);
 	xlock(h);
 	int err = ncclSuccess;
 	if (h->n && h->n != n) {
@@ -1749,12 +1769,6 @@ static int x_init(ncclComm **out, int n, const char *path, int rank, int dev) {
 		set_last(NULL, "ncclCommInitRank: rank %d joined twice", rank);
 		err = ncclInvalidUsage;
 	}
-	for (int r = 0; !err && r < n && (!shared || *shared != '1'); r++) {
-		if (h->present[r] && h->pdev[r] == pd) {
-			set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, pd);
-			err = ncclInvalidUsage;
-		}
-	}
 	if (err) {
 		xunlock(h);
 		munmap(h, XSIZE);
@@ -1763,6 +1777,7 @@ static int x_init(ncclComm **out, int n, const char *path, int rank, int dev) {
 	h->n = n;
 	h->present[rank] = 1;
 	h->pdev[rank] = pd;
+	memcpy(h->hostid[rank], hid, sizeof hid);
 	h->joined++;
 	long ms = init_timeout_ms(), end = now_ms() + ms;
 	for (int i = 0; h->joined < n;) {
@@ -1775,6 +1790,16 @@ static int x_init(ncclComm **out, int n, const char *path, int rank, int dev) {
 			return ncclSystemError;
 		}
 		xnap(h, &i);
+	}
+	/* Every rank sees every rank's host and device: all the ranks that
+	   share a GPU fail, as with NCCL. */
+	for (int r = 0; r < n && !shared_gpu_ok(); r++) {
+		if (r != rank && h->pdev[r] == pd && strcmp(h->hostid[r], hid) == 0) {
+			xunlock(h);
+			munmap(h, XSIZE);
+			set_last(NULL, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", rank, r, pd);
+			return ncclInvalidUsage;
+		}
 	}
 	xunlock(h);
 	unlink(path); /* every rank has it mapped */
