@@ -112,3 +112,52 @@ type failingReader struct{}
 func (failingReader) ReadAt(p []byte, off int64) (int, error) { return 0, errDisk }
 
 var _ io.ReaderAt = failingReader{}
+
+// TestChecksum: Write puts a CRC-32 of the data section in the metadata
+// (ChecksumKey); Read verifies it and names a mismatch, hides the key from
+// the metadata it returns, and still reads files without it (written
+// before checksums, or by other writers).
+func TestChecksum(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ck.safetensors")
+	if err := Write(path, sampleTensors(), sampleMeta); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(raw)
+	if !bytes.Contains(raw[8:8+n], []byte(`"`+ChecksumKey+`":"`)) {
+		t.Fatalf("no %s in the header: %s", ChecksumKey, raw[8:8+n])
+	}
+	if _, meta, err := Read(path); err != nil || meta[ChecksumKey] != "" || len(meta) != len(sampleMeta) {
+		t.Fatalf("Read: meta %v, %v", meta, err)
+	}
+	// One bit flipped in the data: a clear error naming the checksum.
+	bad := bytes.Clone(raw)
+	bad[len(bad)-3] ^= 0x10
+	if err := os.WriteFile(path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = Read(path)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checksum") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a flipped bit: %v", err)
+	}
+	t.Log(err)
+	// A file without a checksum (an older one) reads as before.
+	var old bytes.Buffer
+	if err := encodeWith(&old, sampleTensors(), sampleMeta, false); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(old.Bytes(), []byte(ChecksumKey)) {
+		t.Fatal("the old-style file has a checksum")
+	}
+	if _, meta, err := ReadFrom(bytes.NewReader(old.Bytes()), int64(old.Len())); err != nil || len(meta) != len(sampleMeta) {
+		t.Fatalf("reading a file without a checksum: %v %v", meta, err)
+	}
+	// A malformed checksum is corruption too.
+	hdr := strings.Replace(string(raw[8:8+n]), `"`+ChecksumKey+`":"`, `"`+ChecksumKey+`":"zz`, 1)
+	if _, _, err := ReadFrom(bytes.NewReader(file(hdr, raw[8+n:])), int64(8+len(hdr)+len(raw)-8-int(n))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a malformed checksum: %v", err)
+	}
+}

@@ -19,6 +19,13 @@
 // directory, so a crash or an error leaves either the old file or the new
 // one, never a mix.
 //
+// Write and Encode record a CRC-32 of the data section in the metadata
+// (ChecksumKey, 8 hex digits: Python's zlib.crc32 of the bytes after the
+// header), so that a file damaged after it was written (a disk, copy or
+// transfer error) is refused at Read instead of loading wrong numbers;
+// files without it read as before, and PyTorch's and safetensors' loaders
+// see one more metadata string.
+//
 // Read and ReadFrom are strict and bounded: the header is at most 100 MiB
 // and must fit in the file, must be one JSON object with no duplicate keys,
 // every entry needs a known dtype, non-negative dims and data_offsets whose

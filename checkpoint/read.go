@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -132,13 +134,29 @@ func readFrom(r io.ReaderAt, size int64, name string) (map[string]Tensor, map[st
 		return nil, nil, corrupt("the tensors end at %d, but the data section has %d bytes (%d trailing bytes)", pos, dataLen, dataLen-pos)
 	}
 
+	// The checksum, where the writer recorded one (ChecksumKey).
+	want, sum := meta[ChecksumKey]
+	var wantCRC uint64
+	if sum {
+		delete(meta, ChecksumKey)
+		if wantCRC, err = strconv.ParseUint(want, 16, 32); err != nil || len(want) != 8 {
+			return nil, nil, corrupt("metadata %s %q is not 8 hex digits", ChecksumKey, want)
+		}
+	}
+	crc := crc32.NewIEEE()
 	tensors := make(map[string]Tensor, len(entries))
-	for _, e := range entries {
+	for _, e := range sorted { // file order: the checksum's
 		data := make([]byte, e.end-e.begin)
 		if err := read(data, dataStart+e.begin, fmt.Sprintf("the data of tensor %q", e.name)); err != nil {
 			return nil, nil, err
 		}
+		if sum {
+			crc.Write(data)
+		}
 		tensors[e.name] = Tensor{Name: e.name, DType: e.dtype, Shape: e.shape, Data: data}
+	}
+	if got := crc.Sum32(); sum && uint64(got) != wantCRC {
+		return nil, nil, corrupt("the tensor data's checksum (CRC-32 %08x) does not match the %s recorded when the file was written: the data changed after it was written (a disk, copy or transfer error, or an edit): do not use it; resume from another checkpoint (-keep N keeps older ones) or copy it again", got, want)
 	}
 	return tensors, meta, nil
 }

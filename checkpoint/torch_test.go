@@ -16,7 +16,7 @@ const python = "/usr/bin/python3"
 // then it writes argv[2] by hand the way the reference writer would (with
 // json.dumps' default spacing and no padding), for Go to read back.
 const torchScript = `
-import json, struct, sys, torch
+import json, struct, sys, torch, zlib
 
 src, dst = sys.argv[1], sys.argv[2]
 raw = open(src, "rb").read()
@@ -24,7 +24,10 @@ raw = open(src, "rb").read()
 assert (8 + n) % 8 == 0, "data section not 8-byte aligned"
 hdr = json.loads(raw[8:8 + n])
 data = raw[8 + n:]
-assert hdr["__metadata__"] == {"format": "pt", "writer": "gdist"}, hdr["__metadata__"]
+meta = dict(hdr["__metadata__"])
+crc = meta.pop("gdist_data_crc32")  # checkpoint.ChecksumKey: zlib.crc32 of the data section
+assert int(crc, 16) == zlib.crc32(data), (crc, zlib.crc32(data))
+assert meta == {"format": "pt", "writer": "gdist"}, hdr["__metadata__"]
 want = {
     "0.weight": torch.tensor([[1.0, -2.0, 3.5], [0.25, 1e-3, -7.0]]),
     "0.bias": torch.tensor([0.5, -0.5]),

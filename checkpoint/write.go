@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -19,6 +20,14 @@ import (
 // metadataKey is the reserved header key of the string-to-string metadata.
 const metadataKey = "__metadata__"
 
+// ChecksumKey is the metadata key under which Write and Encode record the
+// CRC-32 (IEEE, as Python's zlib.crc32 computes it) of the file's whole
+// data section, as 8 lowercase hex digits. Read and ReadFrom verify it
+// when it is there and leave it out of the metadata they return; files
+// without it (older ones, other writers) read as before. Other readers
+// (safetensors, PyTorch) see one more metadata string.
+const ChecksumKey = "gdist_data_crc32"
+
 type headerEntry struct {
 	DType   string   `json:"dtype"`
 	Shape   []int    `json:"shape"`
@@ -27,7 +36,7 @@ type headerEntry struct {
 
 // layout validates the tensors and returns them in file order with the
 // padded JSON header. Its errors carry no sentinel; callers wrap them.
-func layout(tensors []Tensor, meta map[string]string) ([]Tensor, []byte, error) {
+func layout(tensors []Tensor, meta map[string]string, checksum bool) ([]Tensor, []byte, error) {
 	seen := make(map[string]bool, len(tensors))
 	for i, t := range tensors {
 		switch {
@@ -62,6 +71,18 @@ func layout(tensors []Tensor, meta map[string]string) ([]Tensor, []byte, error) 
 		hdr[t.Name] = headerEntry{DType: t.DType, Shape: shape, Offsets: [2]int64{off, off + int64(len(t.Data))}}
 		off += int64(len(t.Data))
 	}
+	if checksum {
+		crc := crc32.NewIEEE()
+		for _, t := range order {
+			crc.Write(t.Data)
+		}
+		m := make(map[string]string, len(meta)+1)
+		for k, v := range meta {
+			m[k] = v
+		}
+		m[ChecksumKey] = fmt.Sprintf("%08x", crc.Sum32())
+		meta = m
+	}
 	if len(meta) > 0 {
 		hdr[metadataKey] = meta
 	}
@@ -87,7 +108,12 @@ func layout(tensors []Tensor, meta map[string]string) ([]Tensor, []byte, error) 
 // tensors give an error wrapping ErrInvalidArgument before anything is
 // written.
 func Encode(w io.Writer, tensors []Tensor, meta map[string]string) error {
-	order, h, err := layout(tensors, meta)
+	return encodeWith(w, tensors, meta, true)
+}
+
+// encodeWith is Encode, with the checksum (ChecksumKey) or without.
+func encodeWith(w io.Writer, tensors []Tensor, meta map[string]string, checksum bool) error {
+	order, h, err := layout(tensors, meta, checksum)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
@@ -122,7 +148,7 @@ func encode(w io.Writer, order []Tensor, h []byte) error {
 // wrapping ErrInvalidArgument and creates no file. Write is safe for
 // concurrent use on different paths.
 func Write(path string, tensors []Tensor, meta map[string]string) (err error) {
-	order, h, err := layout(tensors, meta)
+	order, h, err := layout(tensors, meta, true)
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %v", ErrInvalidArgument, path, err)
 	}

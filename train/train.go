@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -665,7 +664,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	steps := pos.Step
 	resumedStep := pos.Step
 	stepsThisRun := 0
-	out := json.NewEncoder(cfg.Out)
+	// Rank 0's results; a failed write is an error at the end.
+	outW := &errWriter{w: cfg.Out}
+	cfg.Out = outW
 	bar := newBar(cfg.Progress)
 	if lps > 1 {
 		bar.unit = "tokens"
@@ -699,9 +700,6 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		if err != nil {
 			return err
 		}
-		if !lead {
-			return nil
-		}
 		e := EvalEvent{Event: "eval", Step: steps, Epoch: epoch + 1, TrainLoss: v[0] / math.Max(v[1], 1), EvalLoss: loss, TestAccuracy: acc,
 			LR: lastLR, Seconds: time.Since(wallStart).Seconds()}
 		line := fmt.Sprintf("step %d/%d: train loss %.4f, test loss %.4f, test accuracy %.4f, lr %.3g", e.Step, total, e.TrainLoss, e.EvalLoss, e.TestAccuracy, e.LR)
@@ -710,14 +708,21 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			line = fmt.Sprintf("step %d/%d: train loss %.4f, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f, lr %.3g",
 				e.Step, total, e.TrainLoss, e.EvalBPB, uni, e.TestAccuracy, e.LR)
 		}
-		bar.done()
-		if cfg.JSON {
-			out.Encode(e)
-			if cfg.Progress != nil {
-				fmt.Fprintln(cfg.Progress, line)
+		// The same on every rank: the losses and accuracy are all-reduced.
+		bad := nonFiniteFields(e)
+		if lead {
+			bar.done()
+			if cfg.JSON {
+				writeEvent(cfg.Out, e)
+				if cfg.Progress != nil {
+					fmt.Fprintln(cfg.Progress, line)
+				}
+			} else {
+				fmt.Fprintln(cfg.Out, line)
 			}
-		} else {
-			fmt.Fprintln(cfg.Out, line)
+		}
+		if bad != nil {
+			return metricError(fmt.Sprintf("step %d", steps), bad, lastCheckpointNote(cfg.Save, steps))
 		}
 		return nil
 	}
@@ -855,19 +860,25 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		lastEval = [2]float64{loss, acc}
-		if err := sv.save(ctx, pos); err != nil {
+		e := EpochEvent{Event: "epoch", Epoch: epoch + 1, Steps: steps, TrainLoss: lastTrainLoss, EvalLoss: loss,
+			TestAccuracy: acc, SamplesPerSec: float64(epochSamples) / math.Max(epochTrain.Seconds(), 1e-9), Seconds: time.Since(epochStart).Seconds()}
+		if lps > 1 {
+			e.TokensPerSec = e.SamplesPerSec * float64(lps)
+			e.EvalBPB = loss / math.Ln2
+		}
+		// The same on every rank: the losses and accuracy are all-reduced.
+		bad := nonFiniteFields(e)
+		if bad == nil {
+			if err := sv.save(ctx, pos); err != nil {
+				return nil, err
+			}
+		} else if err := sv.finish(ctx); err != nil {
 			return nil, err
 		}
 		if lead {
-			e := EpochEvent{Event: "epoch", Epoch: epoch + 1, Steps: steps, TrainLoss: lastTrainLoss, EvalLoss: loss,
-				TestAccuracy: acc, SamplesPerSec: float64(epochSamples) / math.Max(epochTrain.Seconds(), 1e-9), Seconds: time.Since(epochStart).Seconds()}
-			if lps > 1 {
-				e.TokensPerSec = e.SamplesPerSec * float64(lps)
-				e.EvalBPB = loss / math.Ln2
-			}
 			switch {
 			case cfg.JSON:
-				out.Encode(e)
+				writeEvent(cfg.Out, e)
 			case lps > 1:
 				fmt.Fprintf(cfg.Out, "epoch %d/%d: train loss %.4f, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f, %.0f tokens/s\n",
 					e.Epoch, cfg.Epochs, e.TrainLoss, e.EvalBPB, uni, e.TestAccuracy, e.TokensPerSec)
@@ -876,15 +887,31 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 					e.Epoch, cfg.Epochs, e.TrainLoss, e.EvalLoss, e.TestAccuracy, e.SamplesPerSec)
 			}
 		}
+		if bad != nil {
+			return nil, metricError(fmt.Sprintf("epoch %d", epoch+1), bad, lastCheckpointNote(cfg.Save, steps))
+		}
 	}
+	// A non-finite final evaluation skips the save (the summary then
+	// reports it, and Run fails).
+	evalBad := false
 	if stopped {
-		// Stopped mid-way (MaxSteps, Stop): save where we are; evaluate
-		// too, so the summary is complete, unless preempted.
+		// Stopped mid-way (MaxSteps, Stop): evaluate, so the summary is
+		// complete, unless preempted; save where we are.
 		if err := syncBuffers(ctx, c, m); err != nil {
 			return nil, err
 		}
-		if err := sv.save(ctx, pos); err != nil {
-			return nil, err
+		if !preempted {
+			l, a, err := eval()
+			if err != nil {
+				return nil, err
+			}
+			lastEval = [2]float64{l, a}
+			evalBad = !finite(l) || !finite(a)
+		}
+		if !evalBad {
+			if err := sv.save(ctx, pos); err != nil {
+				return nil, err
+			}
 		}
 		if err := sv.finish(ctx); err != nil {
 			return nil, err
@@ -895,11 +922,6 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			}
 			return nil, fmt.Errorf("%w after step %d, saved to %s: go on with -resume %s (or -resume auto)", ErrPreempted, steps, cfg.Save, cfg.Save)
 		}
-		l, a, err := eval()
-		if err != nil {
-			return nil, err
-		}
-		lastEval = [2]float64{l, a}
 	} else if lastEval == [2]float64{} {
 		// Resumed at the very end: nothing trained, still report.
 		l, a, err := eval()
@@ -955,9 +977,10 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		spent, _ := syncer.Spent()
 		s.SyncBNMsPerStep = spent.Seconds() * 1e3 / float64(stepsThisRun)
 	}
+	bad := nonFiniteFields(s)
 	if lead {
 		if cfg.JSON {
-			out.Encode(s)
+			writeEvent(cfg.Out, s)
 		} else {
 			if lps > 1 {
 				fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f tokens/s, step p50 %.2f ms, held-out %.4f bits per byte (unigram %.3f), next-byte accuracy %.4f\n",
@@ -972,6 +995,16 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			}
 		}
 	}
+	if bad != nil {
+		note := ""
+		if evalBad {
+			note = lastCheckpointNote(cfg.Save, steps)
+		}
+		return nil, metricError("the end of the run", bad, note)
+	}
+	if lead && outW.err != nil {
+		return nil, fmt.Errorf("train: writing the results: %w", outW.err)
+	}
 	prog.remove() // done: no restart will need it
 	return s, nil
 }
@@ -979,6 +1012,9 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 // testHookUpdate, when a test sets it, runs on each rank right after
 // each update, with the step it took (a test makes an update diverge).
 var testHookUpdate func(rank int, step int64, m *models.Model)
+
+// finite reports whether f is neither NaN nor infinite.
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // nextPos is the position after batch k of epoch's nb, steps taken.
 func nextPos(epoch, k, nb int, steps int64) Position {

@@ -14,8 +14,10 @@
 // lines with -json, the last being {"event":"summary", ...}.
 //
 // Exit status: 0 when training finished; 1 on any error (a diverging
-// run, whose loss turned NaN or infinite, included: it stops at that step
-// and keeps the last checkpoint); 2 for unparsable flags; 75 when SIGINT
+// run included: its loss, the state a save would write or a reported
+// metric turned NaN or infinite; it stops there, saves nothing more, and
+// the JSON line of that metric still comes out, with null for it);
+// 2 for unparsable flags; 75 when SIGINT
 // (Ctrl-C) or SIGTERM preempted the job: the first signal, to the launcher
 // (which forwards it) or to any rank, makes every rank finish its step and
 // save (with -save) before exiting; go on with -resume auto. A second

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -243,4 +244,52 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNaNMetricFails: an evaluation whose loss is not finite (parameters
+// blown up by a huge -lr, still finite themselves) is an error: exit 1,
+// the epoch's JSON line printed with null for it, and nothing saved.
+func TestNaNMetricFails(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "run.safetensors")
+	out, stderr, err := trainCmd(t, "-nproc", "1", "-data", "synthetic", "-limit", "32", "-batch", "32", "-epochs", "1",
+		"-lr", "1e20", "-json", "-progress=false", "-save", save)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want 1\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	if !strings.Contains(stderr, "eval_loss") || !strings.Contains(stderr, "not finite") {
+		t.Errorf("stderr does not name the metric:\n%s", stderr)
+	}
+	var ev map[string]any
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil || ev["event"] != "epoch" {
+		t.Fatalf("first line is no epoch event (%v):\n%s", err, out)
+	}
+	if v, ok := ev["eval_loss"]; !ok || v != nil {
+		t.Errorf("eval_loss %v (present %v), want null:\n%s", v, ok, out)
+	}
+	if _, err := os.Stat(save); err == nil {
+		t.Errorf("a checkpoint was saved after a non-finite evaluation")
+	}
+	t.Logf("stdout: %sstderr: %s", out, stderr)
+}
+
+// TestCorruptCheckpointRefused: resuming from a checkpoint whose tensor
+// data changed after it was written (one flipped bit) fails, naming the
+// checksum, instead of training on the damaged values.
+func TestCorruptCheckpointRefused(t *testing.T) {
+	save := filepath.Join(t.TempDir(), "run.safetensors")
+	common := []string{"-nproc", "1", "-data", "synthetic", "-limit", "64", "-batch", "32", "-epochs", "1", "-json", "-progress=false"}
+	if _, stderr, err := trainCmd(t, append(common, "-save", save)...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	raw, err := os.ReadFile(save)
+	must(t, err)
+	raw[len(raw)-100] ^= 0x40
+	must(t, os.WriteFile(save, raw, 0o644))
+	_, stderr, err := trainCmd(t, append(common, "-resume", save, "-epochs", "2")...)
+	if err == nil || !strings.Contains(stderr, "checksum") || !strings.Contains(stderr, save) {
+		t.Fatalf("resuming a damaged checkpoint: %v\n%s", err, stderr)
+	}
+	t.Log(stderr)
 }
