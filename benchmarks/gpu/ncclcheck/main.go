@@ -17,7 +17,8 @@
 //   - loop: prints "ready rank N", then all-reduces 1024 floats until an
 //     operation fails; it then prints "lost rank K" when the error names a
 //     lost peer, "caught-by: heartbeat|notice|async-error|timeout|other"
-//     (which mechanism reported it) and "rank N failed: <error>", and
+//     (which mechanism reported it), "failed-at-ms: <Unix time in ms>"
+//     and "rank N failed: <error>", and
 //     exits 1. verify.sh kills one rank with SIGKILL and reads the others'
 //     lines.
 //
@@ -156,6 +157,7 @@ func rank(ctx context.Context, cfg config) int {
 				fmt.Printf("lost rank %d\n", pe.Rank)
 			}
 			fmt.Printf("caught-by: %s (after %d all-reduces)\n", caughtBy(err), i)
+			fmt.Printf("failed-at-ms: %d\n", time.Now().UnixMilli())
 			return fail(err)
 		}
 	}
