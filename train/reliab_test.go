@@ -361,3 +361,43 @@ func TestFirstNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigMismatchRefused: ranks whose settings differ (another job's
+// rank on the same port, a node started with other flags) are refused
+// before the first step, every rank naming the settings and both sides.
+func TestConfigMismatchRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string
+	}{
+		{"seed", func(c *Config) { c.Seed = 99 }, "-seed 99"},
+		{"lr", func(c *Config) { c.LR = 0.1 }, "-lr 0.1"},
+		{"batch", func(c *Config) { c.Batch = 8 }, "-batch 8"},
+		{"data", func(c *Config) { c.Limit = 320 }, "-limit 320"},
+		{"strategy", func(c *Config) { c.Strategy = "zero1" }, "-strategy zero1"},
+		{"model", func(c *Config) { c.Model = "cnn" }, "-model cnn"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, err := inproc.New(3, comm.Options{})
+			must(t, err)
+			errs := make([]error, 3)
+			commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+				defer c.Close()
+				cfg := base()
+				if c.Rank() == 2 {
+					tc.set(&cfg)
+				}
+				_, errs[c.Rank()] = Run(ctx, c, cfg)
+				return nil
+			})
+			for r, err := range errs {
+				if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "rank 2") ||
+					!strings.Contains(err.Error(), "rank 0") {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			t.Log(errs[0])
+		})
+	}
+}

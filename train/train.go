@@ -570,6 +570,29 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	lps := m.LabelsPerSample()
 	uni := unigram(testSet)
+	resume := cfg.Resume
+	if resume == "" && cfg.Restarts > 0 && cfg.Save != "" {
+		resume = "auto"
+	}
+	if resume == "auto" {
+		resume = ""
+		if _, err := os.Stat(cfg.Save); err == nil {
+			resume = cfg.Save
+		}
+	}
+	// The first collective: every rank runs the same configuration, on
+	// the same data, from the same checkpoint (fingerprint.go).
+	from := "(none)"
+	if resume != "" {
+		from = "(unreadable)"
+		if meta, err := readMeta(resume); err == nil {
+			from = "step " + meta["step"] + ", save " + meta["save_id"]
+		}
+	}
+	if err := checkSameConfig(ctx, c, &cfg, fmt.Sprintf("(training-samples) %d", trainSet.Len()),
+		fmt.Sprintf("(test-samples) %d", testSet.Len()), "(resuming-from) "+from); err != nil {
+		return nil, err
+	}
 	var syncer *syncbn.Syncer
 	if cfg.SyncBN {
 		// Before the strategy: its broadcast of rank 0's state then covers
@@ -585,16 +608,6 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 	}
 	defer strat.Close()
 	var pos Position
-	resume := cfg.Resume
-	if resume == "" && cfg.Restarts > 0 && cfg.Save != "" {
-		resume = "auto"
-	}
-	if resume == "auto" {
-		resume = ""
-		if _, err := os.Stat(cfg.Save); err == nil {
-			resume = cfg.Save
-		}
-	}
 	if resume != "" {
 		// Every rank reads the checkpoint, of either format.
 		if pos, err = strat.Load(ctx, resume); err != nil {

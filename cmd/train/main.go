@@ -448,6 +448,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, local)
 	cfg.NoOverlap = noOverlap(cfg, o.overlapSet, local, runtime.NumCPU())
+	setJobID(cfg)
 	c, closeComm, err := rendezvous.InitComm(ctx, o.backend, comm.Options{PeerTimeout: o.peerTimeout})
 	if err != nil {
 		return err
@@ -464,6 +465,23 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		return &rankError{c.Rank(), err}
 	}
 	return cerr
+}
+
+// setJobID gives a worker of a job with no token and no job id of its
+// own (ranks started by hand with torchrun's variables, say) the job id
+// train-<fingerprint of its settings> (GDIST_JOB_ID): a rank of another
+// job with other settings that dials the same MASTER_PORT is then refused
+// at the rendezvous, naming both job ids, instead of joining this one.
+// (train.Run's first collective refuses ranks whose settings differ in
+// any job.)
+func setJobID(cfg train.Config) {
+	if os.Getenv("GDIST_TOKEN") != "" || os.Getenv("GDIST_JOB_ID") != "" {
+		return
+	}
+	if env, err := rendezvous.FromEnv(); err != nil || env.JobID != "" || env.StoreAddr != "" {
+		return
+	}
+	os.Setenv("GDIST_JOB_ID", "train-"+cfg.Fingerprint())
 }
 
 // jobToken is the secret every node's launcher must share: the token

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,4 +294,82 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 		t.Fatalf("resuming a damaged checkpoint: %v\n%s", err, stderr)
 	}
 	t.Log(stderr)
+}
+
+// freePort returns a TCP port free on 127.0.0.1 a moment ago.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestTwoJobsOnOnePort: the repro. Two token-less jobs started by
+// hand (torchrun's variables) on one MASTER_PORT: job A's rank 0 serves
+// the store; job B's rank 0 cannot bind it; job B's rank 1 (another
+// -seed) is refused at the door, naming both jobs; job A's rank 1 then
+// joins, and job A ends as an honest run does.
+func TestTwoJobsOnOnePort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts five trainings")
+	}
+	port := freePort(t)
+	common := []string{"-data", "synthetic", "-limit", "640", "-epochs", "1", "-batch", "16", "-json", "-progress=false", "-seed", "7"}
+	start := func(rank int, extra ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+		cmd := exec.Command(os.Args[0], append(append([]string{}, common...), extra...)...)
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GDIST_") && !strings.HasPrefix(kv, "TORCHELASTIC_") && !strings.HasPrefix(kv, "SLURM_") && !strings.HasPrefix(kv, "OMPI_") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env, "TRAIN_MAIN=1", "GORACE=atexit_sleep_ms=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT="+strconv.Itoa(port), "RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank), "GDIST_JOIN_TIMEOUT=60s")
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		must(t, cmd.Start())
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, &o, &e
+	}
+	a0, a0out, a0err := start(0)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job A's rank 0 serves no store:\n%s", a0err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b0, _, b0err := start(0, "-seed", "99")
+	if err := b0.Wait(); err == nil {
+		t.Errorf("job B's rank 0 on a port in use exited 0:\n%s", b0err)
+	}
+	b1, _, b1err := start(1, "-seed", "99")
+	done := make(chan error, 1)
+	go func() { done <- b1.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(b1err.String(), "job id") {
+			t.Errorf("job B's rank 1: %v, want a refusal naming the job ids:\n%s", err, b1err)
+		}
+		t.Logf("job B's rank 1: %s", b1err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("job B's rank 1 was not refused within 60 s (it joined job A?):\n%s", b1err)
+	}
+	a1, _, a1err := start(1)
+	if err := a0.Wait(); err != nil {
+		t.Fatalf("job A's rank 0: %v\n%s", err, a0err)
+	}
+	if err := a1.Wait(); err != nil {
+		t.Fatalf("job A's rank 1: %v\n%s", err, a1err)
+	}
+	honest, stderr, err := trainCmd(t, append([]string{"-nproc", "2", "-backend", "shm"}, common...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if got, want := summary(t, a0out.String()).EvalLoss, summary(t, honest).EvalLoss; math.Abs(got-want) > 1e-5 {
+		t.Errorf("job A's eval loss %v, an honest run's %v", got, want)
+	}
 }
