@@ -494,7 +494,9 @@ func (c *Comm) monitor() {
 			case <-time.After(monitorEvery):
 			}
 			if err := c.asyncError(); err != nil {
-				c.fail(err)
+				if err = c.namePeer(err); err != nil {
+					c.fail(err)
+				}
 			}
 		}
 	}

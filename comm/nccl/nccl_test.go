@@ -333,3 +333,36 @@ func TestDuplicateGPU(t *testing.T) {
 		}
 	}
 }
+
+// Issue 26, seen on an H200: a killed peer comes back from NCCL (over
+// sockets) as an asynchronous ncclRemoteError that names no rank. In a
+// world of two ranks the error names the other rank, as the heartbeat's
+// would, instead of leaving the user to guess.
+func TestAsyncErrorNamesPeer(t *testing.T) {
+	cudafake.RequireFake(t)
+	os.Setenv("FAKE_NCCL_FAIL_AFTER", "1")
+	cs := newWorld(t, 2, comm.Options{})
+	os.Unsetenv("FAKE_NCCL_FAIL_AFTER")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := []float32{1}
+			if errs[r] = comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(x), comm.Sum)); errs[r] != nil {
+				return
+			}
+			errs[r] = comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(x), comm.Sum))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var pe *comm.PeerError
+		if !errors.As(err, &pe) || pe.Rank != 1-r || !strings.Contains(err.Error(), "remote process exited") {
+			t.Errorf("rank %d: want a PeerError naming rank %d with NCCL's message, got %v", r, 1-r, err)
+		}
+	}
+}
