@@ -7,6 +7,7 @@
 #
 #   benchmarks/gpu/verify.sh                 # results in $OUT (else bin/gpu/results)
 #   BUDGET=300 benchmarks/gpu/verify.sh      # seconds for all steps (default 420)
+#   STEPS="inventory nccl kill" benchmarks/gpu/verify.sh   # only these steps
 #
 # Every step runs under its own timeout, in order of value; a step whose
 # usual time no longer fits in what is left of BUDGET is skipped, not
@@ -22,11 +23,11 @@
 #   kill        kill -9 of one of two ranks mid-all-reduce: the other fails
 #               naming it (and says whether the heartbeat, a notice or
 #               ncclCommGetAsyncError caught it)
-#   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
-#   bench       commbench -backend nccl (1 and 2 ranks) next to
-#               torch.distributed's NCCL on the same GPU, and a table
 #   staging     comm/staging's tests (host backends with device buffers)
 #   sanitizer   compute-sanitizer (memcheck) over one short GPU test
+#   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
+#   bench       commbench -backend nccl (1 and 2 ranks; BENCH_NP="1 2")
+#               next to torch.distributed's NCCL on the same GPU, and a table
 #
 # Under $OUT: summary.txt (one line per step: PASS/FAIL/SKIP and why),
 # inventory.txt, results.jsonl (one JSON row per step and per benchmark
@@ -50,6 +51,7 @@ fi
 OUT=${OUT:-$B/results}
 BUDGET=${BUDGET:-420}
 DRY=${DRY:-0}
+STEPS=${STEPS:-inventory cuda nccl ranks2 kill staging sanitizer train bench}
 LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
@@ -77,6 +79,13 @@ record() {
 # seconds are left.
 step() {
 	local name=$1 need=$2 limit=$3 fn=$4 l rc s
+	case " $STEPS " in
+	*" $name "*) ;;
+	*)
+		record "$name" SKIP 0 "not in STEPS"
+		return
+		;;
+	esac
 	l=$(left)
 	if [ "$l" -lt "$need" ]; then
 		record "$name" SKIP 0 "not started: ${l}s of the budget left, it needs about ${need}s"
@@ -229,6 +238,11 @@ t_cuda() { gotest "$1" gpu/cuda cuda.test; }
 t_nccl() { gotest "$1" comm/nccl nccl.test -test.short; }
 t_staging() { gotest "$1" comm/staging staging.test -test.short; }
 
+# gpus: the number of GPUs (1 in a dry run).
+gpus() {
+	if [ "$DRY" = 1 ]; then echo 1; else smi -L 2>/dev/null | grep -c '^GPU'; fi
+}
+
 # Two ranks of one job on one GPU: each process poses as its own NCCL host.
 share_env() {
 	if [ "$DRY" = 1 ]; then
@@ -239,7 +253,7 @@ share_env() {
 }
 
 t_ranks2() {
-	limited "$(rest)" $(share_env) NCCL_DEBUG=INFO "$B/ncclcheck" -np 2 -timeout "$((STEP_LIMIT - 5))s" >"$1" 2>&1
+	limited "$(rest)" $(share_env) NCCL_DEBUG=INFO "$B/ncclcheck" -np 2 -timeout "$((STEP_LIMIT - 5))s" -op-timeout 30s >"$1" 2>&1
 	local rc=$?
 	local n
 	n=$(grep -c 'rank [0-9]* passed' "$1")
@@ -288,7 +302,7 @@ t_kill() {
 		echo "rank 0 failed ${ms} ms after the kill, naming rank 1 (caught by: ${by:-?}; peer timeout 2 s; its process exited after ${exited} ms)"
 		return 0
 	fi
-	echo "rank 0 ended ${exited} ms after the kill without naming rank 1 (caught by: ${by:-?}): $(grep -m1 'failed:' "$LOGS/kill.rank0" | cut -c1-300)"
+	echo "rank 0 failed ${ms} ms (exited ${exited} ms) after the kill without naming rank 1 (caught by: ${by:-?}): $(grep -m1 'failed:' "$LOGS/kill.rank0" | cut -c1-300)"
 	return 1
 }
 
@@ -338,22 +352,29 @@ PY
 t_bench() {
 	# The fake's cross-process collectives take at most 64 MiB.
 	local log=$1 sizes=${SIZES:-8,512,4K,64K,1M,16M,64M$([ "$DRY" = 1 ] || echo ,256M)} rc=0
+	# Two ranks on one GPU time-slice it (each op waits for both processes'
+	# kernels in turn): fewer sizes and iterations there.
 	local np
-	for np in 1 2; do
-		local ev=""
-		[ $np = 2 ] && ev=$(share_env)
+	for np in ${BENCH_NP:-1 2}; do
+		local ev="" szs=$sizes it=()
+		if [ $np -gt 1 ] && [ "$(gpus)" -lt $np ]; then
+			ev=$(share_env)
+			szs=4K,1M,64M
+			it=(-iters 20)
+		fi
 		echo "--- commbench nccl np $np" >>"$log"
-		limited "$(($(rest) / 6))" $ev "$B/commbench" -backend nccl -np $np -ops all_reduce -sizes "$sizes" -json \
+		limited "$(($(rest) / 6))" $ev "$B/commbench" -backend nccl -np $np -ops all_reduce -sizes "$szs" "${it[@]}" -json \
 			>"$LOGS/cb.ar.$np.jsonl" 2>>"$log" || rc=1
-		limited "$(($(rest) / 5))" $ev "$B/commbench" -backend nccl -np $np -ops all -sizes 4K,1M,64M -json \
+		limited "$(($(rest) / 5))" $ev "$B/commbench" -backend nccl -np $np -ops all -sizes 4K,1M,64M "${it[@]}" -json \
 			>"$LOGS/cb.all.$np.jsonl" 2>>"$log" || rc=1
 		echo "--- torch nccl np $np" >>"$log"
 		local tr=(python3 "$B/torch_nccl_bench.py")
-		[ $np = 2 ] && tr=(python3 -m torch.distributed.run --nproc-per-node 2 "$B/torch_nccl_bench.py" --share-gpu)
+		[ $np -gt 1 ] && tr=(python3 -m torch.distributed.run --nproc-per-node $np "$B/torch_nccl_bench.py")
+		[ -n "$ev" ] && tr+=(--share-gpu --iters 20)
 		if [ "$DRY" = 1 ]; then
 			echo "(dry run: no torch)" >>"$log"
 		else
-			limited "$(($(rest) / 4))" "${tr[@]}" --ops all_reduce --sizes "$sizes" --json >"$LOGS/tt.ar.$np.jsonl" 2>>"$log" || rc=1
+			limited "$(($(rest) / 4))" "${tr[@]}" --ops all_reduce --sizes "$szs" --json >"$LOGS/tt.ar.$np.jsonl" 2>>"$log" || rc=1
 			limited "$(($(rest) / 3))" "${tr[@]}" --ops all --sizes 4K,1M,64M --json >"$LOGS/tt.all.$np.jsonl" 2>>"$log" || rc=1
 		fi
 	done
@@ -410,13 +431,13 @@ t_sanitizer() {
 echo "gdist GPU verification: budget ${BUDGET}s, bundle $B, results $OUT$([ "$DRY" = 1 ] && echo ', DRY RUN on the fake')"
 step inventory 10 40 inventory
 step cuda 20 90 t_cuda
-step nccl 30 150 t_nccl
-step ranks2 20 120 t_ranks2
+step nccl 30 120 t_nccl
+step ranks2 20 90 t_ranks2
 step kill 20 60 t_kill
-step train 40 150 t_train
-step bench 60 180 t_bench
 step staging 30 120 t_staging
 step sanitizer 30 90 t_sanitizer
+step train 40 150 t_train
+step bench 60 180 t_bench
 
 # Logs, each capped to LOGCAP bytes (head and tail), into one archive.
 mkdir -p "$LOGS/capped"

@@ -54,6 +54,7 @@ type config struct {
 	big         bool
 	timeout     time.Duration
 	peerTimeout time.Duration
+	opTimeout   time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
@@ -65,6 +66,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.big, "big", false, "suite: also count 1<<20+3")
 	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "bound on the whole run of one rank")
 	fs.DurationVar(&cfg.peerTimeout, "peer-timeout", 0, "comm.Options.PeerTimeout (0: the backend's default)")
+	fs.DurationVar(&cfg.opTimeout, "op-timeout", time.Minute, "comm.Options.Timeout: the bound on one operation")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -77,8 +79,8 @@ func parseFlags(args []string) (config, error) {
 	if cfg.np < 1 {
 		return cfg, fmt.Errorf("-np %d: want at least 1", cfg.np)
 	}
-	if cfg.timeout <= 0 || cfg.peerTimeout < 0 {
-		return cfg, fmt.Errorf("-timeout must be positive and -peer-timeout not negative")
+	if cfg.timeout <= 0 || cfg.opTimeout <= 0 || cfg.peerTimeout < 0 {
+		return cfg, fmt.Errorf("-timeout and -op-timeout must be positive, -peer-timeout not negative")
 	}
 	return cfg, nil
 }
@@ -122,7 +124,7 @@ func rank(ctx context.Context, cfg config) int {
 		}
 		fmt.Printf("rank %d: %s\n", env.Rank, cuda.Info())
 	}
-	c, closeFn, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{PeerTimeout: cfg.peerTimeout, Timeout: time.Minute})
+	c, closeFn, err := rendezvous.InitComm(ctx, cfg.backend, comm.Options{PeerTimeout: cfg.peerTimeout, Timeout: cfg.opTimeout})
 	if err != nil {
 		return fail(err)
 	}
