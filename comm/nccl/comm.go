@@ -36,9 +36,14 @@ type Comm struct {
 	store      comm.Store
 	path       string // store key prefix of this communicator
 	parent     *Comm  // p2p channels: a failure fails the parent too
+	peer       int    // p2p channels: the other rank (the parent's rank)
 
-	hmu sync.RWMutex // guards h: abort takes it exclusively
-	h   C.uintptr_t  // ncclComm_t; 0 once aborted
+	// h is the ncclComm_t, 0 once aborted. Launches and other NCCL calls
+	// hold hmu shared; abort waits briefly for them (abortWait) and then
+	// aborts anyway: a launch blocked connecting to a peer that never
+	// comes ends only by the abort.
+	hmu sync.RWMutex
+	h   atomic.Uintptr
 
 	args     opcheck.Args  // argument checks
 	coll     *tracker      // collectives
@@ -115,7 +120,28 @@ func New(ctx context.Context, cfg comm.Config) (*Comm, error) {
 		return nil, err
 	}
 	c.startWatch(true)
+	if cfg.Size > 1 {
+		if err := c.connect(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("nccl: rank %d: connecting the ranks: %w", cfg.Rank, err)
+		}
+	}
 	return c, nil
+}
+
+// connect all-reduces one element, so that NCCL connects the ranks at
+// setup, bounded by ctx: it connects on demand, inside the launch (since
+// NCCL 2.22 at a communicator's first collective), which would otherwise
+// make the first collective block until every rank reached it.
+func (c *Comm) connect(ctx context.Context) error {
+	p := C.uintptr_t(c.scratch)
+	w, err := c.issue(ctx, c.coll, "connect", false, func(h, st, ev C.uintptr_t) C.int {
+		return C.gdnc_all_reduce(c.lib.c, C.int(c.device), st, ev, h, p, p, 1, ncclTypes[comm.Float32], ncclOps[comm.Sum])
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return w.Wait(ctx)
 }
 
 // deviceFor picks the GPU of a rank: its local rank when the host has a
@@ -183,6 +209,7 @@ type params struct {
 	store                  comm.Store
 	path                   string
 	parent                 *Comm
+	peer                   int // a channel's other rank
 }
 
 // open joins the communicator of p.id and sets up the streams and memory.
@@ -193,6 +220,10 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
+		// ncclGetLastError(NULL) may be per thread: ask on the thread
+		// that failed.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		var h C.uintptr_t
 		r := C.gdnc_init(l.c, C.int(p.device), &h, C.int(p.size), (*C.char)(unsafe.Pointer(&p.id[0])), C.int(p.rank))
 		done <- result{h, l.err("ncclCommInitRank", r, 0)}
@@ -213,9 +244,10 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 		return nil, fmt.Errorf("nccl: rank %d of %d: joining the communicator: %w", p.rank, p.size, ctx.Err())
 	}
 	c := &Comm{lib: l, rank: p.rank, size: p.size, reportRank: p.reportRank, device: p.device, opts: p.opts,
-		store: p.store, path: p.path, parent: p.parent, h: h,
+		store: p.store, path: p.path, parent: p.parent, peer: p.peer,
 		devPool: cuda.NewDevicePool(p.device, 256<<20), hostPool: cuda.NewPinnedPool(p.device, 256<<20),
 		chans: map[chanKey]*channel{}, selfq: map[int]*selfQueue{}, busy: make(chan struct{}, 1)}
+	c.h.Store(uintptr(h))
 	c.life, c.finish = context.WithCancel(context.Background())
 	c.args = opcheck.Args{Rank: c.rank, Size: c.size, Buf: c.checkBuf}
 	var err error
@@ -234,12 +266,14 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 // A tracker is a stream and the Works in flight on it, completed in order by
 // a watcher goroutine that polls their events.
 type tracker struct {
-	c       *Comm
-	stream  *cuda.Stream
-	legacy  *cuda.Event // scratch: marks the default stream
-	events  []*cuda.Event
-	pending []*work
-	wake    chan struct{}
+	c         *Comm
+	lmu       sync.Mutex // serializes issue's launches, in the order of their sequence numbers
+	stream    *cuda.Stream
+	legacy    *cuda.Event // scratch: marks the default stream
+	events    []*cuda.Event
+	pending   []*work
+	launching *work // being launched (c.mu)
+	wake      chan struct{}
 }
 
 func (c *Comm) newTracker() (*tracker, error) {
@@ -259,14 +293,15 @@ func (c *Comm) newTracker() (*tracker, error) {
 
 // work is an operation in flight on a tracker.
 type work struct {
-	reqs    []*comm.Request
-	ev      *cuda.Event
-	name    string
-	seq     uint64
-	release func(ok bool)
-	stop    atomic.Pointer[func() bool]
-	cancel  context.CancelFunc
-	done    atomic.Bool
+	reqs     []*comm.Request
+	ev       *cuda.Event
+	name     string
+	seq      uint64
+	release  func(ok bool)
+	stop     atomic.Pointer[func() bool]
+	cancel   context.CancelFunc
+	done     atomic.Bool
+	launched atomic.Bool // the launch call returned
 }
 
 // finish completes w once: its requests, its timer, its memory.
@@ -308,6 +343,14 @@ type launchFn func(h, st, ev C.uintptr_t) C.int
 // issue enqueues an operation on t's stream with launch and returns a Work
 // that completes when the stream has done it. release (if not nil) gets the
 // operation's temporary memory back: ok says whether it may be reused.
+//
+// The launch may block: NCCL connects on demand, inside the launch, on the
+// first send/recv between two ranks (and, since NCCL 2.22, a collective's
+// first use of an algorithm), until the peer launches its side. So the
+// operation's timeout starts before the launch, c.mu is not held during it
+// (t.lmu keeps the launches in sequence order), and a failure meanwhile
+// (timeout, lost peer, Close) fails the operation and aborts the
+// communicator, which ends the launch. issue then returns the failed Work.
 func (c *Comm) issue(ctx context.Context, t *tracker, name string, coll bool, launch launchFn, release func(bool)) (comm.Work, error) {
 	if ctx == nil {
 		if release != nil {
@@ -315,23 +358,49 @@ func (c *Comm) issue(ctx context.Context, t *tracker, name string, coll bool, la
 		}
 		return nil, comm.InvalidArgf("%s: nil context", name)
 	}
+	t.lmu.Lock()
+	defer t.lmu.Unlock()
 	c.mu.Lock()
-	w, err := c.issueLocked(ctx, t, name, coll, launch, release, nil)
+	w, ev, err := c.prepareLocked(ctx, t, name, coll, release, nil)
+	if err == nil {
+		t.launching = w
+	}
 	c.mu.Unlock()
 	if err != nil {
+		return nil, err
+	}
+	err = c.launch(w, t, ev, launch)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err = c.launchedLocked(w, t, ev, err); err != nil {
 		return nil, err
 	}
 	return w.reqs[0], nil
 }
 
-// issueLocked is issue with c.mu held; extra, if not nil, completes with
-// the Work.
+// issueLocked is issue with c.mu held, launching under it (for launches
+// that do not wait for a peer: copies, and receives on a channel whose
+// peer's message has come); extra, if not nil, completes with the Work.
 func (c *Comm) issueLocked(ctx context.Context, t *tracker, name string, coll bool, launch launchFn, release func(bool), extra *comm.Request) (*work, error) {
+	w, ev, err := c.prepareLocked(ctx, t, name, coll, release, extra)
+	if err != nil {
+		return nil, err
+	}
+	err = c.launch(w, t, ev, launch)
+	if err = c.launchedLocked(w, t, ev, err); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// prepareLocked makes the Work of an operation about to be launched and
+// starts its timeout (c.mu held).
+func (c *Comm) prepareLocked(ctx context.Context, t *tracker, name string, coll bool, release func(bool), extra *comm.Request) (*work, *cuda.Event, error) {
 	if err := c.errLocked(name, 0); err != nil {
 		if release != nil {
 			release(true)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	var seq uint64
 	if coll {
@@ -348,29 +417,63 @@ func (c *Comm) issueLocked(ctx context.Context, t *tracker, name string, coll bo
 		ev, t.events = t.events[n-1], t.events[:n-1]
 	} else if ev, err = cuda.NewBlockingEvent(c.device); err != nil {
 		err = fmt.Errorf("nccl: %s: %w", name, err)
-	}
-	if err == nil {
-		c.hmu.RLock()
-		r := launch(c.h, C.uintptr_t(t.stream.Handle()), C.uintptr_t(t.legacy.Handle()))
-		err = c.lib.err(name, r, c.h)
-		c.hmu.RUnlock()
-		if err == nil {
-			err = ev.Record(t.stream)
-		}
-	}
-	if err != nil {
-		// The ranks now disagree on what was issued: nothing can be trusted.
 		if release != nil {
-			release(false)
+			release(true)
 		}
-		c.failLocked(err)
-		return nil, c.opErr(w, err)
+		c.failLocked(err) // the ranks now disagree on what was issued
+		return nil, nil, c.opErr(w, err)
 	}
-	w.ev = ev
 	octx, cancel := opcheck.Context(ctx, c.life, c.opts.OpTimeout())
 	w.cancel = cancel
 	stop := context.AfterFunc(octx, func() { c.expire(w, ctx) })
 	w.stop.Store(&stop)
+	return w, ev, nil
+}
+
+// launch runs w's launch and records its event.
+func (c *Comm) launch(w *work, t *tracker, ev *cuda.Event, launch launchFn) error {
+	c.hmu.RLock()
+	h := C.uintptr_t(c.h.Load())
+	var err error
+	if h == 0 {
+		err = fmt.Errorf("nccl: %s: the communicator was aborted", w.name)
+	} else {
+		r := launch(h, C.uintptr_t(t.stream.Handle()), C.uintptr_t(t.legacy.Handle()))
+		err = c.lib.err(w.name, r, h)
+	}
+	c.hmu.RUnlock()
+	w.launched.Store(true)
+	if err == nil {
+		err = ev.Record(t.stream)
+	}
+	return err
+}
+
+// launchedLocked completes issuing w after its launch returned with err
+// (c.mu held): w is pending, or failed. The error is returned only when the
+// launch itself failed before anything else failed w.
+func (c *Comm) launchedLocked(w *work, t *tracker, ev *cuda.Event, err error) error {
+	if t.launching == w {
+		t.launching = nil
+	}
+	switch {
+	case w.done.Load() || c.failed != nil && err == nil:
+		// Failed while launching (timeout, lost peer, Close): w has its
+		// error, or gets the Comm's; the event may still be recorded.
+		if !w.done.Load() {
+			go w.finish(c.opErr(w, c.failed))
+		}
+		return nil
+	case err != nil:
+		// The ranks now disagree on what was issued: nothing can be trusted.
+		if c.failed != nil { // the launch failed because of it
+			err = c.failed
+		}
+		c.failLocked(err)
+		w.finish(c.opErr(w, err))
+		return c.opErr(w, err)
+	}
+	w.ev = ev
 	t.pending = append(t.pending, w)
 	select {
 	case t.wake <- struct{}{}:
@@ -380,7 +483,7 @@ func (c *Comm) issueLocked(ctx context.Context, t *tracker, name string, coll bo
 	case c.busy <- struct{}{}:
 	default:
 	}
-	return w, nil
+	return nil
 }
 
 // expire fails the Comm when an operation's context ends before it is done:
@@ -390,6 +493,9 @@ func (c *Comm) expire(w *work, user context.Context) {
 		return
 	}
 	err := c.ctxErr(w.name, user)
+	if !w.launched.Load() && !errors.Is(err, comm.ErrClosed) {
+		err = fmt.Errorf("%w (NCCL was still connecting: %s never launched the matching operation)", err, c.peerNote())
+	}
 	c.fail(err)
 	w.finish(c.opErr(w, err))
 }
@@ -513,28 +619,51 @@ func (c *Comm) pending() bool {
 func (c *Comm) asyncError() error {
 	c.hmu.RLock()
 	defer c.hmu.RUnlock()
-	if c.h == 0 {
+	h := C.uintptr_t(c.h.Load())
+	if h == 0 {
 		return nil
 	}
 	var res C.int
-	if r := C.gdnc_async_error(c.lib.c, c.h, &res); r != ncclSuccess {
-		return c.lib.err("ncclCommGetAsyncError", r, c.h)
+	if r := C.gdnc_async_error(c.lib.c, h, &res); r != ncclSuccess {
+		return c.lib.err("ncclCommGetAsyncError", r, h)
 	}
 	if res == ncclSuccess || res == ncclInProgress {
 		return nil
 	}
-	return fmt.Errorf("nccl: asynchronous error on rank %d: %w", c.reportRank, c.lib.err("communicator", res, c.h))
+	return fmt.Errorf("nccl: asynchronous error on rank %d: %w", c.reportRank, c.lib.err("communicator", res, h))
 }
 
-// abort aborts the NCCL communicator (once): pending work ends.
+// abortWait is how long abort waits for NCCL calls in progress on the
+// communicator to return before it aborts anyway: they take microseconds,
+// unless a launch is blocked connecting to a peer, which only the abort
+// ends (ncclCommAbort from another thread ends a blocked ncclGroupEnd).
+const abortWait = 50 * time.Millisecond
+
+// abort aborts the NCCL communicator (once): pending work ends, and so
+// does a launch blocked connecting to a peer.
 func (c *Comm) abort() {
-	c.hmu.Lock()
-	h := c.h
-	c.h = 0
-	c.hmu.Unlock()
-	if h != 0 {
-		C.gdnc_abort(c.lib.c, C.int(c.device), h)
+	h := c.h.Swap(0) // no NCCL call starts after this
+	if h == 0 {
+		return
 	}
+	for deadline := time.Now().Add(abortWait); ; time.Sleep(100 * time.Microsecond) {
+		if c.hmu.TryLock() {
+			c.hmu.Unlock()
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	C.gdnc_abort(c.lib.c, C.int(c.device), C.uintptr_t(h))
+}
+
+// peerNote names the peer(s) an operation of this communicator waits for.
+func (c *Comm) peerNote() string {
+	if c.parent != nil {
+		return fmt.Sprintf("rank %d", c.peer)
+	}
+	return "a peer"
 }
 
 // fail poisons the Comm with err (the first error wins), aborts the
@@ -561,6 +690,9 @@ func (c *Comm) failLocked(err error) {
 		if t != nil {
 			ws = append(ws, t.pending...)
 			t.pending = nil
+			if t.launching != nil {
+				ws = append(ws, t.launching)
+			}
 		}
 	}
 	var selfOps []*selfOp

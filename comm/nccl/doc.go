@@ -105,6 +105,25 @@
 // collectives: they hang until the timeout, or corrupt data; the host
 // backends detect them.
 //
+// NCCL connects on demand, inside the launch: the first send/recv between
+// two ranks blocks in ncclGroupEnd until the peer launches its side, and
+// since NCCL 2.22 so does a communicator's first collective (each
+// algorithm's first use). So an operation's timeout and the failure watch
+// start before its launch, the Comm's lock is not held during it (a lock
+// per stream keeps launches in order), and an abort does not wait for a
+// blocked launch (it waits abortWait for launches in progress, then calls
+// ncclCommAbort, which ends a blocked ncclGroupEnd): a peer that never
+// comes fails the operation at its timeout ("NCCL was still connecting:
+// rank N never launched the matching operation"), a lost peer within the
+// peer timeout naming it, and Close at once. A launch that blocks makes the
+// call block (until the peer comes or the failure): New and Split
+// therefore end with one all-reduce of one element ("connect", within their
+// ctx), so a Comm's first collective does not wait for the slowest rank;
+// sends and receives connect in their own goroutines (ConnectPeers makes
+// the communicators, not the connections); Gather, Scatter and AllToAll,
+// one group of sends and receives on the Comm's communicator, block at
+// their first call until every peer makes it.
+//
 // # Lost peers and failures across ranks (watch.go)
 //
 // Over NVLink, P2P or shared memory NCCL reports no asynchronous error for a

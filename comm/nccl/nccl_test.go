@@ -268,7 +268,7 @@ func TestBareComm(t *testing.T) {
 // operation and poisons the Comm.
 func TestAsyncError(t *testing.T) {
 	cudafake.RequireFake(t)
-	os.Setenv("FAKE_NCCL_FAIL_AFTER", "1")
+	t.Setenv("FAKE_NCCL_FAIL_AFTER", "1")
 	cs := newWorld(t, 1, comm.Options{})
 	os.Unsetenv("FAKE_NCCL_FAIL_AFTER")
 	c := cs[0]
@@ -340,7 +340,7 @@ func TestDuplicateGPU(t *testing.T) {
 // would, instead of leaving the user to guess.
 func TestAsyncErrorNamesPeer(t *testing.T) {
 	cudafake.RequireFake(t)
-	os.Setenv("FAKE_NCCL_FAIL_AFTER", "1")
+	t.Setenv("FAKE_NCCL_FAIL_AFTER", "2") // #0 is New's connecting all-reduce
 	cs := newWorld(t, 2, comm.Options{})
 	os.Unsetenv("FAKE_NCCL_FAIL_AFTER")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

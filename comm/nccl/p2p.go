@@ -499,7 +499,7 @@ func (c *Comm) openChannel(ch *channel) {
 			return nil, err
 		}
 		return open(c.life, c.lib, params{id: id, size: 2, rank: rank, reportRank: c.reportRank, device: c.device,
-			opts: c.opts, store: c.store, path: key, parent: c})
+			opts: c.opts, store: c.store, path: key, parent: c, peer: ch.key.src + ch.key.dst - c.rank})
 	}()
 	if err != nil {
 		err = fmt.Errorf("nccl: rank %d: setting up messages from rank %d to rank %d: %w", c.reportRank, ch.key.src, ch.key.dst, err)

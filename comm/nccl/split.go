@@ -94,5 +94,11 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	c.children = append(c.children, child)
 	c.mu.Unlock()
 	child.startWatch(false)
+	if len(members) > 1 {
+		if err := child.connect(ctx); err != nil {
+			child.Close()
+			return nil, wrap(err)
+		}
+	}
 	return child, nil
 }

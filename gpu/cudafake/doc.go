@@ -22,7 +22,13 @@
 // the host (queued on each device's legacy default stream, which is ordered
 // with the blocking streams as in the real runtime); a CUDA 11 runtime
 // (FAKE_CUDA_RUNTIME_VERSION=11080) makes no context current at
-// cudaSetDevice; ncclAvg on floats pre-multiplies by fl(1/n). HoldFunc and
+// cudaSetDevice; ncclAvg on floats pre-multiplies by fl(1/n); NCCL
+// connects on demand, in the launch: the first send/recv between two ranks
+// blocks in ncclGroupEnd until the peer launches its side, and a
+// communicator's first collective until every rank launched one (unless
+// NCCL_RUNTIME_CONNECT=0), an ncclCommAbort from another thread ending the
+// wait; ranks of one host (NCCL_HOSTID) on one device are all refused
+// ("Duplicate GPU detected"). HoldFunc and
 // Gate stage device work that waits (as an NCCL kernel waits for a peer),
 // CopyDelay slows copies and memsets (so that a missing synchronization
 // reads stale data), Vanish makes the NCCL ranks of a device vanish with no

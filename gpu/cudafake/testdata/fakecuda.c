@@ -1086,6 +1086,8 @@ typedef struct ncclComm {
 	long fail_after;
 	char lasterr[512];
 	char hostid[64]; /* NCCL_HOSTID when it joined ("": the machine's own) */
+	int coll_conn;   /* its first collective was launched (connected) */
+	unsigned char p2p_conn[MAXR]; /* per peer: bit 1 send, bit 2 recv connected */
 	struct xhdr *x; /* cross-process rendezvous (NULL: ranks of one process) */
 } ncclComm;
 
@@ -1118,6 +1120,8 @@ struct clique {
 	int posted;
 	coll *slot[MAXR];
 	msg *qh[MAXR][MAXR], *qt[MAXR][MAXR];
+	int coll_arrived;                /* ranks that launched a collective */
+	unsigned char parr[MAXR][MAXR]; /* [from][to]: bit 1 the send, bit 2 the recv launched */
 };
 
 static pthread_mutex_t cliques_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1237,6 +1241,8 @@ static void host_id(char *buf, size_t len) {
 	snprintf(buf, len, "%s", h ? h : "");
 }
 
+static int runtime_connect(void);
+
 static int shared_gpu_ok(void) {
 	const char *s = getenv("FAKE_NCCL_ALLOW_SHARED_GPU");
 	return s && *s == '1';
@@ -1290,6 +1296,7 @@ API int ncclCommInitRank(ncclComm **out, int n, ncclUniqueId id, int rank) {
 	c->n = n;
 	c->dev = dev;
 	host_id(c->hostid, sizeof c->hostid);
+	c->coll_conn = !runtime_connect();
 	const char *fa = getenv("FAKE_NCCL_FAIL_AFTER");
 	c->fail_after = fa && *fa ? atol(fa) : -1;
 	cl->ranks[rank] = c;
@@ -1670,6 +1677,8 @@ typedef struct xhdr {
 	pthread_mutex_t mu; /* robust, process-shared */
 	int n, joined, present[XMAXR], pdev[XMAXR];
 	char hostid[XMAXR][64];
+	int coll_arrived;                  /* as in a clique */
+	unsigned char parr[XMAXR][XMAXR];
 	uint64_t cur; /* the collective being run */
 	int posted, done;
 	struct { int type; size_t count; int dt, op, root; } k[XMAXR];
@@ -1814,6 +1823,7 @@ static int x_init(ncclComm **out, int n, const char *path, int rank, int dev) {
 	c->rank = rank;
 	c->n = n;
 	c->dev = dev;
+	c->coll_conn = !runtime_connect();
 	const char *fa = getenv("FAKE_NCCL_FAIL_AFTER");
 	c->fail_after = fa && *fa ? atol(fa) : -1;
 	__atomic_add_fetch(&comm_inits, 1, __ATOMIC_SEQ_CST);
@@ -2039,8 +2049,110 @@ static void launch_coll_now(coll *k) {
 	submit(k->st, run_coll, k);
 }
 
+/* Connections. NCCL connects on demand: the first send/recv between two
+   ranks blocks in ncclGroupEnd (or ncclSend/ncclRecv outside a group)
+   until the peer launches its side, and, since NCCL 2.22, the first
+   collective of a communicator until the other ranks launch theirs (unless
+   NCCL_RUNTIME_CONNECT=0, with which ncclCommInitRank connects); an
+   ncclCommAbort from another thread ends the wait. The fake does the same
+   for every version: arrive marks what this group launches first, then
+   connected waits for the peers. */
+static int runtime_connect(void) {
+	const char *v = getenv("NCCL_RUNTIME_CONNECT");
+	return !(v && *v == '0');
+}
+
+static void arrive(ncclComm *c, int coll, int send, int peer) {
+	int me = c->rank;
+	if (c->x) {
+		xhdr *h = c->x;
+		xlock(h);
+		if (coll)
+			h->coll_arrived++;
+		else if (send)
+			h->parr[me][peer] |= 1;
+		else
+			h->parr[peer][me] |= 2;
+		xunlock(h);
+		return;
+	}
+	clique *cl = c->cl;
+	pthread_mutex_lock(&cl->mu);
+	if (coll)
+		cl->coll_arrived++;
+	else if (send)
+		cl->parr[me][peer] |= 1;
+	else
+		cl->parr[peer][me] |= 2;
+	pthread_cond_broadcast(&cl->cv);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+/* 1 once connected, 0 if aborted first. */
+static int connected(ncclComm *c, int coll, int send, int peer) {
+	int me = c->rank, from = send ? me : peer, to = send ? peer : me, ok;
+	if (c->x) {
+		xhdr *h = c->x;
+		int i = 0;
+		xlock(h);
+		while (!(ok = coll ? h->coll_arrived >= c->n : h->parr[from][to] == 3) && !x_aborted(c)) xnap(h, &i);
+		xunlock(h);
+		return ok;
+	}
+	clique *cl = c->cl;
+	pthread_mutex_lock(&cl->mu);
+	while (!(ok = coll ? cl->coll_arrived >= c->n : cl->parr[from][to] == 3) && !c->aborted)
+		pthread_cond_wait(&cl->cv, &cl->mu);
+	pthread_mutex_unlock(&cl->mu);
+	return ok;
+}
+
+/* Connects what the group's operations need first (see above). */
+static int connect_group(void) {
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < ngops; i++) {
+			gop *g = &gops[i];
+			ncclComm *c = g->k ? g->k->comm : g->comm;
+			int coll = g->k != NULL, send = g->send, peer = g->peer;
+			if (coll ? c->coll_conn : (c->p2p_conn[peer] & (send ? 1 : 2))) continue;
+			if (pass == 0) {
+				int seen = 0; /* once per communicator and pair in the group */
+				for (int j = 0; j < i; j++) {
+					gop *o = &gops[j];
+					ncclComm *oc = o->k ? o->k->comm : o->comm;
+					if (oc == c && (coll ? o->k != NULL : !o->k && o->send == send && o->peer == peer)) seen = 1;
+				}
+				if (!seen) arrive(c, coll, send, peer);
+				continue;
+			}
+			if (!connected(c, coll, send, peer)) {
+				if (coll)
+					set_last(c, "ncclGroupEnd: the communicator was aborted while connecting for its first collective");
+				else
+					set_last(c, "ncclGroupEnd: the communicator was aborted while connecting to rank %d", peer);
+				return ncclInternalError;
+			}
+			if (coll)
+				c->coll_conn = 1;
+			else
+				c->p2p_conn[peer] |= send ? 1 : 2;
+		}
+	}
+	return ncclSuccess;
+}
+
+/* Drops the operations of a group that failed to connect. */
+static void drop_group(void) {
+	for (int i = 0; i < ngops; i++) free(gops[i].k);
+	ngops = 0;
+}
+
 static int flush_group(void) {
-	int err = ncclSuccess;
+	int err = connect_group();
+	if (err) {
+		drop_group();
+		return err;
+	}
 	for (int i = 0; i < ngops; i++) {
 		if (gops[i].k) {
 			launch_coll_now(gops[i].k);
@@ -2164,8 +2276,11 @@ static int launch_coll(int type, const void *sendbuff, void *recvbuff, size_t co
 	k->send = s;
 	k->recv = d;
 	if (gdepth > 0) return push_gop((gop){k, 0, 0, NULL, 0, c, k->st});
-	launch_coll_now(k);
-	return ncclSuccess;
+	gdepth++;
+	r = push_gop((gop){k, 0, 0, NULL, 0, c, k->st});
+	gdepth--;
+	int e = flush_group();
+	return r ? r : e;
 }
 
 API int ncclAllReduce(const void *s, void *r, size_t count, int dt, int op, ncclComm *c, void *st) {
