@@ -43,6 +43,7 @@ func load() *state {
 	if ok, why := cuda.Available(); !ok {
 		return &state{err: fmt.Errorf("%w: no CUDA: %s", ErrUnavailable, why)}
 	}
+	eagerConnect()
 	var syms [6]uintptr
 	for i, name := range []string{"cudaSetDevice", "cudaFree", "cudaEventRecord", "cudaStreamWaitEvent", "cudaMemcpyAsync", "cudaLaunchHostFunc"} {
 		p, err := cuda.Symbol(name)
@@ -72,6 +73,22 @@ func load() *state {
 	}
 	msg := dl.Unloadable("NCCL", tried, EnvLibrary, "a libnccl.so.2 (the pip packages nvidia-nccl-cu12 and nvidia-nccl-cu13 ship one; it is found in $VIRTUAL_ENV, $CONDA_PREFIX or the environment of a python3 on $PATH)")
 	return &state{err: fmt.Errorf("%w: %s", ErrUnavailable, msg)}
+}
+
+// eagerConnect makes this process's communicators connect when they are
+// made, unless the user set NCCL_RUNTIME_CONNECT: with NCCL's default, the
+// first collective of a communicator blocks inside its launch until every
+// peer has launched it too, so a rank that issues an asynchronous
+// collective on one Comm and then waits on another (which the Work
+// contract allows) deadlocks against a peer that issues them in the other
+// order (seen on an H200 with NCCL 2.28: commtest's SubGroupIndependent
+// hung). ncclCommInitRank is collective anyway, so connecting there costs
+// no extra wait. Send/recv still connect at a pair's first message
+// (ConnectPeers connects them up front).
+func eagerConnect() {
+	if _, set := os.LookupEnv(EnvRuntimeConnect); !set {
+		os.Setenv(EnvRuntimeConnect, "0")
+	}
 }
 
 // lib returns the loaded library or why there is none.
