@@ -16,6 +16,7 @@ static void gdfk_contexts(uintptr_t f, unsigned long long *mask, int *implicit, 
 static void gdfk_call(uintptr_t f) { ((gdfk_void_fn)f)(); }
 static void gdfk_call_int(uintptr_t f, int v) { ((gdfk_int_fn)f)(v); }
 static int gdfk_get(uintptr_t f) { return ((gdfk_get_fn)f)(); }
+static void gdfk_call_ll(uintptr_t f, long long v) { ((void (*)(long long))f)(v); }
 */
 import "C"
 
@@ -131,4 +132,28 @@ func Vanish(t testing.TB, dev int) {
 	f := sym(t, "fakencclVanish")
 	C.gdfk_call_int(f, C.int(dev))
 	t.Cleanup(func() { C.gdfk_call_int(f, -1) })
+}
+
+// StickyError makes the process's CUDA context unusable, as a kernel fault
+// does: every later CUDA call returns code (if 0, cudaErrorIllegalAddress,
+// 700: "an illegal memory access was encountered"),
+// synchronizations return it at once, and NCCL calls and NCCL's
+// asynchronous error say ncclUnhandledCudaError. The context is repaired
+// when t ends (a real process never recovers).
+func StickyError(t testing.TB, code int) {
+	f := sym(t, "fakecudaStickyError")
+	if code == 0 {
+		code = 700
+	}
+	C.gdfk_call_int(f, C.int(code))
+	t.Cleanup(func() { C.gdfk_call_int(f, 0) })
+}
+
+// MemLimit caps the device memory each fake device may have allocated at
+// once: cudaMalloc beyond it fails with cudaErrorMemoryAllocation ("out of
+// memory"). The cap is lifted when t ends.
+func MemLimit(t testing.TB, bytes int64) {
+	f := sym(t, "fakecudaMemLimit")
+	C.gdfk_call_ll(f, C.longlong(bytes))
+	t.Cleanup(func() { C.gdfk_call_ll(f, 0) })
 }

@@ -39,3 +39,9 @@ func ResetCommInits(t testing.TB) { RequireFake(t) }
 
 // Vanish skips t: without cgo there is no fake.
 func Vanish(t testing.TB, dev int) { RequireFake(t) }
+
+// StickyError skips t: without cgo there is no fake.
+func StickyError(t testing.TB, code int) { RequireFake(t) }
+
+// MemLimit skips t: without cgo there is no fake.
+func MemLimit(t testing.TB, bytes int64) { RequireFake(t) }

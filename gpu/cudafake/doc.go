@@ -19,8 +19,13 @@
 // context on a thread with no device set is counted (Contexts,
 // NoImplicitContexts; the tests assert none); cudaFree and cudaFreeHost
 // wait for the device; copies to the device and memsets are asynchronous to
-// the host (queued on each device's legacy default stream, which is ordered
-// with the blocking streams as in the real runtime); a CUDA 11 runtime
+// the host as CUDA documents ("API synchronization behavior": cudaMemcpy
+// from pinned host memory to the device returns once done; from pageable
+// memory it syncs the stream, reads the source before it returns and
+// completes later; device to device and memsets are queued on each
+// device's legacy default stream, which is ordered with the blocking
+// streams as in the real runtime; cudaMemcpyAsync reads its source when
+// the stream runs it); a CUDA 11 runtime
 // (FAKE_CUDA_RUNTIME_VERSION=11080) makes no context current at
 // cudaSetDevice; ncclAvg on floats pre-multiplies by fl(1/n); NCCL
 // connects on demand, in the launch: the first send/recv between two ranks
@@ -32,8 +37,12 @@
 // Gate stage device work that waits (as an NCCL kernel waits for a peer),
 // CopyDelay slows copies and memsets (so that a missing synchronization
 // reads stale data), Vanish makes the NCCL ranks of a device vanish with no
-// asynchronous error (as a dead peer over NVLink does), and CommInits
-// counts the NCCL communicators made.
+// asynchronous error (as a dead peer over NVLink does), StickyError leaves
+// the CUDA context with a sticky error (as a kernel fault does: every later
+// call returns it), MemLimit caps each device's memory (cudaMalloc then
+// fails with cudaErrorMemoryAllocation), FAKE_CUDA_DRIVER_VERSION below the
+// runtime's makes cudaGetDeviceCount fail with cudaErrorInsufficientDriver,
+// and CommInits counts the NCCL communicators made.
 // See the C file's header for the details and its environment variables.
 //
 // A test package opts in with

@@ -14,9 +14,17 @@
 //   - Streams are queues run by one thread each; events complete when their
 //     stream reaches them. The legacy default stream of each device is one
 //     too: its work waits for the work queued before on the device's
-//     blocking streams, and theirs for its. cudaMemcpy to the device and
-//     cudaMemset are asynchronous to the host (queued there); cudaMemcpy to
-//     the host waits for the legacy and blocking streams.
+//     blocking streams, and theirs for its. cudaMemcpy follows CUDA's "API
+//     synchronization behavior": to the device from pinned memory it is
+//     synchronous; from pageable memory it syncs the stream, stages the
+//     source before returning and completes later (queued there); device
+//     to device and cudaMemset are asynchronous (queued there); to the host
+//     it waits for the legacy and blocking streams. cudaMemcpyAsync reads
+//     its source when its stream runs it.
+//   - Faults: fakecudaStickyError (a sticky error, as after a kernel
+//     fault), fakecudaMemLimit (device memory per device: out of memory),
+//     FAKE_CUDA_DRIVER_VERSION below the runtime's version
+//     (cudaErrorInsufficientDriver).
 //   - NCCL: communicators of one unique id are ranks of one process
 //     (threads or goroutines); collectives match by launch order and the
 //     last rank to arrive performs the whole collective; point-to-point
@@ -84,10 +92,12 @@ enum {
 	cudaSuccess = 0,
 	cudaErrorInvalidValue = 1,
 	cudaErrorMemoryAllocation = 2,
+	cudaErrorInsufficientDriver = 35,
 	cudaErrorNoDevice = 100,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
 	cudaErrorNotReady = 600,
+	cudaErrorIllegalAddress = 700,
 };
 
 static __thread int last_error;
@@ -192,6 +202,56 @@ static int seterr(int e) {
 	return e;
 }
 
+/* fakecudaStickyError(code) makes the process's CUDA context unusable, as a
+   kernel fault (cudaErrorIllegalAddress, 700) does: every later call that
+   uses the context returns code, cudaGetLastError cannot clear it, waits
+   (synchronizations) return it at once, and NCCL calls fail with
+   ncclUnhandledCudaError (also as the asynchronous error).
+   fakecudaStickyError(0) repairs the context (for the tests that follow: a
+   real process never recovers). Not CUDA: for the tests. */
+static int sticky;
+
+API void fakecudaStickyError(int code) { __atomic_store_n(&sticky, code, __ATOMIC_SEQ_CST); }
+
+static int sticky_err(void) { return __atomic_load_n(&sticky, __ATOMIC_SEQ_CST); }
+
+#define STICKY()                                          \
+	do {                                              \
+		int se_ = sticky_err();                   \
+		if (se_) return seterr(se_);              \
+	} while (0)
+
+/* Waits on cv (mu held) for at most 10 ms, so that a waiter can notice a
+   sticky error. */
+static void wait_a_while(pthread_cond_t *cv, pthread_mutex_t *mu) {
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += 10 * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cv, mu, &dl);
+}
+
+/* fakecudaMemLimit(bytes) caps the device memory each device may have
+   allocated at once (cudaMalloc beyond it fails with
+   cudaErrorMemoryAllocation, "out of memory"); 0 removes the cap. Not
+   CUDA: for the tests. */
+static long long mem_limit;
+static long long mem_used[64];
+
+API void fakecudaMemLimit(long long bytes) { __atomic_store_n(&mem_limit, bytes, __ATOMIC_SEQ_CST); }
+
+/* The driver's CUDA version: FAKE_CUDA_DRIVER_VERSION (default 12040). A
+   driver older than the runtime (FAKE_CUDA_RUNTIME_VERSION) makes
+   cudaGetDeviceCount fail with cudaErrorInsufficientDriver, as a CUDA 13
+   runtime does on a CUDA 12 driver. */
+static int drv_version(void) {
+	const char *s = getenv("FAKE_CUDA_DRIVER_VERSION");
+	return s && *s ? atoi(s) : 12040;
+}
+
 /* The physical device of visible device d (FAKE_CUDA_VISIBLE_DEVICES). */
 static int phys_dev(int d) {
 	const char *v = getenv("FAKE_CUDA_VISIBLE_DEVICES");
@@ -216,6 +276,10 @@ static int ndevices(void) {
 }
 
 API int cudaGetDeviceCount(int *n) {
+	if (drv_version() < rt_version()) {
+		*n = 0;
+		return seterr(cudaErrorInsufficientDriver);
+	}
 	int d = ndevices();
 	if (d <= 0) {
 		*n = 0;
@@ -246,7 +310,7 @@ API int cudaGetDevice(int *d) {
 }
 
 API int cudaDriverGetVersion(int *v) {
-	*v = 12040;
+	*v = drv_version();
 	return cudaSuccess;
 }
 
@@ -264,7 +328,7 @@ API int cudaDeviceGetPCIBusId(char *buf, int len, int dev) {
 API int cudaGetLastError(void) {
 	int e = last_error;
 	last_error = 0;
-	return e;
+	return sticky_err() ? sticky_err() : e;
 }
 
 API const char *cudaGetErrorString(int e) {
@@ -276,6 +340,8 @@ API const char *cudaGetErrorString(int e) {
 	case cudaErrorInvalidDevice: return "invalid device ordinal";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
 	case cudaErrorNotReady: return "device not ready";
+	case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+	case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
 	}
 	return "unrecognized error code";
 }
@@ -289,6 +355,8 @@ API const char *cudaGetErrorName(int e) {
 	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
 	case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
 	case cudaErrorNotReady: return "cudaErrorNotReady";
+	case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+	case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
 	}
 	return "cudaErrorUnknown";
 }
@@ -349,10 +417,20 @@ static int pinned_lookup(const void *p, size_t n) {
 API int cudaMalloc(void **out, size_t n) {
 	int dev = ctx_dev("cudaMalloc");
 	*out = NULL;
+	STICKY();
 	if (n == 0) return cudaSuccess;
 	if (n > SLOT_MASK) return seterr(cudaErrorMemoryAllocation);
+	long long lim = __atomic_load_n(&mem_limit, __ATOMIC_SEQ_CST);
+	if (__atomic_add_fetch(&mem_used[dev & 63], (long long)n, __ATOMIC_SEQ_CST) > lim && lim > 0) {
+		__atomic_sub_fetch(&mem_used[dev & 63], (long long)n, __ATOMIC_SEQ_CST);
+		warnf("cudaMalloc(%zu) on device %d: over the limit of %lld bytes (fakecudaMemLimit)", n, dev, lim);
+		return seterr(cudaErrorMemoryAllocation);
+	}
 	unsigned char *m = malloc(n);
-	if (!m) return seterr(cudaErrorMemoryAllocation);
+	if (!m) {
+		__atomic_sub_fetch(&mem_used[dev & 63], (long long)n, __ATOMIC_SEQ_CST);
+		return seterr(cudaErrorMemoryAllocation);
+	}
 	memset(m, 0xa5, n);
 	pthread_mutex_lock(&mem_mu);
 	if (nslots == capslots || !slots) {
@@ -378,6 +456,7 @@ API int cudaMalloc(void **out, size_t n) {
    waits for a peer keeps it waiting. */
 API int cudaFree(void *p) {
 	int dev = ctx_dev("cudaFree");
+	STICKY();
 	if (!p) return cudaSuccess;
 	uintptr_t a = (uintptr_t)p;
 	if (a < DEV_BASE || ((a - DEV_BASE) & SLOT_MASK) != 0) {
@@ -402,12 +481,14 @@ API int cudaFree(void *p) {
 	unsigned char *m = slots[slot].mem;
 	slots[slot].live = 0;
 	slots[slot].mem = NULL;
+	__atomic_sub_fetch(&mem_used[slots[slot].dev & 63], (long long)slots[slot].size, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&mem_mu);
 	free(m);
 	return cudaSuccess;
 }
 
 API int cudaHostAlloc(void **out, size_t n, unsigned int flags) {
+	STICKY();
 	(void)flags;
 	ctx_dev("cudaHostAlloc");
 	*out = NULL;
@@ -435,6 +516,7 @@ API int cudaMallocHost(void **out, size_t n) { return cudaHostAlloc(out, n, 0); 
 
 /* cudaFreeHost, like cudaFree, waits for the device. */
 API int cudaFreeHost(void *p) {
+	STICKY();
 	drain(ctx_dev("cudaFreeHost"), 0);
 	pthread_mutex_lock(&mem_mu);
 	for (size_t i = 0; i < npins; i++) {
@@ -598,7 +680,7 @@ static void drain(int dev, int blocking_only) {
 	pthread_mutex_unlock(&streams_mu);
 	for (int i = 0; i < n; i++) {
 		pthread_mutex_lock(&list[i]->mu);
-		while (list[i]->done < want[i]) pthread_cond_wait(&list[i]->cv, &list[i]->mu);
+		while (list[i]->done < want[i] && !sticky_err()) wait_a_while(&list[i]->cv, &list[i]->mu);
 		pthread_mutex_unlock(&list[i]->mu);
 	}
 }
@@ -698,6 +780,7 @@ static int stream_dev_ok(const char *call, stream *s) {
 }
 
 API int cudaStreamCreateWithFlags(void **out, unsigned int flags) {
+	STICKY();
 	stream *s = calloc(1, sizeof *s);
 	if (!s) return seterr(cudaErrorMemoryAllocation);
 	s->magic = STREAM_MAGIC;
@@ -726,6 +809,7 @@ API int cudaStreamCreateWithFlags(void **out, unsigned int flags) {
 API int cudaStreamCreate(void **out) { return cudaStreamCreateWithFlags(out, 0); }
 
 API int cudaStreamDestroy(void *h) {
+	STICKY();
 	stream *s;
 	ctx_dev("cudaStreamDestroy");
 	int e = check_stream("cudaStreamDestroy", h, &s);
@@ -747,22 +831,26 @@ API int cudaStreamDestroy(void *h) {
 }
 
 API int cudaStreamSynchronize(void *h) {
+	STICKY();
 	stream *s;
 	int dev = ctx_dev("cudaStreamSynchronize");
 	int e = check_stream("cudaStreamSynchronize", h, &s);
 	if (e) return seterr(e);
 	if (!s) {
 		drain(dev, 1); /* the legacy stream and the blocking ones */
+		STICKY();
 		return cudaSuccess;
 	}
 	pthread_mutex_lock(&s->mu);
 	uint64_t want = s->enq;
-	while (s->done < want) pthread_cond_wait(&s->cv, &s->mu);
+	while (s->done < want && !sticky_err()) wait_a_while(&s->cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
+	STICKY();
 	return cudaSuccess;
 }
 
 API int cudaStreamQuery(void *h) {
+	STICKY();
 	stream *s;
 	ctx_dev("cudaStreamQuery");
 	int e = check_stream("cudaStreamQuery", h, &s);
@@ -775,7 +863,9 @@ API int cudaStreamQuery(void *h) {
 }
 
 API int cudaDeviceSynchronize(void) {
+	STICKY();
 	drain(ctx_dev("cudaDeviceSynchronize"), 0);
+	STICKY();
 	return cudaSuccess;
 }
 
@@ -799,12 +889,19 @@ static void run_copy(void *a) {
 	free(c);
 }
 
-/* cudaMemcpy to the device (and cudaMemset) is asynchronous to the host,
-   as the real one is: the copy is queued on the legacy default stream and
-   the call returns once src may be reused (a pageable source is staged
-   first). A copy to the host waits for the legacy stream and the blocking
-   streams, then copies. fakecudaCopyDelay slows both kinds. */
+/* cudaMemcpy follows CUDA's "API synchronization behavior": to the device
+   from pinned host memory it is synchronous to the host (queued on the
+   legacy default stream, it returns once done, having read the source
+   then); from pageable host memory a stream sync comes first, the source
+   is staged (read) before the call returns, and the copy to the device
+   completes later, asynchronously; device to device is asynchronous (no
+   host synchronization). A copy to the host waits for the legacy stream
+   and the blocking streams, then copies. fakecudaCopyDelay slows them all:
+   staging takes that long before the source is read (as a large buffer's
+   staging does: the source must stay valid throughout the call), and a
+   copy in stream order completes that much later. */
 API int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+	STICKY();
 	if (n == 0) return cudaSuccess;
 	unsigned char *d, *s, *h;
 	int dev = ctx_dev("cudaMemcpy");
@@ -814,21 +911,34 @@ API int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
 	if (dev_lookup((uintptr_t)dst, n, &h, NULL) == 1) {
 		struct copy_task *c = calloc(1, sizeof *c);
 		*c = (struct copy_task){d, s, n, 0, 0, delay, NULL};
-		if (dev_lookup((uintptr_t)src, n, &h, NULL) != 1) { /* from the host: staged now */
-			c->own = malloc(n);
-			memcpy(c->own, s, n);
-			c->s = c->own;
+		if (dev_lookup((uintptr_t)src, n, &h, NULL) == 1) { /* device to device */
+			submit(NULL, run_copy, c);
+			return cudaSuccess;
 		}
+		if (pinned_lookup(src, n)) { /* synchronous: done when it returns */
+			submit(NULL, run_copy, c);
+			drain(dev, 1);
+			STICKY();
+			return cudaSuccess;
+		}
+		drain(dev, 1); /* pageable: a stream sync, then staging */
+		STICKY();
+		if (delay > 0) usleep((useconds_t)delay * 1000);
+		c->own = malloc(n);
+		memcpy(c->own, s, n);
+		c->s = c->own;
 		submit(NULL, run_copy, c);
 		return cudaSuccess;
 	}
 	drain(dev, 1);
+	STICKY();
 	if (delay > 0) usleep((useconds_t)delay * 1000);
 	memmove(d, s, n);
 	return cudaSuccess;
 }
 
 API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h) {
+	STICKY();
 	stream *st;
 	int e = check_stream("cudaMemcpyAsync", h, &st);
 	if (e) return seterr(e);
@@ -844,6 +954,7 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h)
 }
 
 API int cudaMemset(void *p, int v, size_t n) {
+	STICKY();
 	if (n == 0) return cudaSuccess;
 	unsigned char *d;
 	ctx_dev("cudaMemset");
@@ -856,6 +967,7 @@ API int cudaMemset(void *p, int v, size_t n) {
 }
 
 API int cudaMemsetAsync(void *p, int v, size_t n, void *h) {
+	STICKY();
 	stream *st;
 	int e = check_stream("cudaMemsetAsync", h, &st);
 	if (e) return seterr(e);
@@ -871,6 +983,7 @@ API int cudaMemsetAsync(void *p, int v, size_t n, void *h) {
 }
 
 API int cudaLaunchHostFunc(void *h, void (*fn)(void *), void *arg) {
+	STICKY();
 	stream *st;
 	int e = check_stream("cudaLaunchHostFunc", h, &st);
 	if (e) return seterr(e);
@@ -891,6 +1004,7 @@ static int check_event(const char *call, void *h, event **out) {
 }
 
 API int cudaEventCreateWithFlags(void **out, unsigned int flags) {
+	STICKY();
 	(void)flags;
 	event *e = calloc(1, sizeof *e);
 	if (!e) return seterr(cudaErrorMemoryAllocation);
@@ -927,6 +1041,7 @@ static void ev_wait(void *a) {
 }
 
 API int cudaEventRecord(void *eh, void *sh) {
+	STICKY();
 	event *e;
 	stream *s;
 	int r = check_event("cudaEventRecord", eh, &e);
@@ -947,6 +1062,7 @@ API int cudaEventRecord(void *eh, void *sh) {
 }
 
 API int cudaEventQuery(void *eh) {
+	STICKY();
 	event *e;
 	ctx_dev("cudaEventQuery");
 	int r = check_event("cudaEventQuery", eh, &e);
@@ -958,14 +1074,16 @@ API int cudaEventQuery(void *eh) {
 }
 
 API int cudaEventSynchronize(void *eh) {
+	STICKY();
 	event *e;
 	ctx_dev("cudaEventSynchronize");
 	int r = check_event("cudaEventSynchronize", eh, &e);
 	if (r) return seterr(r);
 	pthread_mutex_lock(&e->mu);
 	uint64_t g = e->rec;
-	while (e->done < g) pthread_cond_wait(&e->cv, &e->mu);
+	while (e->done < g && !sticky_err()) wait_a_while(&e->cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
+	STICKY();
 	return cudaSuccess;
 }
 
@@ -979,6 +1097,7 @@ API int cudaEventDestroy(void *eh) {
 }
 
 API int cudaStreamWaitEvent(void *sh, void *eh, unsigned int flags) {
+	STICKY();
 	(void)flags;
 	event *e;
 	stream *s;
@@ -1003,6 +1122,7 @@ struct attrs {
 };
 
 API int cudaPointerGetAttributes(void *a, const void *p) {
+	STICKY();
 	struct attrs *at = a;
 	int cur = ctx_dev("cudaPointerGetAttributes");
 	memset(at, 0, sizeof *at);
@@ -1368,10 +1488,13 @@ API int ncclCommDestroy(ncclComm *c) {
 	return ncclCommAbort(c);
 }
 
+static int nccl_sticky(ncclComm *c, const char *call);
+
 API int ncclCommGetAsyncError(ncclComm *c, int *res) {
 	int r = check_comm("ncclCommGetAsyncError", c);
 	if (r) return r;
 	*res = __atomic_load_n(&c->async_err, __ATOMIC_SEQ_CST);
+	if (!*res && sticky_err()) *res = nccl_sticky(c, "ncclCommGetAsyncError");
 	return ncclSuccess;
 }
 
@@ -2230,11 +2353,20 @@ static int nstream(ncclComm *c, const char *call, void *h, stream **out) {
 	return ncclSuccess;
 }
 
+/* NCCL's result when the CUDA context has a sticky error. */
+static int nccl_sticky(ncclComm *c, const char *call) {
+	int e = sticky_err();
+	if (!e) return ncclSuccess;
+	set_last(c, "%s: Cuda failure %d '%s'", call, e, cudaGetErrorString(e));
+	return ncclUnhandledCudaError;
+}
+
 static int launch_coll(int type, const void *sendbuff, void *recvbuff, size_t count, int dt, int op, int root,
 		       ncclComm *c, void *sh) {
 	const char *call = tname(type);
 	int r = check_comm(call, c);
 	if (r) return r;
+	if ((r = nccl_sticky(c, call))) return r;
 	size_t es = dt_size(dt);
 	if (!es) {
 		set_last(c, "%s: bad datatype %d", call, dt);
@@ -2307,6 +2439,7 @@ static int launch_p2p(int send, const void *buf, size_t count, int dt, int peer,
 	const char *call = send ? "ncclSend" : "ncclRecv";
 	int r = check_comm(call, c);
 	if (r) return r;
+	if ((r = nccl_sticky(c, call))) return r;
 	size_t es = dt_size(dt);
 	if (!es) {
 		set_last(c, "%s: bad datatype %d", call, dt);
