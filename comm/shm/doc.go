@@ -126,8 +126,13 @@
 // runtime.Gosched, so that it runs: a large message's send started on
 // this processor; with none waiting, Gosched would only wake an idle
 // thread, which takes a CPU from a rank for 20-40 us on a small VM) for
-// 50 us ($GDIST_SHM_SPIN_US), then sleeps on its rank's doorbell, a futex word
-// in its slot, after counting itself in the slot's sleepers and in the
+// 50 us ($GDIST_SHM_SPIN_US), or until a yield takes longer than 20 us
+// (it gave the processor to another thread for a time slice: the
+// machine is oversubscribed, by other jobs or by more ranks than cores,
+// and the waiter would poll again only when its turn came round, long
+// after its peer answered; after two such waits in a row the next ones
+// skip yielding, but every 16th, which probes), then sleeps on its
+// rank's doorbell, a futex word in its slot, after counting itself in the slot's sleepers and in the
 // pair's waiter count. Whoever makes its condition true (a peer
 // publishing data or freeing space, a local receive finishing its op, a
 // failure, an abort, the end of its ctx) checks those counts after the

@@ -64,6 +64,15 @@ type Transport struct {
 	// peer (see await).
 	pollers atomic.Int32
 	noPulse atomic.Uint32
+	// slowYields counts the waits in a row whose yielding phase found
+	// the processor taken (a yield that gave it to another thread for
+	// longer than yieldSlow: an oversubscribed machine); from 2 on, waits
+	// skip that phase and sleep at once, but every 16th (see await).
+	// yields counts the yields of that phase, yieldPhases the phases
+	// (for the tests).
+	slowYields  atomic.Uint32
+	yields      atomic.Uint64
+	yieldPhases atomic.Uint64
 	// wakers: the ctxs a sleeping waiter was woken for (see armWaker).
 	wakers wakers
 	// ctrlWake: the control goroutine's socket (ctrlwake_linux.go).
@@ -295,6 +304,10 @@ var (
 	// message, does not pulse for a few microseconds).
 	activeMax = envUS("GDIST_SHM_ACTIVE_US", 1000)
 	activeGap = 10 * time.Microsecond
+	// yieldSlow: a yield that returns later than this gave the processor
+	// to another thread (with nothing else to run, one takes about a
+	// microsecond).
+	yieldSlow = 20 * time.Microsecond
 	sleepMax  = 50 * time.Millisecond
 	// pokeAfter: a producer that has slept this long for ring space asks
 	// the consumer's control goroutine to drain the ring (into queues).
@@ -426,21 +439,52 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag *uint32, poke *li
 	// runnable it was most of the thread wake-ups of a 4 KiB all-reduce
 	// loop (benchmarks/README.md). Small messages rarely get here now
 	// (see the pulse above).
-	for i := 1; ; i++ {
-		if i&3 == 0 && othersRunnable() {
-			runtime.Gosched()
-		} else {
-			osYield()
+	//
+	// On an oversubscribed machine (more runnable threads than
+	// processors: other jobs, or more ranks than cores) a yield hands the
+	// processor to another thread for a whole time slice (milliseconds),
+	// and the waiter polls again only when its turn comes round, long
+	// after the peer answered; asleep on the futex it leaves its share
+	// to the peer and is woken as soon as the peer publishes. So the
+	// phase ends at the first yield that took longer than yieldSlow (the
+	// clock is read after every yield), and after 2 such waits in a row
+	// the next ones sleep at once, but every 16th, which probes whether
+	// the processors are free again. (Reading the clock every 8th yield
+	// made every wait on a loaded machine 8 time slices long: collectives
+	// 5-20x slower under load than the load's share of the cores
+	// explains, and test deadlines missed: issue 25.)
+	if n := t.slowYields.Load(); n < 2 || n%16 == 0 {
+		t.yieldPhases.Add(1)
+		last := time.Now()
+		for i := 1; ; i++ {
+			if i&3 == 0 && othersRunnable() {
+				runtime.Gosched()
+			} else {
+				osYield()
+			}
+			t.yields.Add(1)
+			now := time.Now()
+			slow := now.Sub(last) > yieldSlow
+			if slow {
+				t.slowYields.Add(1)
+			} else if i == 1 {
+				t.slowYields.Store(0)
+			}
+			if ready() {
+				return true
+			}
+			if interrupted() {
+				return false
+			}
+			if slow {
+				break
+			}
+			if last = now; now.Sub(start) > spinFor {
+				break
+			}
 		}
-		if ready() {
-			return true
-		}
-		if interrupted() {
-			return false
-		}
-		if i&7 == 0 && time.Since(start) > spinFor {
-			break
-		}
+	} else {
+		t.slowYields.Add(1)
 	}
 	if done != nil {
 		t.armWaker(ctx, done)
