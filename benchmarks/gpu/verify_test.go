@@ -78,7 +78,7 @@ func TestVerifyDryRun(t *testing.T) {
 	if d, _ := steps["kill"]["detail"].(string); !strings.Contains(d, "naming rank 1") {
 		t.Errorf("kill: %q does not say the killed rank was named", d)
 	}
-	if d, _ := steps["bench"]["detail"].(string); !strings.Contains(d, "ranks [1 2]") {
+	if d, _ := steps["bench"]["detail"].(string); !strings.Contains(d, "ranks [1, 2]") {
 		t.Errorf("bench: %q: want rows at 1 and 2 ranks", d)
 	}
 	if benchRows < 20 {
