@@ -146,13 +146,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.MaxSteps, "max-steps", 0, "stop (and save) after this many steps in this run (0: no cap)")
 	fs.IntVar(&c.SaveEvery, "save-every", 0, "with -save, also save every this many steps (0: after every epoch only)")
 	fs.BoolVar(&c.SyncSave, "sync-save", false, "write each checkpoint before training goes on (default: copy it and write it in the background)")
-	fs.IntVar(&c.Keep, "keep", 1, "with -save, keep this many checkpoints: the latest at the -save path, older ones beside it as <save>.<step>-<id>.safetensors")
+	fs.IntVar(&c.Keep, "keep", 1, "with -save, keep this many checkpoints (1 or more): the latest at the -save path, older ones beside it as <save>.<step>-<id>.safetensors")
 	fs.IntVar(&o.nnodes, "nnodes", 1, "number of nodes (hosts), one train launcher on each with the same flags but -node-rank; -nproc is per node")
 	fs.IntVar(&o.nodeRank, "node-rank", 0, "this node's rank, 0 to -nnodes-1 (node 0 hosts rank 0 and the store)")
 	fs.StringVar(&o.masterAddr, "master-addr", "", "with -nnodes > 1: node 0's address, reachable from every node")
 	fs.IntVar(&o.masterPort, "master-port", 29500, "with -nnodes > 1: the store's port on node 0")
 	fs.StringVar(&o.tokenFile, "token-file", "", "with -nnodes > 1: a file holding the job's secret token (default: $GDIST_TOKEN), the same on every node")
-	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when some ranks cannot be started again, go on with as few as this many (the global batch kept); 0: always -nproc")
+	fs.IntVar(&o.minNProc, "min-nproc", 0, "with -max-restarts: when a restart cannot start some ranks again (their process fails to start: out of memory, a process limit, the binary gone; a rank that starts and fails again is a failure, not a shrink), go on with as few as this many (the global batch kept); the next restart tries -nproc again. For hosts whose ranks do not come back; 0: always -nproc")
 	fs.IntVar(&o.maxRestarts, "max-restarts", 0, "restart the whole job up to this many times after a worker fails or hangs; it resumes from the latest -save checkpoint")
 	fs.DurationVar(&o.peerTimeout, "peer-timeout", comm.DefaultPeerTimeout, "how long a rank waits without hearing from a peer before naming it dead (process backends)")
 	fs.BoolVar(&o.bind, "bind", true, "launcher: bind each local rank to a share of this host's CPUs of its own (one each with as many ranks as CPUs), as mpirun binds ranks to cores; only when the ranks do not outnumber the CPUs (Linux). -bind=false leaves placement to the kernel")
@@ -199,6 +199,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if o.minNProc < 0 || o.minNProc > o.nproc {
 		return o, fmt.Errorf("-min-nproc %d: want 1 to -nproc (%d), or 0 (always -nproc)", o.minNProc, o.nproc)
 	}
+	if o.minNProc > 0 && o.maxRestarts == 0 {
+		return o, fmt.Errorf("-min-nproc %d needs -max-restarts: it says how few ranks a restart may go on with; without restarts it does nothing", o.minNProc)
+	}
+	if set["keep"] && c.Keep < 1 {
+		return o, fmt.Errorf("-keep %d: want 1 or more (1, the default: the latest checkpoint only; it is always kept)", c.Keep)
+	}
+	if set["keep"] && c.Save == "" {
+		return o, fmt.Errorf("-keep %d needs -save: it says how many checkpoints to keep there", c.Keep)
+	}
 	if o.nnodes < 1 || o.nodeRank < 0 || o.nodeRank >= o.nnodes {
 		return o, fmt.Errorf("-nnodes %d -node-rank %d: want at least 1 node and a node rank from 0 to -nnodes-1", o.nnodes, o.nodeRank)
 	}
@@ -224,7 +233,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	switch o.backend {
 	case "auto":
-		if o.nproc == 1 && !launch.UnderLauncher() {
+		// One rank in one process: no processes to connect (but a node
+		// of several is a process whatever -nproc).
+		if o.nproc == 1 && o.nnodes == 1 && !launch.UnderLauncher() {
 			o.backend = "inproc"
 		}
 	case "inproc", "tcp", "shm", "nccl":
@@ -236,7 +247,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-max-restarts: the ranks are goroutines of one process with -backend inproc: use -backend auto, shm or tcp")
 	}
 	if o.nnodes > 1 && o.backend == "inproc" {
-		return o, fmt.Errorf("-nnodes %d: ranks on several nodes are processes: use -backend auto, tcp or shm", o.nnodes)
+		return o, fmt.Errorf("-nnodes %d -backend inproc: inproc runs every rank as a goroutine of one process, and ranks on several nodes are processes: leave -backend out (auto: shared memory within a node, tcp across) or use -backend tcp", o.nnodes)
 	}
 	if !launch.UnderLauncher() {
 		// This process starts the ranks: check what depends on their

@@ -373,3 +373,36 @@ func TestTwoJobsOnOnePort(t *testing.T) {
 		t.Errorf("job A's eval loss %v, an honest run's %v", got, want)
 	}
 }
+
+// TestFlagChecks: issue 25 items 6 and 9. -nnodes 2 -nproc 1 keeps the
+// default backend (auto), not inproc behind the user's back; settings
+// that would do nothing are refused, saying why: -keep 0 (the latest
+// checkpoint is always kept), -keep without -save, -min-nproc without
+// -max-restarts.
+func TestFlagChecks(t *testing.T) {
+	o, err := parse([]string{"-nnodes", "2", "-node-rank", "0", "-nproc", "1", "-master-addr", "127.0.0.1", "-data", "synthetic"}, io.Discard)
+	if err != nil || o.backend != "auto" {
+		t.Errorf("-nnodes 2 -nproc 1: backend %q, %v; want auto and no error", o.backend, err)
+	}
+	_, err = parse([]string{"-nnodes", "2", "-node-rank", "0", "-nproc", "1", "-master-addr", "127.0.0.1", "-backend", "inproc", "-data", "synthetic"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-backend inproc") || !strings.Contains(err.Error(), "processes") {
+		t.Errorf("-nnodes 2 -backend inproc: %v", err)
+	}
+	save := filepath.Join(t.TempDir(), "ck")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-keep", "0", "-save", save}, "-keep 0"},
+		{[]string{"-keep", "3"}, "-keep 3 needs -save"},
+		{[]string{"-min-nproc", "1", "-save", save}, "-min-nproc 1 needs -max-restarts"},
+	} {
+		_, err := parse(append(tc.args, "-data", "synthetic"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parse([]string{"-keep", "2", "-save", save, "-min-nproc", "1", "-max-restarts", "1", "-data", "synthetic"}, io.Discard); err != nil {
+		t.Errorf("valid -keep and -min-nproc: %v", err)
+	}
+}
