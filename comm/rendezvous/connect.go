@@ -41,7 +41,9 @@ const doneKey = "rdzv/done"
 // "rdzv/done" and closes its client; rank 0 then waits (at most
 // DoneTimeout) until the count reaches Size and no other client is still
 // connected, so that the last replies reach their ranks, before shutting
-// the server down. Every rank should therefore call closeFn once. logf receives
+// the server down; when the count is short and no rank has been connected
+// for a second, the missing ranks are gone (killed) and it stops waiting,
+// returning an error that wraps comm.ErrPeerLost. Every rank should therefore call closeFn once. logf receives
 // diagnostics (nil: the standard logger).
 func Connect(ctx context.Context, env Env, logf func(string, ...any)) (store comm.Store, closeFn func() error, err error) {
 	if logf == nil {

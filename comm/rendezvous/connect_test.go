@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 )
@@ -192,4 +194,37 @@ func TestInitCommFromEnv(t *testing.T) {
 	if err := closeFn(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A rank that dies (kill -9) never reports done: rank 0's close then
+// stops waiting once no client has been connected for a moment, rather
+// than lingering DoneTimeout (10 s) after the job already failed (seen in
+// the GPU verification's kill step), and says why.
+func TestCloseDoesNotWaitForDeadRank(t *testing.T) {
+	ctx := testCtx(t)
+	port := freePort(t)
+	lb := &logBuf{}
+	stores := make([]comm.Store, 2)
+	closers := make([]func() error, 2)
+	errs := runRanks(2, func(rank int) error {
+		var err error
+		stores[rank], closers[rank], err = Connect(ctx, envFor(rank, 2, port), lb.Logf)
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	stores[1].(*Client).Close() // rank 1 dies: its connection drops, no done
+	start := time.Now()
+	err := closers[0]()
+	took := time.Since(start)
+	if took > 3*time.Second {
+		t.Errorf("rank 0's close took %v with rank 1 gone (DoneTimeout %v)", took, DoneTimeout)
+	}
+	if err == nil || !strings.Contains(err.Error(), "1 of 2") {
+		t.Errorf("rank 0's close: %v, want an error saying 1 of 2 ranks reported done", err)
+	}
+	t.Logf("close after %v: %v", took.Round(time.Millisecond), err)
 }

@@ -128,16 +128,31 @@ func (s *Server) Close() error {
 // waitDone blocks until the integer at key reaches n and no authenticated
 // client is connected any more, or ctx ends. Rank 0 uses it so that its
 // server outlives the other ranks' last requests: a client closes only
-// after it has its reply.
+// after it has its reply. Every rank holds its connection from its join to
+// its done, so when the count is short and no client has been connected
+// for goneAfter, the missing ranks are gone (killed, say): it returns at
+// once with an error saying so rather than waiting for ctx.
 func (s *Server) waitDone(ctx context.Context, key string, n int64) error {
+	var idle time.Time // since when no client is connected (zero: one is)
 	for {
 		s.store.mu.Lock()
 		v := s.store.m[key]
 		ch := s.store.changed
 		s.store.mu.Unlock()
 		cur, _ := strconv.ParseInt(string(v), 10, 64)
-		if cur >= n && s.clients() == 0 {
-			return nil
+		clients := s.clients()
+		if clients == 0 {
+			if cur >= n {
+				return nil
+			}
+			if idle.IsZero() {
+				idle = time.Now()
+			} else if time.Since(idle) >= goneAfter {
+				return fmt.Errorf("%w: %s reached %d of %d and no rank has been connected for %v: the others exited without closing their store (killed, or crashed)",
+					comm.ErrPeerLost, key, cur, n, goneAfter)
+			}
+		} else {
+			idle = time.Time{}
 		}
 		select {
 		case <-ch:
@@ -147,6 +162,11 @@ func (s *Server) waitDone(ctx context.Context, key string, n int64) error {
 		}
 	}
 }
+
+// goneAfter is how long waitDone waits with the count short and no client
+// connected before it takes the missing ranks for gone (a client between
+// its done and its close is connected, so this only covers reconnects).
+const goneAfter = time.Second
 
 // clients counts the authenticated connections.
 func (s *Server) clients() int {
