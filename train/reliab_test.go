@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -399,5 +400,51 @@ func TestConfigMismatchRefused(t *testing.T) {
 			}
 			t.Log(errs[0])
 		})
+	}
+}
+
+// TestSavePathLocked: a second job saving to a -save path a running job
+// saves to is refused at its start, naming the path and the other job
+// (two jobs on one path removed each other's temporary files: "rename
+// .../.run.safetensors.tmpNNN: no such file or directory"), and the first
+// job ends as it would alone.
+func TestSavePathLocked(t *testing.T) {
+	dir := t.TempDir()
+	cfg := base()
+	cfg.Save = filepath.Join(dir, "run.safetensors")
+	cfg.SaveEvery = 2
+	first := cfg
+	started := make(chan struct{})
+	var once sync.Once
+	release := make(chan struct{})
+	first.AfterStep = func(rank int, step int64) {
+		if step == 3 {
+			once.Do(func() { close(started) })
+			<-release
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := runRanks(t, 2, first)
+		done <- err
+	}()
+	<-started
+	_, err := runRanks(t, 2, cfg)
+	close(release)
+	if err == nil || !strings.Contains(err.Error(), cfg.Save) || !strings.Contains(err.Error(), "another job") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("a second job on the same -save path: %v", err)
+	}
+	t.Log(err)
+	if err := <-done; err != nil {
+		t.Fatalf("the first job: %v", err)
+	}
+	if _, meta := readCk(t, cfg.Save); meta["step"] != "40" {
+		t.Errorf("the first job's checkpoint is at step %s, want 40", meta["step"])
+	}
+	// Once the first job is over, the path is free again.
+	cfg.Resume = "auto"
+	if _, err := runRanks(t, 2, cfg); err != nil {
+		t.Fatalf("a later job on the path: %v", err)
 	}
 }

@@ -593,6 +593,24 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		fmt.Sprintf("(test-samples) %d", testSet.Len()), "(resuming-from) "+from); err != nil {
 		return nil, err
 	}
+	if cfg.Save != "" {
+		// One job per -save path: rank 0, which removes stale files and
+		// commits every save, holds its lock for the whole run.
+		var lerr error
+		if lead {
+			var release func()
+			if release, lerr = lockSave(cfg.Save); lerr == nil {
+				defer release()
+			}
+		}
+		if err := comm.Agree(ctx, c, lerr); err != nil {
+			var re *comm.RankError
+			if errors.As(err, &re) {
+				return nil, fmt.Errorf("%w: %s", ErrConfig, re.Msg)
+			}
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
 	var syncer *syncbn.Syncer
 	if cfg.SyncBN {
 		// Before the strategy: its broadcast of rank 0's state then covers
