@@ -490,7 +490,7 @@ func newCase(c comm.Comm, cfg config, op string, size int64) opCase {
 // backing off to 10 ms over about 25 ms; on the 2-core VM of issue 16
 // each wake-up takes a pinned rank's core for 20-40 us, which a
 // 2000-iteration run of 4 KiB all-reduces (4 ms) would measure instead of
-// the collective (benchmarks/README.md).
+// the collective (benchmarks/NOTES.md, "4 KiB latency: the slow operations").
 func warmUp(ctx context.Context, c comm.Comm, oc opCase, cfg config) error {
 	start := time.Now()
 	for i := 0; i < cfg.warmup; i++ {

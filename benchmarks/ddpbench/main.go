@@ -3,8 +3,9 @@
 // gdist's train and the PyTorch peer (benchmarks/peers/torch_ddp.py) in
 // turn, repeats the whole sweep -reps times (interleaved, so machine noise
 // hits both alike), and reports medians: a markdown table written between
-// the ddpbench markers of benchmarks/README.md, a JSON file of every run,
-// and a PNG plot of samples/s against world size.
+// the ddpbench markers of benchmarks/NOTES.md, a JSON file of every run
+// (benchmarks/results/ddp_results.json), and a PNG plot of samples/s
+// against world size per model (benchmarks/results/ddp_scaling_<model>.png).
 //
 //	go run ./benchmarks/ddpbench -models mlp,cnn -worlds 1,2,4 -reps 3
 package main
@@ -49,12 +50,12 @@ func main() {
 	batch := flag.Int("batch", 64, "batch per rank")
 	torchPeer := flag.String("torch", "benchmarks/peers/torch_ddp.py", "PyTorch peer script (empty: skip)")
 	torchModels := flag.String("torch-models", "mlp,cnn", "models to run the PyTorch peer on")
-	readmePath := flag.String("readme", "benchmarks/README.md", "file whose ddpbench section is rewritten")
-	png := flag.String("png", "benchmarks/ddp_scaling_%s.png", "plot output, one per model (%s: the model)")
+	readmePath := flag.String("readme", "benchmarks/NOTES.md", "file whose ddpbench section is rewritten")
+	png := flag.String("png", "benchmarks/results/ddp_scaling_%s.png", "plot output, one per model (%s: the model)")
 	impls := flag.String("impls", "gdist,gdist-no-overlap,torch", "what to run: gdist, gdist-no-overlap, gdist-syncbn, torch")
 	section := flag.String("section", "ddpbench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
 	replot := flag.String("replot", "", "skip the runs: rebuild table and plots from this JSON file of an earlier sweep")
-	jsonOut := flag.String("out", "benchmarks/ddp_results.json", "every run as JSON")
+	jsonOut := flag.String("out", "benchmarks/results/ddp_results.json", "every run as JSON")
 	flag.Parse()
 
 	if *replot != "" {

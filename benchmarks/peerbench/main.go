@@ -14,9 +14,9 @@
 // the machine's drifts hit all of them alike. The table reports, per size,
 // the median time over the repetitions (bus bandwidth from it) and the
 // ratios of our backends to the peers. It rewrites the peerbench section of
-// benchmarks/README.md and writes benchmarks/peer_results.json and one
-// plot of bus bandwidth against size per world size
-// (benchmarks/peer_allreduce_w<N>.png).
+// benchmarks/NOTES.md and writes benchmarks/results/peer_results.json and
+// one plot of bus bandwidth against size per world size
+// (benchmarks/results/peer_allreduce_w<N>.png).
 //
 //	go run ./benchmarks/peerbench -worlds 2,4 -reps 3
 package main
@@ -74,8 +74,8 @@ func main() {
 	mpi := flag.Bool("mpi", true, "run the Open MPI peer (needs mpicc and mpirun)")
 	gloo := flag.String("gloo", "benchmarks/peers/gloo_allreduce.py", "the Gloo peer script (empty: skip)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch for the Gloo peer")
-	readmePath := flag.String("readme", "benchmarks/README.md", "file whose peerbench section is rewritten")
-	out := flag.String("out", "benchmarks", "directory for peer_results.json and the plots")
+	readmePath := flag.String("readme", "benchmarks/NOTES.md", "file whose peerbench section is rewritten")
+	out := flag.String("out", "benchmarks/results", "directory for peer_results.json and the plots")
 	bind := flag.Bool("bind", true, "pin each rank of commbench's process backends to one CPU (commbench -bind) when the world fits this machine's CPUs, as mpirun binds Open MPI's ranks to cores by default; -bind=false: never")
 	flag.Parse()
 
@@ -269,7 +269,7 @@ func main() {
 		if err := plotBW(cells, impls2names(impls), w, filepath.Join(*out, name)); err != nil {
 			fail("plot: %v", err)
 		}
-		fmt.Fprintf(&t, "\n![all-reduce bus bandwidth at %d ranks](%s)\n", w, name)
+		fmt.Fprintf(&t, "\n![all-reduce bus bandwidth at %d ranks](%s)\n", w, readme.Link(*readmePath, filepath.Join(*out, name)))
 	}
 	fmt.Println(t.String())
 	if *readmePath != "" {

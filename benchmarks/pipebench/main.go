@@ -3,8 +3,8 @@
 // records the measured bubble (idle / (busy + idle), mean over stages) next
 // to (K-1)/(M+K-1), the throughput, and the peak activation bytes a stage
 // held (GPipe vs 1F1B). It rewrites the pipebench section of
-// benchmarks/README.md and writes benchmarks/pipe_results.json and
-// benchmarks/pipe_bubble.png.
+// benchmarks/NOTES.md and writes benchmarks/results/pipe_results.json and
+// benchmarks/results/pipe_bubble.png.
 //
 // Each configuration runs -reps times, interleaved (all configurations
 // once, then again), and the table reports the median run by bubble. The
@@ -23,7 +23,7 @@
 // the final evaluation at batch 8) into its own section and files:
 //
 //	go run ./benchmarks/pipebench -model gpt-large -batch 32 -steps 8 -micro 2,4,8 \
-//	    -section pipebench-gpt -out benchmarks/pipe_gpt_results.json -png benchmarks/pipe_gpt_bubble.png
+//	    -section pipebench-gpt -out benchmarks/results/pipe_gpt_results.json -png benchmarks/results/pipe_gpt_bubble.png
 package main
 
 import (
@@ -71,10 +71,10 @@ func main() {
 	balance := flag.String("balance", "time", "stage balance: params or time")
 	reps := flag.Int("reps", 3, "runs of each configuration (median reported)")
 	steps := flag.Int("steps", 0, "training steps per run (0: one epoch of -limit samples); text models need it")
-	readmePath := flag.String("readme", "benchmarks/README.md", "file whose section is rewritten")
+	readmePath := flag.String("readme", "benchmarks/NOTES.md", "file whose section is rewritten")
 	section := flag.String("section", "pipebench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
-	out := flag.String("out", "benchmarks/pipe_results.json", "runs as JSON")
-	png := flag.String("png", "benchmarks/pipe_bubble.png", "bubble plot")
+	out := flag.String("out", "benchmarks/results/pipe_results.json", "runs as JSON")
+	png := flag.String("png", "benchmarks/results/pipe_bubble.png", "bubble plot")
 	flag.Parse()
 	bin := filepath.Join(os.TempDir(), "gdist-pipebench-train")
 	if o, err := exec.Command("go", "build", "-o", bin, "./cmd/train").CombinedOutput(); err != nil {

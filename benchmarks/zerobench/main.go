@@ -3,8 +3,9 @@
 // few steps and records, per rank, the model-state bytes held (next to the
 // ZeRO paper's formulas), the peak including transient gathers, the bytes
 // each rank sent per step (counted by the comm layer) and the step time.
-// It writes a markdown table into benchmarks/README.md (between the
-// zerobench markers), the runs as JSON and two PNG plots.
+// It writes a markdown table into benchmarks/NOTES.md (between the
+// zerobench markers), the runs as JSON (benchmarks/results/zero_results.json)
+// and two PNG plots (benchmarks/results/zero_memory.png, zero_step.png).
 //
 //	go run ./benchmarks/zerobench -worlds 1,2,4,8 -steps 6
 //
@@ -12,7 +13,7 @@
 // final evaluation at batch 8) and writes its own section and files:
 //
 //	go run ./benchmarks/zerobench -model gpt-large -worlds 1,2,4 -steps 6 -batch 8 \
-//	    -section zerobench-gpt -out benchmarks/zero_gpt_results.json -plots zero_gpt
+//	    -section zerobench-gpt -out benchmarks/results/zero_gpt_results.json -plots zero_gpt
 package main
 
 import (
@@ -56,9 +57,9 @@ func main() {
 	steps := flag.Int("steps", 6, "training steps per run")
 	batch := flag.Int("batch", 16, "batch per rank")
 	model := flag.String("model", "mlp-xl", "model")
-	readmePath := flag.String("readme", "benchmarks/README.md", "file whose zerobench section is rewritten")
-	out := flag.String("out", "benchmarks/zero_results.json", "runs as JSON")
-	pngDir := flag.String("png", "benchmarks", "directory for the plots")
+	readmePath := flag.String("readme", "benchmarks/NOTES.md", "file whose zerobench section is rewritten")
+	out := flag.String("out", "benchmarks/results/zero_results.json", "runs as JSON")
+	pngDir := flag.String("png", "benchmarks/results", "directory for the plots")
 	plotName := flag.String("plots", "zero", "the plots are <png>/<plots>_memory.png and <plots>_step.png")
 	section := flag.String("section", "zerobench", "README section to rewrite: <!-- NAME:begin --> ... <!-- NAME:end -->")
 	replot := flag.String("replot", "", "skip the runs: rebuild table and plots from this JSON file")
