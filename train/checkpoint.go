@@ -328,26 +328,14 @@ func LoadCheckpoint(path string, m *models.Model, opt optim.Optimizer) (Position
 }
 
 // saveFull is Save as a collective: rank 0 writes the files, and every
-// rank learns whether that worked, so that no rank goes on alone.
+// rank learns whether that worked (and why not), so that no rank goes on
+// alone.
 func saveFull(ctx context.Context, c comm.Comm, path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
 	var err error
 	if c.Rank() == 0 {
 		err = Save(path, m, opt, pos, meta)
 	}
-	flag := []int32{0}
-	if err != nil {
-		flag[0] = 1
-	}
-	if e := comm.Run(ctx)(c.Broadcast(ctx, comm.FromSlice(flag), 0)); e != nil {
-		return e
-	}
-	if flag[0] != 0 {
-		if err == nil {
-			err = fmt.Errorf("train: rank 0 failed to save the checkpoint to %s", path)
-		}
-		return err
-	}
-	return nil
+	return agree(ctx, c, err, "the checkpoint to "+path)
 }
 
 // withMeta returns a copy of meta with the key-value pairs kv added.

@@ -134,7 +134,7 @@ func (s *saver) save(ctx context.Context, pos Position) error {
 	}
 	if s.sync {
 		if err := s.strat.Save(ctx, s.path, pos, s.meta); err != nil {
-			return err
+			return saveFailed(err, s.path)
 		}
 		if s.lead && s.keep > 1 {
 			pruneKept(s.path, s.keep)
@@ -193,7 +193,10 @@ func (s *saver) failed(ctx context.Context) error {
 	p := s.pend
 	s.pend = nil
 	p.wait()
-	return agree(ctx, s.c, p.err, fmt.Sprintf("the checkpoint of step %d to %s (the previous checkpoint stays)", p.step, s.path))
+	if err := agree(ctx, s.c, p.err, fmt.Sprintf("the checkpoint of step %d to %s", p.step, s.path)); err != nil {
+		return saveFailed(err, s.path)
+	}
+	return nil
 }
 
 // finish writes the pending save to the end, waiting for it. Collective.

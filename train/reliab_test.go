@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -446,5 +447,38 @@ func TestSavePathLocked(t *testing.T) {
 	cfg.Resume = "auto"
 	if _, err := runRanks(t, 2, cfg); err != nil {
 		t.Fatalf("a later job on the path: %v", err)
+	}
+}
+
+// TestDiskFull: issue 25 item 7. A -save file system without room for one
+// checkpoint is refused before the first step (not after an epoch of
+// training), and a save that fails for want of space says so, says what
+// to do, and does not claim an earlier checkpoint stays when there is
+// none.
+func TestDiskFull(t *testing.T) {
+	cfg := base()
+	cfg.Save = filepath.Join(t.TempDir(), "run.safetensors")
+	steps := 0
+	cfg.AfterStep = func(int, int64) { steps++ }
+	freeBytes = func(string) (uint64, error) { return 100 << 10, nil }
+	_, err := runRanks(t, 2, cfg)
+	freeBytes = diskFree
+	if err == nil || steps != 0 || !strings.Contains(err.Error(), "free") || !strings.Contains(err.Error(), cfg.Save) {
+		t.Fatalf("100 KiB free: %v after %d steps; want an error before the first step", err, steps)
+	}
+	t.Log(err)
+	for _, sync := range []bool{false, true} {
+		cfg := base()
+		cfg.Save, cfg.SyncSave = filepath.Join(t.TempDir(), "run.safetensors"), sync
+		testHookSave = func(rank int, stage string) error {
+			return &os.PathError{Op: "write", Path: cfg.Save, Err: syscall.ENOSPC}
+		}
+		_, err := runRanks(t, 2, cfg)
+		testHookSave = nil
+		if err == nil || strings.Contains(err.Error(), "previous checkpoint stays") || !strings.Contains(err.Error(), "no earlier checkpoint") ||
+			!strings.Contains(err.Error(), "free some space") {
+			t.Errorf("sync %v: a first save failing for want of space: %v", sync, err)
+		}
+		t.Log(err)
 	}
 }

@@ -56,3 +56,12 @@ func lockSave(path string) (release func(), err error) {
 		}, nil
 	}
 }
+
+// diskFree is the space free to this user on the file system of dir.
+func diskFree(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}

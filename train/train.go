@@ -601,6 +601,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 			var release func()
 			if release, lerr = lockSave(cfg.Save); lerr == nil {
 				defer release()
+				lerr = checkSaveSpace(cfg, m)
 			}
 		}
 		if err := comm.Agree(ctx, c, lerr); err != nil {
