@@ -30,7 +30,13 @@
 // checkpoint at -save (-save-every bounds the steps recomputed).
 // Settings are checked once, by the process that starts the ranks, before
 // any starts: -nproc (at most 1024), -save (its directory must take a new
-// file), and the strategy's settings for -nproc ranks.
+// file), and the strategy's settings for -nproc ranks. The ranks then
+// compare their settings (train.Config.Settings) before the first step
+// and refuse a mismatch, naming both sides; ranks started by hand with no
+// GDIST_TOKEN and no job id get GDIST_JOB_ID=train-<fingerprint of the
+// settings>, so another job's rank on the same MASTER_PORT is refused at
+// the rendezvous. Rank 0 locks the -save path for the run (<save>.lock)
+// and checks that its file system has room for a checkpoint.
 //
 // The launcher binds each rank to a share of the host's CPUs of its own
 // (one CPU each with as many ranks as CPUs), as mpirun binds ranks to
