@@ -68,4 +68,15 @@
 // exactly), Config.Keep keeps older checkpoints beside the latest, and a
 // run whose Config.Restarts is above 0 (a launcher restarted the job)
 // resumes from Save by itself and reports the steps it recomputes.
+//
+// # What a run refuses (finite.go, events.go, fingerprint.go, savelock_unix.go, savespace.go)
+//
+// Nothing NaN or infinite is saved: every save first checks, on every
+// rank, the state it would write (a step's loss is checked too, but it
+// comes from the parameters before the step's update), and a non-finite
+// reported metric is an error (its JSON line still printed, with null).
+// Run's first collective compares the ranks' settings (Config.Settings:
+// another job's rank, or a node started with other flags, is refused
+// naming both sides). Rank 0 locks the Save path for the run and checks
+// its file system has room for a checkpoint before the first step.
 package train
