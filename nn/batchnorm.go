@@ -90,27 +90,13 @@ func (l *BNLayer) Forward(ctx context.Context, x []float32, n, inner int, gamma,
 		stats := make([]float64, 2*c+1)
 		for i := 0; i < len(x); i += inner {
 			ch := (i / inner) % c
-			var s float64
-			if !vecmath.SumF64(x[i:i+inner], &s) {
-				for _, xv := range x[i : i+inner] {
-					s += float64(xv)
-				}
-			}
-			stats[ch] += s
+			stats[ch] += vecmath.SumF64(x[i : i+inner])
 		}
 		stats[2*c] = float64(n * inner)
 		if stats[2*c] > 0 {
 			for i := 0; i < len(x); i += inner {
 				ch := (i / inner) % c
-				mu := stats[ch] / stats[2*c]
-				var s float64
-				if !vecmath.SqDevF64(x[i:i+inner], mu, &s) {
-					for _, xv := range x[i : i+inner] {
-						d := float64(xv) - mu
-						s += d * d
-					}
-				}
-				stats[c+ch] += s
+				stats[c+ch] += vecmath.SqDevF64(x[i:i+inner], stats[ch]/stats[2*c])
 			}
 		}
 		if l.Sync != nil {
@@ -148,16 +134,7 @@ func (l *BNLayer) Forward(ctx context.Context, x []float32, n, inner int, gamma,
 		if train {
 			xhat = st.XHat[i : i+inner]
 		}
-		if vecmath.BNNorm(x[i:i+inner], out[i:i+inner], xhat, &[4]float64{mu, is, g, b}) {
-			continue
-		}
-		for j, xv := range x[i : i+inner] {
-			xh := (float64(xv) - mu) * is
-			if train {
-				st.XHat[i+j] = float32(xh)
-			}
-			out[i+j] = float32(g*xh + b)
-		}
+		vecmath.BNNorm(x[i:i+inner], out[i:i+inner], xhat, &[4]float64{mu, is, g, b})
 	}
 	return out, nil
 }
@@ -172,15 +149,7 @@ func (l *BNLayer) localSums(dy []float32, inner int, st *BNState) []float64 {
 	local := make([]float64, 2*c)
 	for i := 0; i < len(dy); i += inner {
 		ch := (i / inner) % c
-		var s, sx float64
-		if sd := [2]float64{}; vecmath.SumDotF64(dy[i:i+inner], st.XHat[i:i+inner], &sd) {
-			s, sx = sd[0], sd[1]
-		} else {
-			for j, d := range dy[i : i+inner] {
-				s += float64(d)
-				sx += float64(d) * float64(st.XHat[i+j])
-			}
-		}
+		s, sx := vecmath.SumDotF64(dy[i:i+inner], st.XHat[i:i+inner])
 		local[ch] += s
 		local[c+ch] += sx
 	}
@@ -222,12 +191,7 @@ func (l *BNLayer) InputGrad(ctx context.Context, dy []float32, inner int, gamma 
 		ch := (i / inner) % c
 		k := float64(gamma[ch]) * st.InvStd[ch]
 		mdy, mdyx := sums[ch]/st.M, sums[c+ch]/st.M
-		if vecmath.BNGrad(dy[i:i+inner], st.XHat[i:i+inner], out[i:i+inner], &[3]float64{k, mdy, mdyx}) {
-			continue
-		}
-		for j, d := range dy[i : i+inner] {
-			out[i+j] = float32(k * (float64(d) - mdy - float64(st.XHat[i+j])*mdyx))
-		}
+		vecmath.BNGrad(dy[i:i+inner], st.XHat[i:i+inner], out[i:i+inner], &[3]float64{k, mdy, mdyx})
 	}
 	return out, nil
 }

@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/chewxy/hm"
-	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/internal/vecmath"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
@@ -47,8 +46,7 @@ func (s *convScratch) winograd(g convGeom) int {
 	return winogradTile(g)
 }
 
-// planeFor is the AVX-512 im2col/col2im geometry of g's planes, nil where
-// the scalar loops run (no AVX-512).
+// planeFor is vecmath's im2col/col2im geometry of g's planes.
 func (s *convScratch) planeFor(g convGeom) *vecmath.ConvPlane {
 	if p := s.plane; p != nil && p.H == g.h && p.W == g.w && p.K == g.k && p.Pad == g.pad {
 		return p
@@ -57,12 +55,12 @@ func (s *convScratch) planeFor(g convGeom) *vecmath.ConvPlane {
 	return s.plane
 }
 
-// im2col is im2col(g, x, col), a channel at a time in AVX-512 where the
-// CPU has it (bit for bit the same).
+// im2col unrolls one sample x (Cin, H, W) into col [Cin*k*k, Ho*Wo]: row
+// (c, ki, kj), column (oy, ox) holds x[c, oy+ki-pad, ox+kj-pad], 0
+// outside; a channel at a time (vecmath.ConvPlane.Im2col).
 func (s *convScratch) im2col(g convGeom, x, col []float32) {
 	p := s.planeFor(g)
-	if p == nil {
-		im2col(g, x, col)
+	if p == nil { // no output
 		return
 	}
 	kk, hw := g.k*g.k*g.howo(), g.hw()
@@ -71,11 +69,11 @@ func (s *convScratch) im2col(g convGeom, x, col []float32) {
 	}
 }
 
-// col2im is col2im(g, col, dx) like im2col above.
+// col2im adds col [Cin*k*k, Ho*Wo] back into one sample dx (Cin, H, W):
+// the adjoint of im2col, a channel at a time (vecmath.ConvPlane.Col2im).
 func (s *convScratch) col2im(g convGeom, col, dx []float32) {
 	p := s.planeFor(g)
 	if p == nil {
-		col2im(g, col, dx)
 		return
 	}
 	kk, hw := g.k*g.k*g.howo(), g.hw()
@@ -236,164 +234,7 @@ func conv2dForward(g convGeom, x, w, b, y []float32, sc *convScratch) {
 }
 
 // addScalar adds s to every element of v.
-func addScalar(v []float32, s float32) {
-	if vecmath.AddScalar(v, s) {
-		return
-	}
-	for len(v) >= 8 {
-		w := v[:8:8]
-		w[0] += s
-		w[1] += s
-		w[2] += s
-		w[3] += s
-		w[4] += s
-		w[5] += s
-		w[6] += s
-		w[7] += s
-		v = v[8:]
-	}
-	for i := range v {
-		v[i] += s
-	}
-}
-
-// validRange is the range [lo, hi) of output columns ox whose input column
-// ox+kj-pad lies in [0, w).
-func validRange(g convGeom, kj int) (lo, hi int) {
-	lo, hi = g.pad-kj, g.w+g.pad-kj
-	lo = max(lo, 0)
-	hi = min(hi, g.wo)
-	if hi < lo {
-		hi = lo
-	}
-	return lo, hi
-}
-
-// im2col unrolls one sample x (Cin, H, W) into col [Cin*k*k, Ho*Wo]: row
-// (c, ki, kj), column (oy, ox) holds x[c, oy+ki-pad, ox+kj-pad], 0 outside.
-func im2col(g convGeom, x, col []float32) {
-	howo := g.howo()
-	r := 0
-	for c := 0; c < g.cin; c++ {
-		xc := x[c*g.hw() : (c+1)*g.hw()]
-		for ki := 0; ki < g.k; ki++ {
-			for kj := 0; kj < g.k; kj++ {
-				row := col[r*howo : (r+1)*howo]
-				r++
-				if g.wo == g.w {
-					im2colSame(g, xc, row, ki, kj)
-					continue
-				}
-				lo, hi := validRange(g, kj)
-				shift := kj - g.pad
-				for oy := 0; oy < g.ho; oy++ {
-					dst := row[oy*g.wo : (oy+1)*g.wo]
-					iy := oy + ki - g.pad
-					if iy < 0 || iy >= g.h {
-						clear(dst)
-						continue
-					}
-					clear(dst[:lo])
-					copy(dst[lo:hi], xc[iy*g.w+lo+shift:iy*g.w+hi+shift])
-					clear(dst[hi:])
-				}
-			}
-		}
-	}
-}
-
-// sameSpan is, for a "same" convolution (Wo == W, hence Ho == H), where
-// the im2col row of tap (ki, kj) is one shifted copy of the input plane:
-// row[d0:d1] = plane[d0+off : d1+off], the rest of the row being zero,
-// except for the wrapped-around columns ox outside [lo, hi) of each image
-// row, which must be zeroed (or, in col2im, skipped) separately.
-func sameSpan(g convGeom, ki, kj int) (d0, d1, off, lo, hi int) {
-	lo, hi = validRange(g, kj)
-	oy0 := max(g.pad-ki, 0)
-	oy1 := min(g.h+g.pad-ki, g.ho)
-	if oy1 <= oy0 || hi <= lo {
-		return 0, 0, 0, lo, hi
-	}
-	off = (ki-g.pad)*g.w + kj - g.pad
-	d0, d1 = oy0*g.wo, oy1*g.wo
-	// Clip to the plane: what falls outside lies in the wrapped columns.
-	d0 = max(d0, -off)
-	d1 = min(d1, g.hw()-off)
-	return d0, d1, off, lo, hi
-}
-
-func im2colSame(g convGeom, plane, row []float32, ki, kj int) {
-	d0, d1, off, lo, hi := sameSpan(g, ki, kj)
-	if d1 <= d0 {
-		clear(row)
-		return
-	}
-	clear(row[:d0])
-	copy(row[d0:d1], plane[d0+off:d1+off])
-	clear(row[d1:])
-	if lo == 0 && hi == g.wo {
-		return
-	}
-	for oy := 0; oy < g.ho; oy++ {
-		r := row[oy*g.wo : (oy+1)*g.wo]
-		for i := 0; i < lo; i++ {
-			r[i] = 0
-		}
-		for i := hi; i < len(r); i++ {
-			r[i] = 0
-		}
-	}
-}
-
-// col2im adds col [Cin*k*k, Ho*Wo] back into one sample dx (Cin, H, W):
-// the adjoint of im2col. It may overwrite col.
-func col2im(g convGeom, col, dx []float32) {
-	howo := g.howo()
-	r := 0
-	for c := 0; c < g.cin; c++ {
-		dc := dx[c*g.hw() : (c+1)*g.hw()]
-		for ki := 0; ki < g.k; ki++ {
-			for kj := 0; kj < g.k; kj++ {
-				row := col[r*howo : (r+1)*howo]
-				r++
-				if g.wo == g.w {
-					col2imSame(g, row, dc, ki, kj)
-					continue
-				}
-				lo, hi := validRange(g, kj)
-				shift := kj - g.pad
-				for oy := 0; oy < g.ho; oy++ {
-					iy := oy + ki - g.pad
-					if iy < 0 || iy >= g.h {
-						continue
-					}
-					flat.AddTo(dc[iy*g.w+lo+shift:iy*g.w+hi+shift], row[oy*g.wo+lo:oy*g.wo+hi])
-				}
-			}
-		}
-	}
-}
-
-func col2imSame(g convGeom, row, plane []float32, ki, kj int) {
-	d0, d1, off, lo, hi := sameSpan(g, ki, kj)
-	if d1 <= d0 {
-		return
-	}
-	if lo != 0 || hi != g.wo {
-		// Zero the wrapped-around columns so that one contiguous add
-		// leaves them out.
-		for oy := 0; oy < g.ho; oy++ {
-			r := row[oy*g.wo : (oy+1)*g.wo]
-			for i := 0; i < lo; i++ {
-				r[i] = 0
-			}
-			for i := hi; i < len(r); i++ {
-				r[i] = 0
-			}
-		}
-	}
-	flat.AddTo(plane[d0+off:d1+off], row[d0:d1])
-}
+func addScalar(v []float32, s float32) { vecmath.AddScalar(v, s) }
 
 func (op *conv2dOp) DiffWRT(int) []bool {
 	if op.bias {
@@ -923,13 +764,9 @@ func poolReLUGrad(x, y, dy []float32, planes, h, w int, dx []float32) {
 // poolReLUArg is poolReLU that also records, for each output, which of
 // its window's four inputs it is (0, 1: top row; 2, 3: bottom row; the
 // first in that order with the output's bits), or 4 where the output is
-// +0 (no gradient). poolReLUArgGrad then needs neither x nor y.
+// +0 (no gradient), a row of outputs at a time (vecmath.PoolReLUArg).
+// poolReLUArgGrad then needs neither x nor y.
 func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
-	if len(x) == 0 {
-		return
-	}
-	xb := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x))
-	yb := unsafe.Slice((*uint32)(unsafe.Pointer(&y[0])), len(y))
 	ho, wo := h/2, w/2
 	if wo == 0 {
 		return
@@ -938,41 +775,7 @@ func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
 	for p := 0; p < planes; p++ {
 		for oy := 0; oy < ho; oy++ {
 			r0 := p*h*w + 2*oy*w
-			top := xb[r0 : r0+2*wo]
-			bot := xb[r0+w : r0+w+2*wo]
-			yr := yb[o : o+wo]
-			ar := arg[o : o+wo]
-			// Whole groups of 8 outputs vectorised (AVX-512), bit for bit
-			// the loop below, which does the rest.
-			v0 := vecmath.PoolReLUArg(x[r0:r0+2*wo], x[r0+w:r0+w+2*wo], y[o:o+wo], ar)
-			if v0 == wo {
-				o += wo
-				continue
-			}
-			// Checked above: top and bot hold 2*wo values, yr and ar wo.
-			pt, pb := unsafe.Pointer(&top[0]), unsafe.Pointer(&bot[0])
-			py, pa := unsafe.Pointer(&yr[0]), unsafe.Pointer(&ar[0])
-			for ox := v0; ox < wo; ox++ {
-				t := (*[2]uint32)(unsafe.Add(pt, 8*ox))
-				b := (*[2]uint32)(unsafe.Add(pb, 8*ox))
-				k := max(key32(t[0]), key32(t[1]), key32(b[0]), key32(b[1]), 0)
-				v := uint32(k)
-				a := 3 // an int: conditional moves have no byte form
-				if b[0] == v {
-					a = 2
-				}
-				if t[1] == v {
-					a = 1
-				}
-				if t[0] == v {
-					a = 0
-				}
-				if k == 0 {
-					a = 4
-				}
-				*(*uint32)(unsafe.Add(py, 4*ox)) = v
-				*(*uint8)(unsafe.Add(pa, ox)) = uint8(a)
-			}
+			vecmath.PoolReLUArg(x[r0:r0+2*wo], x[r0+w:r0+w+2*wo], y[o:o+wo], arg[o:o+wo])
 			o += wo
 		}
 	}
@@ -982,52 +785,20 @@ func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
 // poolReLUArg's output and its arg: dy at the recorded input, 0 elsewhere
 // (the dropped odd last row and column included).
 func poolReLUArgGrad(arg []uint8, dy []float32, planes, h, w int, dx []float32) {
-	if len(dx) == 0 {
-		return
-	}
-	gb := unsafe.Slice((*uint32)(unsafe.Pointer(&dy[0])), len(dy))
-	db := unsafe.Slice((*uint32)(unsafe.Pointer(&dx[0])), len(dx))
 	ho, wo := h/2, w/2
 	o := 0
 	for p := 0; p < planes; p++ {
 		for oy := 0; oy < ho; oy++ {
 			r0 := p*h*w + 2*oy*w
-			dt := db[r0 : r0+2*wo]
-			dbt := db[r0+w : r0+w+2*wo]
-			ar := arg[o : o+wo]
-			gr := gb[o : o+wo]
-			if wo > 0 && !vecmath.PoolArgGrad(ar, dy[o:o+wo], dx[r0:r0+2*wo], dx[r0+w:r0+w+2*wo]) {
-				// Checked above: dt and dbt hold 2*wo values, ar and gr wo.
-				pdt, pdb := unsafe.Pointer(&dt[0]), unsafe.Pointer(&dbt[0])
-				pa, pg := unsafe.Pointer(&ar[0]), unsafe.Pointer(&gr[0])
-				for ox := 0; ox < wo; ox++ {
-					a := int(*(*uint8)(unsafe.Add(pa, ox)))
-					g := *(*uint32)(unsafe.Add(pg, 4*ox))
-					var g0, g1, g2, g3 uint32
-					if a == 0 {
-						g0 = g
-					}
-					if a == 1 {
-						g1 = g
-					}
-					if a == 2 {
-						g2 = g
-					}
-					if a == 3 {
-						g3 = g
-					}
-					*(*[2]uint32)(unsafe.Add(pdt, 8*ox)) = [2]uint32{g0, g1}
-					*(*[2]uint32)(unsafe.Add(pdb, 8*ox)) = [2]uint32{g2, g3}
-				}
-			}
+			vecmath.PoolArgGrad(arg[o:o+wo], dy[o:o+wo], dx[r0:r0+2*wo], dx[r0+w:r0+w+2*wo])
 			if w%2 == 1 {
-				db[r0+w-1] = 0
-				db[r0+2*w-1] = 0
+				dx[r0+w-1] = 0
+				dx[r0+2*w-1] = 0
 			}
 			o += wo
 		}
 		if h%2 == 1 {
-			clear(db[p*h*w+(h-1)*w : (p+1)*h*w])
+			clear(dx[p*h*w+(h-1)*w : (p+1)*h*w])
 		}
 	}
 }

@@ -116,48 +116,6 @@ var winogradCases = []convCase{
 	{2, 32, 14, 14, 24, 3, 1}, // the model's second layer, small
 }
 
-// TestIm2colKernels: the vectorised im2col and col2im the ops use give
-// bit for bit what the scalar loops give (the loops run where there is
-// no AVX-512), on every case above and the model's second layer.
-func TestIm2colKernels(t *testing.T) {
-	r := newRNG(8)
-	for _, c := range append(convCases, convCase{2, 32, 14, 14, 64, 3, 1}) {
-		g, err := newConvGeom(tensor.Shape{c.n, c.cin, c.h, c.w}, tensor.Shape{c.cout, c.cin, c.k, c.k}, c.k, c.pad)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := randSlice(r, g.cin*g.hw())
-		want, got := make([]float32, g.ckk()*g.howo()), make([]float32, g.ckk()*g.howo())
-		for i := range got {
-			got[i] = 99 // the kernel writes every element
-		}
-		im2col(g, x, want)
-		(&convScratch{}).im2col(g, x, got)
-		if !bitsEqual(got, want) {
-			t.Fatalf("%+v: im2col differs from the scalar loop", c)
-		}
-		col := randSlice(r, len(want))
-		dxWant, dxGot := append([]float32(nil), x...), append([]float32(nil), x...)
-		col2im(g, append([]float32(nil), col...), dxWant) // it may overwrite col
-		(&convScratch{}).col2im(g, col, dxGot)
-		if !bitsEqual(dxGot, dxWant) {
-			t.Fatalf("%+v: col2im differs from the scalar loop", c)
-		}
-	}
-}
-
-func bitsEqual(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
 func TestConv2dMatchesGorgonia(t *testing.T) {
 	r := newRNG(7)
 	for _, c := range append(convCases, winogradCases...) {

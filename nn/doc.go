@@ -19,11 +19,12 @@
 // of the values). A pipeline stage builds its layers one by one (the
 // same values).
 //
-// On CPUs with AVX-512 the convolution's unrolling (im2col) and its
-// adjoint, pooling forward and backward, bias sums and adds and batch
-// norm's per-channel loops run as assembly kernels (internal/vecmath),
-// bit for bit the scalar loops' values (batch norm's float64 sums to
-// float64 rounding); the matrix products go to OpenBLAS. 3x3 convolutions
+// The convolution's unrolling (im2col) and its adjoint, pooling forward
+// and backward, bias sums and adds, batch norm's per-channel loops, GELU
+// and the float32 sums run as internal/vecmath's kernels: AVX-512 or AVX2
+// assembly where the CPU has it, the same values bit for bit in Go
+// elsewhere (GDIST_KERNELS=go|avx2|avx512 caps the choice, the purego
+// build tag forces Go); the matrix products go to OpenBLAS. 3x3 convolutions
 // with padding 1 and 16 or more channels each way run as Winograd
 // F(2x2, 3x3) (winograd.go: 16 multiplications per 2x2 outputs instead of
 // 36, as accurate as the unrolled product).

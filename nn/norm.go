@@ -55,31 +55,8 @@ func (op *lnOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 	return ds[0].(tensor.Shape).Clone(), nil
 }
 
-// sum32 is the sum of v in float32, over 8 running sums (one running sum
-// would wait on the adder's latency at every element; as accurate as
-// float32 allows for the row lengths of a layer norm or a channel).
-func sum32(v []float32) float32 {
-	var s [8]float32
-	if vecmath.Sum8(v, &s) {
-		v = v[len(v)&^7:]
-	}
-	for len(v) >= 8 {
-		w := v[:8:8]
-		s[0] += w[0]
-		s[1] += w[1]
-		s[2] += w[2]
-		s[3] += w[3]
-		s[4] += w[4]
-		s[5] += w[5]
-		s[6] += w[6]
-		s[7] += w[7]
-		v = v[8:]
-	}
-	for i, x := range v {
-		s[i] += x
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-}
+// sum32 is the sum of v in float32, over 8 running sums (vecmath.Sum32).
+func sum32(v []float32) float32 { return vecmath.Sum32(v) }
 
 // sqDev32 is the sum of (v[i] - m)^2, like sum32.
 func sqDev32(v []float32, m float32) float32 {

@@ -85,12 +85,10 @@ type SGD struct {
 	kc                        vecmath.SGDConsts // the kernel's constants, refilled each step
 }
 
-// Step applies one update.
+// Step applies one update (vecmath.SGD: d = g + wd p; with momentum
+// buf = mu buf + d, p -= lr buf; without, p -= lr d, in float32).
 func (s *SGD) Step(p, g []float32) {
-	lr, mu, wd := float32(s.LR), float32(s.Momentum), float32(s.WeightDecay)
-	g = g[:len(p)]
-	// whole multiples of 8 vectorised, bit-identical to the loops below
-	for i, x := range [...]float32{wd, mu, lr} {
+	for i, x := range [...]float32{float32(s.WeightDecay), float32(s.Momentum), float32(s.LR)} {
 		for j := range s.kc[i] {
 			s.kc[i][j] = x
 		}
@@ -99,21 +97,7 @@ func (s *SGD) Step(p, g []float32) {
 	if s.buf != nil {
 		b = s.buf[:len(p)]
 	}
-	n := vecmath.SGD(p, g, b, &s.kc)
-	p, g = p[n:], g[n:]
-	if s.buf == nil {
-		for i := range p {
-			d := g[i] + wd*p[i]
-			p[i] -= lr * d
-		}
-	} else {
-		b = b[n:]
-		for i := range p {
-			d := g[i] + wd*p[i]
-			b[i] = mu*b[i] + d
-			p[i] -= lr * b[i]
-		}
-	}
+	vecmath.SGD(p, g[:len(p)], b, &s.kc)
 	s.t++
 }
 
@@ -152,21 +136,18 @@ func (a *Adam) Step(p, g []float32) {
 	g = g[:len(p)]
 	m, v := a.m[:len(p)], a.v[:len(p)]
 	if a.Decoupled {
-		// whole multiples of 8 vectorised, bit-identical to the loop below
 		c := &a.kc
 		for i, x := range [...]float32{lr * wd, b1, 1 - b1, b2, 1 - b2, sqrtBC2, eps, stepSize} {
 			for j := range c[i] {
 				c[i][j] = x
 			}
 		}
-		n := vecmath.AdamW(p, g, m, v, c)
-		p, g, m, v = p[n:], g[n:], m[n:], v[n:]
+		vecmath.AdamW(p, g, m, v, c)
+		return
 	}
 	for i := range p {
 		gi := g[i]
-		if a.Decoupled {
-			p[i] -= lr * wd * p[i]
-		} else if wd != 0 {
+		if wd != 0 {
 			gi += wd * p[i]
 		}
 		m[i] = b1*m[i] + (1-b1)*gi

@@ -6,20 +6,18 @@ import (
 	"testing"
 )
 
-// TestBNKernels: the sums agree with a float64 loop to float64 rounding;
-// BNNorm and BNGrad give bit for bit the loop's values (xhat nil or not),
-// for lengths with and without a partial last group, and write nothing
-// past the end.
-func TestBNKernels(t *testing.T) {
-	if !HasAVX512 {
-		t.Skip("no AVX-512 here: nn's loops run")
-	}
+// TestBNKernels, on every kernel set: the sums agree with a float64 loop
+// to float64 rounding and with the go set bit for bit; BNNorm and BNGrad
+// give bit for bit the loop's values (xhat nil or not), for lengths with
+// and without a partial last group, and write nothing past the end.
+func TestBNKernels(t *testing.T) { eachSet(t, testBNKernels) }
+
+func testBNKernels(t *testing.T) {
 	r := rand.New(rand.NewSource(6))
 	for _, n := range []int{0, 1, 7, 8, 9, 31, 32, 33, 196, 785} {
 		x, _ := guarded(n, 0, func(int) float32 { return float32(r.NormFloat64()*3 + 100) })
 		e, _ := guarded(n, 0, func(int) float32 { return float32(r.NormFloat64()) })
-		var s, q, mu float64
-		var sd [2]float64
+		var mu float64
 		for _, v := range x {
 			mu += float64(v)
 		}
@@ -29,8 +27,13 @@ func TestBNKernels(t *testing.T) {
 			wq += d * d
 			wd += float64(v) * float64(e[i])
 		}
-		if !SumF64(x, &s) || !SqDevF64(x, mu/float64(max(n, 1)), &q) || !SumDotF64(x, e, &sd) {
-			t.Fatal("a kernel did nothing")
+		s, q := SumF64(x), SqDevF64(x, mu/float64(max(n, 1)))
+		var sd [2]float64
+		sd[0], sd[1] = SumDotF64(x, e)
+		gs, gq := goKernels.sumF64(x), goKernels.sqDevF64(x, mu/float64(max(n, 1)))
+		gd0, gd1 := goKernels.sumDotF64(x, e)
+		if s != gs || q != gq || sd != [2]float64{gd0, gd1} {
+			t.Fatalf("n %d: sum %v sqdev %v sumdot %v; go set %v %v [%v %v]", n, s, q, sd, gs, gq, gd0, gd1)
 		}
 		near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-12*(1+math.Abs(want)) }
 		if !near(s, mu) || !near(q, wq) || !near(sd[0], mu) || !near(sd[1], wd) {
@@ -44,9 +47,7 @@ func TestBNKernels(t *testing.T) {
 			if withXHat {
 				xp = xh
 			}
-			if !BNNorm(x, out, xp, &c) {
-				t.Fatal("BNNorm did nothing")
-			}
+			BNNorm(x, out, xp, &c)
 			checkGuards(t, outAll, 8, "BNNorm out")
 			checkGuards(t, xhAll, 8, "BNNorm xhat")
 			for i, v := range x {
@@ -57,9 +58,7 @@ func TestBNKernels(t *testing.T) {
 			}
 		}
 		k := [3]float64{1.3, 0.01, -0.4}
-		if !BNGrad(e, xh, out, &k) {
-			t.Fatal("BNGrad did nothing")
-		}
+		BNGrad(e, xh, out, &k)
 		checkGuards(t, outAll, 8, "BNGrad")
 		for i, d := range e {
 			want := float32(k[0] * (float64(d) - k[1] - float64(xh[i])*k[2]))

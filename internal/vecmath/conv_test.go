@@ -33,18 +33,18 @@ func checkGuards(t *testing.T, all []float32, pad int, what string) {
 	}
 }
 
-// TestConvPlane: Im2col and Col2im against their definitions, bit for
-// bit (Col2im adding each element's taps in row order to what dx held),
-// for plane sizes around the 16-lane chunks, kernels 1, 3, 5 and
-// paddings 0-2, and nothing written outside their buffers.
-func TestConvPlane(t *testing.T) {
-	if !HasAVX512 {
-		t.Skip("no AVX-512 here: NewConvPlane returns nil and nn's loops run")
-	}
+// TestConvPlane, on every kernel set: Im2col and Col2im against their
+// definitions, bit for bit (Col2im adding each element's taps in row
+// order to what dx held), for plane sizes around the 16-lane chunks,
+// kernels 1, 3, 5 and paddings 0-2 (kernels wider than the plane
+// included), and nothing written outside their buffers.
+func TestConvPlane(t *testing.T) { eachSet(t, testConvPlane) }
+
+func testConvPlane(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	for _, hw := range [][2]int{{1, 1}, {2, 7}, {14, 14}, {5, 15}, {3, 16}, {4, 17}, {28, 28}, {6, 33}} {
 		h, w := hw[0], hw[1]
-		for _, k := range []int{1, 3, 5} {
+		for _, k := range []int{1, 3, 5, 7} {
 			for _, pad := range []int{0, 1, 2} {
 				p := NewConvPlane(h, w, k, pad)
 				if p == nil {
@@ -107,9 +107,6 @@ func TestConvPlane(t *testing.T) {
 // TestConvPlaneShort: buffers shorter than the plane panic instead of
 // being read or written past their end.
 func TestConvPlaneShort(t *testing.T) {
-	if !HasAVX512 {
-		t.Skip("no AVX-512 here")
-	}
 	p := NewConvPlane(14, 14, 3, 1)
 	for name, f := range map[string]func(){
 		"Im2col short x":   func() { p.Im2col(make([]float32, 9*196), make([]float32, 195)) },
@@ -128,13 +125,13 @@ func TestConvPlaneShort(t *testing.T) {
 	}
 }
 
-// TestPoolArgGrad: the kernel against its definition, bit for bit, for
-// every code (4: no gradient), lengths with and without a partial last
-// group, and nothing written past the two rows.
-func TestPoolArgGrad(t *testing.T) {
-	if !HasAVX512 {
-		t.Skip("no AVX-512 here")
-	}
+// TestPoolArgGrad, on every kernel set: the kernel against its
+// definition, bit for bit, for every code (4: no gradient), lengths with
+// and without a partial last group, and nothing written past the two
+// rows.
+func TestPoolArgGrad(t *testing.T) { eachSet(t, testPoolArgGrad) }
+
+func testPoolArgGrad(t *testing.T) {
 	r := rand.New(rand.NewSource(9))
 	for _, n := range []int{1, 7, 8, 9, 14, 16, 23} {
 		arg := make([]uint8, n)
@@ -145,9 +142,7 @@ func TestPoolArgGrad(t *testing.T) {
 		const p = 16
 		top, topAll := guarded(2*n, p, func(int) float32 { return 7 })
 		bot, botAll := guarded(2*n, p, func(int) float32 { return 7 })
-		if !PoolArgGrad(arg, dy, top, bot) {
-			t.Fatal("PoolArgGrad did nothing")
-		}
+		PoolArgGrad(arg, dy, top, bot)
 		checkGuards(t, topAll, p, "PoolArgGrad top")
 		checkGuards(t, botAll, p, "PoolArgGrad bottom")
 		for i, a := range arg {
@@ -163,28 +158,20 @@ func TestPoolArgGrad(t *testing.T) {
 	}
 }
 
-// TestSum8AddScalar: Sum8 keeps the eight running sums of the loop it
-// replaces, bit for bit; AddScalar adds to every element and no further.
-func TestSum8AddScalar(t *testing.T) {
-	if !HasAVX512 {
-		t.Skip("no AVX-512 here")
-	}
+// TestSum32AddScalar, on every kernel set: Sum32 is the eight running
+// sums of its definition, bit for bit; AddScalar adds to every element and
+// no further.
+func TestSum32AddScalar(t *testing.T) { eachSet(t, testSum32AddScalar) }
+
+func testSum32AddScalar(t *testing.T) {
 	r := rand.New(rand.NewSource(4))
 	for _, n := range []int{0, 3, 8, 15, 196, 785} {
 		v, all := guarded(n, 16, func(int) float32 { return float32(r.NormFloat64() * 1e3) })
-		var want, got [8]float32
-		for i := 0; i+8 <= n; i += 8 {
-			for j := range want {
-				want[j] += v[i+j]
-			}
-		}
-		if !Sum8(v, &got) || got != want {
-			t.Fatalf("n %d: Sum8 %v, want %v", n, got, want)
+		if got, want := Sum32(v), sum32Def(v); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("n %d: Sum32 %v, want %v", n, got, want)
 		}
 		old := append([]float32(nil), v...)
-		if !AddScalar(v, 0.25) {
-			t.Fatal("AddScalar did nothing")
-		}
+		AddScalar(v, 0.25)
 		checkGuards(t, all, 16, "AddScalar")
 		for i := range v {
 			if v[i] != old[i]+0.25 {

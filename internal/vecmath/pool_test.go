@@ -6,15 +6,14 @@ import (
 	"testing"
 )
 
-// TestPoolReLUArg: the kernel against the definition (keys, the max with
-// +0, the first winner in the order top-left, top-right, bottom-left,
-// bottom-right, 4 for +0), bit for bit, on rows full of ties, zeros of
-// both signs and NaNs, for lengths with and without a partial last group, and nothing
-// written past the end.
-func TestPoolReLUArg(t *testing.T) {
-	if !HasAVX512 {
-		t.Skip("no AVX-512 here: PoolReLUArg does nothing and nn's scalar loop runs")
-	}
+// TestPoolReLUArg, on every kernel set: the kernel against the definition
+// (keys, the max with +0, the first winner in the order top-left,
+// top-right, bottom-left, bottom-right, 4 for +0), bit for bit, on rows
+// full of ties, zeros of both signs and NaNs, for lengths with and
+// without a partial last group, and nothing written past the end.
+func TestPoolReLUArg(t *testing.T) { eachSet(t, testPoolReLUArg) }
+
+func testPoolReLUArg(t *testing.T) {
 	key := func(f float32) int32 {
 		v := int32(math.Float32bits(f))
 		return v ^ (v>>31)&0x7fffffff
@@ -46,11 +45,8 @@ func TestPoolReLUArg(t *testing.T) {
 			yb[i], ab[i] = -1, 99
 		}
 		y, arg := yb[:n], ab[:n]
-		done := PoolReLUArg(top, bot, y, arg)
-		if done != n {
-			t.Fatalf("n %d: did %d", n, done)
-		}
-		for i := 0; i < done; i++ {
+		PoolReLUArg(top, bot, y, arg)
+		for i := 0; i < n; i++ {
 			c := [4]float32{top[2*i], top[2*i+1], bot[2*i], bot[2*i+1]}
 			k := max(key(c[0]), key(c[1]), key(c[2]), key(c[3]), 0)
 			a := uint8(4)

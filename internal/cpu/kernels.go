@@ -1,0 +1,52 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+	"sync"
+)
+
+// KernelSets are the names of the kernel sets of the packages with
+// assembly (internal/vecmath, internal/winograd), narrowest first: "go"
+// (portable Go), "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, DQ, BW, VL).
+var KernelSets = []string{"go", "avx2", "avx512"}
+
+// kernelsEnv is GDIST_KERNELS, read once.
+var kernelsEnv = os.Getenv("GDIST_KERNELS")
+
+var warnOnce sync.Once
+
+// ChooseKernels returns the index in have (the names of the kernel sets a
+// package runs on this machine, each one of KernelSets, narrowest first)
+// of the set it should use: the widest, or, with GDIST_KERNELS=go|avx2|
+// avx512 (for measurements), the widest no wider than the one it names. An
+// unknown GDIST_KERNELS is reported on stderr, once, and ignored.
+func ChooseKernels(have []string) int { return chooseKernels(have, kernelsEnv) }
+
+func chooseKernels(have []string, env string) int {
+	if env == "" {
+		return len(have) - 1
+	}
+	rank := func(name string) int {
+		for i, n := range KernelSets {
+			if n == name {
+				return i
+			}
+		}
+		return -1
+	}
+	limit := rank(env)
+	if limit < 0 {
+		warnOnce.Do(func() {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_KERNELS=%q (want one of %v)\n", env, KernelSets)
+		})
+		return len(have) - 1
+	}
+	i := 0
+	for j, name := range have {
+		if rank(name) <= limit {
+			i = j
+		}
+	}
+	return i
+}

@@ -1,0 +1,38 @@
+// Package vecmath holds the vectorised kernels of nn and optim: GELU, the
+// AdamW and SGD steps, the fused ReLU + 2x2 max-pool and its gradient,
+// im2col and col2im of one plane, float32 sums and bias adds, and batch
+// norm's float64 sums and element-wise passes. It exists because a
+// package that uses cgo (nn) cannot hold Go assembly. Every kernel runs
+// everywhere: nn and optim keep no loops of their own for them.
+//
+// The layout is comm/algo's:
+//
+//   - vecmath.go, conv.go, bn.go: the exported kernels and their
+//     contracts; each checks its arguments and runs the active set's
+//     implementation.
+//   - kernels.go: the kernel sets, and the choice of one at start-up:
+//     the widest this CPU runs, or the one GDIST_KERNELS=go|avx2|avx512
+//     caps it at (cpu.ChooseKernels; for measurements). KernelSet names it.
+//   - kernels_go.go: the "go" set, every kernel in portable Go: the
+//     reference the assembly reproduces, and the only set on other
+//     architectures or with the purego build tag (kernels_other.go).
+//   - kernels_amd64.go and the hand-written gelu_amd64.s, optim_amd64.s,
+//     pool_amd64.s, conv_amd64.s, bn_amd64.s: the "avx2" set (AVX2 and
+//     FMA: GELU, AdamW, SGD and Sum32's lanes in assembly, the rest the go
+//     set's) and the "avx512" set (every kernel in assembly).
+//   - kernels_test.go, bn_test.go, conv_test.go, pool_test.go: every set
+//     this machine runs, through the exported functions, against each
+//     kernel's definition bit for bit, on lengths with and without a
+//     partial last vector and with guards around the buffers; fuzz tests
+//     of every set against the go set. With -tags purego they test the go
+//     set alone.
+//
+// Every set gives bit for bit the go set's results, NaN payloads aside
+// (which NaN comes out of an operation on two differs between the
+// assembly's operand order and the one Go's compiler picks). The go set
+// follows the assembly where a definition leaves the order open: the
+// float64 sums add in its lanes and registers, GELU's fused multiply-adds
+// are done exactly (fma32), and a product the assembly rounds before an
+// add is converted to float32 in Go, which would otherwise let the
+// compiler fuse it on some architectures.
+package vecmath

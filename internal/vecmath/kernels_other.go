@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package vecmath
+
+// archKernelSets: no assembly here; the go set runs.
+func archKernelSets() []*kernelSet { return nil }
