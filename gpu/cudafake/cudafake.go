@@ -21,6 +21,15 @@ var source []byte
 // here too, since this package cannot import comm/nccl).
 const EnvNCCL = "GDIST_NCCL_PATH"
 
+// The variables gpu/cublas and gpu/rtc read for the paths of cuBLAS, NVRTC
+// and the CUDA driver (libcuda), named here too since those packages'
+// tests import this one. The fake is all three as well.
+const (
+	EnvCUBLAS = "GDIST_CUBLAS_PATH"
+	EnvNVRTC  = "GDIST_NVRTC_PATH"
+	EnvDriver = "GDIST_LIBCUDA_PATH"
+)
+
 // Devices is the number of fake devices Main sets up (FAKE_CUDA_DEVICES),
 // enough for every multi-rank test to give each rank its own device. Set
 // FAKE_CUDA_DEVICES before the tests start to choose another number:
@@ -60,7 +69,7 @@ func Build() (string, error) {
 	}
 	defer os.Remove(src)
 	out, err := exec.Command(cc, "-O2", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
-		"-o", tmp, src).CombinedOutput()
+		"-o", tmp, src, "-ldl").CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("cudafake: building the fake CUDA: %v\n%s", err, out)
@@ -71,12 +80,15 @@ func Build() (string, error) {
 	return lib, nil
 }
 
-// Use points gpu/cuda and comm/nccl at the library at path (from Build) with
-// devices fake devices, and reloads gpu/cuda. comm/nccl loads lazily, so
-// call Use before anything touches it.
+// Use points gpu/cuda, comm/nccl, gpu/cublas and gpu/rtc at the library at
+// path (from Build) with devices fake devices, and reloads gpu/cuda. The
+// others load lazily, so call Use before anything touches them.
 func Use(path string, devices int) {
 	os.Setenv(cuda.EnvLibrary, path)
 	os.Setenv(EnvNCCL, path)
+	os.Setenv(EnvCUBLAS, path)
+	os.Setenv(EnvNVRTC, path)
+	os.Setenv(EnvDriver, path)
 	os.Setenv("FAKE_CUDA_DEVICES", strconv.Itoa(devices))
 	cuda.Reload()
 }

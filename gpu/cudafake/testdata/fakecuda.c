@@ -47,6 +47,10 @@
 //     send completes when the receiver has taken its last chunk. A killed
 //     peer gives no asynchronous error: the others wait until aborted.
 //     Duplicate GPUs are detected by physical device number and host.
+//   - cuBLAS (GEMMs by a reference loop on the stream), NVRTC (CUDA C++
+//     compiled for the host with an emulation of blocks, threads, barriers
+//     and warps) and the driver API (modules, launches over the fake's
+//     device memory): see their section at the end of this file.
 //
 // Devices: FAKE_CUDA_VISIBLE_DEVICES=a,b,... shows the process those
 // physical devices as devices 0, 1, ... (like CUDA_VISIBLE_DEVICES; it
@@ -2467,4 +2471,1782 @@ API int ncclSend(const void *buf, size_t count, int dt, int peer, ncclComm *c, v
 
 API int ncclRecv(void *buf, size_t count, int dt, int peer, ncclComm *c, void *st) {
 	return launch_p2p(0, buf, count, dt, peer, c, st);
+}
+
+/* ================= cuBLAS, NVRTC and the driver API (gpu/cublas, gpu/rtc) =================
+
+   cuBLAS: handles (cublasCreate_v2, ...SetStream_v2, ...SetMathMode), and
+   cublasSgemm_v2 and cublasGemmEx computed by a reference loop on the
+   handle's stream, over the fake's device memory: every matrix is checked
+   against its allocation's bounds and device, the arguments as cuBLAS
+   checks them (CUBLAS_STATUS_INVALID_VALUE), C is not read when beta is 0,
+   each element is one float sum over k in order (no fused multiply-add),
+   and the inputs are rounded to TF32 when the handle's math mode
+   (CUBLAS_TF32_TENSOR_OP_MATH) or the compute type asks for it (to bf16 or
+   fp16 for CUBLAS_COMPUTE_32F_FAST_16BF/16F). A matrix out of its
+   allocation fails the call with CUBLAS_STATUS_INVALID_VALUE (a GPU would
+   fault later).
+
+   NVRTC: nvrtcCompileProgram compiles the CUDA C++ for the host: it
+   prepends an emulation header (fk_kernel_h below: __global__, __shared__,
+   blockIdx/threadIdx/blockDim/gridDim, __syncthreads(_count/_and/_or),
+   warp shuffles, votes and __syncwarp, atomics, the device math functions
+   mapped to libm), finds the extern "C" __global__ functions, and runs the
+   host's C++ compiler ($FAKE_NVRTC_CXX, else $CXX, else g++) into a shared
+   library, cached by the hash of what it compiles in $FAKE_NVRTC_CACHE
+   (else $XDG_CACHE_HOME or ~/.cache, under gdist/fakenvrtc). The "cubin"
+   (nvrtcGetCUBIN, for an sm_XY architecture) is that library behind a
+   magic header; the "PTX" (nvrtcGetPTX) is the same in hex text. Compiler
+   errors are the program log. Unknown options fail with
+   NVRTC_ERROR_INVALID_OPTION, as NVRTC's do.
+
+   Driver API: cuInit, cuDeviceGet(Attribute) (compute capability from
+   FAKE_CUDA_CC, default 9.0), cuModuleLoadData (loads the library; a real
+   cubin or PTX is CUDA_ERROR_INVALID_IMAGE), cuModuleGetFunction,
+   cuFuncGetParamInfo and cuLaunchKernel, which checks the launch as CUDA
+   does (block of at most 1024 threads, dimensions, stream and module on the
+   current device), copies the parameters at once, translates every pointer
+   parameter from a device address to the fake's memory (a pointer that is
+   neither device memory of the current device nor pinned host memory fails
+   the launch: a GPU would fault) and runs the kernel in stream order. One
+   kernel runs at a time in the process. A block's threads run one after
+   another on the stream's thread; when the source synchronizes threads,
+   each thread is a fiber with its own 256 KiB stack that yields at each
+   barrier, and the block goes on when every live thread arrived (threads
+   that returned count as arrived; threads waiting at different barriers
+   fail the launch). Blocks run one after another, so blocks never run
+   concurrently. Not modelled: warps as lockstep groups (a warp's lanes
+   only meet at shuffles, votes and __syncwarp: code that relies on
+   implicit lockstep fails here, as it may on Volta and later), partial
+   masks (every live lane of the warp takes part), memory ordering between
+   blocks, out-of-bounds accesses inside a kernel (not caught: run the GPU
+   tests under compute-sanitizer), shared memory's initial contents (static
+   __shared__ keeps its values between blocks; dynamic shared memory is
+   filled with 0xff bytes), __constant__ memory set from the host, textures
+   and vector loads beyond float2/float4/int2/int4, templates as kernels,
+   and timing. */
+
+#include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+/* The emulation header the fake NVRTC puts before a kernel's source (see
+   above). */
+static const char fk_kernel_h[] =
+	"// The fake NVRTC's CUDA emulation: prepended to a kernel's CUDA C++, which\n"
+	"// is then compiled for the host. A block's threads run one after another\n"
+	"// on the stream's thread; where the source synchronizes threads\n"
+	"// (__syncthreads*, __syncwarp, shuffles, votes), each thread is a fiber\n"
+	"// (its own stack) that yields at every barrier, and the block resumes\n"
+	"// once every live thread reached it. Blocks run one after another.\n"
+	"#include <math.h>\n"
+	"#include <stdint.h>\n"
+	"#include <stddef.h>\n"
+	"#include <stdio.h>\n"
+	"#include <stdlib.h>\n"
+	"#include <string.h>\n"
+	"#include <sys/mman.h>\n"
+	"#include <utility>\n"
+	"#include <type_traits>\n"
+	"\n"
+	"#define GDIST_FAKE_CUDA 1\n"
+	"#define __global__\n"
+	"#define __device__\n"
+	"#define __host__\n"
+	"#define __forceinline__ inline __attribute__((always_inline))\n"
+	"#define __noinline__ __attribute__((noinline))\n"
+	"#define __restrict__ __restrict\n"
+	"#define __launch_bounds__(...)\n"
+	"#define __align__(n) __attribute__((aligned(n)))\n"
+	"#define __shared__ static\n"
+	"#define __constant__ static const\n"
+	"\n"
+	"struct uint3 { unsigned int x, y, z; };\n"
+	"struct dim3 { unsigned int x, y, z; };\n"
+	"struct __align__(8) int2 { int x, y; };\n"
+	"struct __align__(16) int4 { int x, y, z, w; };\n"
+	"struct __align__(8) float2 { float x, y; };\n"
+	"struct __align__(16) float4 { float x, y, z, w; };\n"
+	"static inline int2 make_int2(int x, int y) { return {x, y}; }\n"
+	"static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }\n"
+	"static inline float2 make_float2(float x, float y) { return {x, y}; }\n"
+	"static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }\n"
+	"\n"
+	"extern \"C\" {\n"
+	"uint3 threadIdx, blockIdx;\n"
+	"dim3 blockDim, gridDim;\n"
+	"void *gdfk_dyn_smem;\n"
+	"}\n"
+	"static const int warpSize = 32;\n"
+	"\n"
+	"/* math: the host's libm for the device's functions */\n"
+	"#define __expf(x) expf(x)\n"
+	"#define __logf(x) logf(x)\n"
+	"#define __log2f(x) log2f(x)\n"
+	"#define __sinf(x) sinf(x)\n"
+	"#define __cosf(x) cosf(x)\n"
+	"#define __tanf(x) tanf(x)\n"
+	"#define __powf(a, b) powf(a, b)\n"
+	"static inline float __fdividef(float a, float b) { return a / b; }\n"
+	"static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
+	"static inline double rsqrt(double x) { return 1.0 / sqrt(x); }\n"
+	"static inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }\n"
+	"static inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }\n"
+	"static inline float __fadd_rn(float a, float b) { return a + b; }\n"
+	"static inline float __fsub_rn(float a, float b) { return a - b; }\n"
+	"static inline float __fmul_rn(float a, float b) { return a * b; }\n"
+	"static inline float __fdiv_rn(float a, float b) { return a / b; }\n"
+	"static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }\n"
+	"static inline double __dadd_rn(double a, double b) { return a + b; }\n"
+	"static inline double __dmul_rn(double a, double b) { return a * b; }\n"
+	"static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }\n"
+	"static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }\n"
+	"static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }\n"
+	"static inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }\n"
+	"static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }\n"
+	"static inline int __float2int_rz(float x) { return (int)x; }\n"
+	"static inline int __popc(unsigned x) { return __builtin_popcount(x); }\n"
+	"static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }\n"
+	"static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }\n"
+	"static inline int __ffs(int x) { return __builtin_ffs(x); }\n"
+	"#define GDFK_MINMAX(T, A, B)                                      \\\n"
+	"	static inline T min(A a, B b) { return (T)a < (T)b ? (T)a : (T)b; } \\\n"
+	"	static inline T max(A a, B b) { return (T)a > (T)b ? (T)a : (T)b; }\n"
+	"GDFK_MINMAX(int, int, int)\n"
+	"GDFK_MINMAX(unsigned, unsigned, unsigned)\n"
+	"GDFK_MINMAX(unsigned, int, unsigned)\n"
+	"GDFK_MINMAX(unsigned, unsigned, int)\n"
+	"GDFK_MINMAX(long long, long long, long long)\n"
+	"GDFK_MINMAX(unsigned long long, unsigned long long, unsigned long long)\n"
+	"static inline float min(float a, float b) { return fminf(a, b); }\n"
+	"static inline float max(float a, float b) { return fmaxf(a, b); }\n"
+	"static inline double min(double a, double b) { return fmin(a, b); }\n"
+	"static inline double max(double a, double b) { return fmax(a, b); }\n"
+	"template <class T> static inline T __ldg(const T *p) { return *p; }\n"
+	"static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n"
+	"static inline void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n"
+	"\n"
+	"/* atomics: a kernel runs alone, its threads one at a time, and no thread\n"
+	"   yields inside one, so plain read-modify-writes are atomic here */\n"
+	"#define GDFK_ATOMIC(NAME, T, EXPR) \\\n"
+	"	static inline T NAME(T *p, T v) { T o = *p; *p = (EXPR); return o; }\n"
+	"#define GDFK_ATOMICS(T)                         \\\n"
+	"	GDFK_ATOMIC(atomicAdd, T, o + v)        \\\n"
+	"	GDFK_ATOMIC(atomicExch, T, v)\n"
+	"GDFK_ATOMICS(int)\n"
+	"GDFK_ATOMICS(unsigned)\n"
+	"GDFK_ATOMICS(unsigned long long)\n"
+	"GDFK_ATOMICS(float)\n"
+	"GDFK_ATOMICS(double)\n"
+	"#define GDFK_IATOMICS(T)                               \\\n"
+	"	GDFK_ATOMIC(atomicSub, T, o - v)               \\\n"
+	"	GDFK_ATOMIC(atomicMax, T, o > v ? o : v)       \\\n"
+	"	GDFK_ATOMIC(atomicMin, T, o < v ? o : v)       \\\n"
+	"	GDFK_ATOMIC(atomicAnd, T, o & v)               \\\n"
+	"	GDFK_ATOMIC(atomicOr, T, o | v)                \\\n"
+	"	GDFK_ATOMIC(atomicXor, T, o ^ v)               \\\n"
+	"	static inline T atomicCAS(T *p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }\n"
+	"GDFK_IATOMICS(int)\n"
+	"GDFK_IATOMICS(unsigned)\n"
+	"GDFK_IATOMICS(unsigned long long)\n"
+	"static inline unsigned atomicInc(unsigned *p, unsigned v) { unsigned o = *p; *p = o >= v ? 0 : o + 1; return o; }\n"
+	"static inline unsigned atomicDec(unsigned *p, unsigned v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }\n"
+	"\n"
+	"namespace gdfk {\n"
+	"/* What the fake driver reads of a kernel: its parameters' sizes, which of\n"
+	"   them are pointers (translated from device addresses), and a call. */\n"
+	"struct desc {\n"
+	"	const char *name;\n"
+	"	int nparams;\n"
+	"	const size_t *sizes;\n"
+	"	const unsigned char *ptrs;\n"
+	"	void (*thunk)(void **);\n"
+	"};\n"
+	"\n"
+	"template <class T> static inline T arg(void *p) { T v; memcpy((void *)&v, p, sizeof(T)); return v; }\n"
+	"template <class F> struct fn;\n"
+	"template <class... A> struct fn<void (*)(A...)> {\n"
+	"	static const int n = sizeof...(A);\n"
+	"	static const size_t *sizes() { static const size_t s[] = {sizeof(A)..., 0}; return s; }\n"
+	"	static const unsigned char *ptrs() { static const unsigned char p[] = {(unsigned char)std::is_pointer<A>::value..., 0}; return p; }\n"
+	"	template <void (*F)(A...), size_t... I> static void call(void **a, std::index_sequence<I...>) { F(arg<A>(a[I])...); }\n"
+	"	template <void (*F)(A...)> static void thunk(void **a) { call<F>(a, std::index_sequence_for<A...>{}); }\n"
+	"};\n"
+	"\n"
+	"enum { READY, BAR, WARP, DONE };\n"
+	"static const size_t STACK = 256 * 1024;\n"
+	"#ifndef GDFK_FIBERS\n"
+	"#define GDFK_FIBERS 0\n"
+	"#endif\n"
+	"static int nthreads, cur, fibers = GDFK_FIBERS;\n"
+	"static void **args;\n"
+	"static void (*thunk)(void **);\n"
+	"static unsigned char *state;\n"
+	"static unsigned char *stacks;\n"
+	"static size_t stacks_len;\n"
+	"static int bar_count, bar_result, bar_waiting;\n"
+	"static uint64_t *xch[2];\n"
+	"static unsigned *warp_gen, *warp_part;\n"
+	"static const char *fail;\n"
+	"\n"
+	"static void set_idx(int t) {\n"
+	"	threadIdx.x = t % blockDim.x;\n"
+	"	threadIdx.y = (t / blockDim.x) % blockDim.y;\n"
+	"	threadIdx.z = t / (blockDim.x * blockDim.y);\n"
+	"}\n"
+	"\n"
+	"#if defined(__x86_64__) && !defined(GDFK_UCONTEXT)\n"
+	"extern \"C\" void gdfk_switch(void **save, void *to);\n"
+	"__asm__(\".text\\n.p2align 4\\n.globl gdfk_switch\\n.hidden gdfk_switch\\n.type gdfk_switch,@function\\n\"\n"
+	"	\"gdfk_switch:\\n\"\n"
+	"	\"\\tpushq %rbp\\n\\tpushq %rbx\\n\\tpushq %r12\\n\\tpushq %r13\\n\\tpushq %r14\\n\\tpushq %r15\\n\"\n"
+	"	\"\\tsubq $8, %rsp\\n\\tstmxcsr (%rsp)\\n\\tfnstcw 4(%rsp)\\n\"\n"
+	"	\"\\tmovq %rsp, (%rdi)\\n\\tmovq %rsi, %rsp\\n\"\n"
+	"	\"\\tldmxcsr (%rsp)\\n\\tfldcw 4(%rsp)\\n\\taddq $8, %rsp\\n\"\n"
+	"	\"\\tpopq %r15\\n\\tpopq %r14\\n\\tpopq %r13\\n\\tpopq %r12\\n\\tpopq %rbx\\n\\tpopq %rbp\\n\"\n"
+	"	\"\\tret\\n.size gdfk_switch, .-gdfk_switch\\n\");\n"
+	"static void **sps;\n"
+	"static void *sched_sp;\n"
+	"static void entry(void);\n"
+	"static void fiber_init(int t) {\n"
+	"	uint64_t *top = (uint64_t *)(stacks + (size_t)(t + 1) * STACK);\n"
+	"	top[-1] = 0;\n"
+	"	top[-2] = (uint64_t)(uintptr_t)&entry;\n"
+	"	for (int i = 3; i <= 8; i++) top[-i] = 0;\n"
+	"	top[-9] = 0x1F80 | ((uint64_t)0x037F << 32); /* mxcsr, x87 control word */\n"
+	"	sps[t] = top - 9;\n"
+	"}\n"
+	"static void fiber_enter(int t) { gdfk_switch(&sched_sp, sps[t]); }\n"
+	"static void fiber_yield(void) { gdfk_switch(&sps[cur], sched_sp); }\n"
+	"static int fibers_alloc(int n) {\n"
+	"	void **p = (void **)realloc(sps, n * sizeof *sps);\n"
+	"	if (!p) return -1;\n"
+	"	sps = p;\n"
+	"	return 0;\n"
+	"}\n"
+	"#else\n"
+	"#include <ucontext.h>\n"
+	"static ucontext_t *ctxs, sched_ctx;\n"
+	"static void entry(void);\n"
+	"static void fiber_init(int t) {\n"
+	"	getcontext(&ctxs[t]);\n"
+	"	ctxs[t].uc_stack.ss_sp = stacks + (size_t)t * STACK + 4096;\n"
+	"	ctxs[t].uc_stack.ss_size = STACK - 4096;\n"
+	"	ctxs[t].uc_link = &sched_ctx;\n"
+	"	makecontext(&ctxs[t], entry, 0);\n"
+	"}\n"
+	"static void fiber_enter(int t) { swapcontext(&sched_ctx, &ctxs[t]); }\n"
+	"static void fiber_yield(void) { swapcontext(&ctxs[cur], &sched_ctx); }\n"
+	"static int fibers_alloc(int n) {\n"
+	"	ucontext_t *p = (ucontext_t *)realloc(ctxs, n * sizeof *ctxs);\n"
+	"	if (!p) return -1;\n"
+	"	ctxs = p;\n"
+	"	return 0;\n"
+	"}\n"
+	"#endif\n"
+	"\n"
+	"static void entry(void) {\n"
+	"	thunk(args);\n"
+	"	state[cur] = DONE;\n"
+	"	fiber_yield();\n"
+	"	abort(); /* a finished thread is never resumed */\n"
+	"}\n"
+	"\n"
+	"static void need_fibers(const char *what) {\n"
+	"	if (fibers) return;\n"
+	"	fprintf(stderr, \"fake CUDA: %s in a kernel compiled without fibers\\n\", what);\n"
+	"	abort();\n"
+	"}\n"
+	"\n"
+	"/* Block barrier: returns how many threads passed p != 0. */\n"
+	"static int barrier(int p) {\n"
+	"	need_fibers(\"__syncthreads\");\n"
+	"	bar_count += p;\n"
+	"	state[cur] = BAR;\n"
+	"	fiber_yield();\n"
+	"	return bar_result;\n"
+	"}\n"
+	"\n"
+	"/* Warp barrier: writes v (8 bytes at most) into the exchange slot of this\n"
+	"   round and returns the slots of the round once every live lane of the\n"
+	"   warp arrived. */\n"
+	"static const uint64_t *warp_sync(const void *v, size_t size, unsigned *part) {\n"
+	"	need_fibers(\"a warp operation\");\n"
+	"	int w = cur >> 5;\n"
+	"	int g = warp_gen[w] & 1;\n"
+	"	if (v) memcpy(&xch[g][cur], v, size);\n"
+	"	state[cur] = WARP;\n"
+	"	fiber_yield();\n"
+	"	if (part) *part = warp_part[2 * w + g];\n"
+	"	return xch[g] + (w << 5);\n"
+	"}\n"
+	"\n"
+	"static int run_block(void) {\n"
+	"	for (int t = 0; t < nthreads; t++) {\n"
+	"		state[t] = READY;\n"
+	"		fiber_init(t);\n"
+	"	}\n"
+	"	int nwarps = (nthreads + 31) / 32;\n"
+	"	for (;;) {\n"
+	"		for (int t = 0; t < nthreads; t++) {\n"
+	"			if (state[t] != READY) continue;\n"
+	"			cur = t;\n"
+	"			set_idx(t);\n"
+	"			fiber_enter(t);\n"
+	"		}\n"
+	"		int done = 0, bar = 0;\n"
+	"		for (int t = 0; t < nthreads; t++) {\n"
+	"			done += state[t] == DONE;\n"
+	"			bar += state[t] == BAR;\n"
+	"		}\n"
+	"		if (done == nthreads) return 0;\n"
+	"		int released = 0;\n"
+	"		for (int w = 0; w < nwarps; w++) {\n"
+	"			int live = 0, waiting = 0;\n"
+	"			unsigned mask = 0;\n"
+	"			for (int t = w * 32; t < w * 32 + 32 && t < nthreads; t++) {\n"
+	"				live += state[t] != DONE;\n"
+	"				if (state[t] == WARP) {\n"
+	"					waiting++;\n"
+	"					mask |= 1u << (t & 31);\n"
+	"				}\n"
+	"			}\n"
+	"			if (waiting && waiting == live) {\n"
+	"				warp_part[2 * w + (warp_gen[w] & 1)] = mask;\n"
+	"				warp_gen[w]++;\n"
+	"				for (int t = w * 32; t < w * 32 + 32 && t < nthreads; t++)\n"
+	"					if (state[t] == WARP) state[t] = READY;\n"
+	"				released = 1;\n"
+	"			}\n"
+	"		}\n"
+	"		if (released) continue;\n"
+	"		if (bar == nthreads - done) {\n"
+	"			bar_result = bar_count;\n"
+	"			bar_waiting = bar;\n"
+	"			bar_count = 0;\n"
+	"			for (int t = 0; t < nthreads; t++)\n"
+	"				if (state[t] == BAR) state[t] = READY;\n"
+	"			continue;\n"
+	"		}\n"
+	"		fail = \"threads of one block wait at different barriers (__syncthreads and a warp operation): a divergent barrier\";\n"
+	"		return -1;\n"
+	"	}\n"
+	"}\n"
+	"} // namespace gdfk\n"
+	"\n"
+	"static inline void __syncthreads(void) { gdfk::barrier(0); }\n"
+	"static inline int __syncthreads_count(int p) { return gdfk::barrier(p != 0); }\n"
+	"static inline int __syncthreads_and(int p) { return gdfk::barrier(p != 0) == gdfk::bar_waiting; }\n"
+	"static inline int __syncthreads_or(int p) { return gdfk::barrier(p != 0) != 0; }\n"
+	"static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)mask; gdfk::warp_sync(0, 0, 0); }\n"
+	"static inline unsigned __activemask(void) {\n"
+	"	unsigned m = 0;\n"
+	"	int w = gdfk::cur >> 5;\n"
+	"	for (int t = w * 32; t < w * 32 + 32 && t < gdfk::nthreads; t++)\n"
+	"		if (gdfk::state[t] != gdfk::DONE) m |= 1u << (t & 31);\n"
+	"	return m;\n"
+	"}\n"
+	"static inline unsigned __ballot_sync(unsigned mask, int p) {\n"
+	"	unsigned part, out = 0;\n"
+	"	uint64_t v = p != 0;\n"
+	"	const uint64_t *s = gdfk::warp_sync(&v, sizeof v, &part);\n"
+	"	for (int l = 0; l < 32; l++)\n"
+	"		if ((part >> l & 1) && s[l]) out |= 1u << l;\n"
+	"	return out & mask;\n"
+	"}\n"
+	"static inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }\n"
+	"static inline int __all_sync(unsigned mask, int p) {\n"
+	"	unsigned part;\n"
+	"	uint64_t v = p != 0;\n"
+	"	const uint64_t *s = gdfk::warp_sync(&v, sizeof v, &part);\n"
+	"	for (int l = 0; l < 32; l++)\n"
+	"		if ((part >> l & 1) && (mask >> l & 1) && !s[l]) return 0;\n"
+	"	return 1;\n"
+	"}\n"
+	"template <class T> static inline T gdfk_shfl(T v, int kind, int x, int width) {\n"
+	"	static_assert(sizeof(T) <= 8, \"shuffles of at most 8 bytes\");\n"
+	"	const uint64_t *s = gdfk::warp_sync(&v, sizeof v, 0);\n"
+	"	int lane = gdfk::cur & 31, base = lane - lane % width, src;\n"
+	"	switch (kind) {\n"
+	"	case 0: src = base + (x % width); break;         /* __shfl_sync */\n"
+	"	case 1: src = lane - x; if (src < base) return v; break; /* up */\n"
+	"	case 2: src = lane + x; if (src >= base + width) return v; break; /* down */\n"
+	"	default: src = lane ^ x; if (src >= base + width) return v; break; /* xor */\n"
+	"	}\n"
+	"	if ((gdfk::cur & ~31) + src >= gdfk::nthreads) return v;\n"
+	"	T out;\n"
+	"	memcpy((void *)&out, &s[src], sizeof out);\n"
+	"	return out;\n"
+	"}\n"
+	"template <class T> static inline T __shfl_sync(unsigned m, T v, int l, int w = 32) { (void)m; return gdfk_shfl(v, 0, l, w); }\n"
+	"template <class T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) { (void)m; return gdfk_shfl(v, 1, (int)d, w); }\n"
+	"template <class T> static inline T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) { (void)m; return gdfk_shfl(v, 2, (int)d, w); }\n"
+	"template <class T> static inline T __shfl_xor_sync(unsigned m, T v, int x, int w = 32) { (void)m; return gdfk_shfl(v, 3, x, w); }\n"
+	"\n"
+	"/* Runs a launch: every block, one after another. */\n"
+	"extern \"C\" __attribute__((visibility(\"default\"))) int gdfk_run(const gdfk::desc *d, const unsigned *grid,\n"
+	"		const unsigned *block, size_t shmem, void **a, char *err, size_t errlen) {\n"
+	"	using namespace gdfk;\n"
+	"	static unsigned char *dyn;\n"
+	"	static size_t dyn_len;\n"
+	"	gridDim = dim3{grid[0], grid[1], grid[2]};\n"
+	"	blockDim = dim3{block[0], block[1], block[2]};\n"
+	"	nthreads = (int)(block[0] * block[1] * block[2]);\n"
+	"	args = a;\n"
+	"	thunk = d->thunk;\n"
+	"	fail = 0;\n"
+	"	if (shmem > dyn_len) {\n"
+	"		free(dyn);\n"
+	"		dyn = (unsigned char *)malloc(shmem);\n"
+	"		dyn_len = dyn ? shmem : 0;\n"
+	"		if (!dyn) {\n"
+	"			snprintf(err, errlen, \"out of memory for %zu bytes of shared memory\", shmem);\n"
+	"			return -1;\n"
+	"		}\n"
+	"	}\n"
+	"	gdfk_dyn_smem = dyn;\n"
+	"	if (fibers) {\n"
+	"		size_t need = (size_t)nthreads * STACK;\n"
+	"		if (need > stacks_len) {\n"
+	"			if (stacks) munmap(stacks, stacks_len);\n"
+	"			stacks = (unsigned char *)mmap(0, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);\n"
+	"			if (stacks == MAP_FAILED) {\n"
+	"				stacks = 0;\n"
+	"				stacks_len = 0;\n"
+	"				snprintf(err, errlen, \"cannot map %zu bytes of thread stacks\", need);\n"
+	"				return -1;\n"
+	"			}\n"
+	"			stacks_len = need;\n"
+	"			for (int t = 0; t < nthreads; t++) mprotect(stacks + (size_t)t * STACK, 4096, PROT_NONE); /* guard */\n"
+	"			free(state);\n"
+	"			free(xch[0]);\n"
+	"			free(xch[1]);\n"
+	"			free(warp_gen);\n"
+	"			free(warp_part);\n"
+	"			int nw = (nthreads + 31) / 32;\n"
+	"			state = (unsigned char *)calloc(nthreads, 1);\n"
+	"			xch[0] = (uint64_t *)calloc(nw * 32, 8);\n"
+	"			xch[1] = (uint64_t *)calloc(nw * 32, 8);\n"
+	"			warp_gen = (unsigned *)calloc(nw, sizeof *warp_gen);\n"
+	"			warp_part = (unsigned *)calloc(2 * nw, sizeof *warp_part);\n"
+	"			if (!state || !xch[0] || !xch[1] || !warp_gen || !warp_part || fibers_alloc(nthreads)) {\n"
+	"				snprintf(err, errlen, \"out of memory for %d threads\", nthreads);\n"
+	"				return -1;\n"
+	"			}\n"
+	"		}\n"
+	"	}\n"
+	"	for (unsigned z = 0; z < grid[2]; z++)\n"
+	"		for (unsigned y = 0; y < grid[1]; y++)\n"
+	"			for (unsigned x = 0; x < grid[0]; x++) {\n"
+	"				blockIdx = uint3{x, y, z};\n"
+	"				if (shmem) memset(dyn, 0xff, shmem); /* uninitialized: NaNs */\n"
+	"				if (!fibers) {\n"
+	"					for (int t = 0; t < nthreads; t++) {\n"
+	"						cur = t;\n"
+	"						set_idx(t);\n"
+	"						thunk(a);\n"
+	"					}\n"
+	"					continue;\n"
+	"				}\n"
+	"				if (run_block()) {\n"
+	"					snprintf(err, errlen, \"%s: block (%u,%u,%u): %s\", d->name, x, y, z, fail);\n"
+	"					return -1;\n"
+	"				}\n"
+	"			}\n"
+	"	return 0;\n"
+	"}\n"
+	"\n"
+	"#define GDFK_KERNEL(K)                                                                                \\\n"
+	"	extern \"C\" __attribute__((visibility(\"default\"))) const gdfk::desc *gdfk_kernel_##K(void) {    \\\n"
+	"		typedef gdfk::fn<decltype(&K)> F;                                                      \\\n"
+	"		static const gdfk::desc d = {#K, F::n, F::sizes(), F::ptrs(), &F::thunk<&K>};          \\\n"
+	"		return &d;                                                                             \\\n"
+	"	}\n"
+	"\n";
+
+/* ---- cuBLAS ---- */
+
+enum {
+	CUBLAS_STATUS_SUCCESS = 0,
+	CUBLAS_STATUS_NOT_INITIALIZED = 1,
+	CUBLAS_STATUS_ALLOC_FAILED = 3,
+	CUBLAS_STATUS_INVALID_VALUE = 7,
+	CUBLAS_STATUS_EXECUTION_FAILED = 13,
+	CUBLAS_STATUS_NOT_SUPPORTED = 15,
+};
+
+#define BLAS_MAGIC 0x424c4153u
+
+typedef struct fk_blas {
+	unsigned magic;
+	int dev;
+	void *stream; /* NULL: the legacy default stream */
+	int math;
+} fk_blas;
+
+API const char *cublasGetStatusName(int s) {
+	switch (s) {
+	case 0: return "CUBLAS_STATUS_SUCCESS";
+	case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+	case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+	case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+	case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+	case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+	case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+	case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+	case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+	case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+	}
+	return "CUBLAS_STATUS_UNKNOWN";
+}
+
+API const char *cublasGetStatusString(int s) {
+	switch (s) {
+	case 0: return "success";
+	case 1: return "the library was not initialized";
+	case 3: return "the resource allocation failed";
+	case 7: return "an invalid numeric value was used as an argument";
+	case 8: return "an absent device architectural feature is required";
+	case 11: return "an access to GPU memory space failed";
+	case 13: return "the GPU program failed to execute";
+	case 14: return "an internal operation failed";
+	case 15: return "the functionality requested is not supported";
+	case 16: return "an error was detected when checking the current licensing";
+	}
+	return "unknown error";
+}
+
+/* libraryPropertyType: MAJOR_VERSION 0, MINOR_VERSION 1, PATCH_LEVEL 2; the
+   fake's cuBLAS has the runtime's version. */
+API int cublasGetProperty(int type, int *v) {
+	int r = rt_version();
+	switch (type) {
+	case 0: *v = r / 1000; return CUBLAS_STATUS_SUCCESS;
+	case 1: *v = r % 1000 / 10; return CUBLAS_STATUS_SUCCESS;
+	case 2: *v = 0; return CUBLAS_STATUS_SUCCESS;
+	}
+	return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* The handle, used with its device current (as cuBLAS requires). */
+static int blas_check(const char *call, fk_blas *h) {
+	if (!h || h->magic != BLAS_MAGIC) {
+		warnf("%s: %p is not a live cuBLAS handle", call, (void *)h);
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	}
+	int d = ctx_dev(call);
+	if (d != h->dev) {
+		warnf("%s: the handle is on device %d but device %d is current", call, h->dev, d);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (sticky_err()) return CUBLAS_STATUS_EXECUTION_FAILED;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasCreate_v2(fk_blas **out) {
+	*out = NULL;
+	int d = ctx_dev("cublasCreate_v2");
+	if (sticky_err()) return CUBLAS_STATUS_NOT_INITIALIZED;
+	fk_blas *h = calloc(1, sizeof *h);
+	if (!h) return CUBLAS_STATUS_ALLOC_FAILED;
+	h->magic = BLAS_MAGIC;
+	h->dev = d;
+	*out = h;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasDestroy_v2(fk_blas *h) {
+	int r = blas_check("cublasDestroy_v2", h);
+	if (r && r != CUBLAS_STATUS_EXECUTION_FAILED) return r;
+	h->magic = 0; /* never freed: queued work may still point at it */
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasSetStream_v2(fk_blas *h, void *s) {
+	int r = blas_check("cublasSetStream_v2", h);
+	if (r) return r;
+	stream *st;
+	if (check_stream("cublasSetStream_v2", s, &st)) return CUBLAS_STATUS_INVALID_VALUE;
+	if (st && st->dev != h->dev) {
+		warnf("cublasSetStream_v2: the stream is on device %d, the handle on %d", st->dev, h->dev);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	h->stream = s;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasGetStream_v2(fk_blas *h, void **s) {
+	int r = blas_check("cublasGetStream_v2", h);
+	if (r) return r;
+	*s = h->stream;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasSetMathMode(fk_blas *h, int mode) {
+	int r = blas_check("cublasSetMathMode", h);
+	if (r) return r;
+	int base = mode & 0xf;
+	if (base > 3 || (mode & ~0x1f)) return CUBLAS_STATUS_INVALID_VALUE;
+	h->math = mode;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasGetMathMode(fk_blas *h, int *mode) {
+	int r = blas_check("cublasGetMathMode", h);
+	if (r) return r;
+	*mode = h->math;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+enum { FK_R32F = 0, FK_R16F = 2, FK_R16BF = 14 };
+
+static size_t fk_dt_size(int t) { return t == FK_R32F ? 4 : (t == FK_R16F || t == FK_R16BF) ? 2 : 0; }
+
+static float fk_load(const unsigned char *p, size_t i, int t) {
+	uint16_t u;
+	float f;
+	switch (t) {
+	case FK_R32F: memcpy(&f, p + 4 * i, 4); return f;
+	case FK_R16F: memcpy(&u, p + 2 * i, 2); return h2f(u);
+	default: memcpy(&u, p + 2 * i, 2); return b2f(u);
+	}
+}
+
+static void fk_store(unsigned char *p, size_t i, int t, float f) {
+	uint16_t u;
+	switch (t) {
+	case FK_R32F: memcpy(p + 4 * i, &f, 4); return;
+	case FK_R16F: u = f2h(f); memcpy(p + 2 * i, &u, 2); return;
+	default: u = f2b(f); memcpy(p + 2 * i, &u, 2); return;
+	}
+}
+
+/* TF32: 10 bits of mantissa, rounded to nearest (ties away), as
+   cvt.rna.tf32.f32 does. */
+static float fk_tf32(float x) {
+	uint32_t b;
+	memcpy(&b, &x, 4);
+	if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0x1000u) & 0xffffe000u;
+	memcpy(&x, &b, 4);
+	return x;
+}
+
+enum { ROUND_NONE, ROUND_TF32, ROUND_BF16, ROUND_F16 };
+
+struct gemm_task {
+	int ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, round;
+	float alpha, beta;
+	const unsigned char *a, *b;
+	unsigned char *c;
+};
+
+static float fk_round(float x, int r) {
+	switch (r) {
+	case ROUND_TF32: return fk_tf32(x);
+	case ROUND_BF16: return b2f(f2b(x));
+	case ROUND_F16: return h2f(f2h(x));
+	}
+	return x;
+}
+
+__attribute__((optimize("fp-contract=off"))) static void run_gemm(void *arg) {
+	struct gemm_task *g = arg;
+	for (int j = 0; j < g->n; j++) {
+		for (int i = 0; i < g->m; i++) {
+			float acc = 0;
+			for (int p = 0; p < g->k; p++) {
+				size_t ia = g->ta ? (size_t)p + (size_t)i * g->lda : (size_t)i + (size_t)p * g->lda;
+				size_t ib = g->tb ? (size_t)j + (size_t)p * g->ldb : (size_t)p + (size_t)j * g->ldb;
+				float x = fk_round(fk_load(g->a, ia, g->at), g->round);
+				float y = fk_round(fk_load(g->b, ib, g->bt), g->round);
+				float prod = x * y;
+				acc = acc + prod;
+			}
+			size_t ic = (size_t)i + (size_t)j * g->ldc;
+			float v = g->alpha * acc;
+			if (g->beta != 0) {
+				float old = g->beta * fk_load(g->c, ic, g->ct);
+				v = v + old;
+			}
+			fk_store(g->c, ic, g->ct, v);
+		}
+	}
+	free(g);
+}
+
+/* Resolves a column-major rows x cols matrix with leading dimension ld at
+   device address p on dev. */
+static int gemm_matrix(const char *call, const char *which, const void *p, int rows, int cols, int ld, int t, int dev,
+		       unsigned char **out) {
+	*out = NULL;
+	if (rows == 0 || cols == 0) return 0;
+	size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * fk_dt_size(t);
+	unsigned char *h;
+	int d;
+	if (dev_lookup((uintptr_t)p, bytes, &h, &d) != 1) {
+		warnf("%s: %s (%d x %d, ld %d) at %p is not within a live device allocation", call, which, rows, cols, ld, p);
+		return -1;
+	}
+	if (d != dev) {
+		warnf("%s: %s is memory of device %d, the handle's device is %d", call, which, d, dev);
+		return -1;
+	}
+	*out = h;
+	return 0;
+}
+
+static int gemm(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, float alpha, const void *A, int at,
+		int lda, const void *B, int bt, int ldb, float beta, void *C, int ct, int ldc, int round) {
+	int r = blas_check(call, h);
+	if (r) return r;
+	if (ta < 0 || ta > 2 || tb < 0 || tb > 2 || m < 0 || n < 0 || k < 0) {
+		warnf("%s: bad operation or size (transa %d, transb %d, m %d, n %d, k %d)", call, ta, tb, m, n, k);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+	if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1)) {
+		warnf("%s: leading dimensions lda %d, ldb %d, ldc %d too small for A %dx%d, B %dx%d, C %dx%d", call, lda, ldb, ldc, ar,
+		      ac, br, bc, m, n);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+	struct gemm_task *g = calloc(1, sizeof *g);
+	if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
+	*g = (struct gemm_task){ta != 0, tb != 0, m, n, alpha == 0 ? 0 : k, lda, ldb, ldc, at, bt, ct, round, alpha, beta, NULL, NULL, NULL};
+	unsigned char *pa, *pb;
+	if ((g->k && (gemm_matrix(call, "A", A, ar, ac, lda, at, h->dev, &pa) ||
+		      gemm_matrix(call, "B", B, br, bc, ldb, bt, h->dev, &pb))) ||
+	    gemm_matrix(call, "C", C, m, n, ldc, ct, h->dev, &g->c)) {
+		free(g);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (g->k) {
+		g->a = pa;
+		g->b = pb;
+	}
+	stream *st = NULL;
+	if (check_stream(call, h->stream, &st)) {
+		free(g);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	submit(st, run_gemm, g);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+API int cublasSgemm_v2(fk_blas *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+		       const float *B, int ldb, const float *beta, float *C, int ldc) {
+	int tf32 = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3;
+	return gemm("cublasSgemm_v2", h, ta, tb, m, n, k, *alpha, A, FK_R32F, lda, B, FK_R32F, ldb, *beta, C, FK_R32F, ldc,
+		    tf32 ? ROUND_TF32 : ROUND_NONE);
+}
+
+/* cublasComputeType_t: 32F 68, 32F_PEDANTIC 69, 32F_FAST_16F 74,
+   32F_FAST_16BF 75, 32F_FAST_TF32 77; alpha and beta are floats. */
+API int cublasGemmEx(fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+		     const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo) {
+	(void)algo;
+	int round = ROUND_NONE;
+	switch (compute) {
+	case 68: round = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3 && at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
+	case 69: break;
+	case 74: round = at == FK_R32F ? ROUND_F16 : ROUND_NONE; break;
+	case 75: round = at == FK_R32F ? ROUND_BF16 : ROUND_NONE; break;
+	case 77: round = at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
+	default:
+		warnf("cublasGemmEx: compute type %d is not supported by the fake", compute);
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	if (!fk_dt_size(at) || at != bt || (ct != FK_R32F && ct != at)) {
+		warnf("cublasGemmEx: types A %d, B %d, C %d are not supported", at, bt, ct);
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	float al, be;
+	memcpy(&al, alpha, 4);
+	memcpy(&be, beta, 4);
+	return gemm("cublasGemmEx", h, ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc, round);
+}
+
+/* ---- NVRTC ---- */
+
+enum {
+	NVRTC_SUCCESS = 0,
+	NVRTC_ERROR_OUT_OF_MEMORY = 1,
+	NVRTC_ERROR_INVALID_INPUT = 3,
+	NVRTC_ERROR_INVALID_PROGRAM = 4,
+	NVRTC_ERROR_INVALID_OPTION = 5,
+	NVRTC_ERROR_COMPILATION = 6,
+	NVRTC_ERROR_INTERNAL_ERROR = 11,
+};
+
+API const char *nvrtcGetErrorString(int r) {
+	static const char *names[] = {"NVRTC_SUCCESS", "NVRTC_ERROR_OUT_OF_MEMORY", "NVRTC_ERROR_PROGRAM_CREATION_FAILURE",
+				      "NVRTC_ERROR_INVALID_INPUT", "NVRTC_ERROR_INVALID_PROGRAM", "NVRTC_ERROR_INVALID_OPTION",
+				      "NVRTC_ERROR_COMPILATION", "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE",
+				      "NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION",
+				      "NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION", "NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID",
+				      "NVRTC_ERROR_INTERNAL_ERROR"};
+	return r >= 0 && r < (int)(sizeof names / sizeof *names) ? names[r] : "NVRTC_ERROR unknown";
+}
+
+API int nvrtcVersion(int *major, int *minor) {
+	if (!major || !minor) return NVRTC_ERROR_INVALID_INPUT;
+	*major = rt_version() / 1000;
+	*minor = rt_version() % 1000 / 10;
+	return NVRTC_SUCCESS;
+}
+
+static const int fk_archs[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
+#define FK_NARCHS ((int)(sizeof fk_archs / sizeof *fk_archs))
+
+API int nvrtcGetNumSupportedArchs(int *n) {
+	if (!n) return NVRTC_ERROR_INVALID_INPUT;
+	*n = FK_NARCHS;
+	return NVRTC_SUCCESS;
+}
+
+API int nvrtcGetSupportedArchs(int *a) {
+	if (!a) return NVRTC_ERROR_INVALID_INPUT;
+	memcpy(a, fk_archs, sizeof fk_archs);
+	return NVRTC_SUCCESS;
+}
+
+#define PROG_MAGIC 0x50524f47u
+#define FK_CUBIN_MAGIC "GDIST-FAKECUBIN"   /* 16 bytes with the NUL, then a uint64 length */
+#define FK_PTX_MAGIC "//GDIST-FAKEPTX "
+
+typedef struct fk_prog {
+	unsigned magic;
+	char *src, *name;
+	int nh;
+	char **hdrs, **hnames;
+	char *log;
+	unsigned char *lib; /* the compiled shared library */
+	size_t lib_len;
+	int arch, virt; /* arch 90 for sm_90 or compute_90; virt: compute_ */
+	int compiled;
+} fk_prog;
+
+typedef struct {
+	char *p;
+	size_t n, cap;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+	if (b->n + n + 1 > b->cap) {
+		size_t c = b->cap ? b->cap : 4096;
+		while (c < b->n + n + 1) c *= 2;
+		char *q = realloc(b->p, c);
+		if (!q) abort();
+		b->p = q;
+		b->cap = c;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+	char tmp[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	sb_add(b, tmp, n < (int)sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static char *fk_strdup(const char *s) {
+	size_t n = strlen(s) + 1;
+	char *p = malloc(n);
+	if (p) memcpy(p, s, n);
+	return p;
+}
+
+API int nvrtcCreateProgram(fk_prog **out, const char *src, const char *name, int nh, const char *const *hdrs,
+			   const char *const *hnames) {
+	if (!out || !src || nh < 0 || (nh > 0 && (!hdrs || !hnames))) return NVRTC_ERROR_INVALID_INPUT;
+	fk_prog *p = calloc(1, sizeof *p);
+	if (!p) return NVRTC_ERROR_OUT_OF_MEMORY;
+	p->magic = PROG_MAGIC;
+	p->src = fk_strdup(src);
+	p->name = fk_strdup(name ? name : "default_program");
+	p->nh = nh;
+	p->hdrs = calloc(nh + 1, sizeof *p->hdrs);
+	p->hnames = calloc(nh + 1, sizeof *p->hnames);
+	for (int i = 0; i < nh; i++) {
+		p->hdrs[i] = fk_strdup(hdrs[i] ? hdrs[i] : "");
+		p->hnames[i] = fk_strdup(hnames[i]);
+	}
+	p->log = fk_strdup("");
+	*out = p;
+	return NVRTC_SUCCESS;
+}
+
+API int nvrtcDestroyProgram(fk_prog **pp) {
+	if (!pp || !*pp || (*pp)->magic != PROG_MAGIC) return NVRTC_ERROR_INVALID_PROGRAM;
+	fk_prog *p = *pp;
+	p->magic = 0;
+	for (int i = 0; i < p->nh; i++) {
+		free(p->hdrs[i]);
+		free(p->hnames[i]);
+	}
+	free(p->hdrs);
+	free(p->hnames);
+	free(p->src);
+	free(p->name);
+	free(p->log);
+	free(p->lib);
+	free(p);
+	*pp = NULL;
+	return NVRTC_SUCCESS;
+}
+
+static int is_id0(int c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+static int is_id(int c) { return is_id0(c) || (c >= '0' && c <= '9'); }
+
+/* Skips spaces and comments from i; returns the new position. */
+static size_t skip_ws(const char *s, size_t i) {
+	for (;;) {
+		if (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+			i++;
+		} else if (s[i] == '/' && s[i + 1] == '/') {
+			while (s[i] && s[i] != '\n') i++;
+		} else if (s[i] == '/' && s[i + 1] == '*') {
+			i += 2;
+			while (s[i] && !(s[i] == '*' && s[i + 1] == '/')) i++;
+			if (s[i]) i += 2;
+		} else {
+			return i;
+		}
+	}
+}
+
+/* The kernels' source as the host compiler gets it: comments, strings and
+   lines kept; each "extern __shared__ T name[];" becomes a pointer to the
+   launch's dynamic shared memory. Records the names of the extern "C"
+   __global__ functions and whether anything synchronizes threads (then
+   threads run as fibers). */
+static int transform(const char *s, const char *fname, sbuf *out, char ***kernels, int *nk, int *fibers) {
+	size_t i = 0;
+	int line = 1, depth = 0, ext_c = 0;
+	int cblock[32], ncblock = 0; /* the depths of extern "C" { blocks */
+	*nk = 0;
+	*fibers = 0;
+	*kernels = NULL;
+	while (s[i]) {
+		char c = s[i];
+		if (c == '/' && (s[i + 1] == '/' || s[i + 1] == '*')) {
+			size_t j = skip_ws(s, i);
+			for (size_t q = i; q < j; q++) line += s[q] == '\n';
+			sb_add(out, s + i, j - i);
+			i = j;
+			continue;
+		}
+		if (c == '"' || c == '\'') {
+			size_t j = i + 1;
+			while (s[j] && s[j] != c) j += s[j] == '\\' && s[j + 1] ? 2 : 1;
+			if (s[j]) j++;
+			sb_add(out, s + i, j - i);
+			i = j;
+			continue;
+		}
+		if (c == '#') { /* a preprocessor line: copied whole (with continuations) */
+			size_t j = i;
+			while (s[j] && s[j] != '\n') j += s[j] == '\\' && s[j + 1] == '\n' ? 2 : 1;
+			for (size_t q = i; q < j; q++) line += s[q] == '\n';
+			sb_add(out, s + i, j - i);
+			i = j;
+			continue;
+		}
+		if (is_id0(c) && (i == 0 || !is_id(s[i - 1]))) {
+			size_t j = i;
+			while (is_id(s[j])) j++;
+			size_t n = j - i;
+			const char *w = s + i;
+#define IS(lit) (n == sizeof lit - 1 && !memcmp(w, lit, n))
+			if ((n >= 13 && !memcmp(w, "__syncthreads", 13)) || IS("__syncwarp") || (n > 6 && !memcmp(w, "__shfl", 6)) ||
+			    IS("__ballot_sync") || IS("__any_sync") || IS("__all_sync") || IS("__activemask"))
+				*fibers = 1;
+			if (IS("extern")) {
+				size_t k = skip_ws(s, j);
+				if (s[k] == '"' && s[k + 1] == 'C' && s[k + 2] == '"') {
+					size_t b = skip_ws(s, k + 3);
+					if (s[b] == '{') {
+						if (ncblock < 32) cblock[ncblock++] = depth + 1;
+					} else {
+						ext_c = 1;
+					}
+				} else if (!strncmp(s + k, "__shared__", 10) && !is_id(s[k + 10])) {
+					/* extern __shared__ [__align__(n)] T name[]; */
+					size_t e = k + 10;
+					while (s[e] && s[e] != ';') e++;
+					if (!s[e]) return -1;
+					sbuf ty = {0};
+					size_t q = k + 10, last_id = 0, last_len = 0;
+					while (q < e) {
+						q = skip_ws(s, q);
+						if (q >= e) break;
+						if (!strncmp(s + q, "__align__", 9)) {
+							while (q < e && s[q] != ')') q++;
+							q++;
+							continue;
+						}
+						if (is_id0(s[q])) {
+							size_t r = q;
+							while (is_id(s[r])) r++;
+							if (last_len) {
+								sb_add(&ty, s + last_id, last_len);
+								sb_str(&ty, " ");
+							}
+							last_id = q;
+							last_len = r - q;
+							q = r;
+							continue;
+						}
+						if (s[q] == '[') break;
+						if (last_len) {
+							sb_add(&ty, s + last_id, last_len);
+							sb_str(&ty, " ");
+							last_len = 0;
+						}
+						sb_add(&ty, s + q, 1);
+						q++;
+					}
+					if (!last_len || !ty.n) {
+						free(ty.p);
+						return -1;
+					}
+					char name[256];
+					snprintf(name, sizeof name, "%.*s", (int)last_len, s + last_id);
+					int nl = 0;
+					for (size_t z = i; z < e; z++) nl += s[z] == '\n';
+					if (depth > 0) {
+						sb_printf(out, "%s *%s = (%s *)gdfk_dyn_smem;", ty.p, name, ty.p);
+						for (int z = 0; z < nl; z++) sb_str(out, "\n");
+					} else {
+						sb_printf(out, "\n#define %s ((%s *)gdfk_dyn_smem)\n#line %d \"%s\"\n", name, ty.p, line + nl, fname);
+					}
+					line += nl;
+					free(ty.p);
+					i = e + 1;
+					continue;
+				}
+			} else if (IS("__global__")) {
+				/* the kernel's name: the first identifier followed by '(' that is not an attribute */
+				size_t k = j;
+				for (;;) {
+					k = skip_ws(s, k);
+					if (!s[k] || s[k] == ';' || s[k] == '{' || s[k] == '(') break;
+					if (is_id0(s[k])) {
+						size_t r = k;
+						while (is_id(s[r])) r++;
+						size_t p = skip_ws(s, r);
+						int attr = (r - k == 17 && !memcmp(s + k, "__launch_bounds__", 17)) ||
+							   (r - k == 13 && !memcmp(s + k, "__attribute__", 13)) ||
+							   (r - k == 9 && !memcmp(s + k, "__align__", 9));
+						if (s[p] == '(' && !attr) {
+							int inblock = ncblock > 0 && depth >= cblock[ncblock - 1];
+							if (ext_c || inblock) {
+								int dup = 0;
+								for (int z = 0; z < *nk; z++) dup |= strlen((*kernels)[z]) == r - k && !memcmp((*kernels)[z], s + k, r - k);
+								if (!dup) {
+									*kernels = realloc(*kernels, (*nk + 1) * sizeof **kernels);
+									(*kernels)[*nk] = malloc(r - k + 1);
+									memcpy((*kernels)[*nk], s + k, r - k);
+									(*kernels)[*nk][r - k] = 0;
+									(*nk)++;
+								}
+							}
+							break;
+						}
+						if (s[p] == '(') { /* an attribute's arguments */
+							int lvl = 0;
+							do {
+								if (s[p] == '(') lvl++;
+								if (s[p] == ')') lvl--;
+								p++;
+							} while (s[p] && lvl > 0);
+						}
+						k = p;
+						continue;
+					}
+					k++;
+				}
+			}
+#undef IS
+			sb_add(out, w, n);
+			i = j;
+			continue;
+		}
+		if (c == '{') {
+			depth++;
+			ext_c = 0;
+		} else if (c == '}') {
+			if (ncblock > 0 && depth == cblock[ncblock - 1]) ncblock--;
+			depth--;
+			ext_c = 0;
+		} else if (c == ';') {
+			ext_c = 0;
+		} else if (c == '\n') {
+			line++;
+		}
+		sb_add(out, s + i, 1);
+		i++;
+	}
+	return 0;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+	return h;
+}
+
+static int mkdirs(const char *path) {
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s", path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p == '/') {
+			*p = 0;
+			mkdir(tmp, 0700);
+			*p = '/';
+		}
+	}
+	return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static void cache_dir(char *buf, size_t len) {
+	const char *e = getenv("FAKE_NVRTC_CACHE");
+	if (e && *e) {
+		snprintf(buf, len, "%s", e);
+	} else if ((e = getenv("XDG_CACHE_HOME")) && *e) {
+		snprintf(buf, len, "%s/gdist/fakenvrtc", e);
+	} else if ((e = getenv("HOME")) && *e) {
+		snprintf(buf, len, "%s/.cache/gdist/fakenvrtc", e);
+	} else {
+		snprintf(buf, len, "%s/gdist-fakenvrtc-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getuid());
+	}
+	mkdirs(buf);
+}
+
+static int read_file(const char *path, unsigned char **out, size_t *len) {
+	FILE *f = fopen(path, "rb");
+	if (!f) return -1;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *b = malloc(n > 0 ? n : 1);
+	if (!b || fread(b, 1, n, f) != (size_t)n) {
+		free(b);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	*out = b;
+	*len = n;
+	return 0;
+}
+
+static int write_file(const char *path, const void *p, size_t n) {
+	FILE *f = fopen(path, "wb");
+	if (!f) return -1;
+	int ok = fwrite(p, 1, n, f) == n;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static void set_log(fk_prog *p, const char *s) {
+	free(p->log);
+	p->log = fk_strdup(s);
+}
+
+/* The options NVRTC takes that change nothing here. */
+static int ignored_option(const char *o) {
+	static const char *pre[] = {"-lineinfo", "--generate-line-info", "--fmad=", "-fmad=", "-default-device", "--std=", "-std=",
+				    "--use_fast_math", "-use_fast_math", "--device-debug", "-G", "-ftz=", "--ftz=", "-prec-div=",
+				    "--prec-div=", "-prec-sqrt=", "--prec-sqrt=", "--extra-device-vectorization", "-dw",
+				    "--disable-warnings", "-w", "--restrict", "-restrict", "--device-as-default-execution-space",
+				    "-dlto", "--dlink-time-opt", "-rdc=", "--relocatable-device-code=", "-dopt=", "--dopt=",
+				    "-time=", "--time=", "-Werror", "--Werror", "-split-compile=", "--split-compile=", NULL};
+	for (int i = 0; pre[i]; i++) {
+		size_t n = strlen(pre[i]);
+		if (!strncmp(o, pre[i], n) && (pre[i][n - 1] == '=' || o[n] == 0)) return 1;
+	}
+	return 0;
+}
+
+static int compile_program(fk_prog *p, int nopt, const char *const *opts, char **owned, int *nowned_out) {
+	int nowned = 0;
+	if (!p || p->magic != PROG_MAGIC) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (nopt < 0 || (nopt > 0 && !opts)) return NVRTC_ERROR_INVALID_INPUT;
+	p->compiled = 0;
+	p->arch = 52;
+	p->virt = 1;
+	const char *cxx = getenv("FAKE_NVRTC_CXX");
+	if (!cxx || !*cxx) cxx = getenv("CXX");
+	if (!cxx || !*cxx) cxx = "g++";
+	char dir[4096];
+	cache_dir(dir, sizeof dir);
+	const char *argv[256];
+	int argc = 0;
+	static const char *fixed[] = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off",
+				      "-fno-strict-aliasing", NULL};
+	argv[argc++] = cxx;
+	for (int i = 0; fixed[i]; i++) argv[argc++] = fixed[i];
+	const char *env_uc = getenv("FAKE_NVRTC_UCONTEXT");
+	if (env_uc && *env_uc == '1') argv[argc++] = "-DGDFK_UCONTEXT";
+	for (int i = 0; i < nopt; i++) {
+		const char *o = opts[i], *arch = NULL;
+		if (!strncmp(o, "--gpu-architecture=", 19)) arch = o + 19;
+		else if (!strncmp(o, "-arch=", 6)) arch = o + 6;
+		else if (!strcmp(o, "-arch") || !strcmp(o, "--gpu-architecture")) {
+			if (++i >= nopt) goto bad;
+			arch = opts[i];
+		}
+		if (arch) {
+			int v = 0;
+			if (!strncmp(arch, "sm_", 3)) p->virt = 0, v = atoi(arch + 3);
+			else if (!strncmp(arch, "compute_", 8)) p->virt = 1, v = atoi(arch + 8);
+			int ok = 0;
+			for (int a = 0; a < FK_NARCHS; a++) ok |= fk_archs[a] == v;
+			if (!ok) {
+				char msg[256];
+				snprintf(msg, sizeof msg, "nvrtc: error: invalid value for --gpu-architecture (-arch): %s\n", arch);
+				set_log(p, msg);
+				return NVRTC_ERROR_INVALID_OPTION;
+			}
+			p->arch = v;
+			continue;
+		}
+		if (!strncmp(o, "-D", 2) || !strncmp(o, "--define-macro=", 15) || !strncmp(o, "-U", 2) ||
+		    !strncmp(o, "--undefine-macro=", 17) || !strncmp(o, "-I", 2) || !strncmp(o, "--include-path=", 15)) {
+			if (argc > 240) goto bad;
+			const char *v = o;
+			char conv[512];
+			if (!strncmp(o, "--define-macro=", 15)) snprintf(conv, sizeof conv, "-D%s", o + 15), v = conv;
+			else if (!strncmp(o, "--undefine-macro=", 17)) snprintf(conv, sizeof conv, "-U%s", o + 17), v = conv;
+			else if (!strncmp(o, "--include-path=", 15)) snprintf(conv, sizeof conv, "-I%s", o + 15), v = conv;
+			argv[argc++] = owned[nowned] = fk_strdup(v);
+			*nowned_out = ++nowned;
+			continue;
+		}
+		if (ignored_option(o)) continue;
+	bad: {
+		char msg[512];
+		snprintf(msg, sizeof msg, "nvrtc: error: unrecognized option %s\n", i < nopt ? opts[i] : "(missing value)");
+		set_log(p, msg);
+		return NVRTC_ERROR_INVALID_OPTION;
+	}
+	}
+	sbuf body = {0}, tu = {0};
+	char **kernels;
+	int nk, fibers;
+	if (transform(p->src, p->name, &body, &kernels, &nk, &fibers)) {
+		free(body.p);
+		set_log(p, "fake nvrtc: cannot parse an extern __shared__ declaration\n");
+		return NVRTC_ERROR_COMPILATION;
+	}
+	if (fibers) sb_str(&tu, "#define GDFK_FIBERS 1\n");
+	sb_str(&tu, fk_kernel_h);
+	sb_printf(&tu, "\n#line 1 \"%s\"\n", p->name);
+	sb_add(&tu, body.p ? body.p : "", body.n);
+	sb_str(&tu, "\n");
+	for (int k = 0; k < nk; k++) {
+		sb_printf(&tu, "GDFK_KERNEL(%s)\n", kernels[k]);
+		free(kernels[k]);
+	}
+	free(kernels);
+	free(body.p);
+	uint64_t h = 1469598103934665603ULL;
+	h = fnv(h, tu.p, tu.n);
+	for (int i = 0; i < argc; i++) h = fnv(h, argv[i], strlen(argv[i]) + 1);
+	for (int i = 0; i < p->nh; i++) {
+		h = fnv(h, p->hnames[i], strlen(p->hnames[i]) + 1);
+		h = fnv(h, p->hdrs[i], strlen(p->hdrs[i]) + 1);
+	}
+	char lib[4200];
+	snprintf(lib, sizeof lib, "%s/k-%016llx.so", dir, (unsigned long long)h);
+	free(p->lib);
+	p->lib = NULL;
+	if (read_file(lib, &p->lib, &p->lib_len) == 0) {
+		free(tu.p);
+		set_log(p, "");
+		p->compiled = 1;
+		return NVRTC_SUCCESS;
+	}
+	char tmpl[4200];
+	snprintf(tmpl, sizeof tmpl, "%s/build-XXXXXX", dir);
+	if (!mkdtemp(tmpl)) {
+		free(tu.p);
+		set_log(p, "fake nvrtc: cannot make a build directory\n");
+		return NVRTC_ERROR_INTERNAL_ERROR;
+	}
+	char src[4300], out[4300], logf_[4300], inc[4300];
+	snprintf(src, sizeof src, "%s/tu.cpp", tmpl);
+	snprintf(out, sizeof out, "%s/k.so", tmpl);
+	snprintf(logf_, sizeof logf_, "%s/log", tmpl);
+	snprintf(inc, sizeof inc, "-I%s", tmpl);
+	int werr = write_file(src, tu.p, tu.n);
+	free(tu.p);
+	for (int i = 0; i < p->nh && !werr; i++) {
+		char hp[4400];
+		snprintf(hp, sizeof hp, "%s/%s", tmpl, p->hnames[i]);
+		werr = write_file(hp, p->hdrs[i], strlen(p->hdrs[i]));
+	}
+	argv[argc++] = inc;
+	argv[argc++] = "-o";
+	argv[argc++] = out;
+	argv[argc++] = src;
+	argv[argc] = NULL;
+	int rc = NVRTC_ERROR_INTERNAL_ERROR;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, logf_, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	pid_t pid;
+	int se = werr ? -1 : posix_spawnp(&pid, cxx, &fa, NULL, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (se != 0) {
+		char msg[512];
+		snprintf(msg, sizeof msg, "fake nvrtc: cannot run the C++ compiler %s (set FAKE_NVRTC_CXX or CXX): %s\n", cxx,
+			 strerror(se > 0 ? se : errno));
+		set_log(p, msg);
+	} else {
+		int st = 0;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+		}
+		unsigned char *lg = NULL;
+		size_t ll = 0;
+		if (read_file(logf_, &lg, &ll) == 0) {
+			char *l = malloc(ll + 1);
+			memcpy(l, lg, ll);
+			l[ll] = 0;
+			free(p->log);
+			p->log = l;
+			free(lg);
+		}
+		if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && read_file(out, &p->lib, &p->lib_len) == 0) {
+			rename(out, lib); /* atomic: concurrent compiles of one source are fine */
+			p->compiled = 1;
+			rc = NVRTC_SUCCESS;
+		} else {
+			rc = NVRTC_ERROR_COMPILATION;
+		}
+	}
+	unlink(out);
+	unlink(src);
+	unlink(logf_);
+	for (int i = 0; i < p->nh; i++) {
+		char hp[4400];
+		snprintf(hp, sizeof hp, "%s/%s", tmpl, p->hnames[i]);
+		unlink(hp);
+	}
+	rmdir(tmpl);
+	return rc;
+}
+
+API int nvrtcCompileProgram(fk_prog *p, int nopt, const char *const *opts) {
+	char *owned[256];
+	int n = 0;
+	int r = compile_program(p, nopt, opts, owned, &n);
+	for (int i = 0; i < n; i++) free(owned[i]);
+	return r;
+}
+
+API int nvrtcGetProgramLogSize(fk_prog *p, size_t *n) {
+	if (!p || p->magic != PROG_MAGIC) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (!n) return NVRTC_ERROR_INVALID_INPUT;
+	*n = strlen(p->log) + 1;
+	return NVRTC_SUCCESS;
+}
+
+API int nvrtcGetProgramLog(fk_prog *p, char *out) {
+	if (!p || p->magic != PROG_MAGIC) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (!out) return NVRTC_ERROR_INVALID_INPUT;
+	memcpy(out, p->log, strlen(p->log) + 1);
+	return NVRTC_SUCCESS;
+}
+
+API int nvrtcGetCUBINSize(fk_prog *p, size_t *n) {
+	if (!p || p->magic != PROG_MAGIC) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (!n) return NVRTC_ERROR_INVALID_INPUT;
+	*n = p->compiled && !p->virt ? 16 + 8 + p->lib_len : 0;
+	return p->compiled ? NVRTC_SUCCESS : NVRTC_ERROR_INVALID_PROGRAM;
+}
+
+API int nvrtcGetCUBIN(fk_prog *p, char *out) {
+	if (!p || p->magic != PROG_MAGIC || !p->compiled) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (!out) return NVRTC_ERROR_INVALID_INPUT;
+	if (p->virt) return NVRTC_ERROR_INVALID_INPUT; /* compiled for a virtual architecture: PTX only */
+	uint64_t n = p->lib_len;
+	memcpy(out, FK_CUBIN_MAGIC, 16);
+	memcpy(out + 16, &n, 8);
+	memcpy(out + 24, p->lib, p->lib_len);
+	return NVRTC_SUCCESS;
+}
+
+API int nvrtcGetPTXSize(fk_prog *p, size_t *n) {
+	if (!p || p->magic != PROG_MAGIC || !p->compiled) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (!n) return NVRTC_ERROR_INVALID_INPUT;
+	*n = strlen(FK_PTX_MAGIC) + 2 * p->lib_len + 2;
+	return NVRTC_SUCCESS;
+}
+
+API int nvrtcGetPTX(fk_prog *p, char *out) {
+	if (!p || p->magic != PROG_MAGIC || !p->compiled) return NVRTC_ERROR_INVALID_PROGRAM;
+	if (!out) return NVRTC_ERROR_INVALID_INPUT;
+	static const char hex[] = "0123456789abcdef";
+	size_t m = strlen(FK_PTX_MAGIC);
+	memcpy(out, FK_PTX_MAGIC, m);
+	for (size_t i = 0; i < p->lib_len; i++) {
+		out[m + 2 * i] = hex[p->lib[i] >> 4];
+		out[m + 2 * i + 1] = hex[p->lib[i] & 15];
+	}
+	out[m + 2 * p->lib_len] = '\n';
+	out[m + 2 * p->lib_len + 1] = 0;
+	return NVRTC_SUCCESS;
+}
+
+/* ---- driver API ---- */
+
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_IMAGE = 200,
+	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_LAUNCH_FAILED = 719,
+};
+
+static int drv_inited;
+
+API int cuGetErrorName(int e, const char **s) {
+	const char *n = NULL;
+	switch (e) {
+	case 0: n = "CUDA_SUCCESS"; break;
+	case 1: n = "CUDA_ERROR_INVALID_VALUE"; break;
+	case 2: n = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+	case 3: n = "CUDA_ERROR_NOT_INITIALIZED"; break;
+	case 35: n = "CUDA_ERROR_INSUFFICIENT_DRIVER"; break;
+	case 100: n = "CUDA_ERROR_NO_DEVICE"; break;
+	case 101: n = "CUDA_ERROR_INVALID_DEVICE"; break;
+	case 200: n = "CUDA_ERROR_INVALID_IMAGE"; break;
+	case 218: n = "CUDA_ERROR_INVALID_PTX"; break;
+	case 400: n = "CUDA_ERROR_INVALID_HANDLE"; break;
+	case 500: n = "CUDA_ERROR_NOT_FOUND"; break;
+	case 700: n = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+	case 719: n = "CUDA_ERROR_LAUNCH_FAILED"; break;
+	}
+	if (s) *s = n;
+	return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API int cuGetErrorString(int e, const char **s) {
+	const char *n = NULL;
+	switch (e) {
+	case 0: n = "no error"; break;
+	case 1: n = "invalid argument"; break;
+	case 2: n = "out of memory"; break;
+	case 3: n = "initialization error"; break;
+	case 35: n = "CUDA driver version is insufficient for CUDA runtime version"; break;
+	case 100: n = "no CUDA-capable device is detected"; break;
+	case 101: n = "invalid device ordinal"; break;
+	case 200: n = "device kernel image is invalid"; break;
+	case 218: n = "a PTX JIT compilation failed"; break;
+	case 400: n = "invalid resource handle"; break;
+	case 500: n = "named symbol not found"; break;
+	case 700: n = "an illegal memory access was encountered"; break;
+	case 719: n = "unspecified launch failure"; break;
+	}
+	if (s) *s = n;
+	return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API int cuInit(unsigned flags) {
+	if (flags) return CUDA_ERROR_INVALID_VALUE;
+	if (ndevices() <= 0) return CUDA_ERROR_NO_DEVICE;
+	__atomic_store_n(&drv_inited, 1, __ATOMIC_SEQ_CST);
+	return CUDA_SUCCESS;
+}
+
+#define DRV_INIT()                                                          \
+	do {                                                                \
+		if (!__atomic_load_n(&drv_inited, __ATOMIC_SEQ_CST)) return CUDA_ERROR_NOT_INITIALIZED; \
+		int se_ = sticky_err();                                     \
+		if (se_) return se_;                                        \
+	} while (0)
+
+API int cuDriverGetVersion(int *v) {
+	if (!v) return CUDA_ERROR_INVALID_VALUE;
+	*v = drv_version();
+	return CUDA_SUCCESS;
+}
+
+API int cuDeviceGet(int *d, int ordinal) {
+	DRV_INIT();
+	if (!d) return CUDA_ERROR_INVALID_VALUE;
+	if (ordinal < 0 || ordinal >= ndevices()) return CUDA_ERROR_INVALID_DEVICE;
+	*d = ordinal;
+	return CUDA_SUCCESS;
+}
+
+/* CU_DEVICE_ATTRIBUTE_*: MAX_THREADS_PER_BLOCK 1, MAX_BLOCK_DIM_X/Y/Z 2-4,
+   MAX_GRID_DIM_X/Y/Z 5-7, MAX_SHARED_MEMORY_PER_BLOCK 8, WARP_SIZE 10,
+   MULTIPROCESSOR_COUNT 16, COMPUTE_CAPABILITY_MAJOR 75, _MINOR 76. The
+   capability is FAKE_CUDA_CC ("8.6"; default 9.0). */
+API int cuDeviceGetAttribute(int *v, int attr, int dev) {
+	DRV_INIT();
+	if (!v) return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= ndevices()) return CUDA_ERROR_INVALID_DEVICE;
+	const char *cc = getenv("FAKE_CUDA_CC");
+	int major = 9, minor = 0;
+	if (cc && *cc) {
+		major = atoi(cc);
+		const char *dot = strchr(cc, '.');
+		minor = dot ? atoi(dot + 1) : 0;
+	}
+	switch (attr) {
+	case 1: *v = 1024; break;
+	case 2: case 3: *v = 1024; break;
+	case 4: *v = 64; break;
+	case 5: *v = 2147483647; break;
+	case 6: case 7: *v = 65535; break;
+	case 8: *v = 49152; break;
+	case 10: *v = 32; break;
+	case 16: *v = 4; break;
+	case 75: *v = major; break;
+	case 76: *v = minor; break;
+	default: *v = 0; return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+#define MOD_MAGIC 0x4d4f4455u
+#define FUNC_MAGIC 0x46554e43u
+
+typedef struct fk_desc {
+	const char *name;
+	int nparams;
+	const size_t *sizes;
+	const unsigned char *ptrs;
+	void (*thunk)(void **);
+} fk_desc;
+
+typedef int (*fk_run_fn)(const fk_desc *, const unsigned *, const unsigned *, size_t, void **, char *, size_t);
+
+typedef struct fk_mod {
+	unsigned magic;
+	int dev;
+	void *dl;
+	fk_run_fn run;
+} fk_mod;
+
+typedef struct fk_func {
+	unsigned magic;
+	fk_mod *mod;
+	const fk_desc *d;
+} fk_func;
+
+static int unhex(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+API int cuModuleLoadData(fk_mod **out, const void *image) {
+	DRV_INIT();
+	if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
+	*out = NULL;
+	int dev = ctx_dev("cuModuleLoadData");
+	const unsigned char *img = image;
+	unsigned char *lib = NULL;
+	size_t n = 0;
+	if (!memcmp(img, FK_CUBIN_MAGIC, 16)) {
+		uint64_t len;
+		memcpy(&len, img + 16, 8);
+		lib = malloc(len ? len : 1);
+		memcpy(lib, img + 24, len);
+		n = len;
+	} else if (!strncmp((const char *)img, FK_PTX_MAGIC, strlen(FK_PTX_MAGIC))) {
+		const char *h = (const char *)img + strlen(FK_PTX_MAGIC);
+		size_t hl = 0;
+		while (unhex(h[hl]) >= 0) hl++;
+		n = hl / 2;
+		lib = malloc(n ? n : 1);
+		for (size_t i = 0; i < n; i++) lib[i] = (unsigned char)(unhex(h[2 * i]) << 4 | unhex(h[2 * i + 1]));
+	} else {
+		warnf("cuModuleLoadData: not an image of the fake NVRTC (a real cubin or PTX cannot run here)");
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	char dir[4096], path[4200];
+	cache_dir(dir, sizeof dir);
+	snprintf(path, sizeof path, "%s/load-XXXXXX", dir);
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		free(lib);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	int ok = write(fd, lib, n) == (ssize_t)n;
+	close(fd);
+	free(lib);
+	void *dl = ok ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+	unlink(path);
+	if (!dl) {
+		warnf("cuModuleLoadData: %s", ok ? dlerror() : "cannot write the module");
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	fk_mod *m = calloc(1, sizeof *m);
+	m->magic = MOD_MAGIC;
+	m->dev = dev;
+	m->dl = dl;
+	*(void **)&m->run = dlsym(dl, "gdfk_run");
+	if (!m->run) {
+		dlclose(dl);
+		free(m);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	*out = m;
+	return CUDA_SUCCESS;
+}
+
+API int cuModuleUnload(fk_mod *m) {
+	DRV_INIT();
+	if (!m || m->magic != MOD_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+	drain(m->dev, 0); /* its kernels may still be queued */
+	m->magic = 0;     /* the library stays loaded: late users see a dead handle */
+	return CUDA_SUCCESS;
+}
+
+API int cuModuleGetFunction(fk_func **out, fk_mod *m, const char *name) {
+	DRV_INIT();
+	if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
+	*out = NULL;
+	if (!m || m->magic != MOD_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+	char sym[512];
+	snprintf(sym, sizeof sym, "gdfk_kernel_%s", name);
+	const fk_desc *(*get)(void);
+	*(void **)&get = dlsym(m->dl, sym);
+	if (!get) {
+		warnf("cuModuleGetFunction: no extern \"C\" __global__ function %s in the module", name);
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	fk_func *f = calloc(1, sizeof *f);
+	f->magic = FUNC_MAGIC;
+	f->mod = m;
+	f->d = get();
+	*out = f;
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 12.4: the offset and size of a kernel's parameter (offsets as the
+   C ABI lays the parameters out: each at a multiple of its size up to 8). */
+API int cuFuncGetParamInfo(fk_func *f, size_t idx, size_t *off, size_t *size) {
+	DRV_INIT();
+	if (!f || f->magic != FUNC_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+	if (idx >= (size_t)f->d->nparams) return CUDA_ERROR_INVALID_VALUE;
+	size_t o = 0;
+	for (size_t i = 0; i <= idx; i++) {
+		size_t s = f->d->sizes[i], a = s >= 8 ? 8 : s >= 4 ? 4 : s >= 2 ? 2 : 1;
+		o = (o + a - 1) / a * a;
+		if (i == idx) break;
+		o += s;
+	}
+	if (off) *off = o;
+	if (size) *size = f->d->sizes[idx];
+	return CUDA_SUCCESS;
+}
+
+static pthread_mutex_t kernel_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct launch_task {
+	fk_func *f;
+	unsigned grid[3], block[3];
+	size_t shmem;
+	void **args;
+	unsigned char *buf;
+};
+
+static void run_launch(void *a) {
+	struct launch_task *l = a;
+	char err[512] = "";
+	pthread_mutex_lock(&kernel_mu);
+	int r = l->f->mod->run(l->f->d, l->grid, l->block, l->shmem, l->args, err, sizeof err);
+	pthread_mutex_unlock(&kernel_mu);
+	if (r) {
+		warnf("kernel %s failed: %s", l->f->d->name, err);
+		fprintf(stderr, "fakecuda: kernel %s failed: %s (the context now has a sticky error)\n", l->f->d->name, err);
+		__atomic_store_n(&sticky, CUDA_ERROR_LAUNCH_FAILED, __ATOMIC_SEQ_CST);
+	}
+	free(l->args);
+	free(l->buf);
+	free(l);
+}
+
+API int cuLaunchKernel(fk_func *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		       unsigned shmem, void *hs, void **params, void **extra) {
+	DRV_INIT();
+	if (!f || f->magic != FUNC_MAGIC || f->mod->magic != MOD_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+	const fk_desc *d = f->d;
+	int dev = ctx_dev("cuLaunchKernel");
+	if (f->mod->dev != dev) {
+		warnf("cuLaunchKernel(%s): the module is loaded on device %d but device %d is current", d->name, f->mod->dev, dev);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	stream *st;
+	if (check_stream("cuLaunchKernel", hs, &st)) return CUDA_ERROR_INVALID_HANDLE;
+	if (!stream_dev_ok("cuLaunchKernel", st)) return CUDA_ERROR_INVALID_HANDLE;
+	if (!gx || !gy || !gz || !bx || !by || !bz || bx > 1024 || by > 1024 || bz > 64 ||
+	    (unsigned long long)bx * by * bz > 1024 || gy > 65535 || gz > 65535 || gx > 2147483647u) {
+		warnf("cuLaunchKernel(%s): grid (%u,%u,%u), block (%u,%u,%u) out of range", d->name, gx, gy, gz, bx, by, bz);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (shmem > 49152) {
+		warnf("cuLaunchKernel(%s): %u bytes of dynamic shared memory (at most 48 KiB without cuFuncSetAttribute)", d->name, shmem);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (extra) {
+		warnf("cuLaunchKernel(%s): the fake takes kernelParams, not extra", d->name);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (d->nparams > 0 && !params) return CUDA_ERROR_INVALID_VALUE;
+	size_t total = 0;
+	for (int i = 0; i < d->nparams; i++) total += (d->sizes[i] + 15) / 16 * 16;
+	struct launch_task *l = calloc(1, sizeof *l);
+	l->buf = calloc(total ? total : 1, 1);
+	l->args = calloc(d->nparams + 1, sizeof *l->args);
+	size_t off = 0;
+	for (int i = 0; i < d->nparams; i++) {
+		l->args[i] = l->buf + off;
+		memcpy(l->args[i], params[i], d->sizes[i]);
+		if (d->ptrs[i] && d->sizes[i] == sizeof(uintptr_t)) {
+			uintptr_t v;
+			memcpy(&v, l->args[i], sizeof v);
+			unsigned char *h;
+			int pd, r = v ? dev_lookup(v, 0, &h, &pd) : 1;
+			if (v && r == 1 && pd != dev) r = -2;
+			if (v && r == 0 && pinned_lookup((void *)v, 0)) r = 2, h = (unsigned char *)v;
+			if (r <= 0) {
+				warnf("cuLaunchKernel(%s): parameter %d, %#lx, is %s", d->name, i, (unsigned long)v,
+				      r == 0 ? "host memory (not pinned): a GPU cannot read it" :
+				      r == -2 ? "memory of another device" : "not within a live device allocation");
+				free(l->args);
+				free(l->buf);
+				free(l);
+				return CUDA_ERROR_INVALID_VALUE;
+			}
+			if (v) {
+				uintptr_t hv = (uintptr_t)h;
+				memcpy(l->args[i], &hv, sizeof hv);
+			}
+		}
+		off += (d->sizes[i] + 15) / 16 * 16;
+	}
+	l->f = f;
+	l->grid[0] = gx, l->grid[1] = gy, l->grid[2] = gz;
+	l->block[0] = bx, l->block[1] = by, l->block[2] = bz;
+	l->shmem = shmem;
+	submit(st, run_launch, l);
+	return CUDA_SUCCESS;
 }
