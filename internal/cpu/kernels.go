@@ -16,12 +16,18 @@ var kernelsEnv = os.Getenv("GDIST_KERNELS")
 
 var warnOnce sync.Once
 
-// ChooseKernels returns the index in have (the names of the kernel sets a
-// package runs on this machine, each one of KernelSets, narrowest first)
-// of the set it should use: the widest, or, with GDIST_KERNELS=go|avx2|
-// avx512 (for measurements), the widest no wider than the one it names. An
-// unknown GDIST_KERNELS is reported on stderr, once, and ignored.
-func ChooseKernels(have []string) int { return chooseKernels(have, kernelsEnv) }
+// ChooseKernels returns the kernel set to use of sets (the sets a package
+// runs on this machine, narrowest first, each named by name as one of
+// KernelSets): the widest, or, with GDIST_KERNELS=go|avx2|avx512 (for
+// measurements), the widest no wider than the one it names. An unknown
+// GDIST_KERNELS is reported on stderr, once, and ignored.
+func ChooseKernels[S any](sets []S, name func(S) string) S {
+	names := make([]string, len(sets))
+	for i, s := range sets {
+		names[i] = name(s)
+	}
+	return sets[chooseKernels(names, kernelsEnv)]
+}
 
 func chooseKernels(have []string, env string) int {
 	if env == "" {

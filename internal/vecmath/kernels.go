@@ -31,14 +31,7 @@ func kernelSets() []*kernelSet {
 
 // active is the set the exported functions run: the widest, or the one
 // GDIST_KERNELS picks (cpu.ChooseKernels).
-var active = func() *kernelSet {
-	sets := kernelSets()
-	names := make([]string, len(sets))
-	for i, s := range sets {
-		names[i] = s.name
-	}
-	return sets[cpu.ChooseKernels(names)]
-}()
+var active = cpu.ChooseKernels(kernelSets(), func(s *kernelSet) string { return s.name })
 
 // KernelSet names the kernels in use: "avx512", "avx2" or "go".
 func KernelSet() string { return active.name }

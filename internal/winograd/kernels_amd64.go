@@ -8,22 +8,14 @@ import (
 	"github.com/gdist/gdist/internal/cpu"
 )
 
-// useAsm: the AVX-512 kernels run (Plan's methods check the sizes first).
-var useAsm = cpu.X86.AVX512
-
-// SetAsm turns the assembly kernels off (false) or back on where the CPU
-// has them, and returns whether they were on: for tests and benchmarks
-// of the Go kernels; not while kernels run.
-func SetAsm(on bool) bool {
-	old := useAsm
-	useAsm = on && cpu.X86.AVX512
-	return old
+// archKernelSets returns the "avx512" set (kernels_amd64.s) where the CPU
+// has AVX-512 F, DQ, BW and VL.
+func archKernelSets() []*kernelSet {
+	if !cpu.X86.AVX512 {
+		return nil
+	}
+	return []*kernelSet{{name: "avx512", input: inputAsm, output: outputAsm, gradOutput: gradOutputAsm}}
 }
-
-// Vectorized reports whether the assembly kernels run (AVX-512, not
-// turned off by SetAsm). Without them the Go kernels are several times
-// slower than the convolution's matrix products, and im2col wins.
-func Vectorized() bool { return useAsm }
 
 // kargs is what every kernel reads (offsets fixed: kernels_amd64.s).
 type kargs struct {
