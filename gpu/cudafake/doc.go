@@ -45,6 +45,20 @@
 // and CommInits counts the NCCL communicators made.
 // See the C file's header for the details and its environment variables.
 //
+// The fake is also cuBLAS, NVRTC and the CUDA driver API (Use points
+// $GDIST_CUBLAS_PATH, $GDIST_NVRTC_PATH and $GDIST_LIBCUDA_PATH at it, for
+// gpu/cublas and gpu/rtc): its GEMMs are reference loops run on the
+// handle's stream over its device memory (bounds and arguments checked as
+// cuBLAS does, TF32 rounding its inputs when asked); its NVRTC compiles a
+// kernel's CUDA C++ for the host with the C++ compiler ($FAKE_NVRTC_CXX,
+// $CXX or g++; results cached under ~/.cache/gdist/fakenvrtc or
+// $FAKE_NVRTC_CACHE) and an emulation of blocks, threads, barriers and
+// warps (each thread a fiber that yields at barriers; gpu/rtc's package
+// comment says what it does not model); its driver API loads such modules
+// and runs each launch in stream order, translating the pointer parameters
+// from device addresses. FAKE_CUDA_CC sets the compute capability it
+// reports (default 9.0).
+//
 // A test package opts in with
 //
 //	func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
