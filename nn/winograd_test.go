@@ -6,79 +6,10 @@ import (
 	"testing"
 
 	"github.com/gdist/gdist/internal/winograd"
+	"github.com/gdist/gdist/internal/winograd/wgref"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 )
-
-// Winograd's matrices as in Lavin and Gray (2015), for the float64
-// references below: B^T (A x A), G (A x 3), A^T (m x A).
-var wgMats = map[int]struct{ bt, g, at [][]float64 }{
-	2: {
-		bt: [][]float64{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
-		g:  [][]float64{{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}},
-		at: [][]float64{{1, 1, 1, 0}, {0, 1, -1, -1}},
-	},
-	4: {
-		bt: [][]float64{
-			{4, 0, -5, 0, 1, 0},
-			{0, -4, -4, 1, 1, 0},
-			{0, 4, -4, -1, 1, 0},
-			{0, -2, -1, 2, 1, 0},
-			{0, 2, -1, -2, 1, 0},
-			{0, 4, 0, -5, 0, 1},
-		},
-		g: [][]float64{
-			{1.0 / 4, 0, 0},
-			{-1.0 / 6, -1.0 / 6, -1.0 / 6},
-			{-1.0 / 6, 1.0 / 6, -1.0 / 6},
-			{1.0 / 24, 1.0 / 12, 1.0 / 6},
-			{1.0 / 24, -1.0 / 12, 1.0 / 6},
-			{0, 0, 1},
-		},
-		at: [][]float64{{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
-	},
-}
-
-// sandwich returns L X R^T (L: r x c, X: c x c, R: r' x c), with abs the
-// same of |L|, |X|, |R|.
-func sandwich(l [][]float64, x [][]float64, r [][]float64, abs bool) [][]float64 {
-	f := func(v float64) float64 {
-		if abs {
-			return math.Abs(v)
-		}
-		return v
-	}
-	t := make([][]float64, len(l))
-	for i := range l {
-		t[i] = make([]float64, len(x[0]))
-		for j := range x[0] {
-			for k := range x {
-				t[i][j] += f(l[i][k]) * f(x[k][j])
-			}
-		}
-	}
-	out := make([][]float64, len(l))
-	for i := range l {
-		out[i] = make([]float64, len(r))
-		for j := range r {
-			for k := range r[j] {
-				out[i][j] += t[i][k] * f(r[j][k])
-			}
-		}
-	}
-	return out
-}
-
-func transpose64(m [][]float64) [][]float64 {
-	t := make([][]float64, len(m[0]))
-	for i := range t {
-		t[i] = make([]float64, len(m))
-		for j := range m {
-			t[i][j] = m[j][i]
-		}
-	}
-	return t
-}
 
 // convRef is conv2dForward (3x3, pad 1) in float64, and per output the
 // sum of |w x| over its products (plus |b|): the scale of its rounding
@@ -132,12 +63,12 @@ func tileOf(x []float32, s, c, cin, h, w, y0, x0, a int) [][]float64 {
 }
 
 // winogradRef is the Winograd forward in float64 with the matrices of
-// wgMats, and per output the same computation on |B^T|, |G|, |A^T|, |x|,
+// wgref.Matrices, and per output the same computation on |B^T|, |G|, |A^T|, |x|,
 // |w| (plus |b|): every intermediate's magnitude is within it, so a
 // float32 run's error is at most (K + c) u times it, K = cin the length of
 // the sums over channels and c a few roundings in the transforms.
 func winogradRef(m, n, cin, cout, h, w int, x, wt, b []float32) (y, bound []float64) {
-	mt := wgMats[m]
+	mt := wgref.Matrices[m]
 	a := m + 2
 	u := make([][][][]float64, cout*cin)
 	ua := make([][][][]float64, cout*cin)
@@ -149,8 +80,8 @@ func winogradRef(m, n, cin, cout, h, w int, x, wt, b []float32) (y, bound []floa
 				f[i][j] = float64(wt[kc*9+i*3+j])
 			}
 		}
-		u[kc] = [][][]float64{sandwich(mt.g, f, mt.g, false)}
-		ua[kc] = [][][]float64{sandwich(mt.g, f, mt.g, true)}
+		u[kc] = [][][]float64{wgref.Sandwich(mt.G, f, mt.G, false)}
+		ua[kc] = [][][]float64{wgref.Sandwich(mt.G, f, mt.G, true)}
 	}
 	y = make([]float64, n*cout*h*w)
 	bound = make([]float64, len(y))
@@ -162,8 +93,8 @@ func winogradRef(m, n, cin, cout, h, w int, x, wt, b []float32) (y, bound []floa
 				va := make([][][]float64, cin)
 				for c := 0; c < cin; c++ {
 					d := tileOf(x, s, c, cin, h, w, m*ty-1, m*tx-1, a)
-					v[c] = sandwich(mt.bt, d, mt.bt, false)
-					va[c] = sandwich(mt.bt, d, mt.bt, true)
+					v[c] = wgref.Sandwich(mt.BT, d, mt.BT, false)
+					va[c] = wgref.Sandwich(mt.BT, d, mt.BT, true)
 				}
 				for k := 0; k < cout; k++ {
 					acc := make([][]float64, a)
@@ -178,8 +109,8 @@ func winogradRef(m, n, cin, cout, h, w int, x, wt, b []float32) (y, bound []floa
 							}
 						}
 					}
-					yt := sandwich(mt.at, acc, mt.at, false)
-					ya := sandwich(mt.at, abs, mt.at, true)
+					yt := wgref.Sandwich(mt.AT, acc, mt.AT, false)
+					ya := wgref.Sandwich(mt.AT, abs, mt.AT, true)
 					for i := 0; i < m && m*ty+i < h; i++ {
 						for j := 0; j < m && m*tx+j < w; j++ {
 							o := ((s*cout+k)*h+m*ty+i)*w + m*tx + j
@@ -252,10 +183,10 @@ func convWRef(n, cin, cout, h, w int, x, dy []float32) (dw, scale []float64) {
 // . |B^T| |x| |B|) |G|: the magnitude bound of winogradBackwardW's
 // intermediates (its error is at most (tiles + c) u times it).
 func winogradWBound(m, n, cin, cout, h, w int, x, dy []float32) []float64 {
-	mt := wgMats[m]
+	mt := wgref.Matrices[m]
 	a := m + 2
-	am := transpose64(mt.at) // A (a x m)
-	gt := transpose64(mt.g)  // G^T (3 x a)
+	am := wgref.Transpose(mt.AT) // A (a x m)
+	gt := wgref.Transpose(mt.G)  // G^T (3 x a)
 	th, tw := (h+m-1)/m, (w+m-1)/m
 	sum := make([][][]float64, cout*cin)
 	for i := range sum {
@@ -269,11 +200,11 @@ func winogradWBound(m, n, cin, cout, h, w int, x, dy []float32) []float64 {
 			for tx := 0; tx < tw; tx++ {
 				va := make([][][]float64, cin)
 				for c := 0; c < cin; c++ {
-					va[c] = sandwich(mt.bt, tileOf(x, s, c, cin, h, w, m*ty-1, m*tx-1, a), mt.bt, true)
+					va[c] = wgref.Sandwich(mt.BT, tileOf(x, s, c, cin, h, w, m*ty-1, m*tx-1, a), mt.BT, true)
 				}
 				for k := 0; k < cout; k++ {
 					e := tileOf(dy, s, k, cout, h, w, m*ty, m*tx, m)
-					qa := sandwich(am, e, am, true)
+					qa := wgref.Sandwich(am, e, am, true)
 					for c := 0; c < cin; c++ {
 						for i := 0; i < a; i++ {
 							for j := 0; j < a; j++ {
@@ -287,7 +218,7 @@ func winogradWBound(m, n, cin, cout, h, w int, x, dy []float32) []float64 {
 	}
 	out := make([]float64, cout*cin*9)
 	for kc := range sum {
-		r := sandwich(gt, sum[kc], gt, true)
+		r := wgref.Sandwich(gt, sum[kc], gt, true)
 		for i := 0; i < 3; i++ {
 			for j := 0; j < 3; j++ {
 				out[kc*9+i*3+j] = r[i][j]

@@ -303,49 +303,47 @@ func bnGradGo(dy, xhat, out []float32, c *[3]float64) {
 	}
 }
 
-func im2colGo(p *ConvPlane, col, x []float32) {
+// taps calls fn for every tap (ki, kj) and output row oy in order, with c
+// that row of col (Wo values) and, where input row iy = oy+ki-Pad lies in
+// the plane and some of its columns do, in the stretch of x (row iy) that
+// c[lo:hi] takes its values from (else nil).
+func (p *ConvPlane) taps(col, x []float32, fn func(c, in []float32, lo, hi int)) {
 	howo := p.Ho * p.Wo
 	for ki := 0; ki < p.K; ki++ {
 		for kj := 0; kj < p.K; kj++ {
 			row := col[(ki*p.K+kj)*howo:][:howo]
 			lo, hi := p.valid(kj)
-			shift := kj - p.Pad
 			for oy := 0; oy < p.Ho; oy++ {
-				dst := row[oy*p.Wo:][:p.Wo]
-				iy := oy + ki - p.Pad
-				if iy < 0 || iy >= p.H {
-					clear(dst)
-					continue
+				var in []float32
+				if iy := oy + ki - p.Pad; iy >= 0 && iy < p.H && lo < hi {
+					in = x[iy*p.W+lo+kj-p.Pad:][:hi-lo]
 				}
-				clear(dst[:lo])
-				if lo < hi {
-					copy(dst[lo:hi], x[iy*p.W+lo+shift:])
-				}
-				clear(dst[hi:])
+				fn(row[oy*p.Wo:][:p.Wo], in, lo, hi)
 			}
 		}
 	}
 }
 
+func im2colGo(p *ConvPlane, col, x []float32) {
+	p.taps(col, x, func(c, in []float32, lo, hi int) {
+		if in == nil {
+			clear(c)
+			return
+		}
+		clear(c[:lo])
+		copy(c[lo:hi], in)
+		clear(c[hi:])
+	})
+}
+
 // col2imGo adds the taps into dx one row of col at a time, in row order.
 func col2imGo(p *ConvPlane, dx, col []float32) {
-	howo := p.Ho * p.Wo
-	for ki := 0; ki < p.K; ki++ {
-		for kj := 0; kj < p.K; kj++ {
-			row := col[(ki*p.K+kj)*howo:][:howo]
-			lo, hi := p.valid(kj)
-			shift := kj - p.Pad
-			for oy := 0; oy < p.Ho; oy++ {
-				iy := oy + ki - p.Pad
-				if iy < 0 || iy >= p.H || lo == hi {
-					continue
-				}
-				src := row[oy*p.Wo+lo : oy*p.Wo+hi]
-				dst := dx[iy*p.W+lo+shift:][:len(src)]
-				for i, v := range src {
-					dst[i] += v
-				}
-			}
+	p.taps(col, dx, func(c, in []float32, lo, hi int) {
+		if in == nil {
+			return
 		}
-	}
+		for i, v := range c[lo:hi] {
+			in[i] += v
+		}
+	})
 }

@@ -8,17 +8,27 @@ package winograd
 
 var goKernels = &kernelSet{name: "go", input: inputGo, output: outputGo, gradOutput: gradOutputGo}
 
+// columns sets v[xi*vstride+t], for xi < A*A and t < PP, to the values
+// tile(t, d) leaves in d[:A*A] for the tiles t < P, and to 0 past them.
+func (p *Plan) columns(v []float32, vstride int, tile func(t int, d *[36]float32)) {
+	var d [36]float32
+	a2 := p.A * p.A
+	for t := 0; t < p.PP; t++ {
+		if t < p.P {
+			tile(t, &d)
+		} else {
+			clear(d[:a2])
+		}
+		for xi := 0; xi < a2; xi++ {
+			v[xi*vstride+t] = d[xi]
+		}
+	}
+}
+
 // inputGo is Plan.Input: B^T d B of each tile.
 func inputGo(p *Plan, v []float32, vstride int, x []float32, stride int) {
-	var d [36]float32
 	a := p.A
-	for t := 0; t < p.PP; t++ {
-		if t >= p.P {
-			for xi := 0; xi < a*a; xi++ {
-				v[xi*vstride+t] = 0
-			}
-			continue
-		}
+	p.columns(v, vstride, func(t int, d *[36]float32) {
 		s, y0, x0 := p.tile(t)
 		pl := x[s*stride:][:p.H*p.W]
 		for i := 0; i < a; i++ {
@@ -35,12 +45,9 @@ func inputGo(p *Plan, v []float32, vstride int, x []float32, stride int) {
 		if p.M == 2 {
 			inputTile2((*[16]float32)(d[:16]))
 		} else {
-			inputTile4(&d)
+			inputTile4(d)
 		}
-		for xi := 0; xi < a*a; xi++ {
-			v[xi*vstride+t] = d[xi]
-		}
-	}
+	})
 }
 
 // outputGo is Plan.Output: A^T m A + bias of each tile, the outputs in
@@ -71,15 +78,8 @@ func outputGo(p *Plan, y []float32, stride int, mm []float32, mstride int, bias 
 
 // gradOutputGo is Plan.GradOutput: A e A^T of each tile of dy.
 func gradOutputGo(p *Plan, q []float32, qstride int, dy []float32, stride int) {
-	var d [36]float32
-	a, m := p.A, p.M
-	for t := 0; t < p.PP; t++ {
-		if t >= p.P {
-			for xi := 0; xi < a*a; xi++ {
-				q[xi*qstride+t] = 0
-			}
-			continue
-		}
+	m := p.M
+	p.columns(q, qstride, func(t int, d *[36]float32) {
 		s, y0, x0 := p.tile(t)
 		y0, x0 = y0+1, x0+1
 		pl := dy[s*stride:][:p.H*p.W]
@@ -94,12 +94,9 @@ func gradOutputGo(p *Plan, q []float32, qstride int, dy []float32, stride int) {
 		if m == 2 {
 			gradTile2(&e, (*[16]float32)(d[:16]))
 		} else {
-			gradTile4(&e, &d)
+			gradTile4(&e, d)
 		}
-		for xi := 0; xi < a*a; xi++ {
-			q[xi*qstride+t] = d[xi]
-		}
-	}
+	})
 }
 
 // ---- 1-d transforms ----

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/gdist/gdist/internal/winograd/wgref"
 )
 
 // The transform tests: the go set against the transforms' definitions in
@@ -19,58 +21,10 @@ func withSet(s *kernelSet, fn func()) {
 	fn()
 }
 
-// mats are B^T (A x A), G (A x 3) and A^T (M x A) as in Lavin and Gray
-// (2015).
-var mats = map[int]struct{ bt, g, at [][]float64 }{
-	2: {
-		bt: [][]float64{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
-		g:  [][]float64{{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}},
-		at: [][]float64{{1, 1, 1, 0}, {0, 1, -1, -1}},
-	},
-	4: {
-		bt: [][]float64{{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
-			{0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}},
-		g: [][]float64{{1.0 / 4, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-			{1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}},
-		at: [][]float64{{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
-	},
-}
-
 // lxr returns L X R^T and the same of |L|, |X|, |R| (the bound of every
 // partial sum's magnitude).
 func lxr(l, x, r [][]float64) (v, bound [][]float64) {
-	prod := func(abs bool) [][]float64 {
-		f := func(v float64) float64 {
-			if abs {
-				return math.Abs(v)
-			}
-			return v
-		}
-		out := make([][]float64, len(l))
-		for i := range l {
-			out[i] = make([]float64, len(r))
-			for j := range r {
-				for k := range x {
-					for q := range x[k] {
-						out[i][j] += f(l[i][k]) * f(x[k][q]) * f(r[j][q])
-					}
-				}
-			}
-		}
-		return out
-	}
-	return prod(false), prod(true)
-}
-
-func transpose(m [][]float64) [][]float64 {
-	t := make([][]float64, len(m[0]))
-	for i := range t {
-		t[i] = make([]float64, len(m))
-		for j := range m {
-			t[i][j] = m[j][i]
-		}
-	}
-	return t
+	return wgref.Sandwich(l, x, r, false), wgref.Sandwich(l, x, r, true)
 }
 
 // plane is a case's input: n planes of h x w at a stride with a gap
@@ -117,8 +71,8 @@ func TestTransformsMatchDefinition(t *testing.T) {
 	r := rand.New(rand.NewSource(2))
 	for _, set := range kernelSets() {
 		for _, m := range []int{2, 4} {
-			mt := mats[m]
-			a := transpose(mt.at) // A (A x M)
+			mt := wgref.Matrices[m]
+			a := wgref.Transpose(mt.AT) // A (A x M)
 			for _, sz := range sizes {
 				for _, n := range []int{1, 3} {
 					pl := newPlane(r, sz[0], sz[1], n)
@@ -167,9 +121,9 @@ func TestTransformsMatchDefinition(t *testing.T) {
 								mt2[i][j] = float64(mm[(i*p.A+j)*vs+tile])
 							}
 						}
-						vr, vb := lxr(mt.bt, d, mt.bt)
+						vr, vb := lxr(mt.BT, d, mt.BT)
 						qr, qb := lxr(a, e, a)
-						yr, yb := lxr(mt.at, mt2, mt.at)
+						yr, yb := lxr(mt.AT, mt2, mt.AT)
 						for i := 0; i < p.A; i++ {
 							for j := 0; j < p.A; j++ {
 								xi := i*p.A + j
@@ -281,7 +235,7 @@ func near(t *testing.T, what string, a, b []float32, tol float64) {
 func TestFilter(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
 	for _, m := range []int{2, 4} {
-		mt := mats[m]
+		mt := wgref.Matrices[m]
 		a := m + 2
 		const rows, cols = 3, 19 // two groups of 16 filters, the second partial
 		w := make([]float32, rows*cols*9)
@@ -305,7 +259,7 @@ func TestFilter(t *testing.T) {
 							f[i][j] = float64(w[(rr*cols+c)*9+k])
 						}
 					}
-					ref, bound := lxr(mt.g, f, mt.g)
+					ref, bound := lxr(mt.G, f, mt.G)
 					for xi := 0; xi < a*a; xi++ {
 						within(t, fmt.Sprintf("F%d flip %v filter (%d, %d) [%d]", m, flip, rr, c, xi), u[xi*ustride+rr*ld+c], ref[xi/a][xi%a], bound[xi/a][xi%a]/8)
 					}
@@ -320,7 +274,7 @@ func TestFilter(t *testing.T) {
 		}
 		dw := make([]float32, rows*cols*9)
 		FilterGrad(m, dw, s, sstride, ld, rows, cols)
-		gt := transpose(mt.g)
+		gt := wgref.Transpose(mt.G)
 		for rr := 0; rr < rows; rr++ {
 			for c := 0; c < cols; c++ {
 				e := make([][]float64, a)
