@@ -39,7 +39,8 @@
 //     fused multiply-adds and in another order: equal to float32
 //     rounding, not bit for bit.
 //   - kernels_test.go: the go set against the transforms' definitions in
-//     float64 (the paper's matrices), every set against the go set on
+//     float64 (wgref: the paper's matrices, shared with nn's Winograd
+//     tests), every set against the go set on
 //     planes from 1x1 up, chunks of several images, every output written
 //     and nothing past it; a fuzz test of the same over arbitrary sizes
 //     and values. With -tags purego they test the go set alone.
