@@ -40,9 +40,9 @@
 //     rounding, not bit for bit.
 //   - kernels_test.go: the go set against the transforms' definitions in
 //     float64 (wgref: the paper's matrices, shared with nn's Winograd
-//     tests), every set against the go set on
-//     planes from 1x1 up, chunks of several images, every output written
-//     and nothing past it; a fuzz test of the same over arbitrary sizes
-//     and values. With -tags purego they test the go set alone.
-//     kernels_bench_test.go times the transforms and Filter.
+//     tests), every set against the go set on planes from 1x1 up, chunks
+//     of several images, every output written and nothing past it; a
+//     fuzz test of the same over arbitrary sizes and values. With -tags
+//     purego they test the go set alone. kernels_bench_test.go times the
+//     transforms and Filter.
 package winograd
