@@ -1,0 +1,234 @@
+package kernels
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cublas"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/rtc"
+)
+
+// ElementwiseSource and ReduceSource are the kernels' CUDA C++, compiled
+// at run time by NVRTC (gpu/rtc). Element-wise kernels and reductions are
+// two programs so that the fake CUDA runs the former without fibers.
+var (
+	//go:embed elementwise.cu
+	ElementwiseSource string
+	//go:embed reduce.cu
+	ReduceSource string
+)
+
+// Block is the number of threads of the reductions' blocks (BLOCK in
+// reduce.cu).
+const Block = 256
+
+// maxGrid caps the blocks of an element-wise launch: grid-stride loops
+// cover the rest (about 8 blocks of 256 threads per SM of an H100).
+const maxGrid = 1024
+
+// Kernels are the kernels loaded on one device. Every method queues work on
+// the stream given (nil: the legacy default stream) and returns at once;
+// buffers are device addresses of float32 (labels: int32) that must stay
+// allocated until the stream has done the work. Sizes are checked before
+// anything is queued. Kernels is safe for concurrent use.
+type Kernels struct {
+	dev                                  int
+	biasAdd, relu, reluBackward, sgd     *rtc.Function
+	colSum, xentRows, mean, xentBackward *rtc.Function
+}
+
+// Load compiles (once per process, see gpu/rtc) and loads the kernels on
+// device.
+func Load(device int) (*Kernels, error) {
+	ew, err := rtc.Load(device, "gdist_elementwise.cu", ElementwiseSource)
+	if err != nil {
+		return nil, err
+	}
+	red, err := rtc.Load(device, "gdist_reduce.cu", ReduceSource, fmt.Sprintf("-DBLOCK=%d", Block))
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernels{dev: device}
+	for _, f := range []struct {
+		m    *rtc.Module
+		name string
+		to   **rtc.Function
+	}{
+		{ew, "gd_bias_add", &k.biasAdd}, {ew, "gd_relu", &k.relu}, {ew, "gd_relu_backward", &k.reluBackward},
+		{ew, "gd_sgd", &k.sgd}, {red, "gd_col_sum", &k.colSum}, {red, "gd_xent_rows", &k.xentRows},
+		{red, "gd_mean", &k.mean}, {red, "gd_xent_backward", &k.xentBackward},
+	} {
+		if *f.to, err = f.m.Function(f.name); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// Device is the kernels' device.
+func (k *Kernels) Device() int { return k.dev }
+
+func sizeErr(op string, kv ...any) error {
+	for i := 0; i < len(kv); i += 2 {
+		v := kv[i+1].(int)
+		if v < 0 || v > 1<<31-1 {
+			return fmt.Errorf("kernels: %s: %s = %d (want 0 to %d)", op, kv[i], v, 1<<31-1)
+		}
+	}
+	return nil
+}
+
+func grid(n int) rtc.Config {
+	b := (n + 255) / 256
+	return rtc.Config{Grid: rtc.Dim(min(max(b, 1), maxGrid)), Block: rtc.Dim(256)}
+}
+
+// BiasAdd adds bias [cols] to every row of y [rows, cols] (in place): one
+// float32 add per element, bit for bit the CPU's.
+func (k *Kernels) BiasAdd(s *cuda.Stream, y, bias uintptr, rows, cols int) error {
+	if err := sizeErr("BiasAdd", "rows", rows, "cols", cols); err != nil {
+		return err
+	}
+	n := rows * cols
+	if n == 0 {
+		return nil
+	}
+	return k.biasAdd.Launch(s, grid(n), y, bias, int64(n), int32(cols))
+}
+
+// BiasGrad sets dbias [cols] to the column sums of dy [rows, cols] (with
+// accumulate, adds them to it): a Linear layer's bias gradient. Each sum
+// is in float32, in a fixed order (every 8th row, then the 8 partial sums):
+// within SumTol of the exact sum, relative to the sum of magnitudes.
+func (k *Kernels) BiasGrad(s *cuda.Stream, dbias, dy uintptr, rows, cols int, accumulate bool) error {
+	if err := sizeErr("BiasGrad", "rows", rows, "cols", cols); err != nil {
+		return err
+	}
+	if cols == 0 {
+		return nil
+	}
+	acc := int32(0)
+	if accumulate {
+		acc = 1
+	}
+	return k.colSum.Launch(s, rtc.Config{Grid: rtc.Dim((cols + 31) / 32), Block: rtc.Dim3{X: 32, Y: 8, Z: 1}},
+		dbias, dy, int32(rows), int32(cols), acc)
+}
+
+// ReLU sets y = max(x, 0) over n elements (0 for NaN); y may be x.
+func (k *Kernels) ReLU(s *cuda.Stream, y, x uintptr, n int) error {
+	if err := sizeErr("ReLU", "n", n); err != nil || n == 0 {
+		return err
+	}
+	return k.relu.Launch(s, grid(n), y, x, int64(n))
+}
+
+// ReLUBackward sets dx = dy where ReLU's output y is positive, else 0; dx
+// may be dy.
+func (k *Kernels) ReLUBackward(s *cuda.Stream, dx, dy, y uintptr, n int) error {
+	if err := sizeErr("ReLUBackward", "n", n); err != nil || n == 0 {
+		return err
+	}
+	return k.reluBackward.Launch(s, grid(n), dx, dy, y, int64(n))
+}
+
+// CrossEntropy sets loss (one float32) to the mean softmax cross-entropy
+// of logits [rows, classes] against labels [rows] (int32 in [0, classes);
+// another label makes the loss NaN); rowLoss [rows] is scratch (it holds
+// each row's loss). Float32 throughout, as PyTorch's: within
+// CrossEntropyTol of the float64 value.
+func (k *Kernels) CrossEntropy(s *cuda.Stream, loss, rowLoss, logits, labels uintptr, rows, classes int) error {
+	if err := sizeErr("CrossEntropy", "rows", rows, "classes", classes); err != nil {
+		return err
+	}
+	if rows == 0 || classes == 0 {
+		return fmt.Errorf("kernels: CrossEntropy of %d rows of %d classes", rows, classes)
+	}
+	if err := k.xentRows.Launch(s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, rowLoss, logits, labels, int32(classes)); err != nil {
+		return err
+	}
+	return k.mean.Launch(s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, loss, rowLoss, int32(rows))
+}
+
+// CrossEntropyBackward sets dlogits [rows, classes] to the gradient of the
+// cross-entropy: (softmax(logits) - onehot(labels)) * scale, with scale =
+// dloss / rows for the mean loss (1/rows when the loss is what is
+// minimized). dlogits may be logits.
+func (k *Kernels) CrossEntropyBackward(s *cuda.Stream, dlogits, logits, labels uintptr, rows, classes int, scale float32) error {
+	if err := sizeErr("CrossEntropyBackward", "rows", rows, "classes", classes); err != nil {
+		return err
+	}
+	if rows == 0 || classes == 0 {
+		return nil
+	}
+	return k.xentBackward.Launch(s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, dlogits, logits, labels, int32(classes), scale)
+}
+
+// SGDConfig is torch.optim.SGD's: learning rate, momentum (0: none) and
+// weight decay (L2, added to the gradient).
+type SGDConfig struct {
+	LR, Momentum, WeightDecay float32
+}
+
+// SGD updates params [n] from grads [n] as torch.optim.SGD and package
+// optim do (dampening 0, no Nesterov): d = g + wd p; with momentum, buf =
+// mu buf + d and d = buf; p -= lr d. momentum is the buffer [n] (zeroed
+// before the first step, as PyTorch's starts; 0 when c.Momentum is 0).
+// Each operation is rounded on its own: bit for bit optim.SGD's result.
+func (k *Kernels) SGD(s *cuda.Stream, params, grads, momentum uintptr, n int, c SGDConfig) error {
+	if err := sizeErr("SGD", "n", n); err != nil || n == 0 {
+		return err
+	}
+	if c.Momentum != 0 && momentum == 0 {
+		return fmt.Errorf("kernels: SGD with momentum %v and no momentum buffer", c.Momentum)
+	}
+	if c.Momentum == 0 {
+		momentum = 0
+	}
+	return k.sgd.Launch(s, grid(n), params, grads, momentum, int64(n), c.LR, c.Momentum, c.WeightDecay)
+}
+
+// LinearForward is nn's Linear on the device: y [rows, out] = x [rows, in]
+// W [in, out] + b [out] (nn stores the weight [in, out], PyTorch's
+// transposed), with cuBLAS on h's stream and the bias added there (b 0:
+// none). h and k must be of one device.
+func LinearForward(h *cublas.Handle, k *Kernels, y, x, w, b uintptr, rows, in, out int) error {
+	if h.Device() != k.dev {
+		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
+	}
+	if err := h.MatMul(false, false, rows, out, in, 1, x, w, 0, y); err != nil {
+		return err
+	}
+	if b == 0 {
+		return nil
+	}
+	return k.BiasAdd(h.Stream(), y, b, rows, out)
+}
+
+// LinearBackward is Linear's backward from dy [rows, out]: dW [in, out] =
+// x^T dy, db [out] = the column sums of dy, dx [rows, in] = dy W^T; with
+// accumulate, dW and db are added to (as gradients accumulate over
+// micro-batches), else overwritten. dx 0 skips the input's gradient (the
+// network's first layer), db 0 the bias's. On h's stream.
+func LinearBackward(h *cublas.Handle, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, in, out int, accumulate bool) error {
+	if h.Device() != k.dev {
+		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
+	}
+	beta := float32(0)
+	if accumulate {
+		beta = 1
+	}
+	if err := h.MatMul(true, false, in, out, rows, 1, x, dy, beta, dw); err != nil {
+		return err
+	}
+	if db != 0 {
+		if err := k.BiasGrad(h.Stream(), db, dy, rows, out, accumulate); err != nil {
+			return err
+		}
+	}
+	if dx == 0 {
+		return nil
+	}
+	return h.MatMul(false, true, rows, in, out, 1, dy, w, 0, dx)
+}

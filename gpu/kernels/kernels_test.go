@@ -1,0 +1,310 @@
+package kernels_test
+
+import (
+	"math"
+	"os"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/cublas"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/gpu/kernels"
+	"github.com/gdist/gdist/nn"
+	"github.com/gdist/gdist/optim"
+)
+
+func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
+
+func TestRealGPU(t *testing.T) {
+	cudafake.RequireReal(t)
+	if _, err := kernels.Load(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setup loads the kernels on dev and makes a blocking stream there.
+func setup(t *testing.T, dev int) (*kernels.Kernels, *cuda.Stream) {
+	t.Helper()
+	cudafake.RequireCUDA(t)
+	k, err := kernels.Load(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, devtest.Stream(t, dev)
+}
+
+// vals returns n values of a function of (seed, index) in [-scale, scale).
+func vals(seed, n int, scale float32) []float32 {
+	v := make([]float32, n)
+	x := uint32(seed)*2654435761 + 777
+	for i := range v {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		v[i] = (float32(x%(1<<24))/(1<<23) - 1) * scale
+	}
+	return v
+}
+
+var shapes = [][2]int{{1, 1}, {7, 13}, {300, 257}, {64, 10}}
+
+// BiasAdd is one float32 add per element: bit for bit the CPU's.
+func TestBiasAdd(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		y, b := vals(1, rows*cols, 2), vals(2, cols, 1)
+		dy, db := devtest.Upload(t, dev, y), devtest.Upload(t, dev, b)
+		if err := k.BiasAdd(s, dy, db, rows, cols); err != nil {
+			t.Fatal(err)
+		}
+		got := devtest.Floats(t, dev, dy, rows*cols)
+		for i := range got {
+			if want := y[i] + b[i%cols]; got[i] != want {
+				t.Fatalf("%dx%d: [%d] = %v, want %v", rows, cols, i, got[i], want)
+			}
+		}
+	}
+}
+
+// BiasGrad sums each column (in float32, in a fixed order): within
+// kernels.SumTol of the float64 sum, relative to the sum of magnitudes;
+// with accumulate it adds to what is there.
+func TestBiasGrad(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		dy, old := vals(3, rows*cols, 1), vals(4, cols, 1)
+		ddy := devtest.Upload(t, dev, dy)
+		for _, acc := range []bool{false, true} {
+			ddb := devtest.Upload(t, dev, old)
+			if err := k.BiasGrad(s, ddb, ddy, rows, cols, acc); err != nil {
+				t.Fatal(err)
+			}
+			got := devtest.Floats(t, dev, ddb, cols)
+			for c := 0; c < cols; c++ {
+				var want, abs float64
+				if acc {
+					want, abs = float64(old[c]), math.Abs(float64(old[c]))
+				}
+				for r := 0; r < rows; r++ {
+					want += float64(dy[r*cols+c])
+					abs += math.Abs(float64(dy[r*cols+c]))
+				}
+				if d := math.Abs(float64(got[c]) - want); d > kernels.SumTol*abs {
+					t.Fatalf("%dx%d accumulate=%v: column %d sums to %v, want %v", rows, cols, acc, c, got[c], want)
+				}
+			}
+		}
+	}
+}
+
+// ReLU and its gradient are exact; in place works.
+func TestReLU(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, n := range []int{1, 1000, 70001} {
+		x, dy := vals(5, n, 1), vals(6, n, 1)
+		x[0] = 0
+		dx, ddy := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
+		dyOut := devtest.Alloc(t, dev, n, 4)
+		if err := k.ReLU(s, dyOut, dx, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.ReLU(s, dx, dx, n); err != nil { // in place
+			t.Fatal(err)
+		}
+		if err := k.ReLUBackward(s, ddy, ddy, dx, n); err != nil { // in place, from the output
+			t.Fatal(err)
+		}
+		y, y2, g := devtest.Floats(t, dev, dyOut, n), devtest.Floats(t, dev, dx, n), devtest.Floats(t, dev, ddy, n)
+		for i := range x {
+			want, wantG := x[i], dy[i]
+			if x[i] <= 0 {
+				want, wantG = 0, 0
+			}
+			if y[i] != want || y2[i] != want || g[i] != wantG {
+				t.Fatalf("n %d [%d]: relu(%v) = %v, %v (in place); grad %v, want %v, %v", n, i, x[i], y[i], y2[i], g[i], want, wantG)
+			}
+		}
+	}
+}
+
+// The mean softmax cross-entropy against nn.CrossEntropy (float64), and
+// its gradient against the float64 formula (softmax - onehot) / rows,
+// within kernels.CrossEntropyTol.
+func TestCrossEntropy(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, sh := range [][2]int{{1, 1}, {1, 10}, {64, 10}, {33, 1000}, {5, 3001}} {
+		rows, classes := sh[0], sh[1]
+		logits := vals(7, rows*classes, 8)
+		labels := make([]int32, rows)
+		for i := range labels {
+			labels[i] = int32((i * 7919) % classes)
+		}
+		dl, dlab := devtest.Upload(t, dev, logits), devtest.Upload(t, dev, labels)
+		loss, rowLoss, grad := devtest.Alloc(t, dev, 1, 4), devtest.Alloc(t, dev, rows, 4), devtest.Alloc(t, dev, rows*classes, 4)
+		if err := k.CrossEntropy(s, loss, rowLoss, dl, dlab, rows, classes); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.CrossEntropyBackward(s, grad, dl, dlab, rows, classes, 1/float32(rows)); err != nil {
+			t.Fatal(err)
+		}
+		want := nn.CrossEntropy(logits, labels, classes)
+		got := devtest.Floats(t, dev, loss, 1)[0]
+		if d := math.Abs(float64(got) - want); d > kernels.CrossEntropyTol*math.Max(1, math.Abs(want)) {
+			t.Errorf("%dx%d: loss %v, want %v", rows, classes, got, want)
+		}
+		g := devtest.Floats(t, dev, grad, rows*classes)
+		for r := 0; r < rows; r++ {
+			row := logits[r*classes : (r+1)*classes]
+			m := math.Inf(-1)
+			for _, v := range row {
+				m = math.Max(m, float64(v))
+			}
+			var sum float64
+			for _, v := range row {
+				sum += math.Exp(float64(v) - m)
+			}
+			for j, v := range row {
+				w := math.Exp(float64(v)-m) / sum
+				if int32(j) == labels[r] {
+					w--
+				}
+				w /= float64(rows)
+				if d := math.Abs(float64(g[r*classes+j]) - w); d > kernels.CrossEntropyTol/float64(rows) {
+					t.Fatalf("%dx%d: dlogits[%d,%d] = %v, want %v", rows, classes, r, j, g[r*classes+j], w)
+				}
+			}
+		}
+	}
+}
+
+// SGD with momentum and weight decay is bit for bit optim's (PyTorch's
+// formula, with no fused multiply-adds), over several steps; without
+// momentum likewise.
+func TestSGD(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, mu := range []float64{0.9, 0} {
+		const n = 10007
+		cfg := optim.Config{Name: "sgd", LR: 0.05, Momentum: mu, WeightDecay: 1e-3}
+		opt, err := optim.New(cfg, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := vals(8, n, 1)
+		dp, dg := devtest.Upload(t, dev, p), devtest.Alloc(t, dev, n, 4)
+		var dm uintptr
+		if mu != 0 {
+			dm = devtest.Upload(t, dev, make([]float32, n))
+		}
+		for step := 0; step < 4; step++ {
+			g := vals(9+step, n, 0.5)
+			devtest.Put(t, dev, dg, g)
+			opt.Step(p, g)
+			err := k.SGD(s, dp, dg, dm, n, kernels.SGDConfig{LR: float32(cfg.LR), Momentum: float32(mu), WeightDecay: float32(cfg.WeightDecay)})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := devtest.Floats(t, dev, dp, n)
+		for i := range got {
+			if got[i] != p[i] {
+				t.Fatalf("momentum %v: param %d = %v, CPU %v", mu, i, got[i], p[i])
+			}
+		}
+		if mu != 0 {
+			st, _ := opt.State()
+			mom := devtest.Floats(t, dev, dm, n)
+			for i := range mom {
+				if mom[i] != st["momentum_buffer"][i] {
+					t.Fatalf("momentum buffer %d = %v, CPU %v", i, mom[i], st["momentum_buffer"][i])
+				}
+			}
+		}
+	}
+}
+
+// A Linear layer's forward and backward (nn's layout: W [in, out]) against
+// float64 loops: y = x W + b, dW = x^T dy, db = colsum dy, dx = dy W^T.
+func TestLinear(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	h, err := cublas.New(dev, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const rows, in, out = 9, 17, 5
+	x, w, b, dy := vals(10, rows*in, 1), vals(11, in*out, 1), vals(12, out, 1), vals(13, rows*out, 1)
+	dx, dw, db, ddy := devtest.Upload(t, dev, x), devtest.Upload(t, dev, w), devtest.Upload(t, dev, b), devtest.Upload(t, dev, dy)
+	y, gx, gw, gb := devtest.Alloc(t, dev, rows*out, 4), devtest.Alloc(t, dev, rows*in, 4), devtest.Alloc(t, dev, in*out, 4), devtest.Alloc(t, dev, out, 4)
+	if err := kernels.LinearForward(h, k, y, dx, dw, db, rows, in, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := kernels.LinearBackward(h, k, gx, gw, gb, dx, dw, ddy, rows, in, out, false); err != nil {
+		t.Fatal(err)
+	}
+	near := func(what string, got []float32, want, abs []float64) {
+		t.Helper()
+		for i := range got {
+			if d := math.Abs(float64(got[i]) - want[i]); d > 2e-6*abs[i]+1e-7 {
+				t.Fatalf("%s[%d] = %v, want %v", what, i, got[i], want[i])
+			}
+		}
+	}
+	wy, ay := make([]float64, rows*out), make([]float64, rows*out)
+	wgx, agx := make([]float64, rows*in), make([]float64, rows*in)
+	wgw, agw := make([]float64, in*out), make([]float64, in*out)
+	wgb, agb := make([]float64, out), make([]float64, out)
+	for r := 0; r < rows; r++ {
+		for o := 0; o < out; o++ {
+			wy[r*out+o], ay[r*out+o] = float64(b[o]), math.Abs(float64(b[o]))
+			wgb[o] += float64(dy[r*out+o])
+			agb[o] += math.Abs(float64(dy[r*out+o]))
+			for i := 0; i < in; i++ {
+				xw := float64(x[r*in+i]) * float64(w[i*out+o])
+				wy[r*out+o] += xw
+				ay[r*out+o] += math.Abs(xw)
+				xd := float64(x[r*in+i]) * float64(dy[r*out+o])
+				wgw[i*out+o] += xd
+				agw[i*out+o] += math.Abs(xd)
+				dw := float64(dy[r*out+o]) * float64(w[i*out+o])
+				wgx[r*in+i] += dw
+				agx[r*in+i] += math.Abs(dw)
+			}
+		}
+	}
+	near("y", devtest.Floats(t, dev, y, rows*out), wy, ay)
+	near("dx", devtest.Floats(t, dev, gx, rows*in), wgx, agx)
+	near("dW", devtest.Floats(t, dev, gw, in*out), wgw, agw)
+	near("db", devtest.Floats(t, dev, gb, out), wgb, agb)
+}
+
+// Sizes that do not fit the kernels' int32 indices, and negative ones, are
+// refused before anything runs.
+func TestBadSizes(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	d := devtest.Alloc(t, dev, 4, 4)
+	for _, err := range []error{
+		k.BiasAdd(s, d, d, -1, 2),
+		k.ReLU(s, d, d, -3),
+		k.CrossEntropy(s, d, d, d, d, 2, 0),
+		k.BiasGrad(s, d, d, 1<<31, 1, false),
+	} {
+		if err == nil {
+			t.Error("a bad size was accepted")
+		} else {
+			t.Log(err)
+		}
+	}
+	if err := k.ReLU(s, d, d, 0); err != nil {
+		t.Errorf("n 0: %v", err)
+	}
+}

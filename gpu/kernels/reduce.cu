@@ -1,0 +1,102 @@
+// gdist's reduction kernels (gpu/kernels): sums and maxima over blocks of
+// BLOCK threads through shared memory, a __syncthreads at each level (no
+// warp-synchronous code), always in the same order: the results do not
+// change from run to run.
+
+#ifndef BLOCK
+#define BLOCK 256 // threads per block; a power of two
+#endif
+
+// The reductions of a block: every thread calls them with its value; all
+// get the result.
+__device__ float block_sum(float v, float *s) {
+	int t = threadIdx.x;
+	s[t] = v;
+	__syncthreads();
+	for (int w = BLOCK / 2; w > 0; w >>= 1) {
+		if (t < w) s[t] = __fadd_rn(s[t], s[t + w]);
+		__syncthreads();
+	}
+	float r = s[0];
+	__syncthreads();
+	return r;
+}
+
+__device__ float block_max(float v, float *s) {
+	int t = threadIdx.x;
+	s[t] = v;
+	__syncthreads();
+	for (int w = BLOCK / 2; w > 0; w >>= 1) {
+		if (t < w) s[t] = fmaxf(s[t], s[t + w]);
+		__syncthreads();
+	}
+	float r = s[0];
+	__syncthreads();
+	return r;
+}
+
+// db[c] (+)= sum over rows of dy[r, c], dy row-major [rows, cols]: blocks
+// of 32 columns x 8 row groups (each thread sums every 8th row of one
+// column, then the 8 partial sums are added in order).
+extern "C" __global__ void gd_col_sum(float *db, const float *dy, int rows, int cols, int accumulate) {
+	__shared__ float s[8][33];
+	int c = blockIdx.x * 32 + threadIdx.x;
+	float v = 0.0f;
+	if (c < cols)
+		for (int r = threadIdx.y; r < rows; r += 8) v = __fadd_rn(v, dy[(long long)r * cols + c]);
+	s[threadIdx.y][threadIdx.x] = v;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < cols) {
+		float t = s[0][threadIdx.x];
+		for (int k = 1; k < 8; k++) t = __fadd_rn(t, s[k][threadIdx.x]);
+		db[c] = accumulate ? __fadd_rn(db[c], t) : t;
+	}
+}
+
+// The softmax cross-entropy of each row of logits [rows, classes] against
+// its label (one block per row): rowLoss[r] = max + log(sum exp(x - max))
+// - x[label]; NaN for a label outside [0, classes).
+extern "C" __global__ void gd_xent_rows(float *rowLoss, const float *logits, const int *labels, int classes) {
+	__shared__ float s[BLOCK];
+	const float *x = logits + (long long)blockIdx.x * classes;
+	float m = __int_as_float(0xff800000); // -inf
+	for (int j = threadIdx.x; j < classes; j += BLOCK) m = fmaxf(m, x[j]);
+	m = block_max(m, s);
+	float e = 0.0f;
+	for (int j = threadIdx.x; j < classes; j += BLOCK) e = __fadd_rn(e, expf(x[j] - m));
+	e = block_sum(e, s);
+	if (threadIdx.x == 0) {
+		int l = labels[blockIdx.x];
+		rowLoss[blockIdx.x] = l >= 0 && l < classes ? (m + logf(e)) - x[l] : __int_as_float(0x7fffffff);
+	}
+}
+
+// out[0] = the mean of x[0..n) (one block).
+extern "C" __global__ void gd_mean(float *out, const float *x, int n) {
+	__shared__ float s[BLOCK];
+	float v = 0.0f;
+	for (int i = threadIdx.x; i < n; i += BLOCK) v = __fadd_rn(v, x[i]);
+	v = block_sum(v, s);
+	if (threadIdx.x == 0) out[0] = v / (float)n;
+}
+
+// The gradient of the cross-entropy with respect to the logits (one block
+// per row): dlogits = (softmax(x) - onehot(label)) * scale; scale is
+// dloss / rows for the mean loss. dlogits may be logits.
+extern "C" __global__ void gd_xent_backward(float *dlogits, const float *logits, const int *labels, int classes, float scale) {
+	__shared__ float s[BLOCK];
+	long long base = (long long)blockIdx.x * classes;
+	const float *x = logits + base;
+	float m = __int_as_float(0xff800000);
+	for (int j = threadIdx.x; j < classes; j += BLOCK) m = fmaxf(m, x[j]);
+	m = block_max(m, s);
+	float e = 0.0f;
+	for (int j = threadIdx.x; j < classes; j += BLOCK) e = __fadd_rn(e, expf(x[j] - m));
+	e = block_sum(e, s);
+	int l = labels[blockIdx.x];
+	for (int j = threadIdx.x; j < classes; j += BLOCK) {
+		float p = expf(x[j] - m) / e;
+		if (j == l) p -= 1.0f;
+		dlogits[base + j] = p * scale;
+	}
+}

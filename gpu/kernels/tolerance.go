@@ -1,0 +1,16 @@
+package kernels
+
+// The tolerances the tests hold the kernels to, against float64 references
+// (see the package comment for why each is what it is).
+const (
+	// SumTol bounds BiasGrad's error relative to the sum of the
+	// magnitudes summed, for up to about 1000 rows: each of the 8 partial
+	// sums adds rows/8 terms in float32 (an error of at most rows/8 + 3
+	// roundings of 2^-24 each).
+	SumTol = 1e-5
+	// CrossEntropyTol bounds CrossEntropy's error relative to max(1,
+	// |loss|), and each element of CrossEntropyBackward's gradient to
+	// CrossEntropyTol/rows (for scale 1/rows): float32 exponentials (a
+	// few ulps on a GPU), sums over the classes and the rows.
+	CrossEntropyTol = 1e-5
+)
