@@ -17,6 +17,9 @@
 #               libcublas, libnvrtc found and where; what gdist's loaders
 #               pick by themselves
 #   cuda        gpu/cuda's tests on the real device (GDIST_CUDA_TEST=real)
+#   kernels     gpu/cublas's, gpu/rtc's and gpu/kernels' tests on the device:
+#               cuBLAS GEMMs, NVRTC-compiled kernels, the first device
+#               layers and the mlp trained there against the CPU path
 #   nccl        comm/nccl's tests on real NCCL
 #   ranks2      two NCCL ranks (processes) on one GPU through the
 #               conformance checks (ncclcheck; each process its own NCCL host)
@@ -51,7 +54,7 @@ fi
 OUT=${OUT:-$B/results}
 BUDGET=${BUDGET:-420}
 DRY=${DRY:-0}
-STEPS=${STEPS:-inventory cuda nccl ranks2 kill staging sanitizer train bench}
+STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train bench}
 LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
@@ -161,6 +164,7 @@ if [ "$DRY" = 1 ]; then
 	fake=$B/libfakecuda.so
 	[ -e "$fake" ] || { echo "verify.sh: DRY=1 needs $fake (build.sh makes it)" >&2; exit 2; }
 	export GDIST_CUDART_PATH=$fake GDIST_NCCL_PATH=$fake FAKE_CUDA_DEVICES=1
+	export GDIST_CUBLAS_PATH=$fake GDIST_NVRTC_PATH=$fake GDIST_LIBCUDA_PATH=$fake
 	export FAKE_NCCL_PROCESSES=1 FAKE_NCCL_DIR=$LOGS/fakenccl
 	mkdir -p "$FAKE_NCCL_DIR"
 	smi() { echo "(dry run: the fake CUDA, 1 device)"; }
@@ -173,6 +177,17 @@ else
 	: "${GDIST_NCCL_PATH:=$(echo "$nccl_all" | grep 'so\.2' | head -1)}"
 	[ -n "$GDIST_CUDART_PATH" ] && export GDIST_CUDART_PATH || unset GDIST_CUDART_PATH
 	[ -n "$GDIST_NCCL_PATH" ] && export GDIST_NCCL_PATH || unset GDIST_NCCL_PATH
+	# cuBLAS and NVRTC (the kernels step): beside the chosen runtime (one
+	# wheel's CUDA), else the newest found.
+	for v in CUBLAS:libcublas.so NVRTC:libnvrtc.so; do
+		n=GDIST_${v%%:*}_PATH
+		[ -n "${!n:-}" ] && continue
+		all=$(libsearch "${v#*:}")
+		pick=""
+		[ -n "${GDIST_CUDART_PATH:-}" ] && pick=$(echo "$all" | grep -F "$(dirname "$GDIST_CUDART_PATH")/" | grep -E 'so\.[0-9]+$' | head -1)
+		[ -n "$pick" ] || pick=$(first_of $(echo "$all" | grep -E 'so\.13$') $(echo "$all" | grep -E 'so\.12$') $(echo "$all" | grep -E 'so\.[0-9.]+$' | head -1))
+		[ -n "$pick" ] && export "$n=$pick"
+	done
 fi
 export GDIST_CUDA_TEST=real NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
@@ -235,6 +250,19 @@ gotest() {
 	return $rc
 }
 t_cuda() { gotest "$1" gpu/cuda cuda.test; }
+# cuBLAS, NVRTC-compiled kernels and the first device layers, each
+# package's tests in its directory, within what is left of the step.
+t_kernels() {
+	local rc=0 out="" p d
+	for p in cublas rtc kernels; do
+		d=$(STEP_LIMIT=$(rest) gotest "$1.$p" "gpu/$p" "$p.test") || rc=1
+		cat "$1.$p" >>"$1"
+		rm -f "$1.$p"
+		out="$out$p: $d; "
+	done
+	echo "${out%; } (cuBLAS ${GDIST_CUBLAS_PATH:-searched}, NVRTC ${GDIST_NVRTC_PATH:-searched})"
+	return $rc
+}
 t_nccl() { gotest "$1" comm/nccl nccl.test -test.short; }
 t_staging() { gotest "$1" comm/staging staging.test -test.short; }
 
@@ -431,6 +459,7 @@ t_sanitizer() {
 echo "gdist GPU verification: budget ${BUDGET}s, bundle $B, results $OUT$([ "$DRY" = 1 ] && echo ', DRY RUN on the fake')"
 step inventory 10 40 inventory
 step cuda 20 90 t_cuda
+step kernels 20 90 t_kernels
 step nccl 30 120 t_nccl
 step ranks2 20 90 t_ranks2
 step kill 20 60 t_kill
