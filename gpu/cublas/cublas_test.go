@@ -473,6 +473,7 @@ func TestSearchOrder(t *testing.T) {
 	}
 	t.Setenv("VIRTUAL_ENV", root)
 	t.Setenv("CONDA_PREFIX", "")
+	t.Setenv("PATH", "") // no other python3's environment
 	got := cublas.WheelLibraries()
 	want := []string{
 		filepath.Join(root, "lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13"),

@@ -151,8 +151,8 @@ func batchOf(i, batch, in int) ([]float32, []int32) {
 // are of order 0.05, so about 2e-4 relative). Both compute in float32; the
 // differences are rounding orders (cuBLAS and the reductions sum in
 // another order than OpenBLAS or gonum, the CPU's cross-entropy is
-// float64): about 1e-7 relative per operation, grown over the steps. On
-// the fake the parameters differ by about 1e-8 after 12 steps.
+// float64): about 1e-7 relative per operation, grown over the steps.
+// Measured after 12 steps: 5e-8 on the fake, 6e-8 on an H200.
 func TestMLPMatchesCPU(t *testing.T) {
 	const (
 		dev      = 0

@@ -44,7 +44,7 @@ func TestRealNVRTC(t *testing.T) {
 	c := realNVRTC(t)
 	major, minor := c.Version()
 	t.Logf("%s: NVRTC %d.%d, architectures %v", c.Path(), major, minor, c.Archs())
-	for _, arch := range []string{c.Target(8, 0), "compute_70"} {
+	for _, arch := range []string{c.Target(8, 0), "compute_80"} { // CUDA 13 dropped sm_70
 		img, err := c.Compile("rtc_test.cu", testSource, arch)
 		if err != nil {
 			t.Fatalf("%s: %v", arch, err)
@@ -57,7 +57,7 @@ func TestRealNVRTC(t *testing.T) {
 		}
 		t.Logf("%s: %d bytes%s", arch, len(img.Data), strings.TrimSpace(" "+img.Log))
 	}
-	if _, err := c.Compile("broken.cu", "extern \"C\" __global__ void k(float *x) { x[0] = undefined_name; }", "compute_70"); err == nil {
+	if _, err := c.Compile("broken.cu", "extern \"C\" __global__ void k(float *x) { x[0] = undefined_name; }", "compute_80"); err == nil {
 		t.Error("the real NVRTC compiled a broken kernel")
 	} else if !strings.Contains(err.Error(), "undefined_name") {
 		t.Errorf("the real NVRTC's log does not name the fault: %v", err)
@@ -71,7 +71,7 @@ func TestRealNVRTC(t *testing.T) {
 // resolves, and with no GPU cuInit's answer comes back as a clear error
 // naming the library, not a crash.
 func TestRealDriver(t *testing.T) {
-	lib := devtest.RealLibrary("/usr/lib/*/libcuda.so.1", "/usr/lib64/libcuda.so.1")
+	lib := devtest.RealLibrary("/usr/lib/*/libcuda.so.1", "/lib/*/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1")
 	if lib == "" {
 		t.Skip("no real libcuda.so.1 (the NVIDIA driver's)")
 	}

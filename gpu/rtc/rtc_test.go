@@ -499,6 +499,7 @@ func TestSearchOrder(t *testing.T) {
 	}
 	t.Setenv("VIRTUAL_ENV", root)
 	t.Setenv("CONDA_PREFIX", "")
+	t.Setenv("PATH", "") // no other python3's environment
 	got := rtc.NVRTCWheels()
 	if len(got) != 2 || !strings.HasSuffix(got[0], "nvidia/cu13/lib/libnvrtc.so.13") || !strings.HasSuffix(got[1], "nvidia/cuda_nvrtc/lib/libnvrtc.so.12") {
 		t.Errorf("NVRTCWheels() = %q", got)
