@@ -30,7 +30,7 @@ func TestClosedGraphsAreFreed(t *testing.T) {
 		}
 		gr.Close()
 		runtime.SetFinalizer(gr, func(*Graph) { freed.Add(1) })
-		s, err := m.NewStageGraph(1, 3, 8, true)
+		s, err := m.NewStage(1, 3, 8, true)
 		if err != nil {
 			t.Fatal(err)
 		}

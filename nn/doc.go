@@ -91,10 +91,12 @@
 //
 // # Pipelines, batch norm, dropout
 //
-// A Model is a pipeline.Model: a pipeline splits a Sequential between its
-// children (StageGraph). It is also a pipeline.Sampler: Model.Sample
-// makes valid random input (token ids where the network starts with an
-// Embedding) and labels, which balancing stages by time profiles on. Batch norm takes its statistics over the rank's
+// Model.NewStage compiles a range of a Sequential's children on its own
+// (StageGraph); package pipeline takes a Model as it is (nn does not import
+// it) and splits it between those children. Model.Sample makes valid
+// random input (token ids where the network starts with an Embedding) and
+// labels, which balancing stages by time profiles on. Batch norm takes its
+// statistics over the rank's
 // batch, or over all ranks' with syncbn.Convert (SyncBatchNorm; its
 // collectives run under the ctx given to Step). Dropout's masks are a
 // hash of the seed, the run and the sample's place in the global batch

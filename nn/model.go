@@ -97,7 +97,7 @@ func transposeInto(out, v []float32, rows, cols int) {
 // takes. Build graphs from it with NewGraph; every graph of a model shares
 // its parameters, gradients and state. A Model satisfies the interfaces
 // the strategies define: ddp.Model, zero.Sharded, syncbn.Model and
-// pipeline.Model.
+// pipeline.Model[*StageGraph] (none of them imported here).
 type Model struct {
 	Name   string
 	Net    Layer

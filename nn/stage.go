@@ -3,12 +3,11 @@ package nn
 import (
 	"context"
 	"fmt"
-	"github.com/gdist/gdist/flat"
-	"github.com/gdist/gdist/pipeline"
 	"math/rand/v2"
 	"strings"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/flat"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -53,7 +52,7 @@ type StageGraph struct {
 	// the default (nil) adds it into M.Flat.Grad.
 	OnGrad GradHook
 	// Scale multiplies the loss before differentiation (last stage only).
-	// NewStageGraph sets it to 1.
+	// NewStage sets it to 1.
 	Scale float32
 
 	InShape, OutShape tensor.Shape
@@ -79,9 +78,13 @@ type StageGraph struct {
 	scale   *float32 // what the loss-scaling op reads: Scale, at each run
 }
 
-// NewStageGraph compiles layers [from, to) of m for micro-batches of batch
-// samples. last must be true exactly when to == m.NumLayers().
-func (m *Model) NewStageGraph(from, to, batch int, last bool) (s *StageGraph, err error) {
+// NewStage compiles layers [from, to) of m for micro-batches of batch
+// samples. last must be true exactly when to == m.NumLayers(). With
+// NumLayers, LayerParamRange, StageRange, InputSize, FlatParams and Sample
+// it is what a pipeline needs of a model: package pipeline takes a Model
+// as it is (a pipeline.Model[*StageGraph]) and splits any Sequential
+// model between its layers.
+func (m *Model) NewStage(from, to, batch int, last bool) (s *StageGraph, err error) {
 	err = flat.Build(func() (err error) {
 		s, err = m.newStageGraph(from, to, batch, last)
 		return err
@@ -460,28 +463,11 @@ func (op *dotGradOp) Do(v ...G.Value) (G.Value, error) {
 	return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(out)), nil
 }
 
-// NewStage is NewStageGraph as a pipeline.Stage, so that a Model is a
-// pipeline.Model: a pipeline splits any Sequential model between its
-// layers with no adapter.
-func (m *Model) NewStage(from, to, batch int, last bool) (pipeline.Stage, error) {
-	s, err := m.NewStageGraph(from, to, batch, last)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// A Model is a pipeline.Model, and a pipeline.Sampler.
-var (
-	_ pipeline.Model   = (*Model)(nil)
-	_ pipeline.Sampler = (*Model)(nil)
-)
-
 // Sample returns n samples of valid input for m and their labels, drawn
 // from seed: token ids in range where the network starts with an
 // Embedding, else floats uniform in [-0.5, 0.5); labels uniform over the
-// classes, LabelsPerSample of them per sample (none for n <= 0). It makes m a
-// pipeline.Sampler: what balancing by time profiles the stages on.
+// classes, LabelsPerSample of them per sample (none for n <= 0): what a
+// pipeline balancing its stages by time profiles them on.
 func (m *Model) Sample(n int, seed uint64) ([]float32, []int32) {
 	n = max(n, 0)
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))

@@ -55,7 +55,7 @@ func TestStagesEqualGraph(t *testing.T) {
 			total := 0
 			for i := range stages {
 				last := i == k-1
-				if stages[i], err = m.NewStageGraph(tc.bounds[i], tc.bounds[i+1], b, last); err != nil {
+				if stages[i], err = m.NewStage(tc.bounds[i], tc.bounds[i+1], b, last); err != nil {
 					t.Fatal(err)
 				}
 				off, n := m.StageRange(tc.bounds[i], tc.bounds[i+1])
@@ -120,20 +120,20 @@ func TestStagesEqualGraph(t *testing.T) {
 
 func TestStageErrors(t *testing.T) {
 	m, _ := newZoo("mlp", 1)
-	if _, err := m.NewStageGraph(2, 2, 4, false); err == nil {
+	if _, err := m.NewStage(2, 2, 4, false); err == nil {
 		t.Error("empty range accepted")
 	}
-	if _, err := m.NewStageGraph(0, 6, 4, false); err == nil {
+	if _, err := m.NewStage(0, 6, 4, false); err == nil {
 		t.Error("last=false for the last layer accepted")
 	}
-	if _, err := m.NewStageGraph(0, 3, 4, true); err == nil {
+	if _, err := m.NewStage(0, 3, 4, true); err == nil {
 		t.Error("last=true for a middle stage accepted")
 	}
 	bn, _ := newZoo("cnn-bn", 1)
-	if _, err := bn.NewStageGraph(0, 3, 4, false); err == nil {
+	if _, err := bn.NewStage(0, 3, 4, false); err == nil {
 		t.Error("batch norm accepted")
 	}
-	s, err := m.NewStageGraph(0, 2, 4, false)
+	s, err := m.NewStage(0, 2, 4, false)
 	if err != nil {
 		t.Fatal(err)
 	}

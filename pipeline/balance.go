@@ -24,7 +24,7 @@ const (
 // minimises the largest stage's parameter count; among splits that tie, it
 // takes the one with the smallest sum of squared stage counts (the most
 // even), then the first found.
-func Balance(m Model, k int) ([]int, error) {
+func Balance(m Layers, k int) ([]int, error) {
 	n := m.NumLayers()
 	pre := make([]float64, n+1) // prefix sums of parameter counts
 	for i := 0; i < n; i++ {
@@ -73,7 +73,11 @@ func BalanceTime(costs []LayerCost, k int) ([]int, error) {
 // runs after a warm-up run (the least disturbed by other work). Parameter
 // gradients are discarded; m is not changed. It stops with ctx's error
 // between runs once ctx is done.
-func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, error) {
+func ProfileLayers[S Stage](ctx context.Context, m Model[S], micro, reps int) ([]LayerCost, error) {
+	return profileLayers(ctx, erase(m), micro, reps)
+}
+
+func profileLayers(ctx context.Context, m model, micro, reps int) ([]LayerCost, error) {
 	n := m.NumLayers()
 	if reps < 1 {
 		reps = 1
@@ -84,7 +88,7 @@ func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, 
 			return nil, fmt.Errorf("pipeline: profiling layer %d: %w", i, err)
 		}
 		last := i == n-1
-		g, err := m.NewStage(i, i+1, micro, last)
+		g, err := m.newStage(i, i+1, micro, last)
 		if err != nil {
 			return nil, err
 		}
@@ -131,10 +135,10 @@ func ProfileLayers(ctx context.Context, m Model, micro, reps int) ([]LayerCost, 
 // micro-batches of micro samples) on: the model's own samples (Sampler)
 // where the stage starts at the first layer or ends in the loss, uniform
 // floats for activations in between.
-func probe(m Model, g Stage, from, micro int) ([]float32, []int32) {
+func probe(m model, g Stage, from, micro int) ([]float32, []int32) {
 	var sx []float32
 	y := make([]int32, micro)
-	if s, ok := m.(Sampler); ok {
+	if s, ok := m.sampler(); ok {
 		sx, y = s.Sample(micro, 1)
 	}
 	if from == 0 && sx != nil {
@@ -235,8 +239,8 @@ func topSplits(n, k, top int, cost func(from, to int) float64) ([][]int, error) 
 // (after a warm-up run) of its forward pass plus its training graph (the
 // training graph alone on the last stage). Parameter gradients are
 // discarded. It stops with ctx's error between runs once ctx is done.
-func MeasureStage(ctx context.Context, m Model, from, to, micro, reps int) (time.Duration, error) {
-	d, err := MeasureStages(ctx, m, [][2]int{{from, to}}, micro, reps)
+func MeasureStage[S Stage](ctx context.Context, m Model[S], from, to, micro, reps int) (time.Duration, error) {
+	d, err := measureStages(ctx, erase(m), [][2]int{{from, to}}, micro, reps)
 	if err != nil {
 		return 0, err
 	}
@@ -250,7 +254,11 @@ func MeasureStage(ctx context.Context, m Model, from, to, micro, reps int) (time
 // measureBudget bytes of graphs and activations by what each added to the
 // heap in its warm-up run (a large model's candidate stages, all at once,
 // would not fit in memory): interleaving holds within a group.
-func MeasureStages(ctx context.Context, m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
+func MeasureStages[S Stage](ctx context.Context, m Model[S], stages [][2]int, micro, reps int) ([]time.Duration, error) {
+	return measureStages(ctx, erase(m), stages, micro, reps)
+}
+
+func measureStages(ctx context.Context, m model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
 	out := make([]time.Duration, len(stages))
 	for next := 0; next < len(stages); {
 		group, err := measureGroup(ctx, m, stages[next:], micro, reps)
@@ -268,7 +276,7 @@ var measureBudget uint64 = 1 << 30
 // measureGroup compiles and warms up stages in order until measureBudget
 // is reached (at least one), times them in interleaved rounds and returns
 // their medians.
-func measureGroup(ctx context.Context, m Model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
+func measureGroup(ctx context.Context, m model, stages [][2]int, micro, reps int) ([]time.Duration, error) {
 	type timed struct {
 		g       Stage
 		last    bool
@@ -306,7 +314,7 @@ func measureGroup(ctx context.Context, m Model, stages [][2]int, micro, reps int
 			}
 		}
 		last := st[1] == m.NumLayers()
-		g, err := m.NewStage(st[0], st[1], micro, last)
+		g, err := m.newStage(st[0], st[1], micro, last)
 		if err != nil {
 			return nil, err
 		}
@@ -390,7 +398,7 @@ func slowest(cands [][]int, idx [][]int, times []int64) []int {
 // first stage computes no input gradient, a stage's weights outgrow the
 // cache that held one layer's, graph overheads), and returns the split
 // whose slowest stage is fastest.
-func BalanceMeasured(ctx context.Context, m Model, costs []LayerCost, k, top, micro, reps int) ([]int, error) {
+func BalanceMeasured[S Stage](ctx context.Context, m Model[S], costs []LayerCost, k, top, micro, reps int) ([]int, error) {
 	cands, stages, idx, err := candidateStages(costs, k, top)
 	if err != nil {
 		return nil, err
@@ -398,7 +406,7 @@ func BalanceMeasured(ctx context.Context, m Model, costs []LayerCost, k, top, mi
 	if len(cands) == 1 {
 		return cands[0], nil
 	}
-	d, err := MeasureStages(ctx, m, stages, micro, reps)
+	d, err := measureStages(ctx, erase(m), stages, micro, reps)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +418,7 @@ func BalanceMeasured(ctx context.Context, m Model, costs []LayerCost, k, top, mi
 }
 
 // checkBoundaries validates explicit stage boundaries for k stages of m.
-func checkBoundaries(m Model, b []int, k int) error {
+func checkBoundaries(m Layers, b []int, k int) error {
 	n := m.NumLayers()
 	if len(b) != k+1 {
 		return fmt.Errorf("pipeline: %d boundaries for %d stages, want %d", len(b), k, k+1)
@@ -427,13 +435,13 @@ func checkBoundaries(m Model, b []int, k int) error {
 }
 
 // splitByTime is Split's ByTime: see there.
-func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int, error) {
+func splitByTime(ctx context.Context, c comm.Comm, m model, k, micro int) ([]int, error) {
 	const reps, top = 7, 6
 	runtime.GC()
 	if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
 		return nil, fmt.Errorf("pipeline: before profiling: %w", err)
 	}
-	costs, err := ProfileLayers(ctx, m, micro, reps)
+	costs, err := profileLayers(ctx, m, micro, reps)
 	if err := comm.Agree(ctx, c, err); err != nil {
 		return nil, fmt.Errorf("pipeline: profiling: %w", err)
 	}
@@ -455,7 +463,7 @@ func splitByTime(ctx context.Context, c comm.Comm, m Model, k, micro int) ([]int
 	if len(cands) == 1 {
 		return cands[0], nil
 	}
-	d, merr := MeasureStages(ctx, m, stages, micro, reps)
+	d, merr := measureStages(ctx, m, stages, micro, reps)
 	if err := comm.Agree(ctx, c, merr); err != nil {
 		return nil, fmt.Errorf("pipeline: profiling: %w", err)
 	}

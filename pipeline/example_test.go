@@ -69,3 +69,9 @@ func Example() {
 	// stage 0: layers [0, 2), 80 parameters
 	// stage 1: layers [2, 3), 34 parameters, loss falls: true
 }
+
+// An nn model is a pipeline Model (and a Sampler) as it is.
+var (
+	_ pipeline.Model[*nn.StageGraph] = (*nn.Model)(nil)
+	_ pipeline.Sampler               = (*nn.Model)(nil)
+)

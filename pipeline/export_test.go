@@ -1,7 +1,7 @@
 package pipeline
 
 // Internals the external tests (package pipeline_test, which may import
-// the zoo: nn imports pipeline) check directly.
+// the zoo) check directly.
 var (
 	CheckBoundaries = checkBoundaries
 	TopSplits       = topSplits

@@ -2,12 +2,16 @@
 // rank, with micro-batch pipelining (GPipe and 1F1B schedules).
 //
 // Every rank holds the whole Model (built from the same seed: a pipeline
-// broadcasts nothing; any nn model built on a Sequential is one, with no
-// adapter) but computes and updates only
-// its stage's layers, whose parameters are one contiguous range of the
+// broadcasts nothing) but computes and updates only its stage's layers, whose parameters are one contiguous range of the
 // model's flat parameter and gradient buffers (Range). A later
 // data-parallel group over the replicas of one stage can all-reduce that
 // range as one buffer.
+//
+// The pipeline adapts the model, not the reverse: Model is generic in the
+// model's own stage type, so any nn model built on a Sequential is a Model
+// as it is (nn.Model.NewStage returns *nn.StageGraph, and nn does not
+// import this package), and New, Split and the profiling functions infer
+// that type from their argument.
 //
 // Stages are given as layer boundaries, or chosen by Balance (equal
 // parameter counts) or BalanceTime (equal compute, from ProfileLayers'
@@ -95,7 +99,7 @@ const MaxOpSteps = 4096
 // Pipeline is one rank's stage. It is not safe for concurrent use.
 type Pipeline struct {
 	c          comm.Comm
-	m          Model
+	m          model
 	stage, k   int
 	from, to   int
 	off, n     int
@@ -111,7 +115,11 @@ type Pipeline struct {
 // New builds rank c.Rank()'s stage of m for batches of batch samples.
 // c.Size() is the number of stages K. Every rank must pass the same cfg and
 // batch, and a model built from the same seed.
-func New(ctx context.Context, c comm.Comm, m Model, cfg Config, batch int) (*Pipeline, error) {
+func New[S Stage](ctx context.Context, c comm.Comm, m Model[S], cfg Config, batch int) (*Pipeline, error) {
+	return newPipeline(ctx, c, erase(m), cfg, batch)
+}
+
+func newPipeline(ctx context.Context, c comm.Comm, m model, cfg Config, batch int) (*Pipeline, error) {
 	k := c.Size()
 	micro := cfg.Micro
 	if micro == 0 {
@@ -123,7 +131,7 @@ func New(ctx context.Context, c comm.Comm, m Model, cfg Config, batch int) (*Pip
 	b := cfg.Boundaries
 	if b == nil {
 		var err error
-		if b, err = Split(ctx, c, m, k, cfg.Balance, (batch+micro-1)/micro); err != nil {
+		if b, err = split(ctx, c, m, k, cfg.Balance, (batch+micro-1)/micro); err != nil {
 			return nil, err
 		}
 	} else if err := checkBoundaries(m, b, k); err != nil {
@@ -166,7 +174,7 @@ func New(ctx context.Context, c comm.Comm, m Model, cfg Config, batch int) (*Pip
 		p.starts = append(p.starts, start)
 		start += sz
 		if p.graphs[sz] == nil {
-			g, err := m.NewStage(p.from, p.to, sz, p.stage == k-1)
+			g, err := m.newStage(p.from, p.to, sz, p.stage == k-1)
 			if err != nil {
 				p.Close()
 				return nil, err
@@ -185,7 +193,11 @@ func New(ctx context.Context, c comm.Comm, m Model, cfg Config, batch int) (*Pip
 // their timings by taking the fastest of each (the least disturbed) and so
 // reach the same choice. Profiling on every rank at once measures under the
 // load of training, when every core is busy.
-func Split(ctx context.Context, c comm.Comm, m Model, k int, balance string, micro int) ([]int, error) {
+func Split[S Stage](ctx context.Context, c comm.Comm, m Model[S], k int, balance string, micro int) ([]int, error) {
+	return split(ctx, c, erase(m), k, balance, micro)
+}
+
+func split(ctx context.Context, c comm.Comm, m model, k int, balance string, micro int) ([]int, error) {
 	switch balance {
 	case "", ByParams:
 		return Balance(m, k)
