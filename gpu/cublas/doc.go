@@ -1,6 +1,8 @@
 // Package cublas is gdist's window on cuBLAS: a handle per device and
 // stream (New), fp32 products (Sgemm, column-major as cuBLAS; MatMul for
-// our row-major [rows, cols] tensors), mixed-precision products (GemmEx:
+// our row-major [rows, cols] tensors), batches of products at fixed
+// strides (SgemmStridedBatched; MatMulBatched for row-major views such as
+// attention's heads), mixed-precision products (GemmEx:
 // bf16 or fp16 inputs, fp32 accumulation) and the TF32 switch (SetMath).
 // It builds and its tests run on machines with no CUDA at all.
 //
@@ -44,5 +46,6 @@
 // computes each product by a reference loop on the handle's stream,
 // checking every matrix against its allocation, the arguments as cuBLAS
 // does, beta 0 not reading C, and TF32 rounding its inputs. The results
-// are checked against float64 loops at odd sizes with both transposes.
+// are checked against float64 loops at odd sizes with both transposes
+// (batched: a shared A, gaps between the products left untouched).
 package cublas

@@ -235,6 +235,28 @@ func (h *Handle) Sgemm(ta, tb Op, m, n, k int, alpha float32, a uintptr, lda int
 		C.float(alpha), C.uintptr_t(a), C.int(lda), C.uintptr_t(b), C.int(ldb), C.float(beta), C.uintptr_t(c), C.int(ldc)))
 }
 
+// SgemmStridedBatched is cublasSgemmStridedBatched: batch products C_i =
+// alpha op(A_i) op(B_i) + beta C_i, column-major as Sgemm's, the matrices
+// of product i at a + i strideA, b + i strideB and c + i strideC
+// (strides in elements, 0 or more: a stride of 0 makes every product use
+// one matrix). The products' C matrices must not overlap one another or
+// any A or B. Bad arguments are an *Error with StatusInvalidValue,
+// returned at once.
+func (h *Handle) SgemmStridedBatched(ta, tb Op, m, n, k int, alpha float32, a uintptr, lda int, strideA int64,
+	b uintptr, ldb int, strideB int64, beta float32, c uintptr, ldc int, strideC int64, batch int) error {
+	if err := checkBatched("cublasSgemmStridedBatched", m, n, k, lda, ldb, ldc, strideA, strideB, strideC, batch); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.h == 0 {
+		return fmt.Errorf("cublas: SgemmStridedBatched on a closed handle")
+	}
+	return h.l.err("cublasSgemmStridedBatched", C.gdcb_sgemm_strided_batched(h.l.c, C.int(h.dev), h.h, C.int(ta), C.int(tb),
+		C.int(m), C.int(n), C.int(k), C.float(alpha), C.uintptr_t(a), C.int(lda), C.longlong(strideA), C.uintptr_t(b),
+		C.int(ldb), C.longlong(strideB), C.float(beta), C.uintptr_t(c), C.int(ldc), C.longlong(strideC), C.int(batch)))
+}
+
 // GemmEx is cublasGemmEx: Sgemm's product with the element types of a, b
 // and c given (F32, F16, BF16; a and b of one type, c of theirs or F32),
 // alpha and beta as float32, and the compute type (Compute32F: fp32

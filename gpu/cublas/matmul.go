@@ -28,3 +28,15 @@ func op(t bool) Op {
 	}
 	return NoTrans
 }
+
+// MatMulBatched is MatMul over batch products of row-major matrices that
+// need not be dense: C_i [m, n] = alpha op(A_i) op(B_i) + beta C_i, with
+// lda, ldb and ldc the elements between the starts of two rows of A, B
+// and C as stored (A is [m, k] rows of lda, or [k, m] with ta), and the
+// matrices of product i at a + i sa, b + i sb, c + i sc (elements; 0
+// shares one matrix). One cublasSgemmStridedBatched call. Attention's
+// per-head products and a convolution's per-image ones are such batches.
+func (h *Handle) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,
+	b uintptr, ldb int, sb int64, beta float32, c uintptr, ldc int, sc int64, batch int) error {
+	return h.SgemmStridedBatched(op(tb), op(ta), n, m, k, alpha, b, ld(ldb), sb, a, ld(lda), sa, beta, c, ld(ldc), sc, batch)
+}

@@ -61,3 +61,12 @@ func (h *Handle) Sgemm(ta, tb Op, m, n, k int, alpha float32, a uintptr, lda int
 func (h *Handle) GemmEx(ta, tb Op, m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix, compute ComputeType) error {
 	return errNoCgo
 }
+
+// SgemmStridedBatched fails without cgo.
+func (h *Handle) SgemmStridedBatched(ta, tb Op, m, n, k int, alpha float32, a uintptr, lda int, strideA int64,
+	b uintptr, ldb int, strideB int64, beta float32, c uintptr, ldc int, strideC int64, batch int) error {
+	if err := checkBatched("cublasSgemmStridedBatched", m, n, k, lda, ldb, ldc, strideA, strideB, strideC, batch); err != nil {
+		return err
+	}
+	return errNoCgo
+}

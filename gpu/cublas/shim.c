@@ -23,6 +23,7 @@ gdcb_lib *gdcb_open(const char *path, uintptr_t setDevice, uintptr_t free_, char
 	REQ(setStream, "cublasSetStream_v2");
 	REQ(setMathMode, "cublasSetMathMode");
 	REQ(sgemm, "cublasSgemm_v2");
+	REQ(sgemmStridedBatched, "cublasSgemmStridedBatched");
 	REQ(gemmEx, "cublasGemmEx");
 	OPT(getProperty, "cublasGetProperty");
 	OPT(statusName, "cublasGetStatusName");
@@ -88,6 +89,15 @@ int gdcb_sgemm(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, 
 	int r = use_device(l, dev);
 	if (r) return r;
 	return l->sgemm((void *)h, ta, tb, m, n, k, &alpha, (const float *)a, lda, (const float *)b, ldb, &beta, (float *)c, ldc);
+}
+
+int gdcb_sgemm_strided_batched(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
+			       uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb, float beta, uintptr_t c,
+			       int ldc, long long sc, int batch) {
+	int r = use_device(l, dev);
+	if (r) return r;
+	return l->sgemmStridedBatched((void *)h, ta, tb, m, n, k, &alpha, (const float *)a, lda, sa, (const float *)b, ldb,
+				      sb, &beta, (float *)c, ldc, sc, batch);
 }
 
 int gdcb_gemm_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int at,

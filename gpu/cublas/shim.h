@@ -74,6 +74,9 @@ typedef struct gdcb_lib {
 	GDCB_STATUS (*setMathMode)(GDCB_HANDLE, GDCB_MATH);
 	GDCB_STATUS (*sgemm)(GDCB_HANDLE, GDCB_OP, GDCB_OP, int, int, int, const float *, const float *, int,
 			     const float *, int, const float *, float *, int);
+	GDCB_STATUS (*sgemmStridedBatched)(GDCB_HANDLE, GDCB_OP, GDCB_OP, int, int, int, const float *, const float *, int,
+					   long long int, const float *, int, long long int, const float *, float *, int,
+					   long long int, int);
 	GDCB_STATUS (*gemmEx)(GDCB_HANDLE, GDCB_OP, GDCB_OP, int, int, int, const void *, const void *, GDCB_DTYPE, int,
 			      const void *, GDCB_DTYPE, int, const void *, void *, GDCB_DTYPE, int, GDCB_COMPUTE, GDCB_ALGO);
 	/* optional (NULL when the library lacks them) */
@@ -94,6 +97,9 @@ int gdcb_destroy(gdcb_lib *l, int dev, uintptr_t h);
 int gdcb_set_math(gdcb_lib *l, int dev, uintptr_t h, int mode);
 int gdcb_sgemm(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int lda,
 	       uintptr_t b, int ldb, float beta, uintptr_t c, int ldc);
+int gdcb_sgemm_strided_batched(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
+			       uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb, float beta, uintptr_t c,
+			       int ldc, long long sc, int batch);
 int gdcb_gemm_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int at,
 		 int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int compute);
 

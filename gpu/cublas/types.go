@@ -172,3 +172,19 @@ func checkInt32(call string, kv ...any) error {
 }
 
 func ld(v int) int { return max(1, v) }
+
+// checkBatched checks the sizes of a strided batched product: every size
+// within int32, strides of 0 or more, no two products' C matrices
+// overlapping (cuBLAS does not check it: the result would be undefined).
+func checkBatched(call string, m, n, k, lda, ldb, ldc int, sa, sb, sc int64, batch int) error {
+	if err := checkInt32(call, "m", m, "n", n, "k", k, "lda", lda, "ldb", ldb, "ldc", ldc, "batch", batch); err != nil {
+		return err
+	}
+	if sa < 0 || sb < 0 || sc < 0 {
+		return fmt.Errorf("cublas: %s: negative strides (A %d, B %d, C %d)", call, sa, sb, sc)
+	}
+	if batch > 1 && m > 0 && n > 0 && sc < int64(n-1)*int64(ldc)+int64(m) {
+		return fmt.Errorf("cublas: %s: the %d products' C matrices (%d x %d, ldc %d) overlap at stride %d", call, batch, m, n, ldc, sc)
+	}
+	return nil
+}

@@ -81,6 +81,7 @@ void gdist_abicheck(gdcb_lib *l) {
 	l->setStream = cublasSetStream_v2;
 	l->setMathMode = cublasSetMathMode;
 	l->sgemm = cublasSgemm_v2;
+	l->sgemmStridedBatched = cublasSgemmStridedBatched;
 	l->gemmEx = cublasGemmEx;
 	l->getProperty = cublasGetProperty;
 	l->statusName = cublasGetStatusName;

@@ -2476,8 +2476,10 @@ API int ncclRecv(void *buf, size_t count, int dt, int peer, ncclComm *c, void *s
 /* ================= cuBLAS, NVRTC and the driver API (gpu/cublas, gpu/rtc) =================
 
    cuBLAS: handles (cublasCreate_v2, ...SetStream_v2, ...SetMathMode), and
-   cublasSgemm_v2 and cublasGemmEx computed by a reference loop on the
-   handle's stream, over the fake's device memory: every matrix is checked
+   cublasSgemm_v2, cublasSgemmStridedBatched (strides of 0 or more; the
+   products' C matrices must not overlap) and cublasGemmEx computed by a
+   reference loop on the handle's stream, over the fake's device memory
+   (the products of a batch one after another): every matrix is checked
    against its allocation's bounds and device, the arguments as cuBLAS
    checks them (CUBLAS_STATUS_INVALID_VALUE), C is not read when beta is 0,
    each element is one float sum over k in order (no fused multiply-add),
@@ -3140,6 +3142,8 @@ struct gemm_task {
 	float alpha, beta;
 	const unsigned char *a, *b;
 	unsigned char *c;
+	int batch;               /* products (1 unless strided batched) */
+	long long sa, sb, sc;    /* elements between two products' matrices */
 };
 
 static float fk_round(float x, int r) {
@@ -3151,8 +3155,7 @@ static float fk_round(float x, int r) {
 	return x;
 }
 
-__attribute__((optimize("fp-contract=off"))) static void run_gemm(void *arg) {
-	struct gemm_task *g = arg;
+__attribute__((optimize("fp-contract=off"))) static void run_gemm1(struct gemm_task *g) {
 	for (int j = 0; j < g->n; j++) {
 		for (int i = 0; i < g->m; i++) {
 			float acc = 0;
@@ -3173,16 +3176,29 @@ __attribute__((optimize("fp-contract=off"))) static void run_gemm(void *arg) {
 			fk_store(g->c, ic, g->ct, v);
 		}
 	}
+}
+
+static void run_gemm(void *arg) {
+	struct gemm_task *g = arg;
+	const unsigned char *a = g->a, *b = g->b;
+	unsigned char *c = g->c;
+	for (int i = 0; i < g->batch; i++) {
+		g->a = a ? a + (size_t)(i * g->sa) * fk_dt_size(g->at) : NULL;
+		g->b = b ? b + (size_t)(i * g->sb) * fk_dt_size(g->bt) : NULL;
+		g->c = c + (size_t)(i * g->sc) * fk_dt_size(g->ct);
+		run_gemm1(g);
+	}
 	free(g);
 }
 
 /* Resolves a column-major rows x cols matrix with leading dimension ld at
-   device address p on dev. */
-static int gemm_matrix(const char *call, const char *which, const void *p, int rows, int cols, int ld, int t, int dev,
-		       unsigned char **out) {
+   device address p on dev (with batch > 1, the batch matrices stride
+   elements apart: all of them). */
+static int gemm_matrix_batch(const char *call, const char *which, const void *p, int rows, int cols, int ld, int t,
+			     int dev, int batch, long long stride, unsigned char **out) {
 	*out = NULL;
-	if (rows == 0 || cols == 0) return 0;
-	size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * fk_dt_size(t);
+	if (rows == 0 || cols == 0 || batch == 0) return 0;
+	size_t bytes = ((size_t)(cols - 1) * (size_t)ld + (size_t)rows + (size_t)(batch - 1) * (size_t)stride) * fk_dt_size(t);
 	unsigned char *h;
 	int d;
 	if (dev_lookup((uintptr_t)p, bytes, &h, &d) != 1) {
@@ -3197,12 +3213,29 @@ static int gemm_matrix(const char *call, const char *which, const void *p, int r
 	return 0;
 }
 
-static int gemm(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, float alpha, const void *A, int at,
-		int lda, const void *B, int bt, int ldb, float beta, void *C, int ct, int ldc, int round) {
+static int gemm_matrix(const char *call, const char *which, const void *p, int rows, int cols, int ld, int t, int dev,
+		       unsigned char **out) {
+	return gemm_matrix_batch(call, which, p, rows, cols, ld, t, dev, 1, 0, out);
+}
+
+/* gemm_batched queues batch products, the matrices of product i at A + i
+   sa, B + i sb, C + i sc (elements): cublasSgemmStridedBatched's
+   contract; gemm is the one product of cublasSgemm_v2 and cublasGemmEx. */
+static int gemm_batched(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, float alpha, const void *A,
+			int at, int lda, long long sa, const void *B, int bt, int ldb, long long sb, float beta, void *C,
+			int ct, int ldc, long long sc, int batch, int round) {
 	int r = blas_check(call, h);
 	if (r) return r;
-	if (ta < 0 || ta > 2 || tb < 0 || tb > 2 || m < 0 || n < 0 || k < 0) {
-		warnf("%s: bad operation or size (transa %d, transb %d, m %d, n %d, k %d)", call, ta, tb, m, n, k);
+	if (ta < 0 || ta > 2 || tb < 0 || tb > 2 || m < 0 || n < 0 || k < 0 || batch < 0) {
+		warnf("%s: bad operation or size (transa %d, transb %d, m %d, n %d, k %d, batch %d)", call, ta, tb, m, n, k, batch);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (sa < 0 || sb < 0 || sc < 0) {
+		warnf("%s: negative strides (A %lld, B %lld, C %lld) are not supported by the fake", call, sa, sb, sc);
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	if (batch > 1 && m > 0 && n > 0 && sc < (long long)(n - 1) * ldc + m) {
+		warnf("%s: the products' C matrices overlap (stride %lld, each %d x %d, ldc %d)", call, sc, m, n, ldc);
 		return CUBLAS_STATUS_INVALID_VALUE;
 	}
 	int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
@@ -3211,14 +3244,15 @@ static int gemm(const char *call, fk_blas *h, int ta, int tb, int m, int n, int 
 		      ac, br, bc, m, n);
 		return CUBLAS_STATUS_INVALID_VALUE;
 	}
-	if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+	if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
 	struct gemm_task *g = calloc(1, sizeof *g);
 	if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
-	*g = (struct gemm_task){ta != 0, tb != 0, m, n, alpha == 0 ? 0 : k, lda, ldb, ldc, at, bt, ct, round, alpha, beta, NULL, NULL, NULL};
+	*g = (struct gemm_task){ta != 0, tb != 0, m, n, alpha == 0 ? 0 : k, lda, ldb, ldc, at, bt, ct, round, alpha, beta, NULL, NULL, NULL,
+				batch, sa, sb, sc};
 	unsigned char *pa, *pb;
-	if ((g->k && (gemm_matrix(call, "A", A, ar, ac, lda, at, h->dev, &pa) ||
-		      gemm_matrix(call, "B", B, br, bc, ldb, bt, h->dev, &pb))) ||
-	    gemm_matrix(call, "C", C, m, n, ldc, ct, h->dev, &g->c)) {
+	if ((g->k && (gemm_matrix_batch(call, "A", A, ar, ac, lda, at, h->dev, batch, sa, &pa) ||
+		      gemm_matrix_batch(call, "B", B, br, bc, ldb, bt, h->dev, batch, sb, &pb))) ||
+	    gemm_matrix_batch(call, "C", C, m, n, ldc, ct, h->dev, batch, sc, &g->c)) {
 		free(g);
 		return CUBLAS_STATUS_INVALID_VALUE;
 	}
@@ -3235,11 +3269,24 @@ static int gemm(const char *call, fk_blas *h, int ta, int tb, int m, int n, int 
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+static int gemm(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, float alpha, const void *A, int at,
+		int lda, const void *B, int bt, int ldb, float beta, void *C, int ct, int ldc, int round) {
+	return gemm_batched(call, h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, round);
+}
+
 API int cublasSgemm_v2(fk_blas *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
 		       const float *B, int ldb, const float *beta, float *C, int ldc) {
 	int tf32 = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3;
 	return gemm("cublasSgemm_v2", h, ta, tb, m, n, k, *alpha, A, FK_R32F, lda, B, FK_R32F, ldb, *beta, C, FK_R32F, ldc,
 		    tf32 ? ROUND_TF32 : ROUND_NONE);
+}
+
+API int cublasSgemmStridedBatched(fk_blas *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A,
+				  int lda, long long sa, const float *B, int ldb, long long sb, const float *beta, float *C,
+				  int ldc, long long sc, int batch) {
+	int tf32 = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3;
+	return gemm_batched("cublasSgemmStridedBatched", h, ta, tb, m, n, k, *alpha, A, FK_R32F, lda, sa, B, FK_R32F, ldb, sb,
+			    *beta, C, FK_R32F, ldc, sc, batch, tf32 ? ROUND_TF32 : ROUND_NONE);
 }
 
 /* cublasComputeType_t: 32F 68, 32F_PEDANTIC 69, 32F_FAST_16F 74,
