@@ -6,8 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/algo"
 	"github.com/gdist/gdist/internal/hugepage"
+	"github.com/gdist/gdist/internal/reduce"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -237,7 +237,7 @@ func prod(s []int) int {
 }
 
 // AddTo sets dst[j] += src[j] for j < min(len(dst), len(src)) with the
-// comm layer's vector kernels (the same sums as a plain loop: each is one
+// reduce kernels the collectives use (internal/reduce) (the same sums as a plain loop: each is one
 // rounded float32 addition).
 func AddTo(dst, src []float32) {
 	n := min(len(dst), len(src))
@@ -260,6 +260,6 @@ func AddTo(dst, src []float32) {
 		}
 		return
 	}
-	algo.Reduce(comm.Float32, comm.Sum, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)),
+	reduce.Into(comm.Float32, comm.Sum, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)),
 		unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
 }

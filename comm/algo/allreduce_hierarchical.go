@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/internal/reduce"
 )
 
 // All-reduce in two levels, for groups that span hosts (Layout): the ranks
@@ -155,7 +156,7 @@ func (o *op) allReduceHier(x call) error {
 	}
 	avg := func(b []byte) {
 		if o.red == comm.Avg {
-			Divide(o.dt, b, o.c.Size())
+			reduce.Divide(o.dt, b, o.c.Size())
 		}
 	}
 	in := o.on(locals)

@@ -1,5 +1,7 @@
 package algo
 
+import "github.com/gdist/gdist/internal/reduce"
+
 // All-reduce by recursive doubling: lg q rounds in which every rank
 // exchanges the whole message with a partner and reduces, q the largest
 // power of two <= p; the extra ranks fold in before and out after.
@@ -38,7 +40,7 @@ func (o *op) allReduceRD(x call) error {
 			if err := o.recv(r-1, foldIn, tmp); err != nil {
 				return err
 			}
-			Reduce(o.dt, o.red, buf, tmp)
+			reduce.Into(o.dt, o.red, buf, tmp)
 			newRank = r / 2
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/internal/reduce"
 )
 
 // All-reduce, reduce-scatter and all-gather of buffers that lie in shared
@@ -82,9 +83,9 @@ func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error
 }
 
 // zeroCopyRun is the zero-copy path of all-reduce (reduce and gather),
-// reduce-scatter (reduce: in is src, out dst) and all-gather (gather: in
+// reduce-scatter (reducing: in is src, out dst) and all-gather (gather: in
 // is dst, this rank's block already in place). in is the buffer every
-// rank has in shared memory, cut into the blocks seg; with reduce, this
+// rank has in shared memory, cut into the blocks seg; reducing, this
 // rank sets out (the length of its block; it may be that block of in) to
 // its block of in op the peers' blocks; with gather, it writes its block
 // (the result) into every peer's in.
@@ -97,7 +98,7 @@ func (o *op) allReduceZeroCopy(sm SharedMemory, buf []byte) (ran bool, err error
 // rank returns, whether its op succeeds or fails, before every peer has
 // published fin (it no longer touches this rank's buffer) or is gone: a
 // buffer is never read or written by a peer after its op returned.
-func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reduce, gather bool) (ran bool, err error) {
+func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reducing, gather bool) (ran bool, err error) {
 	c := o.c
 	p, r := c.Size(), c.rank
 	h := sm.Locate(in)
@@ -200,7 +201,7 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reduce, gat
 	ck := max(o.tun.ZeroCopyChunk/es*es, es)
 	lo, hi := seg[r], seg[r+1]
 	switch {
-	case reduce:
+	case reducing:
 		// Chunk by chunk, so that a chunk is still in cache when it is
 		// pushed.
 		for a := lo; a < hi; a += ck {
@@ -212,10 +213,10 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reduce, gat
 					continue
 				}
 				if first {
-					ReduceTo(o.dt, o.red, dst, in[a:b], ps[q].buf[a:b])
+					reduce.To(o.dt, o.red, dst, in[a:b], ps[q].buf[a:b])
 					first = false
 				} else {
-					Reduce(o.dt, o.red, dst, ps[q].buf[a:b])
+					reduce.Into(o.dt, o.red, dst, ps[q].buf[a:b])
 				}
 			}
 			o.finishAvg(dst)
@@ -242,7 +243,7 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reduce, gat
 	}
 	own := int64(hi - lo)
 	var read int64 // bytes read from peers
-	if reduce {
+	if reducing {
 		read = int64(p-1) * own
 	}
 	c0, _ := c.outer(0)

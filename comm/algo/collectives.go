@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/gdist/gdist/comm"
+import (
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/internal/reduce"
+)
 
 // The collectives: what every algorithm of one needs done first (the own
 // block copied, scratch taken, the trivial group handled), then the
@@ -19,7 +22,7 @@ func (o *op) allReduce(buf []byte) error {
 // is Avg.
 func (o *op) finishAvg(b []byte) {
 	if o.red == comm.Avg {
-		Divide(o.dt, b, o.c.Size())
+		reduce.Divide(o.dt, b, o.c.Size())
 	}
 }
 

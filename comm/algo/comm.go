@@ -13,6 +13,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/internal/opcheck"
 	"github.com/gdist/gdist/comm/internal/wire"
+	"github.com/gdist/gdist/internal/reduce"
 )
 
 // WorldGroup is the group id of the Comm that spans a whole Transport.
@@ -737,7 +738,7 @@ func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
 	if err := o.recv(from, step, t); err != nil {
 		return err
 	}
-	ReduceTo(o.dt, o.red, dst, acc, t)
+	reduce.To(o.dt, o.red, dst, acc, t)
 	return nil
 }
 
@@ -779,12 +780,12 @@ func (p *pieces) add(off int, b []byte) {
 			return
 		}
 		at := off - es
-		ReduceTo(p.dt, p.red, p.dst[at:at+es], p.acc[at:at+es], p.carry[:es])
+		reduce.To(p.dt, p.red, p.dst[at:at+es], p.acc[at:at+es], p.carry[:es])
 		p.nc = 0
 	}
 	whole := len(b) / es * es
 	if whole > 0 {
-		ReduceTo(p.dt, p.red, p.dst[off:off+whole], p.acc[off:off+whole], b[:whole])
+		reduce.To(p.dt, p.red, p.dst[off:off+whole], p.acc[off:off+whole], b[:whole])
 	}
 	p.nc = copy(p.carry[:], b[whole:])
 }
@@ -815,7 +816,7 @@ func (o *op) sendRecvReduce(peer int, buf, tmp []byte, step uint32) error {
 	if err := o.sendrecv(peer, buf, peer, tmp, step); err != nil {
 		return err
 	}
-	Reduce(o.dt, o.red, buf, tmp)
+	reduce.Into(o.dt, o.red, buf, tmp)
 	return nil
 }
 

@@ -1,8 +1,7 @@
 // Package cpu reports the x86 vector extensions the assembly kernels use
-// (comm/algo's reduce kernels, internal/vecmath's and internal/winograd's),
-// each only where the OS also saves its registers: one place that asks
-// CPUID; and, for internal/vecmath and internal/winograd, which of their
-// kernel sets to run (ChooseKernels: the widest, or GDIST_KERNELS's cap).
+// (internal/reduce's, internal/vecmath's and internal/winograd's), each
+// only where the OS also saves its registers: one place that asks CPUID;
+// and, for those three, which of their kernel sets to run (ChooseKernels: the widest, or GDIST_KERNELS's cap).
 package cpu
 
 // Features are the extensions found, all false off amd64 or with the

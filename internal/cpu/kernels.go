@@ -7,7 +7,8 @@ import (
 )
 
 // KernelSets are the names of the kernel sets of the packages with
-// assembly (internal/vecmath, internal/winograd), narrowest first: "go"
+// assembly (internal/reduce, internal/vecmath, internal/winograd),
+// narrowest first: "go"
 // (portable Go), "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, DQ, BW, VL).
 var KernelSets = []string{"go", "avx2", "avx512"}
 

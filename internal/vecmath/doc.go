@@ -5,7 +5,7 @@
 // package that uses cgo (nn) cannot hold Go assembly. Every kernel runs
 // everywhere: nn and optim keep no loops of their own for them.
 //
-// The layout is comm/algo's:
+// The layout is internal/reduce's (the reduce kernels of comm/algo):
 //
 //   - vecmath.go, conv.go, bn.go: the exported kernels and their
 //     contracts; each checks its arguments and runs the active set's

@@ -20,7 +20,7 @@
 // up to 16) long. The assembly kernels work on 16 tiles a register (their
 // layout: Plan.QW), the Go ones a tile at a time.
 //
-// The layout is comm/algo's:
+// The layout is internal/reduce's (the reduce kernels of comm/algo):
 //
 //   - winograd.go: Plan (a chunk's geometry, the assembly's tables and
 //     scratch) and its transforms Input, Output and GradOutput, which

@@ -1,4 +1,4 @@
-package algo
+package reduce
 
 import (
 	"bytes"
@@ -399,15 +399,15 @@ func TestReducePublic(t *testing.T) {
 			want := append([]byte(nil), a...)
 			refReduceTo(dt, op, want[:len(want)/dt.Size()*dt.Size()], a, b)
 			got := append([]byte(nil), a...)
-			Reduce(dt, op, got, b)
-			if !sameResult(activeKernels(), dt, op, got, want, a, b) {
-				t.Fatalf("Reduce %v %v: %s", dt, op, describeDiff(dt, got, want, a, b))
+			Into(dt, op, got, b)
+			if !sameResult(active, dt, op, got, want, a, b) {
+				t.Fatalf("Into %v %v: %s", dt, op, describeDiff(dt, got, want, a, b))
 			}
 			got3 := make([]byte, len(a))
 			got3[len(got3)-1] = a[len(a)-1]
-			ReduceTo(dt, op, got3, a, b)
-			if !sameResult(activeKernels(), dt, op, got3, want, a, b) {
-				t.Fatalf("ReduceTo %v %v: %s", dt, op, describeDiff(dt, got3, want, a, b))
+			To(dt, op, got3, a, b)
+			if !sameResult(active, dt, op, got3, want, a, b) {
+				t.Fatalf("To %v %v: %s", dt, op, describeDiff(dt, got3, want, a, b))
 			}
 		}
 		x := make([]byte, 99*dt.Size())

@@ -1,4 +1,4 @@
-package algo
+package reduce
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // worth; the kernel reads two and writes one). "ref" is the plain-Go
 // reference, the others the kernel sets this machine has.
 //
-//	go test -run '^$' -bench 'Reduce|Copy' ./comm/algo
+//	go test -run '^$' -bench 'Reduce|Copy' ./internal/reduce
 
 var benchSizes = []int{4 << 10, 256 << 10, 4 << 20, 64 << 20}
 
@@ -108,7 +108,7 @@ func BenchmarkCopy(b *testing.B) {
 // (the other rank of a 2-rank job) runs the same kernel on its own buffers.
 func BenchmarkReduceSplit(b *testing.B) {
 	const n = 16 << 20
-	k := activeKernels().bin[comm.Float32][comm.Sum]
+	k := active.bin[comm.Float32][comm.Sum]
 	x, y := benchInputs(comm.Float32, n)
 	for _, other := range []bool{false, true} {
 		for _, parts := range []int{1, 2} {
@@ -157,7 +157,7 @@ func BenchmarkReduceSplit(b *testing.B) {
 // puts them on two cores) each own a buffer of S bytes. MB/s is S per op:
 // the 2-rank bus bandwidth (algbw x 2(n-1)/n = algbw).
 //
-//   - 2-rank-push (what allreduce_zerocopy.go does): each reduces its half
+//   - 2-rank-push (what comm/algo's allreduce_zerocopy.go does): each reduces its half
 //     from both buffers into its own and copies the result into the
 //     other's, 64 KiB at a time (a float32 sum-kernel pass and a copy
 //     from cache), then both meet at a barrier.
@@ -172,9 +172,9 @@ func BenchmarkReduceSplit(b *testing.B) {
 //
 // Run it with
 //
-//	go test -run '^$' -bench AllReduceBound -count 3 ./comm/algo
+//	go test -run '^$' -bench AllReduceBound -count 3 ./internal/reduce
 func BenchmarkAllReduceBound(b *testing.B) {
-	k := activeKernels().bin[comm.Float32][comm.Sum]
+	k := active.bin[comm.Float32][comm.Sum]
 	for _, s := range []int{1 << 20, 4 << 20, 16 << 20, 64 << 20} {
 		h := s / 2
 		x, y := benchInputs(comm.Float32, s)

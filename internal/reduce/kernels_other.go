@@ -1,5 +1,5 @@
 //go:build !amd64 || purego
 
-package algo
+package reduce
 
 func archKernelSets() []*kernelSet { return nil }

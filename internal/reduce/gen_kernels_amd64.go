@@ -1,7 +1,7 @@
 //go:build ignore
 
 // gen_kernels_amd64 writes kernels_amd64.s, the AVX2 and AVX-512 reduce
-// kernels: go run gen_kernels_amd64.go (go generate ./comm/algo).
+// kernels: go run gen_kernels_amd64.go (go generate ./internal/reduce).
 //
 // Every binary kernel is
 //

@@ -1,4 +1,4 @@
-package algo
+package reduce
 
 import (
 	"unsafe"
