@@ -6,7 +6,8 @@ package nn
 // bindings (about 15x faster than gonum's pure-Go BLAS on this project's
 // machines). It needs the OpenBLAS development files at build time (Debian:
 // apt-get install libopenblas-dev). Build with -tags noblas (or
-// CGO_ENABLED=0) for the pure-Go fallback.
+// CGO_ENABLED=0) for the pure-Go fallback. Nothing is installed at import:
+// UseBLAS does it, at the first graph build.
 
 // #cgo LDFLAGS: -lopenblas
 import "C"
@@ -20,4 +21,5 @@ import (
 // BLAS names the matrix-multiply implementation in use.
 const BLAS = "openblas"
 
-func init() { G.Use(netlib.Implementation{}); blas32.Use(netlib.Implementation{}) }
+// installBLAS is UseBLAS's: OpenBLAS for gorgonia and for blas32.
+func installBLAS() { G.Use(netlib.Implementation{}); blas32.Use(netlib.Implementation{}) }

@@ -24,7 +24,11 @@
 // and the float32 sums run as internal/vecmath's kernels: AVX-512 or AVX2
 // assembly where the CPU has it, the same values bit for bit in Go
 // elsewhere (GDIST_KERNELS=go|avx2|avx512 caps the choice, the purego
-// build tag forces Go); the matrix products go to OpenBLAS. 3x3 convolutions
+// build tag forces Go); the matrix products go to OpenBLAS (the constant
+// BLAS names it; -tags noblas or no cgo: gonum's pure Go). Importing nn has
+// no side effect: the BLAS is installed process-wide, for gorgonia and
+// gonum's blas32, at the first graph build, or earlier by an explicit
+// UseBLAS. 3x3 convolutions
 // with padding 1 and 16 or more channels each way run as Winograd
 // F(2x2, 3x3) (winograd.go: 16 multiplications per 2x2 outputs instead of
 // 36, as accurate as the unrolled product).

@@ -393,7 +393,10 @@ func (m *Model) shapesLocked(batch, from, to int) (out []tensor.Shape, err error
 	return out, nil
 }
 
+// builder starts building a graph of m: every graph build passes here, so
+// the BLAS is installed before any graph of m runs (UseBLAS).
 func (m *Model) builder(g *G.ExprGraph, train bool, batch int, hooks *hookSet) *Builder {
+	UseBLAS()
 	return &Builder{g: g, m: m, train: train, batch: batch, hooks: hooks,
 		nodes: map[int]*G.Node{}, needDX: map[*G.Node]bool{}}
 }
