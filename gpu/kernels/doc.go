@@ -25,23 +25,44 @@
 // # Tolerances (fp32, against float64 references or the CPU path)
 //
 //   - BiasAdd, ReLU, ReLUBackward: exact (one rounding, or none).
+//
 //   - SGD: bit for bit optim.SGD (PyTorch's formula): each multiply and
 //     add rounded on its own (__fmul_rn, __fadd_rn: no fused multiply-add).
+//
 //   - BiasGrad (column sums): SumTol (1e-5) relative to the sum of
 //     magnitudes, for up to about 1000 rows (8 partial sums of rows/8
 //     terms, then added in order: the same result every run).
+//
 //   - CrossEntropy: CrossEntropyTol (1e-5) relative to max(1, loss);
 //     CrossEntropyBackward: CrossEntropyTol/rows per element for the mean
 //     loss's gradient. Float32 with max subtraction, as PyTorch computes
 //     it; the CPU path sums in float64.
+//
 //   - Linear (cuBLAS): 2e-6 relative to the sum of the products'
 //     magnitudes (TestLinear; gpu/cublas's fp32 GEMM bound).
+//
 //   - The mlp (784-256-128-10, batch 32, SGD lr 0.1, momentum 0.9, 12
 //     steps, loss 2.31 to 0.07): the loss within 2e-5 of the CPU's
 //     (relative to max(1, loss)), every parameter within 1e-5 (weights
 //     are ~0.05). Measured: ~5e-8 on the fake, 6e-8 on an H200 (cuBLAS
 //     13.1, NVRTC 13.0; loss within 2.4e-7): the differences are
 //     summation orders only.
+//
+//   - Conv2d (im2col, one cuBLAS batched product over the images, the
+//     bias per channel; backward: dy as (Cout, N Ho Wo), dw and dx's
+//     columns one cuBLAS product each over the whole batch, col2im
+//     gathering each input's taps in nn's order, db a tree per channel):
+//     every element within GemmTol(k) (k+2 roundings of 2^-24) of the
+//     sum of its k terms' magnitudes (k = C K K + 1 for y, Cout K K for
+//     dx, N Ho Wo for dw and db) of the float64 definition, and within
+//     twice that of nn's Conv2d on the CPU path (im2col or Winograd);
+//     TestConv2d, strides 1 to 3, paddings 0 to 2, 1x1 to 5x5. Measured:
+//     at most 0.23 of the bound on the fake.
+//
+//   - MaxPool2d and its backward: bit for bit nn's (the first maximum of
+//     each 2x2 window in row-major order by nn's order of floats, -0
+//     below +0; the byte arg records which; the gradient written to every
+//     input, 0 on the dropped odd row and column); TestMaxPool2d.
 //
 // Reductions use __syncthreads over shared memory, never warp-synchronous
 // code, and nothing else the fake's emulation (gpu/rtc) cannot run; they

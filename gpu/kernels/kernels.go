@@ -19,6 +19,40 @@ var (
 	ReduceSource string
 )
 
+// The layers' programs, compiled with --fmad=false (each float operation
+// rounded on its own, as Go computes): ConvSource (im2col, col2im,
+// pooling) and PointwiseSource hold element-wise kernels (no thread talks
+// to another), RowsSource the reductions over rows and channels.
+var (
+	//go:embed conv.cu
+	ConvSource string
+	//go:embed pointwise.cu
+	PointwiseSource string
+	//go:embed rows.cu
+	RowsSource string
+)
+
+// Program is one of the kernels' programs: its name for NVRTC, its
+// source and the options it is compiled with.
+type Program struct {
+	Name, Source string
+	Options      []string
+	kernels      []string // the extern "C" kernels in it
+}
+
+// Programs are every program Load compiles, in order.
+func Programs() []Program {
+	block := fmt.Sprintf("-DBLOCK=%d", Block)
+	return []Program{
+		{"gdist_elementwise.cu", ElementwiseSource, nil, nil},
+		{"gdist_reduce.cu", ReduceSource, []string{block}, nil},
+		{"gdist_conv.cu", ConvSource, []string{"--fmad=false"},
+			[]string{"gd_im2col", "gd_col2im", "gd_nchw_to_cnhw", "gd_channel_bias", "gd_maxpool2x2", "gd_maxpool2x2_backward"}},
+		{"gdist_pointwise.cu", PointwiseSource, []string{"--fmad=false"}, pointwiseKernels},
+		{"gdist_rows.cu", RowsSource, []string{"--fmad=false", block}, rowsKernels},
+	}
+}
+
 // Block is the number of threads of the reductions' blocks (BLOCK in
 // reduce.cu).
 const Block = 256
@@ -36,20 +70,29 @@ type Kernels struct {
 	dev                                  int
 	biasAdd, relu, reluBackward, sgd     *rtc.Function
 	colSum, xentRows, mean, xentBackward *rtc.Function
+	fns                                  map[string]*rtc.Function // the layers' kernels by name
 }
 
 // Load compiles (once per process, see gpu/rtc) and loads the kernels on
 // device.
 func Load(device int) (*Kernels, error) {
-	ew, err := rtc.Load(device, "gdist_elementwise.cu", ElementwiseSource)
-	if err != nil {
-		return nil, err
+	progs := Programs()
+	mods := make([]*rtc.Module, len(progs))
+	k := &Kernels{dev: device, fns: map[string]*rtc.Function{}}
+	for i, p := range progs {
+		m, err := rtc.Load(device, p.Name, p.Source, p.Options...)
+		if err != nil {
+			return nil, err
+		}
+		mods[i] = m
+		for _, name := range p.kernels {
+			if k.fns[name], err = m.Function(name); err != nil {
+				return nil, err
+			}
+		}
 	}
-	red, err := rtc.Load(device, "gdist_reduce.cu", ReduceSource, fmt.Sprintf("-DBLOCK=%d", Block))
-	if err != nil {
-		return nil, err
-	}
-	k := &Kernels{dev: device}
+	ew, red := mods[0], mods[1]
+	var err error
 	for _, f := range []struct {
 		m    *rtc.Module
 		name string
@@ -68,6 +111,21 @@ func Load(device int) (*Kernels, error) {
 
 // Device is the kernels' device.
 func (k *Kernels) Device() int { return k.dev }
+
+// launch queues the layers' kernel name.
+func (k *Kernels) launch(name string, s *cuda.Stream, c rtc.Config, args ...any) error {
+	f := k.fns[name]
+	if f == nil {
+		return fmt.Errorf("kernels: no kernel %s", name)
+	}
+	return f.Launch(s, c, args...)
+}
+
+// grid64 is grid for a 64-bit count.
+func grid64(n int64) rtc.Config {
+	b := (n + 255) / 256
+	return rtc.Config{Grid: rtc.Dim(int(min(max(b, 1), maxGrid))), Block: rtc.Dim(256)}
+}
 
 func sizeErr(op string, kv ...any) error {
 	for i := 0; i < len(kv); i += 2 {

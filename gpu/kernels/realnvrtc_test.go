@@ -1,7 +1,6 @@
 package kernels_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -28,15 +27,12 @@ func TestRealNVRTC(t *testing.T) {
 	major, minor := c.Version()
 	for _, cc := range [][2]int{{8, 0}, {9, 0}} {
 		arch := c.Target(cc[0], cc[1])
-		for _, p := range []struct{ name, src string }{
-			{"gdist_elementwise.cu", kernels.ElementwiseSource},
-			{"gdist_reduce.cu", kernels.ReduceSource},
-		} {
-			img, err := c.Compile(p.name, p.src, arch, fmt.Sprintf("-DBLOCK=%d", kernels.Block))
+		for _, p := range kernels.Programs() {
+			img, err := c.Compile(p.Name, p.Source, arch, p.Options...)
 			if err != nil {
 				t.Fatalf("NVRTC %d.%d (%s), %s: %v", major, minor, lib, arch, err)
 			}
-			t.Logf("NVRTC %d.%d: %s for %s: %d bytes%s", major, minor, p.name, arch, len(img.Data), strings.TrimSpace(" "+img.Log))
+			t.Logf("NVRTC %d.%d: %s for %s: %d bytes%s", major, minor, p.Name, arch, len(img.Data), strings.TrimSpace(" "+img.Log))
 		}
 	}
 }

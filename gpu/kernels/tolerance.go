@@ -14,3 +14,10 @@ const (
 	// few ulps on a GPU), sums over the classes and the rows.
 	CrossEntropyTol = 1e-5
 )
+
+// GemmTol is the error bound of a float32 sum of k products (a GEMM's
+// element, a convolution's, a column's sum), relative to the sum of the
+// products' magnitudes: (k+1) roundings of 2^-24 each, whatever the order
+// of the sum (cuBLAS splits k; the reductions here sum in trees), plus one
+// for alpha or the bias.
+func GemmTol(k int) float64 { return float64(k+2) * 0x1p-24 }
