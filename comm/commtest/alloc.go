@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 )
@@ -31,7 +33,8 @@ type AllocConfig struct {
 // inputs make every reduction exact in any order) and what the rank
 // computes itself; with cfg.ZeroCopy, the traffic proves which path ran.
 // It also checks Alloc's contract: zeroed memory, a free that may be
-// called twice.
+// called twice. cfg.Timeout bounds a stall (no rank finishing an
+// operation), not the whole run.
 func AllocSuite(t *testing.T, world World, cfg AllocConfig) {
 	cfg.fill()
 	counts := append(append([]int(nil), Counts...), cfg.Large)
@@ -40,7 +43,7 @@ func AllocSuite(t *testing.T, world World, cfg AllocConfig) {
 			comms := world(t, n)
 			for _, mode := range []string{"all", "rank0", "others"} {
 				t.Run(mode, func(t *testing.T) {
-					err := RunRanks(context.Background(), comms, cfg.Timeout, func(ctx context.Context, c comm.Comm) error {
+					err := runProgressing(comms, cfg.Timeout, func(ctx context.Context, c comm.Comm) error {
 						shared := mode == "all" || (mode == "rank0") == (c.Rank() == 0)
 						if err := allocAllReduce(ctx, c, counts, cfg, shared, mode == "all"); err != nil {
 							return err
@@ -62,13 +65,62 @@ func AllocSuite(t *testing.T, world World, cfg AllocConfig) {
 	}
 }
 
+// runProgressing runs fn on every rank (as RunRanks does) and fails them
+// all when no rank has finished an operation (waitp) for stall: a hang is
+// caught within stall, while a run that progresses slowly (ranks as
+// goroutines on a machine whose cores are busy with other work) is not cut
+// short by a deadline on the whole of it.
+func runProgressing(comms []comm.Comm, stall time.Duration, fn func(ctx context.Context, c comm.Comm) error) error {
+	var done atomic.Int64
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), progressKey{}, &done))
+	defer cancel(nil)
+	go func() {
+		last, since := done.Load(), time.Now()
+		t := time.NewTicker(stall / 20)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if d := done.Load(); d != last {
+				last, since = d, time.Now()
+			} else if time.Since(since) > stall {
+				cancel(fmt.Errorf("no rank finished an operation for %v (%d finished before): a hang", stall, d))
+				return
+			}
+		}
+	}()
+	err := RunRanks(ctx, comms, 24*time.Hour, fn)
+	if c := context.Cause(ctx); err != nil && c != nil && c != context.Canceled {
+		err = fmt.Errorf("%w (%v)", err, c)
+	}
+	return err
+}
+
+type progressKey struct{}
+
+// waitp is wait that also counts the finished operation for
+// runProgressing.
+func waitp(ctx context.Context) func(comm.Work, error) error {
+	run := comm.Run(ctx)
+	return func(w comm.Work, err error) error {
+		err = run(w, err)
+		if p, ok := ctx.Value(progressKey{}).(*atomic.Int64); ok && err == nil {
+			p.Add(1)
+		}
+		return err
+	}
+}
+
 func allocAllReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig, shared, zero bool) error {
 	n, r := c.Size(), c.Rank()
 	for _, tcase := range reduceCases(counts) {
 		dt, op, count := tcase.dt, tcase.op, tcase.count
 		plain := NewBuf(dt, count)
 		fillInput(dt, op, r, plain)
-		if err := wait(ctx)(c.AllReduce(ctx, plain, op)); err != nil {
+		if err := waitp(ctx)(c.AllReduce(ctx, plain, op)); err != nil {
 			return fmt.Errorf("all_reduce %v %v count %d in ordinary memory: %w", dt, op, count, err)
 		}
 		b, free := NewBuf(dt, count), func() {}
@@ -90,7 +142,7 @@ func allocAllReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocCon
 		}
 		fillInput(dt, op, r, b)
 		sent0 := sentSoFar(c)
-		err := wait(ctx)(c.AllReduce(ctx, b, op))
+		err := waitp(ctx)(c.AllReduce(ctx, b, op))
 		if err == nil {
 			err = checkTraffic(c, cfg, sent0, count*dt.Size(), zero)
 		}
@@ -119,7 +171,7 @@ func allocReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig
 		root := count % n
 		plain := NewBuf(dt, count)
 		fillInput(dt, op, r, plain)
-		if err := wait(ctx)(c.Reduce(ctx, plain, op, root)); err != nil {
+		if err := waitp(ctx)(c.Reduce(ctx, plain, op, root)); err != nil {
 			return fmt.Errorf("reduce %v %v count %d to %d in ordinary memory: %w", dt, op, count, root, err)
 		}
 		b, free, err := alloc(c, dt, count, shared)
@@ -129,7 +181,7 @@ func allocReduce(ctx context.Context, c comm.Comm, counts []int, cfg AllocConfig
 		fillInput(dt, op, r, b)
 		in := append([]byte(nil), b.Host()...)
 		sent0 := sentSoFar(c)
-		err = wait(ctx)(c.Reduce(ctx, b, op, root))
+		err = waitp(ctx)(c.Reduce(ctx, b, op, root))
 		if err == nil && zero {
 			// Every rank sent the exchange only (with mixed buffers the
 			// root of the ordinary reduce may send nothing at all).
@@ -198,7 +250,7 @@ func allocReduceScatter(ctx context.Context, c comm.Comm, counts []int, cfg Allo
 			psrc := NewBuf(dt, n*k)
 			fillInput(dt, op, r, psrc)
 			pdst := NewBuf(dt, k)
-			if err := wait(ctx)(c.ReduceScatter(ctx, pdst, psrc, op)); err != nil {
+			if err := waitp(ctx)(c.ReduceScatter(ctx, pdst, psrc, op)); err != nil {
 				return fmt.Errorf("reduce_scatter %v %v count %d in ordinary memory: %w", dt, op, k, err)
 			}
 			src, free, err := alloc(c, dt, n*k, shared)
@@ -211,7 +263,7 @@ func allocReduceScatter(ctx context.Context, c comm.Comm, counts []int, cfg Allo
 				dst = src.Slice(r*k, (r+1)*k)
 			}
 			sent0 := sentSoFar(c)
-			err = wait(ctx)(c.ReduceScatter(ctx, dst, src, op))
+			err = waitp(ctx)(c.ReduceScatter(ctx, dst, src, op))
 			if err == nil {
 				err = checkTraffic(c, cfg, sent0, n*k*dt.Size(), zero)
 			}
@@ -245,7 +297,7 @@ func allocAllGather(ctx context.Context, c comm.Comm, counts []int, cfg AllocCon
 			}
 			Fill(dt, src.Host(), func(i int) float64 { return Pattern(r, i) })
 			sent0 := sentSoFar(c)
-			err = wait(ctx)(c.AllGather(ctx, dst, src))
+			err = waitp(ctx)(c.AllGather(ctx, dst, src))
 			if err == nil {
 				err = checkTraffic(c, cfg, sent0, n*k*dt.Size(), zero)
 			}
