@@ -13,7 +13,7 @@ import (
 // wake-up), each thread wake-up of a rank's process (the Go runtime's
 // sysmon and idle threads) lands on whichever CPU, and a rank's goroutines
 // move between CPUs. mpirun binds each rank to a core by default for the
-// same reasons. Measured on the 2-core VM of issue 16 (benchmarks/README.md,
+// same reasons. Measured on the 2-core VM of issue 16 (benchmarks/NOTES.md,
 // the 4 KiB section): train -nproc 2 mlp and cnn took more samples/s with
 // the ranks bound, and the 4 KiB all-reduce's slow operations went.
 

@@ -65,7 +65,7 @@ func (g GPT) Net() (nn.Layer, []int, error) {
 	d := g.Dim
 	// Token embeddings N(0, 1), PyTorch's nn.Embedding default (the twin's):
 	// GPT-2's N(0, 0.02^2) cost 0.25 held-out bits per byte after the
-	// default 200-step comparison run, on both sides (benchmarks/README.md).
+	// default 200-step comparison run, on both sides (benchmarks/NOTES.md).
 	s := nn.Seq(&nn.Embedding{Num: Vocab, Dim: d}, &nn.PositionEmbedding{T: g.Context, Dim: d, Std: 0.02})
 	for i := 0; i < g.Layers; i++ {
 		s.Layers = append(s.Layers,

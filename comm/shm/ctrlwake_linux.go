@@ -20,7 +20,7 @@ import (
 // futex word, for up to a tick. A goroutine blocked in a system call keeps
 // its P (the runtime's processor) until sysmon takes it back, which on a
 // rank that polls has two costs, both measured on the 2-core VM of issue 16
-// (benchmarks/README.md, the 4 KiB section):
+// (benchmarks/NOTES.md, the 4 KiB section):
 //
 //   - with GOMAXPROCS=1 (a rank pinned to one core) the polling goroutine
 //     waits for that P: up to sysmon's period, 10 ms, every tick;

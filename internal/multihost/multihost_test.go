@@ -402,7 +402,7 @@ func TestMasterAddrLoopbackOnRankZero(t *testing.T) {
 // hierarchical all-reduce), auto with a flat all-reduce forced
 // (GDIST_ALGO=all_reduce=hd, the flat model's choice from 1 MiB on), and
 // flat tcp; it logs rank 0's tables. Numbers from a shared machine are
-// noisy; see benchmarks/README.md.
+// noisy; see benchmarks/NOTES.md.
 func BenchmarkCommbenchHosts(b *testing.B) {
 	cl := New(b, 2)
 	goTool, err := exec.LookPath("go")
