@@ -650,31 +650,10 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	if err := l.closedErr(); err != nil {
 		return err
 	}
-	key, group := mailbox.KeyOf(h), h.Group
-	sl, err := l.box.LockSend(ctx, key, func(ctx context.Context, sem chan struct{}) error {
-		return t.acquire(ctx, sem, group)
-	})
-	if err != nil {
-		return err
-	}
-	defer l.box.UnlockSend(key, sl)
-	total := len(payload)
-	h.Total = uint64(total)
-	for off := 0; ; {
-		n := min(total-off, l.maxFrame)
-		h.Offset, h.Len = uint64(off), uint32(n)
-		if err := t.acquire(ctx, l.wsem, h.Group); err != nil {
-			return err
-		}
-		err := l.writeFrame(ctx, &h, payload[off:off+n])
-		<-l.wsem
-		if err != nil {
-			return err
-		}
-		if off += n; off == total {
-			return nil
-		}
-	}
+	group := h.Group
+	return l.box.SendFrames(ctx, h, payload, l.maxFrame, l.wsem,
+		func(ctx context.Context, sem chan struct{}) error { return t.acquire(ctx, sem, group) },
+		func(h *wire.Header, p []byte) error { return l.writeFrame(ctx, h, p) })
 }
 
 // Recv receives the next message of stream (from, h.Group, h.Kind[, h.Seq])

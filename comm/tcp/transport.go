@@ -290,31 +290,10 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 		c.mu.Unlock()
 		return nil
 	}
-	key, group := mailbox.KeyOf(h), h.Group
-	sl, err := c.box.LockSend(ctx, key, func(ctx context.Context, sem chan struct{}) error {
-		return t.acquire(ctx, sem, group)
-	})
-	if err != nil {
-		return err
-	}
-	defer c.box.UnlockSend(key, sl)
-	total := len(payload)
-	h.Total = uint64(total)
-	for off := 0; ; {
-		n := min(total-off, wire.MaxFrame)
-		h.Offset, h.Len = uint64(off), uint32(n)
-		if err := t.acquire(ctx, c.wsem, h.Group); err != nil {
-			return err
-		}
-		err := c.writeFrameLocked(&h, payload[off:off+n])
-		<-c.wsem
-		if err != nil {
-			return err
-		}
-		if off += n; off == total {
-			return nil
-		}
-	}
+	group := h.Group
+	return c.box.SendFrames(ctx, h, payload, wire.MaxFrame, c.wsem,
+		func(ctx context.Context, sem chan struct{}) error { return t.acquire(ctx, sem, group) },
+		c.writeFrameLocked)
 }
 
 // Recv receives the next message of stream (from, h.Group, h.Kind[, h.Seq])

@@ -1,8 +1,9 @@
-// Package mailbox is the receive side that the process transports (tcp,
-// shm) share: the streams one peer sends on, the frames that arrived before
-// their receive was posted, the receive in progress on each stream, and the
-// per-stream send lock that keeps the frames of two messages of one stream
-// from interleaving.
+// Package mailbox is what the process transports (tcp, shm) share: on the
+// receive side the streams one peer sends on, the frames that arrived
+// before their receive was posted and the receive in progress on each
+// stream; on the send side the per-stream send lock that keeps the frames
+// of two messages of one stream from interleaving, and the send loop that
+// cuts a message into frames (SendFrames).
 //
 // A transport has one Box per peer (and one for messages to itself). The
 // transport moves the bytes (a socket reader, a shared-memory ring
@@ -454,6 +455,42 @@ func (b *Box) LockSend(ctx context.Context, key Key, acquire func(ctx context.Co
 		return nil, err
 	}
 	return l, nil
+}
+
+// SendFrames sends payload as one message with header h on the link whose
+// Box b is: the send loop of the transports. It takes the send lock of h's
+// stream (LockSend), then hands write the message's frames in order, each
+// of at most maxFrame bytes (one empty frame for an empty payload) with
+// h's Total, Offset and Len set, each write while holding wsem (the link's
+// write semaphore). acquire waits for a semaphore as in LockSend (until it
+// is free, ctx ends or the group fails). SendFrames returns after the last
+// frame is written, or with the first error of acquire or write. Callers
+// do not hold the Box's lock.
+func (b *Box) SendFrames(ctx context.Context, h wire.Header, payload []byte, maxFrame int, wsem chan struct{},
+	acquire func(ctx context.Context, sem chan struct{}) error, write func(h *wire.Header, p []byte) error) error {
+	key := KeyOf(h)
+	sl, err := b.LockSend(ctx, key, acquire)
+	if err != nil {
+		return err
+	}
+	defer b.UnlockSend(key, sl)
+	total := len(payload)
+	h.Total = uint64(total)
+	for off := 0; ; {
+		n := min(total-off, maxFrame)
+		h.Offset, h.Len = uint64(off), uint32(n)
+		if err := acquire(ctx, wsem); err != nil {
+			return err
+		}
+		err := write(&h, payload[off:off+n])
+		<-wsem
+		if err != nil {
+			return err
+		}
+		if off += n; off == total {
+			return nil
+		}
+	}
 }
 
 // UnlockSend releases the send lock l of stream key (from LockSend).

@@ -1,6 +1,7 @@
 package mailbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -123,27 +124,29 @@ func TestMismatchClosedCancel(t *testing.T) {
 	mu.Unlock()
 }
 
+// acquireSem takes sem, or fails once ctx ends.
+func acquireSem(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // LockSend serialises the senders of one stream and forgets the lock when
 // nobody holds it.
 func TestLockSend(t *testing.T) {
 	var mu sync.Mutex
 	b := New(&mu)
-	acquire := func(ctx context.Context, sem chan struct{}) error {
-		select {
-		case sem <- struct{}{}:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	key := KeyOf(msgHeader(1, 1))
-	l, err := b.LockSend(context.Background(), key, acquire)
+	l, err := b.LockSend(context.Background(), key, acquireSem)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := b.LockSend(ctx, key, acquire); !errors.Is(err, context.Canceled) {
+	if _, err := b.LockSend(ctx, key, acquireSem); !errors.Is(err, context.Canceled) {
 		t.Fatalf("second sender got the held lock: %v", err)
 	}
 	b.UnlockSend(key, l)
@@ -166,4 +169,53 @@ func TestLockSend(t *testing.T) {
 		t.Errorf("the idle lock was not reused")
 	}
 	b.UnlockSend(key, l2)
+}
+
+// SendFrames cuts a message into frames of at most maxFrame bytes (one
+// empty frame for an empty message), each written holding wsem, and
+// releases the send lock and wsem whether write fails or not.
+func TestSendFrames(t *testing.T) {
+	var mu sync.Mutex
+	b := New(&mu)
+	wsem := make(chan struct{}, 1)
+	for _, n := range []int{0, 1, 7, 8, 9, 24, 25} {
+		payload := make([]byte, n)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		var got []byte
+		var frames []wire.Header
+		err := b.SendFrames(context.Background(), msgHeader(3, n), payload, 8, wsem, acquireSem, func(h *wire.Header, p []byte) error {
+			if len(wsem) != 1 {
+				t.Errorf("frame written without holding wsem")
+			}
+			if int(h.Len) != len(p) || int(h.Offset) != len(got) || int(h.Total) != n {
+				t.Errorf("%d bytes: frame header %+v for %d bytes at %d", n, *h, len(p), len(got))
+			}
+			frames = append(frames, *h)
+			got = append(got, p...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := max(1, (n+7)/8); len(frames) != want || !bytes.Equal(got, payload) {
+			t.Errorf("%d bytes: %d frames (want %d), payload %v", n, len(frames), want, got)
+		}
+	}
+	fail := errors.New("write failed")
+	calls := 0
+	err := b.SendFrames(context.Background(), msgHeader(4, 20), make([]byte, 20), 8, wsem, acquireSem, func(*wire.Header, []byte) error {
+		calls++
+		return fail
+	})
+	if !errors.Is(err, fail) || calls != 1 {
+		t.Fatalf("write error: got %v after %d writes", err, calls)
+	}
+	if len(wsem) != 0 {
+		t.Fatal("wsem still held after a failed write")
+	}
+	if _, m, _ := b.Counts(); m != 0 {
+		t.Fatalf("%d send locks left", m)
+	}
 }
