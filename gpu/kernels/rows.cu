@@ -53,3 +53,54 @@ extern "C" __global__ void gd_row_sum(float *out, const float *x, int rows, long
 		if (threadIdx.x == 0) out[r] = accumulate ? out[r] + v : v;
 	}
 }
+
+// The element i of channel c's N inner values in x (N, C, inner).
+__device__ long long chan_at(long long i, int c, int C, long long inner) { return (i / inner * C + c) * inner + i % inner; }
+
+// Batch norm's statistics (nn.BNLayer.Forward's, one block per channel):
+// stats[c] the sum of channel c of x (N, C, inner), stats[C + c] the sum
+// of its squared deviations from its mean (M2), stats[2C] the count N
+// inner; in float64.
+extern "C" __global__ void gd_bn_stats(double *stats, const float *x, int N, int C, long long inner) {
+	__shared__ double s[BLOCK];
+	long long m = (long long)N * inner;
+	for (int c = blockIdx.x; c < C; c += gridDim.x) {
+		double v = 0.0;
+		for (long long i = threadIdx.x; i < m; i += BLOCK) v = v + (double)x[chan_at(i, c, C, inner)];
+		double sum = block_sumd(v, s);
+		double mu = sum / (double)m;
+		v = 0.0;
+		for (long long i = threadIdx.x; i < m; i += BLOCK) {
+			double d = (double)x[chan_at(i, c, C, inner)] - mu;
+			v = v + d * d;
+		}
+		double m2 = block_sumd(v, s);
+		if (threadIdx.x == 0) {
+			stats[c] = sum;
+			stats[C + c] = m2;
+			if (c == 0) stats[2 * C] = (double)m;
+		}
+	}
+}
+
+// Batch norm's backward sums (one block per channel): sums[c] the sum of
+// channel c of dy, sums[C + c] that of dy xhat; in float64.
+extern "C" __global__ void gd_bn_grad_sums(double *sums, const float *dy, const float *xhat, int N, int C, long long inner) {
+	__shared__ double s[BLOCK];
+	long long m = (long long)N * inner;
+	for (int c = blockIdx.x; c < C; c += gridDim.x) {
+		double v = 0.0, vx = 0.0;
+		for (long long i = threadIdx.x; i < m; i += BLOCK) {
+			long long j = chan_at(i, c, C, inner);
+			double d = (double)dy[j];
+			v = v + d;
+			vx = vx + d * (double)xhat[j];
+		}
+		v = block_sumd(v, s);
+		vx = block_sumd(vx, s);
+		if (threadIdx.x == 0) {
+			sums[c] = v;
+			sums[C + c] = vx;
+		}
+	}
+}

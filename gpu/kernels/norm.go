@@ -1,0 +1,93 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/rtc"
+)
+
+// BatchNormConfig is a batch-norm layer's settings (nn.BNLayer's): C
+// channels, PyTorch's momentum (new = (1 - m) old + m batch) and eps.
+type BatchNormConfig struct {
+	C             int
+	Momentum, Eps float64
+}
+
+// BatchNormWorkspace is the bytes of device scratch one batch-norm layer
+// keeps from its forward pass to its backward pass.
+func BatchNormWorkspace(c int) int { return 8 * (6*c + 1) }
+
+func (c BatchNormConfig) check(op string, n, inner int) error {
+	if err := sizeErr(op, "N", n, "C", c.C, "inner", inner); err != nil {
+		return err
+	}
+	if n*inner == 0 || c.C == 0 {
+		return fmt.Errorf("kernels: %s of %d channels over %d x %d values: empty", op, c.C, n, inner)
+	}
+	if int64(n)*int64(c.C)*int64(inner) > 1<<40 {
+		return fmt.Errorf("kernels: %s: %d x %d x %d values is too many", op, n, c.C, inner)
+	}
+	return nil
+}
+
+// The workspace's float64 arrays: the batch statistics [sum (C), M2 (C),
+// count], the mean and 1/std used [C, C], the backward sums [C, C].
+func bnParts(ws uintptr, c int) (stats, mi, sums uintptr) {
+	return ws, ws + uintptr(8*(2*c+1)), ws + uintptr(8*(4*c+1))
+}
+
+// BatchNormForward is nn's BatchNorm2d (x (N, C, inner), inner = H W) or
+// BatchNorm1d (inner = 1) on the device, as nn.BNLayer.Forward computes
+// it: in training (train), the per-channel sum and the sum of squared
+// deviations from the mean (M2) in float64 (a block per channel, a tree
+// in a fixed order), the biased variance for normalizing, runMean and
+// runVar (float32 [C]) moved toward the batch's mean and unbiased
+// variance with PyTorch's momentum; in evaluation, the running statistics.
+// y = gamma xhat + beta in float64 rounded once; xhat (float32, for the
+// backward pass; 0: not kept) the normalized input. ws
+// (BatchNormWorkspace bytes) keeps the statistics for
+// BatchNormBackward. The caller counts num_batches_tracked. Within
+// BatchNormULP of nn's values.
+func (k *Kernels) BatchNormForward(s *cuda.Stream, y, xhat, x, gamma, beta, runMean, runVar, ws uintptr, n, inner int, c BatchNormConfig, train bool) error {
+	if err := c.check("BatchNormForward", n, inner); err != nil {
+		return err
+	}
+	stats, mi, _ := bnParts(ws, c.C)
+	if train {
+		if err := k.launch("gd_bn_stats", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, stats, x, int32(n), int32(c.C), int64(inner)); err != nil {
+			return err
+		}
+	}
+	if err := k.launch("gd_bn_finalize", s, grid(c.C), mi, runMean, runVar, stats, int32(c.C), c.Momentum, c.Eps, b32(train)); err != nil {
+		return err
+	}
+	total := int64(n) * int64(c.C) * int64(inner)
+	return k.launch("gd_bn_norm", s, grid64(total), y, xhat, x, mi, gamma, beta, int32(c.C), int64(inner), total)
+}
+
+// BatchNormBackward is batch norm's backward after a training forward
+// pass over the same ws, as nn.BNLayer.Backward computes it: the
+// per-channel sums of dy and dy xhat in float64 (a block per channel),
+// dgamma and dbeta those sums rounded (set, or with accumulate added to;
+// 0 skips one), and dx (0: skipped) = gamma/std ((dy - mean dy) - xhat
+// mean(dy xhat)) in float64 rounded once. Within BatchNormULP of nn's.
+func (k *Kernels) BatchNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat, gamma, ws uintptr, n, inner int, c BatchNormConfig, accumulate bool) error {
+	if err := c.check("BatchNormBackward", n, inner); err != nil {
+		return err
+	}
+	stats, mi, sums := bnParts(ws, c.C)
+	if err := k.launch("gd_bn_grad_sums", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, sums, dy, xhat, int32(n), int32(c.C), int64(inner)); err != nil {
+		return err
+	}
+	if dgamma != 0 || dbeta != 0 {
+		if err := k.launch("gd_bn_param_grads", s, grid(c.C), dgamma, dbeta, sums, int32(c.C), b32(accumulate)); err != nil {
+			return err
+		}
+	}
+	if dx == 0 {
+		return nil
+	}
+	total := int64(n) * int64(c.C) * int64(inner)
+	return k.launch("gd_bn_dx", s, grid64(total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)
+}
