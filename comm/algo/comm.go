@@ -83,20 +83,26 @@ var (
 	_ comm.TrafficCounter = (*Comm)(nil)
 )
 
-// NewComm returns the world Comm over t: every rank of t, ranked as in t.
-// Closing it closes t.
+// NewComm returns the world Comm over t: every rank of t, ranked as in t,
+// tuned by TuningFromEnv(DefaultTuning()). Closing it closes t.
 func NewComm(t Transport, opts comm.Options) *Comm {
+	return NewTunedComm(t, opts, TuningFromEnv(DefaultTuning()))
+}
+
+// NewTunedComm is NewComm with the tuning given (every rank must give the
+// same); the Comms Split makes from it inherit it.
+func NewTunedComm(t Transport, opts comm.Options, tun Tuning) *Comm {
 	members := make([]int, t.Size())
 	for i := range members {
 		members[i] = i
 	}
-	return newComm(t, WorldGroup, t.Rank(), members, opts, true)
+	return newComm(t, WorldGroup, t.Rank(), members, opts, tun, true)
 }
 
-func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, world bool) *Comm {
+func newComm(t Transport, group uint64, rank int, members []int, opts comm.Options, tun Tuning, world bool) *Comm {
 	life, finish := context.WithCancel(context.Background())
 	c := &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
-		tuning: TuningFromEnv(), life: life, finish: finish, p2pTail: map[p2pKey]*p2pOp{},
+		tuning: tun, life: life, finish: finish, p2pTail: map[p2pKey]*p2pOp{},
 		heard: make([]heard, len(members)),
 		args:  opcheck.Args{Rank: rank, Size: len(members), Buf: opcheck.HostBuf}}
 	c.layout = OneHost(len(members))
@@ -125,11 +131,11 @@ func (c *Comm) Size() int { return len(c.members) }
 func (c *Comm) WorldRank(r int) int { return c.members[r] }
 
 // SetTuning replaces the algorithm choices (thresholds, chunk size, forced
-// algorithms) read from the environment. Every rank must use the same.
+// algorithms) the Comm was made with. Every rank must use the same.
 func (c *Comm) SetTuning(t Tuning) { c.mu.Lock(); c.tuning = t; c.mu.Unlock() }
 
-// Tuning returns the algorithm choices in use (TuningFromEnv's unless
-// SetTuning replaced them).
+// Tuning returns the algorithm choices in use (NewComm's or NewTunedComm's
+// unless SetTuning replaced them).
 func (c *Comm) Tuning() Tuning { c.mu.Lock(); defer c.mu.Unlock(); return c.tuning }
 
 // Layout returns where the ranks of c run (see Layout).
@@ -993,8 +999,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Comm, error) {
 	if id <= WorldGroup {
 		id += 2
 	}
-	child := newComm(c.t, id, rank, members, c.opts, false)
-	child.tuning = c.tuning
+	child := newComm(c.t, id, rank, members, c.opts, c.Tuning(), false)
 	context.AfterFunc(c.life, func() { child.Close() })
 	return child, nil
 }

@@ -107,7 +107,10 @@ func (t Tuning) over(l Layout) Tuning {
 	return t
 }
 
-// TuningFromEnv starts from DefaultTuning and applies:
+// TuningFromEnv is the one place that reads the tuning's environment
+// variables (NewComm calls it; Comms made by Split inherit their parent's
+// tuning): it starts from base (DefaultTuning, or a backend's own) and
+// applies:
 //
 //	GDIST_ALGO="ring" | "all_reduce=hd,broadcast=chain,reduce=tree" ...
 //	   all_reduce: ring|hd|rd|hier; reduce_scatter: ring|hd; all_gather: ring|rd;
@@ -121,8 +124,8 @@ func (t Tuning) over(l Layout) Tuning {
 //	GDIST_INTER_HOST_LATENCY_US=50   latency of a message between hosts
 //
 // Malformed values are reported on stderr and ignored.
-func TuningFromEnv() Tuning {
-	t := DefaultTuning()
+func TuningFromEnv(base Tuning) Tuning {
+	t := base
 	if v := os.Getenv("GDIST_INTER_HOST_GBPS"); v != "" {
 		// 1 Gbit/s is 8000 ps a byte.
 		if g, err := strconv.ParseFloat(v, 64); err == nil && g > 0 && g < 1e6 {

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"os"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
@@ -17,13 +16,9 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		c := algo.NewComm(t, cfg.Options)
-		if os.Getenv("GDIST_CHUNK_BYTES") == "" {
-			tun := c.Tuning()
-			tun.ChunkBytes = ChunkBytes
-			c.SetTuning(tun)
-		}
-		return c, nil
+		tun := algo.DefaultTuning()
+		tun.ChunkBytes = ChunkBytes
+		return algo.NewTunedComm(t, cfg.Options, algo.TuningFromEnv(tun)), nil
 	})
 }
 
