@@ -72,6 +72,17 @@
 //     differ in order only). Measured: identical on the fake over 3 steps
 //     of 5 shapes; TestBatchNorm.
 //
+//   - LayerNorm, forward and backward: bit for bit nn's (a warp per row,
+//     the row sums in vecmath.Sum32's order of eight running sums, 1/std
+//     in float64, dgamma and dbeta summed over the rows in order);
+//     TestLayerNorm, rows of 1 to 160.
+//
+//   - GELU (the exact form, as nn's) and its gradient: bit for bit nn's
+//     where nn runs vecmath's kernel (its float32 Mills-ratio formula
+//     with fused multiply-adds; all but the last len%8 values of an op's
+//     input), within GELUTailTol (1e-6 relative to max(1, |x|)) of nn's
+//     float64 table on those; TestGELU.
+//
 // Reductions use __syncthreads over shared memory, never warp-synchronous
 // code, and nothing else the fake's emulation (gpu/rtc) cannot run; they
 // are deterministic. The tests run on a real GPU when one is there

@@ -91,3 +91,54 @@ func (k *Kernels) BatchNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 	total := int64(n) * int64(c.C) * int64(inner)
 	return k.launch("gd_bn_dx", s, grid64(total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)
 }
+
+// rowsGrid launches a warp per row (8 rows a block), the warps taking
+// rows in turn past the grid's size.
+func rowsGrid(rows int) rtc.Config {
+	return rtc.Config{Grid: rtc.Dim(min(max((rows+7)/8, 1), 8192)), Block: rtc.Dim(256)}
+}
+
+func lnCheck(op string, rows, c int) error {
+	if err := sizeErr(op, "rows", rows, "C", c); err != nil {
+		return err
+	}
+	if c == 0 || int64(rows)*int64(c) > 1<<40 {
+		return fmt.Errorf("kernels: %s of %d rows of %d", op, rows, c)
+	}
+	return nil
+}
+
+// LayerNormForward is nn's LayerNorm over rows of c (x [rows, c]: (N, T,
+// C) or (N, C)) on the device, bit for bit nn's: a warp per row, the
+// mean and the mean squared deviation in float32 summed in vecmath.Sum32's
+// order, 1/std = float32(1 / sqrt(float64(var) + eps)), y = xhat gamma +
+// beta with every operation rounded on its own. xhat [rows, c] and invstd
+// [rows] keep the normalized rows and 1/std for LayerNormBackward (0: not
+// kept). y may be x.
+func (k *Kernels) LayerNormForward(s *cuda.Stream, y, xhat, invstd, x, gamma, beta uintptr, rows, c int, eps float64) error {
+	if err := lnCheck("LayerNormForward", rows, c); err != nil || rows == 0 {
+		return err
+	}
+	return k.launch("gd_layernorm", s, rowsGrid(rows), y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps)
+}
+
+// LayerNormBackward is LayerNorm's backward from dy [rows, c] and the
+// forward pass's xhat and invstd, bit for bit nn's: dx (0: skipped) =
+// 1/std ((g - mean g) - xhat mean(g xhat)) with g = dy gamma (a warp per
+// row, Sum32's order); dgamma and dbeta (0 skips one) the sums over the
+// rows, in row order, of dy xhat and dy, set or with accumulate added to.
+// dx may be dy.
+func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat, invstd, gamma uintptr, rows, c int, accumulate bool) error {
+	if err := lnCheck("LayerNormBackward", rows, c); err != nil {
+		return err
+	}
+	if dgamma != 0 || dbeta != 0 {
+		if err := k.launch("gd_layernorm_param_grads", s, grid(c), dgamma, dbeta, dy, xhat, int32(rows), int32(c), b32(accumulate)); err != nil {
+			return err
+		}
+	}
+	if dx == 0 || rows == 0 {
+		return nil
+	}
+	return k.launch("gd_layernorm_backward", s, rowsGrid(rows), dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c))
+}

@@ -143,3 +143,94 @@ func TestBatchNorm(t *testing.T) {
 		})
 	}
 }
+
+// LayerNorm's forward and backward, bit for bit nn's (the row sums in
+// vecmath.Sum32's order of eight running sums, 1/std in float64, every
+// float operation rounded on its own; dgamma and dbeta summed over the
+// rows in order), for rows whose length is and is not a multiple of 8.
+func TestLayerNorm(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, sh := range [][3]int{{2, 3, 16}, {3, 5, 37}, {1, 1, 1}, {2, 4, 160}, {1, 2, 7}} {
+		n, tt, c := sh[0], sh[1], sh[2]
+		t.Run(fmt.Sprintf("%dx%dx%d", n, tt, c), func(t *testing.T) {
+			rows, total := n*tt, n*tt*c
+			x, dy := vals(100, total, 2), vals(101, total, 1)
+			for i := range x {
+				x[i] += float32(i%c) * 0.25 // rows with a mean and a spread
+			}
+			gamma, beta := vals(102, c, 1), vals(103, c, 1)
+			dX, dDY, dG, dB := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy), devtest.Upload(t, dev, gamma), devtest.Upload(t, dev, beta)
+			y, xhat, inv, dx := devtest.Alloc(t, dev, total, 4), devtest.Alloc(t, dev, total, 4), devtest.Alloc(t, dev, rows, 4), devtest.Alloc(t, dev, total, 4)
+			g0 := vals(104, c, 1)
+			dgamma, dbeta := devtest.Upload(t, dev, g0), devtest.Upload(t, dev, g0)
+			if err := k.LayerNormForward(s, y, xhat, inv, dX, dG, dB, rows, c, 1e-5); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.LayerNormBackward(s, dx, dgamma, dbeta, dDY, xhat, inv, dG, rows, c, false); err != nil {
+				t.Fatal(err)
+			}
+			cpu := newCPULayer(t, &nn.LayerNorm{C: c}, []int{tt, c}, n)
+			cpu.set(0, gamma)
+			cpu.set(1, beta)
+			same(t, "y", devtest.Floats(t, dev, y, total), cpu.forward(t, x))
+			same(t, "dx", devtest.Floats(t, dev, dx, total), cpu.backward(t, x, dy))
+			same(t, "dgamma", devtest.Floats(t, dev, dgamma, c), cpu.grads[0])
+			same(t, "dbeta", devtest.Floats(t, dev, dbeta, c), cpu.grads[1])
+			// accumulate adds the parameters' gradients; dx 0 skips it
+			devtest.Put(t, dev, dgamma, g0)
+			devtest.Put(t, dev, dbeta, g0)
+			if err := k.LayerNormBackward(s, 0, dgamma, dbeta, dDY, xhat, inv, dG, rows, c, true); err != nil {
+				t.Fatal(err)
+			}
+			wg, wb := make([]float32, c), make([]float32, c)
+			for i := range wg {
+				wg[i], wb[i] = g0[i]+cpu.grads[0][i], g0[i]+cpu.grads[1][i]
+			}
+			same(t, "accumulated dgamma", devtest.Floats(t, dev, dgamma, c), wg)
+			same(t, "accumulated dbeta", devtest.Floats(t, dev, dbeta, c), wb)
+		})
+	}
+}
+
+// GELU (the exact form, x Phi(x)) and its gradient, bit for bit nn's on
+// the elements nn computes with vecmath's kernel (the whole multiples of
+// 8 of each op's input: vecmath's float32 Mills-ratio formula, fused
+// multiply-adds where it fuses), within kernels.GELUTailTol of nn's
+// float64 table on the last len%8 (the GELU of a transformer's MLP has
+// 4 Dim values per row: a multiple of 8); far tails, zeros and
+// infinities included.
+func TestGELU(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, n := range []int{64, 1003, 13} {
+		x := vals(110, n, 4)
+		special := []float32{0, float32(math.Copysign(0, -1)), -30, 30, -9.5, 9.5, float32(math.Inf(1)), float32(math.Inf(-1)), -0.75, 1e-30, -5.5, 7}
+		copy(x, special)
+		dy := vals(111, n, 1)
+		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
+		y, dx := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4)
+		if err := k.GELU(s, y, dX, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.GELUBackward(s, dx, dDY, dX, n); err != nil {
+			t.Fatal(err)
+		}
+		cpu := newCPULayer(t, nn.GELU{}, []int{n}, 1)
+		wy, wdx := cpu.forward(t, x), cpu.backward(t, x, dy)
+		gy, gdx := devtest.Floats(t, dev, y, n), devtest.Floats(t, dev, dx, n)
+		body := n &^ 7
+		same(t, fmt.Sprintf("n %d: y", n), gy[:body], wy[:body])
+		same(t, fmt.Sprintf("n %d: dx", n), gdx[:body], wdx[:body])
+		for i := body; i < n; i++ {
+			ty := kernels.GELUTailTol * math.Max(1, math.Abs(float64(x[i])))
+			tdx := kernels.GELUTailTol * math.Max(1, math.Abs(float64(x[i]))) * math.Abs(float64(dy[i]))
+			if d := math.Abs(float64(gy[i]) - float64(wy[i])); !(d <= ty) && !(math.IsInf(float64(wy[i]), 0) && gy[i] == wy[i]) {
+				t.Errorf("n %d: gelu(%v) = %v, CPU %v", n, x[i], gy[i], wy[i])
+			}
+			if d := math.Abs(float64(gdx[i]) - float64(wdx[i])); !(d <= tdx) {
+				t.Errorf("n %d: gelu'(%v) dy = %v, CPU %v", n, x[i], gdx[i], wdx[i])
+			}
+		}
+	}
+}

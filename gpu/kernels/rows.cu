@@ -104,3 +104,86 @@ extern "C" __global__ void gd_bn_grad_sums(double *sums, const float *dy, const 
 		}
 	}
 }
+
+// ---- row sums in vecmath.Sum32's order, one warp per row ----
+
+// What a warp sums over a row: a[i]; (a[i] - m)^2; a[i] b[i]; (a[i] b[i])
+// c[i] (each product rounded).
+enum { TERM_A, TERM_SQDEV, TERM_AB, TERM_ABC };
+
+__device__ float term(int kind, const float *a, const float *b, const float *c, float m, int i) {
+	switch (kind) {
+	case TERM_SQDEV: {
+		float d = a[i] - m;
+		return d * d;
+	}
+	case TERM_AB: return a[i] * b[i];
+	case TERM_ABC: return (a[i] * b[i]) * c[i];
+	}
+	return a[i];
+}
+
+// warp_sum32 is the float32 sum of term(i) over [0, n) as vecmath.Sum32
+// (and nn's sqDev32, dot32) computes it: eight running sums s[j] of the
+// terms 8i + j of the whole groups of eight, in order, then the last
+// partial group's terms added to s[0], s[1], ..., and ((s0 + s1) + (s2 +
+// s3)) + ((s4 + s5) + (s6 + s7)). Called by all 32 lanes of a warp
+// together (lanes 0-7 keep one running sum each); every lane gets it.
+__device__ float warp_sum32(int kind, const float *a, const float *b, const float *c, float m, int n) {
+	int lane = threadIdx.x & 31, whole = n & ~7;
+	float s = 0.0f;
+	if (lane < 8) {
+		for (int i = lane; i < whole; i += 8) s = s + term(kind, a, b, c, m, i);
+		if (whole + lane < n) s = s + term(kind, a, b, c, m, whole + lane);
+	}
+	float v[8];
+	for (int j = 0; j < 8; j++) v[j] = __shfl_sync(FULL, s, j);
+	return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// The warps of the grid take rows in turn: for (r = first_row(); r <
+// rows; r += row_step()), the same r on every lane of a warp.
+__device__ int first_row() { return (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5); }
+__device__ int row_step() { return (int)((gridDim.x * (long long)blockDim.x) >> 5); }
+
+// Layer norm over rows of C (nn's lnOp, bit for bit): mean = sum x / C,
+// var = sum (x - mean)^2 / C in float32 (Sum32's order), 1/std =
+// float32(1 / sqrt(float64(var) + eps)); y = xhat gamma + beta with xhat
+// = (x - mean) / std, kept (with 1/std per row) unless null. y may be x.
+extern "C" __global__ void gd_layernorm(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					const float *beta, int rows, int C, float invC, double eps) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		const float *row = x + (long long)r * C;
+		float mean = warp_sum32(TERM_A, row, 0, 0, 0.0f, C) * invC;
+		float var = warp_sum32(TERM_SQDEV, row, 0, 0, mean, C) * invC;
+		float inv = (float)(1.0 / sqrt((double)var + eps));
+		__syncwarp();
+		if (lane == 0 && invstd) invstd[r] = inv;
+		for (int j = lane; j < C; j += 32) {
+			float h = (row[j] - mean) * inv;
+			if (xhat) xhat[(long long)r * C + j] = h;
+			y[(long long)r * C + j] = h * gamma[j] + beta[j];
+		}
+		__syncwarp();
+	}
+}
+
+// Layer norm's input gradient (nn's lnGradOp, bit for bit): with g = dy
+// gamma, dx = 1/std ((g - mean g) - xhat mean(g xhat)). dx may be dy.
+extern "C" __global__ void gd_layernorm_backward(float *dx, const float *dy, const float *xhat, const float *invstd,
+						 const float *gamma, int rows, int C, float invC) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		const float *d = dy + (long long)r * C, *xh = xhat + (long long)r * C;
+		float m1 = warp_sum32(TERM_AB, d, gamma, 0, 0.0f, C) * invC;
+		float m2 = warp_sum32(TERM_ABC, d, gamma, xh, 0.0f, C) * invC;
+		float inv = invstd[r];
+		__syncwarp();
+		for (int j = lane; j < C; j += 32) {
+			float g = d[j] * gamma[j];
+			dx[(long long)r * C + j] = inv * ((g - m1) - xh[j] * m2);
+		}
+		__syncwarp();
+	}
+}

@@ -28,3 +28,9 @@ func GemmTol(k int) float64 { return float64(k+2) * 0x1p-24 }
 // sums differs (about 1e-16 relative), which moves a value across a
 // float32 rounding boundary rarely, and then by one step.
 const BatchNormULP = 1
+
+// GELUTailTol bounds GELU's value and derivative on the elements nn
+// computes with its float64 table (the last len%8 of an op's input),
+// relative to max(1, |x|) (times |dy| for the gradient): the device's
+// float32 formula is vecmath's, a few float32 steps from the exact value.
+const GELUTailTol = 1e-6
