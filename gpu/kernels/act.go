@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/gdist/gdist/gpu/cuda"
+import (
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cuda"
+)
 
 // GELU sets y = x Phi(x) (nn's GELU: the exact form, Phi the standard
 // normal CDF) over n elements, bit for bit what nn computes with
@@ -23,4 +27,49 @@ func (k *Kernels) GELUBackward(s *cuda.Stream, dx, dy, x uintptr, n int) error {
 		return err
 	}
 	return k.launch("gd_gelu_backward", s, grid(n), dx, dy, x, int64(n))
+}
+
+func embedCheck(op string, rows, num, dim, t int) error {
+	if err := sizeErr(op, "rows", rows, "num", num, "dim", dim, "T", t); err != nil {
+		return err
+	}
+	if num == 0 || dim == 0 || t == 0 || rows%t != 0 || int64(rows)*int64(dim) > 1<<40 || int64(num)*int64(dim) > 1<<40 {
+		return fmt.Errorf("kernels: %s of %d rows (%d positions) from a table of %d x %d", op, rows, t, num, dim)
+	}
+	return nil
+}
+
+// Embedding is nn's Embedding, with nn's PositionEmbedding when pos is
+// not 0: y [rows, dim] = w[ids[r]] (+ pos[r % t]), ids [rows] the token
+// ids as float32 (nn's input: (N, T) samples, rows = N T), w [num, dim],
+// pos [t, dim]; bit for bit nn's (one float32 add). An id that is not an
+// integer in [0, num) gives a row of NaNs (nn refuses it), so that the
+// loss shows it.
+func (k *Kernels) Embedding(s *cuda.Stream, y, ids, w, pos uintptr, rows, num, dim, t int) error {
+	if err := embedCheck("Embedding", rows, num, dim, t); err != nil || rows == 0 {
+		return err
+	}
+	return k.launch("gd_embed", s, grid64(int64(rows)*int64(dim)), y, ids, w, pos, int32(rows), int32(num), int32(dim), int32(t))
+}
+
+// EmbeddingBackward is their backward from dy [rows, dim]: dw [num, dim]
+// (0: skipped) each row the sum of dy over the rows whose id names it, in
+// order, and dpos [t, dim] (0: skipped) the sum of dy over the batch, in
+// order, set or with accumulate added to; bit for bit nn's. No atomics:
+// a thread per element of dw reads all the ids (rows num dim
+// comparisons: fine for byte-level vocabularies; a large vocabulary
+// would want the ids sorted first).
+func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, rows, num, dim, t int, accumulate bool) error {
+	if err := embedCheck("EmbeddingBackward", rows, num, dim, t); err != nil {
+		return err
+	}
+	if dw != 0 {
+		if err := k.launch("gd_embed_backward", s, grid64(int64(num)*int64(dim)), dw, dy, ids, int32(rows), int32(num), int32(dim), b32(accumulate)); err != nil {
+			return err
+		}
+	}
+	if dpos == 0 {
+		return nil
+	}
+	return k.launch("gd_pos_backward", s, grid64(int64(t)*int64(dim)), dpos, dy, int32(rows/t), int32(t), int32(dim), b32(accumulate))
 }

@@ -83,6 +83,12 @@
 //     input), within GELUTailTol (1e-6 relative to max(1, |x|)) of nn's
 //     float64 table on those; TestGELU.
 //
+//   - Embedding and PositionEmbedding, forward and backward: bit for bit
+//     nn's (the weight's gradient sums each row's positions in order, a
+//     thread per element reading every id: deterministic, no atomics; the
+//     position's sums over the batch in order); an id outside the table
+//     gives NaNs; TestEmbedding.
+//
 // Reductions use __syncthreads over shared memory, never warp-synchronous
 // code, and nothing else the fake's emulation (gpu/rtc) cannot run; they
 // are deterministic. The tests run on a real GPU when one is there

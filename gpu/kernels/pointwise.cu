@@ -144,3 +144,50 @@ extern "C" __global__ void gd_layernorm_param_grads(float *dgamma, float *dbeta,
 		if (dbeta) dbeta[j] = accumulate ? dbeta[j] + b : b;
 	}
 }
+
+// ---- embeddings (nn.Embedding, nn.PositionEmbedding) ----
+
+// The row of a table of num rows that id names (nn's ids are float32),
+// or -1 when id is not an integer in [0, num).
+__device__ long long embed_row(float id, int num) {
+	return id >= 0.0f && id < (float)num && id == floorf(id) ? (long long)id : -1;
+}
+
+// y[r] = w[ids[r]] (+ pos[r % T] unless pos is null) over rows of dim; a
+// row of NaNs for an id outside the table.
+extern "C" __global__ void gd_embed(float *y, const float *ids, const float *w, const float *pos, int rows, int num, int dim,
+				    int T) {
+	long long total = (long long)rows * dim;
+	GRID_LOOP(i, total) {
+		long long r = i / dim, d = i % dim, id = embed_row(ids[r], num);
+		float v = id < 0 ? __int_as_float(0x7fc00000) : w[id * dim + d];
+		if (pos) v = v + pos[(r % T) * dim + d];
+		y[i] = v;
+	}
+}
+
+// dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]:
+// a thread per element of dw reads every id (no atomics: the order, and
+// so the sum, is nn's).
+extern "C" __global__ void gd_embed_backward(float *dw, const float *dy, const float *ids, int rows, int num, int dim,
+					     int accumulate) {
+	long long total = (long long)num * dim;
+	GRID_LOOP(i, total) {
+		long long v = i / dim, d = i % dim;
+		float s = 0.0f;
+		for (int r = 0; r < rows; r++)
+			if (embed_row(ids[r], num) == v) s = s + dy[(long long)r * dim + d];
+		dw[i] = accumulate ? dw[i] + s : s;
+	}
+}
+
+// dpos[t] (+)= the sum over the batch, in order, of dy[n, t] (dy (N, T,
+// dim)): the position embedding's gradient.
+extern "C" __global__ void gd_pos_backward(float *dpos, const float *dy, int N, int T, int dim, int accumulate) {
+	long long total = (long long)T * dim;
+	GRID_LOOP(i, total) {
+		float s = 0.0f;
+		for (int n = 0; n < N; n++) s = s + dy[(long long)n * total + i];
+		dpos[i] = accumulate ? dpos[i] + s : s;
+	}
+}
