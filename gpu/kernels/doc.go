@@ -89,6 +89,19 @@
 //     position's sums over the batch in order); an id outside the table
 //     gives NaNs; TestEmbedding.
 //
+//   - Causal self-attention's core (AttentionForward/Backward between
+//     the projections, which are LinearForward/Backward): the heads
+//     copied into (N H, T, D) matrices, every product one cuBLAS strided
+//     batched call over all sequences and heads (cublas.MatMulBatched),
+//     the masked softmax and its backward bit for bit nn's given the same
+//     scores (CausalSoftmax: nn's float32 exponential and Sum32's order,
+//     a warp per row). CausalSoftmax within SoftmaxTol (1e-6 relative) of
+//     float64, its backward within GemmTol of the terms
+//     (TestCausalSoftmax); nn's whole CausalSelfAttention (output and
+//     every gradient) within AttentionTol (1e-5) of the largest value of
+//     each tensor of nn's on the CPU path (TestAttention; measured 3e-7 on
+//     the fake).
+//
 // Reductions use __syncthreads over shared memory, never warp-synchronous
 // code, and nothing else the fake's emulation (gpu/rtc) cannot run; they
 // are deterministic. The tests run on a real GPU when one is there

@@ -1,10 +1,12 @@
 package kernels_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/gpu/kernels"
 	"github.com/gdist/gdist/nn"
 )
 
@@ -77,5 +79,115 @@ func TestEmbedding(t *testing.T) {
 		if r := i / dim; (r == 1 || r == 2) != math.IsNaN(float64(v)) {
 			t.Fatalf("row %d (id %v): %v", r, bad[r], v)
 		}
+	}
+}
+
+// The causal softmax of each row of scores (row i of each T x T matrix
+// over its first i+1 entries, zeros above) against float64 within
+// kernels.SoftmaxTol (relative), and its backward, dS = P (dP - sum P dP)
+// scale, against float64 from the same P within GemmTol of the terms.
+func TestCausalSoftmax(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	for _, sh := range [][2]int{{3, 7}, {2, 40}, {1, 1}, {1, 70}} {
+		b, tt := sh[0], sh[1]
+		n := b * tt * tt
+		sc, dp := vals(130, n, 6), vals(131, n, 1)
+		dS, dDP := devtest.Upload(t, dev, sc), devtest.Upload(t, dev, dp)
+		if err := k.CausalSoftmax(s, dS, b*tt, tt); err != nil {
+			t.Fatal(err)
+		}
+		const scale = 0.35
+		if err := k.CausalSoftmaxBackward(s, dDP, dS, b*tt, tt, scale); err != nil {
+			t.Fatal(err)
+		}
+		p, ds := devtest.Floats(t, dev, dS, n), devtest.Floats(t, dev, dDP, n)
+		wp, tp := make([]float64, n), make([]float64, n)
+		wds, tds := make([]float64, n), make([]float64, n)
+		for r := 0; r < b*tt; r++ {
+			row, i := sc[r*tt:(r+1)*tt], r%tt
+			mx := math.Inf(-1)
+			for _, v := range row[:i+1] {
+				mx = math.Max(mx, float64(v))
+			}
+			var sum, dot, adot float64
+			for _, v := range row[:i+1] {
+				sum += math.Exp(float64(v) - mx)
+			}
+			for j := range row[:i+1] {
+				wp[r*tt+j] = math.Exp(float64(row[j])-mx) / sum
+				tp[r*tt+j] = kernels.SoftmaxTol * wp[r*tt+j]
+				pd := float64(p[r*tt+j]) * float64(dp[r*tt+j])
+				dot += pd
+				adot += math.Abs(pd)
+			}
+			for j := range row[:i+1] {
+				pv, d := float64(p[r*tt+j]), float64(dp[r*tt+j])
+				wds[r*tt+j] = pv * (d - dot) * scale
+				tds[r*tt+j] = kernels.GemmTol(i+4) * math.Abs(pv) * (math.Abs(d) + adot) * scale
+			}
+		}
+		near(t, "p", p, wp, tp)
+		near(t, "ds", ds, wds, tds)
+	}
+}
+
+// nn's CausalSelfAttention on the device (LinearForward for the
+// projections, AttentionForward between them; their backward in reverse)
+// against nn's layer on the CPU path: every value of the output and of
+// every gradient within kernels.AttentionTol of the largest of its
+// tensor (the products differ in summation order; the softmax follows
+// nn's operations).
+func TestAttention(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	h := cublasHandle(t, dev, s)
+	for _, g := range []kernels.AttentionGeom{{N: 2, T: 5, C: 12, H: 3}, {N: 1, T: 33, C: 16, H: 2}, {N: 3, T: 1, C: 4, H: 1}} {
+		c, rows := g.C, g.N*g.T
+		x, dy := vals(140, rows*c, 1), vals(141, rows*c, 1)
+		win, bin, wout, bout := vals(142, c*3*c, 0.5), vals(143, 3*c, 0.1), vals(144, c*c, 0.3), vals(145, c, 0.1)
+		cpu := newCPULayer(t, &nn.CausalSelfAttention{Dim: c, Heads: g.H}, []int{g.T, c}, g.N)
+		for i, v := range [][]float32{win, bin, wout, bout} {
+			cpu.set(i, v)
+		}
+		want := cpu.forward(t, x)
+		wdx := cpu.backward(t, x, dy)
+
+		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
+		dWin, dBin, dWout, dBout := devtest.Upload(t, dev, win), devtest.Upload(t, dev, bin), devtest.Upload(t, dev, wout), devtest.Upload(t, dev, bout)
+		qkv, att, y := devtest.Alloc(t, dev, rows*3*c, 4), devtest.Alloc(t, dev, rows*c, 4), devtest.Alloc(t, dev, rows*c, 4)
+		p, ws := devtest.Alloc(t, dev, g.Probs(), 4), devtest.Alloc(t, dev, g.Workspace(), 4)
+		dqkv, datt, dx := devtest.Alloc(t, dev, rows*3*c, 4), devtest.Alloc(t, dev, rows*c, 4), devtest.Alloc(t, dev, rows*c, 4)
+		gWin, gBin, gWout, gBout := devtest.Alloc(t, dev, len(win), 4), devtest.Alloc(t, dev, len(bin), 4), devtest.Alloc(t, dev, len(wout), 4), devtest.Alloc(t, dev, len(bout), 4)
+		for _, err := range []error{
+			kernels.LinearForward(h, k, qkv, dX, dWin, dBin, rows, c, 3*c),
+			kernels.AttentionForward(h, k, att, p, qkv, ws, g),
+			kernels.LinearForward(h, k, y, att, dWout, dBout, rows, c, c),
+			kernels.LinearBackward(h, k, datt, gWout, gBout, att, dWout, dDY, rows, c, c, false),
+			kernels.AttentionBackward(h, k, dqkv, datt, qkv, p, ws, g),
+			kernels.LinearBackward(h, k, dx, gWin, gBin, dX, dWin, dqkv, rows, c, 3*c, false),
+		} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		byMax := func(what string, got, want []float32) {
+			t.Helper()
+			var m float64
+			for _, v := range want {
+				m = math.Max(m, math.Abs(float64(v)))
+			}
+			tol := make([]float64, len(want))
+			for i := range tol {
+				tol[i] = kernels.AttentionTol * m
+			}
+			near(t, fmt.Sprintf("%+v %s", g, what), got, f32to64(want), tol)
+		}
+		byMax("y", devtest.Floats(t, dev, y, rows*c), want)
+		byMax("dx", devtest.Floats(t, dev, dx, rows*c), wdx)
+		byMax("d in_proj_weight", devtest.Floats(t, dev, gWin, len(win)), cpu.grads[0])
+		byMax("d in_proj_bias", devtest.Floats(t, dev, gBin, len(bin)), cpu.grads[1])
+		byMax("d out_proj.weight", devtest.Floats(t, dev, gWout, len(wout)), cpu.grads[2])
+		byMax("d out_proj.bias", devtest.Floats(t, dev, gBout, len(bout)), cpu.grads[3])
 	}
 }

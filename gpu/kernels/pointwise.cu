@@ -191,3 +191,20 @@ extern "C" __global__ void gd_pos_backward(float *dpos, const float *dy, int N, 
 		dpos[i] = accumulate ? dpos[i] + s : s;
 	}
 }
+
+// ---- attention's heads ----
+
+// Between (N, T, ld) rows holding H heads of D values from column off,
+// and (N H, T, D), one matrix per sequence and head: heads = 1 copies
+// the former's into the latter (x at src), 0 the other way (into dst).
+extern "C" __global__ void gd_heads(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
+	long long total = (long long)N * H * T * D;
+	GRID_LOOP(i, total) {
+		long long d = i % D, t = i / D % T, h = i / D / T % H, n = i / D / T / H;
+		long long j = (n * T + t) * ld + off + h * D + d;
+		if (heads)
+			dst[i] = src[j];
+		else
+			dst[j] = src[i];
+	}
+}

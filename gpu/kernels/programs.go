@@ -4,6 +4,7 @@ package kernels
 var (
 	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_param_grads", "gd_bn_dx",
 		"gd_gelu", "gd_gelu_backward", "gd_layernorm_param_grads",
-		"gd_embed", "gd_embed_backward", "gd_pos_backward"}
-	rowsKernels = []string{"gd_row_sum", "gd_bn_stats", "gd_bn_grad_sums", "gd_layernorm", "gd_layernorm_backward"}
+		"gd_embed", "gd_embed_backward", "gd_pos_backward", "gd_heads"}
+	rowsKernels = []string{"gd_row_sum", "gd_bn_stats", "gd_bn_grad_sums", "gd_layernorm", "gd_layernorm_backward",
+		"gd_causal_softmax", "gd_causal_softmax_backward"}
 )

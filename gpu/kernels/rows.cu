@@ -187,3 +187,61 @@ extern "C" __global__ void gd_layernorm_backward(float *dx, const float *dy, con
 		__syncwarp();
 	}
 }
+
+// ---- attention's causal softmax (nn's attnOp) ----
+
+// exp32 is nn's exp32: e^y for y <= 0 in float32 (y below -87 taken as
+// -87; NaN gives NaN), Cody-Waite reduction with ln 2 in two parts, a
+// degree-7 Taylor polynomial, the power of two by its bits; every
+// operation rounded on its own, as nn's Go computes it.
+__device__ float exp32(float y) {
+	const float log2e = 1.442695f, ln2hi = 0.693359375f, ln2lo = -2.1219444e-4f, round = 12582912.0f; // 0x1.8p23
+	if (y < -87.0f) y = -87.0f;
+	float nf = (y * log2e + round) - round;
+	float r = (y - nf * ln2hi) - nf * ln2lo;
+	float r2 = r * r, r4 = r2 * r2;
+	float p = (1.0f + r + (0.5f + r * (1.0f / 6.0f)) * r2) +
+		  ((1.0f / 24.0f + r * (1.0f / 120.0f)) + (1.0f / 720.0f + r * (1.0f / 5040.0f)) * r2) * r4;
+	return p * __int_as_float(((int)nf + 127) << 23);
+}
+
+// nn's max: NaN wins.
+__device__ float max_nan(float a, float b) { return a != a || b != b ? a + b : (b > a ? b : a); }
+
+// The causal softmax of each row of p, rows of T: row r is position i = r
+// % T of its sequence, and becomes the softmax of its first i+1 entries
+// (max subtracted, exp32, 1/sum times each, the sum in Sum32's order),
+// zeros after: nn's causalSoftmax, bit for bit. In place; a warp a row.
+extern "C" __global__ void gd_causal_softmax(float *p, int rows, int T) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		float *row = p + (long long)r * T;
+		int n = r % T + 1;
+		float mx = row[0];
+		for (int j = lane; j < n; j += 32) mx = max_nan(mx, row[j]);
+		for (int o = 16; o > 0; o >>= 1) mx = max_nan(mx, __shfl_xor_sync(FULL, mx, o));
+		__syncwarp();
+		for (int j = lane; j < T; j += 32) row[j] = j < n ? exp32(row[j] - mx) : 0.0f;
+		__syncwarp();
+		float inv = 1.0f / warp_sum32(TERM_A, row, 0, 0, 0.0f, n);
+		__syncwarp();
+		for (int j = lane; j < n; j += 32) row[j] = row[j] * inv;
+		__syncwarp();
+	}
+}
+
+// The causal softmax's backward, in place on ds (dP in, dS out) from its
+// output p: dS = (p (dP - sum p dP)) scale over the first i+1 entries of
+// row i (the sum in Sum32's order), zeros after: nn's, bit for bit.
+extern "C" __global__ void gd_causal_softmax_backward(float *ds, const float *p, int rows, int T, float scale) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		float *d = ds + (long long)r * T;
+		const float *pr = p + (long long)r * T;
+		int n = r % T + 1;
+		float dot = warp_sum32(TERM_AB, pr, d, 0, 0.0f, n);
+		__syncwarp();
+		for (int j = lane; j < T; j += 32) d[j] = j < n ? (pr[j] * (d[j] - dot)) * scale : 0.0f;
+		__syncwarp();
+	}
+}

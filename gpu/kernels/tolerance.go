@@ -34,3 +34,14 @@ const BatchNormULP = 1
 // relative to max(1, |x|) (times |dy| for the gradient): the device's
 // float32 formula is vecmath's, a few float32 steps from the exact value.
 const GELUTailTol = 1e-6
+
+// SoftmaxTol bounds CausalSoftmax's probabilities relative to the exact
+// value: nn's float32 exponential (within about 2 steps of 2^-24), a
+// float32 sum and a product.
+const SoftmaxTol = 1e-6
+
+// AttentionTol bounds every value of CausalSelfAttention's output and
+// gradients on the device against nn's on the CPU path, relative to the
+// largest value of its tensor: six products and a softmax in float32
+// whose sums run in other orders.
+const AttentionTol = 1e-5
