@@ -106,14 +106,15 @@
 // # Waiting
 //
 // A waiter polls the shared words without giving up its processor for an
-// adaptive window of at most 20 us ($GDIST_SHM_POLL_US; 0: never): a
+// adaptive window of at most 20 us (Options.PollFor, $GDIST_SHM_POLL_US;
+// 0: never): a
 // wait that ends within (about) twice the window doubles it, one that
 // outlasts it halves it, down to nothing. Past the window it keeps
 // polling while the rank it waits for is itself polling: every polling
 // waiter bumps its rank's pulse word (in its slot) at each clock read,
 // about every 64 polls, and a waiter that sees its peer's pulse move
 // during this wait, and not more than 10 us ago, goes on, for at most
-// 1 ms ($GDIST_SHM_ACTIVE_US; 0: never). A peer that polls runs on
+// 1 ms (Options.ActiveFor, $GDIST_SHM_ACTIVE_US; 0: never). A peer that polls runs on
 // another processor and answers within microseconds, so yielding or
 // sleeping then would only add a wake-up, which was the tail of small
 // messages; a peer that computes, sleeps or was descheduled (a loaded
@@ -126,7 +127,7 @@
 // runtime.Gosched, so that it runs: a large message's send started on
 // this processor; with none waiting, Gosched would only wake an idle
 // thread, which takes a CPU from a rank for 20-40 us on a small VM) for
-// 50 us ($GDIST_SHM_SPIN_US), or until a yield takes longer than 20 us
+// 50 us (Options.SpinFor, $GDIST_SHM_SPIN_US), or until a yield takes longer than 20 us
 // (it gave the processor to another thread for a time slice: the
 // machine is oversubscribed, by other jobs or by more ranks than cores,
 // and the waiter would poll again only when its turn came round, long
@@ -205,5 +206,12 @@
 // can leave a file; the next leader to start in that directory removes
 // every gdist-shm-* file of its user whose creating process (pid and start
 // time from the header, or the pid in the name) no longer runs, or that
-// has no valid header and is older than ten minutes.
+// has no valid header and is older than ten minutes.//
+// # Environment
+//
+// The transport reads its variables (GDIST_SHM_DIR, GDIST_SHM_RING_BYTES,
+// GDIST_SHM_FRAME_BYTES, GDIST_SHM_AREA_BYTES, GDIST_SHM_POLL_US,
+// GDIST_SHM_SPIN_US, GDIST_SHM_ACTIVE_US) in one place, env.go, when it is
+// built, into the Options fields left zero; a field set by the caller
+// wins. GDIST_HOST_ID is read by comm/internal/host.
 package shm

@@ -1,12 +1,11 @@
 package shm
 
 import (
-	"os"
 	"slices"
-	"strconv"
-	"strings"
+	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/internal/host"
 )
 
 // Defaults.
@@ -21,6 +20,10 @@ const (
 	DefaultFrameBytes    = 64 << 10
 	DefaultMaxUnexpected = 1 << 30
 	DefaultDir           = "/dev/shm"
+
+	defaultPollFor   = 20 * time.Microsecond
+	defaultSpinFor   = 50 * time.Microsecond
+	defaultActiveFor = time.Millisecond
 	// DefaultAreaBytes is each rank's area of shared memory for Alloc:
 	// address space only until a buffer is allocated there.
 	DefaultAreaBytes = 256 << 20
@@ -69,6 +72,19 @@ type Options struct {
 	// HostID identifies this host (HostID() if empty). Ranks that report
 	// different hosts cannot share memory and fail at once, naming both.
 	HostID string
+	// PollFor is how long a waiter polls the shared words without giving
+	// up its processor, at most (its adaptive window; see await):
+	// $GDIST_SHM_POLL_US microseconds, else 20 us; negative (0 in the
+	// environment): never. A message of a peer that is running arrives
+	// within a few microseconds, and a yield or a sleep costs more.
+	PollFor time.Duration
+	// SpinFor is how long a waiter then polls while yielding:
+	// $GDIST_SHM_SPIN_US microseconds, else 50 us; negative: never.
+	SpinFor time.Duration
+	// ActiveFor bounds how long a waiter polls past its window while the
+	// peer it waits for is polling too: $GDIST_SHM_ACTIVE_US
+	// microseconds, else 1 ms; negative: never.
+	ActiveFor time.Duration
 	// OnAbort, if not nil, is called when a peer's abort of group
 	// arrives, after the transport has failed the group's ops with err.
 	// It runs on the control goroutine and must not block. Composite
@@ -76,24 +92,15 @@ type Options struct {
 	OnAbort func(group uint64, err error)
 }
 
-func envInt(name string) (int, bool, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return 0, false, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, false, comm.InvalidArgf("shm: %s=%q is not an integer", name, v)
-	}
-	return n, true, nil
-}
-
+// withDefaults fills o's zero fields from the environment (withEnv), then
+// from the defaults, and checks them.
 func (o Options) withDefaults(cfg comm.Config) (Options, error) {
+	o, err := o.withEnv()
+	if err != nil {
+		return o, err
+	}
 	if o.Prefix == "" {
 		o.Prefix = "shm"
-	}
-	if o.Dir == "" {
-		o.Dir = os.Getenv("GDIST_SHM_DIR")
 	}
 	if o.Dir == "" {
 		o.Dir = DefaultDir
@@ -122,14 +129,8 @@ func (o Options) withDefaults(cfg comm.Config) (Options, error) {
 		return o, comm.InvalidArgf("shm: %d ranks share a segment; at most %d can", len(o.Ranks), maxLocal)
 	}
 	if o.RingBytes == 0 {
-		n, ok, err := envInt("GDIST_SHM_RING_BYTES")
-		if err != nil {
-			return o, err
-		}
 		o.RingBytes = DefaultRingBytes
-		if ok {
-			o.RingBytes = n
-		} else if n := len(o.Ranks); n > 1 {
+		if n := len(o.Ranks); n > 1 {
 			for o.RingBytes > 64<<10 && n*(n-1)*o.RingBytes > ringBudget {
 				o.RingBytes /= 2
 			}
@@ -139,30 +140,13 @@ func (o Options) withDefaults(cfg comm.Config) (Options, error) {
 		return o, comm.InvalidArgf("shm: ring size %d is not a power of two in [64 KiB, 1 GiB]", o.RingBytes)
 	}
 	if o.FrameBytes == 0 {
-		n, ok, err := envInt("GDIST_SHM_FRAME_BYTES")
-		if err != nil {
-			return o, err
-		}
 		o.FrameBytes = DefaultFrameBytes
-		if ok {
-			o.FrameBytes = n
-		}
 	}
 	if o.FrameBytes < 1024 {
 		return o, comm.InvalidArgf("shm: frame size %d < 1024", o.FrameBytes)
 	}
 	if o.AreaBytes == 0 {
-		n, ok, err := envInt("GDIST_SHM_AREA_BYTES")
-		if err != nil {
-			return o, err
-		}
 		o.AreaBytes = DefaultAreaBytes
-		if ok {
-			o.AreaBytes = n
-			if n == 0 {
-				o.AreaBytes = -1
-			}
-		}
 	}
 	if o.AreaBytes < 0 {
 		o.AreaBytes = 0
@@ -175,17 +159,19 @@ func (o Options) withDefaults(cfg comm.Config) (Options, error) {
 	if o.HostID == "" {
 		o.HostID = HostID()
 	}
+	for _, w := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.PollFor, defaultPollFor}, {&o.SpinFor, defaultSpinFor}, {&o.ActiveFor, defaultActiveFor}} {
+		if *w.v == 0 {
+			*w.v = w.def
+		}
+		*w.v = max(*w.v, 0)
+	}
 	return o, nil
 }
 
 // HostID identifies this host for the purpose of sharing memory:
 // $GDIST_HOST_ID if set, else the hostname and the kernel's boot id, so
 // that two containers or two boots never look alike.
-func HostID() string {
-	if v := os.Getenv("GDIST_HOST_ID"); v != "" {
-		return v
-	}
-	host, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return host + "/" + strings.TrimSpace(string(boot))
-}
+func HostID() string { return host.ID() }

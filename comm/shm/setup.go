@@ -95,7 +95,7 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 		links:    make([]*link, cfg.Size),
 		ctrlDone: make(chan struct{}),
 	}
-	t.poll.Store(int64(pollFor))
+	t.poll.Store(int64(o.PollFor))
 	t.me, _ = slices.BinarySearch(t.local, t.rank)
 	t.links[t.rank] = newLink(t, t.rank)
 	if len(t.local) == 1 {

@@ -5,10 +5,8 @@ package shm
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,7 +55,7 @@ type Transport struct {
 	// close, abort, a peer's goodbye.
 	epoch atomic.Uint64
 	// poll is the adaptive poll window of await, in nanoseconds, in
-	// [0, pollFor]: see await.
+	// [0, Options.PollFor]: see await.
 	poll atomic.Int64
 	// pollers counts the waiters in await's first (polling) phase;
 	// noPulse the waits in a row that polled and saw no pulse of their
@@ -279,7 +277,7 @@ func (t *Transport) acquire(ctx context.Context, sem chan struct{}, group uint64
 }
 
 // Waiting. A waiter first polls its condition, then polls while yielding
-// the processor (for spinFor), then sleeps on this rank's doorbell, a
+// the processor (for Options.SpinFor), then sleeps on this rank's doorbell, a
 // futex word in its slot. Before sleeping it counts itself in the slot's
 // sleepers and, for waits on a ring, in the pair's waiter count; whoever
 // makes the condition true (the peer publishing data or freeing space, a
@@ -287,22 +285,13 @@ func (t *Transport) acquire(ctx context.Context, sem chan struct{}, group uint64
 // the count after its change and rings the doorbell. Both sides use
 // sequentially consistent atomics, so either the waiter sees the change
 // or the changer sees the waiter. Sleeps are bounded (sleepMax), so a lost
-// wake-up would cost time, never a hang.
-var (
-	// pollFor is how long a waiter polls the shared words without giving
-	// up its processor ($GDIST_SHM_POLL_US microseconds if set): a
-	// message of a peer that is running arrives within a few
-	// microseconds, and a yield or a sleep costs more than that.
-	pollFor = envUS("GDIST_SHM_POLL_US", 20)
-	// spinFor is how long it then polls while yielding
-	// ($GDIST_SHM_SPIN_US microseconds if set).
-	spinFor = envUS("GDIST_SHM_SPIN_US", 50)
-	// activeMax bounds how long a waiter polls past its window while
-	// the peer it waits for is polling too ($GDIST_SHM_ACTIVE_US; 0:
-	// never), and activeGap is how recently the peer's pulse must have
-	// moved (a peer between two waits, copying or reducing a small
-	// message, does not pulse for a few microseconds).
-	activeMax = envUS("GDIST_SHM_ACTIVE_US", 1000)
+// wake-up would cost time, never a hang. How long a waiter polls, spins
+// and polls past its window is Options.PollFor, SpinFor and ActiveFor.
+const (
+	// activeGap is how recently the peer's pulse must have moved for a
+	// waiter to poll past its window (a peer between two waits, copying
+	// or reducing a small message, does not pulse for a few
+	// microseconds).
 	activeGap = 10 * time.Microsecond
 	// yieldSlow: a yield that returns later than this gave the processor
 	// to another thread (with nothing else to run, one takes about a
@@ -313,16 +302,6 @@ var (
 	// the consumer's control goroutine to drain the ring (into queues).
 	pokeAfter = time.Millisecond
 )
-
-// envUS reads a duration in microseconds from the environment variable
-// name (def if unset or not a non-negative integer).
-func envUS(name string, def int) time.Duration {
-	v, err := strconv.Atoi(os.Getenv(name))
-	if err != nil || v < 0 {
-		v = def
-	}
-	return time.Duration(v) * time.Microsecond
-}
 
 // await waits until ready() holds (and returns true), or until the epoch
 // moves past ep or ctx ends (false). flag, if not nil, is the pair-level
@@ -357,16 +336,16 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag *uint32, poke *li
 	// answer, so yielding or sleeping now would only add a wake-up (the
 	// tail of small messages); a peer that computes, sleeps or was
 	// descheduled (a loaded machine) stops pulsing, and the waiter stops
-	// polling activeGap later. activeMax bounds it (two ranks that wait
-	// for a third keep each other pulsing). The window adapts: a wait
+	// polling activeGap later. Options.ActiveFor bounds it (two ranks that
+	// wait for a third keep each other pulsing). The window adapts: a wait
 	// that ends within twice the window (at least 2 us) doubles it, up
-	// to pollFor; a longer one halves it (below a microsecond: none).
+	// to Options.PollFor; a longer one halves it (below a microsecond: none).
 	start := time.Now()
 	w := time.Duration(t.poll.Load())
 	defer func() {
 		t.adaptPoll(w, time.Since(start) <= max(2*w, 2*time.Microsecond))
 	}()
-	if w > 0 || (peer != nil && activeMax > 0) {
+	if w > 0 || (peer != nil && t.opts.ActiveFor > 0) {
 		// A pulse that moved before this wait began proves nothing (the
 		// peer may share this processor and be waiting for it): only
 		// movement seen while polling counts, and without any the
@@ -410,7 +389,7 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag *uint32, poke *li
 			if el <= w {
 				continue
 			}
-			if peer == nil || el > activeMax || t.pollers.Load() > 1 {
+			if peer == nil || el > t.opts.ActiveFor || t.pollers.Load() > 1 {
 				break
 			}
 			if p := atomic.LoadUint64(peer); p != seen {
@@ -479,7 +458,7 @@ func (t *Transport) await(ctx context.Context, ep uint64, flag *uint32, poke *li
 			if slow {
 				break
 			}
-			if last = now; now.Sub(start) > spinFor {
+			if last = now; now.Sub(start) > t.opts.SpinFor {
 				break
 			}
 		}
@@ -550,7 +529,7 @@ func othersRunnable() bool {
 // enough (quick), else halves it: see await.
 func (t *Transport) adaptPoll(w time.Duration, quick bool) {
 	if quick {
-		w = min(pollFor, max(2*w, time.Microsecond))
+		w = min(t.opts.PollFor, max(2*w, time.Microsecond))
 	} else if w /= 2; w < time.Microsecond {
 		w = 0
 	}

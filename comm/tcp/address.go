@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,16 +49,17 @@ type advert struct {
 type localAddrer interface{ LocalAddr() net.Addr }
 
 // advertise picks the address this rank advertises: Config.Host, else
-// $GDIST_HOST, else the address of $GDIST_SOCKET_IFNAME, else the local
+// o.Host ($GDIST_HOST), else the address of o.SocketIfname
+// ($GDIST_SOCKET_IFNAME), else the local
 // address of this rank's connection to the store (which the master, and so
 // by construction the other hosts, can reach), else 127.0.0.1. A host given
 // by the user (Config.Host, GDIST_HOST) that is not loopback is listened on
 // on all interfaces (it may be a NAT address); an address found on a local
 // interface is listened on as is.
-func advertise(cfg comm.Config) (advert, error) {
+func advertise(cfg comm.Config, o Options) (advert, error) {
 	host, src := cfg.Host, srcConfig
 	if host == "" {
-		host, src = os.Getenv(EnvHost), srcEnv
+		host, src = o.Host, srcEnv
 	}
 	if host != "" {
 		if host == "localhost" {
@@ -71,7 +71,7 @@ func advertise(cfg comm.Config) (advert, error) {
 		}
 		return advert{host: host, listen: listen, src: src}, nil
 	}
-	if names := os.Getenv(EnvSocketIfname); names != "" {
+	if names := o.SocketIfname; names != "" {
 		ip, name, err := interfaceAddr(names)
 		if err != nil {
 			return advert{}, err
@@ -143,36 +143,6 @@ func interfaceAddr(names string) (ip, name string, err error) {
 	}
 	return "", "", comm.InvalidArgf("tcp: %s=%q: no usable interface (%s); this host has %s",
 		EnvSocketIfname, names, strings.Join(tried, "; "), strings.Join(have, ", "))
-}
-
-// connectTimeout returns o.ConnectTimeout, else $GDIST_CONNECT_TIMEOUT,
-// else DefaultConnectTimeout.
-func connectTimeout(o Options) (time.Duration, error) {
-	if o.ConnectTimeout > 0 {
-		return o.ConnectTimeout, nil
-	}
-	v := strings.TrimSpace(os.Getenv(EnvConnectTimeout))
-	if v == "" {
-		return DefaultConnectTimeout, nil
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
-		return time.Duration(s * float64(time.Second)), nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return d, nil
-	}
-	return 0, comm.InvalidArgf("tcp: %s=%q is neither a duration (\"45s\") nor a number of seconds", EnvConnectTimeout, v)
-}
-
-// hostID is the default of Options.HostID: $GDIST_HOST_ID, else the
-// hostname and boot id (the rule of shm.HostID).
-func hostID() string {
-	if v := os.Getenv("GDIST_HOST_ID"); v != "" {
-		return v
-	}
-	host, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return host + "/" + strings.TrimSpace(string(boot))
 }
 
 // netID identifies the network namespace of this process: two processes

@@ -75,6 +75,14 @@ func TestAdvertiseSources(t *testing.T) {
 	st := addrStore{rendezvous.NewMemStore(), &net.TCPAddr{IP: net.ParseIP("10.1.2.3")}}
 	t.Setenv(EnvHost, "")
 	t.Setenv(EnvSocketIfname, "")
+	// advertise reads the environment through Options (withEnv).
+	advertise := func(cfg comm.Config) (advert, error) {
+		o, err := Options{}.withEnv()
+		if err != nil {
+			return advert{}, err
+		}
+		return advertise(cfg, o)
+	}
 	a, err := advertise(comm.Config{Store: st})
 	if err != nil || a.host != "10.1.2.3" || a.listen != "10.1.2.3:0" || a.src != srcStore {
 		t.Errorf("store: %+v %v", a, err)
@@ -153,15 +161,15 @@ func TestUnreachableAddress(t *testing.T) {
 func TestConnectTimeoutEnv(t *testing.T) {
 	for v, want := range map[string]time.Duration{"": DefaultConnectTimeout, "3": 3 * time.Second, "1.5": 1500 * time.Millisecond, "2m": 2 * time.Minute} {
 		t.Setenv(EnvConnectTimeout, v)
-		if got, err := connectTimeout(Options{}); err != nil || got != want {
-			t.Errorf("%s=%q: %v %v, want %v", EnvConnectTimeout, v, got, err, want)
+		if o, err := (Options{}).withDefaults(); err != nil || o.ConnectTimeout != want {
+			t.Errorf("%s=%q: %v %v, want %v", EnvConnectTimeout, v, o.ConnectTimeout, err, want)
 		}
 	}
 	t.Setenv(EnvConnectTimeout, "soon")
-	if _, err := connectTimeout(Options{}); !errors.Is(err, comm.ErrInvalidArgument) {
+	if _, err := (Options{}).withDefaults(); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Errorf("bad value: %v", err)
 	}
-	if got, _ := connectTimeout(Options{ConnectTimeout: time.Second}); got != time.Second {
-		t.Errorf("option: %v", got)
+	if o, _ := (Options{ConnectTimeout: time.Second}).withDefaults(); o.ConnectTimeout != time.Second {
+		t.Errorf("option: %v", o.ConnectTimeout)
 	}
 }

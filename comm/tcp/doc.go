@@ -29,10 +29,10 @@
 //
 // # Addresses
 //
-// The advertised host is, in order: Config.Host; $GDIST_HOST; an address of
-// the interface named by $GDIST_SOCKET_IFNAME (comma-separated names, the
-// first that exists with an address wins; IPv4, else global IPv6, else
-// link-local IPv6); else the local address of this rank's connection to the
+// The advertised host is, in order: Config.Host; Options.Host ($GDIST_HOST);
+// an address of the interface named by Options.SocketIfname
+// ($GDIST_SOCKET_IFNAME; comma-separated names, the first that exists with
+// an address wins; IPv4, else global IPv6, else link-local IPv6); else the local address of this rank's connection to the
 // store, when the store client tells it (rendezvous.Client.LocalAddr): by
 // construction an address on a network the store's host reaches, and a
 // loopback address only when the store is reached over loopback; else
@@ -140,5 +140,12 @@
 //
 // Abort fails the ops of one group locally and sends abort frames to the
 // listed peers, whose ops of that group then fail with an error wrapping
-// comm.ErrAborted that quotes "rank N aborted: reason".
+// comm.ErrAborted that quotes "rank N aborted: reason".//
+// # Environment
+//
+// The transport reads its variables (GDIST_HOST, GDIST_SOCKET_IFNAME,
+// GDIST_CONNECT_TIMEOUT, GDIST_TCP_CONGESTION) in one place, env.go, when
+// it is built, into the Options fields left empty; a field set by the
+// caller wins. GDIST_HOST_ID is read by comm/internal/host, the tuning
+// variables (GDIST_CHUNK_BYTES, GDIST_ALGO, ...) by comm/algo.
 package tcp

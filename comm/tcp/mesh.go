@@ -15,6 +15,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/internal/auth"
+	"github.com/gdist/gdist/comm/internal/host"
 )
 
 // handshakeTimeout bounds one connection's handshake (within New's ctx).
@@ -40,7 +41,10 @@ func NewWithOptions(ctx context.Context, cfg comm.Config, o Options) (*Transport
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o = o.withDefaults()
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	linked := make([]bool, cfg.Size)
 	missing := 0
 	for r := range linked {
@@ -131,11 +135,8 @@ func (m mesh) failKey() string { return m.ns + "/fail" }
 // building fails with it.
 func (t *Transport) connect(ctx context.Context) error {
 	cfg := t.cfg
-	ct, err := connectTimeout(t.opts)
-	if err != nil {
-		return err
-	}
-	adv, err := advertise(cfg)
+	ct := t.opts.ConnectTimeout
+	adv, err := advertise(cfg, t.opts)
 	if err != nil {
 		return fmt.Errorf("tcp: rank %d: %w", t.rank, err)
 	}
@@ -164,7 +165,7 @@ func (t *Transport) connect(ctx context.Context) error {
 		self.net = netID()
 	}
 	if self.host == "" {
-		self.host = hostID()
+		self.host = host.ID()
 	}
 	if slices.Contains(t.linked[t.rank+1:], true) { // higher ranks dial us
 		ln, err := net.Listen("tcp", adv.listen)

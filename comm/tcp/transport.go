@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +51,14 @@ type Options struct {
 	// another way. Each listed rank must list this one. Sends to and
 	// receives from unlisted ranks fail with comm.ErrInvalidArgument.
 	Peers []int
+	// Host is the address other ranks use to reach this one, when
+	// comm.Config.Host is empty: $GDIST_HOST if empty. A host that is not
+	// loopback is listened on on all interfaces (it may be a NAT address).
+	Host string
+	// SocketIfname names the network interface(s) whose address this
+	// rank advertises when no host is given (comma-separated; the first
+	// that exists and has an address wins): $GDIST_SOCKET_IFNAME if empty.
+	SocketIfname string
 	// ConnectTimeout bounds mesh construction once every linked rank has
 	// published its address: connection retries toward a peer stop then,
 	// and New fails naming the peer, its address and the cause. 0 means
@@ -73,7 +80,13 @@ type Options struct {
 	netID string // tests: overrides netID(), to fake other hosts
 }
 
-func (o Options) withDefaults() Options {
+// withDefaults fills o's empty fields from the environment (withEnv), then
+// from the defaults.
+func (o Options) withDefaults() (Options, error) {
+	o, err := o.withEnv()
+	if err != nil {
+		return o, err
+	}
 	if o.Prefix == "" {
 		o.Prefix = "tcp"
 	}
@@ -81,12 +94,12 @@ func (o Options) withDefaults() Options {
 		o.MaxUnexpected = DefaultMaxUnexpected
 	}
 	if o.Congestion == "" {
-		o.Congestion = strings.TrimSpace(os.Getenv(EnvCongestion))
-	}
-	if o.Congestion == "" {
 		o.Congestion = DefaultCongestion
 	}
-	return o
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	return o, nil
 }
 
 // Transport is the TCP implementation of algo.Transport for one rank. Its
