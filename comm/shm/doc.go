@@ -206,7 +206,8 @@
 // can leave a file; the next leader to start in that directory removes
 // every gdist-shm-* file of its user whose creating process (pid and start
 // time from the header, or the pid in the name) no longer runs, or that
-// has no valid header and is older than ten minutes.//
+// has no valid header and is older than ten minutes.
+//
 // # Environment
 //
 // The transport reads its variables (GDIST_SHM_DIR, GDIST_SHM_RING_BYTES,

@@ -140,7 +140,8 @@
 //
 // Abort fails the ops of one group locally and sends abort frames to the
 // listed peers, whose ops of that group then fail with an error wrapping
-// comm.ErrAborted that quotes "rank N aborted: reason".//
+// comm.ErrAborted that quotes "rank N aborted: reason".
+//
 // # Environment
 //
 // The transport reads its variables (GDIST_HOST, GDIST_SOCKET_IFNAME,
