@@ -73,3 +73,13 @@ func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, r
 	}
 	return k.launch("gd_pos_backward", s, grid64(int64(t)*int64(dim)), dpos, dy, int32(rows/t), int32(t), int32(dim), b32(accumulate))
 }
+
+// Add sets y = a + b over n elements: nn's Residual (x + fn(x)), and in
+// its backward the sum of the gradients of its two paths; one float32
+// add, bit for bit nn's. y may be a or b.
+func (k *Kernels) Add(s *cuda.Stream, y, a, b uintptr, n int) error {
+	if err := sizeErr("Add", "n", n); err != nil || n == 0 {
+		return err
+	}
+	return k.launch("gd_add", s, grid(n), y, a, b, int64(n))
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cublas"
 	"github.com/gdist/gdist/gpu/cuda"
@@ -306,4 +307,9 @@ func TestMaxPool2d(t *testing.T) {
 		same(t, what+" y", devtest.Floats(t, dev, y, ny), cpu.forward(t, x))
 		same(t, what+" dx", devtest.Floats(t, dev, dx, len(x)), cpu.backward(t, x, dy))
 	}
+}
+
+// copyD reads *v's bytes from device address p.
+func copyD[T any](dev int, v *T, p uintptr) error {
+	return cuda.CopyDtoH(dev, unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v)), p)
 }

@@ -102,6 +102,25 @@
 //     each tensor of nn's on the CPU path (TestAttention; measured 3e-7 on
 //     the fake).
 //
+//   - Add (nn's Residual and its backward): one float32 add, exact.
+//
+//   - Adam and AdamW: bit for bit optim's (the constants computed on the
+//     host as optim does, each float32 operation rounded on its own on
+//     the device); TestAdam, with and without weight decay, 5 steps.
+//
+//   - ClipGradNorm (train's -clip-grad, clip_grad_norm_): the float64
+//     norm by a deterministic two-level tree (256 equal stretches, then a
+//     tree over them) within NormTol (1e-12) of train's ordered sum; the
+//     clipped gradients bit for bit train's (the same float32 factor),
+//     nothing clipped for a non-finite norm; the norm stays on the device
+//     for the caller to read; TestClipGradNorm.
+//
+//   - Dropout: nn's mask exactly (nn's hash of the seed, the graph's run
+//     and the element's index in the global batch, so N ranks drop what
+//     one process with the whole batch drops, on the device too) and the
+//     kept values scaled bit for bit; the backward is the same call;
+//     TestDropout reads nn's mask from nn's training graphs.
+//
 // Reductions use __syncthreads over shared memory, never warp-synchronous
 // code, and nothing else the fake's emulation (gpu/rtc) cannot run; they
 // are deterministic. The tests run on a real GPU when one is there

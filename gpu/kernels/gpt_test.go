@@ -191,3 +191,20 @@ func TestAttention(t *testing.T) {
 		byMax("d out_proj.bias", devtest.Floats(t, dev, gBout, len(bout)), cpu.grads[3])
 	}
 }
+
+// Add (nn's Residual) is one float32 add: exact; in place works.
+func TestAdd(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	const n = 1001
+	a, b := vals(180, n, 1), vals(181, n, 1e-3)
+	da, db := devtest.Upload(t, dev, a), devtest.Upload(t, dev, b)
+	if err := k.Add(s, da, da, db, n); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = a[i] + b[i]
+	}
+	same(t, "a+b", devtest.Floats(t, dev, da, n), want)
+}

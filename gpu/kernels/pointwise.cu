@@ -208,3 +208,65 @@ extern "C" __global__ void gd_heads(float *dst, const float *src, int N, int T, 
 			dst[j] = src[i];
 	}
 }
+
+// ---- optimizers (package optim) ----
+
+// torch.optim.Adam (decoupled 0: weight decay wd added to the gradient)
+// or AdamW (decoupled 1: p -= lrwd p first), as package optim computes
+// them (AdamW: vecmath's kernel), every float32 operation rounded on its
+// own: m = b1 m + c1 g; v = b2 v + (c2 g) g; p -= (step m) / (sqrt(v) /
+// sqrtBC2 + eps), c1 = 1 - b1, c2 = 1 - b2, step = lr / (1 - b1^t),
+// sqrtBC2 = sqrt(1 - b2^t), lrwd = lr wd.
+extern "C" __global__ void gd_adam(float *p, const float *g, float *m, float *v, long long n, float wd, float lrwd, float b1,
+				   float c1, float b2, float c2, float sqrtBC2, float eps, float step, int decoupled) {
+	GRID_LOOP(i, n) {
+		float pi = p[i], gi = g[i];
+		if (decoupled)
+			pi = pi - lrwd * pi;
+		else if (wd != 0.0f)
+			gi = gi + wd * pi;
+		float mi = b1 * m[i] + c1 * gi;
+		float vi = b2 * v[i] + (c2 * gi) * gi;
+		m[i] = mi;
+		v[i] = vi;
+		float denom = sqrtf(vi) / sqrtBC2 + eps;
+		p[i] = pi - (step * mi) / denom;
+	}
+}
+
+// g *= the factor gd_clip_finish left in f[1] (nothing when it is 1).
+extern "C" __global__ void gd_scale_by(float *g, long long n, const double *f) {
+	float s = (float)f[1];
+	if (s == 1.0f) return;
+	GRID_LOOP(i, n) g[i] = g[i] * s;
+}
+
+// ---- dropout (nn.Dropout) ----
+
+// nn's rng: splitmix64's step from the state s.
+__device__ unsigned long long splitmix(unsigned long long s) {
+	unsigned long long z = s + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+// y = x scale where nn's Dropout keeps the element, else 0: element i is
+// element first + i of the global batch, kept when the hash of (seed, run,
+// that index) as a float64 in [0, 1) is at least p (nn's keep). y may be
+// x; the backward is the same call on dy.
+extern "C" __global__ void gd_dropout(float *y, const float *x, long long n, double p, unsigned long long seed,
+				      unsigned long long run, unsigned long long first, float scale) {
+	GRID_LOOP(i, n) {
+		unsigned long long idx = first + (unsigned long long)i;
+		unsigned long long z = splitmix(seed ^ run * 0xd1b54a32d192ed03ull ^ idx * 0x9e3779b97f4a7c15ull);
+		double u = (double)(z >> 11) / 9007199254740992.0; // 2^53
+		y[i] = u >= p ? x[i] * scale : 0.0f;
+	}
+}
+
+// y = a + b (nn's Residual; a residual's gradient is dy plus the
+// branch's). y may be a or b.
+extern "C" __global__ void gd_add(float *y, const float *a, const float *b, long long n) {
+	GRID_LOOP(i, n) y[i] = a[i] + b[i];
+}

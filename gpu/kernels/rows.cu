@@ -245,3 +245,32 @@ extern "C" __global__ void gd_causal_softmax_backward(float *ds, const float *p,
 		__syncwarp();
 	}
 }
+
+// ---- the gradient's global norm (train's clipGrads) ----
+
+// part[b] = the float64 sum of squares of block b's stretch of g: the
+// blocks (gridDim.x of them: a fixed number) split [0, n) into equal
+// stretches in order, each summed by a tree.
+extern "C" __global__ void gd_sumsq(double *part, const float *g, long long n) {
+	__shared__ double s[BLOCK];
+	long long per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(lo + per, n);
+	double v = 0.0;
+	for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) v = v + (double)g[i] * (double)g[i];
+	v = block_sumd(v, s);
+	if (threadIdx.x == 0) part[blockIdx.x] = v;
+}
+
+// One block: norm = sqrt(the sum of part[0..parts)) into out[0], and into
+// out[1] the factor float32(max / (norm + 1e-6)) when it is below 1 and
+// the norm finite, else 1 (clip_grad_norm_'s, as train computes it).
+extern "C" __global__ void gd_clip_finish(double *out, const double *part, int parts, double max) {
+	__shared__ double s[BLOCK];
+	double v = 0.0;
+	for (int i = threadIdx.x; i < parts; i += BLOCK) v = v + part[i];
+	double ss = block_sumd(v, s);
+	if (threadIdx.x == 0) {
+		double norm = sqrt(ss), coef = max / (norm + 1e-6);
+		out[0] = norm;
+		out[1] = coef < 1.0 && !isinf(norm) && !isnan(norm) ? (double)(float)coef : 1.0;
+	}
+}

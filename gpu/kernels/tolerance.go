@@ -45,3 +45,7 @@ const SoftmaxTol = 1e-6
 // largest value of its tensor: six products and a softmax in float32
 // whose sums run in other orders.
 const AttentionTol = 1e-5
+
+// NormTol bounds ClipGradNorm's norm relative to the float64 sum of
+// squares in order (train's): float64 sums in another order.
+const NormTol = 1e-12
