@@ -23,14 +23,15 @@ const EnvNCCL = "GDIST_AUTO_NCCL"
 // closing that Comm closes the Transport.
 func init() {
 	comm.Register("auto", func(ctx context.Context, cfg comm.Config) (comm.Comm, error) {
-		use, why, err := PickNCCL(ctx, cfg)
+		e := readEnv()
+		use, why, err := pickNCCL(ctx, cfg, e.noNCCL)
 		if err != nil {
 			return nil, err
 		}
 		if use {
 			return comm.New(ctx, "nccl", cfg)
 		}
-		if cfg.Rank == 0 && why != "" && os.Getenv("GDIST_DEBUG") != "" {
+		if cfg.Rank == 0 && why != "" && e.debug {
 			fmt.Fprintf(os.Stderr, "auto: not using nccl: %s\n", why)
 		}
 		t, err := New(ctx, cfg)
@@ -49,11 +50,16 @@ func init() {
 // agree through cfg.Store; when they do not all qualify, why names the
 // first rank that does not and its reason.
 func PickNCCL(ctx context.Context, cfg comm.Config) (use bool, why string, err error) {
+	return pickNCCL(ctx, cfg, readEnv().noNCCL)
+}
+
+// pickNCCL is PickNCCL with EnvNCCL's verdict given.
+func pickNCCL(ctx context.Context, cfg comm.Config, noNCCL bool) (use bool, why string, err error) {
 	if err := cfg.Validate(); err != nil {
 		return false, "", err
 	}
 	ok, reason := nccl.UsableFor(max(cfg.LocalSize, 1))
-	if os.Getenv(EnvNCCL) == "0" {
+	if noNCCL {
 		ok, reason = false, EnvNCCL+"=0"
 	}
 	if cfg.Size == 1 {
