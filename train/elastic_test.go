@@ -1,7 +1,8 @@
-package train
+package train_test
 
 import (
 	"errors"
+	"github.com/gdist/gdist/train"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,7 +30,7 @@ func TestSaveEveryKeep(t *testing.T) {
 			if sums[0].Saves != 7 {
 				t.Errorf("%d saves, want 7", sums[0].Saves)
 			}
-			kept := keptSaves(cfg.Save)
+			kept := train.KeptSaves(cfg.Save)
 			if len(kept) != 2 || !strings.HasPrefix(kept[0], "35-") || !strings.HasPrefix(kept[1], "28-") {
 				t.Fatalf("kept %v, want the saves of steps 35 and 28", kept)
 			}
@@ -49,7 +50,7 @@ func TestSaveEveryKeep(t *testing.T) {
 			}
 
 			rest := cfg
-			rest.Resume = keptPath(cfg.Save, kept[1])
+			rest.Resume = train.KeptPath(cfg.Save, kept[1])
 			rest.Save = filepath.Join(dir, "rest.safetensors")
 			rest.SaveEvery, rest.Keep = 0, 0
 			got, err := runRanks(t, 2, rest)
@@ -78,7 +79,7 @@ func TestSaveInBackground(t *testing.T) {
 				}
 			}
 			waited := make(chan int64, 8)
-			testHookSave = func(rank int, stage string) error {
+			*train.TestHookSave = func(rank int, stage string) error {
 				if rank != 0 || stage != "commit" {
 					return nil
 				}
@@ -93,7 +94,7 @@ func TestSaveInBackground(t *testing.T) {
 				return nil
 			}
 			sums, err := runRanks(t, 2, cfg)
-			testHookSave = nil
+			*train.TestHookSave = nil
 			must(t, err)
 			if at := <-waited; at < 8 {
 				t.Fatalf("the step 5 save committed with training at step %d: it did not go on in the background", at)
@@ -120,14 +121,14 @@ func TestBackgroundSaveFails(t *testing.T) {
 	cfg.Strategy, cfg.Epochs = "zero1", 1
 	cfg.Save, cfg.SaveEvery = filepath.Join(dir, "ck.safetensors"), 5
 	var saves atomic.Int32
-	testHookSave = func(rank int, stage string) error {
+	*train.TestHookSave = func(rank int, stage string) error {
 		if rank == 1 && stage == "shard" && saves.Add(1) == 2 {
 			return errors.New("disk full")
 		}
 		return nil
 	}
 	_, err := runRanks(t, 2, cfg)
-	testHookSave = nil
+	*train.TestHookSave = nil
 	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("got %v, want an error naming rank 1 and its cause", err)
 	}

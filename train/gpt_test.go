@@ -1,8 +1,9 @@
-package train
+package train_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/gdist/gdist/train"
 	"math"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,7 @@ import (
 
 // gptSGD is textConfig's tiny GPT trained with plain SGD for a few steps
 // (Steps caps the epoch).
-func gptSGD(t *testing.T) Config {
+func gptSGD(t *testing.T) train.Config {
 	cfg := textConfig(t)
 	cfg.Optimizer, cfg.LR, cfg.Momentum, cfg.Steps = "sgd", 0.5, 0.9, 6
 	return cfg
@@ -122,7 +123,7 @@ func TestScheduleEveryStrategy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := cfg.LR * (FinalLR + (1-FinalLR)*0.5*(1+math.Cos(math.Pi*24/25))); !relClose(ref[0].LR, want, 1e-12) || ref[0].Steps != 30 {
+	if want := cfg.LR * (train.FinalLR + (1-train.FinalLR)*0.5*(1+math.Cos(math.Pi*24/25))); !relClose(ref[0].LR, want, 1e-12) || ref[0].Steps != 30 {
 		t.Fatalf("last step's lr %v after %d steps, want %v after 30", ref[0].LR, ref[0].Steps, want)
 	}
 	flat := cfg
@@ -198,10 +199,10 @@ func TestEvalEvery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var evals []EvalEvent
+	var evals []train.EvalEvent
 	var events []string
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var e EvalEvent
+		var e train.EvalEvent
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatal(err)
 		}

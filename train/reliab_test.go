@@ -1,4 +1,4 @@
-package train
+package train_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/zero"
 )
 
@@ -44,7 +45,7 @@ func TestCrashDuringSaveKeepsLastCheckpoint(t *testing.T) {
 			next := cfg
 			next.Resume = cfg.Save
 			leftover := filepath.Join(dir, ".run.safetensors.tmp123456")
-			testHookSave = func(rank int, stage string) error {
+			*train.TestHookSave = func(rank int, stage string) error {
 				if stage != "commit" {
 					return nil
 				}
@@ -54,7 +55,7 @@ func TestCrashDuringSaveKeepsLastCheckpoint(t *testing.T) {
 				return errCrash
 			}
 			_, err := runRanks(t, 2, next)
-			testHookSave = nil
+			*train.TestHookSave = nil
 			if err == nil {
 				t.Fatalf("the crashing save: %v", err)
 			}
@@ -108,13 +109,13 @@ func TestLegacyCheckpointResumes(t *testing.T) {
 				t.Fatal(err)
 			}
 			if strat == "ddp" {
-				must(t, os.Rename(TrainStatePath(cfg.Save), cfg.Save+".train"))
+				must(t, os.Rename(train.TrainStatePath(cfg.Save), cfg.Save+".train"))
 			} else {
 				for r := 0; r < 2; r++ {
-					must(t, os.Rename(ShardPath(cfg.Save, r, 2), zero.ShardPath(cfg.Save, r, 2)))
+					must(t, os.Rename(train.ShardPath(cfg.Save, r, 2), zero.ShardPath(cfg.Save, r, 2)))
 				}
 			}
-			delete(meta, fileIDKey)
+			delete(meta, train.FileIDKey)
 			list := make([]checkpoint.Tensor, 0, len(ts))
 			for _, tt := range ts {
 				list = append(list, tt)
@@ -162,7 +163,7 @@ func TestSavePathCheckedFirst(t *testing.T) {
 		cfg := base()
 		cfg.Save = tc.save
 		_, err := runRanks(t, 2, cfg)
-		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "-save") {
+		if !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "-save") {
 			t.Errorf("-save %s: %v", tc.save, err)
 		}
 	}
@@ -212,7 +213,7 @@ func TestResumeAuto(t *testing.T) {
 		}
 	}
 	cfg.Save = ""
-	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
+	if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) {
 		t.Errorf("-resume auto without -save: %v", err)
 	}
 }
@@ -237,11 +238,11 @@ func TestStopPreempts(t *testing.T) {
 				if c.Rank() == 1 {
 					rc.Stop = stop
 				}
-				_, errs[c.Rank()] = Run(ctx, c, rc)
+				_, errs[c.Rank()] = train.Run(ctx, c, rc)
 				return nil
 			})
 			for r, err := range errs {
-				if !errors.Is(err, ErrPreempted) {
+				if !errors.Is(err, train.ErrPreempted) {
 					t.Fatalf("rank %d: %v", r, err)
 				}
 			}
@@ -278,13 +279,13 @@ func TestDivergedUpdateNotSaved(t *testing.T) {
 			must(t, err)
 			next := cfg
 			next.MaxSteps, next.SaveEvery, next.Resume = 0, 20, "auto"
-			testHookUpdate = func(rank int, step int64, m *models.Model) {
+			*train.TestHookUpdate = func(rank int, step int64, m *models.Model) {
 				if rank == 0 && step >= 20 {
 					m.Flat.Value[0] = float32(math.Inf(1))
 				}
 			}
 			_, err = runRanks(t, 2, next)
-			testHookUpdate = nil
+			*train.TestHookUpdate = nil
 			if err == nil || !strings.Contains(err.Error(), "diverged") || !strings.Contains(err.Error(), "step 20") {
 				t.Fatalf("a diverged update at step 20: %v", err)
 			}
@@ -308,7 +309,7 @@ func TestLRInfRejected(t *testing.T) {
 	for _, lr := range []float64{1e39, math.MaxFloat32 * 2, math.Inf(1)} {
 		cfg := base()
 		cfg.LR = lr
-		if err := cfg.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "-lr") {
+		if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), "-lr") {
 			t.Errorf("-lr %v: %v", lr, err)
 		}
 	}
@@ -325,11 +326,11 @@ func TestSaveRefusesNonFinite(t *testing.T) {
 	must(t, err)
 	opt, err := optim.New(optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9}, m.NumParams())
 	must(t, err)
-	must(t, Save(path, m, opt, Position{Step: 1}, nil))
+	must(t, train.Save(path, m, opt, train.Position{Step: 1}, nil))
 	before, err := os.ReadFile(path)
 	must(t, err)
 	m.Flat.Value[m.NumParams()-1] = float32(math.NaN())
-	if err := Save(path, m, opt, Position{Step: 2}, nil); !errors.Is(err, ErrDiverged) {
+	if err := train.Save(path, m, opt, train.Position{Step: 2}, nil); !errors.Is(err, train.ErrDiverged) {
 		t.Fatalf("saving a NaN parameter: %v", err)
 	}
 	m.Flat.Value[m.NumParams()-1] = 0
@@ -337,7 +338,7 @@ func TestSaveRefusesNonFinite(t *testing.T) {
 	for _, v := range st {
 		v[3] = float32(math.Inf(-1))
 	}
-	if err := Save(path, m, opt, Position{Step: 3}, nil); !errors.Is(err, ErrDiverged) {
+	if err := train.Save(path, m, opt, train.Position{Step: 3}, nil); !errors.Is(err, train.ErrDiverged) {
 		t.Fatalf("saving an infinite optimizer state: %v", err)
 	}
 	after, err := os.ReadFile(path)
@@ -350,13 +351,13 @@ func TestSaveRefusesNonFinite(t *testing.T) {
 // TestFirstNonFinite: every position of a block, and none.
 func TestFirstNonFinite(t *testing.T) {
 	v := make([]float32, 3000)
-	if i := firstNonFinite(v); i != -1 {
+	if i := train.FirstNonFinite(v); i != -1 {
 		t.Fatalf("all zero: %d", i)
 	}
 	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
 		for _, at := range []int{0, 1, 1023, 1024, 2999} {
 			v[at] = bad
-			if i := firstNonFinite(v); i != at {
+			if i := train.FirstNonFinite(v); i != at {
 				t.Errorf("%v at %d: found at %d", bad, at, i)
 			}
 			v[at] = math.MaxFloat32
@@ -370,15 +371,15 @@ func TestFirstNonFinite(t *testing.T) {
 func TestConfigMismatchRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		set  func(*Config)
+		set  func(*train.Config)
 		want string
 	}{
-		{"seed", func(c *Config) { c.Seed = 99 }, "-seed 99"},
-		{"lr", func(c *Config) { c.LR = 0.1 }, "-lr 0.1"},
-		{"batch", func(c *Config) { c.Batch = 8 }, "-batch 8"},
-		{"data", func(c *Config) { c.Limit = 320 }, "-limit 320"},
-		{"strategy", func(c *Config) { c.Strategy = "zero1" }, "-strategy zero1"},
-		{"model", func(c *Config) { c.Model = "cnn" }, "-model cnn"},
+		{"seed", func(c *train.Config) { c.Seed = 99 }, "-seed 99"},
+		{"lr", func(c *train.Config) { c.LR = 0.1 }, "-lr 0.1"},
+		{"batch", func(c *train.Config) { c.Batch = 8 }, "-batch 8"},
+		{"data", func(c *train.Config) { c.Limit = 320 }, "-limit 320"},
+		{"strategy", func(c *train.Config) { c.Strategy = "zero1" }, "-strategy zero1"},
+		{"model", func(c *train.Config) { c.Model = "cnn" }, "-model cnn"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs, err := inproc.New(3, comm.Options{})
@@ -390,11 +391,11 @@ func TestConfigMismatchRefused(t *testing.T) {
 				if c.Rank() == 2 {
 					tc.set(&cfg)
 				}
-				_, errs[c.Rank()] = Run(ctx, c, cfg)
+				_, errs[c.Rank()] = train.Run(ctx, c, cfg)
 				return nil
 			})
 			for r, err := range errs {
-				if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "rank 2") ||
+				if !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "rank 2") ||
 					!strings.Contains(err.Error(), "rank 0") {
 					t.Errorf("rank %d: %v", r, err)
 				}
@@ -460,9 +461,9 @@ func TestDiskFull(t *testing.T) {
 	cfg.Save = filepath.Join(t.TempDir(), "run.safetensors")
 	steps := 0
 	cfg.AfterStep = func(int, int64) { steps++ }
-	freeBytes = func(string) (uint64, error) { return 100 << 10, nil }
+	*train.FreeBytes = func(string) (uint64, error) { return 100 << 10, nil }
 	_, err := runRanks(t, 2, cfg)
-	freeBytes = diskFree
+	*train.FreeBytes = train.DiskFree
 	if err == nil || steps != 0 || !strings.Contains(err.Error(), "free") || !strings.Contains(err.Error(), cfg.Save) {
 		t.Fatalf("100 KiB free: %v after %d steps; want an error before the first step", err, steps)
 	}
@@ -470,11 +471,11 @@ func TestDiskFull(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		cfg := base()
 		cfg.Save, cfg.SyncSave = filepath.Join(t.TempDir(), "run.safetensors"), sync
-		testHookSave = func(rank int, stage string) error {
+		*train.TestHookSave = func(rank int, stage string) error {
 			return &os.PathError{Op: "write", Path: cfg.Save, Err: syscall.ENOSPC}
 		}
 		_, err := runRanks(t, 2, cfg)
-		testHookSave = nil
+		*train.TestHookSave = nil
 		if err == nil || strings.Contains(err.Error(), "previous checkpoint stays") || !strings.Contains(err.Error(), "no earlier checkpoint") ||
 			!strings.Contains(err.Error(), "free some space") {
 			t.Errorf("sync %v: a first save failing for want of space: %v", sync, err)

@@ -1,4 +1,4 @@
-package train
+package train_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/zero"
 )
 
@@ -41,7 +42,7 @@ func sameTensors(t *testing.T, what string, a, b map[string]checkpoint.Tensor) {
 	}
 	for name, ta := range a {
 		tb, ok := b[name]
-		if !ok || ta.DType != tb.DType || !sameShape(ta.Shape, tb.Shape) || !bytes.Equal(ta.Data, tb.Data) {
+		if !ok || ta.DType != tb.DType || !train.SameShape(ta.Shape, tb.Shape) || !bytes.Equal(ta.Data, tb.Data) {
 			t.Errorf("%s: tensor %s differs", what, name)
 		}
 	}
@@ -56,7 +57,7 @@ func splice(t *testing.T, path string, world int) ([]float32, map[string][]float
 	opt := map[string][]float32{}
 	var step int64
 	for r := 0; r < world; r++ {
-		ts, meta := readCk(t, ShardPath(path, r, world))
+		ts, meta := readCk(t, train.ShardPath(path, r, world))
 		p, _ := strconv.Atoi(meta["num_params"])
 		lo, _ := strconv.Atoi(meta["shard_lo"])
 		step, _ = strconv.ParseInt(meta["opt_step"], 10, 64)
@@ -90,7 +91,7 @@ func modelFlat(t *testing.T, name, path string) []float32 {
 		t.Fatal(err)
 	}
 	ts, _ := readCk(t, path)
-	if err := LoadModelTensors(m, ts, path); err != nil {
+	if err := train.LoadModelTensors(m, ts, path); err != nil {
 		t.Fatal(err)
 	}
 	return m.Flat.Value
@@ -151,8 +152,8 @@ func TestZeroResumeEqualsUninterrupted(t *testing.T) {
 			b, _ := readCk(t, rest.Save)
 			sameTensors(t, "model", a, b)
 			for r := 0; r < n; r++ {
-				a, ma := readCk(t, ShardPath(full.Save, r, n))
-				b, mb := readCk(t, ShardPath(rest.Save, r, n))
+				a, ma := readCk(t, train.ShardPath(full.Save, r, n))
+				b, mb := readCk(t, train.ShardPath(rest.Save, r, n))
 				sameTensors(t, fmt.Sprintf("shard %d", r), a, b)
 				if ma["opt_step"] != mb["opt_step"] || ma["step"] != "20" || mb["epoch"] != "2" || mb["batch"] != "0" {
 					t.Errorf("shard %d metadata: %v vs %v", r, ma, mb)
@@ -162,10 +163,13 @@ func TestZeroResumeEqualsUninterrupted(t *testing.T) {
 	}
 }
 
+// zeroStrategy is a ZeRO strategy: it shows its engine.
+type zeroStrategy interface{ Engine() *zero.Engine }
+
 // loadOn resumes from path on n ranks with strategy (as Run does, without
 // training) and checks that every rank holds params, its part of the
 // optimizer state opt (and step) and the position pos.
-func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, params []float32, opt map[string][]float32, step int64, pos Position) {
+func loadOn(t *testing.T, cfg train.Config, path string, n int, strategy string, params []float32, opt map[string][]float32, step int64, pos train.Position) {
 	t.Helper()
 	cfg.Strategy, cfg.Resume = strategy, path
 	if err := cfg.Validate(); err != nil {
@@ -181,7 +185,7 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		if err != nil {
 			return err
 		}
-		s, err := newStrategy(ctx, c, m, cfg)
+		s, err := train.NewStrategy(ctx, c, m, cfg)
 		if err != nil {
 			return err
 		}
@@ -195,7 +199,7 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		}
 		var flat []float32
 		if strategy == "zero3" { // sharded at rest: gather them
-			if flat, err = s.(*zeroStrategy).e.FullParams(ctx); err != nil {
+			if flat, err = s.(zeroStrategy).Engine().FullParams(ctx); err != nil {
 				return err
 			}
 		} else {
@@ -206,7 +210,7 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		}
 		if strategy == "zero3" {
 			// Per-tensor shards: rank r holds [r*s_i, (r+1)*s_i) of tensor i.
-			st, gotStep := s.(*zeroStrategy).e.Optimizer().State()
+			st, gotStep := s.(zeroStrategy).Engine().Optimizer().State()
 			if gotStep != step || len(st) != len(opt) {
 				return fmt.Errorf("optimizer step %d with %d tensors, want %d with %d", gotStep, len(st), step, len(opt))
 			}
@@ -230,11 +234,11 @@ func loadOn(t *testing.T, cfg Config, path string, n int, strategy string, param
 		lo, p := 0, m.NumParams()
 		var o optim.Optimizer
 		switch s := s.(type) {
-		case *zeroStrategy:
-			lo, _ = s.e.Shard()
-			o = s.e.Optimizer()
-		case *ddpStrategy:
-			o = s.opt
+		case zeroStrategy:
+			lo, _ = s.Engine().Shard()
+			o = s.Engine().Optimizer()
+		case interface{ Optimizer() optim.Optimizer }: // DDP's, full size
+			o = s.Optimizer()
 		default:
 			return fmt.Errorf("strategy %T", s)
 		}
@@ -278,7 +282,7 @@ func TestZeroReshard(t *testing.T) {
 	if step != 13 || len(opt) != 2 { // 640 samples / (3*16) per step
 		t.Fatalf("step %d, optimizer tensors %d", step, len(opt))
 	}
-	pos := Position{Epoch: 1, Batch: 0, Step: 13}
+	pos := train.Position{Epoch: 1, Batch: 0, Step: 13}
 	for _, to := range []struct {
 		n        int
 		strategy string
@@ -310,14 +314,14 @@ func TestZeroReshard(t *testing.T) {
 		t.Fatal(err)
 	}
 	dparams := modelFlat(t, "mlp", d.Save)
-	ots, tmeta := readCk(t, TrainStatePath(d.Save))
+	ots, tmeta := readCk(t, train.TrainStatePath(d.Save))
 	dopt := map[string][]float32{}
 	for name, tt := range ots {
 		v, _ := tt.Float32s()
 		dopt[strings.TrimPrefix(name, "optimizer.")] = v
 	}
 	dstep, _ := strconv.ParseInt(tmeta["opt_step"], 10, 64)
-	loadOn(t, cfg, d.Save, 3, "zero1", dparams, dopt, dstep, Position{Epoch: 1, Step: 20})
+	loadOn(t, cfg, d.Save, 3, "zero1", dparams, dopt, dstep, train.Position{Epoch: 1, Step: 20})
 }
 
 // relDiff is the largest relative L2 difference over the tensors of two
@@ -390,7 +394,7 @@ func TestConsolidateZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "torch.safetensors")
-	if err := ConsolidateZero(cfg.Save, out); err != nil {
+	if err := train.ConsolidateZero(cfg.Save, out); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := readCk(t, cfg.Save)
@@ -403,7 +407,7 @@ func TestConsolidateZero(t *testing.T) {
 		t.Errorf("metadata %v", meta)
 	}
 	m, _ := models.New("cnn-bn", 7)
-	if err := LoadModelTensors(m, b, out); err != nil {
+	if err := train.LoadModelTensors(m, b, out); err != nil {
 		t.Fatal(err)
 	}
 	if m.BNs[0].NumBatches != 4 {
@@ -419,15 +423,15 @@ func TestConsolidateZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	out2 := filepath.Join(dir, "torch2.safetensors")
-	if err := ConsolidateZero(cfg.Save, out2); err != nil {
+	if err := train.ConsolidateZero(cfg.Save, out2); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := readCk(t, out2)
 	sameTensors(t, "consolidated from shards alone", a, c)
-	if err := ConsolidateZero(out, filepath.Join(dir, "x")); !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "not a sharded checkpoint") {
+	if err := train.ConsolidateZero(out, filepath.Join(dir, "x")); !errors.Is(err, train.ErrCheckpoint) || !strings.Contains(err.Error(), "not a sharded checkpoint") {
 		t.Errorf("consolidating a plain file: %v", err)
 	}
-	if err := ConsolidateZero(out, out); err == nil {
+	if err := train.ConsolidateZero(out, out); err == nil {
 		t.Error("consolidating onto itself: no error")
 	}
 }
@@ -453,7 +457,7 @@ func TestZeroCheckpointErrors(t *testing.T) {
 	// name and returns it.
 	copyCk := func(src, name string) string {
 		dst := filepath.Join(dir, name)
-		for _, s := range []string{"", strings.TrimPrefix(ShardPath(src, 0, 2), src), strings.TrimPrefix(ShardPath(src, 1, 2), src)} {
+		for _, s := range []string{"", strings.TrimPrefix(train.ShardPath(src, 0, 2), src), strings.TrimPrefix(train.ShardPath(src, 1, 2), src)} {
 			b, err := os.ReadFile(src + s)
 			if err != nil {
 				t.Fatal(err)
@@ -465,40 +469,40 @@ func TestZeroCheckpointErrors(t *testing.T) {
 		return dst
 	}
 	missing := copyCk(good, "missing")
-	os.Remove(ShardPath(missing, 1, 2))
+	os.Remove(train.ShardPath(missing, 1, 2))
 	mixed := copyCk(good, "mixed")
-	b, _ := os.ReadFile(ShardPath(other, 1, 2))
-	os.WriteFile(ShardPath(mixed, 1, 2), b, 0o644)
+	b, _ := os.ReadFile(train.ShardPath(other, 1, 2))
+	os.WriteFile(train.ShardPath(mixed, 1, 2), b, 0o644)
 	corrupt := copyCk(good, "corrupt")
-	os.Truncate(ShardPath(corrupt, 0, 2), 100)
+	os.Truncate(train.ShardPath(corrupt, 0, 2), 100)
 
 	cases := []struct {
 		name string
-		mod  func(c *Config)
+		mod  func(c *train.Config)
 		want error
 		text string
 	}{
-		{"missing shard", func(c *Config) { c.Resume = missing }, ErrCheckpoint, filepath.Base(ShardPath(missing, 1, 2)) + " is missing"},
-		{"mixed saves", func(c *Config) { c.Resume = mixed }, ErrCheckpoint, "different saves"},
-		{"corrupt shard", func(c *Config) { c.Resume = corrupt }, checkpoint.ErrCorrupt, filepath.Base(ShardPath(corrupt, 0, 2))},
-		{"other model", func(c *Config) { c.Resume = good; c.Model = "cnn" }, ErrCheckpoint, `"mlp" model`},
-		{"other optimizer", func(c *Config) { c.Resume = good; c.Optimizer = "adam" }, ErrCheckpoint, `optimizer "sgd"`},
-		{"optimizer state absent", func(c *Config) { c.Resume = plain }, ErrCheckpoint, "lack optimizer state"},
-		{"other model into ddp", func(c *Config) { c.Resume = good; c.Model = "cnn"; c.Strategy = "ddp" }, ErrCheckpoint, `"mlp" model`},
-		{"mixed saves into ddp", func(c *Config) { c.Resume = mixed; c.Strategy = "ddp" }, ErrCheckpoint, "different saves"},
+		{"missing shard", func(c *train.Config) { c.Resume = missing }, train.ErrCheckpoint, filepath.Base(train.ShardPath(missing, 1, 2)) + " is missing"},
+		{"mixed saves", func(c *train.Config) { c.Resume = mixed }, train.ErrCheckpoint, "different saves"},
+		{"corrupt shard", func(c *train.Config) { c.Resume = corrupt }, checkpoint.ErrCorrupt, filepath.Base(train.ShardPath(corrupt, 0, 2))},
+		{"other model", func(c *train.Config) { c.Resume = good; c.Model = "cnn" }, train.ErrCheckpoint, `"mlp" model`},
+		{"other optimizer", func(c *train.Config) { c.Resume = good; c.Optimizer = "adam" }, train.ErrCheckpoint, `optimizer "sgd"`},
+		{"optimizer state absent", func(c *train.Config) { c.Resume = plain }, train.ErrCheckpoint, "lack optimizer state"},
+		{"other model into ddp", func(c *train.Config) { c.Resume = good; c.Model = "cnn"; c.Strategy = "ddp" }, train.ErrCheckpoint, `"mlp" model`},
+		{"mixed saves into ddp", func(c *train.Config) { c.Resume = mixed; c.Strategy = "ddp" }, train.ErrCheckpoint, "different saves"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
 			tc.mod(&c)
 			_, err := runRanks(t, 2, c)
-			if !errors.Is(err, ErrCheckpoint) || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			if !errors.Is(err, train.ErrCheckpoint) || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
 				t.Fatalf("got %v, want %v mentioning %q", err, tc.want, tc.text)
 			}
 			t.Log(err)
 		})
 	}
-	if err := ConsolidateZero(missing, filepath.Join(dir, "out")); !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "is missing") {
+	if err := train.ConsolidateZero(missing, filepath.Join(dir, "out")); !errors.Is(err, train.ErrCheckpoint) || !strings.Contains(err.Error(), "is missing") {
 		t.Errorf("consolidating with a shard missing: %v", err)
 	}
 
@@ -506,13 +510,13 @@ func TestZeroCheckpointErrors(t *testing.T) {
 	// and writes no model file.
 	failing := cfg
 	failing.Save = filepath.Join(dir, "failing")
-	testHookSave = func(rank int, stage string) error {
+	*train.TestHookSave = func(rank int, stage string) error {
 		if rank == 1 && stage == "shard" {
 			return errors.New("disk full")
 		}
 		return nil
 	}
-	defer func() { testHookSave = nil }()
+	defer func() { *train.TestHookSave = nil }()
 	cs, err := inproc.New(2, comm.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -520,7 +524,7 @@ func TestZeroCheckpointErrors(t *testing.T) {
 	errs := make([]error, 2)
 	commtest.RunRanks(context.Background(), cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
 		defer c.Close()
-		_, errs[c.Rank()] = Run(ctx, c, failing)
+		_, errs[c.Rank()] = train.Run(ctx, c, failing)
 		return nil
 	})
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1 failed to save") || errs[1] == nil {
@@ -546,7 +550,7 @@ func TestZeroSaveReplacesDDP(t *testing.T) {
 	if _, err := runRanks(t, 2, z); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(TrainStatePath(cfg.Save)); err == nil {
+	if _, err := os.Stat(train.TrainStatePath(cfg.Save)); err == nil {
 		t.Error("the stale DDP sidecar is still there")
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "ck*"))
@@ -598,8 +602,8 @@ func TestPipelineResume(t *testing.T) {
 	a, _ := readCk(t, full.Save)
 	b, _ := readCk(t, rest.Save)
 	sameTensors(t, "model", a, b)
-	a, _ = readCk(t, TrainStatePath(full.Save))
-	b, _ = readCk(t, TrainStatePath(rest.Save))
+	a, _ = readCk(t, train.TrainStatePath(full.Save))
+	b, _ = readCk(t, train.TrainStatePath(rest.Save))
 	sameTensors(t, "optimizer state", a, b)
 
 	one := cfg

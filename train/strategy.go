@@ -177,9 +177,9 @@ func checkStrategy(cfg *Config) error {
 	return err
 }
 
-// newStrategy builds cfg's strategy for m on c. Blocking; every rank
-// calls it.
-func newStrategy(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) (Strategy, error) {
+// NewStrategy builds cfg's strategy (cfg validated) for m on c, as Run
+// does before it loads a checkpoint. Collective.
+func NewStrategy(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) (Strategy, error) {
 	f, ok := lookup(cfg.Strategy)
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown -strategy %q", ErrConfig, cfg.Strategy)

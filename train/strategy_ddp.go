@@ -58,6 +58,10 @@ func newDDP(ctx context.Context, s Setup) (Strategy, error) {
 	return &ddpStrategy{c: s.Comm, d: d, m: s.Model, gr: gr, opt: opt}, nil
 }
 
+// Optimizer is the strategy's optimizer, over the whole model (for tests
+// and tools).
+func (s *ddpStrategy) Optimizer() optim.Optimizer { return s.opt }
+
 func (s *ddpStrategy) DataRank() (rank, world int) { return s.c.Rank(), s.c.Size() }
 
 func (s *ddpStrategy) Step(ctx context.Context, x []float32, y []int32) (float32, error) {

@@ -53,7 +53,7 @@ func TestRegisteredStrategy(t *testing.T) {
 	rep.Strategy, rep.Save = "replicated", filepath.Join(dir, "rep.safetensors")
 	got := runOn(t, 2, rep)
 	for r, s := range got {
-		if !close(s.EvalLoss, want.EvalLoss) || s.Steps != want.Steps || s.Strategy != "replicated" || s.GlobalBatch != 16 {
+		if !near(s.EvalLoss, want.EvalLoss) || s.Steps != want.Steps || s.Strategy != "replicated" || s.GlobalBatch != 16 {
 			t.Fatalf("rank %d: replicated on 2 ranks: eval loss %v after %d steps (global batch %d); ddp on 1: %v after %d",
 				r, s.EvalLoss, s.Steps, s.GlobalBatch, want.EvalLoss, want.Steps)
 		}
@@ -68,14 +68,14 @@ func TestRegisteredStrategy(t *testing.T) {
 		rest := cfg
 		rest.Strategy, rest.Resume = "replicated", part.Save
 		rest.Save = filepath.Join(dir, from+"-rest.safetensors")
-		if s := runOn(t, 2, rest)[0]; !close(s.EvalLoss, want.EvalLoss) || s.Steps != want.Steps {
+		if s := runOn(t, 2, rest)[0]; !near(s.EvalLoss, want.EvalLoss) || s.Steps != want.Steps {
 			t.Errorf("replicated resumed from %s: eval loss %v after %d steps, want %v after %d", from, s.EvalLoss, s.Steps, want.EvalLoss, want.Steps)
 		}
 		sameFiles(t, ddp.Save, rest.Save)
 	}
 }
 
-func close(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
 
 // sameFiles: the checkpoints at a and b (model and training state) hold
 // the same tensors.

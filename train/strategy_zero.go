@@ -70,6 +70,9 @@ func newZero(ctx context.Context, s Setup, stage int) (Strategy, error) {
 	return &zeroStrategy{name: cfg.Strategy, c: s.Comm, m: s.Model, e: e, gr: gr, opt: cfg.OptimConfig()}, nil
 }
 
+// Engine is the strategy's ZeRO engine (for tests and tools).
+func (s *zeroStrategy) Engine() *zero.Engine { return s.e }
+
 func (s *zeroStrategy) DataRank() (rank, world int) { return s.c.Rank(), s.c.Size() }
 
 func (s *zeroStrategy) Step(ctx context.Context, x []float32, y []int32) (float32, error) {

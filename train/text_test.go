@@ -1,4 +1,4 @@
-package train
+package train_test
 
 import (
 	"math"
@@ -8,10 +8,11 @@ import (
 	"testing"
 
 	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/train"
 )
 
 // textConfig trains a tiny GPT on a small text file.
-func textConfig(t *testing.T) Config {
+func textConfig(t *testing.T) train.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "corpus.txt")
 	var b strings.Builder
@@ -22,7 +23,7 @@ func textConfig(t *testing.T) Config {
 		t.Fatal(err)
 	}
 	g := models.GPT{Layers: 1, Dim: 16, Heads: 2, Context: 16}
-	return Config{Model: g.Name(), DataDir: path, Epochs: 1, Batch: 4, LR: 1e-2, Optimizer: "adam", Seed: 3, Backend: "inproc"}
+	return train.Config{Model: g.Name(), DataDir: path, Epochs: 1, Batch: 4, LR: 1e-2, Optimizer: "adam", Seed: 3, Backend: "inproc"}
 }
 
 // TestGPTTwoRanksEqualsOne: a byte-level GPT on a text file, 2 ranks x 4

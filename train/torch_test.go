@@ -1,4 +1,4 @@
-package train
+package train_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/train"
 )
 
 // The PyTorch twin of each model, and a loader that reads safetensors by
@@ -72,7 +73,7 @@ func TestLoadsInPyTorch(t *testing.T) {
 			opt, _ := optim.New(optim.Config{Name: "sgd", LR: 0.1}, m.NumParams())
 			opt.Step(m.Flat.Value, m.Flat.Grad)
 			path := filepath.Join(t.TempDir(), "m.safetensors")
-			if err := Save(path, m, opt, Position{}, nil); err != nil {
+			if err := train.Save(path, m, opt, train.Position{}, nil); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(torchref.Python, "-c", torchScript, path, name)

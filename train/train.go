@@ -621,7 +621,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		}
 		defer syncer.Close()
 	}
-	strat, err := newStrategy(ctx, c, m, cfg)
+	strat, err := NewStrategy(ctx, c, m, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package train
+package train_test
 
 import (
 	"bytes"
@@ -17,26 +17,27 @@ import (
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/data"
+	"github.com/gdist/gdist/train"
 )
 
-func runRanks(t *testing.T, n int, cfg Config) ([]*Summary, error) {
+func runRanks(t *testing.T, n int, cfg train.Config) ([]*train.Summary, error) {
 	t.Helper()
 	cs, err := inproc.New(n, comm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sums := make([]*Summary, n)
+	sums := make([]*train.Summary, n)
 	err = commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
 		defer c.Close()
-		s, err := Run(ctx, c, cfg)
+		s, err := train.Run(ctx, c, cfg)
 		sums[c.Rank()] = s
 		return err
 	})
 	return sums, err
 }
 
-func base() Config {
-	return Config{Model: "mlp", DataDir: "synthetic", Epochs: 2, Batch: 16, LR: 0.05, Optimizer: "sgd", Momentum: 0.9, Seed: 3, Limit: 640, Backend: "inproc"}
+func base() train.Config {
+	return train.Config{Model: "mlp", DataDir: "synthetic", Epochs: 2, Batch: 16, LR: 0.05, Optimizer: "sgd", Momentum: 0.9, Seed: 3, Limit: 640, Backend: "inproc"}
 }
 
 // TestResumeEqualsUninterrupted: stopping after a few steps, saving and
@@ -72,7 +73,7 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 			for _, suffix := range []string{"", ".train"} {
 				fa, fb := full.Save, rest.Save
 				if suffix != "" {
-					fa, fb = TrainStatePath(fa), TrainStatePath(fb)
+					fa, fb = train.TrainStatePath(fa), train.TrainStatePath(fb)
 				}
 				a, _, err := checkpoint.Read(fa)
 				if err != nil {
@@ -119,7 +120,7 @@ func TestCheckpointLayout(t *testing.T) {
 			t.Errorf("no tensor %s", name)
 			continue
 		}
-		if !sameShape(tt.Shape, shape) {
+		if !train.SameShape(tt.Shape, shape) {
 			t.Errorf("%s: shape %v, want %v", name, tt.Shape, shape)
 		}
 	}
@@ -144,23 +145,23 @@ func TestBadInput(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		mod  func(c *Config)
+		mod  func(c *train.Config)
 		want error
 		text string
 	}{
-		{"missing dataset", func(c *Config) { c.DataDir = filepath.Join(dir, "nope") }, data.ErrNotFound, "nope"},
-		{"corrupt idx", func(c *Config) { c.DataDir = bad }, data.ErrCorrupt, "train-images-idx3-ubyte"},
-		{"batch larger than data", func(c *Config) { c.Limit = 20; c.Batch = 16 }, ErrConfig, "larger than"},
-		{"other model's checkpoint", func(c *Config) { c.Resume = other.Save }, ErrCheckpoint, "cnn"},
-		{"missing checkpoint", func(c *Config) { c.Resume = filepath.Join(dir, "none") }, ErrCheckpoint, "none"},
-		{"zero batch", func(c *Config) { c.Batch = 0 }, ErrConfig, "-batch"},
-		{"bad lr", func(c *Config) { c.LR = -1 }, ErrConfig, "-lr"},
-		{"unknown model", func(c *Config) { c.Model = "resnet" }, ErrConfig, "resnet"},
-		{"pipeline with batch norm", func(c *Config) { c.Strategy = "pipeline"; c.Model = "cnn-bn" }, ErrConfig, "batch norm"},
-		{"unknown strategy", func(c *Config) { c.Strategy = "fsdp" }, ErrConfig, "fsdp"},
-		{"unknown optimizer", func(c *Config) { c.Optimizer = "lion" }, ErrConfig, "lion"},
-		{"unknown compression", func(c *Config) { c.Compress = "int4" }, ErrConfig, "int4"},
-		{"syncbn without batch norm", func(c *Config) { c.SyncBN = true }, ErrConfig, "no batch-norm"},
+		{"missing dataset", func(c *train.Config) { c.DataDir = filepath.Join(dir, "nope") }, data.ErrNotFound, "nope"},
+		{"corrupt idx", func(c *train.Config) { c.DataDir = bad }, data.ErrCorrupt, "train-images-idx3-ubyte"},
+		{"batch larger than data", func(c *train.Config) { c.Limit = 20; c.Batch = 16 }, train.ErrConfig, "larger than"},
+		{"other model's checkpoint", func(c *train.Config) { c.Resume = other.Save }, train.ErrCheckpoint, "cnn"},
+		{"missing checkpoint", func(c *train.Config) { c.Resume = filepath.Join(dir, "none") }, train.ErrCheckpoint, "none"},
+		{"zero batch", func(c *train.Config) { c.Batch = 0 }, train.ErrConfig, "-batch"},
+		{"bad lr", func(c *train.Config) { c.LR = -1 }, train.ErrConfig, "-lr"},
+		{"unknown model", func(c *train.Config) { c.Model = "resnet" }, train.ErrConfig, "resnet"},
+		{"pipeline with batch norm", func(c *train.Config) { c.Strategy = "pipeline"; c.Model = "cnn-bn" }, train.ErrConfig, "batch norm"},
+		{"unknown strategy", func(c *train.Config) { c.Strategy = "fsdp" }, train.ErrConfig, "fsdp"},
+		{"unknown optimizer", func(c *train.Config) { c.Optimizer = "lion" }, train.ErrConfig, "lion"},
+		{"unknown compression", func(c *train.Config) { c.Compress = "int4" }, train.ErrConfig, "int4"},
+		{"syncbn without batch norm", func(c *train.Config) { c.SyncBN = true }, train.ErrConfig, "no batch-norm"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -372,7 +373,7 @@ func TestPipelineMatchesOneRank(t *testing.T) {
 	}
 	bad := cfg
 	bad.Strategy, bad.Stages = "pipeline", 2
-	if _, err := runRanks(t, 3, bad); !errors.Is(err, ErrConfig) {
+	if _, err := runRanks(t, 3, bad); !errors.Is(err, train.ErrConfig) {
 		t.Fatalf("2 stages on 3 ranks: %v", err)
 	}
 }
