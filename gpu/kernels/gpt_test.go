@@ -208,3 +208,88 @@ func TestAdd(t *testing.T) {
 	}
 	same(t, "a+b", devtest.Floats(t, dev, da, n), want)
 }
+
+// One transformer layer of models' gpt (two residual blocks: x +
+// attention(LayerNorm(x)), then x + Linear(GELU(Linear(LayerNorm(x))))),
+// composed on the device from LayerNorm, LinearForward over the (N T)
+// rows, AttentionForward, GELU and Add, and back, against the same layer
+// of nn on the CPU path: the output and every gradient within
+// kernels.AttentionTol of the largest value of its tensor.
+func TestGPTBlock(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	h := cublasHandle(t, dev, s)
+	g := kernels.AttentionGeom{N: 2, T: 6, C: 16, H: 2}
+	c, rows := g.C, g.N*g.T
+	block := nn.Seq(
+		&nn.Residual{Fn: nn.Seq(&nn.LayerNorm{C: c}, &nn.CausalSelfAttention{Dim: c, Heads: g.H})},
+		&nn.Residual{Fn: nn.Seq(&nn.LayerNorm{C: c}, &nn.Linear{In: c, Out: 4 * c}, nn.GELU{}, &nn.Linear{In: 4 * c, Out: c})})
+	cpu := newCPULayer(t, block, []int{g.T, c}, g.N)
+	// parameters: ln1 (w, b), in_proj (w, b), out_proj (w, b), ln2 (w, b), fc1 (w, b), fc2 (w, b)
+	sizes := []int{c, c, c * 3 * c, 3 * c, c * c, c, c, c, c * 4 * c, 4 * c, 4 * c * c, c}
+	scales := []float32{1, 0.2, 0.4, 0.1, 0.3, 0.1, 1, 0.2, 0.4, 0.1, 0.2, 0.1}
+	var dp, dgr []uintptr
+	for i, n := range sizes {
+		v := vals(190+i, n, scales[i])
+		if i == 0 || i == 6 {
+			for j := range v {
+				v[j] += 1 // LayerNorm's scale about 1
+			}
+		}
+		cpu.set(i, v)
+		dp, dgr = append(dp, devtest.Upload(t, dev, v)), append(dgr, devtest.Alloc(t, dev, n, 4))
+	}
+	x, dy := vals(210, rows*c, 1), vals(211, rows*c, 1)
+	want, wdx := cpu.forward(t, x), cpu.backward(t, x, dy)
+
+	buf := func(n int) uintptr { return devtest.Alloc(t, dev, n, 4) }
+	dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
+	h1, xh1, inv1, qkv, att, a, x2 := buf(rows*c), buf(rows*c), buf(rows), buf(rows*3*c), buf(rows*c), buf(rows*c), buf(rows*c)
+	h2, xh2, inv2, u, gu, v, y := buf(rows*c), buf(rows*c), buf(rows), buf(rows*4*c), buf(rows*4*c), buf(rows*c), buf(rows*c)
+	p, ws := buf(g.Probs()), buf(g.Workspace())
+	dgu, du, dh2, dx2, datt, dqkv, dh1, dx := buf(rows*4*c), buf(rows*4*c), buf(rows*c), buf(rows*c), buf(rows*c), buf(rows*3*c), buf(rows*c), buf(rows*c)
+	for i, err := range []error{
+		k.LayerNormForward(s, h1, xh1, inv1, dX, dp[0], dp[1], rows, c, 1e-5),
+		kernels.LinearForward(h, k, qkv, h1, dp[2], dp[3], rows, c, 3*c),
+		kernels.AttentionForward(h, k, att, p, qkv, ws, g),
+		kernels.LinearForward(h, k, a, att, dp[4], dp[5], rows, c, c),
+		k.Add(s, x2, dX, a, rows*c),
+		k.LayerNormForward(s, h2, xh2, inv2, x2, dp[6], dp[7], rows, c, 1e-5),
+		kernels.LinearForward(h, k, u, h2, dp[8], dp[9], rows, c, 4*c),
+		k.GELU(s, gu, u, rows*4*c),
+		kernels.LinearForward(h, k, v, gu, dp[10], dp[11], rows, 4*c, c),
+		k.Add(s, y, x2, v, rows*c),
+		// backward
+		kernels.LinearBackward(h, k, dgu, dgr[10], dgr[11], gu, dp[10], dDY, rows, 4*c, c, false),
+		k.GELUBackward(s, du, dgu, u, rows*4*c),
+		kernels.LinearBackward(h, k, dh2, dgr[8], dgr[9], h2, dp[8], du, rows, c, 4*c, false),
+		k.LayerNormBackward(s, dx2, dgr[6], dgr[7], dh2, xh2, inv2, dp[6], rows, c, false),
+		k.Add(s, dx2, dx2, dDY, rows*c),
+		kernels.LinearBackward(h, k, datt, dgr[4], dgr[5], att, dp[4], dx2, rows, c, c, false),
+		kernels.AttentionBackward(h, k, dqkv, datt, qkv, p, ws, g),
+		kernels.LinearBackward(h, k, dh1, dgr[2], dgr[3], h1, dp[2], dqkv, rows, c, 3*c, false),
+		k.LayerNormBackward(s, dx, dgr[0], dgr[1], dh1, xh1, inv1, dp[0], rows, c, false),
+		k.Add(s, dx, dx, dx2, rows*c),
+	} {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	byMax := func(what string, got, want []float32) {
+		t.Helper()
+		var m float64
+		for _, v := range want {
+			m = math.Max(m, math.Abs(float64(v)))
+		}
+		tol := make([]float64, len(want))
+		for i := range tol {
+			tol[i] = kernels.AttentionTol * m
+		}
+		near(t, what, got, f32to64(want), tol)
+	}
+	byMax("y", devtest.Floats(t, dev, y, rows*c), want)
+	byMax("dx", devtest.Floats(t, dev, dx, rows*c), wdx)
+	for i, n := range sizes {
+		byMax(fmt.Sprintf("parameter %d's gradient", i), devtest.Floats(t, dev, dgr[i], n), cpu.grads[i])
+	}
+}
