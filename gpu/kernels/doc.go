@@ -1,11 +1,19 @@
-// Package kernels holds gdist's first device layers: the CUDA kernels and
-// cuBLAS products that train an mlp (Linear-ReLU-...-Linear, softmax
-// cross-entropy, SGD with momentum) on a GPU, over flat device buffers in
-// package flat's layout (one buffer of parameters, one of gradients, one
-// of momentum, each tensor at its nn.ParamInfo offset; nn's Linear weight
-// is [in, out], PyTorch's transposed). The kernels are CUDA C++
-// (elementwise.cu, reduce.cu) compiled at run time by NVRTC through
-// gpu/rtc; the products are cuBLAS's (gpu/cublas), fp32 (no TF32).
+// Package kernels holds gdist's device layers: the CUDA kernels and cuBLAS
+// products that run the forward and backward passes of nn's layers and
+// package optim's updates on a GPU, over flat device buffers in package
+// flat's layout (one buffer of parameters, one of gradients, one of each
+// optimizer state, each tensor at its nn.ParamInfo offset; nn's Linear
+// weight is [in, out], PyTorch's transposed; Conv2d's (Cout, C, K, K)).
+// The layers the zoo's mlp, cnn, cnn-bn and gpt use are here: Linear,
+// Conv2d, MaxPool2d, BatchNorm2d/1d, ReLU, LayerNorm, GELU, Embedding and
+// PositionEmbedding, causal self-attention's core, Residual's add,
+// Dropout, the softmax cross-entropy; SGD, Adam, AdamW and gradient-norm
+// clipping. The kernels are CUDA C++ (elementwise.cu, reduce.cu; the
+// layers' conv.cu, pointwise.cu and rows.cu, compiled with --fmad=false so
+// that every float operation rounds on its own, as Go's do) compiled at
+// run time by NVRTC through gpu/rtc (Programs lists them); the products
+// are cuBLAS's (gpu/cublas), fp32 (no TF32), batched where a layer has
+// many (a convolution's images, attention's heads).
 //
 //	k, _ := kernels.Load(dev)
 //	h, _ := cublas.New(dev, stream)
@@ -18,9 +26,23 @@
 //	k.SGD(stream, params, grads, momentum, n, kernels.SGDConfig{LR: 0.1, Momentum: 0.9})
 //
 // Every call queues work on a stream and returns; per training step only
-// the batch goes up and the loss (4 bytes) comes down. The test
-// TestMLPMatchesCPU trains models' "mlp" this way and follows the CPU path
-// (nn through gorgonia, optim's SGD) step by step.
+// the batch goes up and the loss (4 bytes) comes down. Scratch is the
+// caller's: each layer says how much (ConvGeom.Workspace,
+// BatchNormWorkspace, AttentionGeom.Workspace and Probs, ClipWorkspace)
+// and what it keeps from forward to backward. The tests
+// TestMLPMatchesCPU and TestCNNMatchesCPU train models' mlp, cnn and
+// cnn-bn this way and follow the CPU path (nn through gorgonia, optim's
+// SGD) step by step; TestGPTBlock composes a transformer layer.
+//
+// Where a kernel does what nn's Go does, operation for operation (the
+// same float32 operations in the same order, float64 where nn uses it),
+// its result is nn's bit for bit; that needs nn's order of summation
+// (vecmath.Sum32's eight running sums, rows in order), which the kernels
+// follow where a sum is short or its order cheap to keep (layer norm,
+// softmax, embedding gradients), and on amd64 (Go fuses no multiply-add
+// there; on arm64 it may, and the CPU path's bits change). Products and
+// long sums (cuBLAS, the per-channel trees) sum in their own orders: the
+// tolerance then bounds the difference.
 //
 // # Tolerances (fp32, against float64 references or the CPU path)
 //
@@ -129,12 +151,18 @@
 //     2e-5. Measured on the fake: losses within 6e-7, parameters within
 //     1.6e-7 (the CPU path's second convolution runs Winograd).
 //
-// Reductions use __syncthreads over shared memory, never warp-synchronous
-// code, and nothing else the fake's emulation (gpu/rtc) cannot run; they
-// are deterministic. The tests run on a real GPU when one is there
+// Reductions use __syncthreads over shared memory or warps that meet at
+// shuffles and __syncwarp (never implicit lockstep), and nothing else the
+// fake's emulation (gpu/rtc) cannot run; no atomics: every result is the
+// same from run to run. The tests run on a real GPU when one is there
 // (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
-// TestRealNVRTC compiles the kernels with a real NVRTC where installed.
+// TestRealNVRTC compiles every program with a real NVRTC where installed.
 //
-// Not yet here (issue 28): the other nn layers, Adam, clipping, bf16,
-// placing an nn.Model on the device, fused kernels.
+// Not yet here (issue 28): placing an nn.Model on the device (a layer
+// without a device kernel refused by name), SyncBatchNorm's all-reduce of
+// the statistics (BatchNormForward's workspace holds nn's [sum, M2,
+// count] layout for it), Tanh, the LR schedule's value per step (a host
+// function of the step: pass it to SGD or Adam), bf16 autocast (GemmEx),
+// fused kernels (conv + bias + ReLU + pool, attention without the T x T
+// probabilities) and their speed: correctness first.
 package kernels
