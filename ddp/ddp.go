@@ -15,10 +15,18 @@ import (
 	G "gorgonia.org/gorgonia"
 )
 
+// The bucket caps in MiB that Options' zero values stand for: PyTorch's
+// (bucket_cap_mb, and the first bucket's, dist._DEFAULT_FIRST_BUCKET_BYTES).
+// ZeRO's buckets take them too.
+const (
+	DefaultBucketMB      = 25
+	DefaultFirstBucketMB = 1
+)
+
 // Options tunes DDP. The zero value gives PyTorch's defaults.
 type Options struct {
-	BucketMB      float64 // cap of every bucket but the first (default 25)
-	FirstBucketMB float64 // cap of the first bucket (default 1)
+	BucketMB      float64 // cap of every bucket but the first (0: DefaultBucketMB)
+	FirstBucketMB float64 // cap of the first bucket (0: DefaultFirstBucketMB)
 	NoOverlap     bool    // start all-reduces only after backward
 	Hook          CommHook
 	Debug         bool // check identical parameters after every Finish
@@ -137,10 +145,10 @@ func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffe
 		return nil, comm.InvalidArgf("ddp: rank %d: the model has no gradient buffer", c.Rank())
 	}
 	if opts.BucketMB == 0 {
-		opts.BucketMB = 25
+		opts.BucketMB = DefaultBucketMB
 	}
 	if opts.FirstBucketMB == 0 {
-		opts.FirstBucketMB = 1
+		opts.FirstBucketMB = DefaultFirstBucketMB
 	}
 	if !(opts.BucketMB > 0) || !(opts.FirstBucketMB > 0) || math.IsInf(opts.BucketMB, 0) || math.IsInf(opts.FirstBucketMB, 0) {
 		return nil, comm.InvalidArgf("ddp: bucket sizes must be positive (got %v MB and first %v MB)", opts.BucketMB, opts.FirstBucketMB)

@@ -6,7 +6,7 @@ package train
 // Full (Save, Load; DDP and the pipeline): <path> holds the model with
 // PyTorch's names and layouts, <path>.<id>.train (TrainStatePath) the
 // full optimizer state and the position, both written by rank 0
-// (saveFull); checkpoint_files.go says how the pair switches atomically. The pipeline first
+// (SaveFull); checkpoint_files.go says how the pair switches atomically. The pipeline first
 // gathers its stages' parameters and optimizer state from their ranks
 // into the whole model and a full-size optimizer, so its checkpoints are
 // DDP's.
@@ -51,7 +51,7 @@ type Position struct {
 // safetensors tensors with PyTorch's names and layouts (Linear weights
 // transposed to [out, in]).
 func ModelTensors(m *models.Model) []checkpoint.Tensor {
-	return modelTensors(m, (*snapBufs)(nil).hold())
+	return modelTensors(m, (*SnapshotBuffers)(nil).hold())
 }
 
 // modelTensors is ModelTensors with the parameters copied into buffers
@@ -179,14 +179,14 @@ var InputNormalization = fmt.Sprintf("x = (pixel/255 - %.4f) / %.4f", data.Fashi
 // save's files are removed, and before writing, temporary files an earlier
 // crashed save left are.
 func Save(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
-	return snapshotFull(path, m, opt, pos, meta, nil)()
+	return SnapshotFull(path, m, opt, pos, meta, nil)()
 }
 
-// snapshotFull is Save in two parts: it copies the model and the
+// SnapshotFull is Save in two parts: it copies the model and the
 // optimizer state now (into buffers from bufs, reused from one save to
 // the next; nil: fresh ones) and returns the function that writes the
 // copy (it may run while training goes on: an asynchronous save).
-func snapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string, bufs *snapBufs) (write func() error) {
+func SnapshotFull(path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string, bufs *SnapshotBuffers) (write func() error) {
 	id := newSaveID(pos.Step)
 	common := map[string]string{
 		"format":  "gdist-v1",
@@ -327,10 +327,10 @@ func LoadCheckpoint(path string, m *models.Model, opt optim.Optimizer) (Position
 	return loadZero(path, meta, m, opt)
 }
 
-// saveFull is Save as a collective: rank 0 writes the files, and every
+// SaveFull is Save as a collective: rank 0 writes the files, and every
 // rank learns whether that worked (and why not), so that no rank goes on
 // alone.
-func saveFull(ctx context.Context, c comm.Comm, path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
+func SaveFull(ctx context.Context, c comm.Comm, path string, m *models.Model, opt optim.Optimizer, pos Position, meta map[string]string) error {
 	var err error
 	if c.Rank() == 0 {
 		err = Save(path, m, opt, pos, meta)
@@ -338,8 +338,8 @@ func saveFull(ctx context.Context, c comm.Comm, path string, m *models.Model, op
 	return agree(ctx, c, err, "the checkpoint to "+path)
 }
 
-// withMeta returns a copy of meta with the key-value pairs kv added.
-func withMeta(meta map[string]string, kv ...string) map[string]string {
+// WithMeta returns a copy of meta with the key-value pairs kv added.
+func WithMeta(meta map[string]string, kv ...string) map[string]string {
 	out := make(map[string]string, len(meta)+len(kv)/2)
 	for k, v := range meta {
 		out[k] = v
@@ -364,8 +364,8 @@ func saveHook(rank int, stage string) error {
 	return testHookSave(rank, stage)
 }
 
-// optimBytes is the size of opt's state.
-func optimBytes(opt optim.Optimizer) int64 {
+// OptimizerBytes is the size of opt's state.
+func OptimizerBytes(opt optim.Optimizer) int64 {
 	st, _ := opt.State()
 	var n int64
 	for _, v := range st {

@@ -45,7 +45,7 @@ import (
 // save the previous save's files at path (shards, or the optimizer state
 // of an earlier full checkpoint) are removed.
 func SaveZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string) error {
-	phases, err := snapshotZero(ctx, c, path, m, e, pos, meta, nil)
+	phases, err := SnapshotZero(ctx, c, path, m, e, pos, meta, nil)
 	if err != nil {
 		return err
 	}
@@ -71,12 +71,12 @@ func runPhases(ctx context.Context, c comm.Comm, phases []func() error, path str
 	return nil
 }
 
-// snapshotZero is SaveZero in parts: it copies (a collective) what the
+// SnapshotZero is SaveZero in parts: it copies (a collective) what the
 // save writes and returns this rank's part of each phase of the writing:
 // the shard files, then rank 0's model file, which commits the save. A
 // phase starts once every rank finished the one before (runPhases, or the
 // asynchronous saver, which runs them while training goes on).
-func snapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string, bufs *snapBufs) ([]func() error, error) {
+func SnapshotZero(ctx context.Context, c comm.Comm, path string, m *models.Model, e *zero.Engine, pos Position, meta map[string]string, bufs *SnapshotBuffers) ([]func() error, error) {
 	var id string
 	if c.Rank() == 0 {
 		// Before any rank writes: the broadcast holds them back (and no

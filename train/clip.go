@@ -23,15 +23,15 @@ type GradClipper interface {
 	ClipGrads(ctx context.Context, max float64) (norm float64, err error)
 }
 
-// clipGrads clips by global norm the gradient of which g is this rank's
-// part: norm^2 is the sum over the ranks of over of their parts' sums of
-// squares (each element of the gradient must be in exactly one rank's
+// ClipGradNorm, for a strategy's ClipGrads, clips by global norm the
+// gradient of which g is this rank's part: norm^2 is the sum over the
+// ranks of over of their parts' sums of squares (each element of the gradient must be in exactly one rank's
 // part: a ZeRO shard, a pipeline stage's range), or g's own when over is
 // nil (g is the whole gradient, as every DDP rank holds it after the
 // all-reduce). Every rank scales its part by the same factor. A norm that
 // is not finite clips nothing: the loss check stops the run instead.
 // Collective over over.
-func clipGrads(ctx context.Context, over comm.Comm, g []float32, max float64) (float64, error) {
+func ClipGradNorm(ctx context.Context, over comm.Comm, g []float32, max float64) (float64, error) {
 	var ss float64
 	for _, v := range g {
 		ss += float64(v) * float64(v)
@@ -51,21 +51,4 @@ func clipGrads(ctx context.Context, over comm.Comm, g []float32, max float64) (f
 		}
 	}
 	return norm, nil
-}
-
-// ClipGrads: every rank holds the whole averaged gradient.
-func (s *ddpStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
-	return clipGrads(ctx, nil, s.m.Flat.Grad, max)
-}
-
-// ClipGrads: the norm is over every rank's gradient shard.
-func (s *zeroStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
-	return clipGrads(ctx, s.c, s.e.Grads(), max)
-}
-
-// ClipGrads: the norm is over the stages of this rank's pipeline (each
-// holds its range, averaged over the replicas in Step), so that no
-// replica's copy is counted twice.
-func (s *pipelineStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
-	return clipGrads(ctx, s.pc, s.p.Grads(), max)
 }

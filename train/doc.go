@@ -10,16 +10,35 @@
 // # Strategies
 //
 // How the ranks share the work is a Strategy, registered by name
-// (Register) and chosen with Config.Strategy. The built-in ones are one
-// file each:
+// (Register) and chosen with Config.Strategy, the way comm's backends
+// are: each is a package (or a file of one) that registers a Factory
+// from an init function, and a command imports it for that:
 //
-//   - "ddp" (strategy_ddp.go): every rank holds the whole model;
-//     gradients are averaged in buckets during backward (package ddp).
-//   - "zero1", "zero2", "zero3" (strategy_zero.go): ZeRO stages 1-3
+//   - package dp (train/dp): "ddp" (ddp.go): every rank holds the whole
+//     model; gradients are averaged in buckets during backward (package
+//     ddp); "zero1", "zero2", "zero3" (zero.go): ZeRO stages 1-3
 //     (package zero), sharding the optimizer state, then the gradients,
 //     then the parameters.
-//   - "pipeline" (strategy_pipeline.go): K pipeline stages times D
+//   - package pp (train/pp): "pipeline": K pipeline stages times D
 //     data-parallel replicas (package pipeline).
+//
+// A Factory carries everything of its strategy: its Doc (for -help), its
+// own Options (a struct whose fields each have a flag, defined by its
+// AddFlags, defaults written there once: DDP's and ZeRO's -bucket-mb,
+// the pipeline's -stages), its Check (the options' validation, which
+// also says how many replicas of the model the ranks make: every rank
+// for DDP and ZeRO, every -stages ranks for a pipeline), and New. Config
+// keeps what every strategy shares; Config.Options holds the run's
+// strategy's own (nil: its defaults), and Config.Settings lists them for
+// the ranks to compare. AddStrategyFlags puts every registered
+// strategy's flags on a command line and StrategyFlags.Options gives the
+// run's strategy the values given (and refuses a flag only other
+// strategies have), so a new strategy and its flags are its own file or
+// package plus an import line in cmd/train: example_strategy_test.go
+// registers one, with a flag, from outside the package and trains with
+// it. -syncbn is no strategy: it converts the model's batch norms before
+// any strategy is built (package syncbn), for the data-parallel ones
+// (the pipeline's Check refuses it).
 //
 // Run never looks behind the interface: it builds the strategy with the
 // registered Factory (after -syncbn converted the model), lets it Load
@@ -28,22 +47,26 @@
 // Update for every batch, Eval and Save after every epoch, and Memory and
 // Report for the summary. A Strategy owns its training graph, its
 // optimizer and its gradient buffers (Update zeroes them); Run builds the
-// evaluation graph. A new strategy is one file that implements Strategy
-// and calls Register from an init function; the Factory's Check validates
-// its own settings, so Config.Validate knows every registered name.
-// example_strategy_test.go is one, written outside the package.
+// evaluation graph. What a strategy needs of train to save is exported:
+// the checkpoint helpers (SaveFull, SaveZero, their snapshots
+// SnapshotFull and SnapshotZero with SnapshotBuffers, WithMeta,
+// LoadCheckpoint), the finiteness checks (ParamsNonFinite,
+// OptimizerNonFinite, for StateChecker), ClipGradNorm and
+// OptimizerBytes.
 //
-// Two optional interfaces extend a Strategy, and the built-in ones
-// implement both: an LRSetter takes the learning rate of every step from
-// the schedule (schedule.go: -warmup, -lr-schedule constant|cosine over
-// the run's length, -steps or the epochs' steps; a function of the global
-// step, which checkpoints keep, so a resumed run goes on at the same
-// rate), and a GradClipper clips the synchronised gradients by their
-// global norm between Step and Update (clip.go: -clip-grad; the norm sums
-// each ZeRO rank's shard, or each pipeline stage's range within one
-// replica, so nothing is missed or counted twice). Run refuses those
-// flags for a strategy that lacks the interface. -eval-every adds
-// evaluations ("eval" events) between the epochs' ends.
+// Optional interfaces extend a Strategy, and the built-in ones implement
+// them all: a Snapshotter saves in the background (below), a StateChecker
+// says what of its state a save checks for NaN, an LRSetter takes the
+// learning rate of every step from the schedule (schedule.go: -warmup,
+// -lr-schedule constant|cosine over the run's length, -steps or the epochs'
+// steps; a function of the global step, which checkpoints keep, so a
+// resumed run goes on at the same rate), and a GradClipper clips the
+// synchronised gradients by their global norm between Step and Update
+// (clip.go: -clip-grad; the norm sums each ZeRO rank's shard, or each
+// pipeline stage's range within one replica, so nothing is missed or
+// counted twice). Run refuses those flags for a strategy that lacks the
+// interface. -eval-every adds evaluations ("eval" events) between the
+// epochs' ends.
 //
 // # Checkpoints
 //
@@ -59,7 +82,7 @@
 //
 // # Saves in the background, restarts (elastic.go)
 //
-// A strategy that also implements SnapshotSave (the built-in ones) saves
+// A strategy that is also a Snapshotter (the built-in ones) saves
 // without stopping training: it copies what it writes, and the writing
 // runs in the background in phases (ZeRO: every rank's shard, then rank
 // 0's model file), each started once every rank finished the one before,

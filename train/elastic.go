@@ -24,7 +24,7 @@ import (
 // saver saves the run's checkpoints, at most once per step, and times
 // how long training stands still for them.
 //
-// With a strategy that can snapshot (snapshotter: DDP, ZeRO, the
+// With a strategy that can snapshot (Snapshotter: DDP, ZeRO, the
 // pipeline), a save copies what it writes and the writing goes on in the
 // background while training continues: the saver's status rides on the
 // all-reduce every step does anyway (checkStep), and once every rank has
@@ -39,7 +39,7 @@ type saver struct {
 	c     comm.Comm
 	lead  bool // rank 0: keeps and prunes older checkpoints
 	keep  int  // checkpoints to keep (Config.Keep)
-	sync  bool // write before going on (Config.SyncSave, or no snapshotter)
+	sync  bool // write before going on (Config.SyncSave, or no Snapshotter)
 	path  string
 	meta  map[string]string
 	last  int64 // step of the last save; -1: none yet
@@ -52,12 +52,12 @@ type saver struct {
 	nonFinite func() string
 }
 
-// snapshotter is what a strategy implements for saves that do not stop
+// Snapshotter is what a strategy implements for saves that do not stop
 // training: SnapshotSave copies (a collective, quick) what Save would
 // write at pos and returns this rank's part of each phase of the writing
 // (nil: nothing); every rank returns as many phases, and a phase starts
 // once every rank finished the one before.
-type snapshotter interface {
+type Snapshotter interface {
 	SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error)
 }
 
@@ -109,7 +109,7 @@ func (p *pendingSave) wait() {
 }
 
 func newSaver(strat Strategy, c comm.Comm, cfg Config, meta map[string]string, m *models.Model) *saver {
-	_, async := strat.(snapshotter)
+	_, async := strat.(Snapshotter)
 	return &saver{strat: strat, c: c, lead: c.Rank() == 0, keep: max(cfg.Keep, 1), sync: cfg.SyncSave || !async,
 		path: cfg.Save, meta: meta, last: -1, nonFinite: func() string { return stateNonFinite(strat, m) }}
 }
@@ -140,7 +140,7 @@ func (s *saver) save(ctx context.Context, pos Position) error {
 			pruneKept(s.path, s.keep)
 		}
 	} else {
-		phases, err := s.strat.(snapshotter).SnapshotSave(ctx, s.path, pos, s.meta)
+		phases, err := s.strat.(Snapshotter).SnapshotSave(ctx, s.path, pos, s.meta)
 		if err != nil {
 			return err
 		}
@@ -233,17 +233,19 @@ func (s *saver) report(sum *Summary) {
 	}
 }
 
-// snapBufs keeps the float32 buffers of a strategy's save snapshots from
-// one save to the next: a large model's snapshot is hundreds of MB, and
-// memory fresh from the OS costs more to fill (page faults, zeroing) than
-// the copy itself. Safe for concurrent use; a nil *snapBufs allocates.
-type snapBufs struct {
+// SnapshotBuffers keeps the float32 buffers of a strategy's save
+// snapshots (SnapshotFull, SnapshotZero) from one save to the next: a
+// large model's snapshot is hundreds of MB, and memory fresh from the OS
+// costs more to fill (page faults, zeroing) than the copy itself. The
+// zero value is ready to use; safe for concurrent use; a nil
+// *SnapshotBuffers allocates.
+type SnapshotBuffers struct {
 	mu   sync.Mutex
 	free map[int][][]float32
 }
 
 // get returns a buffer of n values (contents undefined).
-func (b *snapBufs) get(n int) []float32 {
+func (b *SnapshotBuffers) get(n int) []float32 {
 	if b == nil {
 		return hugepage.Float32s(n)
 	}
@@ -258,7 +260,7 @@ func (b *snapBufs) get(n int) []float32 {
 }
 
 // put gives buffers back.
-func (b *snapBufs) put(bufs [][]float32) {
+func (b *SnapshotBuffers) put(bufs [][]float32) {
 	if b == nil {
 		return
 	}
@@ -274,11 +276,11 @@ func (b *snapBufs) put(bufs [][]float32) {
 
 // hold starts a set of buffers handed out together and given back
 // together (release), when the save that uses them is written.
-func (b *snapBufs) hold() *heldBufs { return &heldBufs{pool: b} }
+func (b *SnapshotBuffers) hold() *heldBufs { return &heldBufs{pool: b} }
 
 // heldBufs are the buffers of one snapshot.
 type heldBufs struct {
-	pool *snapBufs
+	pool *SnapshotBuffers
 	bufs [][]float32
 }
 

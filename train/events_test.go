@@ -15,8 +15,8 @@ import (
 // and their names returned.
 func TestWriteEventNonFinite(t *testing.T) {
 	s := Summary{Event: "summary", WorldSize: 2, EvalLoss: math.NaN(), TrainLoss: 1.5, GradNormP50: math.Inf(1),
-		Pipeline: &PipelineSummary{Stages: 2, Bubble: math.Inf(-1), Boundaries: []int{0, 3, 6},
-			PerStage: []StageStats{{Rank: 1, Bubble: math.NaN()}}}}
+		Pipeline: &detail{Stages: 2, Bubble: math.Inf(-1), Boundaries: []int{0, 3, 6},
+			PerStage: []stageDetail{{Rank: 1, Bubble: math.NaN()}}}}
 	var buf bytes.Buffer
 	bad, err := writeEvent(&buf, s)
 	if err != nil {
@@ -42,8 +42,8 @@ func TestWriteEventNonFinite(t *testing.T) {
 	// Keys as encoding/json writes them for finite values.
 	fin := s
 	fin.EvalLoss, fin.GradNormP50 = 2, 3
-	p := *s.Pipeline
-	p.Bubble, p.PerStage = 0.5, []StageStats{{Rank: 1, Bubble: 0.1}}
+	p := *s.Pipeline.(*detail)
+	p.Bubble, p.PerStage = 0.5, []stageDetail{{Rank: 1, Bubble: 0.1}}
 	fin.Pipeline = &p
 	ref, err := json.Marshal(fin)
 	if err != nil {
@@ -58,6 +58,23 @@ func TestWriteEventNonFinite(t *testing.T) {
 		t.Errorf("finite summary: %v", nonFiniteFields(fin))
 	}
 }
+
+// detail is a strategy's section of the summary, shaped like the
+// pipeline's (package pp).
+type detail struct {
+	Stages     int           `json:"stages"`
+	Bubble     float64       `json:"bubble"`
+	Boundaries []int         `json:"boundaries"`
+	PerStage   []stageDetail `json:"per_stage"`
+	Ops        []string      `json:"-"`
+}
+
+type stageDetail struct {
+	Rank   int     `json:"rank"`
+	Bubble float64 `json:"bubble"`
+}
+
+func (d *detail) Text() string { return "" }
 
 func keys(m map[string]any) []string {
 	var k []string

@@ -24,9 +24,10 @@ import (
 // Settings lists, as "-flag value" pairs in a fixed order, what every rank
 // of a run must agree on: the model, the data, the seed, the optimizer and
 // its learning rate, the batch, the run's length and schedule, the
-// strategy and its options, and whether and how often it saves (not the
-// paths, which may differ from host to host, and not the per-host
-// settings: overlap, BLAS threads).
+// strategy and its options (the flags of Config.Options, by name), and
+// whether and how often it saves (not the paths, which may differ from
+// host to host, and not the per-host settings: Config.LocalRanks, BLAS
+// threads).
 func (c *Config) Settings() []string {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	b := strconv.FormatBool
@@ -39,7 +40,7 @@ func (c *Config) Settings() []string {
 	if c.Save != "" {
 		save = "(set)"
 	}
-	return []string{
+	out := []string{
 		"-model " + c.Model,
 		"-data " + data,
 		"-limit " + i(c.Limit),
@@ -59,19 +60,14 @@ func (c *Config) Settings() []string {
 		"-clip-grad " + f(c.ClipGrad),
 		"-eval-every " + i(c.EvalEvery),
 		"-strategy " + c.Strategy,
-		"-stages " + i(c.Stages),
-		"-microbatches " + i(c.Microbatches),
-		"-schedule " + c.Schedule,
-		"-balance " + c.Balance,
-		"-syncbn " + b(c.SyncBN),
-		"-compress " + c.Compress,
-		"-bucket-mb " + f(c.BucketMB),
-		"-first-bucket-mb " + f(c.FirstBucket),
-		"-debug " + b(c.Debug),
-		"-save " + save,
-		"-save-every " + i(c.SaveEvery),
-		"-sync-save " + b(c.SyncSave),
 	}
+	out = append(out, optionSettings(c.Options)...)
+	return append(out,
+		"-syncbn "+b(c.SyncBN),
+		"-save "+save,
+		"-save-every "+i(c.SaveEvery),
+		"-sync-save "+b(c.SyncSave),
+	)
 }
 
 // Fingerprint is a short hash of Settings (after the defaults Validate

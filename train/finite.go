@@ -57,19 +57,19 @@ func firstNonFinite(v []float32) int {
 	return -1
 }
 
-// stateChecker is what a strategy implements to say whether the state its
+// StateChecker is what a strategy implements to say whether the state its
 // rank would save is finite (the built-in strategies do; for others Run
 // checks the model's flat parameters).
-type stateChecker interface {
-	// nonFinite names the first NaN or infinite value of the state this
+type StateChecker interface {
+	// NonFinite names the first NaN or infinite value of the state this
 	// rank's part of a save would write (its parameters, its optimizer
 	// state), or returns "" when every value is finite. Local.
-	nonFinite() string
+	NonFinite() string
 }
 
-// paramsNonFinite names the first non-finite value of v, which holds the
+// ParamsNonFinite names the first non-finite value of v, which holds the
 // model's flat parameters from offset off on, or returns "".
-func paramsNonFinite(m *models.Model, v []float32, off int) string {
+func ParamsNonFinite(m *models.Model, v []float32, off int) string {
 	i := firstNonFinite(v)
 	if i < 0 {
 		return ""
@@ -83,9 +83,9 @@ func paramsNonFinite(m *models.Model, v []float32, off int) string {
 	return fmt.Sprintf("parameter value %d holds %v", at, v[i])
 }
 
-// optimNonFinite names the first non-finite value of opt's state, or
+// OptimizerNonFinite names the first non-finite value of opt's state, or
 // returns "".
-func optimNonFinite(opt optim.Optimizer) string {
+func OptimizerNonFinite(opt optim.Optimizer) string {
 	st, _ := opt.State()
 	names := make([]string, 0, len(st))
 	for k := range st {
@@ -117,14 +117,14 @@ func buffersNonFinite(m *models.Model) string {
 }
 
 // stateNonFinite is this rank's check before a save: the strategy's
-// (stateChecker) or the model's flat parameters, and the batch-norm
+// (StateChecker) or the model's flat parameters, and the batch-norm
 // buffers.
 func stateNonFinite(strat Strategy, m *models.Model) string {
 	var what string
-	if sc, ok := strat.(stateChecker); ok {
-		what = sc.nonFinite()
+	if sc, ok := strat.(StateChecker); ok {
+		what = sc.NonFinite()
 	} else if m.Flat != nil {
-		what = paramsNonFinite(m, m.Flat.Value, 0)
+		what = ParamsNonFinite(m, m.Flat.Value, 0)
 	}
 	if what == "" {
 		what = buffersNonFinite(m)

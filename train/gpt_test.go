@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/pp"
 	"math"
 	"path/filepath"
 	"strings"
@@ -100,7 +101,10 @@ func TestClipGradShardedMatchesDDP(t *testing.T) {
 		{"pipeline", 2, 2 * cfg.Batch},
 	} {
 		c := cfg
-		c.Strategy, c.Stages, c.Batch = tc.strategy, tc.stages, tc.batch
+		c.Strategy, c.Batch = tc.strategy, tc.batch
+		if tc.stages > 0 {
+			c.Options = &pp.Options{Stages: tc.stages}
+		}
 		got, err := runRanks(t, n, c)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.strategy, err)

@@ -18,18 +18,17 @@ var freeBytes = diskFree
 
 // checkpointBytes estimates what one checkpoint of cfg's run on m writes:
 // the model file, the optimizer state (one float32 per parameter per
-// slot of the optimizer: SGD's momentum, Adam's two moments) and, for
-// ZeRO, the shard files, which hold the parameters once more.
+// slot of the optimizer: SGD's momentum, Adam's two moments) and the
+// strategy's own copies (Factory.CheckpointCopies: ZeRO's shard
+// files hold the parameters once more).
 func checkpointBytes(cfg Config, m *models.Model) uint64 {
 	slots := 0
 	if opt, err := optim.New(cfg.OptimConfig(), 1); err == nil {
 		st, _ := opt.State()
 		slots = len(st)
 	}
-	copies := 1 + slots
-	if strings.HasPrefix(cfg.Strategy, "zero") {
-		copies++
-	}
+	f, _ := lookup(cfg.Strategy)
+	copies := 1 + slots + f.CheckpointCopies
 	return uint64(m.NumParams()) * 4 * uint64(copies)
 }
 

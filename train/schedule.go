@@ -49,7 +49,3 @@ func (c *Config) schedule(total int64) (optim.Schedule, error) {
 	}
 	return s, nil
 }
-
-func (s *ddpStrategy) SetLR(lr float64)      { s.opt.SetLR(lr) }
-func (s *zeroStrategy) SetLR(lr float64)     { s.e.Optimizer().SetLR(lr) }
-func (s *pipelineStrategy) SetLR(lr float64) { s.opt.SetLR(lr) }

@@ -22,6 +22,7 @@ import (
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/pp"
 	"github.com/gdist/gdist/zero"
 )
 
@@ -572,7 +573,7 @@ func TestZeroSaveReplacesDDP(t *testing.T) {
 func TestPipelineResume(t *testing.T) {
 	dir := t.TempDir()
 	cfg := base()
-	cfg.Strategy, cfg.Microbatches, cfg.Schedule = "pipeline", 3, "1f1b"
+	cfg.Strategy, cfg.Options = "pipeline", &pp.Options{Microbatches: 3, Schedule: "1f1b"}
 	cfg.Optimizer, cfg.LR = "adam", 1e-3
 	full := cfg
 	full.Save = filepath.Join(dir, "full.safetensors")
@@ -607,7 +608,7 @@ func TestPipelineResume(t *testing.T) {
 	sameTensors(t, "optimizer state", a, b)
 
 	one := cfg
-	one.Strategy, one.Microbatches, one.Schedule = "ddp", 0, ""
+	one.Strategy, one.Options = "ddp", nil
 	one.Resume = part.Save
 	one.Save = filepath.Join(dir, "one.safetensors")
 	got, err = runRanks(t, 1, one)

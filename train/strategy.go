@@ -3,8 +3,10 @@ package train
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -92,29 +94,58 @@ type Setup struct {
 	// alike) and, with -syncbn, already converted. Resumed state is
 	// loaded after the Factory (Strategy.Load).
 	Model *models.Model
-	// Config is the run's configuration, validated.
+	// Config is the run's configuration, validated: Config.Options holds
+	// the strategy's own options (never nil when its Factory has some).
 	Config Config
 }
 
-// Factory builds and checks one registered strategy.
+// Options are a strategy's own settings (Config.Options): a pointer to a
+// struct of the strategy's package, each of whose settings has a
+// command-line flag.
+type Options interface {
+	// AddFlags defines on fs a flag for each option, bound to it, with
+	// its current value as the flag's default. A flag's String must read
+	// back with its Set (as the flag package's own do): the settings the
+	// ranks compare are the flags' values (Config.Settings), and
+	// StrategyFlags copies them.
+	AddFlags(fs *flag.FlagSet)
+}
+
+// Factory is one registered strategy: what it is, its own options, how
+// they are checked, and how it is built.
 type Factory struct {
+	// Doc describes the strategy in a few words (for -help).
+	Doc string
+	// Options, when not nil, returns new options of the strategy at
+	// their defaults; Config.Options nil means these. Their flags are
+	// defined on a command line with AddStrategyFlags.
+	Options func() Options
+	// Check, when not nil, validates the strategy's settings in cfg
+	// (cfg.Options is the strategy's own, a copy that Check may fill in)
+	// and returns the number of model replicas that train on distinct
+	// data, the data-parallel degree, with cfg.World ranks (0 when
+	// cfg.World is 0: unknown). Config.Validate calls it after the
+	// common checks and wraps its error in ErrConfig. nil: nothing to
+	// check, and every rank is a replica.
+	Check func(cfg *Config) (replicas int, err error)
 	// New builds this rank's strategy for s.Model on s.Comm: it makes
 	// every rank start from rank 0's parameters, builds the optimizer
 	// and the training graph(s) (the model's layout is final once New
 	// returns: Run builds the evaluation graph after it). Collective.
 	New func(ctx context.Context, s Setup) (Strategy, error)
-	// Check, when not nil, validates the strategy's own settings in cfg
-	// and fills in their defaults; Config.Validate calls it after the
-	// common checks and wraps its error in ErrConfig.
-	Check func(cfg *Config) error
-	// Doc describes the strategy in a few words (for -help).
-	Doc string
+	// CheckpointCopies is how many more copies of the parameters than
+	// the model file's a checkpoint holds, besides the optimizer state
+	// (ZeRO's shard files: 1), for the check that -save has room.
+	CheckpointCopies int
 }
 
 var (
 	stratMu    sync.Mutex
 	strategies = map[string]Factory{}
 )
+
+// DefaultStrategy is Config.Strategy's default.
+const DefaultStrategy = "ddp"
 
 // Register makes a strategy available as Config.Strategy = name. Call it
 // from an init function. It panics if the name is empty or taken, or if
@@ -158,23 +189,58 @@ func lookup(name string) (Factory, bool) {
 	return f, ok
 }
 
-// checkStrategy validates cfg.Strategy and its own settings.
-func checkStrategy(cfg *Config) error {
+// checkStrategy validates cfg.Strategy and its options (filling in the
+// strategy's defaults when cfg.Options is nil; a copy otherwise, which
+// the strategy's Check may fill in: the ranks of one process share the
+// caller's) and returns the data-parallel degree with cfg.World ranks.
+func checkStrategy(cfg *Config) (replicas int, err error) {
 	f, ok := lookup(cfg.Strategy)
 	if !ok {
-		return fmt.Errorf("%w: unknown -strategy %q (choose from %s)", ErrConfig, cfg.Strategy, strings.Join(Strategies(), ", "))
+		return 0, fmt.Errorf("%w: unknown -strategy %q (choose from %s)", ErrConfig, cfg.Strategy, strings.Join(Strategies(), ", "))
 	}
-	if cfg.Strategy != "pipeline" && (cfg.Stages != 0 || cfg.Microbatches != 0) {
-		return fmt.Errorf("%w: -stages and -microbatches apply to -strategy pipeline only (this run: %s)", ErrConfig, cfg.Strategy)
+	switch {
+	case f.Options == nil && cfg.Options != nil:
+		return 0, fmt.Errorf("%w: -strategy %s takes no options (Config.Options is a %T)", ErrConfig, cfg.Strategy, cfg.Options)
+	case f.Options == nil:
+	case cfg.Options == nil:
+		cfg.Options = f.Options()
+	case reflect.TypeOf(cfg.Options) != reflect.TypeOf(f.Options()):
+		return 0, fmt.Errorf("%w: Config.Options is a %T, not -strategy %s's %T", ErrConfig, cfg.Options, cfg.Strategy, f.Options())
+	default:
+		cfg.Options = copyOptions(cfg.Options)
 	}
 	if f.Check == nil {
-		return nil
+		return cfg.World, nil
 	}
-	err := f.Check(cfg)
+	replicas, err = f.Check(cfg)
 	if err != nil && !errors.Is(err, ErrConfig) {
 		err = fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return err
+	return replicas, err
+}
+
+// copyOptions returns a copy of o, a pointer to a struct (o itself
+// otherwise).
+func copyOptions(o Options) Options {
+	v := reflect.ValueOf(o)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return o
+	}
+	c := reflect.New(v.Elem().Type())
+	c.Elem().Set(v.Elem())
+	return c.Interface().(Options)
+}
+
+// optionSettings lists o's flags as "-flag value", sorted by name.
+func optionSettings(o Options) []string {
+	if o == nil {
+		return nil
+	}
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	copyOptions(o).AddFlags(fs)
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) { out = append(out, "-"+f.Name+" "+f.Value.String()) })
+	return out
 }
 
 // NewStrategy builds cfg's strategy (cfg validated) for m on c, as Run
@@ -185,12 +251,4 @@ func NewStrategy(ctx context.Context, c comm.Comm, m *models.Model, cfg Config) 
 		return nil, fmt.Errorf("%w: unknown -strategy %q", ErrConfig, cfg.Strategy)
 	}
 	return f.New(ctx, Setup{Comm: c, Model: m, Config: cfg})
-}
-
-// errDDPOnly is what a strategy other than DDP says of DDP's flags.
-var errDDPOnly = errors.New("-no-overlap, -compress and -debug apply to -strategy ddp only")
-
-// ddpFlagsSet reports whether cfg sets a flag only DDP implements.
-func ddpFlagsSet(cfg *Config) bool {
-	return cfg.NoOverlap || cfg.Compress != "" && cfg.Compress != "none" || cfg.Debug
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/dp"
+	_ "github.com/gdist/gdist/train/pp" // the pipeline, registered
 )
 
 func runOn(t *testing.T, n int, cfg train.Config) []*train.Summary {
@@ -162,5 +166,50 @@ func TestOptionalInterfaces(t *testing.T) {
 		if !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want a configuration error saying %q", c, err, tc.want)
 		}
+	}
+}
+
+// TestStrategyFlags: every registered strategy's flags parse on one
+// FlagSet (a flag ddp and zero share, once); the run's strategy takes
+// the values given, a flag only other strategies have, given a value, is
+// refused naming them, and Settings lists the strategy's options.
+func TestStrategyFlags(t *testing.T) {
+	parse := func(args ...string) (*train.StrategyFlags, *string) {
+		fs := flag.NewFlagSet("train", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		strategy := fs.String("strategy", train.DefaultStrategy, "")
+		sf := train.AddStrategyFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return sf, strategy
+	}
+	sf, s := parse("-strategy", "zero2", "-bucket-mb", "4", "-compress", "none")
+	o, err := sf.Options(*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z, ok := o.(*dp.ZeroOptions); !ok || z.MB != 4 || z.FirstMB != dp.DefaultBuckets.FirstMB {
+		t.Errorf("zero2's options %#v", o)
+	}
+	cfg := train.Config{Strategy: *s, Options: o}
+	if got := strings.Join(cfg.Settings(), " "); !strings.Contains(got, "-strategy zero2 -bucket-mb 4 -first-bucket-mb 1 -syncbn") {
+		t.Errorf("settings %s", got)
+	}
+	sf, s = parse("-no-overlap", "-stages", "2", "-verify-every", "3")
+	if _, err := sf.Options(*s); !errors.Is(err, train.ErrConfig) ||
+		!strings.Contains(err.Error(), "-stages applies to -strategy pipeline only (this run: ddp)") {
+		t.Errorf("-stages with ddp: %v", err)
+	}
+	if o, err := sf.Options("replicated"); err == nil || !strings.Contains(err.Error(), "-no-overlap applies to -strategy ddp only") {
+		t.Errorf("-no-overlap with replicated: %v %v", o, err)
+	}
+	if o, err := sf.Options("fsdp"); o != nil || err != nil {
+		t.Errorf("unknown strategy: %v, %v", o, err)
+	}
+	// Options of another strategy's type are a configuration error.
+	cfg = train.Config{Model: "mlp", Epochs: 1, Batch: 1, LR: 0.1, Strategy: "zero1", Options: dp.NewDDPOptions()}
+	if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), "*dp.DDPOptions") {
+		t.Errorf("ddp's options for zero1: %v", err)
 	}
 }

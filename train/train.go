@@ -43,20 +43,22 @@ type Config struct {
 	Seed        int64
 	Limit       int // cap on training samples (0: all)
 	Pad         bool
-	BucketMB    float64
-	FirstBucket float64
-	NoOverlap   bool
-	Compress    string // none | fp16 | bf16
-	Debug       bool
-	Strategy    string // a registered strategy (Strategies): ddp, zero1, zero2, zero3, pipeline, ...
-	SyncBN      bool
-	// Pipeline: stages (0: every rank is a stage; fewer: the rest is data
-	// parallel), micro-batches per batch (0: stages) and schedule.
-	Stages       int
-	Microbatches int
-	Schedule     string
-	Balance      string // how stages are chosen: params (default) or time (measured)
-	Save         string
+	// Strategy is a registered strategy (Strategies; DefaultStrategy if
+	// ""), and Options its own options (its Factory's Options: nil means
+	// their defaults; see StrategyFlags for a command line's).
+	Strategy string
+	Options  Options
+	// SyncBN makes the model's batch norms synchronise their statistics
+	// over the ranks (package syncbn) before the strategy is built: a
+	// change to the model that the data-parallel strategies share, not a
+	// strategy (one that cannot take it says so in its Check).
+	SyncBN bool
+	// LocalRanks is how many ranks of the run share this host's cores (0:
+	// unknown), for a strategy whose defaults depend on it (DDP
+	// overlaps its all-reduces with backward only when the ranks leave
+	// cores free).
+	LocalRanks int
+	Save       string
 	// Resume is the checkpoint to go on from; "auto" resumes from Save's
 	// checkpoint if there is one there (the last complete save: saves
 	// commit atomically), and starts afresh otherwise.
@@ -187,14 +189,18 @@ type Summary struct {
 	GradNormP50  float64 `json:"grad_norm_p50,omitempty"`
 	// LR is the learning rate of the run's last step (the schedule's).
 	LR float64 `json:"lr"`
-	// Pipeline holds the pipeline's measurements (-strategy pipeline).
-	Pipeline *PipelineSummary `json:"pipeline,omitempty"`
+	// Pipeline holds the pipeline's measurements (-strategy pipeline:
+	// its Report fills it in).
+	Pipeline Detail `json:"pipeline,omitempty"`
 	// CommBytesPerStep is what this rank sent per training step on the
 	// training Comm (evaluation excluded; SyncBN's own Comm not counted).
 	CommBytesPerStep float64 `json:"comm_bytes_per_step"`
 	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
-	Overlap          bool    `json:"overlap"`
-	Buckets          int     `json:"buckets"`
+	// Overlap says the strategy overlaps its gradient collectives with
+	// backward (true unless its Report says otherwise: DDP's
+	// -no-overlap), and Buckets how many buckets it reduces them in.
+	Overlap bool `json:"overlap"`
+	Buckets int  `json:"buckets"`
 	// SharedMemory: the strategy's flat buffers (DDP's gradients, ZeRO
 	// 1-2's parameters) lie in the Comm's shared memory, so their
 	// collectives are zero-copy (comm.Alloc); SharedMemoryNote is why not
@@ -215,6 +221,13 @@ type Summary struct {
 	StepsRecomputed int64 `json:"steps_recomputed,omitempty"`
 	// ResumedStep is the step this run resumed at (0: it started afresh).
 	ResumedStep int64 `json:"resumed_step,omitempty"`
+}
+
+// A Detail is a strategy's own section of the summary (Summary.Pipeline):
+// a struct, encoded in the JSON line as it is, which says itself in one
+// line of the text output (after the summary's).
+type Detail interface {
+	Text() string
 }
 
 // EpochEvent is printed after every epoch.
@@ -260,7 +273,10 @@ func (c *Config) defaults() {
 		c.Optimizer = "sgd"
 	}
 	if c.Strategy == "" {
-		c.Strategy = "ddp"
+		c.Strategy = DefaultStrategy
+	}
+	if f, ok := lookup(c.Strategy); ok && c.Options == nil && f.Options != nil {
+		c.Options = f.Options()
 	}
 	if c.EvalBatch == 0 {
 		c.EvalBatch = 500
@@ -301,10 +317,6 @@ func (c *Config) Validate() error {
 		return bad("-keep %d: want 1 or more checkpoints", c.Keep)
 	case c.SaveEvery > 0 && c.Save == "":
 		return bad("-save-every %d needs -save (where to save)", c.SaveEvery)
-	case c.BucketMB < 0 || math.IsNaN(c.BucketMB) || math.IsInf(c.BucketMB, 0):
-		return bad("-bucket-mb %v: want a positive number of MiB", c.BucketMB)
-	case c.FirstBucket < 0 || math.IsNaN(c.FirstBucket) || math.IsInf(c.FirstBucket, 0):
-		return bad("-first-bucket-mb %v: want a positive number of MiB", c.FirstBucket)
 	case c.Resume == "auto" && c.Save == "":
 		return bad("-resume auto resumes from the -save checkpoint: set -save")
 	case c.World < 0:
@@ -323,7 +335,7 @@ func (c *Config) Validate() error {
 	if _, _, err := models.Net(c.Model); err != nil {
 		return bad("%v", err)
 	}
-	if err := checkStrategy(c); err != nil {
+	if _, err := checkStrategy(c); err != nil {
 		return err
 	}
 	if c.SyncBN && c.Model != "cnn-bn" {
@@ -405,12 +417,12 @@ func limit(s Samples, n int) Samples {
 }
 
 // CheckData checks, before any worker starts, that cfg's training data
-// is there and, after -limit, gives cfg.World ranks at least one batch
+// is there and, after -limit, gives each of the model's replicas on
+// cfg.World ranks (the strategy's Check says how many) at least one batch
 // (the sampler's rules), so that a launcher can refuse what would make
 // every worker fail. It reads no more than it must: the headers of the
 // Fashion-MNIST files (data.Count), of a text corpus only that it
-// exists. It assumes the data-parallel world is every rank (a pipeline's
-// is smaller, and checked by its workers).
+// exists.
 func CheckData(cfg Config) error {
 	if _, ok := textModel(cfg.Model); ok {
 		path := cfg.DataDir
@@ -435,18 +447,27 @@ func CheckData(cfg Config) error {
 			return err
 		}
 	}
-	world := max(cfg.World, 1)
-	if cfg.Strategy == "pipeline" {
-		return nil
+	world, err := cfg.Replicas()
+	if err != nil {
+		return err
 	}
 	if cfg.Limit > 0 {
 		n = min(n, cfg.Limit)
 	}
-	smp := data.Sampler{N: n, World: world, Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
+	smp := data.Sampler{N: n, World: max(world, 1), Batch: cfg.Batch, Seed: cfg.Seed, Pad: cfg.Pad}
 	if err := smp.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return nil
+}
+
+// Replicas is the number of the model's replicas that train on distinct
+// data (the data-parallel degree) with c.World ranks, as c's strategy
+// says (its Factory's Check); 0 when c.World is 0. It checks the
+// strategy's settings as Validate does.
+func (c Config) Replicas() (int, error) {
+	c.defaults()
+	return checkStrategy(&c)
 }
 
 // evalWindows is how many held-out windows a text evaluation reads.
@@ -985,7 +1006,7 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 		Steps: steps, TrainSamples: trainSet.Len(), SamplesPerSec: rate[0], StepMsP50: median(stepTimes), TrainLoss: lastTrainLoss,
 		EvalLoss: lastEval[0], TestAccuracy: lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
-		Overlap: !cfg.NoOverlap, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds(),
+		Overlap: true, BLAS: models.BLAS, WallSeconds: time.Since(wallStart).Seconds(),
 		ClippedSteps: clipped, GradNormP50: median(norms), LR: lastLR}
 	if s.StepMsP50 > 0 {
 		s.LoopSamplesPerSec = float64(s.GlobalBatch) / (s.StepMsP50 / 1e3)
@@ -1021,9 +1042,8 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 				fmt.Fprintf(cfg.Out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
 					s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
 			}
-			if p := s.Pipeline; p != nil {
-				fmt.Fprintf(cfg.Out, "pipeline: %d stage(s) x %d replica(s), layers %v, %d micro-batches (%s): bubble %.3f, theory (K-1)/(M+K-1) %.3f, with instant messages %.3f (%.3f at mean op times)\n",
-					p.Stages, p.Replicas, p.Boundaries, p.Microbatches, p.Schedule, p.Bubble, p.BubbleTheory, p.ReplayBubble, p.ReplayMeanBubble)
+			if s.Pipeline != nil {
+				fmt.Fprintln(cfg.Out, s.Pipeline.Text())
 			}
 		}
 	}

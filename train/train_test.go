@@ -18,6 +18,8 @@ import (
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/data"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/dp"
+	"github.com/gdist/gdist/train/pp"
 )
 
 func runRanks(t *testing.T, n int, cfg train.Config) ([]*train.Summary, error) {
@@ -160,7 +162,7 @@ func TestBadInput(t *testing.T) {
 		{"pipeline with batch norm", func(c *train.Config) { c.Strategy = "pipeline"; c.Model = "cnn-bn" }, train.ErrConfig, "batch norm"},
 		{"unknown strategy", func(c *train.Config) { c.Strategy = "fsdp" }, train.ErrConfig, "fsdp"},
 		{"unknown optimizer", func(c *train.Config) { c.Optimizer = "lion" }, train.ErrConfig, "lion"},
-		{"unknown compression", func(c *train.Config) { c.Compress = "int4" }, train.ErrConfig, "int4"},
+		{"unknown compression", func(c *train.Config) { o := dp.NewDDPOptions(); o.Compress = "int4"; c.Options = o }, train.ErrConfig, "int4"},
 		{"syncbn without batch norm", func(c *train.Config) { c.SyncBN = true }, train.ErrConfig, "no batch-norm"},
 	}
 	for _, tc := range cases {
@@ -352,7 +354,8 @@ func TestPipelineMatchesOneRank(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
-			c.Strategy, c.Stages, c.Microbatches, c.Schedule, c.Batch = "pipeline", tc.stages, 3, tc.schedule, tc.b
+			c.Strategy, c.Batch = "pipeline", tc.b
+			c.Options = &pp.Options{Stages: tc.stages, Microbatches: 3, Schedule: tc.schedule}
 			got, err := runRanks(t, tc.n, c)
 			if err != nil {
 				t.Fatal(err)
@@ -360,7 +363,7 @@ func TestPipelineMatchesOneRank(t *testing.T) {
 			if d := math.Abs(got[0].EvalLoss - ref[0].EvalLoss); d > 1e-4 {
 				t.Fatalf("eval loss %v, unsplit %v", got[0].EvalLoss, ref[0].EvalLoss)
 			}
-			p := got[0].Pipeline
+			p, _ := got[0].Pipeline.(*pp.Summary)
 			if p == nil || len(p.PerStage) != tc.n || p.Microbatches != 3 || p.BubbleTheory <= 0 || got[0].GlobalBatch != 24 {
 				t.Fatalf("pipeline summary %+v, global batch %d", p, got[0].GlobalBatch)
 			}
@@ -372,7 +375,7 @@ func TestPipelineMatchesOneRank(t *testing.T) {
 		})
 	}
 	bad := cfg
-	bad.Strategy, bad.Stages = "pipeline", 2
+	bad.Strategy, bad.Options = "pipeline", &pp.Options{Stages: 2}
 	if _, err := runRanks(t, 3, bad); !errors.Is(err, train.ErrConfig) {
 		t.Fatalf("2 stages on 3 ranks: %v", err)
 	}

@@ -88,6 +88,7 @@ import (
 	"sync"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/optim"
 	G "gorgonia.org/gorgonia"
@@ -97,8 +98,8 @@ import (
 type Options struct {
 	Stage         int // 1, 2 or 3
 	Optim         optim.Config
-	BucketMB      float64 // stage 2 bucket cap (default 25)
-	FirstBucketMB float64 // stage 2 first bucket cap (default 1)
+	BucketMB      float64 // stage 2 bucket cap (0: ddp.DefaultBucketMB)
+	FirstBucketMB float64 // stage 2 first bucket cap (0: ddp.DefaultFirstBucketMB)
 	// OrdinaryBuffers keeps the flat buffers where the model put them. By
 	// default stages 1 and 2 move the parameter buffer (and stage 1 the
 	// gradient buffer) into the Comm's shared memory (comm.Allocator),
@@ -251,10 +252,10 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 		return nil, err
 	}
 	if opts.BucketMB == 0 {
-		opts.BucketMB = 25
+		opts.BucketMB = ddp.DefaultBucketMB
 	}
 	if opts.FirstBucketMB == 0 {
-		opts.FirstBucketMB = 1
+		opts.FirstBucketMB = ddp.DefaultFirstBucketMB
 	}
 	if !(opts.BucketMB > 0) || !(opts.FirstBucketMB > 0) {
 		return nil, comm.InvalidArgf("zero: bucket sizes must be positive")

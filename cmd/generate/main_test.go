@@ -16,6 +16,7 @@ import (
 	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/train"
+	_ "github.com/gdist/gdist/train/dp" // -strategy ddp, zero3
 )
 
 // trainSave trains cfg on n inproc ranks and saves to cfg.Save.

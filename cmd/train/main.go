@@ -54,6 +54,15 @@
 // are left to OpenBLAS; -blas-threads N overrides all. The summary's
 // blas_threads and blas_threads_from say what was used.
 //
+// Each -strategy is a package that registers itself with package train
+// (train/dp: ddp, zero1, zero2, zero3; train/pp: pipeline), imported here
+// for that, one line apiece; train.AddStrategyFlags gives the command
+// line every registered strategy's own flags (-bucket-mb, -no-overlap,
+// -stages, ...), and the run's strategy takes those given (a flag of
+// another strategy, given a value, is refused). A new strategy is its
+// package plus one import line below (train/example_strategy_test.go
+// shows one, with a flag).
+//
 // On one host the strategies keep their flat buffers in the job's shared
 // memory (zero-copy collectives, see comm.Alloc): the summary's
 // shared_memory says whether they did, and shared_memory_note why not
@@ -86,6 +95,8 @@ import (
 	"github.com/gdist/gdist/launch"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/train"
+	_ "github.com/gdist/gdist/train/dp" // -strategy ddp, zero1, zero2, zero3
+	_ "github.com/gdist/gdist/train/pp" // -strategy pipeline
 )
 
 type options struct {
@@ -103,7 +114,6 @@ type options struct {
 	peerTimeout time.Duration
 	blasThreads int
 	bind        bool // launcher: bind each rank to CPUs of its own
-	overlapSet  bool // -no-overlap given (either way): no default overlap choice
 	cpuProfile  string
 	gpt         gptFlags
 }
@@ -136,16 +146,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&c.Seed, "seed", 1, "seed for the initial parameters and the data order")
 	fs.IntVar(&c.Limit, "limit", 0, "use only the first N training samples (0: all)")
 	fs.BoolVar(&c.Pad, "pad", false, "pad the last incomplete global batch (default: drop it)")
-	fs.Float64Var(&c.BucketMB, "bucket-mb", 25, "DDP bucket cap in MiB")
-	fs.Float64Var(&c.FirstBucket, "first-bucket-mb", 1, "DDP first bucket cap in MiB")
-	fs.BoolVar(&c.NoOverlap, "no-overlap", false, "start gradient all-reduces only after backward (default: so when this host runs at least as many ranks as it has cores, where communicating during backward takes cores from the ranks' compute; -no-overlap=false overlaps anyway)")
-	fs.StringVar(&c.Compress, "compress", "none", "gradient compression: none, fp16, bf16")
-	fs.BoolVar(&c.Debug, "debug", false, "check after every step that all ranks hold identical parameters")
-	fs.StringVar(&c.Strategy, "strategy", "ddp", "parallelism strategy: "+strategyHelp())
-	fs.IntVar(&c.Stages, "stages", 0, "pipeline stages (default -nproc; with fewer, the rest is data parallel)")
-	fs.IntVar(&c.Microbatches, "microbatches", 0, "pipeline micro-batches per batch (default: the number of stages)")
-	fs.StringVar(&c.Schedule, "schedule", "1f1b", "pipeline schedule: gpipe or 1f1b")
-	fs.StringVar(&c.Balance, "balance", "params", "how pipeline stages are chosen: params (equal parameter counts) or time (every rank times the layers and candidate stages on a micro-batch; equal compute)")
+	fs.StringVar(&c.Strategy, "strategy", train.DefaultStrategy, "parallelism strategy: "+strategyHelp())
+	strategyFlags := train.AddStrategyFlags(fs) // each strategy's own: -bucket-mb, -stages, ...
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
@@ -177,21 +179,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	o.overlapSet = set["no-overlap"]
 	if err := o.gpt.apply(set, c); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var zeroBucket error
-	fs.Visit(func(f *flag.Flag) {
-		if (f.Name == "bucket-mb" || f.Name == "first-bucket-mb") && f.Value.String() == "0" {
-			zeroBucket = fmt.Errorf("-%s 0: want a positive number of MiB (-bucket-mb is 25 by default, -first-bucket-mb 1)", f.Name)
-		}
-	})
-	if zeroBucket != nil {
-		return o, zeroBucket
+	var err error
+	if c.Options, err = strategyFlags.Options(c.Strategy); err != nil {
+		return o, err
 	}
 	if o.nproc < 1 || o.nproc > maxNProc {
 		return o, fmt.Errorf("-nproc %d: want 1 to %d", o.nproc, maxNProc)
@@ -397,7 +393,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if o.backend == "inproc" {
 		// One process, one OpenBLAS, o.nproc ranks sharing the cores.
 		cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, o.nproc)
-		cfg.NoOverlap = noOverlap(cfg, o.overlapSet, o.nproc, runtime.NumCPU())
+		cfg.LocalRanks = o.nproc
 		// One copy of the data for every rank.
 		tr, te, err := train.LoadData(cfg)
 		if err != nil {
@@ -464,7 +460,7 @@ func start(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		local = env.LocalSize
 	}
 	cfg.BLASThreadsFrom = setBLASThreads(o.blasThreads, local)
-	cfg.NoOverlap = noOverlap(cfg, o.overlapSet, local, runtime.NumCPU())
+	cfg.LocalRanks = local
 	setJobID(cfg)
 	c, closeComm, err := rendezvous.InitComm(ctx, o.backend, comm.Options{PeerTimeout: o.peerTimeout})
 	if err != nil {
@@ -533,39 +529,41 @@ func setBLASThreads(flag, local int) (from string) {
 	return from
 }
 
-// noOverlap is -no-overlap's value for a DDP rank, one of local ranks on
-// a host with cores cores: the flag's, if given; else true when the ranks
-// fill the cores. Overlapping gradient all-reduces with backward pays
-// where communication has resources of its own; with a rank on every core
-// the reduction and its waiting run on the cores the ranks compute on,
-// and cost more than they hide (cnn, 2 ranks on 2 cores: steps about 1.3x
-// longer with overlap). Other strategies have no overlap switch.
-func noOverlap(cfg train.Config, set bool, local, cores int) bool {
-	if set || cfg.Strategy != "ddp" {
-		return cfg.NoOverlap
-	}
-	return local >= max(cores, 1)
-}
-
-// keepGlobalBatch adapts cfg.Batch, the batch per rank of a job launched
-// on target ranks, to a generation running on world ranks (a shrunk or
-// regrown job, -min-nproc), so that the global batch, and with it the
-// samples of every step, stays the same. It says what it did, or "".
+// keepGlobalBatch adapts cfg.Batch, the batch per replica of the model
+// of a job launched on target ranks, to a generation running on world
+// ranks (a shrunk or regrown job, -min-nproc), so that the global batch,
+// and with it the samples of every step, stays the same: the replicas
+// (every rank for DDP and ZeRO, every -stages ranks for a pipeline) are
+// what the strategy's Check says. It says what it did, or "".
 func keepGlobalBatch(cfg *train.Config, target, world int) string {
 	if target <= 0 || target == world {
 		return ""
 	}
-	global := cfg.Batch * target
-	if cfg.Strategy == "pipeline" {
-		return fmt.Sprintf("running on %d of %d ranks: the pipeline's batch per replica stays %d", world, target, cfg.Batch)
+	from, to := *cfg, *cfg
+	from.World, to.World = target, world
+	was, err := from.Replicas()
+	if err != nil {
+		return ""
 	}
-	if global%world != 0 {
-		cfg.Batch = (global + world - 1) / world
-		return fmt.Sprintf("running on %d of %d ranks: the global batch %d does not split over %d ranks; batch %d per rank (global %d)",
-			world, target, global, world, cfg.Batch, cfg.Batch*world)
+	now, err := to.Replicas()
+	if err != nil {
+		return "" // the run says why
 	}
-	cfg.Batch = global / world
-	return fmt.Sprintf("running on %d of %d ranks: batch %d per rank keeps the global batch %d", world, target, cfg.Batch, global)
+	per, over := "rank", fmt.Sprintf("%d ranks", world)
+	if was != target || now != world {
+		per, over = "replica", fmt.Sprintf("%d replicas", now)
+	}
+	global := cfg.Batch * was
+	switch {
+	case was == now:
+		return fmt.Sprintf("running on %d of %d ranks: %d replica(s) either way: the batch per replica stays %d", world, target, now, cfg.Batch)
+	case global%now != 0:
+		cfg.Batch = (global + now - 1) / now
+		return fmt.Sprintf("running on %d of %d ranks: the global batch %d does not split over %s; batch %d per %s (global %d)",
+			world, target, global, over, cfg.Batch, per, cfg.Batch*now)
+	}
+	cfg.Batch = global / now
+	return fmt.Sprintf("running on %d of %d ranks: batch %d per %s keeps the global batch %d", world, target, cfg.Batch, per, global)
 }
 
 // rankError is a worker's error, naming its rank once: "rank 1: epoch 1

@@ -216,32 +216,3 @@ func TestCPUProfile(t *testing.T) {
 		}
 	}
 }
-
-// TestNoOverlapDefault: DDP overlaps communication with backward unless
-// the ranks fill the host's cores; -no-overlap either way wins; other
-// strategies keep the flag as given.
-func TestNoOverlapDefault(t *testing.T) {
-	ddp := train.Config{Strategy: "ddp"}
-	off := train.Config{Strategy: "ddp", NoOverlap: true}
-	zero := train.Config{Strategy: "zero2"}
-	for _, c := range []struct {
-		name         string
-		cfg          train.Config
-		set          bool
-		local, cores int
-		want         bool
-	}{
-		{"2 ranks on 2 cores", ddp, false, 2, 2, true},
-		{"4 ranks on 2 cores", ddp, false, 4, 2, true},
-		{"1 rank on 2 cores", ddp, false, 1, 2, false},
-		{"2 ranks on 16 cores", ddp, false, 2, 16, false},
-		{"1 rank on 1 core", ddp, false, 1, 1, true},
-		{"-no-overlap=false", ddp, true, 2, 2, false},
-		{"-no-overlap", off, true, 1, 16, true},
-		{"zero2", zero, false, 2, 2, false},
-	} {
-		if got := noOverlap(c.cfg, c.set, c.local, c.cores); got != c.want {
-			t.Errorf("%s: noOverlap = %v, want %v", c.name, got, c.want)
-		}
-	}
-}

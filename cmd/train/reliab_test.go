@@ -50,7 +50,15 @@ func TestLauncherValidates(t *testing.T) {
 		{[]string{"-bucket-mb", "NaN"}, "-bucket-mb"},
 		{[]string{"-first-bucket-mb", "-2"}, "-first-bucket-mb"},
 		{[]string{"-strategy", "pipeline", "-stages", "5"}, "-stages 5"},
-		{[]string{"-stages", "2"}, "-stages and -microbatches apply to -strategy pipeline only"},
+		{[]string{"-stages", "2", "-microbatches", "2"}, "-microbatches and -stages apply to -strategy pipeline only (this run: ddp)"},
+		// A flag of another strategy, given a value, is refused (once
+		// -schedule and -bucket-mb were ignored, silently).
+		{[]string{"-stages", "2"}, "-stages applies to -strategy pipeline only (this run: ddp)"},
+		{[]string{"-schedule", "gpipe"}, "-schedule applies to -strategy pipeline only (this run: ddp)"},
+		{[]string{"-strategy", "pipeline", "-bucket-mb", "5"}, "-bucket-mb applies to -strategy ddp, zero1, zero2 or zero3 only (this run: pipeline)"},
+		{[]string{"-strategy", "zero2", "-compress", "fp16", "-debug"}, "-compress and -debug apply to -strategy ddp only (this run: zero2)"},
+		// The pipeline's replicas (one here) each need a batch too.
+		{[]string{"-strategy", "pipeline", "-limit", "32"}, "larger than the 32 samples"},
 		{[]string{"-bucket-mb", "0"}, "-bucket-mb 0"},
 		{[]string{"-limit", "64"}, "larger than the 64 samples"},
 		{[]string{"-save", filepath.Join(dir, "missing", "ck")}, filepath.Join(dir, "missing")},

@@ -1,7 +1,8 @@
-package train
+package pp
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
+	"github.com/gdist/gdist/train"
 )
 
 // Pipeline parallelism (package pipeline), combinable with data
@@ -19,45 +21,74 @@ import (
 // optimizer first, so they resume with any strategy and split.
 
 func init() {
-	Register("pipeline", Factory{
-		New:   newPipeline,
-		Check: checkPipeline,
-		Doc:   "pipeline parallel: -stages, -microbatches, -schedule, -balance",
+	train.Register("pipeline", train.Factory{
+		Doc:     "pipeline parallel: -stages, -microbatches, -schedule, -balance",
+		Options: func() train.Options { return NewOptions() },
+		Check:   check,
+		New:     newPipeline,
 	})
 }
 
-func checkPipeline(c *Config) error {
-	if c.Model == "cnn-bn" || c.SyncBN {
-		return fmt.Errorf("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")
-	}
-	if ddpFlagsSet(c) {
-		return errDDPOnly
-	}
-	if c.Schedule == "" {
-		c.Schedule = "1f1b"
-	}
-	if c.Schedule != "gpipe" && c.Schedule != "1f1b" {
-		return fmt.Errorf("-schedule %q: want gpipe or 1f1b", c.Schedule)
-	}
-	if c.Balance == "" {
-		c.Balance = pipeline.ByParams
-	}
-	if c.Balance != pipeline.ByParams && c.Balance != pipeline.ByTime {
-		return fmt.Errorf("-balance %q: want params or time", c.Balance)
-	}
-	if c.Stages < 0 || c.Microbatches < 0 {
-		return fmt.Errorf("-stages and -microbatches must not be negative")
-	}
-	if k := c.Stages; c.World > 0 && k > 0 && (k > c.World || c.World%k != 0) {
-		return fmt.Errorf("-stages %d does not divide the %d ranks", k, c.World)
-	}
-	if c.Microbatches > c.Batch {
-		return fmt.Errorf("-microbatches %d is more than the batch of %d", c.Microbatches, c.Batch)
-	}
-	return nil
+// Options are -strategy pipeline's options. The zero value is the
+// defaults.
+type Options struct {
+	// Stages is the number of pipeline stages (0: every rank is a stage;
+	// fewer: the rest is data parallel, Stages ranks per replica).
+	Stages int
+	// Microbatches is the number of micro-batches per batch (0: Stages).
+	Microbatches int
+	// Schedule is gpipe or 1f1b ("": 1f1b), Balance how the stages are
+	// chosen: params (equal parameter counts; "" too) or time (measured).
+	Schedule string
+	Balance  string
 }
 
-var _ Strategy = (*pipelineStrategy)(nil)
+// NewOptions returns the pipeline's defaults, spelt out (Factory.Options).
+func NewOptions() *Options { return &Options{Schedule: "1f1b", Balance: pipeline.ByParams} }
+
+// AddFlags defines -stages, -microbatches, -schedule and -balance.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Stages, "stages", o.Stages, "pipeline stages (default -nproc; with fewer, the rest is data parallel)")
+	fs.IntVar(&o.Microbatches, "microbatches", o.Microbatches, "pipeline micro-batches per batch (default: the number of stages)")
+	fs.StringVar(&o.Schedule, "schedule", o.Schedule, "pipeline schedule: gpipe or 1f1b")
+	fs.StringVar(&o.Balance, "balance", o.Balance, "how pipeline stages are chosen: params (equal parameter counts) or time (every rank times the layers and candidate stages on a micro-batch; equal compute)")
+}
+
+// check validates the options (filling in the defaults) and returns the
+// number of replicas: cfg.World / Stages.
+func check(c *train.Config) (int, error) {
+	o := c.Options.(*Options)
+	if c.Model == "cnn-bn" || c.SyncBN {
+		return 0, fmt.Errorf("-strategy pipeline does not support batch norm (micro-batch statistics differ from the batch's); use mlp or cnn")
+	}
+	if o.Schedule == "" {
+		o.Schedule = "1f1b"
+	}
+	if o.Schedule != "gpipe" && o.Schedule != "1f1b" {
+		return 0, fmt.Errorf("-schedule %q: want gpipe or 1f1b", o.Schedule)
+	}
+	if o.Balance == "" {
+		o.Balance = pipeline.ByParams
+	}
+	if o.Balance != pipeline.ByParams && o.Balance != pipeline.ByTime {
+		return 0, fmt.Errorf("-balance %q: want params or time", o.Balance)
+	}
+	if o.Stages < 0 || o.Microbatches < 0 {
+		return 0, fmt.Errorf("-stages and -microbatches must not be negative")
+	}
+	if k := o.Stages; c.World > 0 && k > 0 && (k > c.World || c.World%k != 0) {
+		return 0, fmt.Errorf("-stages %d does not divide the %d ranks", k, c.World)
+	}
+	if o.Microbatches > c.Batch {
+		return 0, fmt.Errorf("-microbatches %d is more than the batch of %d", o.Microbatches, c.Batch)
+	}
+	if o.Stages == 0 {
+		return min(c.World, 1), nil
+	}
+	return c.World / o.Stages, nil
+}
+
+var _ train.Strategy = (*pipelineStrategy)(nil)
 
 // pipelineStrategy runs K pipeline stages times D data-parallel replicas
 // on K*D ranks. World rank r is stage r%K of replica r/K: each replica's K
@@ -65,24 +96,26 @@ var _ Strategy = (*pipelineStrategy)(nil)
 // Comm that averages the stage's gradients (one all-reduce of the stage's
 // contiguous gradient range) at the end of Step.
 type pipelineStrategy struct {
-	snaps  snapBufs // save snapshots' buffers, reused
+	snaps  train.SnapshotBuffers // save snapshots' buffers, reused
 	c      comm.Comm
 	p      *pipeline.Pipeline
 	m      *models.Model
 	opt    optim.Optimizer
-	cfg    Config
+	cfg    train.Config
+	o      *Options
 	pc, dp comm.Comm
 	k, d   int
 }
 
-func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
+func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 	c, m, cfg := s.Comm, s.Model, s.Config
-	k := cfg.Stages
+	o := cfg.Options.(*Options)
+	k := o.Stages
 	if k == 0 {
 		k = c.Size()
 	}
 	if k > c.Size() || c.Size()%k != 0 {
-		return nil, fmt.Errorf("%w: -stages %d does not divide the %d ranks", ErrConfig, k, c.Size())
+		return nil, fmt.Errorf("%w: -stages %d does not divide the %d ranks", train.ErrConfig, k, c.Size())
 	}
 	d := c.Size() / k
 	r := c.Rank()
@@ -99,24 +132,24 @@ func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
 		pc.Close()
 		return nil, err
 	}
-	fail := func(err error) (Strategy, error) {
+	fail := func(err error) (train.Strategy, error) {
 		pc.Close()
 		dp.Close()
 		return nil, err
 	}
 	// Every replica must split the model alike: choose over the world.
-	micro := cfg.Microbatches
+	micro := o.Microbatches
 	if micro == 0 {
 		micro = k
 	}
 	micro = min(max(micro, 1), cfg.Batch)
-	bounds, err := pipeline.Split(ctx, c, m, k, cfg.Balance, (cfg.Batch+micro-1)/micro)
+	bounds, err := pipeline.Split(ctx, c, m, k, o.Balance, (cfg.Batch+micro-1)/micro)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
+		return fail(fmt.Errorf("%w: %v", train.ErrConfig, err))
 	}
-	p, err := pipeline.New(ctx, pc, m, pipeline.Config{Boundaries: bounds, Micro: cfg.Microbatches, Schedule: cfg.Schedule}, cfg.Batch)
+	p, err := pipeline.New(ctx, pc, m, pipeline.Config{Boundaries: bounds, Micro: o.Microbatches, Schedule: o.Schedule}, cfg.Batch)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrConfig, err))
+		return fail(fmt.Errorf("%w: %v", train.ErrConfig, err))
 	}
 	_, n := p.Range()
 	opt, err := optim.New(cfg.OptimConfig(), n)
@@ -124,7 +157,7 @@ func newPipeline(ctx context.Context, s Setup) (Strategy, error) {
 		p.Close()
 		return fail(err)
 	}
-	return &pipelineStrategy{c: c, p: p, m: m, opt: opt, cfg: cfg, pc: pc, dp: dp, k: k, d: d}, nil
+	return &pipelineStrategy{c: c, p: p, m: m, opt: opt, cfg: cfg, o: o, pc: pc, dp: dp, k: k, d: d}, nil
 }
 
 // DataRank: the K ranks of one pipeline share each batch.
@@ -159,6 +192,15 @@ func (s *pipelineStrategy) Update(ctx context.Context) error {
 	s.p.Update(s.opt)
 	return nil
 }
+
+// ClipGrads: the norm is over the stages of this rank's pipeline (each
+// holds its range, averaged over the replicas in Step), so that no
+// replica's copy is counted twice.
+func (s *pipelineStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	return train.ClipGradNorm(ctx, s.pc, s.p.Grads(), max)
+}
+
+func (s *pipelineStrategy) SetLR(lr float64) { s.opt.SetLR(lr) }
 
 // gatherParams gives every rank the whole model (each stage's range from
 // its rank in the pipeline), for evaluation and checkpoints.
@@ -216,17 +258,17 @@ func (s *pipelineStrategy) fullState(ctx context.Context) (optim.Optimizer, erro
 
 // Save gathers the stages into the whole model and a full-size optimizer
 // and saves them as DDP does.
-func (s *pipelineStrategy) Save(ctx context.Context, path string, pos Position, meta map[string]string) error {
+func (s *pipelineStrategy) Save(ctx context.Context, path string, pos train.Position, meta map[string]string) error {
 	full, err := s.fullState(ctx)
 	if err != nil {
 		return err
 	}
-	return saveFull(ctx, s.c, path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())))
+	return train.SaveFull(ctx, s.c, path, s.m, full, pos, train.WithMeta(meta, "world_size", strconv.Itoa(s.c.Size())))
 }
 
 // SnapshotSave gathers the stages (a collective) and lets rank 0 write
 // them in the background.
-func (s *pipelineStrategy) SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error) {
+func (s *pipelineStrategy) SnapshotSave(ctx context.Context, path string, pos train.Position, meta map[string]string) ([]func() error, error) {
 	full, err := s.fullState(ctx)
 	if err != nil {
 		return nil, err
@@ -234,19 +276,19 @@ func (s *pipelineStrategy) SnapshotSave(ctx context.Context, path string, pos Po
 	if s.c.Rank() != 0 {
 		return []func() error{nil}, nil
 	}
-	return []func() error{snapshotFull(path, s.m, full, pos, withMeta(meta, "world_size", strconv.Itoa(s.c.Size())), &s.snaps)}, nil
+	return []func() error{train.SnapshotFull(path, s.m, full, pos, train.WithMeta(meta, "world_size", strconv.Itoa(s.c.Size())), &s.snaps)}, nil
 }
 
 // Load reads the whole model (every rank holds it) and a full-size
 // optimizer, of which the stage keeps its range.
-func (s *pipelineStrategy) Load(_ context.Context, path string) (Position, error) {
+func (s *pipelineStrategy) Load(_ context.Context, path string) (train.Position, error) {
 	full, err := optim.New(s.cfg.OptimConfig(), s.m.NumParams())
 	if err != nil {
-		return Position{}, err
+		return train.Position{}, err
 	}
-	pos, _, err := LoadCheckpoint(path, s.m, full)
+	pos, _, err := train.LoadCheckpoint(path, s.m, full)
 	if err != nil {
-		return Position{}, err
+		return train.Position{}, err
 	}
 	fst, step := full.State()
 	mine, _ := s.opt.State()
@@ -258,24 +300,24 @@ func (s *pipelineStrategy) Load(_ context.Context, path string) (Position, error
 	return pos, nil
 }
 
-// nonFinite: this stage's parameters and optimizer state (the save
+// NonFinite: this stage's parameters and optimizer state (the save
 // gathers every stage's).
-func (s *pipelineStrategy) nonFinite() string {
+func (s *pipelineStrategy) NonFinite() string {
 	off, _ := s.p.Range()
-	if w := paramsNonFinite(s.m, s.p.Params(), off); w != "" {
+	if w := train.ParamsNonFinite(s.m, s.p.Params(), off); w != "" {
 		return w
 	}
-	return optimNonFinite(s.opt)
+	return train.OptimizerNonFinite(s.opt)
 }
 
-func (s *pipelineStrategy) Memory() (MemoryBytes, int64) {
+func (s *pipelineStrategy) Memory() (train.MemoryBytes, int64) {
 	// Every rank allocates the whole model's buffers; only its stage's
 	// range is trained.
-	return MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: optimBytes(s.opt)}, s.p.Stats().PeakHeldBytes
+	return train.MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: train.OptimizerBytes(s.opt)}, s.p.Stats().PeakHeldBytes
 }
 
-func (s *pipelineStrategy) Report(ctx context.Context, sum *Summary) error {
-	ps, err := s.summary(ctx, s.c, s.cfg)
+func (s *pipelineStrategy) Report(ctx context.Context, sum *train.Summary) error {
+	ps, err := s.summary(ctx, s.c)
 	if err != nil {
 		return err
 	}
@@ -306,8 +348,9 @@ type StageStats struct {
 	OpTimes [][]time.Duration `json:"-"`
 }
 
-// PipelineSummary is the pipeline part of the summary.
-type PipelineSummary struct {
+// Summary is the pipeline part of the run's summary
+// (train.Summary.Pipeline).
+type Summary struct {
 	Stages       int     `json:"stages"`
 	Replicas     int     `json:"replicas"`
 	Microbatches int     `json:"microbatches"`
@@ -327,7 +370,13 @@ type PipelineSummary struct {
 	PerStage         []StageStats `json:"per_stage"`
 }
 
-func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm, cfg Config) (*PipelineSummary, error) {
+// Text is the summary's line in the text output.
+func (p *Summary) Text() string {
+	return fmt.Sprintf("pipeline: %d stage(s) x %d replica(s), layers %v, %d micro-batches (%s): bubble %.3f, theory (K-1)/(M+K-1) %.3f, with instant messages %.3f (%.3f at mean op times)",
+		p.Stages, p.Replicas, p.Boundaries, p.Microbatches, p.Schedule, p.Bubble, p.BubbleTheory, p.ReplayBubble, p.ReplayMeanBubble)
+}
+
+func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm) (*Summary, error) {
 	st := s.p.Stats()
 	mine := StageStats{Rank: c.Rank(), Stage: s.p.Stage(), Replica: c.Rank() / s.k,
 		BusyMs: st.Busy.Seconds() * 1e3, IdleMs: st.Idle.Seconds() * 1e3, PeakHeld: st.PeakHeld, PeakHeldBytes: st.PeakHeldBytes,
@@ -340,7 +389,7 @@ func (s *pipelineStrategy) summary(ctx context.Context, c comm.Comm, cfg Config)
 		return nil, err
 	}
 	m := len(s.p.MicroBatches())
-	ps := &PipelineSummary{Stages: s.k, Replicas: s.d, Microbatches: m, Schedule: cfg.Schedule, Balance: cfg.Balance, Boundaries: s.p.Boundaries(),
+	ps := &Summary{Stages: s.k, Replicas: s.d, Microbatches: m, Schedule: s.o.Schedule, Balance: s.o.Balance, Boundaries: s.p.Boundaries(),
 		BubbleTheory: float64(s.k-1) / float64(m+s.k-1), PerStage: all}
 	for _, x := range all {
 		ps.Bubble += x.Bubble / float64(len(all))

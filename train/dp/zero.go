@@ -1,21 +1,23 @@
-package train
+package dp
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/zero"
 )
 
 // ZeRO stages 1, 2 and 3 (package zero): the optimizer state, then also
 // the gradients, then also the parameters, sharded over the ranks.
 // Checkpoints are sharded: every rank writes its shard file and rank 0
-// the whole model beside them (SaveZero).
+// the whole model beside them (train.SaveZero).
 
 func init() {
 	for stage, doc := range []string{
@@ -26,25 +28,37 @@ func init() {
 		if stage == 0 {
 			continue
 		}
-		Register(fmt.Sprintf("zero%d", stage), Factory{
-			New:   func(ctx context.Context, s Setup) (Strategy, error) { return newZero(ctx, s, stage) },
-			Check: checkZero,
-			Doc:   doc,
+		train.Register(fmt.Sprintf("zero%d", stage), train.Factory{
+			Doc:     doc,
+			Options: func() train.Options { return NewZeroOptions() },
+			Check:   checkZero,
+			New:     func(ctx context.Context, s train.Setup) (train.Strategy, error) { return newZero(ctx, s, stage) },
+			// The shard files hold the parameters beside the model file.
+			CheckpointCopies: 1,
 		})
 	}
 }
 
-func checkZero(cfg *Config) error {
-	if ddpFlagsSet(cfg) {
-		return errDDPOnly
-	}
-	return nil
+// ZeroOptions are the options of -strategy zero1, zero2 and zero3: DDP's
+// bucket caps (stage 2 reduces its gradients in buckets).
+type ZeroOptions struct {
+	Buckets
 }
 
-var _ Strategy = (*zeroStrategy)(nil)
+// NewZeroOptions returns ZeRO's defaults (Factory.Options).
+func NewZeroOptions() *ZeroOptions { return &ZeroOptions{Buckets: DefaultBuckets} }
+
+// AddFlags defines -bucket-mb and -first-bucket-mb.
+func (o *ZeroOptions) AddFlags(fs *flag.FlagSet) { o.Buckets.AddFlags(fs) }
+
+func checkZero(cfg *train.Config) (int, error) {
+	return cfg.World, cfg.Options.(*ZeroOptions).check()
+}
+
+var _ train.Strategy = (*zeroStrategy)(nil)
 
 type zeroStrategy struct {
-	snaps snapBufs // save snapshots' buffers, reused
+	snaps train.SnapshotBuffers // save snapshots' buffers, reused
 	name  string
 	c     comm.Comm
 	m     *models.Model
@@ -53,10 +67,11 @@ type zeroStrategy struct {
 	opt   optim.Config
 }
 
-func newZero(ctx context.Context, s Setup, stage int) (Strategy, error) {
+func newZero(ctx context.Context, s train.Setup, stage int) (train.Strategy, error) {
 	cfg := s.Config
+	o := cfg.Options.(*ZeroOptions)
 	e, err := zero.New(ctx, s.Comm, s.Model, zero.Options{Stage: stage, Optim: cfg.OptimConfig(),
-		BucketMB: cfg.BucketMB, FirstBucketMB: cfg.FirstBucket})
+		BucketMB: o.MB, FirstBucketMB: o.FirstMB})
 	if err != nil {
 		return nil, err
 	}
@@ -81,23 +96,30 @@ func (s *zeroStrategy) Step(ctx context.Context, x []float32, y []int32) (float3
 
 func (s *zeroStrategy) Update(ctx context.Context) error { return s.e.Step(ctx) }
 
-func (s *zeroStrategy) Eval(ctx context.Context, eval func() error) error { return s.e.Eval(ctx, eval) }
-
-func (s *zeroStrategy) Save(ctx context.Context, path string, pos Position, meta map[string]string) error {
-	return SaveZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name))
+// ClipGrads: the norm is over every rank's gradient shard.
+func (s *zeroStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	return train.ClipGradNorm(ctx, s.c, s.e.Grads(), max)
 }
 
-func (s *zeroStrategy) SnapshotSave(ctx context.Context, path string, pos Position, meta map[string]string) ([]func() error, error) {
-	return snapshotZero(ctx, s.c, path, s.m, s.e, pos, withMeta(meta, "strategy", s.name), &s.snaps)
+func (s *zeroStrategy) SetLR(lr float64) { s.e.Optimizer().SetLR(lr) }
+
+func (s *zeroStrategy) Eval(ctx context.Context, eval func() error) error { return s.e.Eval(ctx, eval) }
+
+func (s *zeroStrategy) Save(ctx context.Context, path string, pos train.Position, meta map[string]string) error {
+	return train.SaveZero(ctx, s.c, path, s.m, s.e, pos, train.WithMeta(meta, "strategy", s.name))
+}
+
+func (s *zeroStrategy) SnapshotSave(ctx context.Context, path string, pos train.Position, meta map[string]string) ([]func() error, error) {
+	return train.SnapshotZero(ctx, s.c, path, s.m, s.e, pos, train.WithMeta(meta, "strategy", s.name), &s.snaps)
 }
 
 // Load reads the checkpoint into the model (stage 3, whose model holds no
 // parameters: into a full-size copy, of which the engine takes its
 // shards) and a full-size optimizer, of which the engine takes its shard.
-func (s *zeroStrategy) Load(_ context.Context, path string) (Position, error) {
+func (s *zeroStrategy) Load(_ context.Context, path string) (train.Position, error) {
 	full, err := optim.New(s.opt, s.m.NumParams())
 	if err != nil {
-		return Position{}, err
+		return train.Position{}, err
 	}
 	into := s.m
 	if s.m.Store != nil {
@@ -105,40 +127,40 @@ func (s *zeroStrategy) Load(_ context.Context, path string) (Position, error) {
 		cp.Flat = &flat.Params{Value: make([]float32, s.m.NumParams()), Spans: s.m.Flat.Spans}
 		into = &cp
 	}
-	pos, _, err := LoadCheckpoint(path, into, full)
+	pos, _, err := train.LoadCheckpoint(path, into, full)
 	if err != nil {
-		return Position{}, err
+		return train.Position{}, err
 	}
 	if into != s.m {
 		if err := s.e.LoadParams(into.Flat.Value); err != nil {
-			return Position{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+			return train.Position{}, fmt.Errorf("%w: %w", train.ErrCheckpoint, err)
 		}
 	}
 	st, t := full.State()
 	if err := s.e.LoadOptimizerState(st, t); err != nil {
-		return Position{}, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		return train.Position{}, fmt.Errorf("%w: %w", train.ErrCheckpoint, err)
 	}
 	return pos, nil
 }
 
-// nonFinite: this rank's shard of the optimizer state and, with stages 1
+// NonFinite: this rank's shard of the optimizer state and, with stages 1
 // and 2, the parameters every rank holds whole (stage 3's are checked
 // where rank 0 gathers them for the model file).
-func (s *zeroStrategy) nonFinite() string {
+func (s *zeroStrategy) NonFinite() string {
 	if s.m.Store == nil {
-		if w := paramsNonFinite(s.m, s.m.Flat.Value[:min(len(s.m.Flat.Value), s.m.NumParams())], 0); w != "" {
+		if w := train.ParamsNonFinite(s.m, s.m.Flat.Value[:min(len(s.m.Flat.Value), s.m.NumParams())], 0); w != "" {
 			return w
 		}
 	}
-	return optimNonFinite(s.e.Optimizer())
+	return train.OptimizerNonFinite(s.e.Optimizer())
 }
 
-func (s *zeroStrategy) Memory() (MemoryBytes, int64) {
+func (s *zeroStrategy) Memory() (train.MemoryBytes, int64) {
 	m := s.e.Memory()
-	return MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient
+	return train.MemoryBytes{Params: m.Params, Grads: m.Grads, Optimizer: m.Optimizer}, m.PeakTransient
 }
 
-func (s *zeroStrategy) Report(_ context.Context, sum *Summary) error {
+func (s *zeroStrategy) Report(_ context.Context, sum *train.Summary) error {
 	sum.SharedMemory = s.e.SharedBuffers()
 	if err := s.e.SharedBuffersErr(); err != nil {
 		sum.SharedMemoryNote = err.Error()
