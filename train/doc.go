@@ -68,6 +68,22 @@
 // interface. -eval-every adds evaluations ("eval" events) between the
 // epochs' ends.
 //
+// # The run (run.go, report.go)
+//
+// Run is four phases over the run they share: set-up (validate, load the
+// data, build the model, compare the ranks' settings, lock -save,
+// convert -syncbn, build the strategy), resume (the checkpoint into the
+// strategy; the sampler of this rank's replica, the evaluation graph, the
+// saver, rank 0's progress file for restarts, and a stepper: the batches,
+// the learning-rate schedule and clipping around Step and Update), the
+// loop (epochs of steps, every step agreed on by every rank: a finite
+// loss, a stop asked for, the saves under way; evaluations; saves) and
+// the finish (the last evaluation and save, the summary gathered over
+// the ranks). What rank 0 shows goes through a Reporter (step, eval,
+// epoch, summary): text lines, or JSON lines with Config.JSON, on
+// Config.Out and the progress bar on Config.Progress, unless
+// Config.Reporter is another.
+//
 // # Checkpoints
 //
 // Every strategy saves and loads its own checkpoints (Strategy.Save and
