@@ -14,6 +14,7 @@ import (
 
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/pp"
 )
 
 // stepSleepEnv, set to a duration, makes every step of a test's train
@@ -213,6 +214,35 @@ func TestCPUProfile(t *testing.T) {
 			t.Error(err)
 		} else if st.Size() == 0 {
 			t.Errorf("%s: empty", f)
+		}
+	}
+}
+
+// TestKeepGlobalBatch: a generation on fewer (or more) ranks than the job
+// was launched on keeps the global batch over the model's replicas, as
+// the strategy counts them: every rank for DDP, every -stages ranks for a
+// pipeline (whose batch per replica once stayed whatever -stages, so a
+// pipeline with data-parallel replicas lost half its global batch on half
+// its ranks), and a replica of all ranks stays one.
+func TestKeepGlobalBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		strategy      string
+		opts          train.Options
+		batch, target int
+		world, want   int
+		msg           string
+	}{
+		{"ddp 4 to 2", "ddp", nil, 16, 4, 2, 32, "batch 32 per rank keeps the global batch 64"},
+		{"ddp 4 to 3", "ddp", nil, 16, 4, 3, 22, "the global batch 64 does not split over 3 ranks; batch 22 per rank (global 66)"},
+		{"pipeline", "pipeline", nil, 16, 4, 2, 16, "1 replica(s) either way: the batch per replica stays 16"},
+		{"pipeline x 2 replicas", "pipeline", &pp.Options{Stages: 2}, 16, 4, 2, 32, "batch 32 per replica keeps the global batch 32"},
+		{"same world", "ddp", nil, 16, 4, 4, 16, ""},
+	} {
+		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: tc.batch, LR: 0.1, Strategy: tc.strategy, Options: tc.opts}
+		msg := keepGlobalBatch(&cfg, tc.target, tc.world)
+		if cfg.Batch != tc.want || !strings.Contains(msg, tc.msg) || (tc.msg == "") != (msg == "") {
+			t.Errorf("%s: batch %d (%q), want %d (%q)", tc.name, cfg.Batch, msg, tc.want, tc.msg)
 		}
 	}
 }
