@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"os"
 	"strconv"
 	"strings"
 )
@@ -56,7 +55,7 @@ func cpuList(cpus []int) string {
 // Go runtime already does: the process started with that affinity, so
 // GOMAXPROCS defaults to their number.)
 func BoundCPUs() []int {
-	v := os.Getenv("GDIST_CPUS")
+	v := cpusVar()
 	if !IsWorker() || v == "" {
 		return nil
 	}

@@ -24,6 +24,13 @@
 // fewer ranks when some cannot start; workers die with the launcher
 // (parent-death signal, WatchLauncher). Spec.Nodes > 1 spans several
 // hosts, one launcher per host, rank 0 serving the store on node 0.
+//
+// Environment: the launcher's protocol variables (GDIST_LAUNCHED,
+// GDIST_LAUNCHER_PID, GDIST_RESTART_COUNT, GDIST_MAX_RESTARTS,
+// GDIST_TARGET_WORLD_SIZE, GDIST_CPUS, and GDIST_FAULT_START for tests)
+// are named by the Env* constants and read in one file, env.go, by the
+// functions that report them (IsWorker, RestartCount, BoundCPUs, ...); the
+// rendezvous variables Run sets are comm/rendezvous's (FromEnv).
 package launch
 
 import (
@@ -154,17 +161,6 @@ type startError struct {
 func (e *startError) Error() string { return e.err.Error() }
 func (e *startError) Unwrap() error { return e.err }
 
-// faultStart reports whether GDIST_FAULT_START ("gen:rank,...", for tests
-// of lost capacity) says that rank's start in generation gen fails.
-func faultStart(gen, rank int) bool {
-	for _, f := range strings.Split(os.Getenv("GDIST_FAULT_START"), ",") {
-		if f == fmt.Sprintf("%d:%d", gen, rank) {
-			return true
-		}
-	}
-	return false
-}
-
 // RankStatus says how one rank ended.
 type RankStatus struct {
 	Rank int
@@ -212,57 +208,6 @@ func (e *ExitError) Preempted() bool {
 		}
 	}
 	return len(e.Failed) > 0
-}
-
-// IsWorker reports whether this process was started by Run (GDIST_LAUNCHED=1).
-func IsWorker() bool { return os.Getenv("GDIST_LAUNCHED") == "1" }
-
-// UnderLauncher reports whether this process is one rank of a job started
-// by a launcher: ours (IsWorker), torchrun (WORLD_SIZE), mpirun
-// (OMPI_COMM_WORLD_SIZE) or srun (SLURM_NTASKS). Programs that launch their
-// own workers do so only when this is false.
-func UnderLauncher() bool {
-	if IsWorker() {
-		return true
-	}
-	for _, v := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// RestartCount is this worker's restart number: 0 in the first generation,
-// k after the k-th restart by our launcher (GDIST_RESTART_COUNT) or by
-// torchrun --max-restarts (TORCHELASTIC_RESTART_COUNT).
-func RestartCount() int {
-	for _, v := range []string{"GDIST_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"} {
-		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 0
-}
-
-// MaxRestarts is how many times this worker's job may be restarted:
-// GDIST_MAX_RESTARTS from our launcher, TORCHELASTIC_MAX_RESTARTS from
-// torchrun; 0 when neither is set.
-func MaxRestarts() int {
-	for _, v := range []string{"GDIST_MAX_RESTARTS", "TORCHELASTIC_MAX_RESTARTS"} {
-		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 0
-}
-
-// TargetWorldSize is the number of ranks this worker's job was launched
-// with (GDIST_TARGET_WORLD_SIZE; Spec.MinProc may run a generation on
-// fewer), or 0 when not set.
-func TargetWorldSize() int {
-	n, _ := strconv.Atoi(os.Getenv("GDIST_TARGET_WORLD_SIZE"))
-	return max(n, 0)
 }
 
 type result struct {
@@ -430,7 +375,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 	}
 	for r := range nproc {
 		cmd := &exec.Cmd{Path: exe, Args: s.Args, WaitDelay: waitDelay, SysProcAttr: childAttr()}
-		cmd.Env = append(append(os.Environ(), s.Env...),
+		cmd.Env = append(append(inheritedEnv(), s.Env...),
 			"RANK="+strconv.Itoa(s.NodeRank*nproc+r),
 			"WORLD_SIZE="+strconv.Itoa(nodes*nproc),
 			"LOCAL_RANK="+strconv.Itoa(r),
@@ -439,11 +384,11 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			"MASTER_ADDR="+master,
 			"MASTER_PORT="+port,
 			"GDIST_TOKEN="+token,
-			"GDIST_LAUNCHED=1",
-			"GDIST_LAUNCHER_PID="+strconv.Itoa(os.Getpid()),
-			"GDIST_RESTART_COUNT="+strconv.Itoa(gen),
-			"GDIST_MAX_RESTARTS="+strconv.Itoa(s.MaxRestarts),
-			"GDIST_TARGET_WORLD_SIZE="+strconv.Itoa(nodes*s.NProc),
+			EnvLaunched+"=1",
+			EnvLauncherPID+"="+strconv.Itoa(os.Getpid()),
+			EnvRestartCount+"="+strconv.Itoa(gen),
+			EnvMaxRestarts+"="+strconv.Itoa(s.MaxRestarts),
+			EnvTargetWorldSize+"="+strconv.Itoa(nodes*s.NProc),
 		)
 		if storeAddr != "" { // one node: this launcher's store (several: rank 0 serves it)
 			cmd.Env = append(cmd.Env, "GDIST_STORE_ADDR="+storeAddr)
@@ -452,8 +397,8 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 		var cpus []int
 		if blocks != nil {
 			cpus = blocks[r]
-			cmd.Env = append(cmd.Env, "GDIST_CPUS="+cpuList(cpus))
-			if os.Getenv("GOMAXPROCS") == "" && !slices.ContainsFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+			cmd.Env = append(cmd.Env, EnvCPUs+"="+cpuList(cpus))
+			if !gomaxprocsSet() && !slices.ContainsFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
 				cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(runtime.GOMAXPROCS(0)))
 			}
 		}
@@ -470,7 +415,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 		cmd.Stderr = errW
 		var err error
 		if faultStart(gen, r) {
-			err = errors.New("GDIST_FAULT_START says this start fails")
+			err = errors.New(EnvFaultStart + " says this start fails")
 		} else {
 			err = startChild(cmd, cpus)
 		}

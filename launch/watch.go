@@ -2,7 +2,6 @@ package launch
 
 import (
 	"os"
-	"strconv"
 	"time"
 )
 
@@ -14,8 +13,8 @@ import (
 // id every poll; Linux also delivers SIGTERM at the launcher's death
 // (Run's children get a parent-death signal), which this backs up.
 func WatchLauncher(poll time.Duration) <-chan struct{} {
-	pid, err := strconv.Atoi(os.Getenv("GDIST_LAUNCHER_PID"))
-	if !IsWorker() || err != nil || pid <= 0 {
+	pid := launcherPID()
+	if !IsWorker() || pid == 0 {
 		return nil
 	}
 	gone := make(chan struct{})
