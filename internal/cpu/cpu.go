@@ -2,6 +2,9 @@
 // (internal/reduce's, internal/vecmath's and internal/winograd's), each
 // only where the OS also saves its registers: one place that asks CPUID;
 // and, for those three, which of their kernel sets to run (ChooseKernels: the widest, or GDIST_KERNELS's cap).
+//
+// Environment: GDIST_KERNELS (EnvKernels) only, read at the first
+// ChooseKernels, not at import.
 package cpu
 
 // Features are the extensions found, all false off amd64 or with the

@@ -12,8 +12,12 @@ import (
 // (portable Go), "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, DQ, BW, VL).
 var KernelSets = []string{"go", "avx2", "avx512"}
 
-// kernelsEnv is GDIST_KERNELS, read once.
-var kernelsEnv = os.Getenv("GDIST_KERNELS")
+// EnvKernels caps the kernel set ChooseKernels picks: go, avx2 or avx512.
+const EnvKernels = "GDIST_KERNELS"
+
+// kernelsEnv is EnvKernels, read once, at the first ChooseKernels (not at
+// import): the one place this package reads its environment.
+var kernelsEnv = sync.OnceValue(func() string { return os.Getenv(EnvKernels) })
 
 var warnOnce sync.Once
 
@@ -21,13 +25,14 @@ var warnOnce sync.Once
 // runs on this machine, narrowest first, each named by name as one of
 // KernelSets): the widest, or, with GDIST_KERNELS=go|avx2|avx512 (for
 // measurements), the widest no wider than the one it names. An unknown
-// GDIST_KERNELS is reported on stderr, once, and ignored.
+// GDIST_KERNELS is reported on stderr, once, and ignored. GDIST_KERNELS is
+// read at the first call, once for the process.
 func ChooseKernels[S any](sets []S, name func(S) string) S {
 	names := make([]string, len(sets))
 	for i, s := range sets {
 		names[i] = name(s)
 	}
-	return sets[chooseKernels(names, kernelsEnv)]
+	return sets[chooseKernels(names, kernelsEnv())]
 }
 
 func chooseKernels(have []string, env string) int {
@@ -45,7 +50,7 @@ func chooseKernels(have []string, env string) int {
 	limit := rank(env)
 	if limit < 0 {
 		warnOnce.Do(func() {
-			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_KERNELS=%q (want one of %v)\n", env, KernelSets)
+			fmt.Fprintf(os.Stderr, "gdist: ignoring %s=%q (want one of %v)\n", EnvKernels, env, KernelSets)
 		})
 		return len(have) - 1
 	}
