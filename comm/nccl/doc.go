@@ -142,6 +142,16 @@
 // split from the world Comm too (its process is in all of them). The Comm
 // implements comm.Aborter.
 //
+// # Environment
+//
+// The package reads its variables in one place, env.go, each when it is
+// needed: GDIST_NCCL_PATH (EnvLibrary, the library to load, handed to
+// internal/dl's loader), CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES (a
+// process given one GPU), GDIST_NCCL_SHARE_GPU (EnvShareGPU) and
+// NCCL_HOSTID (EnvHostID); and loading NCCL sets NCCL_RUNTIME_CONNECT=0
+// (EnvRuntimeConnect) unless it is set. NCCL reads its own NCCL_*
+// variables.
+//
 // # Tests
 //
 // The tests run on a real GPU when there is one (conformance at world size

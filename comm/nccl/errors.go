@@ -7,16 +7,6 @@ import (
 	"github.com/gdist/gdist/internal/dl"
 )
 
-// EnvLibrary names the environment variable that points the loader at a
-// specific libnccl (a path or a file name for dlopen). When it is set,
-// nothing else is tried.
-const EnvLibrary = "GDIST_NCCL_PATH"
-
-// EnvRuntimeConnect is NCCL's variable (2.22+) that says whether a
-// communicator connects its peers at its first collective (1, NCCL's
-// default) or when it is made (0).
-const EnvRuntimeConnect = "NCCL_RUNTIME_CONNECT"
-
 // DefaultLibraries are the names tried, in order, when EnvLibrary is unset,
 // after the libnccl of NVIDIA's pip wheels in the Python environments (see
 // WheelLibraries).

@@ -12,7 +12,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"unsafe"
 
@@ -73,22 +72,6 @@ func load() *state {
 	}
 	msg := dl.Unloadable("NCCL", tried, EnvLibrary, "a libnccl.so.2 (the pip packages nvidia-nccl-cu12 and nvidia-nccl-cu13 ship one; it is found in $VIRTUAL_ENV, $CONDA_PREFIX or the environment of a python3 on $PATH)")
 	return &state{err: fmt.Errorf("%w: %s", ErrUnavailable, msg)}
-}
-
-// eagerConnect makes this process's communicators connect when they are
-// made, unless the user set NCCL_RUNTIME_CONNECT: with NCCL's default, the
-// first collective of a communicator blocks inside its launch until every
-// peer has launched it too, so a rank that issues an asynchronous
-// collective on one Comm and then waits on another (which the Work
-// contract allows) deadlocks against a peer that issues them in the other
-// order (seen on an H200 with NCCL 2.28: commtest's SubGroupIndependent
-// hung). ncclCommInitRank is collective anyway, so connecting there costs
-// no extra wait. Send/recv still connect at a pair's first message
-// (ConnectPeers connects them up front).
-func eagerConnect() {
-	if _, set := os.LookupEnv(EnvRuntimeConnect); !set {
-		os.Setenv(EnvRuntimeConnect, "0")
-	}
 }
 
 // lib returns the loaded library or why there is none.
@@ -154,19 +137,6 @@ func UsableFor(localSize int) (ok bool, reason string) {
 		return why == "", why
 	}
 	return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); %s", localSize, n, oneGPUPerRank)
-}
-
-// onePerProcess reports whether the launcher gave this process its own GPU:
-// CUDA_VISIBLE_DEVICES (Slurm's --gpus-per-task=1 sets it) or
-// NVIDIA_VISIBLE_DEVICES (a Kubernetes pod with one GPU) names exactly one.
-func onePerProcess() bool {
-	for _, env := range []string{"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"} {
-		v := strings.TrimSpace(os.Getenv(env))
-		if v != "" && v != "all" && v != "none" && v != "void" && !strings.Contains(v, ",") {
-			return true
-		}
-	}
-	return false
 }
 
 func (l *library) uniqueID(device int) ([]byte, error) {
