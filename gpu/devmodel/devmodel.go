@@ -1,0 +1,469 @@
+package devmodel
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"unsafe"
+
+	"github.com/gdist/gdist/gpu/cublas"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/kernels"
+	"github.com/gdist/gdist/nn"
+	"github.com/gdist/gdist/optim"
+)
+
+// Config says where and how a model is placed.
+type Config struct {
+	Device int // the CUDA device
+	// Batch is the samples per step that Place plans for (a step with
+	// another count plans again, from the pool's cached blocks).
+	Batch int
+	// Optim is the optimizer (optim's names and defaults: sgd with
+	// momentum, adam, adamw).
+	Optim optim.Config
+	// ClipGrad, when positive, clips the gradients to that global L2
+	// norm before each update (train's -clip-grad).
+	ClipGrad float64
+}
+
+// Model is an nn.Model placed on a device: parameters (Params),
+// gradients (Grads) and the optimizer's state in device memory, one flat
+// buffer each, every tensor at its nn.ParamInfo offset (the host model's
+// Flat.Value and Flat.Grad layout, padding included), batch norm's
+// running statistics beside them, and the layers' activations and
+// scratch from a caching pool. A Model is not safe for concurrent use.
+type Model struct {
+	Host *nn.Model
+	// Params and Grads are device addresses of N float32s.
+	Params, Grads uintptr
+	N             int
+	// SampleOffset is the index of this rank's first sample in the global
+	// batch, for Dropout's masks (nn's Graph.SampleOffset).
+	SampleOffset int
+
+	dev  int
+	cfg  Config
+	opt  optim.Config // defaults filled
+	lr   float64
+	step int64
+	run  int64 // forward passes, Dropout's run count
+
+	k    *kernels.Kernels
+	s    *cuda.Stream
+	h    *cublas.Handle
+	pool *cuda.Pool
+
+	state  [2]uintptr // momentum; or Adam's m and v
+	clipWS uintptr
+	bns    []*bnDev
+	owned  []uintptr // cudaMalloc'd at placement, freed by Close
+
+	plan              *plan
+	fixed, live, peak int64 // bytes: placement's, the pool's in use, peak of both
+}
+
+// bnDev is a batch-norm layer's running statistics on the device.
+type bnDev struct {
+	host      *nn.BNLayer
+	mean, vr  uintptr
+	batches   int64
+	placedFor int // the host's NumBatches when placed or copied
+}
+
+// Place puts m on cfg.Device: it plans every layer for cfg.Batch samples
+// (refusing, by the layer's name and type, any layer or combination that
+// has no device kernels, before anything runs), copies the parameters and
+// batch norm's running statistics up and zeroes the gradients and the
+// optimizer's state. Close frees it all.
+func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
+	if m.Store != nil {
+		return nil, fmt.Errorf("devmodel: %s: a model with a parameter store (ZeRO-3) cannot be placed", m.Name)
+	}
+	if cfg.Batch < 1 {
+		return nil, fmt.Errorf("devmodel: %s: batch %d < 1", m.Name, cfg.Batch)
+	}
+	if _, err := optim.New(cfg.Optim, 0); err != nil {
+		return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
+	}
+	if cfg.ClipGrad < 0 || math.IsNaN(cfg.ClipGrad) {
+		return nil, fmt.Errorf("devmodel: %s: clip-grad %v", m.Name, cfg.ClipGrad)
+	}
+	if err := Check(m); err != nil {
+		return nil, err
+	}
+	d := &Model{Host: m, N: len(m.Flat.Value), dev: cfg.Device, cfg: cfg, opt: withDefaults(cfg.Optim), lr: cfg.Optim.LR}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if d.k, err = kernels.Load(d.dev); err != nil {
+		return nil, err
+	}
+	if d.s, err = cuda.NewStream(d.dev, false); err != nil {
+		return nil, err
+	}
+	if d.h, err = cublas.New(d.dev, d.s); err != nil {
+		return nil, err
+	}
+	d.pool = cuda.NewDevicePool(d.dev, math.MaxInt64)
+	n := max(d.N, 1)
+	if d.Params, err = d.malloc(4 * n); err != nil {
+		return nil, err
+	}
+	if d.Grads, err = d.malloc(4 * n); err != nil {
+		return nil, err
+	}
+	states := 0
+	switch d.opt.Name {
+	case "sgd":
+		if d.opt.Momentum != 0 {
+			states = 1
+		}
+	default:
+		states = 2
+	}
+	for i := 0; i < states; i++ {
+		if d.state[i], err = d.malloc(4 * n); err != nil {
+			return nil, err
+		}
+		if err := cuda.Memset(d.dev, d.state[i], 0, 4*n); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ClipGrad > 0 {
+		if d.clipWS, err = d.malloc(kernels.ClipWorkspace); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range m.BNs {
+		bd := &bnDev{host: b}
+		if bd.mean, err = d.malloc(4 * b.C); err != nil {
+			return nil, err
+		}
+		if bd.vr, err = d.malloc(4 * b.C); err != nil {
+			return nil, err
+		}
+		d.bns = append(d.bns, bd)
+	}
+	if err := d.CopyFromHost(); err != nil {
+		return nil, err
+	}
+	if err := d.ZeroGrad(); err != nil {
+		return nil, err
+	}
+	if d.plan, err = d.compile(cfg.Batch); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func withDefaults(c optim.Config) optim.Config {
+	if c.Name != "sgd" {
+		if c.Beta1 == 0 {
+			c.Beta1 = 0.9
+		}
+		if c.Beta2 == 0 {
+			c.Beta2 = 0.999
+		}
+		if c.Eps == 0 {
+			c.Eps = 1e-8
+		}
+	}
+	return c
+}
+
+// malloc allocates placement memory (parameters, gradients, state).
+func (d *Model) malloc(n int) (uintptr, error) {
+	p, err := cuda.Malloc(d.dev, n)
+	if err != nil {
+		return 0, err
+	}
+	d.owned = append(d.owned, p)
+	d.fixed += int64(n)
+	d.peak = max(d.peak, d.fixed+d.live)
+	return p, nil
+}
+
+// Close frees the model's device memory (after its work is done).
+func (d *Model) Close() error {
+	if d.s != nil {
+		d.s.Synchronize()
+	}
+	if d.plan != nil {
+		d.release(d.plan)
+		d.plan = nil
+	}
+	if d.pool != nil {
+		d.pool.Close()
+		d.pool.Flush()
+	}
+	for _, p := range d.owned {
+		cuda.Free(d.dev, p)
+	}
+	d.owned = nil
+	if d.h != nil {
+		d.h.Close()
+		d.h = nil
+	}
+	if d.s != nil {
+		d.s.Destroy()
+		d.s = nil
+	}
+	return nil
+}
+
+// Device is the model's device.
+func (d *Model) Device() int { return d.dev }
+
+// Stream is the stream the model's work is queued on.
+func (d *Model) Stream() *cuda.Stream { return d.s }
+
+// PeakBytes is the most device memory the model has held at once: the
+// placement's buffers plus the pool's blocks in use (whole power-of-two
+// blocks).
+func (d *Model) PeakBytes() int64 { return d.peak }
+
+// StateBuffers are the optimizer state's device buffers (N float32s
+// each, in the flat layout), by optim's names ("momentum_buffer";
+// "exp_avg", "exp_avg_sq").
+func (d *Model) StateBuffers() map[string]uintptr {
+	switch {
+	case d.opt.Name == "sgd" && d.state[0] != 0:
+		return map[string]uintptr{"momentum_buffer": d.state[0]}
+	case d.opt.Name != "sgd":
+		return map[string]uintptr{"exp_avg": d.state[0], "exp_avg_sq": d.state[1]}
+	}
+	return map[string]uintptr{}
+}
+
+// SetLR sets the learning rate of the next updates (a schedule's value
+// for the step, optim.Schedule.At).
+func (d *Model) SetLR(lr float64) { d.lr = lr }
+
+// Steps is the number of optimizer updates so far (optim's step count).
+func (d *Model) Steps() int64 { return d.step }
+
+// ZeroGrad zeroes the gradients.
+func (d *Model) ZeroGrad() error {
+	return cuda.Memset(d.dev, d.Grads, 0, 4*max(d.N, 1))
+}
+
+// Step is one training step on a batch: ForwardBackward, Update and
+// ZeroGrad. It returns the batch's mean loss.
+func (d *Model) Step(x []float32, y []int32) (float32, error) {
+	loss, err := d.ForwardBackward(x, y)
+	if err != nil {
+		return loss, err
+	}
+	if err := d.Update(); err != nil {
+		return loss, err
+	}
+	return loss, d.ZeroGrad()
+}
+
+// ForwardBackward runs the forward pass, the mean cross-entropy against
+// the labels and the backward pass on a batch (x: samples of the host
+// model's InputShape; y: LabelsPerSample labels each) and adds the
+// gradients to Grads (as nn's graphs add to Flat.Grad: micro-batches
+// accumulate). Only the batch goes up and the loss comes down.
+func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
+	m := d.Host
+	if len(x) == 0 || len(x)%m.InputSize() != 0 {
+		return 0, fmt.Errorf("devmodel: %s: %d inputs, not a whole number of samples of %d", m.Name, len(x), m.InputSize())
+	}
+	batch := len(x) / m.InputSize()
+	if len(y) != batch*m.LabelsPerSample() {
+		return 0, fmt.Errorf("devmodel: %s: %d labels for %d samples of %d", m.Name, len(y), batch, m.LabelsPerSample())
+	}
+	for i, l := range y {
+		if l < 0 || int(l) >= m.Classes() {
+			return 0, fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
+		}
+	}
+	if d.plan.batch != batch {
+		d.s.Synchronize()
+		d.release(d.plan)
+		p, err := d.compile(batch)
+		if err != nil {
+			return 0, err
+		}
+		d.plan = p
+	}
+	p := d.plan
+	if err := cuda.CopyHtoD(d.dev, p.in.val, bytesOf(x)); err != nil {
+		return 0, err
+	}
+	if err := cuda.CopyHtoD(d.dev, p.labels, bytesOf(y)); err != nil {
+		return 0, err
+	}
+	d.run++
+	for _, o := range p.ops {
+		if o.fwd != nil {
+			if err := o.fwd(); err != nil {
+				return 0, fmt.Errorf("devmodel: %s: layer %s forward: %w", m.Name, o.name, err)
+			}
+		}
+	}
+	out := p.out
+	if err := d.k.CrossEntropy(d.s, p.loss, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
+		return 0, err
+	}
+	if err := d.k.CrossEntropyBackward(d.s, out.grad, out.val, p.labels, p.rows, p.classes, 1/float32(p.rows)); err != nil {
+		return 0, err
+	}
+	for i := len(p.ops) - 1; i >= 0; i-- {
+		if o := p.ops[i]; o.bwd != nil {
+			if err := o.bwd(); err != nil {
+				return 0, fmt.Errorf("devmodel: %s: layer %s backward: %w", m.Name, o.name, err)
+			}
+		}
+	}
+	var loss [1]float32
+	if err := cuda.CopyDtoH(d.dev, bytesOf(loss[:]), p.loss); err != nil {
+		return 0, err
+	}
+	return loss[0], nil
+}
+
+// Update clips the gradients (Config.ClipGrad) and applies one optimizer
+// step with the current learning rate, as package optim does.
+func (d *Model) Update() error {
+	if d.N == 0 {
+		d.step++
+		return nil
+	}
+	if d.cfg.ClipGrad > 0 {
+		if err := d.k.ClipGradNorm(d.s, d.Grads, d.N, d.cfg.ClipGrad, d.clipWS); err != nil {
+			return err
+		}
+	}
+	o := d.opt
+	d.step++
+	if o.Name == "sgd" {
+		return d.k.SGD(d.s, d.Params, d.Grads, d.state[0], d.N, kernels.SGDConfig{LR: float32(d.lr), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay)})
+	}
+	return d.k.Adam(d.s, d.Params, d.Grads, d.state[0], d.state[1], d.N,
+		kernels.AdamConfig{LR: d.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Decoupled: o.Name == "adamw"}, d.step)
+}
+
+// GradNorm reads the global gradient norm of the last Update (before
+// clipping; 0 without Config.ClipGrad): 8 bytes down.
+func (d *Model) GradNorm() (float64, error) {
+	if d.clipWS == 0 {
+		return 0, nil
+	}
+	var v [1]float64
+	err := cuda.CopyDtoH(d.dev, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8), d.clipWS)
+	return v[0], err
+}
+
+// CopyToHost copies the parameters into the host model's Flat.Value and
+// batch norm's running statistics and batch counts into its BNs: the host
+// model then saves the same checkpoint as after training on the CPU.
+func (d *Model) CopyToHost() error {
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	if err := cuda.CopyDtoH(d.dev, bytesOf(d.Host.Flat.Value), d.Params); err != nil {
+		return err
+	}
+	for _, b := range d.bns {
+		if err := cuda.CopyDtoH(d.dev, bytesOf(b.host.RunningMean), b.mean); err != nil {
+			return err
+		}
+		if err := cuda.CopyDtoH(d.dev, bytesOf(b.host.RunningVar), b.vr); err != nil {
+			return err
+		}
+		b.host.NumBatches = int64(b.placedFor) + b.batches
+	}
+	return nil
+}
+
+// CopyFromHost copies the host model's parameters and batch norm's
+// running statistics up (after loading a checkpoint into it).
+func (d *Model) CopyFromHost() error {
+	if d.s != nil {
+		if err := d.s.Synchronize(); err != nil {
+			return err
+		}
+	}
+	if err := cuda.CopyHtoD(d.dev, d.Params, bytesOf(d.Host.Flat.Value)); err != nil {
+		return err
+	}
+	for _, b := range d.bns {
+		if err := cuda.CopyHtoD(d.dev, b.mean, bytesOf(b.host.RunningMean)); err != nil {
+			return err
+		}
+		if err := cuda.CopyHtoD(d.dev, b.vr, bytesOf(b.host.RunningVar)); err != nil {
+			return err
+		}
+		b.placedFor, b.batches = int(b.host.NumBatches), 0
+	}
+	return nil
+}
+
+// GradsToHost copies the gradients into dst (N float32s; the host
+// model's Flat.Grad, say).
+func (d *Model) GradsToHost(dst []float32) error {
+	if len(dst) != d.N {
+		return fmt.Errorf("devmodel: %d gradients into %d", d.N, len(dst))
+	}
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	return cuda.CopyDtoH(d.dev, bytesOf(dst), d.Grads)
+}
+
+// OptimStateToHost copies the optimizer's state and step count into o, a
+// host optimizer of the same configuration (optim.New(cfg.Optim, N)), so
+// that its checkpoint is the CPU's.
+func (d *Model) OptimStateToHost(o optim.Optimizer) error {
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	st, _ := o.State()
+	for name, p := range d.StateBuffers() {
+		v, ok := st[name]
+		if !ok || len(v) < d.N {
+			return fmt.Errorf("devmodel: the host optimizer (%s) has no %s of %d values", o.Name(), name, d.N)
+		}
+		if err := cuda.CopyDtoH(d.dev, bytesOf(v[:d.N]), p); err != nil {
+			return err
+		}
+	}
+	o.SetStep(d.step)
+	return nil
+}
+
+// OptimStateFromHost copies o's state and step count up (resuming from a
+// checkpoint loaded into o).
+func (d *Model) OptimStateFromHost(o optim.Optimizer) error {
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	st, t := o.State()
+	for name, p := range d.StateBuffers() {
+		v, ok := st[name]
+		if !ok || len(v) < d.N {
+			return fmt.Errorf("devmodel: the host optimizer (%s) has no %s of %d values", o.Name(), name, d.N)
+		}
+		if err := cuda.CopyHtoD(d.dev, p, bytesOf(v[:d.N])); err != nil {
+			return err
+		}
+	}
+	d.step = t
+	return nil
+}
+
+func bytesOf[T float32 | int32](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(z)))
+}
+
+// blockBytes is what the pool holds for a request of n bytes.
+func blockBytes(n int) int64 { return 1 << max(8, bits.Len(uint(n-1))) }

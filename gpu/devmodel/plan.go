@@ -1,0 +1,531 @@
+package devmodel
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/kernels"
+	"github.com/gdist/gdist/nn"
+)
+
+// Layers names the nn layers that have device kernels (what Check
+// accepts).
+const Layers = "Sequential, Residual, Linear, Conv2d, BatchNorm1d/2d (not synced), ReLU, GELU, MaxPool2d, Flatten, Dropout, LayerNorm, Embedding (with or without a PositionEmbedding right after it), CausalSelfAttention"
+
+// act is an activation on the device: its values, its gradient (0: none
+// needed: the network's input, or nothing upstream learns) and shape
+// (batch first).
+type act struct {
+	val, grad uintptr
+	shape     []int
+}
+
+func (a *act) size() int { return prod(a.shape) }
+
+func prod(s []int) int {
+	n := 1
+	for _, v := range s {
+		n *= v
+	}
+	return n
+}
+
+// op is one layer's device work: fwd in layer order, bwd in reverse.
+type op struct {
+	name     string
+	fwd, bwd func() error
+}
+
+// plan is a model compiled for one batch size: its activations, scratch
+// and the ops over them.
+type plan struct {
+	batch         int
+	in, out       *act
+	ops           []op
+	labels        uintptr
+	rowLoss, loss uintptr
+	rows, classes int
+	blocks        []*cuda.Block
+	convWS, attWS uintptr // shared scratch (reused by every layer)
+}
+
+// compiler walks a model's layers (depth first, nn's parameter order).
+type compiler struct {
+	d      *Model // nil: a dry run (Check), nothing allocated
+	m      *nn.Model
+	p      *plan
+	pi     int // next parameter
+	bi     int // next batch-norm layer
+	fake   uintptr
+	convWS int // float32s
+	attWS  int
+}
+
+// Check reports whether every layer of m has device kernels, refusing the
+// first that has not by its name (its PyTorch prefix) and Go type; it
+// needs no device.
+func Check(m *nn.Model) error {
+	_, err := (&Model{Host: m}).compile(1)
+	return err
+}
+
+func (d *Model) compile(batch int) (_ *plan, err error) {
+	m := d.Host
+	c := &compiler{m: m, p: &plan{batch: batch}}
+	if d.k != nil {
+		c.d = d
+	}
+	defer func() {
+		if err != nil && c.d != nil {
+			d.release(c.p)
+		}
+	}()
+	in := &act{shape: append([]int{batch}, m.InputShape()...)}
+	if in.val, err = c.alloc(4 * in.size()); err != nil {
+		return nil, err
+	}
+	c.p.in = in
+	out, err := c.layer(m.Net, "", in)
+	if err != nil {
+		return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
+	}
+	if c.pi != len(m.Params) || c.bi != len(m.BNs) {
+		return nil, fmt.Errorf("devmodel: %s: %d of %d parameters and %d of %d batch norms placed", m.Name, c.pi, len(m.Params), c.bi, len(m.BNs))
+	}
+	cl := m.Classes()
+	if len(out.shape) < 2 || out.shape[len(out.shape)-1] != cl {
+		return nil, fmt.Errorf("devmodel: %s: the output is %v, not logits of %d classes", m.Name, out.shape, cl)
+	}
+	p := c.p
+	p.out, p.classes, p.rows = out, cl, out.size()/cl
+	if out.grad == 0 {
+		if out.grad, err = c.alloc(4 * out.size()); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range []struct {
+		to *uintptr
+		n  int
+	}{{&p.labels, 4 * p.rows}, {&p.rowLoss, 4 * p.rows}, {&p.loss, 4}, {&p.convWS, 4 * c.convWS}, {&p.attWS, 4 * c.attWS}} {
+		if b.n > 0 {
+			if *b.to, err = c.alloc(b.n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p, nil
+}
+
+// release gives a plan's blocks back to the pool.
+func (d *Model) release(p *plan) {
+	for _, b := range p.blocks {
+		d.live -= blockBytes(b.Bytes)
+		d.pool.Put(b)
+	}
+	p.blocks = nil
+}
+
+// alloc gets n bytes of the plan's memory from the pool (in a dry run, a
+// made-up address).
+func (c *compiler) alloc(n int) (uintptr, error) {
+	n = max(n, 1)
+	if c.d == nil {
+		c.fake += 256
+		return c.fake, nil
+	}
+	b, err := c.d.pool.Get(n)
+	if err != nil {
+		return 0, err
+	}
+	c.p.blocks = append(c.p.blocks, b)
+	c.d.live += blockBytes(n)
+	c.d.peak = max(c.d.peak, c.d.fixed+c.d.live)
+	return b.Ptr, nil
+}
+
+// newAct allocates an activation (and its gradient) of shape.
+func (c *compiler) newAct(shape []int) (*act, error) {
+	a := &act{shape: shape}
+	var err error
+	if a.val, err = c.alloc(4 * a.size()); err != nil {
+		return nil, err
+	}
+	if a.grad, err = c.alloc(4 * a.size()); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// param is the next parameter's offset in bytes.
+func (c *compiler) param() uintptr {
+	p := c.m.Params[c.pi]
+	c.pi++
+	return uintptr(4 * p.Offset)
+}
+
+func (c *compiler) add(name string, fwd, bwd func() error) {
+	c.p.ops = append(c.p.ops, op{name: name, fwd: fwd, bwd: bwd})
+}
+
+func child(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
+func quote(name string) string {
+	if name == "" {
+		return "(the model)"
+	}
+	return fmt.Sprintf("%q", name)
+}
+
+func with(shape []int, last int) []int {
+	s := append([]int(nil), shape...)
+	s[len(s)-1] = last
+	return s
+}
+
+// layer plans l (named name) on input x and returns its output.
+func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
+	d := c.d
+	if d == nil {
+		d = &Model{} // dry: the closures are never called
+	}
+	P := func(off uintptr) uintptr { return d.Params + off }
+	G := func(off uintptr) uintptr { return d.Grads + off }
+	shapeErr := func(want string) error {
+		return fmt.Errorf("layer %s (%T): input shape %v; want %s", quote(name), l, x.shape, want)
+	}
+	switch l := l.(type) {
+	case *nn.Sequential:
+		var err error
+		for i := 0; i < len(l.Layers); i++ {
+			cn := child(name, fmt.Sprint(i))
+			if e, ok := l.Layers[i].(*nn.Embedding); ok && i+1 < len(l.Layers) {
+				if pe, ok := l.Layers[i+1].(*nn.PositionEmbedding); ok {
+					if x, err = c.embedding(e, pe, cn, x); err != nil {
+						return nil, err
+					}
+					i++
+					continue
+				}
+			}
+			if x, err = c.layer(l.Layers[i], cn, x); err != nil {
+				return nil, err
+			}
+		}
+		return x, nil
+	case *nn.Residual:
+		fin := &act{val: x.val, shape: x.shape}
+		var err error
+		if x.grad != 0 {
+			if fin.grad, err = c.alloc(4 * x.size()); err != nil {
+				return nil, err
+			}
+		}
+		n := x.size()
+		// its backward's last work, after fn's: dx = dfn_in + dout
+		at := len(c.p.ops)
+		c.add(name, nil, nil)
+		fout, err := c.layer(l.Fn, child(name, "fn"), fin)
+		if err != nil {
+			return nil, err
+		}
+		if fmt.Sprint(fout.shape) != fmt.Sprint(x.shape) {
+			return nil, fmt.Errorf("layer %s (residual): fn maps %v to %v; the shapes must agree", quote(name), x.shape, fout.shape)
+		}
+		out := &act{shape: x.shape, grad: fout.grad}
+		if out.val, err = c.alloc(4 * n); err != nil {
+			return nil, err
+		}
+		if out.grad == 0 && x.grad != 0 {
+			return nil, fmt.Errorf("layer %s (residual): internal: no gradient for fn's output", quote(name))
+		}
+		if out.grad == 0 {
+			if out.grad, err = c.alloc(4 * n); err != nil {
+				return nil, err
+			}
+		}
+		if x.grad != 0 {
+			c.p.ops[at].bwd = func() error { return d.k.Add(d.s, x.grad, fin.grad, out.grad, n) }
+		}
+		c.add(name, func() error { return d.k.Add(d.s, out.val, x.val, fout.val, n) }, nil)
+		return out, nil
+	case *nn.Linear:
+		if len(x.shape) < 2 || x.shape[len(x.shape)-1] != l.In {
+			return nil, shapeErr(fmt.Sprintf("(..., %d)", l.In))
+		}
+		rows := x.size() / l.In
+		out, err := c.newAct(with(x.shape, l.Out))
+		if err != nil {
+			return nil, err
+		}
+		w, b := c.param(), c.param()
+		c.add(name, func() error {
+			return kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), P(b), rows, l.In, l.Out)
+		}, func() error {
+			return kernels.LinearBackward(d.h, d.k, x.grad, G(w), G(b), x.val, P(w), out.grad, rows, l.In, l.Out, true)
+		})
+		return out, nil
+	case *nn.Conv2d:
+		if len(x.shape) != 4 || x.shape[1] != l.In {
+			return nil, shapeErr(fmt.Sprintf("(N, %d, H, W)", l.In))
+		}
+		g := kernels.ConvGeom{N: x.shape[0], C: l.In, H: x.shape[2], W: x.shape[3], Cout: l.Out, K: l.K, Pad: l.Pad}
+		ho, wo := g.Out()
+		if ho < 1 || wo < 1 {
+			return nil, shapeErr("an image at least as large as the kernel")
+		}
+		out, err := c.newAct([]int{g.N, l.Out, ho, wo})
+		if err != nil {
+			return nil, err
+		}
+		c.convWS = max(c.convWS, g.Workspace())
+		w, b := c.param(), c.param()
+		p := c.p
+		c.add(name, func() error {
+			return kernels.Conv2dForward(d.h, d.k, out.val, x.val, P(w), P(b), p.convWS, g)
+		}, func() error {
+			return kernels.Conv2dBackward(d.h, d.k, x.grad, G(w), G(b), x.val, P(w), out.grad, p.convWS, g, true)
+		})
+		return out, nil
+	case *nn.BatchNorm:
+		st := l.State()
+		if st.Sync != nil {
+			return nil, fmt.Errorf("layer %s (%T): SyncBatchNorm has no device path yet (its statistics' all-reduce)", quote(name), l)
+		}
+		if (len(x.shape) != 2 && len(x.shape) != 4) || x.shape[1] != st.C {
+			return nil, shapeErr(fmt.Sprintf("(N, %d) or (N, %d, H, W)", st.C, st.C))
+		}
+		if c.bi >= len(c.m.BNs) || c.m.BNs[c.bi] != st {
+			return nil, fmt.Errorf("layer %s (%T): not the model's batch norm %d", quote(name), l, c.bi)
+		}
+		var bd *bnDev
+		if c.d != nil {
+			bd = c.d.bns[c.bi]
+		}
+		c.bi++
+		n, inner := x.shape[0], prod(x.shape[2:])
+		cfg := kernels.BatchNormConfig{C: st.C, Momentum: st.Momentum, Eps: st.Eps}
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		xhat, err := c.alloc(4 * x.size())
+		if err != nil {
+			return nil, err
+		}
+		ws, err := c.alloc(kernels.BatchNormWorkspace(st.C))
+		if err != nil {
+			return nil, err
+		}
+		gamma, beta := c.param(), c.param()
+		c.add(name, func() error {
+			bd.batches++
+			return d.k.BatchNormForward(d.s, out.val, xhat, x.val, P(gamma), P(beta), bd.mean, bd.vr, ws, n, inner, cfg, true)
+		}, func() error {
+			return d.k.BatchNormBackward(d.s, x.grad, G(gamma), G(beta), out.grad, xhat, P(gamma), ws, n, inner, cfg, true)
+		})
+		return out, nil
+	case nn.ReLU, *nn.ReLU:
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		n := x.size()
+		c.add(name, func() error { return d.k.ReLU(d.s, out.val, x.val, n) }, func() error {
+			if x.grad == 0 {
+				return nil
+			}
+			return d.k.ReLUBackward(d.s, x.grad, out.grad, out.val, n)
+		})
+		return out, nil
+	case nn.GELU, *nn.GELU:
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		n := x.size()
+		c.add(name, func() error { return d.k.GELU(d.s, out.val, x.val, n) }, func() error {
+			if x.grad == 0 {
+				return nil
+			}
+			return d.k.GELUBackward(d.s, x.grad, out.grad, x.val, n)
+		})
+		return out, nil
+	case nn.MaxPool2d, *nn.MaxPool2d:
+		if len(x.shape) != 4 || x.shape[2] < 2 || x.shape[3] < 2 {
+			return nil, shapeErr("(N, C, H, W), H and W at least 2")
+		}
+		planes, h, w := x.shape[0]*x.shape[1], x.shape[2], x.shape[3]
+		out, err := c.newAct([]int{x.shape[0], x.shape[1], h / 2, w / 2})
+		if err != nil {
+			return nil, err
+		}
+		arg, err := c.alloc(out.size())
+		if err != nil {
+			return nil, err
+		}
+		c.add(name, func() error { return d.k.MaxPool2d(d.s, out.val, arg, x.val, planes, h, w) }, func() error {
+			if x.grad == 0 {
+				return nil
+			}
+			return d.k.MaxPool2dBackward(d.s, x.grad, out.grad, arg, planes, h, w)
+		})
+		return out, nil
+	case nn.Flatten, *nn.Flatten:
+		return &act{val: x.val, grad: x.grad, shape: []int{x.shape[0], x.size() / x.shape[0]}}, nil
+	case *nn.Dropout:
+		if l.P < 0 || l.P >= 1 {
+			return nil, fmt.Errorf("layer %s (dropout): probability %v not in [0, 1)", quote(name), l.P)
+		}
+		if l.P == 0 {
+			return x, nil
+		}
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		n, per := x.size(), x.size()/x.shape[0]
+		var run int64
+		c.add(name, func() error {
+			run = d.run
+			return d.k.Dropout(d.s, out.val, x.val, n, l.P, l.Seed, run, int64(d.SampleOffset)*int64(per))
+		}, func() error {
+			if x.grad == 0 {
+				return nil
+			}
+			return d.k.Dropout(d.s, x.grad, out.grad, n, l.P, l.Seed, run, int64(d.SampleOffset)*int64(per))
+		})
+		return out, nil
+	case *nn.LayerNorm:
+		if len(x.shape) < 2 || x.shape[len(x.shape)-1] != l.C {
+			return nil, shapeErr(fmt.Sprintf("(..., %d)", l.C))
+		}
+		eps := l.Eps
+		if eps == 0 {
+			eps = 1e-5
+		}
+		rows := x.size() / l.C
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		xhat, err := c.alloc(4 * x.size())
+		if err != nil {
+			return nil, err
+		}
+		inv, err := c.alloc(4 * rows)
+		if err != nil {
+			return nil, err
+		}
+		w, b := c.param(), c.param()
+		c.add(name, func() error {
+			return d.k.LayerNormForward(d.s, out.val, xhat, inv, x.val, P(w), P(b), rows, l.C, eps)
+		}, func() error {
+			return d.k.LayerNormBackward(d.s, x.grad, G(w), G(b), out.grad, xhat, inv, P(w), rows, l.C, true)
+		})
+		return out, nil
+	case *nn.Embedding:
+		return c.embedding(l, nil, name, x)
+	case *nn.PositionEmbedding:
+		return nil, fmt.Errorf("layer %s (%T): a PositionEmbedding has device kernels only right after an Embedding in a Sequential", quote(name), l)
+	case *nn.CausalSelfAttention:
+		if l.Heads < 1 || l.Dim%l.Heads != 0 {
+			return nil, fmt.Errorf("layer %s (attention): %d heads do not divide dimension %d", quote(name), l.Heads, l.Dim)
+		}
+		if len(x.shape) != 3 || x.shape[2] != l.Dim {
+			return nil, shapeErr(fmt.Sprintf("(N, T, %d)", l.Dim))
+		}
+		g := kernels.AttentionGeom{N: x.shape[0], T: x.shape[1], C: l.Dim, H: l.Heads}
+		cc, rows := l.Dim, x.shape[0]*x.shape[1]
+		qkv, err := c.newAct(with(x.shape, 3*cc))
+		if err != nil {
+			return nil, err
+		}
+		att, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		probs, err := c.alloc(4 * g.Probs())
+		if err != nil {
+			return nil, err
+		}
+		c.attWS = max(c.attWS, g.Workspace())
+		win, bin, wout, bout := c.param(), c.param(), c.param(), c.param()
+		p := c.p
+		c.add(name, func() error {
+			if err := kernels.LinearForward(d.h, d.k, qkv.val, x.val, P(win), P(bin), rows, cc, 3*cc); err != nil {
+				return err
+			}
+			if err := kernels.AttentionForward(d.h, d.k, att.val, probs, qkv.val, p.attWS, g); err != nil {
+				return err
+			}
+			return kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), P(bout), rows, cc, cc)
+		}, func() error {
+			if err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), G(bout), att.val, P(wout), out.grad, rows, cc, cc, true); err != nil {
+				return err
+			}
+			if err := kernels.AttentionBackward(d.h, d.k, qkv.grad, att.grad, qkv.val, probs, p.attWS, g); err != nil {
+				return err
+			}
+			return kernels.LinearBackward(d.h, d.k, x.grad, G(win), G(bin), x.val, P(win), qkv.grad, rows, cc, 3*cc, true)
+		})
+		return out, nil
+	}
+	what := "has no device kernels"
+	if _, ok := l.(nn.Container); ok {
+		what = "is a container other than nn's Sequential and Residual (build it from nn.Seq and nn.Residual, whose order of children is known)"
+	}
+	return nil, fmt.Errorf("layer %s (%T) %s; device layers: %s", quote(name), l, what, strings.ReplaceAll(Layers, "\n", " "))
+}
+
+// embedding plans an Embedding, and the PositionEmbedding after it when
+// pe is not nil, as one op (nn's values bit for bit: the row, plus the
+// position in one float32 add).
+func (c *compiler) embedding(e *nn.Embedding, pe *nn.PositionEmbedding, name string, x *act) (*act, error) {
+	d := c.d
+	if d == nil {
+		d = &Model{}
+	}
+	if len(x.shape) < 1 || len(x.shape) > 2 {
+		return nil, fmt.Errorf("layer %s (%T): input shape %v; want (N) or (N, T) ids", quote(name), e, x.shape)
+	}
+	rows := x.size()
+	shape := append(append([]int(nil), x.shape...), e.Dim)
+	t := 1
+	if pe != nil {
+		if len(shape) != 3 || shape[1] != pe.T || pe.Dim != e.Dim {
+			return nil, fmt.Errorf("layer %s (%T): input shape %v; want (N, %d, %d)", quote(name), pe, shape, pe.T, pe.Dim)
+		}
+		t = pe.T
+	}
+	out, err := c.newAct(shape)
+	if err != nil {
+		return nil, err
+	}
+	w := c.param()
+	pos, dpos := uintptr(0), uintptr(0)
+	if pe != nil {
+		off := c.param()
+		pos, dpos = d.Params+off, d.Grads+off
+	}
+	c.add(name, func() error {
+		return d.k.Embedding(d.s, out.val, x.val, d.Params+w, pos, rows, e.Num, e.Dim, t)
+	}, func() error {
+		if x.grad != 0 { // the ids get no gradient
+			if err := cuda.Memset(d.dev, x.grad, 0, 4*rows); err != nil {
+				return err
+			}
+		}
+		return d.k.EmbeddingBackward(d.s, d.Grads+w, dpos, out.grad, x.val, rows, e.Num, e.Dim, t, true)
+	})
+	return out, nil
+}
