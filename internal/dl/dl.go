@@ -4,6 +4,12 @@
 // library state (Lazy), the names to try (Candidates), where NVIDIA's pip
 // wheels put the libraries (WheelLibraries) and the message that says why
 // none loaded (Unloadable).
+//
+// Environment: the loaders' edge. The variable a caller names for its
+// library (gpu/cuda's GDIST_CUDART_PATH, comm/nccl's GDIST_NCCL_PATH, ...) is
+// read by libraryVar (Candidates, Unloadable); $VIRTUAL_ENV, $CONDA_PREFIX
+// and $PATH by pythonRoots (WheelLibraries). Both read when called, so a
+// Reload after the environment changed sees the change.
 package dl
 
 import (
@@ -47,10 +53,38 @@ func (l *Lazy[T]) Reload() {
 // Candidates are the library names to try: the one the environment
 // variable env names, else defaults.
 func Candidates(env string, defaults []string) []string {
-	if p := os.Getenv(env); p != "" {
+	if p := libraryVar(env); p != "" {
 		return []string{p}
 	}
 	return defaults
+}
+
+// libraryVar is the value of env, the variable a caller names for the
+// library it loads (EnvLibrary of gpu/cuda, comm/nccl, ...): the one place
+// this package reads it.
+func libraryVar(env string) string { return os.Getenv(env) }
+
+// pythonRoots are the prefixes of the Python environments WheelLibraries
+// searches, in its order, before cleaning and de-duplication:
+// $VIRTUAL_ENV, $CONDA_PREFIX, then the parent of each absolute $PATH entry
+// that holds a python3 file. The one place this package reads those
+// variables.
+func pythonRoots() []string {
+	var roots []string
+	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if r := os.Getenv(env); r != "" {
+			roots = append(roots, r)
+		}
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "python3")); err == nil && !fi.IsDir() {
+			roots = append(roots, filepath.Dir(filepath.Clean(dir)))
+		}
+	}
+	return roots
 }
 
 // WheelLibraries returns the files at the paths rels (relative to a
@@ -66,23 +100,9 @@ func Candidates(env string, defaults []string) []string {
 // ...) install their libraries there, off the library path, so dlopen
 // would not find them by name.
 func WheelLibraries(rels ...string) []string {
-	var roots []string
-	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		if r := os.Getenv(env); r != "" {
-			roots = append(roots, r)
-		}
-	}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		if !filepath.IsAbs(dir) {
-			continue
-		}
-		if fi, err := os.Stat(filepath.Join(dir, "python3")); err == nil && !fi.IsDir() {
-			roots = append(roots, filepath.Dir(filepath.Clean(dir)))
-		}
-	}
 	var out []string
 	seenRoot, seen := map[string]bool{}, map[string]bool{}
-	for _, root := range roots {
+	for _, root := range pythonRoots() {
 		root = filepath.Clean(root)
 		if seenRoot[root] {
 			continue
@@ -108,7 +128,7 @@ func WheelLibraries(rels ...string) []string {
 // libnccl.so.2 (the pip package ... ships one)").
 func Unloadable(what string, tried []string, env, hint string) string {
 	msg := "cannot load " + what + " (" + strings.Join(tried, "; ") + ")"
-	if os.Getenv(env) == "" {
+	if libraryVar(env) == "" {
 		msg += "; set " + env + " to " + hint
 	}
 	return msg
