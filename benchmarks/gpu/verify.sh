@@ -19,7 +19,9 @@
 #   cuda        gpu/cuda's tests on the real device (GDIST_CUDA_TEST=real)
 #   kernels     gpu/cublas's, gpu/rtc's and gpu/kernels' tests on the device:
 #               cuBLAS GEMMs, NVRTC-compiled kernels, the first device
-#               layers and the mlp trained there against the CPU path
+#               layers and the mlp trained there against the CPU path;
+#               gpu/devmodel's: whole zoo models placed on the device
+#               and trained there against the CPU path
 #   nccl        comm/nccl's tests on real NCCL
 #   ranks2      two NCCL ranks (processes) on one GPU through the
 #               conformance checks (ncclcheck; each process its own NCCL host)
@@ -250,11 +252,12 @@ gotest() {
 	return $rc
 }
 t_cuda() { gotest "$1" gpu/cuda cuda.test; }
-# cuBLAS, NVRTC-compiled kernels and the first device layers, each
+# cuBLAS, NVRTC-compiled kernels, the device layers and whole models
+# placed on the device (gpu/devmodel), each
 # package's tests in its directory, within what is left of the step.
 t_kernels() {
 	local rc=0 out="" p d
-	for p in cublas rtc kernels; do
+	for p in cublas rtc kernels devmodel; do
 		d=$(STEP_LIMIT=$(rest) gotest "$1.$p" "gpu/$p" "$p.test") || rc=1
 		cat "$1.$p" >>"$1"
 		rm -f "$1.$p"

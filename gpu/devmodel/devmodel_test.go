@@ -19,6 +19,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
 
+// TestRealGPU skips unless the tests run on a real GPU (verify.sh's sign
+// that they did).
+func TestRealGPU(t *testing.T) { cudafake.RequireReal(t) }
+
 const dev = 0
 
 // vals returns n values of a function of (seed, index) in [-scale, scale).

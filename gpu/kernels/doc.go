@@ -158,8 +158,9 @@
 // (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
 // TestRealNVRTC compiles every program with a real NVRTC where installed.
 //
-// Not yet here (issue 28): placing an nn.Model on the device (a layer
-// without a device kernel refused by name), SyncBatchNorm's all-reduce of
+// Package gpu/devmodel places a whole nn.Model on the device over these
+// kernels (a layer without device kernels refused by name). Not yet here
+// (issue 28): SyncBatchNorm's all-reduce of
 // the statistics (BatchNormForward's workspace holds nn's [sum, M2,
 // count] layout for it), Tanh, the LR schedule's value per step (a host
 // function of the step: pass it to SGD or Adam), bf16 autocast (GemmEx),
