@@ -632,7 +632,7 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	group := h.Group
 	return l.box.SendFrames(ctx, h, payload, l.maxFrame, l.wsem,
 		func(ctx context.Context, sem chan struct{}) error { return t.acquire(ctx, sem, group) },
-		func(h *wire.Header, p []byte) error { return l.writeFrame(ctx, h, p) })
+		func(h wire.Header, p []byte) error { return l.writeFrame(ctx, &h, p) })
 }
 
 // Recv receives the next message of stream (from, h.Group, h.Kind[, h.Seq])

@@ -306,7 +306,7 @@ func (t *Transport) Send(ctx context.Context, to int, h wire.Header, payload []b
 	group := h.Group
 	return c.box.SendFrames(ctx, h, payload, wire.MaxFrame, c.wsem,
 		func(ctx context.Context, sem chan struct{}) error { return t.acquire(ctx, sem, group) },
-		c.writeFrameLocked)
+		func(h wire.Header, p []byte) error { return c.writeFrameLocked(&h, p) })
 }
 
 // Recv receives the next message of stream (from, h.Group, h.Kind[, h.Seq])

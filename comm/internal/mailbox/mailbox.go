@@ -465,9 +465,11 @@ func (b *Box) LockSend(ctx context.Context, key Key, acquire func(ctx context.Co
 // write semaphore). acquire waits for a semaphore as in LockSend (until it
 // is free, ctx ends or the group fails). SendFrames returns after the last
 // frame is written, or with the first error of acquire or write. Callers
-// do not hold the Box's lock.
+// do not hold the Box's lock. write gets the header by value: a pointer
+// handed to a function value escapes, which cost an allocation per Send
+// (comm/shm's TestSmallOpAllocs wants none).
 func (b *Box) SendFrames(ctx context.Context, h wire.Header, payload []byte, maxFrame int, wsem chan struct{},
-	acquire func(ctx context.Context, sem chan struct{}) error, write func(h *wire.Header, p []byte) error) error {
+	acquire func(ctx context.Context, sem chan struct{}) error, write func(h wire.Header, p []byte) error) error {
 	key := KeyOf(h)
 	sl, err := b.LockSend(ctx, key, acquire)
 	if err != nil {
@@ -482,7 +484,7 @@ func (b *Box) SendFrames(ctx context.Context, h wire.Header, payload []byte, max
 		if err := acquire(ctx, wsem); err != nil {
 			return err
 		}
-		err := write(&h, payload[off:off+n])
+		err := write(h, payload[off:off+n])
 		<-wsem
 		if err != nil {
 			return err

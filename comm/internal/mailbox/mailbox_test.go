@@ -185,14 +185,14 @@ func TestSendFrames(t *testing.T) {
 		}
 		var got []byte
 		var frames []wire.Header
-		err := b.SendFrames(context.Background(), msgHeader(3, n), payload, 8, wsem, acquireSem, func(h *wire.Header, p []byte) error {
+		err := b.SendFrames(context.Background(), msgHeader(3, n), payload, 8, wsem, acquireSem, func(h wire.Header, p []byte) error {
 			if len(wsem) != 1 {
 				t.Errorf("frame written without holding wsem")
 			}
 			if int(h.Len) != len(p) || int(h.Offset) != len(got) || int(h.Total) != n {
-				t.Errorf("%d bytes: frame header %+v for %d bytes at %d", n, *h, len(p), len(got))
+				t.Errorf("%d bytes: frame header %+v for %d bytes at %d", n, h, len(p), len(got))
 			}
-			frames = append(frames, *h)
+			frames = append(frames, h)
 			got = append(got, p...)
 			return nil
 		})
@@ -205,7 +205,7 @@ func TestSendFrames(t *testing.T) {
 	}
 	fail := errors.New("write failed")
 	calls := 0
-	err := b.SendFrames(context.Background(), msgHeader(4, 20), make([]byte, 20), 8, wsem, acquireSem, func(*wire.Header, []byte) error {
+	err := b.SendFrames(context.Background(), msgHeader(4, 20), make([]byte, 20), 8, wsem, acquireSem, func(wire.Header, []byte) error {
 		calls++
 		return fail
 	})
