@@ -423,26 +423,12 @@ func TestStreamOfAnotherDevice(t *testing.T) {
 	}
 }
 
-// useEnv loads cuBLAS afresh with the environment variables kv ("" unsets
-// one), and again after the test with the environment restored.
-func useEnv(t *testing.T, kv ...string) {
-	t.Helper()
-	t.Cleanup(cublas.Reload)
-	for i := 0; i < len(kv); i += 2 {
-		t.Setenv(kv[i], kv[i+1])
-		if kv[i+1] == "" {
-			os.Unsetenv(kv[i])
-		}
-	}
-	cublas.Reload()
-}
-
 // A missing cuBLAS is a clear error that names what was searched, as
 // cuda.Available's reason does, and wraps cuda.ErrUnavailable.
 func TestMissingLibrary(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	const lib = "/nonexistent/libcublas.so.13"
-	useEnv(t, cublas.EnvLibrary, lib)
+	devtest.UseEnv(t, cublas.Reload, cublas.EnvLibrary, lib)
 	ok, why := cublas.Available()
 	t.Logf("Available() = %v, %q", ok, why)
 	if ok || !strings.Contains(why, lib) || !strings.Contains(why, cublas.EnvLibrary) {
@@ -461,24 +447,8 @@ func TestMissingLibrary(t *testing.T) {
 // 12's) in the Python environments, then the names, each library tried
 // named in the reason.
 func TestSearchOrder(t *testing.T) {
-	root := t.TempDir()
-	for _, rel := range []string{"nvidia/cu13/lib/libcublas.so.13", "nvidia/cublas/lib/libcublas.so.12"} {
-		p := filepath.Join(root, "lib", "python3.12", "site-packages", rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte("not a library"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("VIRTUAL_ENV", root)
-	t.Setenv("CONDA_PREFIX", "")
-	t.Setenv("PATH", "") // no other python3's environment
+	root, want := devtest.WheelEnv(t, "nvidia/cu13/lib/libcublas.so.13", "nvidia/cublas/lib/libcublas.so.12")
 	got := cublas.WheelLibraries()
-	want := []string{
-		filepath.Join(root, "lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13"),
-		filepath.Join(root, "lib/python3.12/site-packages/nvidia/cublas/lib/libcublas.so.12"),
-	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("WheelLibraries() = %q, want %q", got, want)
 	}
@@ -488,7 +458,7 @@ func TestSearchOrder(t *testing.T) {
 	cudafake.RequireFake(t)
 	// Both wheel files are not libraries: the fake, named last, is not
 	// reached by name, so point the names at nothing and check the reason.
-	useEnv(t, cublas.EnvLibrary, "", "VIRTUAL_ENV", root)
+	devtest.UseEnv(t, cublas.Reload, cublas.EnvLibrary, "", "VIRTUAL_ENV", root)
 	if ok, why := cublas.Available(); ok {
 		path, _ := cublas.Loaded()
 		t.Logf("a system cuBLAS loaded: %s", path)
@@ -518,7 +488,7 @@ func TestFindsWheel(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "bin", "python3"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	useEnv(t, cublas.EnvLibrary, "", "VIRTUAL_ENV", "", "CONDA_PREFIX", "",
+	devtest.UseEnv(t, cublas.Reload, cublas.EnvLibrary, "", "VIRTUAL_ENV", "", "CONDA_PREFIX", "",
 		"PATH", filepath.Join(root, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if path, _ := cublas.Loaded(); path != link {
 		_, why := cublas.Available()

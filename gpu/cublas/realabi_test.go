@@ -23,7 +23,7 @@ func TestRealLibrary(t *testing.T) {
 		t.Skip("no real cuBLAS (libcublas.so.N): " + devtest.RealHint)
 	}
 	cudafake.RequireCUDA(t) // loading cuBLAS needs a CUDA runtime, real or fake
-	useEnv(t, cublas.EnvLibrary, lib)
+	devtest.UseEnv(t, cublas.Reload, cublas.EnvLibrary, lib)
 	path, version := cublas.Loaded()
 	if path != lib {
 		_, why := cublas.Available()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/internal/devtest"
 )
 
 // oldDriverRuntime is a CUDA runtime as a CUDA 13 wheel behaves on a driver
@@ -62,7 +63,7 @@ func pythonEnv(t *testing.T, files [][2]string) (root string, links []string) {
 		t.Fatal(err)
 	}
 	for _, f := range files {
-		link := filepath.Join(root, "lib", "python3.12", "site-packages", f[0])
+		link := filepath.Join(devtest.SitePackages(root), f[0])
 		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -72,20 +73,6 @@ func pythonEnv(t *testing.T, files [][2]string) (root string, links []string) {
 		links = append(links, link)
 	}
 	return root, links
-}
-
-// useEnv loads the CUDA runtime afresh with the environment variables kv
-// ("" unsets one), and again after the test with the environment restored.
-func useEnv(t *testing.T, kv ...string) {
-	t.Helper()
-	t.Cleanup(cuda.Reload) // runs after t.Setenv's restores
-	for i := 0; i < len(kv); i += 2 {
-		t.Setenv(kv[i], kv[i+1])
-		if kv[i+1] == "" {
-			os.Unsetenv(kv[i])
-		}
-	}
-	cuda.Reload()
 }
 
 // Issue 26, item 2: a runtime that loads but sees no device (a CUDA 13
@@ -98,7 +85,7 @@ func TestSkipsRuntimeThatSeesNoDevice(t *testing.T) {
 		{"nvidia/cu13/lib/libcudart.so.13", old},
 		{"nvidia/cuda_runtime/lib/libcudart.so.12", cudafake.Path()},
 	})
-	useEnv(t, cuda.EnvLibrary, "", "VIRTUAL_ENV", venv, "CONDA_PREFIX", "")
+	devtest.UseEnv(t, cuda.Reload, cuda.EnvLibrary, "", "VIRTUAL_ENV", venv, "CONDA_PREFIX", "")
 	if ok, why := cuda.Available(); !ok {
 		t.Fatalf("Available() = false, %q; want the second wheel's runtime", why)
 	}
@@ -117,7 +104,7 @@ func TestNoRuntimeSeesADevice(t *testing.T) {
 		{"nvidia/cu13/lib/libcudart.so.13", old},
 		{"nvidia/cuda_runtime/lib/libcudart.so.12", cudafake.Path()},
 	})
-	useEnv(t, cuda.EnvLibrary, "", "VIRTUAL_ENV", venv, "CONDA_PREFIX", "", "FAKE_CUDA_DEVICES", "0")
+	devtest.UseEnv(t, cuda.Reload, cuda.EnvLibrary, "", "VIRTUAL_ENV", venv, "CONDA_PREFIX", "", "FAKE_CUDA_DEVICES", "0")
 	ok, why := cuda.Available()
 	t.Logf("Available() = %v, %q", ok, why)
 	if ok {
@@ -146,7 +133,7 @@ func TestNamedRuntimeIsNotReplaced(t *testing.T) {
 	cudafake.RequireFake(t)
 	old := buildOldDriverRuntime(t)
 	venv, _ := pythonEnv(t, [][2]string{{"nvidia/cuda_runtime/lib/libcudart.so.12", cudafake.Path()}})
-	useEnv(t, cuda.EnvLibrary, old, "VIRTUAL_ENV", venv, "CONDA_PREFIX", "")
+	devtest.UseEnv(t, cuda.Reload, cuda.EnvLibrary, old, "VIRTUAL_ENV", venv, "CONDA_PREFIX", "")
 	ok, why := cuda.Available()
 	t.Logf("Available() = %v, %q", ok, why)
 	if path, _ := cuda.Loaded(); ok || path != old {
@@ -164,7 +151,7 @@ func TestNamedRuntimeIsNotReplaced(t *testing.T) {
 func TestFindsWheelOfPythonOnPath(t *testing.T) {
 	cudafake.RequireFake(t)
 	venv, links := pythonEnv(t, [][2]string{{"nvidia/cu13/lib/libcudart.so.13", cudafake.Path()}})
-	useEnv(t, cuda.EnvLibrary, "", "VIRTUAL_ENV", "", "CONDA_PREFIX", "",
+	devtest.UseEnv(t, cuda.Reload, cuda.EnvLibrary, "", "VIRTUAL_ENV", "", "CONDA_PREFIX", "",
 		"PATH", filepath.Join(venv, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if path, _ := cuda.Loaded(); path != links[0] {
 		_, why := cuda.Available()

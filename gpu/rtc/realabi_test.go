@@ -80,7 +80,7 @@ func TestRealDriver(t *testing.T) {
 		// verify.sh's dry run: "real" mode on the fake's runtime
 		t.Skipf("the tests use %s=%s: the real driver is checked with the real runtime only", rtc.EnvDriver, env)
 	}
-	useEnv(t, rtc.EnvDriver, lib)
+	devtest.UseEnv(t, rtc.Reload, rtc.EnvDriver, lib)
 	ok, why := rtc.Available()
 	t.Logf("Available() = %v, %q", ok, why)
 	if cudafake.Mode() == "real" {

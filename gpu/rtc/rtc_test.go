@@ -448,20 +448,6 @@ func TestHostPointerRefused(t *testing.T) {
 	t.Log(err)
 }
 
-// useEnv loads the libraries afresh with the environment variables kv (""
-// unsets one), and again after the test with the environment restored.
-func useEnv(t *testing.T, kv ...string) {
-	t.Helper()
-	t.Cleanup(rtc.Reload)
-	for i := 0; i < len(kv); i += 2 {
-		t.Setenv(kv[i], kv[i+1])
-		if kv[i+1] == "" {
-			os.Unsetenv(kv[i])
-		}
-	}
-	rtc.Reload()
-}
-
 // A missing NVRTC or driver is a clear error naming what was searched and
 // the variable that points at it, wrapping cuda.ErrUnavailable.
 func TestMissingLibraries(t *testing.T) {
@@ -471,7 +457,7 @@ func TestMissingLibraries(t *testing.T) {
 		{rtc.EnvDriver, "/nonexistent/libcuda.so.1", "driver"},
 	} {
 		t.Run(c.what, func(t *testing.T) {
-			useEnv(t, c.env, c.lib)
+			devtest.UseEnv(t, rtc.Reload, c.env, c.lib)
 			ok, why := rtc.Available()
 			t.Logf("Available() = %v, %q", ok, why)
 			if ok || !strings.Contains(why, c.lib) || !strings.Contains(why, c.env) || !strings.Contains(why, c.what) {
@@ -487,19 +473,7 @@ func TestMissingLibraries(t *testing.T) {
 
 // The search: NVIDIA's wheels (CUDA 13's, then 12's), then the names.
 func TestSearchOrder(t *testing.T) {
-	root := t.TempDir()
-	for _, rel := range []string{"nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"} {
-		p := filepath.Join(root, "lib", "python3.12", "site-packages", rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("VIRTUAL_ENV", root)
-	t.Setenv("CONDA_PREFIX", "")
-	t.Setenv("PATH", "") // no other python3's environment
+	devtest.WheelEnv(t, "nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
 	got := rtc.NVRTCWheels()
 	if len(got) != 2 || !strings.HasSuffix(got[0], "nvidia/cu13/lib/libnvrtc.so.13") || !strings.HasSuffix(got[1], "nvidia/cuda_nvrtc/lib/libnvrtc.so.12") {
 		t.Errorf("NVRTCWheels() = %q", got)
