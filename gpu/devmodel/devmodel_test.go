@@ -6,11 +6,10 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"unsafe"
 
-	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
@@ -25,37 +24,6 @@ func TestRealGPU(t *testing.T) { cudafake.RequireReal(t) }
 
 const dev = 0
 
-// vals returns n values of a function of (seed, index) in [-scale, scale).
-func vals(seed, n int, scale float32) []float32 {
-	v := make([]float32, n)
-	x := uint32(seed)*2654435761 + 777
-	for i := range v {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		v[i] = (float32(x%(1<<24))/(1<<23) - 1) * scale
-	}
-	return v
-}
-
-// images is batch i of samples of in values that a classifier learns in
-// a few steps (gpu/kernels' task: a tenth of each sample brighter, the
-// one its label names).
-func images(i, batch, in int) ([]float32, []int32) {
-	x := vals(100+i, batch*in, 0.5)
-	y := make([]int32, batch)
-	for j := range y {
-		y[j] = int32((j*31 + i*7) % 10)
-		for p := 0; p < in; p++ {
-			x[j*in+p] += 0.5
-			if p*10/in == int(y[j]) {
-				x[j*in+p]++
-			}
-		}
-	}
-	return x, y
-}
-
 // text is batch i of byte sequences of t positions and their next bytes
 // (a repeating pattern a gpt learns).
 func text(i, batch, t int) ([]float32, []int32) {
@@ -65,18 +33,6 @@ func text(i, batch, t int) ([]float32, []int32) {
 		x[j], y[j] = float32('a'+c), int32('a'+(c+7)%23)
 	}
 	return x, y
-}
-
-func floats(t *testing.T, p uintptr, n int) []float32 {
-	t.Helper()
-	out := make([]float32, n)
-	if n == 0 {
-		return out
-	}
-	if err := cuda.CopyDtoH(dev, unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*n), p); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // worst is the largest |a - b| / max(floor, |b|) and where.
@@ -126,7 +82,7 @@ func follow(t *testing.T, cpu, gpu *nn.Model, cfg devmodel.Config, steps int, ba
 			t.Fatal(err)
 		}
 		if cfg.ClipGrad > 0 {
-			clip(cpu.Flat.Grad, cfg.ClipGrad)
+			devtest.ClipGrads(cpu.Flat.Grad, cfg.ClipGrad)
 		}
 		opt.Step(cpu.Flat.Value, cpu.Flat.Grad)
 		cpu.ZeroGrad()
@@ -149,7 +105,7 @@ func follow(t *testing.T, cpu, gpu *nn.Model, cfg devmodel.Config, steps int, ba
 	if first, last := losses[0], losses[len(losses)-1]; !(last < 0.95*first) {
 		t.Errorf("the loss went from %v to %v: the test does not train", first, last)
 	}
-	dev := floats(t, d.Params, d.N)
+	dev := devtest.Floats(t, dev, d.Params, d.N)
 	if err := d.CopyToHost(); err != nil {
 		t.Fatal(err)
 	}
@@ -177,22 +133,6 @@ func follow(t *testing.T, cpu, gpu *nn.Model, cfg devmodel.Config, steps int, ba
 	return d
 }
 
-// clip is train's -clip-grad on the host (clip_grad_norm_): the float64
-// norm, and a float32 factor when below 1.
-func clip(g []float32, max float64) {
-	var s float64
-	for _, v := range g {
-		s += float64(v) * float64(v)
-	}
-	norm := math.Sqrt(s)
-	if f := max / (norm + 1e-6); f < 1 && !math.IsInf(norm, 0) && !math.IsNaN(norm) {
-		f32 := float32(f)
-		for i := range g {
-			g[i] *= f32
-		}
-	}
-}
-
 func zoo(t *testing.T, name string) *nn.Model {
 	t.Helper()
 	m, err := models.New(name, 5)
@@ -218,7 +158,7 @@ func TestZooMatchesCPU(t *testing.T) {
 			}
 			cfg := devmodel.Config{Device: dev, Batch: 8, Optim: optim.Config{Name: "sgd", LR: c.lr, Momentum: 0.9, WeightDecay: 1e-4}}
 			in := 784
-			follow(t, zoo(t, c.name), zoo(t, c.name), cfg, 8, func(i int) ([]float32, []int32) { return images(i, 8, in) }, 2e-5, 2e-5)
+			follow(t, zoo(t, c.name), zoo(t, c.name), cfg, 8, func(i int) ([]float32, []int32) { return devtest.Images(i, 8, in) }, 2e-5, 2e-5)
 		})
 	}
 }
@@ -280,10 +220,10 @@ func TestComposedMatchesCPU(t *testing.T) {
 		return m
 	}
 	cfg := devmodel.Config{Device: dev, Batch: 6, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
-	d := follow(t, mk(), mk(), cfg, 8, func(i int) ([]float32, []int32) { return images(i, 6, 40) }, 2e-5, 2e-5)
+	d := follow(t, mk(), mk(), cfg, 8, func(i int) ([]float32, []int32) { return devtest.Images(i, 6, 40) }, 2e-5, 2e-5)
 	// a last batch of 3: planned again, the same peak or more
 	peak := d.PeakBytes()
-	x, y := images(9, 3, 40)
+	x, y := devtest.Images(9, 3, 40)
 	loss, err := d.ForwardBackward(x, y)
 	if err != nil || math.IsNaN(float64(loss)) {
 		t.Fatalf("a batch of 3: %v, %v", loss, err)
@@ -345,7 +285,7 @@ func TestCopies(t *testing.T) {
 	}
 	defer d.Close()
 	for i := 0; i < 2; i++ {
-		x, y := images(i, 4, 784)
+		x, y := devtest.Images(i, 4, 784)
 		if _, err := d.Step(x, y); err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +302,7 @@ func TestCopies(t *testing.T) {
 		t.Errorf("steps: host %d, device %d; want 2", step, d.Steps())
 	}
 	for name, p := range d.StateBuffers() {
-		got := floats(t, p, d.N)
+		got := devtest.Floats(t, dev, p, d.N)
 		if w, _ := worst(st[name], got, 1); w != 0 {
 			t.Errorf("%s differs from the device's", name)
 		}
@@ -374,7 +314,7 @@ func TestCopies(t *testing.T) {
 	if err := d.OptimStateFromHost(o); err != nil {
 		t.Fatal(err)
 	}
-	if d.Steps() != 7 || floats(t, d.StateBuffers()["exp_avg"], d.N)[13] != 6 {
+	if d.Steps() != 7 || devtest.Floats(t, dev, d.StateBuffers()["exp_avg"], d.N)[13] != 6 {
 		t.Errorf("the host's state did not go up")
 	}
 	for i := range m.Flat.Value {
@@ -383,7 +323,7 @@ func TestCopies(t *testing.T) {
 	if err := d.CopyFromHost(); err != nil {
 		t.Fatal(err)
 	}
-	if w, at := worst(floats(t, d.Params, d.N), m.Flat.Value, 1); w != 0 {
+	if w, at := worst(devtest.Floats(t, dev, d.Params, d.N), m.Flat.Value, 1); w != 0 {
 		t.Errorf("parameter %d: not the host's after CopyFromHost", at)
 	}
 	grads := make([]float32, d.N)
@@ -430,12 +370,12 @@ func TestUpdateMatchesOptim(t *testing.T) {
 			if _, err := d.ForwardBackward(x, y); err != nil {
 				t.Fatal(err)
 			}
-			p, g := floats(t, d.Params, d.N), make([]float32, d.N)
+			p, g := devtest.Floats(t, dev, d.Params, d.N), make([]float32, d.N)
 			if err := d.GradsToHost(g); err != nil {
 				t.Fatal(err)
 			}
 			if c.clip > 0 {
-				clip(g, c.clip)
+				devtest.ClipGrads(g, c.clip)
 			}
 			opt.Step(p, g)
 			if err := d.Update(); err != nil {
@@ -444,7 +384,7 @@ func TestUpdateMatchesOptim(t *testing.T) {
 			if err := d.ZeroGrad(); err != nil {
 				t.Fatal(err)
 			}
-			if w, at := worst(floats(t, d.Params, d.N), p, 1e-3); !(w <= 1e-6) {
+			if w, at := worst(devtest.Floats(t, dev, d.Params, d.N), p, 1e-3); !(w <= 1e-6) {
 				t.Errorf("%s step %d: parameter %d differs from optim's by %.3g relative", c.opt.Name, i, at, w)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
@@ -36,7 +37,7 @@ func Example() {
 	defer d.Close()
 	var first, last float32
 	for i := 0; i < 20; i++ {
-		x, y := images(i%4, 16, 784)
+		x, y := devtest.Images(i%4, 16, 784)
 		loss, err := d.Step(x, y)
 		if err != nil {
 			panic(err)

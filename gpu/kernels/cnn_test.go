@@ -195,7 +195,7 @@ func (d *devSeq) step(t *testing.T, x []float32, y []int32, cfg kernels.SGDConfi
 
 // images is batch i of 1x28x28 images a cnn learns in a few steps (the
 // mlp test's task: a tenth of the rows brighter, the one the label names).
-func images(i, batch int) ([]float32, []int32) { return batchOf(i, batch, 784) }
+func images(i, batch int) ([]float32, []int32) { return devtest.Images(i, batch, 784) }
 
 // models' cnn and cnn-bn trained on the device from the CPU path's
 // weights and batches follow the CPU path (nn through gorgonia: its

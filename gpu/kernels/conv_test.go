@@ -223,12 +223,12 @@ func TestConv2d(t *testing.T) {
 		t.Run(fmt.Sprintf("%d:%dx%dx%dx%d-k%dp%ds%d-%d", gi, g.N, g.C, g.H, g.W, g.K, g.Pad, g.Stride, g.Cout), func(t *testing.T) {
 			ho, wo := g.Out()
 			ny := g.N * g.Cout * ho * wo
-			x, w, b := vals(20+gi, g.N*g.C*g.H*g.W, 1), vals(30+gi, g.Cout*g.C*g.K*g.K, 0.5), vals(40+gi, g.Cout, 0.5)
-			dy := vals(50+gi, ny, 1)
+			x, w, b := devtest.Vals(20+gi, g.N*g.C*g.H*g.W, 1), devtest.Vals(30+gi, g.Cout*g.C*g.K*g.K, 0.5), devtest.Vals(40+gi, g.Cout, 0.5)
+			dy := devtest.Vals(50+gi, ny, 1)
 			dX, dW, dB, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, w), devtest.Upload(t, dev, b), devtest.Upload(t, dev, dy)
 			ws := devtest.Alloc(t, dev, g.Workspace(), 4)
 			y, gx := devtest.Alloc(t, dev, ny, 4), devtest.Alloc(t, dev, len(x), 4)
-			gw, gb := devtest.Upload(t, dev, vals(60, len(w), 1)), devtest.Upload(t, dev, vals(61, len(b), 1))
+			gw, gb := devtest.Upload(t, dev, devtest.Vals(60, len(w), 1)), devtest.Upload(t, dev, devtest.Vals(61, len(b), 1))
 			if err := kernels.Conv2dForward(h, k, y, dX, dW, dB, ws, g); err != nil {
 				t.Fatal(err)
 			}
@@ -289,16 +289,16 @@ func TestMaxPool2d(t *testing.T) {
 	for _, sh := range [][4]int{{2, 3, 6, 8}, {1, 2, 7, 5}, {3, 1, 2, 2}, {1, 1, 9, 9}} {
 		n, c, hh, ww := sh[0], sh[1], sh[2], sh[3]
 		planes, ny := n*c, n*c*(hh/2)*(ww/2)
-		x := vals(70, n*c*hh*ww, 2)
+		x := devtest.Vals(70, n*c*hh*ww, 2)
 		for i := range x {
 			x[i] = float32(math.Round(float64(x[i]))) // -2..2: many ties
 			if i%7 == 3 {
 				x[i] = float32(math.Copysign(0, -1))
 			}
 		}
-		dy := vals(71, ny, 1)
+		dy := devtest.Vals(71, ny, 1)
 		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
-		y, arg, dx := devtest.Alloc(t, dev, ny, 4), devtest.Alloc(t, dev, ny, 1), devtest.Upload(t, dev, vals(72, len(x), 1))
+		y, arg, dx := devtest.Alloc(t, dev, ny, 4), devtest.Alloc(t, dev, ny, 1), devtest.Upload(t, dev, devtest.Vals(72, len(x), 1))
 		if err := k.MaxPool2d(s, y, arg, dX, planes, hh, ww); err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func TestEmbedding(t *testing.T) {
 	for i := range ids {
 		ids[i] = float32((i * i * 7) % num) // repeats, and rows unused
 	}
-	dy := vals(120, n*tt*dim, 1)
+	dy := devtest.Vals(120, n*tt*dim, 1)
 	want, err := st.Forward(ids)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestEmbedding(t *testing.T) {
 	dW, dP := devtest.Upload(t, dev, m.Flat.Value[w.Offset:w.Offset+w.Size]), devtest.Upload(t, dev, m.Flat.Value[p.Offset:p.Offset+p.Size])
 	dIDs, dDY := devtest.Upload(t, dev, ids), devtest.Upload(t, dev, dy)
 	y := devtest.Alloc(t, dev, n*tt*dim, 4)
-	g0 := vals(121, num*dim, 1)
+	g0 := devtest.Vals(121, num*dim, 1)
 	gw, gp := devtest.Upload(t, dev, g0), devtest.Upload(t, dev, g0[:tt*dim])
 	if err := k.Embedding(s, y, dIDs, dW, dP, n*tt, num, dim, tt); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestCausalSoftmax(t *testing.T) {
 	for _, sh := range [][2]int{{3, 7}, {2, 40}, {1, 1}, {1, 70}} {
 		b, tt := sh[0], sh[1]
 		n := b * tt * tt
-		sc, dp := vals(130, n, 6), vals(131, n, 1)
+		sc, dp := devtest.Vals(130, n, 6), devtest.Vals(131, n, 1)
 		dS, dDP := devtest.Upload(t, dev, sc), devtest.Upload(t, dev, dp)
 		if err := k.CausalSoftmax(s, dS, b*tt, tt); err != nil {
 			t.Fatal(err)
@@ -144,8 +144,8 @@ func TestAttention(t *testing.T) {
 	h := cublasHandle(t, dev, s)
 	for _, g := range []kernels.AttentionGeom{{N: 2, T: 5, C: 12, H: 3}, {N: 1, T: 33, C: 16, H: 2}, {N: 3, T: 1, C: 4, H: 1}} {
 		c, rows := g.C, g.N*g.T
-		x, dy := vals(140, rows*c, 1), vals(141, rows*c, 1)
-		win, bin, wout, bout := vals(142, c*3*c, 0.5), vals(143, 3*c, 0.1), vals(144, c*c, 0.3), vals(145, c, 0.1)
+		x, dy := devtest.Vals(140, rows*c, 1), devtest.Vals(141, rows*c, 1)
+		win, bin, wout, bout := devtest.Vals(142, c*3*c, 0.5), devtest.Vals(143, 3*c, 0.1), devtest.Vals(144, c*c, 0.3), devtest.Vals(145, c, 0.1)
 		cpu := newCPULayer(t, &nn.CausalSelfAttention{Dim: c, Heads: g.H}, []int{g.T, c}, g.N)
 		for i, v := range [][]float32{win, bin, wout, bout} {
 			cpu.set(i, v)
@@ -197,7 +197,7 @@ func TestAdd(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	const n = 1001
-	a, b := vals(180, n, 1), vals(181, n, 1e-3)
+	a, b := devtest.Vals(180, n, 1), devtest.Vals(181, n, 1e-3)
 	da, db := devtest.Upload(t, dev, a), devtest.Upload(t, dev, b)
 	if err := k.Add(s, da, da, db, n); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestGPTBlock(t *testing.T) {
 	scales := []float32{1, 0.2, 0.4, 0.1, 0.3, 0.1, 1, 0.2, 0.4, 0.1, 0.2, 0.1}
 	var dp, dgr []uintptr
 	for i, n := range sizes {
-		v := vals(190+i, n, scales[i])
+		v := devtest.Vals(190+i, n, scales[i])
 		if i == 0 || i == 6 {
 			for j := range v {
 				v[j] += 1 // LayerNorm's scale about 1
@@ -239,7 +239,7 @@ func TestGPTBlock(t *testing.T) {
 		cpu.set(i, v)
 		dp, dgr = append(dp, devtest.Upload(t, dev, v)), append(dgr, devtest.Alloc(t, dev, n, 4))
 	}
-	x, dy := vals(210, rows*c, 1), vals(211, rows*c, 1)
+	x, dy := devtest.Vals(210, rows*c, 1), devtest.Vals(211, rows*c, 1)
 	want, wdx := cpu.forward(t, x), cpu.backward(t, x, dy)
 
 	buf := func(n int) uintptr { return devtest.Alloc(t, dev, n, 4) }

@@ -34,19 +34,6 @@ func setup(t *testing.T, dev int) (*kernels.Kernels, *cuda.Stream) {
 	return k, devtest.Stream(t, dev)
 }
 
-// vals returns n values of a function of (seed, index) in [-scale, scale).
-func vals(seed, n int, scale float32) []float32 {
-	v := make([]float32, n)
-	x := uint32(seed)*2654435761 + 777
-	for i := range v {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		v[i] = (float32(x%(1<<24))/(1<<23) - 1) * scale
-	}
-	return v
-}
-
 var shapes = [][2]int{{1, 1}, {7, 13}, {300, 257}, {64, 10}}
 
 // BiasAdd is one float32 add per element: bit for bit the CPU's.
@@ -55,7 +42,7 @@ func TestBiasAdd(t *testing.T) {
 	k, s := setup(t, dev)
 	for _, sh := range shapes {
 		rows, cols := sh[0], sh[1]
-		y, b := vals(1, rows*cols, 2), vals(2, cols, 1)
+		y, b := devtest.Vals(1, rows*cols, 2), devtest.Vals(2, cols, 1)
 		dy, db := devtest.Upload(t, dev, y), devtest.Upload(t, dev, b)
 		if err := k.BiasAdd(s, dy, db, rows, cols); err != nil {
 			t.Fatal(err)
@@ -77,7 +64,7 @@ func TestBiasGrad(t *testing.T) {
 	k, s := setup(t, dev)
 	for _, sh := range shapes {
 		rows, cols := sh[0], sh[1]
-		dy, old := vals(3, rows*cols, 1), vals(4, cols, 1)
+		dy, old := devtest.Vals(3, rows*cols, 1), devtest.Vals(4, cols, 1)
 		ddy := devtest.Upload(t, dev, dy)
 		for _, acc := range []bool{false, true} {
 			ddb := devtest.Upload(t, dev, old)
@@ -107,7 +94,7 @@ func TestReLU(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	for _, n := range []int{1, 1000, 70001} {
-		x, dy := vals(5, n, 1), vals(6, n, 1)
+		x, dy := devtest.Vals(5, n, 1), devtest.Vals(6, n, 1)
 		x[0] = 0
 		dx, ddy := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
 		dyOut := devtest.Alloc(t, dev, n, 4)
@@ -141,7 +128,7 @@ func TestCrossEntropy(t *testing.T) {
 	k, s := setup(t, dev)
 	for _, sh := range [][2]int{{1, 1}, {1, 10}, {64, 10}, {33, 1000}, {5, 3001}} {
 		rows, classes := sh[0], sh[1]
-		logits := vals(7, rows*classes, 8)
+		logits := devtest.Vals(7, rows*classes, 8)
 		labels := make([]int32, rows)
 		for i := range labels {
 			labels[i] = int32((i * 7919) % classes)
@@ -197,14 +184,14 @@ func TestSGD(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := vals(8, n, 1)
+		p := devtest.Vals(8, n, 1)
 		dp, dg := devtest.Upload(t, dev, p), devtest.Alloc(t, dev, n, 4)
 		var dm uintptr
 		if mu != 0 {
 			dm = devtest.Upload(t, dev, make([]float32, n))
 		}
 		for step := 0; step < 4; step++ {
-			g := vals(9+step, n, 0.5)
+			g := devtest.Vals(9+step, n, 0.5)
 			devtest.Put(t, dev, dg, g)
 			opt.Step(p, g)
 			err := k.SGD(s, dp, dg, dm, n, kernels.SGDConfig{LR: float32(cfg.LR), Momentum: float32(mu), WeightDecay: float32(cfg.WeightDecay)})
@@ -241,7 +228,7 @@ func TestLinear(t *testing.T) {
 	}
 	defer h.Close()
 	const rows, in, out = 9, 17, 5
-	x, w, b, dy := vals(10, rows*in, 1), vals(11, in*out, 1), vals(12, out, 1), vals(13, rows*out, 1)
+	x, w, b, dy := devtest.Vals(10, rows*in, 1), devtest.Vals(11, in*out, 1), devtest.Vals(12, out, 1), devtest.Vals(13, rows*out, 1)
 	dx, dw, db, ddy := devtest.Upload(t, dev, x), devtest.Upload(t, dev, w), devtest.Upload(t, dev, b), devtest.Upload(t, dev, dy)
 	y, gx, gw, gb := devtest.Alloc(t, dev, rows*out, 4), devtest.Alloc(t, dev, rows*in, 4), devtest.Alloc(t, dev, in*out, 4), devtest.Alloc(t, dev, out, 4)
 	if err := kernels.LinearForward(h, k, y, dx, dw, db, rows, in, out); err != nil {

@@ -125,24 +125,6 @@ func (d *devMLP) step(t *testing.T, x []float32, y []int32, cfg kernels.SGDConfi
 	return devtest.Floats(t, d.dev, d.loss, 1)[0]
 }
 
-// batchOf is batch number i of a task the mlp learns in a few steps:
-// pixels in [0, 1), and the tenth of a sample's pixels that its label
-// names brighter by 1.
-func batchOf(i, batch, in int) ([]float32, []int32) {
-	x := vals(100+i, batch*in, 0.5)
-	y := make([]int32, batch)
-	for j := range y {
-		y[j] = int32((j*31 + i*7) % 10)
-		for p := 0; p < in; p++ {
-			x[j*in+p] += 0.5
-			if p*10/in == int(y[j]) {
-				x[j*in+p]++
-			}
-		}
-	}
-	return x, y
-}
-
 // The mlp trained on the device from the same initial weights and batches
 // as the CPU path (nn through gorgonia, optim's SGD) follows it while it
 // learns: the loss of every step within lossTol (relative to max(1,
@@ -181,7 +163,7 @@ func TestMLPMatchesCPU(t *testing.T) {
 	var worst float64
 	var losses []float32
 	for i := 0; i < steps; i++ {
-		x, y := batchOf(i, batch, m.InputSize())
+		x, y := devtest.Images(i, batch, m.InputSize())
 		cpu, err := g.Step(context.Background(), x, y)
 		if err != nil {
 			t.Fatal(err)

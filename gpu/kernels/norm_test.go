@@ -66,7 +66,7 @@ func TestBatchNorm(t *testing.T) {
 		t.Run(fmt.Sprintf("%dx%dx%d", n, c, inner), func(t *testing.T) {
 			l := nn.BatchNorm2d(c).State()
 			total := n * c * inner
-			gamma, beta := vals(80, c, 1), vals(81, c, 1)
+			gamma, beta := devtest.Vals(80, c, 1), devtest.Vals(81, c, 1)
 			rm, rv := make([]float32, c), make([]float32, c)
 			copy(rm, l.RunningMean)
 			copy(rv, l.RunningVar)
@@ -77,11 +77,11 @@ func TestBatchNorm(t *testing.T) {
 			dgamma, dbeta := devtest.Alloc(t, dev, c, 4), devtest.Alloc(t, dev, c, 4)
 			cfg := kernels.BatchNormConfig{C: c, Momentum: l.Momentum, Eps: l.Eps}
 			for step := 0; step < 3; step++ {
-				x := vals(82+step, total, 2)
+				x := devtest.Vals(82+step, total, 2)
 				for i := range x {
 					x[i] += 3 // a mean far from 0
 				}
-				dy := vals(90+step, total, 1)
+				dy := devtest.Vals(90+step, total, 1)
 				dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
 				if err := k.BatchNormForward(s, y, xhat, dX, dG, dB, dRM, dRV, ws, n, inner, cfg, true); err != nil {
 					t.Fatal(err)
@@ -108,7 +108,7 @@ func TestBatchNorm(t *testing.T) {
 				withinULP(t, what+"dbeta", devtest.Floats(t, dev, dbeta, c), wdb, kernels.BatchNormULP)
 			}
 			// evaluation: the running statistics
-			x := vals(99, total, 2)
+			x := devtest.Vals(99, total, 2)
 			dX := devtest.Upload(t, dev, x)
 			if err := k.BatchNormForward(s, y, 0, dX, dG, dB, dRM, dRV, ws, n, inner, cfg, false); err != nil {
 				t.Fatal(err)
@@ -119,10 +119,10 @@ func TestBatchNorm(t *testing.T) {
 			}
 			withinULP(t, "eval y", devtest.Floats(t, dev, y, total), want, kernels.BatchNormULP)
 			// accumulate adds the parameters' gradients
-			g0 := vals(98, c, 1)
+			g0 := devtest.Vals(98, c, 1)
 			devtest.Put(t, dev, dgamma, g0)
 			devtest.Put(t, dev, dbeta, g0)
-			dy := vals(97, total, 1)
+			dy := devtest.Vals(97, total, 1)
 			if err := k.BatchNormForward(s, y, xhat, dX, dG, dB, dRM, dRV, ws, n, inner, cfg, true); err != nil {
 				t.Fatal(err)
 			}
@@ -155,14 +155,14 @@ func TestLayerNorm(t *testing.T) {
 		n, tt, c := sh[0], sh[1], sh[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", n, tt, c), func(t *testing.T) {
 			rows, total := n*tt, n*tt*c
-			x, dy := vals(100, total, 2), vals(101, total, 1)
+			x, dy := devtest.Vals(100, total, 2), devtest.Vals(101, total, 1)
 			for i := range x {
 				x[i] += float32(i%c) * 0.25 // rows with a mean and a spread
 			}
-			gamma, beta := vals(102, c, 1), vals(103, c, 1)
+			gamma, beta := devtest.Vals(102, c, 1), devtest.Vals(103, c, 1)
 			dX, dDY, dG, dB := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy), devtest.Upload(t, dev, gamma), devtest.Upload(t, dev, beta)
 			y, xhat, inv, dx := devtest.Alloc(t, dev, total, 4), devtest.Alloc(t, dev, total, 4), devtest.Alloc(t, dev, rows, 4), devtest.Alloc(t, dev, total, 4)
-			g0 := vals(104, c, 1)
+			g0 := devtest.Vals(104, c, 1)
 			dgamma, dbeta := devtest.Upload(t, dev, g0), devtest.Upload(t, dev, g0)
 			if err := k.LayerNormForward(s, y, xhat, inv, dX, dG, dB, rows, c, 1e-5); err != nil {
 				t.Fatal(err)
@@ -204,10 +204,10 @@ func TestGELU(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	for _, n := range []int{64, 1003, 13} {
-		x := vals(110, n, 4)
+		x := devtest.Vals(110, n, 4)
 		special := []float32{0, float32(math.Copysign(0, -1)), -30, 30, -9.5, 9.5, float32(math.Inf(1)), float32(math.Inf(-1)), -0.75, 1e-30, -5.5, 7}
 		copy(x, special)
-		dy := vals(111, n, 1)
+		dy := devtest.Vals(111, n, 1)
 		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
 		y, dx := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4)
 		if err := k.GELU(s, y, dX, n); err != nil {

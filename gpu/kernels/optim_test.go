@@ -26,12 +26,12 @@ func TestAdam(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := vals(150, n, 1)
+			p := devtest.Vals(150, n, 1)
 			dp, dg := devtest.Upload(t, dev, p), devtest.Alloc(t, dev, n, 4)
 			dm, dv := devtest.Upload(t, dev, make([]float32, n)), devtest.Upload(t, dev, make([]float32, n))
 			ac := kernels.AdamConfig{LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: wd, Decoupled: name == "adamw"}
 			for step := int64(1); step <= 5; step++ {
-				g := vals(151+int(step), n, 0.5)
+				g := devtest.Vals(151+int(step), n, 0.5)
 				g[3] = 0
 				devtest.Put(t, dev, dg, g)
 				opt.Step(p, g)
@@ -48,24 +48,6 @@ func TestAdam(t *testing.T) {
 	}
 }
 
-// clipRef is train's clipGrads on one rank: the float64 norm, then every
-// gradient times float32(max / (norm + 1e-6)) when that is below 1 and
-// the norm finite (torch.nn.utils.clip_grad_norm_).
-func clipRef(g []float32, max float64) float64 {
-	var ss float64
-	for _, v := range g {
-		ss += float64(v) * float64(v)
-	}
-	norm := math.Sqrt(ss)
-	if coef := max / (norm + 1e-6); coef < 1 && !math.IsInf(norm, 0) && !math.IsNaN(norm) {
-		f := float32(coef)
-		for i := range g {
-			g[i] *= f
-		}
-	}
-	return norm
-}
-
 // ClipGradNorm clips by the global norm as train does: the norm within
 // kernels.NormTol of the float64 sum's (a deterministic two-level tree
 // on the device), the gradients bit for bit (the same float32 factor);
@@ -79,7 +61,7 @@ func TestClipGradNorm(t *testing.T) {
 		max float64
 		bad float32
 	}{{100003, 1, 0}, {100003, 1e6, 0}, {1, 0.25, 0}, {7, 0.5, float32(math.Inf(1))}, {300, 0.5, float32(math.NaN())}, {0, 1, 0}} {
-		g := vals(160, c.n, 0.5)
+		g := devtest.Vals(160, c.n, 0.5)
 		if c.bad != 0 {
 			g[c.n/2] = c.bad
 		}
@@ -87,7 +69,7 @@ func TestClipGradNorm(t *testing.T) {
 		if err := k.ClipGradNorm(s, dg, c.n, c.max, ws); err != nil {
 			t.Fatal(err)
 		}
-		norm := clipRef(g, c.max)
+		norm := devtest.ClipGrads(g, c.max)
 		got := devtest.Floats(t, dev, dg, c.n)
 		what := fmt.Sprintf("n %d max %v", c.n, c.max)
 		same(t, what, got, g)
@@ -112,7 +94,7 @@ func TestDropout(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	const d, batch, p, seed, offset = 64, 3, 0.3, 12345, 5
-	x := vals(170, batch*d, 1)
+	x := devtest.Vals(170, batch*d, 1)
 	var models []*nn.Model
 	var graphs []*nn.Graph
 	for n := 0; n < batch; n++ {
