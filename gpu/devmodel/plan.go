@@ -188,6 +188,31 @@ func with(shape []int, last int) []int {
 	return s
 }
 
+// elementwise plans an activation applied to each of x's values:
+// fwd(y, x), and when x has a gradient bwd(dx, dy, saved) with saved the
+// activation's output (fromOut) or its input. The kernels and stream are
+// d's when the ops run.
+func (c *compiler) elementwise(d *Model, name string, x *act,
+	fwd func(k *kernels.Kernels, s *cuda.Stream, y, x uintptr, n int) error,
+	bwd func(k *kernels.Kernels, s *cuda.Stream, dx, dy, saved uintptr, n int) error, fromOut bool) (*act, error) {
+	out, err := c.newAct(x.shape)
+	if err != nil {
+		return nil, err
+	}
+	n := x.size()
+	c.add(name, func() error { return fwd(d.k, d.s, out.val, x.val, n) }, func() error {
+		if x.grad == 0 {
+			return nil
+		}
+		saved := x.val
+		if fromOut {
+			saved = out.val
+		}
+		return bwd(d.k, d.s, x.grad, out.grad, saved, n)
+	})
+	return out, nil
+}
+
 // layer plans l (named name) on input x and returns its output.
 func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 	d := c.d
@@ -331,31 +356,9 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		})
 		return out, nil
 	case nn.ReLU, *nn.ReLU:
-		out, err := c.newAct(x.shape)
-		if err != nil {
-			return nil, err
-		}
-		n := x.size()
-		c.add(name, func() error { return d.k.ReLU(d.s, out.val, x.val, n) }, func() error {
-			if x.grad == 0 {
-				return nil
-			}
-			return d.k.ReLUBackward(d.s, x.grad, out.grad, out.val, n)
-		})
-		return out, nil
+		return c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
 	case nn.GELU, *nn.GELU:
-		out, err := c.newAct(x.shape)
-		if err != nil {
-			return nil, err
-		}
-		n := x.size()
-		c.add(name, func() error { return d.k.GELU(d.s, out.val, x.val, n) }, func() error {
-			if x.grad == 0 {
-				return nil
-			}
-			return d.k.GELUBackward(d.s, x.grad, out.grad, x.val, n)
-		})
-		return out, nil
+		return c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
 	case nn.MaxPool2d, *nn.MaxPool2d:
 		if len(x.shape) != 4 || x.shape[2] < 2 || x.shape[3] < 2 {
 			return nil, shapeErr("(N, C, H, W), H and W at least 2")
