@@ -173,15 +173,7 @@ func TestAttention(t *testing.T) {
 		}
 		byMax := func(what string, got, want []float32) {
 			t.Helper()
-			var m float64
-			for _, v := range want {
-				m = math.Max(m, math.Abs(float64(v)))
-			}
-			tol := make([]float64, len(want))
-			for i := range tol {
-				tol[i] = kernels.AttentionTol * m
-			}
-			near(t, fmt.Sprintf("%+v %s", g, what), got, f32to64(want), tol)
+			nearByMax(t, fmt.Sprintf("%+v %s", g, what), got, want)
 		}
 		byMax("y", devtest.Floats(t, dev, y, rows*c), want)
 		byMax("dx", devtest.Floats(t, dev, dx, rows*c), wdx)
@@ -275,21 +267,24 @@ func TestGPTBlock(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	byMax := func(what string, got, want []float32) {
-		t.Helper()
-		var m float64
-		for _, v := range want {
-			m = math.Max(m, math.Abs(float64(v)))
-		}
-		tol := make([]float64, len(want))
-		for i := range tol {
-			tol[i] = kernels.AttentionTol * m
-		}
-		near(t, what, got, f32to64(want), tol)
-	}
-	byMax("y", devtest.Floats(t, dev, y, rows*c), want)
-	byMax("dx", devtest.Floats(t, dev, dx, rows*c), wdx)
+	nearByMax(t, "y", devtest.Floats(t, dev, y, rows*c), want)
+	nearByMax(t, "dx", devtest.Floats(t, dev, dx, rows*c), wdx)
 	for i, n := range sizes {
-		byMax(fmt.Sprintf("parameter %d's gradient", i), devtest.Floats(t, dev, dgr[i], n), cpu.grads[i])
+		nearByMax(t, fmt.Sprintf("parameter %d's gradient", i), devtest.Floats(t, dev, dgr[i], n), cpu.grads[i])
 	}
+}
+
+// nearByMax checks got against want within kernels.AttentionTol times
+// want's largest magnitude.
+func nearByMax(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	var m float64
+	for _, v := range want {
+		m = math.Max(m, math.Abs(float64(v)))
+	}
+	tol := make([]float64, len(want))
+	for i := range tol {
+		tol[i] = kernels.AttentionTol * m
+	}
+	near(t, what, got, f32to64(want), tol)
 }

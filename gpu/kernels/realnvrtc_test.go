@@ -6,24 +6,13 @@ import (
 
 	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/gpu/kernels"
-	"github.com/gdist/gdist/gpu/rtc"
 )
 
 // TestRealNVRTC compiles the kernels with the real NVRTC where one is
 // installed (no GPU needed): what the fake runs is CUDA C++ that NVRTC
 // accepts, for the architectures of the GPUs gdist targets it knows.
 func TestRealNVRTC(t *testing.T) {
-	lib := devtest.RealLibrary("/usr/lib/*/libnvrtc.so.*", "/usr/local/cuda/lib64/libnvrtc.so.*")
-	if lib == "" {
-		t.Skip("no real NVRTC (libnvrtc.so.N): " + devtest.RealHint)
-	}
-	c, err := rtc.OpenCompiler(lib)
-	if err != nil {
-		if strings.Contains(err.Error(), "without cgo") {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	c, lib := devtest.RealNVRTC(t)
 	major, minor := c.Version()
 	ccs := [][2]int{{8, 0}, {9, 0}}
 	if testing.Short() {

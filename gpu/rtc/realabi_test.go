@@ -21,27 +21,11 @@ func TestRealHeaders(t *testing.T) {
 	devtest.ABICheck(t, "nvrtc.h", "testdata/abicheck.c", map[string]string{"shim.h": "shim.h"}, nil)
 }
 
-func realNVRTC(t *testing.T) *rtc.Compiler {
-	t.Helper()
-	lib := devtest.RealLibrary("/usr/lib/*/libnvrtc.so.*", "/usr/local/cuda/lib64/libnvrtc.so.*")
-	if lib == "" {
-		t.Skip("no real NVRTC (libnvrtc.so.N): " + devtest.RealHint)
-	}
-	c, err := rtc.OpenCompiler(lib)
-	if err != nil {
-		if strings.Contains(err.Error(), "without cgo") {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestRealNVRTC compiles this package's test kernels with the real NVRTC
 // (no GPU needed): what the fake runs is CUDA C++ that NVRTC accepts, as a
 // cubin for a real architecture and as PTX for a virtual one.
 func TestRealNVRTC(t *testing.T) {
-	c := realNVRTC(t)
+	c, _ := devtest.RealNVRTC(t)
 	major, minor := c.Version()
 	t.Logf("%s: NVRTC %d.%d, architectures %v", c.Path(), major, minor, c.Archs())
 	for _, arch := range []string{c.Target(8, 0), "compute_80"} { // CUDA 13 dropped sm_70
