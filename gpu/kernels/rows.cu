@@ -12,9 +12,10 @@
 
 #define FULL 0xffffffffu
 
-// block_sumd is the sum of every thread's v over the block, a tree over
-// shared memory in a fixed order; all threads get it.
-__device__ double block_sumd(double v, double *s) {
+// block_sum is the sum of every thread's v (a float or a double) over
+// the block, a tree over shared memory in a fixed order; all threads get
+// it.
+template <class T> __device__ T block_sum(T v, T *s) {
 	int t = threadIdx.x;
 	s[t] = v;
 	__syncthreads();
@@ -22,20 +23,7 @@ __device__ double block_sumd(double v, double *s) {
 		if (t < w) s[t] = s[t] + s[t + w];
 		__syncthreads();
 	}
-	double r = s[0];
-	__syncthreads();
-	return r;
-}
-
-__device__ float block_sumf(float v, float *s) {
-	int t = threadIdx.x;
-	s[t] = v;
-	__syncthreads();
-	for (int w = BLOCK / 2; w > 0; w >>= 1) {
-		if (t < w) s[t] = s[t] + s[t + w];
-		__syncthreads();
-	}
-	float r = s[0];
+	T r = s[0];
 	__syncthreads();
 	return r;
 }
@@ -49,7 +37,7 @@ extern "C" __global__ void gd_row_sum(float *out, const float *x, int rows, long
 		const float *row = x + (long long)r * cols;
 		float v = 0.0f;
 		for (long long j = threadIdx.x; j < cols; j += BLOCK) v = v + row[j];
-		v = block_sumf(v, s);
+		v = block_sum(v, s);
 		if (threadIdx.x == 0) out[r] = accumulate ? out[r] + v : v;
 	}
 }
@@ -67,14 +55,14 @@ extern "C" __global__ void gd_bn_stats(double *stats, const float *x, int N, int
 	for (int c = blockIdx.x; c < C; c += gridDim.x) {
 		double v = 0.0;
 		for (long long i = threadIdx.x; i < m; i += BLOCK) v = v + (double)x[chan_at(i, c, C, inner)];
-		double sum = block_sumd(v, s);
+		double sum = block_sum(v, s);
 		double mu = sum / (double)m;
 		v = 0.0;
 		for (long long i = threadIdx.x; i < m; i += BLOCK) {
 			double d = (double)x[chan_at(i, c, C, inner)] - mu;
 			v = v + d * d;
 		}
-		double m2 = block_sumd(v, s);
+		double m2 = block_sum(v, s);
 		if (threadIdx.x == 0) {
 			stats[c] = sum;
 			stats[C + c] = m2;
@@ -96,8 +84,8 @@ extern "C" __global__ void gd_bn_grad_sums(double *sums, const float *dy, const 
 			v = v + d;
 			vx = vx + d * (double)xhat[j];
 		}
-		v = block_sumd(v, s);
-		vx = block_sumd(vx, s);
+		v = block_sum(v, s);
+		vx = block_sum(vx, s);
 		if (threadIdx.x == 0) {
 			sums[c] = v;
 			sums[C + c] = vx;
@@ -256,7 +244,7 @@ extern "C" __global__ void gd_sumsq(double *part, const float *g, long long n) {
 	long long per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(lo + per, n);
 	double v = 0.0;
 	for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) v = v + (double)g[i] * (double)g[i];
-	v = block_sumd(v, s);
+	v = block_sum(v, s);
 	if (threadIdx.x == 0) part[blockIdx.x] = v;
 }
 
@@ -267,7 +255,7 @@ extern "C" __global__ void gd_clip_finish(double *out, const double *part, int p
 	__shared__ double s[BLOCK];
 	double v = 0.0;
 	for (int i = threadIdx.x; i < parts; i += BLOCK) v = v + part[i];
-	double ss = block_sumd(v, s);
+	double ss = block_sum(v, s);
 	if (threadIdx.x == 0) {
 		double norm = sqrt(ss), coef = max / (norm + 1e-6);
 		out[0] = norm;
