@@ -270,32 +270,8 @@ func (d *Model) Step(x []float32, y []int32) (float32, error) {
 // accumulate). Only the batch goes up and the loss comes down.
 func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 	m := d.Host
-	if len(x) == 0 || len(x)%m.InputSize() != 0 {
-		return 0, fmt.Errorf("devmodel: %s: %d inputs, not a whole number of samples of %d", m.Name, len(x), m.InputSize())
-	}
-	batch := len(x) / m.InputSize()
-	if len(y) != batch*m.LabelsPerSample() {
-		return 0, fmt.Errorf("devmodel: %s: %d labels for %d samples of %d", m.Name, len(y), batch, m.LabelsPerSample())
-	}
-	for i, l := range y {
-		if l < 0 || int(l) >= m.Classes() {
-			return 0, fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
-		}
-	}
-	if d.plan.batch != batch {
-		d.s.Synchronize()
-		d.release(d.plan)
-		p, err := d.compile(batch)
-		if err != nil {
-			return 0, err
-		}
-		d.plan = p
-	}
-	p := d.plan
-	if err := cuda.CopyHtoD(d.dev, p.in.val, bytesOf(x)); err != nil {
-		return 0, err
-	}
-	if err := cuda.CopyHtoD(d.dev, p.labels, bytesOf(y)); err != nil {
+	p, err := d.load(x, y)
+	if err != nil {
 		return 0, err
 	}
 	d.run++
@@ -325,6 +301,84 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 		return 0, err
 	}
 	return loss[0], nil
+}
+
+// load checks a batch, plans for its size when the plan is another's
+// (from the pool's cached blocks) and copies it up.
+func (d *Model) load(x []float32, y []int32) (*plan, error) {
+	m := d.Host
+	if len(x) == 0 || len(x)%m.InputSize() != 0 {
+		return nil, fmt.Errorf("devmodel: %s: %d inputs, not a whole number of samples of %d", m.Name, len(x), m.InputSize())
+	}
+	batch := len(x) / m.InputSize()
+	if len(y) != batch*m.LabelsPerSample() {
+		return nil, fmt.Errorf("devmodel: %s: %d labels for %d samples of %d", m.Name, len(y), batch, m.LabelsPerSample())
+	}
+	for i, l := range y {
+		if l < 0 || int(l) >= m.Classes() {
+			return nil, fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
+		}
+	}
+	if d.plan.batch != batch {
+		d.s.Synchronize()
+		d.release(d.plan)
+		p, err := d.compile(batch)
+		if err != nil {
+			return nil, err
+		}
+		d.plan = p
+	}
+	p := d.plan
+	if err := cuda.CopyHtoD(d.dev, p.in.val, bytesOf(x)); err != nil {
+		return nil, err
+	}
+	if err := cuda.CopyHtoD(d.dev, p.labels, bytesOf(y)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Eval runs the forward pass in evaluation mode on a batch (x, y as for
+// ForwardBackward; any number of samples, planned again from the pool's
+// cached blocks when it is not the last batch's): batch norm normalizes
+// with its running statistics and Dropout passes its input through, as
+// nn's evaluation graphs (Model.NewGraph(batch, false)) do. It returns
+// the mean cross-entropy over the batch's labels (samples times
+// LabelsPerSample) and how many of those labels are the argmax of their
+// logits (the first largest, as train's Evaluate takes it); only those 8
+// bytes come down. Parameters, gradients, batch norm's running statistics
+// and counts, the optimizer's state and Dropout's run count are left as
+// they were, so that training goes on as if Eval had not run.
+func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err error) {
+	m := d.Host
+	p, err := d.load(x, y)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, o := range p.ops {
+		f := o.eval
+		if f == nil {
+			f = o.fwd
+		}
+		if f != nil {
+			if err := f(); err != nil {
+				return 0, 0, fmt.Errorf("devmodel: %s: layer %s forward (evaluation): %w", m.Name, o.name, err)
+			}
+		}
+	}
+	out := p.out
+	if err := d.k.CrossEntropy(d.s, p.loss, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
+		return 0, 0, err
+	}
+	// rowLoss is done with: it holds the rows' hits
+	if err := d.k.CountCorrect(d.s, p.loss+4, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
+		return 0, 0, err
+	}
+	var res [2]float32
+	if err := cuda.CopyDtoH(d.dev, bytesOf(res[:]), p.loss); err != nil {
+		return 0, 0, err
+	}
+	return res[0], int(math.Float32bits(res[1])), nil
 }
 
 // Update clips the gradients (Config.ClipGrad) and applies one optimizer

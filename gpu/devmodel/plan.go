@@ -31,14 +31,17 @@ func prod(s []int) int {
 	return n
 }
 
-// op is one layer's device work: fwd in layer order, bwd in reverse.
+// op is one layer's device work: fwd in layer order, bwd in reverse;
+// eval, where it is not nil, instead of fwd in evaluation (Model.Eval:
+// batch norm on its running statistics, Dropout the identity).
 type op struct {
-	name     string
-	fwd, bwd func() error
+	name           string
+	fwd, bwd, eval func() error
 }
 
 // plan is a model compiled for one batch size: its activations, scratch
-// and the ops over them.
+// and the ops over them. loss holds two 4-byte words: the mean loss
+// (float32) and, after Eval, the count of correct predictions (int32).
 type plan struct {
 	batch         int
 	in, out       *act
@@ -107,7 +110,7 @@ func (d *Model) compile(batch int) (_ *plan, err error) {
 	for _, b := range []struct {
 		to *uintptr
 		n  int
-	}{{&p.labels, 4 * p.rows}, {&p.rowLoss, 4 * p.rows}, {&p.loss, 4}, {&p.convWS, 4 * c.convWS}, {&p.attWS, 4 * c.attWS}} {
+	}{{&p.labels, 4 * p.rows}, {&p.rowLoss, 4 * p.rows}, {&p.loss, 8}, {&p.convWS, 4 * c.convWS}, {&p.attWS, 4 * c.attWS}} {
 		if b.n > 0 {
 			if *b.to, err = c.alloc(b.n); err != nil {
 				return nil, err
@@ -354,6 +357,10 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		}, func() error {
 			return d.k.BatchNormBackward(d.s, x.grad, G(gamma), G(beta), out.grad, xhat, P(gamma), ws, n, inner, cfg, true)
 		})
+		// evaluation: the running statistics, read only; no xhat
+		c.p.ops[len(c.p.ops)-1].eval = func() error {
+			return d.k.BatchNormForward(d.s, out.val, 0, x.val, P(gamma), P(beta), bd.mean, bd.vr, ws, n, inner, cfg, false)
+		}
 		return out, nil
 	case nn.ReLU, *nn.ReLU:
 		return c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
@@ -403,6 +410,10 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 			}
 			return d.k.Dropout(d.s, x.grad, out.grad, n, l.P, l.Seed, run, int64(d.SampleOffset)*int64(per))
 		})
+		// evaluation: the identity (nn's eval graph), no run counted
+		c.p.ops[len(c.p.ops)-1].eval = func() error {
+			return d.s.CopyAsync(out.val, x.val, 4*n, cuda.DeviceToDevice)
+		}
 		return out, nil
 	case *nn.LayerNorm:
 		if len(x.shape) < 2 || x.shape[len(x.shape)-1] != l.C {

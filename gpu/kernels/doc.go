@@ -7,7 +7,8 @@
 // The layers the zoo's mlp, cnn, cnn-bn and gpt use are here: Linear,
 // Conv2d, MaxPool2d, BatchNorm2d/1d, ReLU, LayerNorm, GELU, Embedding and
 // PositionEmbedding, causal self-attention's core, Residual's add,
-// Dropout, the softmax cross-entropy; SGD, Adam, AdamW and gradient-norm
+// Dropout, the softmax cross-entropy and the count of correct predictions
+// (CountCorrect); SGD, Adam, AdamW and gradient-norm
 // clipping. The kernels are CUDA C++ (elementwise.cu, reduce.cu; the
 // layers' conv.cu, pointwise.cu and rows.cu, compiled with --fmad=false so
 // that every float operation rounds on its own, as Go's do) compiled at
@@ -54,6 +55,9 @@
 //   - BiasGrad (column sums): SumTol (1e-5) relative to the sum of
 //     magnitudes, for up to about 1000 rows (8 partial sums of rows/8
 //     terms, then added in order: the same result every run).
+//
+//   - CountCorrect (the rows whose first largest logit is their label,
+//     train's argmax): exact (comparisons only).
 //
 //   - CrossEntropy: CrossEntropyTol (1e-5) relative to max(1, loss);
 //     CrossEntropyBackward: CrossEntropyTol/rows per element for the mean

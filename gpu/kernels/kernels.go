@@ -45,7 +45,7 @@ func Programs() []Program {
 	block := fmt.Sprintf("-DBLOCK=%d", Block)
 	return []Program{
 		{"gdist_elementwise.cu", ElementwiseSource, nil, nil},
-		{"gdist_reduce.cu", ReduceSource, []string{block}, nil},
+		{"gdist_reduce.cu", ReduceSource, []string{block}, []string{"gd_argmax_hits", "gd_count"}},
 		{"gdist_conv.cu", ConvSource, []string{"--fmad=false"},
 			[]string{"gd_im2col", "gd_col2im", "gd_nchw_to_cnhw", "gd_channel_bias", "gd_maxpool2x2", "gd_maxpool2x2_backward"}},
 		{"gdist_pointwise.cu", PointwiseSource, []string{"--fmad=false"}, pointwiseKernels},
@@ -207,6 +207,25 @@ func (k *Kernels) CrossEntropy(s *cuda.Stream, loss, rowLoss, logits, labels uin
 		return err
 	}
 	return k.mean.Launch(s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, loss, rowLoss, int32(rows))
+}
+
+// CountCorrect sets correct (one int32) to the number of rows of logits
+// [rows, classes] whose prediction is their label (int32 [rows]): the
+// first index of the row's largest logit, as train's evaluation takes it
+// (NaNs passed over, but a row whose first logit is NaN predicts class
+// 0). hits [rows] (int32) is scratch; it may be CrossEntropy's rowLoss
+// once that has been used. Exact: comparisons only.
+func (k *Kernels) CountCorrect(s *cuda.Stream, correct, hits, logits, labels uintptr, rows, classes int) error {
+	if err := sizeErr("CountCorrect", "rows", rows, "classes", classes); err != nil {
+		return err
+	}
+	if rows == 0 || classes == 0 {
+		return fmt.Errorf("kernels: CountCorrect of %d rows of %d classes", rows, classes)
+	}
+	if err := k.launch("gd_argmax_hits", s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, hits, logits, labels, int32(classes)); err != nil {
+		return err
+	}
+	return k.launch("gd_count", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, correct, hits, int32(rows))
 }
 
 // CrossEntropyBackward sets dlogits [rows, classes] to the gradient of the

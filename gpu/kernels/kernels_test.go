@@ -171,6 +171,64 @@ func TestCrossEntropy(t *testing.T) {
 	}
 }
 
+// CountCorrect counts the rows whose argmax is their label exactly as
+// train's evaluation loop does (the first largest logit; NaNs passed over
+// but a NaN first logit predicting class 0), ties across the block's
+// threads included.
+func TestCountCorrect(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	nan := float32(math.NaN())
+	for _, sh := range [][2]int{{1, 1}, {3, 2}, {64, 10}, {33, 1000}, {5, 3001}} {
+		rows, classes := sh[0], sh[1]
+		logits := devtest.Vals(11, rows*classes, 4)
+		for i := range logits { // coarse values: many ties
+			logits[i] = float32(math.Round(float64(logits[i])))
+		}
+		labels := make([]int32, rows)
+		for r := range labels {
+			row := logits[r*classes : (r+1)*classes]
+			switch r % 5 {
+			case 1:
+				row[0] = nan
+			case 2:
+				row[classes/2] = nan
+			case 3: // the max at a late index and an earlier one: the earlier wins
+				row[classes-1], row[classes/3] = 9, 9
+			}
+		}
+		want := int32(0)
+		for r := range labels {
+			row := logits[r*classes : (r+1)*classes]
+			best := 0
+			for j := 1; j < classes; j++ {
+				if row[j] > row[best] {
+					best = j
+				}
+			}
+			// label the prediction on every other row, a neighbour of it on the rest
+			labels[r] = int32(best)
+			if r%2 == 1 {
+				labels[r] = int32((best + 1) % classes)
+			}
+			if labels[r] == int32(best) {
+				want++
+			}
+		}
+		dl, dlab := devtest.Upload(t, dev, logits), devtest.Upload(t, dev, labels)
+		correct, hits := devtest.Alloc(t, dev, 1, 4), devtest.Alloc(t, dev, rows, 4)
+		if err := k.CountCorrect(s, correct, hits, dl, dlab, rows, classes); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if got := devtest.Int32s(t, dev, correct, 1)[0]; got != want {
+			t.Errorf("%dx%d: %d correct, want %d", rows, classes, got, want)
+		}
+	}
+}
+
 // SGD with momentum and weight decay is bit for bit optim's (PyTorch's
 // formula, with no fused multiply-adds), over several steps; without
 // momentum likewise.

@@ -100,3 +100,56 @@ extern "C" __global__ void gd_xent_backward(float *dlogits, const float *logits,
 		dlogits[base + j] = p * scale;
 	}
 }
+
+// hit[r] = 1 when row r of logits [rows, classes] predicts its label, else
+// 0 (one block per row). The prediction is train's argmax: the first index
+// of the largest logit, NaNs passed over, except that a NaN first logit
+// predicts class 0 (a loop from best = 0 taking j when x[j] > x[best]).
+extern "C" __global__ void gd_argmax_hits(int *hit, const float *logits, const int *labels, int classes) {
+	__shared__ float sv[BLOCK];
+	__shared__ int si[BLOCK];
+	const float *x = logits + (long long)blockIdx.x * classes;
+	int t = threadIdx.x;
+	float bv = 0.0f;
+	int bi = -1; // none yet
+	for (int j = t; j < classes; j += BLOCK) {
+		float v = x[j];
+		if (!isnan(v) && (bi < 0 || v > bv)) {
+			bv = v;
+			bi = j;
+		}
+	}
+	sv[t] = bv;
+	si[t] = bi;
+	__syncthreads();
+	for (int w = BLOCK / 2; w > 0; w >>= 1) {
+		if (t < w) {
+			float ov = sv[t + w];
+			int oi = si[t + w];
+			if (oi >= 0 && (si[t] < 0 || ov > sv[t] || (ov == sv[t] && oi < si[t]))) {
+				sv[t] = ov;
+				si[t] = oi;
+			}
+		}
+		__syncthreads();
+	}
+	if (t == 0) {
+		int best = isnan(x[0]) || si[0] < 0 ? 0 : si[0];
+		hit[blockIdx.x] = best == labels[blockIdx.x] ? 1 : 0;
+	}
+}
+
+// out[0] = the sum of the ints x[0..n) (one block).
+extern "C" __global__ void gd_count(int *out, const int *x, int n) {
+	__shared__ int s[BLOCK];
+	int t = threadIdx.x;
+	int v = 0;
+	for (int i = t; i < n; i += BLOCK) v += x[i];
+	s[t] = v;
+	__syncthreads();
+	for (int w = BLOCK / 2; w > 0; w >>= 1) {
+		if (t < w) s[t] += s[t + w];
+		__syncthreads();
+	}
+	if (t == 0) out[0] = s[0];
+}
