@@ -23,6 +23,16 @@ type GradClipper interface {
 	ClipGrads(ctx context.Context, max float64) (norm float64, err error)
 }
 
+// UpdateClipper is a Strategy that clips inside its Update (a GPU's
+// clip and update, fused: Config.ClipGrad is its setting), instead of
+// being a GradClipper. After each Update the stepper asks it for the
+// norm the gradient had before that clipping.
+type UpdateClipper interface {
+	// LastGradNorm is the global L2 norm of the averaged gradient that
+	// the last Update clipped, before clipping; the same on every rank.
+	LastGradNorm() (float64, error)
+}
+
 // ClipGradNorm, for a strategy's ClipGrads, clips by global norm the
 // gradient of which g is this rank's part: norm^2 is the sum over the
 // ranks of over of their parts' sums of squares (each element of the gradient must be in exactly one rank's

@@ -64,9 +64,16 @@
 // synchronised gradients by their global norm between Step and Update
 // (clip.go: -clip-grad; the norm sums each ZeRO rank's shard, or each
 // pipeline stage's range within one replica, so nothing is missed or
-// counted twice). Run refuses those flags for a strategy that lacks the
-// interface. -eval-every adds evaluations ("eval" events) between the
-// epochs' ends.
+// counted twice), or an UpdateClipper clips inside its Update (a GPU's
+// fused clip and update) and reports the norm after it. Run refuses
+// those flags for a strategy that lacks the interface. -eval-every adds
+// evaluations ("eval" events) between the epochs' ends.
+//
+// Config.Device "cuda" (-device) trains on a GPU, for a strategy
+// registered with Factory.Device (train/dp's ddp, one rank for now:
+// gpu/devmodel); others are refused. Such a strategy evaluates and saves
+// through the host model (copied down first), so its checkpoints are
+// the CPU's files; the summary reports device and peak_device_bytes.
 //
 // # The run (run.go, report.go)
 //

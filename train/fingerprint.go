@@ -62,6 +62,9 @@ func (c *Config) Settings() []string {
 		"-strategy " + c.Strategy,
 	}
 	out = append(out, optionSettings(c.Options)...)
+	if c.Device != "" && c.Device != "cpu" {
+		out = append(out, "-device "+c.Device)
+	}
 	return append(out,
 		"-syncbn "+b(c.SyncBN),
 		"-save "+save,

@@ -130,6 +130,9 @@ func (r textReporter) Summary(s *Summary) error {
 		fmt.Fprintf(r.out, "done: %s on %d rank(s), %d steps, %.0f samples/s, step p50 %.2f ms, test loss %.4f, test accuracy %.4f\n",
 			s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
 	}
+	if s.Device != "" && s.Device != "cpu" {
+		fmt.Fprintf(r.out, "device %s: peak device memory %.1f MiB\n", s.Device, float64(s.PeakDeviceBytes)/(1<<20))
+	}
 	if s.Pipeline != nil {
 		fmt.Fprintln(r.out, s.Pipeline.Text())
 	}

@@ -558,7 +558,7 @@ func (r *run) summary(ctx context.Context) (*Summary, error) {
 		EvalLoss: r.lastEval[0], TestAccuracy: r.lastEval[1],
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
 		Overlap: true, BLAS: models.BLAS, WallSeconds: time.Since(r.start).Seconds(),
-		ClippedSteps: r.st.clipped, GradNormP50: median(r.st.norms), LR: r.st.lastLR, Run: r.info}
+		ClippedSteps: r.st.clipped, GradNormP50: median(r.st.norms), LR: r.st.lastLR, Device: cfg.DeviceName(), Run: r.info}
 	if s.StepMsP50 > 0 {
 		s.LoopSamplesPerSec = float64(s.GlobalBatch) / (s.StepMsP50 / 1e3)
 	}
@@ -593,7 +593,8 @@ type stepper struct {
 	smp     data.Sampler
 	sched   optim.Schedule
 	setLR   LRSetter    // used when the rate is not constant
-	clipper GradClipper // used with clip > 0
+	clipper GradClipper // used with clip > 0, unless upClip
+	upClip  UpdateClipper
 	clip    float64
 	traffic comm.TrafficCounter // nil: not counted
 	rank    int
@@ -624,7 +625,8 @@ func newStepper(r *run, smp data.Sampler, total int64) (*stepper, error) {
 	if s.setLR, ok = r.strat.(LRSetter); !ok && !sched.Constant() {
 		return nil, fmt.Errorf("%w: -strategy %s cannot change its learning rate (it is no train.LRSetter): drop -warmup and -lr-schedule", ErrConfig, cfg.Strategy)
 	}
-	if s.clipper, ok = r.strat.(GradClipper); !ok && cfg.ClipGrad > 0 {
+	s.upClip, _ = r.strat.(UpdateClipper)
+	if s.clipper, ok = r.strat.(GradClipper); !ok && s.upClip == nil && cfg.ClipGrad > 0 {
 		return nil, fmt.Errorf("%w: -strategy %s cannot clip gradients (it is no train.GradClipper): drop -clip-grad", ErrConfig, cfg.Strategy)
 	}
 	return s, nil
@@ -653,15 +655,12 @@ func (s *stepper) step(ctx context.Context, epoch, k int, step int64) (float32, 
 	if err != nil {
 		return 0, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 	}
-	if s.clip > 0 {
+	if s.clip > 0 && s.upClip == nil {
 		norm, err := s.clipper.ClipGrads(ctx, s.clip)
 		if err != nil {
 			return 0, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 		}
-		s.norms = append(s.norms, norm)
-		if norm > s.clip {
-			s.clipped++
-		}
+		s.countNorm(norm)
 	}
 	if !s.sched.Constant() {
 		s.lastLR = s.sched.At(step)
@@ -670,9 +669,24 @@ func (s *stepper) step(ctx context.Context, epoch, k int, step int64) (float32, 
 	if err := s.strat.Update(ctx); err != nil {
 		return 0, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 	}
+	if s.clip > 0 && s.upClip != nil {
+		norm, err := s.upClip.LastGradNorm()
+		if err != nil {
+			return 0, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
+		}
+		s.countNorm(norm)
+	}
 	if testHookUpdate != nil {
 		testHookUpdate(s.rank, step+1, s.m)
 	}
 	s.sent += s.sentNow() - s0
 	return loss, nil
+}
+
+// countNorm counts a step's gradient norm before clipping.
+func (s *stepper) countNorm(norm float64) {
+	s.norms = append(s.norms, norm)
+	if norm > s.clip {
+		s.clipped++
+	}
 }

@@ -137,6 +137,10 @@ type Factory struct {
 	// the model file's a checkpoint holds, besides the optimizer state
 	// (ZeRO's shard files: 1), for the check that -save has room.
 	CheckpointCopies int
+	// Device says the strategy trains on a GPU as well (Config.Device
+	// "cuda"); its Check refuses the settings it cannot do there. A
+	// strategy without it is refused with -device cuda.
+	Device bool
 }
 
 var (
@@ -208,6 +212,15 @@ func checkStrategy(cfg *Config) (replicas int, err error) {
 		return 0, fmt.Errorf("%w: Config.Options is a %T, not -strategy %s's %T", ErrConfig, cfg.Options, cfg.Strategy, f.Options())
 	default:
 		cfg.Options = copyOptions(cfg.Options)
+	}
+	if n, _ := cfg.CUDADevice(); n >= 0 && !f.Device {
+		var on []string
+		for _, name := range Strategies() {
+			if g, _ := lookup(name); g.Device {
+				on = append(on, name)
+			}
+		}
+		return 0, fmt.Errorf("%w: -strategy %s cannot train on -device %s yet (strategies that can: %s); use -device cpu", ErrConfig, cfg.Strategy, cfg.Device, strings.Join(on, ", "))
 	}
 	if f.Check == nil {
 		return cfg.World, nil

@@ -83,6 +83,12 @@ type Config struct {
 	// <Save>.progress, for the restart to count the steps it recomputes.
 	Restartable bool
 	Backend     string
+	// Device is where the model trains: "cpu" (or "") on the host, or
+	// "cuda" / "cuda:N" on a GPU (package gpu/devmodel), for a strategy
+	// registered with Factory.Device (ddp, one rank for now). Evaluation
+	// and checkpoints go through the host model, so a checkpoint is the
+	// same file whichever device wrote it.
+	Device string
 	// World is the number of ranks, where known before the Comm exists
 	// (a launcher sets it to the ranks it will start), so that Validate
 	// checks the settings that depend on it; 0: unknown. Run sets it to
@@ -221,8 +227,13 @@ type Summary struct {
 	Restarts        int   `json:"restarts,omitempty"`
 	StepsRecomputed int64 `json:"steps_recomputed,omitempty"`
 	// ResumedStep is the step this run resumed at (0: it started afresh).
-	ResumedStep int64   `json:"resumed_step,omitempty"`
-	Run         RunInfo `json:"-"`
+	ResumedStep int64 `json:"resumed_step,omitempty"`
+	// Device is where the model trained: "cpu" or "cuda:N"; with a GPU,
+	// PeakDeviceBytes is the most device memory the model held at once
+	// (rank 0's: devmodel's PeakBytes).
+	Device          string  `json:"device"`
+	PeakDeviceBytes int64   `json:"peak_device_bytes,omitempty"`
+	Run             RunInfo `json:"-"`
 }
 
 // A Detail is a strategy's own section of the summary (Summary.Pipeline):
@@ -285,6 +296,9 @@ func (c *Config) defaults() {
 	if c.EvalBatch == 0 {
 		c.EvalBatch = 500
 	}
+	if c.Device == "" {
+		c.Device = "cpu"
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -339,6 +353,9 @@ func (c *Config) Validate() error {
 	if _, _, err := models.Net(c.Model); err != nil {
 		return bad("%v", err)
 	}
+	if _, err := c.CUDADevice(); err != nil {
+		return err
+	}
 	if _, err := checkStrategy(c); err != nil {
 		return err
 	}
@@ -384,6 +401,31 @@ func checkSavePath(path string) error {
 	f.Close()
 	os.Remove(f.Name())
 	return nil
+}
+
+// CUDADevice parses c.Device: the GPU's index for "cuda" (0) or
+// "cuda:N", -1 for "cpu" (or ""), an error wrapping ErrConfig otherwise.
+func (c *Config) CUDADevice() (int, error) {
+	switch d := c.Device; {
+	case d == "" || d == "cpu":
+		return -1, nil
+	case d == "cuda":
+		return 0, nil
+	case strings.HasPrefix(d, "cuda:"):
+		if n, err := strconv.Atoi(d[len("cuda:"):]); err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: -device %q: want cpu, cuda or cuda:N (a GPU's index)", ErrConfig, c.Device)
+}
+
+// DeviceName is c.Device as the summary reports it: "cpu" or "cuda:N".
+func (c *Config) DeviceName() string {
+	n, err := c.CUDADevice()
+	if err != nil || n < 0 {
+		return "cpu"
+	}
+	return "cuda:" + strconv.Itoa(n)
 }
 
 // OptimConfig is the optimizer c configures.

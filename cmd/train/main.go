@@ -63,6 +63,16 @@
 // package plus one import line below (train/example_strategy_test.go
 // shows one, with a flag).
 //
+// -device cuda (or cuda:N) trains on a GPU (gpu/devmodel: the
+// parameters, gradients and optimizer state in device memory; per step
+// the batch goes up and the loss comes down), with -strategy ddp on one
+// rank for now (-nproc defaults to 1 with it); other strategies, several
+// ranks, -syncbn, -compress and a model with a layer that has no device
+// kernels are refused, saying why. Evaluation and checkpoints go through
+// the host model, so a GPU run's checkpoint resumes on the CPU and back.
+// The summary's device and peak_device_bytes say where it ran and the
+// most device memory the model held.
+//
 // On one host the strategies keep their flat buffers in the job's shared
 // memory (zero-copy collectives, see comm.Alloc): the summary's
 // shared_memory says whether they did, and shared_memory_note why not
@@ -148,6 +158,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&c.Pad, "pad", false, "pad the last incomplete global batch (default: drop it)")
 	fs.StringVar(&c.Strategy, "strategy", train.DefaultStrategy, "parallelism strategy: "+strategyHelp())
 	strategyFlags := train.AddStrategyFlags(fs) // each strategy's own: -bucket-mb, -stages, ...
+	fs.StringVar(&c.Device, "device", "cpu", "where the model trains: cpu, or cuda / cuda:N (a GPU: -strategy ddp on one rank for now, mlp, cnn, cnn-bn and gpt; -nproc defaults to 1 with it); evaluation and checkpoints go through the host, so checkpoints are the CPU's files")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")
@@ -184,6 +195,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if !set["nproc"] && c.Device != "cpu" {
+		o.nproc = 1 // a GPU run is one rank for now (train/dp: deviceDDP)
 	}
 	var err error
 	if c.Options, err = strategyFlags.Options(c.Strategy); err != nil {

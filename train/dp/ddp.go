@@ -26,6 +26,7 @@ func init() {
 		Options: func() train.Options { return NewDDPOptions() },
 		Check:   checkDDP,
 		New:     newDDP,
+		Device:  true,
 	})
 }
 
@@ -134,6 +135,9 @@ func checkDDP(cfg *train.Config) (int, error) {
 		return 0, err
 	}
 	_, err := ddp.HookByName(o.Compress)
+	if n, _ := cfg.CUDADevice(); err == nil && n >= 0 {
+		err = checkDDPDevice(cfg)
+	}
 	return cfg.World, err
 }
 
@@ -151,6 +155,9 @@ type ddpStrategy struct {
 
 func newDDP(ctx context.Context, s train.Setup) (train.Strategy, error) {
 	cfg := s.Config
+	if dev, _ := cfg.CUDADevice(); dev >= 0 {
+		return newDeviceDDP(ctx, s, dev)
+	}
 	o := cfg.Options.(*DDPOptions)
 	opt, err := optim.New(cfg.OptimConfig(), s.Model.NumParams())
 	if err != nil {

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/train"
+)
+
+// deviceTol is how far a -device cuda run's losses may be from -device
+// cpu's (relative): the device's kernels are within gpu/kernels'
+// whole-model tolerances (2e-5 a step) of the CPU path. Measured on the
+// fake: mlp 1.5e-7 (eval) and 3e-8 (train), cnn similar.
+const deviceTol = 1e-4
+
+// fakeCUDAEnv is the environment of a train process on the fake CUDA
+// (gpu/cudafake) with one device; the test skips without a fake.
+func fakeCUDAEnv(t *testing.T) []string {
+	t.Helper()
+	if os.Getenv("GDIST_CUDA_TEST") == "real" {
+		t.Skip("GDIST_CUDA_TEST=real: these tests run on the fake")
+	}
+	lib, err := cudafake.Build()
+	if err != nil {
+		t.Skipf("no fake CUDA: %v", err)
+	}
+	return []string{cuda.EnvLibrary + "=" + lib, cudafake.EnvNCCL + "=" + lib, cudafake.EnvCUBLAS + "=" + lib,
+		cudafake.EnvNVRTC + "=" + lib, cudafake.EnvDriver + "=" + lib, "FAKE_CUDA_DEVICES=1"}
+}
+
+// trainEnv is trainCmd with env added.
+func trainEnv(t *testing.T, env []string, args ...string) train.Summary {
+	t.Helper()
+	for _, e := range env {
+		k, v, _ := strings.Cut(e, "=")
+		t.Setenv(k, v)
+	}
+	out, errOut, err := trainCmd(t, args...)
+	if err != nil {
+		t.Fatalf("train %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return summary(t, out)
+}
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Max(1e-3, math.Abs(b)) }
+
+// TestDeviceMatchesCPU: `train -device cuda` (the fake's GPU) ends with
+// -device cpu's losses within deviceTol, for mlp and cnn (same seed,
+// synthetic data, SGD with momentum, a cosine schedule and clipping).
+func TestDeviceMatchesCPU(t *testing.T) {
+	env := fakeCUDAEnv(t)
+	for _, model := range []string{"mlp", "cnn"} {
+		t.Run(model, func(t *testing.T) {
+			common := []string{"-model", model, "-data", "synthetic", "-limit", "128", "-epochs", "1", "-batch", "16",
+				"-seed", "5", "-lr-schedule", "cosine", "-warmup", "2", "-clip-grad", "1", "-json", "-progress=false"}
+			gpu := trainEnv(t, env, append([]string{"-device", "cuda"}, common...)...)
+			cpu := trainEnv(t, nil, append([]string{"-nproc", "1"}, common...)...)
+			if gpu.Device != "cuda:0" || cpu.Device != "cpu" || gpu.PeakDeviceBytes <= 0 || gpu.Steps != cpu.Steps || gpu.WorldSize != 1 {
+				t.Fatalf("summaries: %+v / %+v", gpu, cpu)
+			}
+			for _, v := range [][3]any{{"train loss", gpu.TrainLoss, cpu.TrainLoss}, {"eval loss", gpu.EvalLoss, cpu.EvalLoss},
+				{"grad norm p50", gpu.GradNormP50, cpu.GradNormP50}} {
+				if !near(v[1].(float64), v[2].(float64), deviceTol) {
+					t.Errorf("%s: %v (cuda) vs %v (cpu)", v[0], v[1], v[2])
+				}
+			}
+			if gpu.ClippedSteps != cpu.ClippedSteps {
+				t.Errorf("clipped steps: %d (cuda) vs %d (cpu)", gpu.ClippedSteps, cpu.ClippedSteps)
+			}
+			t.Logf("%s: eval loss %v (cuda) vs %v (cpu), train loss %v vs %v, peak device memory %d bytes",
+				model, gpu.EvalLoss, cpu.EvalLoss, gpu.TrainLoss, cpu.TrainLoss, gpu.PeakDeviceBytes)
+		})
+	}
+}
+
+// TestDeviceResumeAcross: a run saved on the GPU resumes on the CPU, and
+// one saved on the CPU resumes on the GPU, each ending where a run on
+// one device ends (deviceTol): the checkpoints are the same files.
+func TestDeviceResumeAcross(t *testing.T) {
+	env := fakeCUDAEnv(t)
+	dir := t.TempDir()
+	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "256", "-epochs", "2", "-batch", "16",
+		"-seed", "3", "-optimizer", "adam", "-lr", "1e-4", "-json", "-progress=false", "-nproc", "1"}
+	whole := trainEnv(t, nil, common...)
+	for _, c := range []struct{ first, then string }{{"cuda", "cpu"}, {"cpu", "cuda"}} {
+		t.Run(c.first+"-then-"+c.then, func(t *testing.T) {
+			save := filepath.Join(dir, c.first+".safetensors")
+			half := trainEnv(t, env, append([]string{"-device", c.first, "-save", save, "-max-steps", "20"}, common...)...)
+			if half.Steps != 20 {
+				t.Fatalf("first part: %d steps", half.Steps)
+			}
+			end := trainEnv(t, env, append([]string{"-device", c.then, "-save", save, "-resume", save}, common...)...)
+			if end.ResumedStep != 20 || end.Steps != whole.Steps || end.Device != (&train.Config{Device: c.then}).DeviceName() {
+				t.Fatalf("resumed: %+v; whole: %+v", end, whole)
+			}
+			// (The train loss is the resumed part's of the epoch.)
+			if !near(end.EvalLoss, whole.EvalLoss, deviceTol) || !near(end.TestAccuracy, whole.TestAccuracy, deviceTol) {
+				t.Fatalf("resumed on %s: eval loss %v, accuracy %v; on the CPU throughout: %v, %v",
+					c.then, end.EvalLoss, end.TestAccuracy, whole.EvalLoss, whole.TestAccuracy)
+			}
+			t.Logf("eval loss %v (%s, then %s) vs %v (cpu throughout)", end.EvalLoss, c.first, c.then, whole.EvalLoss)
+		})
+	}
+}
+
+// TestDeviceRefused: what -device cuda cannot do yet is refused before
+// any rank starts, saying why.
+func TestDeviceRefused(t *testing.T) {
+	base := []string{"-data", "synthetic", "-limit", "64", "-epochs", "1", "-progress=false"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-device", "gpu"}, `-device "gpu": want cpu, cuda or cuda:N`},
+		{[]string{"-device", "cuda:-1"}, `want cpu, cuda or cuda:N`},
+		{[]string{"-device", "cuda", "-strategy", "zero1"}, "-strategy zero1 cannot train on -device cuda yet (strategies that can: ddp)"},
+		{[]string{"-device", "cuda", "-strategy", "pipeline"}, "-strategy pipeline cannot train on -device cuda yet"},
+		{[]string{"-device", "cuda", "-nproc", "2"}, "-device cuda trains on one rank only for now (this run: 2 ranks"},
+		{[]string{"-device", "cuda", "-model", "cnn-bn", "-syncbn"}, "-syncbn: SyncBatchNorm has no device kernels"},
+		{[]string{"-device", "cuda", "-compress", "bf16"}, "-compress bf16 compresses the gradient all-reduce"},
+	} {
+		_, errOut, err := trainCmd(t, append(c.args, base...)...)
+		if err == nil || !strings.Contains(errOut, c.want) {
+			t.Errorf("train %s: %v, stderr %q; want an error saying %q", strings.Join(c.args, " "), err, errOut, c.want)
+		}
+	}
+}
