@@ -31,6 +31,7 @@
 #   staging     comm/staging's tests (host backends with device buffers)
 #   sanitizer   compute-sanitizer (memcheck) over one short GPU test
 #   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
+#   device      train -device cuda (the model on the GPU) equals -device cpu
 #   bench       commbench -backend nccl (1 and 2 ranks; BENCH_NP="1 2")
 #               next to torch.distributed's NCCL on the same GPU, and a table
 #
@@ -56,7 +57,7 @@ fi
 OUT=${OUT:-$B/results}
 BUDGET=${BUDGET:-420}
 DRY=${DRY:-0}
-STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train bench}
+STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train device bench}
 LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
@@ -339,6 +340,64 @@ t_kill() {
 
 # train -backend nccl -nproc 2 against -backend shm: same steps, eval loss
 # equal to float32 rounding (NCCL's avg pre-multiplies).
+# same_eval A B TOL KEY WANT: whether the last JSON summaries of two train
+# runs (files A and B) reached the same eval_loss within TOL relative, in
+# as many steps, A's KEY being WANT; prints one line (with MISMATCH if not)
+# and the samples/s and peak device memory of both.
+same_eval() {
+	python3 - "$@" <<'PY'
+import json, sys
+a_path, b_path, tol, key, want = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+def last(p):
+    s = None
+    for line in open(p):
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            if "eval_loss" in r and r.get("event", "summary") == "summary":
+                s = r
+    return s
+a, b = last(a_path), last(b_path)
+if not a or not b:
+    print("no summary (%s %s, other %s)" % (want, bool(a), bool(b))); sys.exit(1)
+d = abs(a["eval_loss"] - b["eval_loss"])
+ok = str(a.get(key, "")).startswith(want) and a.get("steps") == b.get("steps") and d <= tol * abs(b["eval_loss"])
+extra = ""
+if "peak_device_bytes" in a:
+    extra = ", %.0f vs %.0f samples/s, peak device %.1f MB" % (a.get("samples_per_sec", 0), b.get("samples_per_sec", 0), a["peak_device_bytes"] / 1e6)
+print("eval_loss %s %.9g other %.9g (diff %.2g, steps %s/%s%s)%s" % (want, a["eval_loss"], b["eval_loss"], d, a.get("steps"), b.get("steps"), extra, "" if ok else " MISMATCH"))
+sys.exit(0 if ok else 1)
+PY
+}
+
+# train -device cuda (one rank, the model on the GPU: gpu/devmodel) against
+# -device cpu with the same seed and data: eval loss within 1e-4.
+t_device() {
+	# The fake runs the kernels on the CPU, emulating every GPU thread: the
+	# dry run trains the mlp on a quarter of the data only.
+	local limit=2048 models="mlp cnn cnn-bn"
+	[ "$DRY" = 1 ] && limit=512 models=mlp
+	local log=$1 common=(-nproc 1 -data synthetic -limit $limit -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false)
+	local m rc=0 out=""
+	for m in $models; do
+		echo "--- $m cuda" >>"$log"
+		limited "$(($(rest) / 2))" "$B/train" -model "$m" -device cuda "${common[@]}" >"$LOGS/device.$m.cuda" 2>>"$log"
+		local r1=$?
+		echo "--- $m cpu" >>"$log"
+		limited "$(rest)" "$B/train" -model "$m" -device cpu "${common[@]}" >"$LOGS/device.$m.cpu" 2>>"$log"
+		local r2=$?
+		cat "$LOGS/device.$m.cuda" "$LOGS/device.$m.cpu" >>"$log"
+		local cmp
+		cmp=$(same_eval "$LOGS/device.$m.cuda" "$LOGS/device.$m.cpu" 1e-4 device cuda)
+		local r3=$?
+		out="$out$m: $cmp (exit $r1/$r2); "
+		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
+		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for the next model)"; break; fi
+	done
+	echo "$out"
+	return $rc
+}
+
 t_train() {
 	local log=$1 common=(-nproc 2 -data synthetic -limit 2048 -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false)
 	local m rc=0 out=""
@@ -351,26 +410,7 @@ t_train() {
 		local r2=$?
 		cat "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" >>"$log"
 		local cmp
-		cmp=$(python3 - "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" <<'PY'
-import json, sys
-def last(p):
-    s = None
-    for line in open(p):
-        line = line.strip()
-        if line.startswith("{"):
-            r = json.loads(line)
-            if "eval_loss" in r:
-                s = r
-    return s
-a, b = last(sys.argv[1]), last(sys.argv[2])
-if not a or not b:
-    print("no summary (nccl %s, shm %s)" % (bool(a), bool(b))); sys.exit(1)
-d = abs(a["eval_loss"] - b["eval_loss"])
-ok = a.get("backend") == "nccl" and a.get("steps") == b.get("steps") and d <= 1e-5 * abs(b["eval_loss"])
-print("eval_loss nccl %.9g shm %.9g (diff %.2g, steps %s/%s)%s" % (a["eval_loss"], b["eval_loss"], d, a.get("steps"), b.get("steps"), "" if ok else " MISMATCH"))
-sys.exit(0 if ok else 1)
-PY
-		)
+		cmp=$(same_eval "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" 1e-5 backend nccl)
 		local r3=$?
 		out="$out$m: $cmp (exit $r1/$r2); "
 		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
@@ -469,6 +509,7 @@ step kill 20 60 t_kill
 step staging 30 120 t_staging
 step sanitizer 30 90 t_sanitizer
 step train 40 150 t_train
+step device 30 120 t_device
 step bench 60 180 t_bench
 
 # Logs, each capped to LOGCAP bytes (head and tail), into one archive.

@@ -62,7 +62,7 @@ func TestVerifyDryRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "bench", "staging"} {
+	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "bench", "staging"} {
 		r := steps[name]
 		if r == nil {
 			t.Errorf("step %s: no result row", name)
