@@ -370,25 +370,25 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# train -device cuda (one rank, the model on the GPU: gpu/devmodel) against
-# -device cpu with the same seed and data: eval loss within 1e-4.
-t_device() {
-	# The fake runs the kernels on the CPU, emulating every GPU thread: the
-	# dry run trains the mlp on a quarter of the data only.
-	local limit=2048 models="mlp cnn cnn-bn"
-	[ "$DRY" = 1 ] && limit=512 models=mlp
-	local log=$1 common=(-nproc 1 -data synthetic -limit $limit -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false)
-	local m rc=0 out=""
+# train_pairs LOG KEY WANT TOL MODELS A_ENV A_FLAGS B_FLAGS COMMON...: for
+# each model, train with A_ENV (VAR=value words) and A_FLAGS, then with
+# B_FLAGS (both with the COMMON flags), and compare the two with same_eval
+# (A's summary KEY must be WANT; eval loss within TOL).
+train_pairs() {
+	local log=$1 key=$2 want=$3 tol=$4 models=$5 aenv=$6 aflags=$7 bflags=$8
+	shift 8
+	local m rc=0 out="" a b
 	for m in $models; do
-		echo "--- $m cuda" >>"$log"
-		limited "$(($(rest) / 2))" "$B/train" -model "$m" -device cuda "${common[@]}" >"$LOGS/device.$m.cuda" 2>>"$log"
+		a=$LOGS/pair.$key.$m.$want b=$LOGS/pair.$key.$m.other
+		echo "--- $m $aflags" >>"$log"
+		limited "$(($(rest) / 2))" $aenv "$B/train" -model "$m" $aflags "$@" >"$a" 2>>"$log"
 		local r1=$?
-		echo "--- $m cpu" >>"$log"
-		limited "$(rest)" "$B/train" -model "$m" -device cpu "${common[@]}" >"$LOGS/device.$m.cpu" 2>>"$log"
+		echo "--- $m $bflags" >>"$log"
+		limited "$(rest)" "$B/train" -model "$m" $bflags "$@" >"$b" 2>>"$log"
 		local r2=$?
-		cat "$LOGS/device.$m.cuda" "$LOGS/device.$m.cpu" >>"$log"
+		cat "$a" "$b" >>"$log"
 		local cmp
-		cmp=$(same_eval "$LOGS/device.$m.cuda" "$LOGS/device.$m.cpu" 1e-4 device cuda)
+		cmp=$(same_eval "$a" "$b" "$tol" "$key" "$want")
 		local r3=$?
 		out="$out$m: $cmp (exit $r1/$r2); "
 		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
@@ -398,26 +398,22 @@ t_device() {
 	return $rc
 }
 
+# train -device cuda (one rank, the model on the GPU: gpu/devmodel) against
+# -device cpu with the same seed and data: eval loss within 1e-4. The fake
+# runs the kernels on the CPU, emulating every GPU thread: the dry run
+# trains the mlp on a quarter of the data only.
+t_device() {
+	local limit=2048 models="mlp cnn cnn-bn"
+	[ "$DRY" = 1 ] && limit=512 models=mlp
+	train_pairs "$1" device cuda 1e-4 "$models" "" "-device cuda" "-device cpu" \
+		-nproc 1 -data synthetic -limit $limit -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false
+}
+
+# train -backend nccl -nproc 2 (ranks sharing the GPU where it is one)
+# against -backend shm: eval loss within 1e-5 (NCCL's avg rounds apart).
 t_train() {
-	local log=$1 common=(-nproc 2 -data synthetic -limit 2048 -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false)
-	local m rc=0 out=""
-	for m in mlp cnn; do
-		echo "--- $m nccl" >>"$log"
-		limited "$(($(rest) / 2))" $(share_env) "$B/train" -model "$m" -backend nccl "${common[@]}" >"$LOGS/train.$m.nccl" 2>>"$log"
-		local r1=$?
-		echo "--- $m shm" >>"$log"
-		limited "$(rest)" "$B/train" -model "$m" -backend shm "${common[@]}" >"$LOGS/train.$m.shm" 2>>"$log"
-		local r2=$?
-		cat "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" >>"$log"
-		local cmp
-		cmp=$(same_eval "$LOGS/train.$m.nccl" "$LOGS/train.$m.shm" 1e-5 backend nccl)
-		local r3=$?
-		out="$out$m: $cmp (exit $r1/$r2); "
-		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
-		if [ "$(rest)" -lt 40 ]; then out="$out(no time left for the next model)"; break; fi
-	done
-	echo "$out"
-	return $rc
+	train_pairs "$1" backend nccl 1e-5 "mlp cnn" "$(share_env)" "-backend nccl" "-backend shm" \
+		-nproc 2 -data synthetic -limit 2048 -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false
 }
 
 t_bench() {
@@ -514,7 +510,7 @@ step bench 60 180 t_bench
 
 # Logs, each capped to LOGCAP bytes (head and tail), into one archive.
 mkdir -p "$LOGS/capped"
-for f in "$LOGS"/*.log "$LOGS"/kill.rank* "$LOGS"/train.* "$LOGS"/*.jsonl; do
+for f in "$LOGS"/*.log "$LOGS"/kill.rank* "$LOGS"/pair.* "$LOGS"/*.jsonl; do
 	[ -f "$f" ] || continue
 	if [ "$(stat -c %s "$f")" -gt "$LOGCAP" ]; then
 		{ head -c $((LOGCAP / 2)) "$f"; printf '\n[... %s bytes cut ...]\n' "$(stat -c %s "$f")"; tail -c $((LOGCAP / 2)) "$f"; } >"$LOGS/capped/$(basename "$f")"
