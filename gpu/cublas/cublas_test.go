@@ -414,7 +414,7 @@ func TestCallsSetTheDevice(t *testing.T) {
 func TestStreamOfAnotherDevice(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	if cuda.DeviceCount() < 2 {
-		t.Skip("one device")
+		t.Skip("needs two devices (a stream of device 1); this machine has one")
 	}
 	s := devtest.Stream(t, 1)
 	if h, err := cublas.New(0, s); err == nil {
