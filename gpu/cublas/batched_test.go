@@ -22,14 +22,7 @@ func TestSgemmStridedBatched(t *testing.T) {
 		for _, ta := range []cublas.Op{cublas.NoTrans, cublas.Trans} {
 			for _, tb := range []cublas.Op{cublas.NoTrans, cublas.Trans} {
 				name := fmt.Sprintf("%dx%dx%d/%v%v", m, n, k, ta, tb)
-				ar, ac := m, k
-				if ta == cublas.Trans {
-					ar, ac = k, m
-				}
-				br, bc := k, n
-				if tb == cublas.Trans {
-					br, bc = n, k
-				}
+				ar, ac, br, bc := operandShapes(m, n, k, ta, tb)
 				lda, ldb, ldc := ar+1, br+2, m+3
 				sa, sb, sc := 0, ldb*bc+5, ldc*n+7 // A shared by the products
 				a, b, c := fill(7, lda*ac), fill(8, sb*batch), fill(9, sc*batch)

@@ -129,14 +129,7 @@ func TestSgemm(t *testing.T) {
 		for _, ta := range []cublas.Op{cublas.NoTrans, cublas.Trans} {
 			for _, tb := range []cublas.Op{cublas.NoTrans, cublas.Trans} {
 				name := fmt.Sprintf("%dx%dx%d/%v%v", m, n, k, ta, tb)
-				ar, ac := m, k
-				if ta == cublas.Trans {
-					ar, ac = k, m
-				}
-				br, bc := k, n
-				if tb == cublas.Trans {
-					br, bc = n, k
-				}
+				ar, ac, br, bc := operandShapes(m, n, k, ta, tb)
 				lda, ldb, ldc := ar+3, br+1, m+2
 				a, b, c := fill(1, lda*ac), fill(2, ldb*bc), fill(3, ldc*n)
 				da, db, dc := devtest.Upload(t, dev, a), devtest.Upload(t, dev, b), devtest.Upload(t, dev, c)
@@ -494,4 +487,17 @@ func TestFindsWheel(t *testing.T) {
 		_, why := cublas.Available()
 		t.Fatalf("loaded %q (%s), want %s", path, why, link)
 	}
+}
+
+// operandShapes are the rows and columns of A and B as stored (column-major)
+// for C (m x n) = op(A) (m x k) op(B) (k x n).
+func operandShapes(m, n, k int, ta, tb cublas.Op) (ar, ac, br, bc int) {
+	ar, ac, br, bc = m, k, k, n
+	if ta == cublas.Trans {
+		ar, ac = k, m
+	}
+	if tb == cublas.Trans {
+		br, bc = n, k
+	}
+	return
 }
