@@ -116,9 +116,11 @@ func New(ctx context.Context, c comm.Comm, m Model, opts Options) (*DDP, error) 
 }
 
 // Wrap makes a plain gorgonia model data parallel: it lays the learnables
-// out in one flat parameter and one flat gradient buffer (flat.Bind: the
-// nodes are re-backed onto views, never copies), broadcasts rank 0's
-// values and returns the DDP that averages their gradients. The graph,
+// out in one flat parameter and one flat gradient buffer (flat.Bind: each
+// node's *tensor.Dense value is re-backed in place onto its view, so
+// tensors the model kept read and write the flat buffer; a value that
+// cannot be is an error naming it), broadcasts rank 0's values and
+// returns the DDP that averages their gradients. The graph,
 // loss, tape machine and solver stay the user's; build the machine with
 // gorgonia.BindDualValues(learnables...) so gradients land in the flat
 // buffer. Use Tap on each learnable in the forward code for overlap.

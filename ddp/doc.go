@@ -18,10 +18,12 @@
 //		solver.Step(gorgonia.NodesToValueGrads(learnables)) // also clears the gradients
 //	}
 //
-// Wrap re-backs every learnable onto a view of one flat parameter buffer
-// and its gradient (gorgonia's dual value) onto a view of one flat gradient
-// buffer (package flat), so a bucket is a view, never a copy, and the
-// solver reads the averaged gradients where it always does. Using Tap(w)
+// Wrap re-backs every learnable's value tensor in place onto a view of one
+// flat parameter buffer and its gradient (gorgonia's dual value) onto a
+// view of one flat gradient buffer (package flat), so a bucket is a view,
+// never a copy, the solver reads the averaged gradients where it always
+// does, and the *tensor.Dense values the model kept are the ones trained
+// (a value that cannot be re-backed in place fails Wrap, naming it). Using Tap(w)
 // in place of each learnable w in the forward code lets a bucket start its
 // all-reduce as soon as its last gradient is complete, while backward goes
 // on; without taps every bucket is reduced after backward.

@@ -10,11 +10,15 @@
 // # Plain gorgonia models
 //
 // Bind takes the learnables (in the order their Spans will have), copies
-// their current values into Params.Value and re-backs every node onto
-// views of it: the node's value becomes a *tensor.Dense over
-// Value[Offset:Offset+Size], and its gradient (gorgonia's dual value) a
-// *tensor.Dense over Grad[Offset:Offset+Size]. gorgonia's solvers and
-// package optim then read and write the flat buffers in place.
+// their current values into Params.Value and re-backs every node's value
+// in place onto its view: the same *tensor.Dense the node held (and that
+// the model may keep elsewhere, in a struct of weights) now reads and
+// writes Value[Offset:Offset+Size]; its gradient (gorgonia's dual value)
+// likewise lies over Grad[Offset:Offset+Size]. gorgonia's solvers and
+// package optim then read and write the flat buffers in place. A value
+// that cannot be re-backed in place (a view of another tensor, masked,
+// manually managed memory, one tensor shared by two learnables) is an
+// error naming the learnable.
 //
 // Gradients land in the dual values only when the tape machine binds
 // them: build it with gorgonia.BindDualValues(learnables...), as

@@ -106,16 +106,25 @@ func (p *Params) ZeroGrad() { clear(p.Grad) }
 
 // Bind lays learnables out in that order in new flat buffers of at least
 // minLen elements (0: just enough), copying each one's current value (and
-// gradient, if it has one), and re-backs every node onto views of them.
-// Each learnable must be a distinct float32 leaf of a graph (made with
+// gradient, if it has one), and re-backs every node's value in place onto
+// its view of the flat parameter buffer: the *tensor.Dense the node held
+// (and that a model may keep, in a struct of weights) is the same tensor
+// afterwards and reads and writes the flat buffer. The gradient (the dual
+// value) is re-backed in place likewise where the node has one, else
+// given a new tensor over the flat gradient buffer. Each learnable must
+// be a distinct float32 leaf of a graph (made with
 // gorgonia.NewTensor/NewMatrix/NewVector and a value) whose value is a
-// *tensor.Dense; anything else is an error naming it.
+// *tensor.Dense with storage of its own (not a view of another tensor, not
+// masked, not manually managed memory, not shared with another
+// learnable); anything else is an error naming it, and then no value has
+// been touched.
 func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 	if len(learnables) == 0 {
 		return nil, fmt.Errorf("%w: no learnables", ErrInvalid)
 	}
 	p := &Params{last: -1}
 	seen := map[*G.Node]int{}
+	values := map[*tensor.Dense]int{}
 	names := map[string]bool{}
 	off := 0
 	for i, n := range learnables {
@@ -132,9 +141,17 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 		if n.Dtype() != tensor.Float32 {
 			return nil, fmt.Errorf("%w: learnable %d (%q) is %v; gdist trains float32 learnables", ErrInvalid, i, n.Name(), n.Dtype())
 		}
-		if _, ok := n.Value().(*tensor.Dense); !ok {
+		d, ok := n.Value().(*tensor.Dense)
+		if !ok {
 			return nil, fmt.Errorf("%w: learnable %d (%q) has value %T, want a *tensor.Dense (give it one with gorgonia.WithValue or gorgonia.WithInit)", ErrInvalid, i, n.Name(), n.Value())
 		}
+		if why := unbackable(d); why != "" {
+			return nil, fmt.Errorf("%w: learnable %d (%q): its value %s, so it cannot be re-backed in place onto the flat buffer: give it a tensor of its own (tensor.New with WithBacking, or gorgonia.WithInit)", ErrInvalid, i, n.Name(), why)
+		}
+		if j, dup := values[d]; dup {
+			return nil, fmt.Errorf("%w: learnable %d (%q) has the same value tensor as learnable %d (%q): each learnable needs a tensor of its own", ErrInvalid, i, n.Name(), j, learnables[j].Name())
+		}
+		values[d] = i
 		name := n.Name()
 		if name == "" || names[name] {
 			name = fmt.Sprintf("param%d", i)
@@ -142,19 +159,18 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 		names[name] = true
 		shape := append([]int(nil), n.Shape()...)
 		size := prod(shape)
+		if d.DataSize() != size {
+			return nil, fmt.Errorf("%w: learnable %d (%q) has shape %v but its value holds %d elements", ErrInvalid, i, n.Name(), shape, d.DataSize())
+		}
 		p.Spans = append(p.Spans, Span{Name: name, Shape: shape, Offset: off, Size: size})
 		off += size
 	}
 	p.Value = hugepage.Float32s(max(off, minLen))
 	p.Grad = hugepage.Float32s(max(off, minLen))
 	for i, n := range learnables {
-		copy(p.ValueOf(i), n.Value().(*tensor.Dense).Data().([]float32))
-		if g, err := n.Grad(); err == nil {
-			if d, ok := g.(*tensor.Dense); ok {
-				if gv, ok := d.Data().([]float32); ok && len(gv) == p.Spans[i].Size {
-					copy(p.GradOf(i), gv)
-				}
-			}
+		copy(p.ValueOf(i), denseF32(n.Value().(*tensor.Dense)))
+		if g := dualGrad(n); g != nil && g.DataSize() == p.Spans[i].Size {
+			copy(p.GradOf(i), denseF32(g))
 		}
 	}
 	p.nodes = learnables
@@ -167,7 +183,54 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 	return p, nil
 }
 
-// rebind points every bound node's value and gradient at the buffers.
+// unbackable says why a value tensor cannot be re-backed in place ("" if
+// it can).
+func unbackable(d *tensor.Dense) string {
+	switch {
+	case d.IsView():
+		return "is a view of another tensor (a slice or transpose)"
+	case d.RequiresIterator():
+		return "is not contiguous (transposed)"
+	case d.IsMasked():
+		return "is masked"
+	case d.IsManuallyManaged() || !d.IsNativelyAccessible():
+		return "lies in manually managed memory (tensor.FromMemory or a device engine)"
+	}
+	return ""
+}
+
+// denseF32 is the elements of a float32 *Dense (a scalar as one element).
+func denseF32(d *tensor.Dense) []float32 {
+	switch v := d.Data().(type) {
+	case []float32:
+		return v
+	case float32:
+		return []float32{v}
+	}
+	return nil
+}
+
+// dualGrad is n's gradient tensor where n holds a dual value (not its
+// derivative node's value), else nil.
+func dualGrad(n *G.Node) *tensor.Dense {
+	g, err := n.Grad()
+	if err != nil || g == nil {
+		return nil
+	}
+	if d := n.Deriv(); d != nil && d.Value() == g {
+		return nil
+	}
+	d, _ := g.(*tensor.Dense)
+	if d == nil || unbackable(d) != "" || d.Dtype() != n.Dtype() {
+		return nil
+	}
+	return d
+}
+
+// rebind points every bound node's value and gradient at the buffers:
+// the tensors they hold are re-backed in place (tensor.WithBacking
+// applied to the existing *Dense), so whoever kept them sees the flat
+// buffers.
 func (p *Params) rebind() (err error) {
 	defer func() {
 		// gorgonia's node options panic on a type mismatch.
@@ -177,11 +240,14 @@ func (p *Params) rebind() (err error) {
 	}()
 	for i, n := range p.nodes {
 		s := p.Spans[i]
-		v := tensor.New(tensor.WithShape(s.Shape...), tensor.WithBacking(p.ValueOf(i)))
-		G.WithValue(v)(n)
+		v := n.Value().(*tensor.Dense)
+		tensor.WithBacking(p.ValueOf(i))(v) // its shape stays: Bind checked the size
 		if p.Grad != nil {
-			g := tensor.New(tensor.WithShape(s.Shape...), tensor.WithBacking(p.GradOf(i)))
-			G.WithGrad(g)(n)
+			if g := dualGrad(n); g != nil && g.Shape().Eq(v.Shape()) {
+				tensor.WithBacking(p.GradOf(i))(g)
+			} else {
+				G.WithGrad(tensor.New(tensor.WithShape(s.Shape...), tensor.WithBacking(p.GradOf(i))))(n)
+			}
 		}
 	}
 	return nil
