@@ -241,7 +241,7 @@ func TestRefused(t *testing.T) {
 		net  nn.Layer
 		want []string
 	}{
-		{nn.Seq(&nn.Linear{In: 4, Out: 8}, nn.Tanh{}, &nn.Linear{In: 8, Out: 3}), []string{`layer "1"`, "nn.Tanh", "no device kernels"}},
+		{nn.Seq(&nn.Linear{In: 4, Out: 8}, sigmoid{}, &nn.Linear{In: 8, Out: 3}), []string{`layer "1"`, "devmodel_test.sigmoid", "no device kernels"}},
 		{nn.Seq(&nn.Linear{In: 4, Out: 8}, &nn.Residual{Fn: nn.Seq(user)}, &nn.Linear{In: 8, Out: 3}), []string{`layer "1.fn.0"`, "funcLayer"}},
 	} {
 		m, err := nn.New("refused", c.net, []int{4}, 1)

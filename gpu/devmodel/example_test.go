@@ -9,6 +9,7 @@ import (
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
+	G "gorgonia.org/gorgonia"
 )
 
 // The zoo's mlp trained on device 0 for 20 steps of SGD with momentum,
@@ -20,7 +21,8 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	bad, err := nn.New("tanh-mlp", nn.Seq(&nn.Linear{In: 4, Out: 8}, nn.Tanh{}, &nn.Linear{In: 8, Out: 2}), []int{4}, 1)
+	square := nn.Func(nil, func(b *nn.Builder, x *G.Node) (*G.Node, error) { return G.Square(x) })
+	bad, err := nn.New("square-mlp", nn.Seq(&nn.Linear{In: 4, Out: 8}, square, &nn.Linear{In: 8, Out: 2}), []int{4}, 1)
 	if err != nil {
 		panic(err)
 	}

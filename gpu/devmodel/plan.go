@@ -11,7 +11,7 @@ import (
 
 // Layers names the nn layers that have device kernels (what Check
 // accepts).
-const Layers = "Sequential, Residual, Linear, Conv2d, BatchNorm1d/2d (not synced), ReLU, GELU, MaxPool2d, Flatten, Dropout, LayerNorm, Embedding (with or without a PositionEmbedding right after it), CausalSelfAttention"
+const Layers = "Sequential, Residual, Linear, Conv2d, BatchNorm1d/2d (not synced), ReLU, GELU, Tanh, MaxPool2d, Flatten, Dropout, LayerNorm, Embedding, PositionEmbedding, CausalSelfAttention"
 
 // act is an activation on the device: its values, its gradient (0: none
 // needed: the network's input, or nothing upstream learns) and shape
@@ -366,6 +366,8 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		return c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
 	case nn.GELU, *nn.GELU:
 		return c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
+	case nn.Tanh, *nn.Tanh:
+		return c.elementwise(d, name, x, (*kernels.Kernels).Tanh, (*kernels.Kernels).TanhBackward, true)
 	case nn.MaxPool2d, *nn.MaxPool2d:
 		if len(x.shape) != 4 || x.shape[2] < 2 || x.shape[3] < 2 {
 			return nil, shapeErr("(N, C, H, W), H and W at least 2")
@@ -446,7 +448,26 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 	case *nn.Embedding:
 		return c.embedding(l, nil, name, x)
 	case *nn.PositionEmbedding:
-		return nil, fmt.Errorf("layer %s (%T): a PositionEmbedding has device kernels only right after an Embedding in a Sequential", quote(name), l)
+		// on its own (right after an Embedding it is fused into it)
+		if len(x.shape) != 3 || x.shape[1] != l.T || x.shape[2] != l.Dim {
+			return nil, shapeErr(fmt.Sprintf("(N, %d, %d)", l.T, l.Dim))
+		}
+		out, err := c.newAct(x.shape)
+		if err != nil {
+			return nil, err
+		}
+		pos, rows := c.param(), x.shape[0]*l.T
+		c.add(name, func() error {
+			return d.k.PositionEmbedding(d.s, out.val, x.val, P(pos), rows, l.Dim, l.T)
+		}, func() error {
+			if x.grad != 0 { // dx = dy
+				if err := d.s.CopyAsync(x.grad, out.grad, 4*x.size(), cuda.DeviceToDevice); err != nil {
+					return err
+				}
+			}
+			return d.k.PositionEmbeddingBackward(d.s, G(pos), out.grad, rows, l.Dim, l.T, true)
+		})
+		return out, nil
 	case *nn.CausalSelfAttention:
 		if l.Heads < 1 || l.Dim%l.Heads != 0 {
 			return nil, fmt.Errorf("layer %s (attention): %d heads do not divide dimension %d", quote(name), l.Heads, l.Dim)

@@ -83,3 +83,42 @@ func (k *Kernels) Add(s *cuda.Stream, y, a, b uintptr, n int) error {
 	}
 	return k.launch("gd_add", s, grid(n), y, a, b, int64(n))
 }
+
+// Tanh sets y = tanh(x) over n elements (nn's Tanh): the device's tanhf,
+// within TanhTol of nn's float32 tanh (chewxy/math32's). y may be x.
+func (k *Kernels) Tanh(s *cuda.Stream, y, x uintptr, n int) error {
+	if err := sizeErr("Tanh", "n", n); err != nil || n == 0 {
+		return err
+	}
+	return k.launch("gd_tanh", s, grid(n), y, x, int64(n))
+}
+
+// TanhBackward sets dx = (1 - y^2) dy from Tanh's output y: gorgonia's
+// gradient operation for operation, so bit for bit nn's given the same
+// y. dx may be dy.
+func (k *Kernels) TanhBackward(s *cuda.Stream, dx, dy, y uintptr, n int) error {
+	if err := sizeErr("TanhBackward", "n", n); err != nil || n == 0 {
+		return err
+	}
+	return k.launch("gd_tanh_backward", s, grid(n), dx, dy, y, int64(n))
+}
+
+// PositionEmbedding is nn's PositionEmbedding on its own (not right after
+// an Embedding): y [rows, dim] = x + pos[r % t] for (N, T, dim) input x,
+// rows = N T, pos [t, dim]; one float32 add, bit for bit nn's. y may be
+// x. Its backward passes dy through to x's gradient and sums dy over the
+// batch into pos's: PositionEmbeddingBackward.
+func (k *Kernels) PositionEmbedding(s *cuda.Stream, y, x, pos uintptr, rows, dim, t int) error {
+	if err := embedCheck("PositionEmbedding", rows, 1, dim, t); err != nil || rows == 0 {
+		return err
+	}
+	n := int64(rows) * int64(dim)
+	return k.launch("gd_add_rows", s, grid64(n), y, x, pos, n, int64(t)*int64(dim))
+}
+
+// PositionEmbeddingBackward sets dpos [t, dim] to the sum of dy [rows,
+// dim] over the batch, in order (with accumulate adds it): bit for bit
+// nn's, as EmbeddingBackward's position part.
+func (k *Kernels) PositionEmbeddingBackward(s *cuda.Stream, dpos, dy uintptr, rows, dim, t int, accumulate bool) error {
+	return k.EmbeddingBackward(s, 0, dpos, dy, 0, rows, 1, dim, t, accumulate)
+}

@@ -5,8 +5,9 @@
 // optimizer state, each tensor at its nn.ParamInfo offset; nn's Linear
 // weight is [in, out], PyTorch's transposed; Conv2d's (Cout, C, K, K)).
 // The layers the zoo's mlp, cnn, cnn-bn and gpt use are here: Linear,
-// Conv2d, MaxPool2d, BatchNorm2d/1d, ReLU, LayerNorm, GELU, Embedding and
-// PositionEmbedding, causal self-attention's core, Residual's add,
+// Conv2d, MaxPool2d, BatchNorm2d/1d, ReLU, LayerNorm, GELU, Tanh, Embedding
+// and PositionEmbedding (fused or on its own), causal self-attention's
+// core, Residual's add,
 // Dropout, the softmax cross-entropy and the count of correct predictions
 // (CountCorrect); SGD, Adam, AdamW and gradient-norm
 // clipping. The kernels are CUDA C++ (elementwise.cu, reduce.cu; the
@@ -128,6 +129,15 @@
 //     each tensor of nn's on the CPU path (TestAttention; measured 3e-7 on
 //     the fake).
 //
+//   - Tanh: within TanhTol (1e-6) of nn's float32 tanh (chewxy/math32)
+//     relative to |y|, and of the float64 tanh (CUDA's tanhf); its
+//     backward (1 - y y) dy bit for bit gorgonia's given the same y;
+//     TestTanh (measured 0.18 TanhTol on the fake).
+//
+//   - PositionEmbedding on its own (not right after an Embedding): the
+//     sum y = x + pos, one float32 add, and pos's gradient the batch's
+//     sum in order: bit for bit nn's; TestPositionEmbedding.
+//
 //   - Add (nn's Residual and its backward): one float32 add, exact.
 //
 //   - Adam and AdamW: bit for bit optim's (the constants computed on the
@@ -166,7 +176,7 @@
 // kernels (a layer without device kernels refused by name). Not yet here
 // (issue 28): SyncBatchNorm's all-reduce of
 // the statistics (BatchNormForward's workspace holds nn's [sum, M2,
-// count] layout for it), Tanh, the LR schedule's value per step (a host
+// count] layout for it), the LR schedule's value per step (a host
 // function of the step: pass it to SGD or Adam), bf16 autocast (GemmEx),
 // fused kernels (conv + bias + ReLU + pool, attention without the T x T
 // probabilities) and their speed: correctness first.

@@ -270,3 +270,27 @@ extern "C" __global__ void gd_dropout(float *y, const float *x, long long n, dou
 extern "C" __global__ void gd_add(float *y, const float *a, const float *b, long long n) {
 	GRID_LOOP(i, n) y[i] = a[i] + b[i];
 }
+
+// ---- Tanh (nn.Tanh) and a PositionEmbedding on its own ----
+
+// y = tanh(x) (the device's tanhf: within TanhTol of nn's math32.Tanh);
+// y may be x.
+extern "C" __global__ void gd_tanh(float *y, const float *x, long long n) {
+	GRID_LOOP(i, n) y[i] = tanhf(x[i]);
+}
+
+// dx = (1 - y y) dy from Tanh's output y, gorgonia's tanh gradient
+// operation for operation (square, subtract from one, multiply); dx may
+// be dy.
+extern "C" __global__ void gd_tanh_backward(float *dx, const float *dy, const float *y, long long n) {
+	GRID_LOOP(i, n) {
+		float v = y[i];
+		dx[i] = (1.0f - v * v) * dy[i];
+	}
+}
+
+// y = x + pos[i % per]: a PositionEmbedding's broadcast add over the
+// batch (pos [T, dim], per = T dim); y may be x.
+extern "C" __global__ void gd_add_rows(float *y, const float *x, const float *pos, long long n, long long per) {
+	GRID_LOOP(i, n) y[i] = x[i] + pos[i % per];
+}

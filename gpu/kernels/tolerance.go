@@ -49,3 +49,9 @@ const AttentionTol = 1e-5
 // NormTol bounds ClipGradNorm's norm relative to the float64 sum of
 // squares in order (train's): float64 sums in another order.
 const NormTol = 1e-12
+
+// TanhTol bounds Tanh's output against nn's (chewxy/math32's float32
+// tanh), relative to the larger of |y| and 2^-60: both are within a few
+// float32 steps of the exact value (CUDA's tanhf within 2 ulp; math32's
+// 1 - 2/(e^2x + 1) within a few steps of 1 for large |x|).
+const TanhTol = 1e-6
