@@ -101,6 +101,12 @@ type Event struct{}
 // NewEvent fails without cgo.
 func NewEvent(device int) (*Event, error) { return nil, errNoCgo }
 
+// NewTimingEvent fails without cgo.
+func NewTimingEvent(device int) (*Event, error) { return nil, errNoCgo }
+
+// ElapsedMs fails without cgo.
+func (e *Event) ElapsedMs(end *Event) (float32, error) { return 0, errNoCgo }
+
 // NewBlockingEvent fails without cgo.
 func NewBlockingEvent(device int) (*Event, error) { return nil, errNoCgo }
 

@@ -53,6 +53,7 @@ gdcu_lib *gdcu_open(const char *path, char *err, size_t errlen) {
 	OPT(runtimeGetVersion, "cudaRuntimeGetVersion");
 	OPT(deviceGetPCIBusId, "cudaDeviceGetPCIBusId");
 	OPT(deviceSynchronize, "cudaDeviceSynchronize");
+	OPT(eventElapsedTime, "cudaEventElapsedTime");
 #undef REQ
 #undef OPT
 	return l;
@@ -236,4 +237,10 @@ int gdcu_event_sync(gdcu_lib *l, int dev, uintptr_t ev) {
 int gdcu_event_destroy(gdcu_lib *l, int dev, uintptr_t ev) {
 	SETDEV(l, dev);
 	return ck(l, l->eventDestroy((void *)ev));
+}
+
+int gdcu_event_elapsed(gdcu_lib *l, int dev, uintptr_t start, uintptr_t end, float *ms) {
+	if (!l->eventElapsedTime) return 1; /* cudaErrorInvalidValue: checked in Go first */
+	SETDEV(l, dev);
+	return ck(l, l->eventElapsedTime(ms, (void *)start, (void *)end));
 }

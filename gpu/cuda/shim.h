@@ -108,6 +108,7 @@ typedef struct gdcu_lib {
 	GDCU_ERR (*runtimeGetVersion)(int *);
 	GDCU_ERR (*deviceGetPCIBusId)(char *, int, int);
 	GDCU_ERR (*deviceSynchronize)(void);
+	GDCU_ERR (*eventElapsedTime)(float *, GDCU_EVENT, GDCU_EVENT);
 } gdcu_lib;
 
 gdcu_lib *gdcu_open(const char *path, char *err, size_t errlen);
@@ -143,5 +144,6 @@ int gdcu_event_record(gdcu_lib *l, int dev, uintptr_t ev, uintptr_t s);
 int gdcu_event_query(gdcu_lib *l, int dev, uintptr_t ev);
 int gdcu_event_sync(gdcu_lib *l, int dev, uintptr_t ev);
 int gdcu_event_destroy(gdcu_lib *l, int dev, uintptr_t ev);
+int gdcu_event_elapsed(gdcu_lib *l, int dev, uintptr_t start, uintptr_t end, float *ms);
 
 #endif

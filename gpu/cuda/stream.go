@@ -97,7 +97,8 @@ func (s *Stream) LaunchHostFunc(fn, arg uintptr) error {
 	return s.l.err("cudaLaunchHostFunc", e)
 }
 
-// Event is a CUDA event (created without timing, the cheap kind). Record
+// Event is a CUDA event (created without timing, the cheap kind, but
+// by NewTimingEvent). Record
 // marks a point in a stream; Query and Synchronize tell when the work before
 // it is done.
 type Event struct {
@@ -115,6 +116,10 @@ func NewEvent(device int) (*Event, error) { return newEvent(device, C.gdcu_cudaE
 func NewBlockingEvent(device int) (*Event, error) {
 	return newEvent(device, C.gdcu_cudaEventDisableTiming|C.gdcu_cudaEventBlockingSync)
 }
+
+// NewTimingEvent creates an event on device that records when the work
+// before it finished (cudaEventDefault), for ElapsedMs: a profiler's event.
+func NewTimingEvent(device int) (*Event, error) { return newEvent(device, C.gdcu_cudaEventDefault) }
 
 func newEvent(device int, flags C.uint) (*Event, error) {
 	l, err := lib()
@@ -161,4 +166,20 @@ func (e *Event) Synchronize() error {
 // Destroy releases e (pending work is unaffected).
 func (e *Event) Destroy() error {
 	return e.l.err("cudaEventDestroy", C.gdcu_event_destroy(e.l.c, C.int(e.dev), e.h))
+}
+
+// ElapsedMs is the time in milliseconds between the completion of e's
+// last Record and that of end's (cudaEventElapsedTime; resolution about
+// half a microsecond). Both must be timing events (NewTimingEvent) of one
+// device, recorded and done (Synchronize end first); otherwise it fails.
+// It does not block.
+func (e *Event) ElapsedMs(end *Event) (float32, error) {
+	if e.l.c.eventElapsedTime == nil {
+		return 0, fmt.Errorf("%w: this CUDA runtime has no cudaEventElapsedTime", ErrUnavailable)
+	}
+	var ms C.float
+	if c := C.gdcu_event_elapsed(e.l.c, C.int(e.dev), e.h, end.h, &ms); c != 0 {
+		return 0, e.l.err("cudaEventElapsedTime", c)
+	}
+	return float32(ms), nil
 }

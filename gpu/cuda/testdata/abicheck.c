@@ -101,6 +101,7 @@ void gdist_abicheck(gdcu_lib *l, gdnc_lib *n) {
 	l->eventQuery = cudaEventQuery;
 	l->eventSynchronize = cudaEventSynchronize;
 	l->eventDestroy = cudaEventDestroy;
+	l->eventElapsedTime = cudaEventElapsedTime;
 	l->pointerGetAttributes = cudaPointerGetAttributes;
 	l->getErrorString = cudaGetErrorString;
 	l->getErrorName = cudaGetErrorName;

@@ -618,6 +618,8 @@ typedef struct event {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t rec, done;
+	int timing; /* not cudaEventDisableTiming: done_at is kept */
+	double done_at; /* seconds (CLOCK_MONOTONIC) when mark done was reached */
 } event;
 
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1009,10 +1011,10 @@ static int check_event(const char *call, void *h, event **out) {
 
 API int cudaEventCreateWithFlags(void **out, unsigned int flags) {
 	STICKY();
-	(void)flags;
 	event *e = calloc(1, sizeof *e);
 	if (!e) return seterr(cudaErrorMemoryAllocation);
 	e->magic = EVENT_MAGIC;
+	e->timing = !(flags & 2); /* cudaEventDisableTiming */
 	e->dev = ctx_dev("cudaEventCreateWithFlags");
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
@@ -1029,8 +1031,13 @@ struct evmark {
 
 static void ev_mark(void *a) {
 	struct evmark *m = a;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	pthread_mutex_lock(&m->e->mu);
-	if (m->g > m->e->done) m->e->done = m->g;
+	if (m->g > m->e->done) {
+		m->e->done = m->g;
+		m->e->done_at = ts.tv_sec + ts.tv_nsec * 1e-9;
+	}
 	pthread_cond_broadcast(&m->e->cv);
 	pthread_mutex_unlock(&m->e->mu);
 	free(m);
@@ -1088,6 +1095,34 @@ API int cudaEventSynchronize(void *eh) {
 	while (e->done < g && !sticky_err()) wait_a_while(&e->cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
 	STICKY();
+	return cudaSuccess;
+}
+
+/* The time between two timing events' completions, as the host clock saw
+   the fake's queue reach them; both recorded and done, else not ready. */
+API int cudaEventElapsedTime(float *ms, void *start, void *end) {
+	STICKY();
+	event *a, *b;
+	ctx_dev("cudaEventElapsedTime");
+	int r = check_event("cudaEventElapsedTime", start, &a);
+	if (!r) r = check_event("cudaEventElapsedTime", end, &b);
+	if (r) return seterr(r);
+	if (!ms) return seterr(cudaErrorInvalidValue);
+	if (!a->timing || !b->timing) {
+		warnf("cudaEventElapsedTime: an event created with cudaEventDisableTiming");
+		return seterr(cudaErrorInvalidResourceHandle);
+	}
+	pthread_mutex_lock(&a->mu);
+	uint64_t arec = a->rec, adone = a->done;
+	double at = a->done_at;
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_lock(&b->mu);
+	uint64_t brec = b->rec, bdone = b->done;
+	double bt = b->done_at;
+	pthread_mutex_unlock(&b->mu);
+	if (!arec || !brec) return seterr(cudaErrorInvalidResourceHandle);
+	if (adone < arec || bdone < brec) return cudaErrorNotReady;
+	*ms = (float)((bt - at) * 1e3);
 	return cudaSuccess;
 }
 
