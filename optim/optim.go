@@ -2,6 +2,10 @@
 // gradient buffers (or to one rank's shard of them, for ZeRO): SGD with
 // momentum and Adam / AdamW, with PyTorch's update rules so that a model
 // trained here and one trained with torch.optim follow the same path;
+// gorgonia's RMSProp, AdaGrad, Momentum and Vanilla solvers with their
+// options (clipping, L1 and L2 regularisation, batch size) and defaults,
+// op for op (Gorgonia), so that a gorgonia program keeps its optimizer
+// under ZeRO, which shards the optimizer's state;
 // and Schedule, the learning rate as a function of the step (linear
 // warm-up, then constant or cosine decay), which whoever steps the
 // optimizer applies with SetLR.
@@ -32,22 +36,45 @@ type Optimizer interface {
 
 // Config selects and tunes an optimizer.
 type Config struct {
-	Name        string  // "sgd" or "adam" ("adamw": decoupled weight decay)
-	LR          float64 // learning rate
-	Momentum    float64 // sgd
-	WeightDecay float64
+	// Name: "sgd" or "adam" ("adamw": decoupled weight decay), PyTorch's
+	// rules; or "rmsprop", "adagrad", "momentum" or "vanilla", gorgonia's
+	// solvers' rules (see Gorgonia).
+	Name        string
+	LR          float64 // learning rate (gorgonia's solvers: 0 means their default, 0.001)
+	Momentum    float64 // sgd; momentum (default 0.9)
+	WeightDecay float64 // sgd, adam, adamw
 	Beta1       float64 // adam, default 0.9
 	Beta2       float64 // adam, default 0.999
-	Eps         float64 // adam, default 1e-8
+	Eps         float64 // adam, rmsprop, adagrad: default 1e-8
+
+	// gorgonia's solvers' options (rmsprop, adagrad, momentum, vanilla),
+	// as their SolverOpts: 0 leaves each off (or at its default).
+	Clip  float64 // WithClip: each gradient element clamped to [-Clip, Clip]
+	L2    float64 // WithL2Reg
+	L1    float64 // WithL1Reg (momentum, vanilla)
+	Batch float64 // WithBatchSize (momentum, vanilla): gradients divided by it
+	Rho   float64 // WithRho (rmsprop's decay), default 0.999
 }
 
 // New returns an optimizer for n elements.
 func New(cfg Config, n int) (Optimizer, error) {
-	if !(cfg.LR > 0) || math.IsInf(cfg.LR, 0) {
+	defaultLR := cfg.LR == 0 && GorgoniaName(cfg.Name) // gorgonia's solvers' default
+	if !defaultLR && (!(cfg.LR > 0) || math.IsInf(cfg.LR, 0)) {
 		return nil, fmt.Errorf("optim: learning rate %v must be positive", cfg.LR)
 	}
 	if n < 0 {
 		return nil, fmt.Errorf("optim: negative size %d", n)
+	}
+	if GorgoniaName(cfg.Name) {
+		return newGorgonia(cfg, n)
+	}
+	for _, o := range []struct {
+		name string
+		v    float64
+	}{{"Clip", cfg.Clip}, {"L2", cfg.L2}, {"L1", cfg.L1}, {"Batch", cfg.Batch}, {"Rho", cfg.Rho}} {
+		if o.v != 0 {
+			return nil, fmt.Errorf("optim: %s is an option of gorgonia's solvers (rmsprop, adagrad, momentum, vanilla), not of %q: for %s use WeightDecay, and clip the gradients' norm before Step", o.name, cfg.Name, cfg.Name)
+		}
 	}
 	switch cfg.Name {
 	case "sgd":
@@ -73,7 +100,7 @@ func New(cfg Config, n int) (Optimizer, error) {
 		}
 		return a, nil
 	}
-	return nil, fmt.Errorf("optim: unknown optimizer %q (sgd, adam, adamw)", cfg.Name)
+	return nil, fmt.Errorf("optim: unknown optimizer %q (sgd, adam, adamw; gorgonia's rmsprop, adagrad, momentum, vanilla)", cfg.Name)
 }
 
 // SGD is torch.optim.SGD (dampening 0, no Nesterov): with momentum,

@@ -34,7 +34,7 @@ func TestAdam(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	for _, c := range []Config{{Name: "sgd"}, {Name: "sgd", LR: 1, Momentum: 1}, {Name: "rmsprop", LR: 1}, {Name: "adam", LR: math.NaN()}} {
+	for _, c := range []Config{{Name: "sgd"}, {Name: "sgd", LR: 1, Momentum: 1}, {Name: "lamb", LR: 1}, {Name: "adam", LR: math.NaN()}} {
 		if _, err := New(c, 3); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
