@@ -103,3 +103,44 @@ func TestBatchedInvalid(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// GemmStridedBatchedEx with bfloat16 inputs, float32 output and fp32
+// accumulation (bf16 autocast's batched product): each product is that of
+// the rounded inputs to fp32 rounding; a shared B (stride 0), both
+// transposes of A.
+func TestGemmStridedBatchedExBF16(t *testing.T) {
+	const dev = 0
+	h, s := handle(t, dev)
+	const m, n, k, batch = 9, 7, 12, 3
+	for _, ta := range []cublas.Op{cublas.NoTrans, cublas.Trans} {
+		ar, ac, _, _ := operandShapes(m, n, k, ta, cublas.NoTrans)
+		lda, ldc := ar, m+1
+		sa, sc := int64(lda*ac+3), int64(ldc*n+2)
+		a, b := fill(21, int(sa)*batch), fill(22, k*n)
+		a16, b16 := make([]uint16, len(a)), make([]uint16, len(b))
+		for i := range a {
+			a16[i] = bf16(a[i])
+			a[i] = math.Float32frombits(uint32(a16[i]) << 16)
+		}
+		for i := range b {
+			b16[i] = bf16(b[i])
+			b[i] = math.Float32frombits(uint32(b16[i]) << 16)
+		}
+		da, db := devtest.Upload(t, dev, a16), devtest.Upload(t, dev, b16)
+		dc := devtest.Upload(t, dev, make([]float32, int(sc)*batch))
+		err := h.GemmStridedBatchedEx(ta, cublas.NoTrans, m, n, k, 1.5,
+			cublas.Matrix{Ptr: da, Type: cublas.BF16, LD: lda}, sa, cublas.Matrix{Ptr: db, Type: cublas.BF16, LD: k}, 0,
+			0, cublas.Matrix{Ptr: dc, Type: cublas.F32, LD: ldc}, sc, batch, cublas.Compute32F)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := devtest.Floats(t, dev, dc, int(sc)*batch)
+		for i := 0; i < batch; i++ {
+			want, bound := refGemm(ta, cublas.NoTrans, m, n, k, 1.5, a[int64(i)*sa:], lda, b, k, 0, make([]float32, ldc*n), ldc)
+			check(t, fmt.Sprintf("%v product %d", ta, i), got[int64(i)*sc:int64(i)*sc+int64(ldc*n)], want, bound, fp32Tol)
+		}
+	}
+}

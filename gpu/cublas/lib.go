@@ -275,3 +275,24 @@ func (h *Handle) GemmEx(ta, tb Op, m, n, k int, alpha float32, a, b Matrix, beta
 		C.float(alpha), C.uintptr_t(a.Ptr), C.int(a.Type), C.int(a.LD), C.uintptr_t(b.Ptr), C.int(b.Type), C.int(b.LD),
 		C.float(beta), C.uintptr_t(c.Ptr), C.int(c.Type), C.int(c.LD), C.int(compute)))
 }
+
+// GemmStridedBatchedEx is cublasGemmStridedBatchedEx: GemmEx's product
+// over batch products at fixed strides, as SgemmStridedBatched (strides in
+// elements of each matrix's type, 0 or more; no two C matrices
+// overlapping). The product under bf16 autocast of attention's heads and
+// a convolution's images.
+func (h *Handle) GemmStridedBatchedEx(ta, tb Op, m, n, k int, alpha float32, a Matrix, strideA int64, b Matrix, strideB int64,
+	beta float32, c Matrix, strideC int64, batch int, compute ComputeType) error {
+	if err := checkBatched("cublasGemmStridedBatchedEx", m, n, k, a.LD, b.LD, c.LD, strideA, strideB, strideC, batch); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.h == 0 {
+		return fmt.Errorf("cublas: GemmStridedBatchedEx on a closed handle")
+	}
+	return h.l.err("cublasGemmStridedBatchedEx", C.gdcb_gemm_strided_batched_ex(h.l.c, C.int(h.dev), h.h, C.int(ta), C.int(tb),
+		C.int(m), C.int(n), C.int(k), C.float(alpha), C.uintptr_t(a.Ptr), C.int(a.Type), C.int(a.LD), C.longlong(strideA),
+		C.uintptr_t(b.Ptr), C.int(b.Type), C.int(b.LD), C.longlong(strideB), C.float(beta), C.uintptr_t(c.Ptr), C.int(c.Type),
+		C.int(c.LD), C.longlong(strideC), C.int(batch), C.int(compute)))
+}

@@ -70,3 +70,12 @@ func (h *Handle) SgemmStridedBatched(ta, tb Op, m, n, k int, alpha float32, a ui
 	}
 	return errNoCgo
 }
+
+// GemmStridedBatchedEx fails without cgo.
+func (h *Handle) GemmStridedBatchedEx(ta, tb Op, m, n, k int, alpha float32, a Matrix, strideA int64, b Matrix, strideB int64,
+	beta float32, c Matrix, strideC int64, batch int, compute ComputeType) error {
+	if err := checkBatched("cublasGemmStridedBatchedEx", m, n, k, a.LD, b.LD, c.LD, strideA, strideB, strideC, batch); err != nil {
+		return err
+	}
+	return errNoCgo
+}

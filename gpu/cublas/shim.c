@@ -25,6 +25,7 @@ gdcb_lib *gdcb_open(const char *path, uintptr_t setDevice, uintptr_t free_, char
 	REQ(sgemm, "cublasSgemm_v2");
 	REQ(sgemmStridedBatched, "cublasSgemmStridedBatched");
 	REQ(gemmEx, "cublasGemmEx");
+	REQ(gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
 	OPT(getProperty, "cublasGetProperty");
 	OPT(statusName, "cublasGetStatusName");
 	OPT(statusString, "cublasGetStatusString");
@@ -106,4 +107,13 @@ int gdcb_gemm_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n
 	if (r) return r;
 	return l->gemmEx((void *)h, ta, tb, m, n, k, &alpha, (const void *)a, at, lda, (const void *)b, bt, ldb, &beta,
 			 (void *)c, ct, ldc, compute, gdcb_GEMM_DEFAULT);
+}
+
+int gdcb_gemm_strided_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
+				 uintptr_t a, int at, int lda, long long sa, uintptr_t b, int bt, int ldb, long long sb,
+				 float beta, uintptr_t c, int ct, int ldc, long long sc, int batch, int compute) {
+	int r = use_device(l, dev);
+	if (r) return r;
+	return l->gemmStridedBatchedEx((void *)h, ta, tb, m, n, k, &alpha, (const void *)a, at, lda, sa, (const void *)b, bt,
+				       ldb, sb, &beta, (void *)c, ct, ldc, sc, batch, compute, gdcb_GEMM_DEFAULT);
 }

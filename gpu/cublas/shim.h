@@ -79,6 +79,9 @@ typedef struct gdcb_lib {
 					   long long int, int);
 	GDCB_STATUS (*gemmEx)(GDCB_HANDLE, GDCB_OP, GDCB_OP, int, int, int, const void *, const void *, GDCB_DTYPE, int,
 			      const void *, GDCB_DTYPE, int, const void *, void *, GDCB_DTYPE, int, GDCB_COMPUTE, GDCB_ALGO);
+	GDCB_STATUS (*gemmStridedBatchedEx)(GDCB_HANDLE, GDCB_OP, GDCB_OP, int, int, int, const void *, const void *,
+					    GDCB_DTYPE, int, long long int, const void *, GDCB_DTYPE, int, long long int,
+					    const void *, void *, GDCB_DTYPE, int, long long int, int, GDCB_COMPUTE, GDCB_ALGO);
 	/* optional (NULL when the library lacks them) */
 	GDCB_STATUS (*getProperty)(GDCB_PROP, int *);
 	const char *(*statusName)(GDCB_STATUS);
@@ -102,5 +105,8 @@ int gdcb_sgemm_strided_batched(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb
 			       int ldc, long long sc, int batch);
 int gdcb_gemm_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a, int at,
 		 int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int compute);
+int gdcb_gemm_strided_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
+				 uintptr_t a, int at, int lda, long long sa, uintptr_t b, int bt, int ldb, long long sb,
+				 float beta, uintptr_t c, int ct, int ldc, long long sc, int batch, int compute);
 
 #endif

@@ -83,6 +83,7 @@ void gdist_abicheck(gdcb_lib *l) {
 	l->sgemm = cublasSgemm_v2;
 	l->sgemmStridedBatched = cublasSgemmStridedBatched;
 	l->gemmEx = cublasGemmEx;
+	l->gemmStridedBatchedEx = cublasGemmStridedBatchedEx;
 	l->getProperty = cublasGetProperty;
 	l->statusName = cublasGetStatusName;
 	l->statusString = cublasGetStatusString;

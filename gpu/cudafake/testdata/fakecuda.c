@@ -2512,7 +2512,8 @@ API int ncclRecv(void *buf, size_t count, int dt, int peer, ncclComm *c, void *s
 
    cuBLAS: handles (cublasCreate_v2, ...SetStream_v2, ...SetMathMode), and
    cublasSgemm_v2, cublasSgemmStridedBatched (strides of 0 or more; the
-   products' C matrices must not overlap) and cublasGemmEx computed by a
+   products' C matrices must not overlap), cublasGemmEx and
+   cublasGemmStridedBatchedEx (fp32, fp16 or bf16 inputs) computed by a
    reference loop on the handle's stream, over the fake's device memory
    (the products of a batch one after another): every matrix is checked
    against its allocation's bounds and device, the arguments as cuBLAS
@@ -3325,10 +3326,13 @@ API int cublasSgemmStridedBatched(fk_blas *h, int ta, int tb, int m, int n, int 
 }
 
 /* cublasComputeType_t: 32F 68, 32F_PEDANTIC 69, 32F_FAST_16F 74,
-   32F_FAST_16BF 75, 32F_FAST_TF32 77; alpha and beta are floats. */
-API int cublasGemmEx(fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
-		     const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo) {
-	(void)algo;
+   32F_FAST_16BF 75, 32F_FAST_TF32 77; alpha and beta are floats.
+   gemm_ex is cublasGemmEx and cublasGemmStridedBatchedEx (batch 1 and
+   strides 0 for the former): the input rounding the compute type and
+   math mode ask for, the types checked. */
+static int gemm_ex(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A,
+		   int at, int lda, long long sa, const void *B, int bt, int ldb, long long sb, const void *beta, void *C,
+		   int ct, int ldc, long long sc, int batch, int compute) {
 	int round = ROUND_NONE;
 	switch (compute) {
 	case 68: round = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3 && at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
@@ -3337,17 +3341,31 @@ API int cublasGemmEx(fk_blas *h, int ta, int tb, int m, int n, int k, const void
 	case 75: round = at == FK_R32F ? ROUND_BF16 : ROUND_NONE; break;
 	case 77: round = at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
 	default:
-		warnf("cublasGemmEx: compute type %d is not supported by the fake", compute);
+		warnf("%s: compute type %d is not supported by the fake", call, compute);
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	}
 	if (!fk_dt_size(at) || at != bt || (ct != FK_R32F && ct != at)) {
-		warnf("cublasGemmEx: types A %d, B %d, C %d are not supported", at, bt, ct);
+		warnf("%s: types A %d, B %d, C %d are not supported", call, at, bt, ct);
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	}
 	float al, be;
 	memcpy(&al, alpha, 4);
 	memcpy(&be, beta, 4);
-	return gemm("cublasGemmEx", h, ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc, round);
+	return gemm_batched(call, h, ta, tb, m, n, k, al, A, at, lda, sa, B, bt, ldb, sb, be, C, ct, ldc, sc, batch, round);
+}
+
+API int cublasGemmEx(fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+		     const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo) {
+	(void)algo;
+	return gemm_ex("cublasGemmEx", h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, compute);
+}
+
+API int cublasGemmStridedBatchedEx(fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at,
+				   int lda, long long sa, const void *B, int bt, int ldb, long long sb, const void *beta,
+				   void *C, int ct, int ldc, long long sc, int batch, int compute, int algo) {
+	(void)algo;
+	return gemm_ex("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct,
+		       ldc, sc, batch, compute);
 }
 
 /* ---- NVRTC ---- */
