@@ -92,6 +92,16 @@ func TestGorgoniaSolvers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The user's own solver, converted.
+			fc, err := FromSolver(tc.solver())
+			if err != nil {
+				t.Fatal(err)
+			}
+			of, err := New(fc, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pf := append([]float32(nil), p0...)
 			// Two shards of the buffer, each with its own optimizer.
 			lo, hi := make([]float32, n/2), make([]float32, n-n/2)
 			copy(lo, p0)
@@ -117,12 +127,16 @@ func TestGorgoniaSolvers(t *testing.T) {
 					t.Fatal(err)
 				}
 				o.Step(p, g)
+				of.Step(pf, g)
 				olo.Step(lo, g[:n/2])
 				ohi.Step(hi, g[n/2:])
 				gorgoniaStep(tc.cfg.Name, &k64, p64, widen(g), cache64)
 				for i, want := range ref.params() {
 					if math.Float32bits(p[i]) != math.Float32bits(want) {
 						t.Fatalf("step %d: parameter %d is %v, gorgonia's solver has %v", s, i, p[i], want)
+					}
+					if math.Float32bits(pf[i]) != math.Float32bits(want) {
+						t.Fatalf("step %d: parameter %d is %v with FromSolver's %+v, gorgonia's solver has %v", s, i, pf[i], fc, want)
 					}
 					if sh := append(append([]float32(nil), lo...), hi...); math.Float32bits(sh[i]) != math.Float32bits(want) {
 						t.Fatalf("step %d: parameter %d is %v in its shard, %v stepped whole", s, i, sh[i], want)
@@ -179,6 +193,26 @@ func TestGorgoniaBadConfig(t *testing.T) {
 	} {
 		if _, err := New(c.cfg, 3); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
+		}
+	}
+}
+
+// TestFromSolverRefuses: solvers optim does not follow, and settings
+// Config cannot express, are refused by name.
+func TestFromSolverRefuses(t *testing.T) {
+	for _, c := range []struct {
+		s    G.Solver
+		want string
+	}{
+		{G.NewAdamSolver(), "AdamSolver"},
+		{G.NewBarzilaiBorweinSolver(), "BarzilaiBorwein"},
+		{G.NewRMSPropSolver(G.WithClip(0)), "WithClip"},
+		{G.NewMomentum(G.WithMomentum(0)), "NewVanillaSolver"},
+		{G.NewVanillaSolver(G.WithLearnRate(0)), "WithLearnRate"},
+		{nil, "no solver"},
+	} {
+		if _, err := FromSolver(c.s); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%T: %v, want an error naming %s", c.s, err, c.want)
 		}
 	}
 }
