@@ -96,7 +96,9 @@ import (
 
 // Options configure a ZeRO engine.
 type Options struct {
-	Stage         int // 1, 2 or 3
+	Stage int // 1, 2 or 3
+	// Optim is the shard's optimizer: PyTorch's sgd, adam, adamw, or
+	// gorgonia's solvers (optim.FromSolver keeps a program's own).
 	Optim         optim.Config
 	BucketMB      float64 // stage 2 bucket cap (0: ddp.DefaultBucketMB)
 	FirstBucketMB float64 // stage 2 first bucket cap (0: ddp.DefaultFirstBucketMB)
