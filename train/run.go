@@ -448,6 +448,13 @@ func (r *run) evalEvery(ctx context.Context, epoch int) error {
 // evaluate runs one evaluation of the held-out set, inside the
 // strategy's Eval. Collective.
 func (r *run) evaluate(ctx context.Context) (loss, acc float64, err error) {
+	if be, ok := r.strat.(BatchEvaluator); ok {
+		err = be.EvalBatches(ctx, func(batch EvalBatch) (err error) {
+			loss, acc, err = EvaluateBatches(ctx, r.c, r.m, r.ev.Batch, r.test, batch)
+			return err
+		})
+		return loss, acc, err
+	}
 	err = r.strat.Eval(ctx, func() (err error) {
 		loss, acc, err = Evaluate(ctx, r.c, r.ev, r.test)
 		return err

@@ -99,6 +99,16 @@ type Setup struct {
 	Config Config
 }
 
+// A BatchEvaluator is a Strategy that evaluates batches where its model
+// lives (a GPU strategy, on its device) instead of through the host's
+// evaluation graph: Run's evaluations call EvalBatches in place of Eval.
+type BatchEvaluator interface {
+	// EvalBatches calls eval (which runs EvaluateBatches over this
+	// rank's share of the test set) with the strategy's EvalBatch, and
+	// returns its error. Collective.
+	EvalBatches(ctx context.Context, eval func(batch EvalBatch) error) error
+}
+
 // Options are a strategy's own settings (Config.Options): a pointer to a
 // struct of the strategy's package, each of whose settings has a
 // command-line flag.

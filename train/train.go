@@ -677,11 +677,44 @@ func syncBuffers(ctx context.Context, c comm.Comm, m *models.Model) error {
 // every rank).
 // With ZeRO-3 or a pipeline, run it inside Strategy.Eval.
 func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds Samples) (loss, acc float64, err error) {
-	rank, world := c.Rank(), c.Size()
 	m := ev.M
 	k := m.Classes()
+	return EvaluateBatches(ctx, c, m, ev.Batch, ds, func(x []float32, y []int32) (float64, int, error) {
+		n := len(y)
+		logits, err := ev.Logits(x[:cap(x)])
+		if err != nil {
+			return 0, 0, err
+		}
+		correct := 0
+		for i := 0; i < n; i++ {
+			best := 0
+			for j := 1; j < k; j++ {
+				if logits[i*k+j] > logits[i*k+best] {
+					best = j
+				}
+			}
+			if int32(best) == y[i] {
+				correct++
+			}
+		}
+		return models.CrossEntropy(logits[:n*k], y[:n], k), correct, nil
+	})
+}
+
+// An EvalBatch evaluates one batch of samples (x, y as Strategy.Step
+// takes them; at most the evaluation batch, fewer at the end of the set)
+// and returns the mean cross-entropy over its labels and how many labels
+// are the argmax of their logits (the first largest).
+type EvalBatch func(x []float32, y []int32) (loss float64, correct int, err error)
+
+// EvaluateBatches is Evaluate with eval for the evaluation graph: this
+// rank's share of ds in batches of batch samples (x's capacity is always
+// the whole batch, the samples past len(x) zero), the losses and counts
+// all-reduced. Collective.
+func EvaluateBatches(ctx context.Context, c comm.Comm, m *models.Model, batch int, ds Samples, eval EvalBatch) (loss, acc float64, err error) {
+	rank, world := c.Rank(), c.Size()
 	lps := m.LabelsPerSample()
-	b := ev.Batch
+	b := batch
 	var mine []int
 	for i := rank; i < ds.Len(); i += world {
 		mine = append(mine, i)
@@ -693,26 +726,17 @@ func Evaluate(ctx context.Context, c comm.Comm, ev *models.Graph, ds Samples) (l
 		hi := min(lo+b, len(mine))
 		idx := mine[lo:hi]
 		clear(x)
-		if err := ds.Batch(idx, x[:len(idx)*m.InputSize()], y[:len(idx)*lps]); err != nil {
+		xs, ys := x[:len(idx)*m.InputSize()], y[:len(idx)*lps]
+		if err := ds.Batch(idx, xs, ys); err != nil {
 			return 0, 0, err
 		}
-		logits, err := ev.Logits(x)
+		l, correct, err := eval(xs, ys)
 		if err != nil {
 			return 0, 0, err
 		}
-		n := len(idx) * lps
-		sums[0] += models.CrossEntropy(logits[:n*k], y[:n], k) * float64(n)
-		for i := 0; i < n; i++ {
-			best := 0
-			for j := 1; j < k; j++ {
-				if logits[i*k+j] > logits[i*k+best] {
-					best = j
-				}
-			}
-			if int32(best) == y[i] {
-				sums[1]++
-			}
-		}
+		n := len(ys)
+		sums[0] += l * float64(n)
+		sums[1] += float64(correct)
 		sums[2] += float64(n)
 	}
 	v := sums[:]
