@@ -141,14 +141,23 @@ func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 	n, t, c, d := op.geom(s)
 	h := op.heads
 	scale := float32(1 / math.Sqrt(float64(d)))
-	if len(op.st.p) != n*h*t*t {
+	// Training keeps every P for backward; forward-only evaluation (a
+	// pooled output) needs one at a time.
+	var scratch []float32
+	if op.out.pool != nil {
+		scratch = op.out.pool.get(t * t)
+		defer op.out.pool.put(scratch)
+	} else if len(op.st.p) != n*h*t*t {
 		op.st.p = make([]float32, n*h*t*t)
 	}
 	res, out := op.out.get(tensor.Shape{n, t, c}, qkv)
 	for b := 0; b < n; b++ {
 		x := qkv[b*t*3*c:]
 		for hd := 0; hd < h; hd++ {
-			p := op.st.p[(b*h+hd)*t*t : (b*h+hd+1)*t*t]
+			p := scratch
+			if p == nil {
+				p = op.st.p[(b*h+hd)*t*t : (b*h+hd+1)*t*t]
+			}
 			q, k, vv := x[hd*d:], x[c+hd*d:], x[2*c+hd*d:]
 			gemm(false, true, t, t, d, scale, q, 3*c, k, 3*c, 0, p, t)
 			causalSoftmax(p, t)

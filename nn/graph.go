@@ -36,7 +36,8 @@ type Graph struct {
 	xT, yT *tensor.Dense
 	loss   *G.Node
 	logits *G.Node
-	vm     G.VM
+	vm     G.VM     // a training graph's
+	fwd    *forward // an evaluation graph's (forward.go)
 }
 
 // NewGraph compiles m for batch samples per step.
@@ -44,13 +45,16 @@ type Graph struct {
 // not safe for concurrent use).
 func (m *Model) NewGraph(batch int, train bool) (gr *Graph, err error) {
 	err = flat.Build(func() (err error) {
-		gr, err = m.newGraph(batch, train)
+		gr, err = m.newGraph(batch, train, !train)
 		return err
 	})
 	return gr, err
 }
 
-func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
+// newGraph compiles m; fwdOnly (evaluation graphs only) runs it on
+// forward (forward.go) rather than on gorgonia's tape machine, which the
+// tests compare it with.
+func (m *Model) newGraph(batch int, train, fwdOnly bool) (*Graph, error) {
 	if batch < 1 {
 		return nil, fmt.Errorf("nn: batch %d < 1", batch)
 	}
@@ -92,6 +96,15 @@ func (m *Model) newGraph(batch int, train bool) (*Graph, error) {
 				return nil, fmt.Errorf("nn: gradients of %s: %w", m.Name, err)
 			}
 		}
+	}
+	if fwdOnly && !train {
+		// Forward only: activations freed as the pass goes (forward.go).
+		f, err := newForward(g, h)
+		if err != nil {
+			return nil, err
+		}
+		gr.fwd = f
+		return gr, nil
 	}
 	gr.vm = G.NewTapeMachine(g)
 	return gr, nil
@@ -172,10 +185,23 @@ func (gr *Graph) Logits(x []float32) ([]float32, error) {
 	if err := gr.load(x); err != nil {
 		return nil, err
 	}
-	if err := gr.run(nil); err != nil {
+	if gr.fwd == nil { // the tape machine (tests)
+		if err := gr.run(nil); err != nil {
+			return nil, err
+		}
+		return append([]float32(nil), gr.logits.Value().Data().([]float32)...), nil
+	}
+	gr.runs++
+	v, err := gr.fwd.run()
+	releaseAll(gr.gates)
+	if err != nil {
 		return nil, err
 	}
-	return append([]float32(nil), gr.logits.Value().Data().([]float32)...), nil
+	out := floats(v)
+	if len(out) != gr.Batch*gr.M.perLab*gr.M.classes {
+		return nil, fmt.Errorf("nn: %s's evaluation graph gave %d logits, want %d", gr.M.Name, len(out), gr.Batch*gr.M.perLab*gr.M.classes)
+	}
+	return append([]float32(nil), out...), nil
 }
 
 // run runs the machine once under ctx.
@@ -200,5 +226,9 @@ func (m *Model) accumulate(i int, g []float32) {
 // its activations, held through gorgonia's gradient plumbing).
 func (gr *Graph) Close() error {
 	gr.hooks.release()
+	if gr.vm == nil {
+		gr.fwd = nil
+		return nil
+	}
 	return gr.vm.Close()
 }

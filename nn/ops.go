@@ -401,10 +401,20 @@ func (op *reluGradOp) Do(v ...G.Value) (G.Value, error) {
 // op can hand out the same memory each time. get returns the buffer for an
 // output of shape, making a new one when the size changes or when the
 // current one shares memory with an input (a register gorgonia reused).
-type outBuf struct{ t *tensor.Dense }
+// In an evaluation graph (forward.go) the buffer is lent by the graph's
+// pool instead, and goes back there once the last op that reads it has
+// run.
+type outBuf struct {
+	t    *tensor.Dense
+	pool *fwdPool
+}
 
 func (b *outBuf) get(shape tensor.Shape, inputs ...[]float32) (*tensor.Dense, []float32) {
 	n := shape.TotalSize()
+	if b.pool != nil {
+		d := b.pool.get(n)
+		return tensor.New(tensor.WithShape(shape.Clone()...), tensor.WithBacking(d)), d
+	}
 	if b.t != nil && b.t.Size() == n {
 		d := b.t.Data().([]float32)
 		if !overlapsAny(d, inputs) {
