@@ -2,14 +2,20 @@
 // copies of the running executable on this host as the ranks of one job,
 // serves their rendezvous store, forwards their output and supervises them.
 //
-// A program that can be both launcher and worker does:
+// A program is both launcher and worker in one call:
 //
-//	if !launch.IsWorker() && nproc > 1 {
-//		err := launch.Run(ctx, launch.Spec{NProc: nproc})
-//		...
-//		return
+//	func main() {
+//		launch.Main(func(ctx context.Context, c comm.Comm) error {
+//			// one rank's training, c its world
+//		})
 //	}
-//	c, closeFn, err := rendezvous.InitComm(ctx, "tcp", comm.Options{})
+//
+// Started plainly with -nproc 4 it starts 4 processes of itself, which
+// join as the ranks; under torchrun, mpirun or srun each process joins as
+// a rank; with -backend inproc the ranks are goroutines. Ranks is the
+// same for a program that keeps its command line to itself (Job), and
+// runs the ranks as goroutines for tests. Under them, Run starts the
+// processes and rendezvous.InitComm joins them.
 //
 // Output: rank 0's stdout is copied to Spec.Stdout byte for byte, so JSON
 // output stays clean; the stdout of the other ranks and the stderr of every

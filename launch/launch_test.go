@@ -24,6 +24,9 @@ const childEnv = "GDIST_LAUNCH_TEST_CHILD"
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
+		if w := mainWorkers[mode]; w != nil {
+			os.Exit(mainCode(os.Stderr, w)) // a program that calls Main
+		}
 		os.Exit(child(mode))
 	}
 	os.Exit(m.Run())

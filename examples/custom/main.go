@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/gdist/gdist/examples/internal/kit"
+	"github.com/gdist/gdist/launch"
 	"log"
 	"sync"
 
@@ -73,12 +74,12 @@ func run(ctx context.Context, cfg config) error {
 	return err
 }
 
-// runRanks runs the ranks (kit.Ranks) and returns rank 0's result (when
+// runRanks runs the ranks (launch.Ranks) and returns rank 0's result (when
 // rank 0 is in this process).
 func runRanks(ctx context.Context, cfg config) (result, error) {
 	var mu sync.Mutex
 	var r0 result
-	err := kit.Ranks(ctx, cfg.backend, cfg.nproc, func(ctx context.Context, c comm.Comm) error {
+	err := launch.Ranks(ctx, launch.Job{NProc: cfg.nproc, Backend: cfg.backend}, func(ctx context.Context, c comm.Comm) error {
 		r, err := worker(ctx, c, cfg)
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/gdist/gdist/examples/internal/kit"
+	"github.com/gdist/gdist/launch"
 	"log"
 
 	"github.com/gdist/gdist/comm"
@@ -62,7 +63,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	// Ranks as goroutines (inproc), as processes this program starts, or
 	// as one rank of a job started by a launcher (ours, torchrun, mpirun).
-	return kit.Ranks(ctx, cfg.backend, cfg.nproc, func(ctx context.Context, c comm.Comm) error {
+	return launch.Ranks(ctx, launch.Job{NProc: cfg.nproc, Backend: cfg.backend}, func(ctx context.Context, c comm.Comm) error {
 		return worker(ctx, c, cfg)
 	})
 }

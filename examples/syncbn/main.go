@@ -18,6 +18,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/examples/internal/kit"
+	"github.com/gdist/gdist/launch"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/syncbn"
@@ -79,11 +80,7 @@ func images(first, n int) ([]float32, []int32) {
 }
 
 func run(ctx context.Context, cfg config) error {
-	backend := cfg.backend
-	if cfg.nproc == 1 {
-		backend = "inproc"
-	}
-	return kit.Ranks(ctx, backend, cfg.nproc, func(ctx context.Context, c comm.Comm) error {
+	return launch.Ranks(ctx, launch.Job{NProc: cfg.nproc, Backend: cfg.backend}, func(ctx context.Context, c comm.Comm) error {
 		return worker(ctx, c, cfg)
 	})
 }

@@ -1,59 +1,17 @@
-// Package kit holds what the examples share: starting the ranks, and for
-// their tests, comparing a distributed run's final parameters with a
-// one-process run's and running a test binary as the example itself (so
-// the launcher's children, re-executions of the binary, are the example).
+// Package kit holds what the examples' tests share (the examples start
+// their ranks with the public launch.Ranks): comparing a distributed
+// run's final parameters with a one-process run's, and running a test
+// binary as the example itself (so the launcher's children,
+// re-executions of the binary, are the example).
 package kit
 
 import (
-	"context"
 	"encoding/binary"
 	"math"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/inproc"
-	"github.com/gdist/gdist/comm/rendezvous"
-	"github.com/gdist/gdist/launch"
-	"golang.org/x/sync/errgroup"
-
-	_ "github.com/gdist/gdist/comm/auto"
-	_ "github.com/gdist/gdist/comm/shm"
-	_ "github.com/gdist/gdist/comm/tcp"
 )
-
-// Ranks runs worker on nproc ranks: as goroutines of this process over
-// the inproc backend (backend "inproc"); as one rank of a job when this
-// process was started by a launcher (gdist's, torchrun, mpirun, srun),
-// joining the others over backend (tcp, shm or auto); otherwise by
-// starting nproc copies of this program with gdist's launcher.
-func Ranks(ctx context.Context, backend string, nproc int, worker func(context.Context, comm.Comm) error) error {
-	switch {
-	case backend == "inproc":
-		cs, err := inproc.New(nproc, comm.Options{})
-		if err != nil {
-			return err
-		}
-		var g errgroup.Group
-		for _, c := range cs {
-			g.Go(func() error {
-				defer c.Close()
-				return worker(ctx, c)
-			})
-		}
-		return g.Wait()
-	case launch.IsWorker() || launch.UnderLauncher():
-		c, closeComm, err := rendezvous.InitComm(ctx, backend, comm.Options{})
-		if err != nil {
-			return err
-		}
-		defer closeComm()
-		return worker(ctx, c)
-	default:
-		return launch.Run(ctx, launch.Spec{NProc: nproc})
-	}
-}
 
 // MainIf runs main and exits when the environment variable env is "1",
 // with the test flags removed from os.Args. Call it first in TestMain.

@@ -1,0 +1,127 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+)
+
+// sumRanks all-reduces the rank and checks the sum; rank 0 prints it on
+// stdout.
+func sumRanks(ctx context.Context, c comm.Comm) error {
+	v := []float64{float64(c.Rank())}
+	if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+		return err
+	}
+	n := c.Size()
+	if want := float64(n * (n - 1) / 2); v[0] != want {
+		return fmt.Errorf("rank %d: sum of ranks %v, want %v", c.Rank(), v[0], want)
+	}
+	if c.Rank() == 0 {
+		fmt.Printf("sum %v over %d ranks\n", v[0], n)
+	}
+	return nil
+}
+
+// mainWorkers are the workers of the test binary run as a program that
+// calls Main (childEnv names one).
+var mainWorkers = map[string]Worker{
+	"main": sumRanks,
+	"main-fail": func(ctx context.Context, c comm.Comm) error {
+		if c.Rank() == 1 {
+			return errors.New("the data file is missing")
+		}
+		return sumRanks(ctx, c) // fails when rank 1 leaves
+	},
+}
+
+// TestRanksGoroutines: Backend inproc runs NProc ranks as goroutines of
+// this process, each with its Comm; the first rank to fail cancels the
+// others (blocked in a collective) and its error, naming it, is returned.
+func TestRanksGoroutines(t *testing.T) {
+	ctx := testCtx(t)
+	seen := make([]bool, 3)
+	err := Ranks(ctx, Job{NProc: 3, Backend: "inproc"}, func(ctx context.Context, c comm.Comm) error {
+		seen[c.Rank()] = c.Size() == 3
+		return sumRanks(ctx, c)
+	})
+	if err != nil || !seen[0] || !seen[1] || !seen[2] {
+		t.Fatalf("Ranks: %v, ranks seen %v", err, seen)
+	}
+	err = Ranks(ctx, Job{NProc: 3, Backend: "inproc"}, func(ctx context.Context, c comm.Comm) error {
+		if c.Rank() == 1 {
+			return errors.New("bad shard")
+		}
+		_, err := c.Barrier(ctx)
+		if err == nil {
+			<-ctx.Done() // the barrier never completes: rank 1 left
+			return ctx.Err()
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "rank 1: bad shard") {
+		t.Fatalf("Ranks: %v, want rank 1's failure", err)
+	}
+	// Alone: a world of one.
+	if err := Ranks(ctx, Job{}, func(ctx context.Context, c comm.Comm) error {
+		if c.Size() != 1 {
+			return fmt.Errorf("size %d", c.Size())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runMain runs the test binary as a program whose main calls Main, with
+// args, and returns its exit code, stdout and stderr.
+func runMain(t *testing.T, mode string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	var env []string
+	for _, kv := range os.Environ() {
+		// Not under a launcher, whatever runs the test.
+		if k, _, _ := strings.Cut(kv, "="); k != "WORLD_SIZE" && k != "OMPI_COMM_WORLD_SIZE" && k != "SLURM_NTASKS" && k != EnvLaunched {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, childEnv+"="+mode, "GORACE=atexit_sleep_ms=0")
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+}
+
+// TestMain_Processes: a program calling Main, started plainly with
+// -nproc 2, launches 2 processes of itself that join as ranks (tcp) and
+// exits 0; with -backend inproc its ranks are goroutines; a rank's
+// failure makes it exit 1 naming the rank and the error.
+func TestMain_Processes(t *testing.T) {
+	for _, backend := range []string{"tcp", "inproc"} {
+		code, out, errOut := runMain(t, "main", "-nproc", "2", "-backend", backend)
+		if code != 0 || out != "sum 1 over 2 ranks\n" {
+			t.Fatalf("%s: exit %d, stdout %q, want 0 and rank 0's sum\nstderr:\n%s", backend, code, out, errOut)
+		}
+	}
+	code, _, errOut := runMain(t, "main-fail", "-nproc", "2", "-backend", "tcp")
+	if code != 1 || !strings.Contains(errOut, "[rank 1] ") || !strings.Contains(errOut, "the data file is missing") || !strings.Contains(errOut, "rank 1 exit status 1") {
+		t.Fatalf("exit %d, want 1 naming rank 1 and its error\nstderr:\n%s", code, errOut)
+	}
+	code, _, errOut = runMain(t, "main", "-nproc", "x")
+	if code != 2 || !strings.Contains(errOut, "-nproc") {
+		t.Fatalf("-nproc x: exit %d\nstderr:\n%s", code, errOut)
+	}
+}
