@@ -42,7 +42,7 @@
 //
 // Ranks as goroutines of one process (the inproc backend) build their
 // graphs at the same time; gorgonia's graph construction and
-// differentiation share unsynchronised state, so hold BuildLock while
-// building a graph, calling gorgonia.Grad and making its machine (see
-// BuildLock for the exact rule).
+// differentiation share unsynchronised state, so build each graph, call
+// gorgonia.Grad and make its machine inside Build (see Build for the
+// exact rule).
 package flat
