@@ -8,7 +8,6 @@ import (
 	"math"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
@@ -135,6 +134,47 @@ func Wrap(ctx context.Context, c comm.Comm, learnables []*G.Node, opts Options) 
 	return newDDP(ctx, c, p, nil, opts)
 }
 
+// WrapValues is Wrap for a model that builds a new graph every step
+// (a LispMachine, a recurrent model unrolled to each sequence): it takes
+// the parameter tensors the model keeps across graphs (flat.BindValues:
+// each *tensor.Dense is re-backed in place onto the flat buffer, so the
+// model goes on using it) and broadcasts rank 0's values. Each step,
+// build the graph over those tensors (gorgonia.WithValue(t)), then
+//
+//	err := d.Backward(ctx, func() error {
+//		if err := vm.RunAll(); err != nil { // forward and backward
+//			return err
+//		}
+//		return d.AddGrads(nodes) // this graph's nodes over the parameters, in WrapValues' order
+//	})
+//	solver.Step(d.ValueGrads()) // the averaged gradients; the solver clears them
+func WrapValues(ctx context.Context, c comm.Comm, values []flat.Value, opts Options) (*DDP, error) {
+	if c == nil {
+		return nil, comm.InvalidArgf("ddp: nil comm")
+	}
+	p, err := flat.BindValues(values, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
+	}
+	return newDDP(ctx, c, p, nil, opts)
+}
+
+// AddGrads adds one step's gradients (a model wrapped with WrapValues):
+// nodes[i] is this step's graph node over parameter i (nil if unused).
+// Call it inside Backward's function, after the machine ran: buckets
+// start their all-reduce as their gradients arrive. An error names the
+// node that does not hold its parameter's tensor or lacks a gradient.
+func (d *DDP) AddGrads(nodes []*G.Node) error {
+	if err := d.p.AddGrads(nodes, d.tapped); err != nil {
+		return fmt.Errorf("ddp: rank %d: %w", d.c.Rank(), err)
+	}
+	return nil
+}
+
+// ValueGrads is the parameters with their (averaged, after Backward)
+// gradients, for a gorgonia solver: solver.Step(d.ValueGrads()).
+func (d *DDP) ValueGrads() []G.ValueGrad { return d.p.ValueGrads() }
+
 // Tap is flat.Tap: use the node it returns in place of the learnable w in
 // the forward code, so that w's bucket is reduced while backward goes on.
 func Tap(w *G.Node) (*G.Node, error) { return flat.Tap(w) }
@@ -143,7 +183,7 @@ func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffe
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
 	}
-	if p.Grad == nil {
+	if !p.HasGrad() {
 		return nil, comm.InvalidArgf("ddp: rank %d: the model has no gradient buffer", c.Rank())
 	}
 	if opts.BucketMB == 0 {
@@ -159,13 +199,15 @@ func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffe
 	if d.hook == nil {
 		d.hook = Average{}
 	}
-	if a, ok := c.(comm.Allocator); ok && !opts.OrdinaryGrads && len(p.Grad) > 0 {
+	if _, ok := d.hook.(BufferHook); !ok && p.DType() != comm.Float32 {
+		return nil, comm.InvalidArgf("ddp: rank %d: the learnables are %v and the gradient hook %q takes float32 gradients only: use no hook (ddp.Average) or one that implements ddp.BufferHook", c.Rank(), p.DType(), d.hook.Name())
+	}
+	if a, ok := c.(comm.Allocator); ok && !opts.OrdinaryGrads && p.GradBuf().Len() > 0 {
 		// A Comm without shared memory, or whose shared memory is too
 		// small for the gradients (shm's area), leaves them where they
 		// are: every collective works on ordinary memory.
-		if b, free, err := a.Alloc(comm.Float32, len(p.Grad)); err == nil {
-			g, _ := comm.AsSlice[float32](b)
-			if err := p.Move(nil, g); err != nil {
+		if b, free, err := a.Alloc(p.DType(), p.GradBuf().Len()); err == nil {
+			if err := p.MoveBuffers(comm.Buffer{}, b); err != nil {
 				free()
 				return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
 			}
@@ -186,10 +228,11 @@ func (d *DDP) layout() {
 	ps := d.p.Spans
 	d.owner = make([]int, len(ps))
 	capBytes := d.opts.FirstBucketMB * (1 << 20)
+	esize := d.p.DType().Size()
 	var cur *Bucket
 	for i := len(ps) - 1; i >= 0; i-- {
 		p := ps[i]
-		if cur != nil && float64((cur.Hi-p.Offset)*4) > capBytes {
+		if cur != nil && float64((cur.Hi-p.Offset)*esize) > capBytes {
 			d.bkts = append(d.bkts, *cur)
 			cur = nil
 			capBytes = d.opts.BucketMB * (1 << 20)
@@ -226,7 +269,9 @@ func (d *DDP) Close() error {
 	if d.freeGrad == nil {
 		return nil
 	}
-	if err := d.p.Move(nil, make([]float32, len(d.p.Grad))); err != nil {
+	g := d.p.GradBuf()
+	fresh, _ := comm.FromBytes(g.DType(), make([]byte, g.Bytes()))
+	if err := d.p.MoveBuffers(comm.Buffer{}, fresh); err != nil {
 		return err
 	}
 	d.freeGrad()
@@ -261,7 +306,7 @@ func (d *DDP) ZeroGrad() { d.p.ZeroGrad() }
 // Broadcast copies rank 0's parameters and state to every rank.
 func (d *DDP) Broadcast(ctx context.Context) error {
 	run := comm.Run(ctx)
-	if err := run(d.c.Broadcast(ctx, comm.FromSlice(d.p.Value), 0)); err != nil {
+	if err := run(d.c.Broadcast(ctx, d.p.ValueBuf(), 0)); err != nil {
 		return fmt.Errorf("ddp: broadcasting parameters: %w", err)
 	}
 	for _, b := range d.state {
@@ -283,6 +328,10 @@ func (d *DDP) SetNoSync(on bool) { d.noSync = on }
 func (d *DDP) AddGrad(i int, g []float32) {
 	if i < 0 || i >= len(d.p.Spans) {
 		d.setLate(fmt.Errorf("ddp: gradient for learnable %d of %d", i, len(d.p.Spans)))
+		return
+	}
+	if d.p.DType() != comm.Float32 {
+		d.setLate(fmt.Errorf("ddp: AddGrad: learnable %q is %v, not float32: use AddGrads", d.p.Spans[i].Name, d.p.DType()))
 		return
 	}
 	d.tapped(i, false)
@@ -323,7 +372,13 @@ func (d *DDP) launch(ctx context.Context, b int) {
 	}
 	bk := d.bkts[b]
 	d.started[b] = time.Now()
-	w, err := d.hook.Start(ctx, d.c, d.p.Grad[bk.Lo:bk.Hi])
+	var w comm.Work
+	var err error
+	if bh, ok := d.hook.(BufferHook); ok {
+		w, err = bh.StartBuffer(ctx, d.c, d.p.GradBuf().Slice(bk.Lo, bk.Hi))
+	} else {
+		w, err = d.hook.Start(ctx, d.c, d.p.Grad[bk.Lo:bk.Hi])
+	}
 	if err != nil {
 		w = comm.Completed(err)
 	}
@@ -433,7 +488,7 @@ var ErrDiverged = errors.New("ddp: ranks hold different parameters")
 // state (a hash of them, all-gathered). Blocking; every rank must call it.
 func (d *DDP) CheckParams(ctx context.Context) error {
 	h := fnv.New64a()
-	h.Write(f32bytes(d.p.Value[:d.p.Len()]))
+	h.Write(d.p.ValueBuf().Slice(0, d.p.Len()).Host())
 	for _, b := range d.state {
 		h.Write(b.Host())
 	}
@@ -452,11 +507,4 @@ func (d *DDP) CheckParams(ctx context.Context) error {
 		return fmt.Errorf("%w: ranks %v differ from rank 0", ErrDiverged, bad)
 	}
 	return nil
-}
-
-func f32bytes(s []float32) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
 }

@@ -15,12 +15,25 @@ type CommHook interface {
 	Name() string
 }
 
+// BufferHook is a CommHook that also reduces buckets of any floating
+// type (float64 learnables): DDP calls StartBuffer instead of Start
+// whenever the hook has it. A hook without it serves float32 models only.
+type BufferHook interface {
+	CommHook
+	StartBuffer(ctx context.Context, c comm.Comm, grad comm.Buffer) (comm.Work, error)
+}
+
 // Average is the default hook: an in-place all-reduce with comm.Avg.
 type Average struct{}
 
 // Start all-reduces grad in place.
 func (Average) Start(ctx context.Context, c comm.Comm, grad []float32) (comm.Work, error) {
 	return c.AllReduce(ctx, comm.FromSlice(grad), comm.Avg)
+}
+
+// StartBuffer all-reduces grad in place, whatever its type.
+func (Average) StartBuffer(ctx context.Context, c comm.Comm, grad comm.Buffer) (comm.Work, error) {
+	return c.AllReduce(ctx, grad, comm.Avg)
 }
 
 // Name is "none".

@@ -32,18 +32,24 @@ type Span struct {
 type Params struct {
 	Value []float32
 	Grad  []float32 // nil when a strategy keeps no full gradient buffer
-	Spans []Span
+	// Value64 and Grad64 stand in for Value and Grad (then nil) when the
+	// learnables are float64 (Bind of float64 nodes; DType says which).
+	Value64 []float64
+	Grad64  []float64
+	Spans   []Span
 
-	nodes  []*G.Node // bound gorgonia learnables (Bind), by span
+	nodes  []*G.Node       // bound gorgonia learnables (Bind), by span
+	vals   []*tensor.Dense // bound parameter tensors (BindValues), by span
 	taps   []*tapCell
 	onGrad func(i int, ready bool)
 	last   int  // tapped gradient whose accumulation is still under way
 	dual   bool // Verify saw gradients reach Grad
+	dt     comm.DType
 }
 
 // New returns Params over the given buffers and spans, checked (Check).
 func New(value, grad []float32, spans []Span) (*Params, error) {
-	p := &Params{Value: value, Grad: grad, Spans: spans, last: -1}
+	p := &Params{Value: value, Grad: grad, Spans: spans, last: -1, dt: comm.Float32}
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
@@ -76,11 +82,11 @@ func (p *Params) Check() error {
 	if off == 0 {
 		return fmt.Errorf("%w: no learnable scalars", ErrInvalid)
 	}
-	if len(p.Value) < off {
-		return fmt.Errorf("%w: parameter buffer has %d elements, the spans need %d", ErrInvalid, len(p.Value), off)
+	if n := p.ValueBuf().Len(); n < off {
+		return fmt.Errorf("%w: parameter buffer has %d elements, the spans need %d", ErrInvalid, n, off)
 	}
-	if p.Grad != nil && len(p.Grad) < off {
-		return fmt.Errorf("%w: gradient buffer has %d elements, the spans need %d", ErrInvalid, len(p.Grad), off)
+	if g := p.GradBuf(); p.HasGrad() && g.Len() < off {
+		return fmt.Errorf("%w: gradient buffer has %d elements, the spans need %d", ErrInvalid, g.Len(), off)
 	}
 	return nil
 }
@@ -102,7 +108,10 @@ func (p *Params) GradOf(i int) []float32 {
 }
 
 // ZeroGrad clears the gradient buffer.
-func (p *Params) ZeroGrad() { clear(p.Grad) }
+func (p *Params) ZeroGrad() {
+	clear(p.Grad)
+	clear(p.Grad64)
+}
 
 // Bind lays learnables out in that order in new flat buffers of at least
 // minLen elements (0: just enough), copying each one's current value (and
@@ -112,7 +121,7 @@ func (p *Params) ZeroGrad() { clear(p.Grad) }
 // afterwards and reads and writes the flat buffer. The gradient (the dual
 // value) is re-backed in place likewise where the node has one, else
 // given a new tensor over the flat gradient buffer. Each learnable must
-// be a distinct float32 leaf of a graph (made with
+// be a distinct leaf of a graph, all float32 or all float64 (see DType), (made with
 // gorgonia.NewTensor/NewMatrix/NewVector and a value) whose value is a
 // *tensor.Dense with storage of its own (not a view of another tensor, not
 // masked, not manually managed memory, not shared with another
@@ -122,7 +131,7 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 	if len(learnables) == 0 {
 		return nil, fmt.Errorf("%w: no learnables", ErrInvalid)
 	}
-	p := &Params{last: -1}
+	p := &Params{last: -1, dt: comm.Float32}
 	seen := map[*G.Node]int{}
 	values := map[*tensor.Dense]int{}
 	names := map[string]bool{}
@@ -138,8 +147,14 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 		if n.Op() != nil {
 			return nil, fmt.Errorf("%w: learnable %d (%q) is the result of %v, not a leaf: pass the nodes made with gorgonia.NewTensor/NewMatrix/NewVector", ErrInvalid, i, n.Name(), n.Op())
 		}
-		if n.Dtype() != tensor.Float32 {
-			return nil, fmt.Errorf("%w: learnable %d (%q) is %v; gdist trains float32 learnables", ErrInvalid, i, n.Name(), n.Dtype())
+		dt, err := dtypeOf(n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: learnable %d (%q): %v", ErrInvalid, i, n.Name(), err)
+		}
+		if i == 0 {
+			p.dt = dt
+		} else if dt != p.dt {
+			return nil, fmt.Errorf("%w: learnable %d (%q) is %v but learnable 0 (%q) is %v: the learnables of one model share one type (tensor.Float32 or tensor.Float64)", ErrInvalid, i, n.Name(), dt, learnables[0].Name(), p.dt)
 		}
 		d, ok := n.Value().(*tensor.Dense)
 		if !ok {
@@ -165,12 +180,11 @@ func Bind(learnables []*G.Node, minLen int) (*Params, error) {
 		p.Spans = append(p.Spans, Span{Name: name, Shape: shape, Offset: off, Size: size})
 		off += size
 	}
-	p.Value = hugepage.Float32s(max(off, minLen))
-	p.Grad = hugepage.Float32s(max(off, minLen))
+	p.alloc(max(off, minLen))
 	for i, n := range learnables {
-		copy(p.ValueOf(i), denseF32(n.Value().(*tensor.Dense)))
+		p.copyIn(i, false, n.Value().(*tensor.Dense))
 		if g := dualGrad(n); g != nil && g.DataSize() == p.Spans[i].Size {
-			copy(p.GradOf(i), denseF32(g))
+			p.copyIn(i, true, g)
 		}
 	}
 	p.nodes = learnables
@@ -197,17 +211,6 @@ func unbackable(d *tensor.Dense) string {
 		return "lies in manually managed memory (tensor.FromMemory or a device engine)"
 	}
 	return ""
-}
-
-// denseF32 is the elements of a float32 *Dense (a scalar as one element).
-func denseF32(d *tensor.Dense) []float32 {
-	switch v := d.Data().(type) {
-	case []float32:
-		return v
-	case float32:
-		return []float32{v}
-	}
-	return nil
 }
 
 // dualGrad is n's gradient tensor where n holds a dual value (not its
@@ -238,15 +241,18 @@ func (p *Params) rebind() (err error) {
 			err = fmt.Errorf("%w: re-backing a learnable: %v", ErrInvalid, r)
 		}
 	}()
+	for i, v := range p.vals {
+		tensor.WithBacking(p.viewOf(i, false))(v)
+	}
 	for i, n := range p.nodes {
 		s := p.Spans[i]
 		v := n.Value().(*tensor.Dense)
-		tensor.WithBacking(p.ValueOf(i))(v) // its shape stays: Bind checked the size
-		if p.Grad != nil {
+		tensor.WithBacking(p.viewOf(i, false))(v) // its shape stays: Bind checked the size
+		if p.HasGrad() {
 			if g := dualGrad(n); g != nil && g.Shape().Eq(v.Shape()) {
-				tensor.WithBacking(p.GradOf(i))(g)
+				tensor.WithBacking(p.viewOf(i, true))(g)
 			} else {
-				G.WithGrad(tensor.New(tensor.WithShape(s.Shape...), tensor.WithBacking(p.GradOf(i))))(n)
+				G.WithGrad(tensor.New(tensor.WithShape(s.Shape...), tensor.WithBacking(p.viewOf(i, true))))(n)
 			}
 		}
 	}
@@ -258,41 +264,69 @@ func (p *Params) rebind() (err error) {
 // buffers. Graphs that read the old buffers directly (not through bound
 // nodes) must be rebuilt.
 func (p *Params) Grow(n int) error {
-	if len(p.Value) < n {
-		v := hugepage.Float32s(n)
-		copy(v, p.Value)
-		p.Value = v
+	if p.dt == comm.Float64 {
+		p.Value64 = grow(p.Value64, n, func(n int) []float64 { return make([]float64, n) })
+		if p.Grad64 != nil {
+			p.Grad64 = grow(p.Grad64, n, func(n int) []float64 { return make([]float64, n) })
+		}
+		return p.rebind()
 	}
-	if p.Grad != nil && len(p.Grad) < n {
-		g := hugepage.Float32s(n)
-		copy(g, p.Grad)
-		p.Grad = g
+	p.Value = grow(p.Value, n, hugepage.Float32s)
+	if p.Grad != nil {
+		p.Grad = grow(p.Grad, n, hugepage.Float32s)
 	}
 	return p.rebind()
+}
+
+func grow[T float32 | float64](s []T, n int, alloc func(int) []T) []T {
+	if len(s) >= n {
+		return s
+	}
+	t := alloc(n)
+	copy(t, s)
+	return t
 }
 
 // Move moves the buffers into value and grad (nil: leave that buffer
 // where it is), which must be at least as long: it copies the contents
 // (the new tail zero) and re-backs bound learnables onto them, as Grow
 // does. Strategies use it to put the buffers in memory their Comm shares
-// (comm.Alloc).
+// (comm.Alloc). For float32 Params; MoveBuffers takes either type.
 func (p *Params) Move(value, grad []float32) error {
-	if value != nil && len(value) < len(p.Value) || grad != nil && (p.Grad == nil || len(grad) < len(p.Grad)) {
-		return fmt.Errorf("%w: moving buffers of %d and %d elements into %d and %d", ErrInvalid, len(p.Value), len(p.Grad), len(value), len(grad))
-	}
+	var v, g comm.Buffer
 	if value != nil {
-		clear(value[copy(value, p.Value):])
-		p.Value = value
+		v = comm.FromSlice(value)
 	}
 	if grad != nil {
-		clear(grad[copy(grad, p.Grad):])
-		p.Grad = grad
+		g = comm.FromSlice(grad)
+	}
+	return p.MoveBuffers(v, g)
+}
+
+// MoveBuffers is Move with host buffers of the Params' DType (a zero
+// Buffer: leave that one where it is).
+func (p *Params) MoveBuffers(value, grad comm.Buffer) error {
+	pv, pg := p.ValueBuf(), p.GradBuf()
+	bad := func(b comm.Buffer, have comm.Buffer) bool {
+		return b.DType() != p.dt || b.IsDevice() || b.Len() < have.Len()
+	}
+	if value.Len() > 0 && bad(value, pv) || grad.Len() > 0 && (!p.HasGrad() || bad(grad, pg)) {
+		return fmt.Errorf("%w: moving %v buffers of %d and %d elements into %v and %v", ErrInvalid, p.dt, pv.Len(), pg.Len(), value, grad)
+	}
+	if value.Len() > 0 {
+		clear(value.Host()[copy(value.Host(), pv.Host()):])
+		p.setBuf(false, value)
+	}
+	if grad.Len() > 0 {
+		clear(grad.Host()[copy(grad.Host(), pg.Host()):])
+		p.setBuf(true, grad)
 	}
 	return p.rebind()
 }
 
-// Bound reports whether p re-backs gorgonia learnables (Bind).
-func (p *Params) Bound() bool { return p.nodes != nil }
+// Bound reports whether p re-backs gorgonia learnables or parameter
+// tensors (Bind, BindValues).
+func (p *Params) Bound() bool { return p.nodes != nil || p.vals != nil }
 
 func prod(s []int) int {
 	n := 1

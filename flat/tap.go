@@ -134,7 +134,7 @@ func (p *Params) Verify() error {
 			return fmt.Errorf("%w: learnable %q gets gradients from outside its tap: use the node Tap returned everywhere in the forward code", ErrInvalid, p.Spans[i].Name)
 		}
 	}
-	if p.dual || p.Grad == nil {
+	if p.dual || !p.HasGrad() {
 		return nil
 	}
 	for i, n := range p.nodes {
@@ -146,11 +146,10 @@ func (p *Params) Verify() error {
 		if !ok {
 			continue
 		}
-		got, _ := dv.Data().([]float32)
-		if allZero(got) {
+		if !dv.IsNativelyAccessible() || allZero(dv.Data()) {
 			continue
 		}
-		if allZero(p.GradOf(i)) {
+		if allZero(p.viewOf(i, true)) {
 			return fmt.Errorf("%w: learnable %q has a gradient but it never reached the gradient buffer: build the tape machine with gorgonia.BindDualValues(learnables...)", ErrInvalid, p.Spans[i].Name)
 		}
 		p.dual = true
@@ -159,11 +158,26 @@ func (p *Params) Verify() error {
 	return nil
 }
 
-func allZero(s []float32) bool {
-	for _, v := range s {
-		if v != 0 {
-			return false
+// allZero reports whether a float32 or float64 slice (or scalar) is all
+// zeros (true for other types).
+func allZero(data any) bool {
+	switch s := data.(type) {
+	case []float32:
+		for _, v := range s {
+			if v != 0 {
+				return false
+			}
 		}
+	case []float64:
+		for _, v := range s {
+			if v != 0 {
+				return false
+			}
+		}
+	case float32:
+		return s == 0
+	case float64:
+		return s == 0
 	}
 	return true
 }
