@@ -191,6 +191,7 @@ func (d *Model) Close() error {
 	if d.s != nil {
 		d.s.Synchronize()
 	}
+	d.profileClose() // GDIST_DEVICE_PROFILE (profile.go)
 	if d.plan != nil {
 		d.release(d.plan)
 		d.plan = nil
@@ -275,6 +276,7 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 		return 0, err
 	}
 	d.run++
+	d.profileStep(p)
 	for _, o := range p.ops {
 		if o.fwd != nil {
 			if err := o.fwd(); err != nil {
@@ -384,6 +386,7 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 // Update clips the gradients (Config.ClipGrad) and applies one optimizer
 // step with the current learning rate, as package optim does.
 func (d *Model) Update() error {
+	defer d.profileUpdate()()
 	if d.N == 0 {
 		d.step++
 		return nil
