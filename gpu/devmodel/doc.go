@@ -35,6 +35,13 @@
 // blocks of a caching pool (cuda.Pool), planned once per batch size: a
 // step allocates nothing; PeakBytes reports the most device memory held.
 //
+// A profile of the device time by layer kind (linear, attention,
+// layernorm, ..., the loss, the optimizer, and the gaps where the device
+// waited for the host): set GDIST_DEVICE_PROFILE (EnvProfile) to a file,
+// written as JSON at Close, or to 1 for a table on stderr; Model.Profile
+// reads it. CUDA timing events bracket each layer's forward and backward
+// work and the update; the training itself is unchanged bit for bit.
+//
 // The arithmetic is gpu/kernels', within the tolerances its package
 // documentation states per layer. Trained here step by step from the
 // same weights and batches as the CPU path (nn's graphs through
