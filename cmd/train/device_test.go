@@ -120,7 +120,6 @@ func TestDeviceRefused(t *testing.T) {
 		{[]string{"-device", "cuda:-1"}, `want cpu, cuda or cuda:N`},
 		{[]string{"-device", "cuda", "-strategy", "zero1"}, "-strategy zero1 cannot train on -device cuda yet (strategies that can: ddp)"},
 		{[]string{"-device", "cuda", "-strategy", "pipeline"}, "-strategy pipeline cannot train on -device cuda yet"},
-		{[]string{"-device", "cuda", "-nproc", "2"}, "-device cuda trains on one rank only for now (this run: 2 ranks"},
 		{[]string{"-device", "cuda", "-model", "cnn-bn", "-syncbn"}, "-syncbn: SyncBatchNorm has no device kernels"},
 		{[]string{"-device", "cuda", "-compress", "bf16"}, "-compress bf16 compresses the gradient all-reduce"},
 	} {
@@ -128,5 +127,56 @@ func TestDeviceRefused(t *testing.T) {
 		if err == nil || !strings.Contains(errOut, c.want) {
 			t.Errorf("train %s: %v, stderr %q; want an error saying %q", strings.Join(c.args, " "), err, errOut, c.want)
 		}
+	}
+}
+
+// ncclSharedEnv is fakeCUDAEnv for several train workers on the fake's
+// one GPU over its NCCL: the launcher gives each worker an NCCL_HOSTID of
+// its own (GDIST_NCCL_SHARE_GPU=1), as on a machine with one real GPU.
+func ncclSharedEnv(t *testing.T) []string {
+	return append(fakeCUDAEnv(t), "GDIST_NCCL_SHARE_GPU=1", "NCCL_SOCKET_IFNAME=lo", "FAKE_NCCL_PROCESSES=1", "FAKE_NCCL_DIR="+t.TempDir())
+}
+
+// checkNear fails t for each of the summaries' train loss, eval loss,
+// test accuracy and median gradient norm farther than deviceTol from the
+// reference's.
+func checkNear(t *testing.T, what string, got, want train.Summary) {
+	t.Helper()
+	if got.Steps != want.Steps {
+		t.Fatalf("%s: %d steps, want %d", what, got.Steps, want.Steps)
+	}
+	for _, v := range [][3]any{{"train loss", got.TrainLoss, want.TrainLoss}, {"eval loss", got.EvalLoss, want.EvalLoss},
+		{"test accuracy", got.TestAccuracy, want.TestAccuracy}, {"grad norm p50", got.GradNormP50, want.GradNormP50}} {
+		if !near(v[1].(float64), v[2].(float64), deviceTol) {
+			t.Errorf("%s: %s %v, want %v", what, v[0], v[1], v[2])
+		}
+	}
+}
+
+// TestDeviceRanksMatchOneRank: `train -device cuda -nproc 2 -backend nccl`
+// at batch B (two worker processes sharing the fake's GPU, the gradients
+// averaged by NCCL on the device) ends where `-device cuda -nproc 1` at
+// batch 2B and `-device cpu -nproc 1` at 2B end, within deviceTol, for
+// mlp and cnn; and so does -backend shm (the gradients through host
+// memory), with mlp.
+func TestDeviceRanksMatchOneRank(t *testing.T) {
+	for _, model := range []string{"mlp", "cnn"} {
+		t.Run(model, func(t *testing.T) {
+			common := []string{"-model", model, "-data", "synthetic", "-limit", "128", "-epochs", "1", "-seed", "5",
+				"-lr-schedule", "cosine", "-warmup", "2", "-clip-grad", "1", "-json", "-progress=false"}
+			two := trainEnv(t, ncclSharedEnv(t), append([]string{"-device", "cuda", "-nproc", "2", "-backend", "nccl", "-batch", "8"}, common...)...)
+			one := trainEnv(t, fakeCUDAEnv(t), append([]string{"-device", "cuda", "-nproc", "1", "-batch", "16"}, common...)...)
+			cpu := trainEnv(t, nil, append([]string{"-device", "cpu", "-nproc", "1", "-batch", "16"}, common...)...)
+			if two.WorldSize != 2 || two.Backend != "nccl" || two.Device != "cuda:0" || two.PeakDeviceBytes <= 0 {
+				t.Fatalf("2 ranks: %+v", two)
+			}
+			checkNear(t, "cuda, 2 ranks (nccl) vs cuda, 1 rank", two, one)
+			checkNear(t, "cuda, 2 ranks (nccl) vs cpu, 1 rank", two, cpu)
+			if model == "mlp" {
+				shm := trainEnv(t, fakeCUDAEnv(t), append([]string{"-device", "cuda", "-nproc", "2", "-backend", "shm", "-batch", "8"}, common...)...)
+				checkNear(t, "cuda, 2 ranks (shm) vs cpu, 1 rank", shm, cpu)
+			}
+			t.Logf("%s: eval loss %v (cuda, 2 ranks), %v (cuda, 1 rank), %v (cpu)", model, two.EvalLoss, one.EvalLoss, cpu.EvalLoss)
+		})
 	}
 }

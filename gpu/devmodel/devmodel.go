@@ -23,9 +23,21 @@ type Config struct {
 	// momentum, adam, adamw).
 	Optim optim.Config
 	// ClipGrad, when positive, clips the gradients to that global L2
-	// norm before each update (train's -clip-grad).
+	// norm before each update (train's -clip-grad). With a Shard, Update
+	// does not clip: the norm is over every rank's shard (ClipShard).
 	ClipGrad float64
+	// Shard, when Hi > 0, is the range [Lo, Hi) of the flat buffers
+	// whose optimizer state this model holds and updates (ZeRO: a rank's
+	// shard): the state buffers hold Hi-Lo values and Update changes the
+	// parameters of that range only. Zero: the whole model.
+	Shard Range
 }
+
+// Range is a range [Lo, Hi) of the flat buffers.
+type Range struct{ Lo, Hi int }
+
+// Len is Hi - Lo.
+func (r Range) Len() int { return r.Hi - r.Lo }
 
 // Model is an nn.Model placed on a device: parameters (Params),
 // gradients (Grads) and the optimizer's state in device memory, one flat
@@ -92,6 +104,12 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	if err := Check(m); err != nil {
 		return nil, err
 	}
+	if sh := cfg.Shard; sh != (Range{}) && (sh.Lo < 0 || sh.Hi <= sh.Lo || sh.Hi > len(m.Flat.Value)) {
+		return nil, fmt.Errorf("devmodel: %s: shard [%d, %d) is not a range of the %d flat values", m.Name, sh.Lo, sh.Hi, len(m.Flat.Value))
+	}
+	if cfg.Shard == (Range{}) {
+		cfg.Shard = Range{0, len(m.Flat.Value)}
+	}
 	d := &Model{Host: m, N: len(m.Flat.Value), dev: cfg.Device, cfg: cfg, opt: withDefaults(cfg.Optim), lr: cfg.Optim.LR}
 	defer func() {
 		if err != nil {
@@ -124,15 +142,16 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	default:
 		states = 2
 	}
+	ns := max(cfg.Shard.Len(), 1)
 	for i := 0; i < states; i++ {
-		if d.state[i], err = d.malloc(4 * n); err != nil {
+		if d.state[i], err = d.malloc(4 * ns); err != nil {
 			return nil, err
 		}
-		if err := cuda.Memset(d.dev, d.state[i], 0, 4*n); err != nil {
+		if err := cuda.Memset(d.dev, d.state[i], 0, 4*ns); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.ClipGrad > 0 {
+	if cfg.ClipGrad > 0 || ns < n {
 		if d.clipWS, err = d.malloc(kernels.ClipWorkspace); err != nil {
 			return nil, err
 		}
@@ -191,7 +210,6 @@ func (d *Model) Close() error {
 	if d.s != nil {
 		d.s.Synchronize()
 	}
-	d.profileClose() // GDIST_DEVICE_PROFILE (profile.go)
 	if d.plan != nil {
 		d.release(d.plan)
 		d.plan = nil
@@ -227,7 +245,8 @@ func (d *Model) Stream() *cuda.Stream { return d.s }
 func (d *Model) PeakBytes() int64 { return d.peak }
 
 // StateBuffers are the optimizer state's device buffers (N float32s
-// each, in the flat layout), by optim's names ("momentum_buffer";
+// each, in the flat layout; with a Config.Shard the shard's length, its
+// first value the shard's first), by optim's names ("momentum_buffer";
 // "exp_avg", "exp_avg_sq").
 func (d *Model) StateBuffers() map[string]uintptr {
 	switch {
@@ -276,7 +295,6 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 		return 0, err
 	}
 	d.run++
-	d.profileStep(p)
 	for _, o := range p.ops {
 		if o.fwd != nil {
 			if err := o.fwd(); err != nil {
@@ -383,30 +401,86 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 	return res[0], int(math.Float32bits(res[1])), nil
 }
 
-// Update clips the gradients (Config.ClipGrad) and applies one optimizer
-// step with the current learning rate, as package optim does.
+// Update clips the gradients (Config.ClipGrad; not with a Config.Shard,
+// whose caller clips with ClipShard) and applies one optimizer step with
+// the current learning rate, as package optim does, to the parameters of
+// the shard (the whole model without one).
 func (d *Model) Update() error {
-	defer d.profileUpdate()()
-	if d.N == 0 {
+	sh := d.cfg.Shard
+	if sh.Len() == 0 {
 		d.step++
 		return nil
 	}
-	if d.cfg.ClipGrad > 0 {
+	if d.cfg.ClipGrad > 0 && !d.sharded() {
 		if err := d.k.ClipGradNorm(d.s, d.Grads, d.N, d.cfg.ClipGrad, d.clipWS); err != nil {
 			return err
 		}
 	}
 	o := d.opt
 	d.step++
+	off := uintptr(4 * sh.Lo)
 	if o.Name == "sgd" {
-		return d.k.SGD(d.s, d.Params, d.Grads, d.state[0], d.N, kernels.SGDConfig{LR: float32(d.lr), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay)})
+		return d.k.SGD(d.s, d.Params+off, d.Grads+off, d.state[0], sh.Len(), kernels.SGDConfig{LR: float32(d.lr), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay)})
 	}
-	return d.k.Adam(d.s, d.Params, d.Grads, d.state[0], d.state[1], d.N,
+	return d.k.Adam(d.s, d.Params+off, d.Grads+off, d.state[0], d.state[1], sh.Len(),
 		kernels.AdamConfig{LR: d.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Decoupled: o.Name == "adamw"}, d.step)
 }
 
+// sharded reports whether the model updates a shard of the flat buffers
+// (Config.Shard), not all of them.
+func (d *Model) sharded() bool { return d.cfg.Shard.Len() < d.N }
+
+// Shard is the range of the flat buffers that Update changes and the
+// optimizer state covers (Config.Shard; the whole model without one).
+func (d *Model) Shard() Range { return d.cfg.Shard }
+
+// ClipShard clips the gradients of the shard (Config.Shard) by the
+// global L2 norm of the whole gradient, whose shards the ranks hold:
+// global takes this shard's norm and returns the whole gradient's,
+// sqrt(sum over the ranks of their norms squared) (a collective the
+// caller runs: an all-reduce of the squares, 8 bytes down and 8 up).
+// When max / (norm + 1e-6) is below 1 (and the norm finite) the shard's
+// gradients are scaled by it, as ClipGradNorm (and train's -clip-grad)
+// scales the whole gradient. It returns the global norm. With
+// Config.ClipGrad and no shard, Update clips instead.
+func (d *Model) ClipShard(max float64, global func(local float64) (float64, error)) (float64, error) {
+	sh := d.cfg.Shard
+	if d.clipWS == 0 {
+		return 0, fmt.Errorf("devmodel: %s: ClipShard on a model placed without a Shard or ClipGrad", d.Host.Name)
+	}
+	g := d.Grads + uintptr(4*sh.Lo)
+	// The shard's norm, nothing scaled (an infinite bound never clips).
+	if err := d.k.ClipGradNorm(d.s, g, sh.Len(), math.Inf(1), d.clipWS); err != nil {
+		return 0, err
+	}
+	local, err := d.GradNorm()
+	if err != nil {
+		return 0, err
+	}
+	norm, err := global(local)
+	if err != nil {
+		return 0, err
+	}
+	coef := max / (norm + 1e-6)
+	if !(coef < 1) || math.IsInf(norm, 0) || math.IsNaN(norm) {
+		return norm, nil
+	}
+	// The kernel scales by bound / (its norm + 1e-6), its norm being the
+	// local one just read (the same sum, in the same order): a bound of
+	// coef * (local + 1e-6) makes that factor coef. A shard whose norm
+	// is 0 has nothing to scale.
+	if local == 0 {
+		return norm, nil
+	}
+	if err := d.k.ClipGradNorm(d.s, g, sh.Len(), coef*(local+1e-6), d.clipWS); err != nil {
+		return 0, err
+	}
+	return norm, nil
+}
+
 // GradNorm reads the global gradient norm of the last Update (before
-// clipping; 0 without Config.ClipGrad): 8 bytes down.
+// clipping; 0 without Config.ClipGrad), or after ClipShard this shard's
+// norm: 8 bytes down.
 func (d *Model) GradNorm() (float64, error) {
 	if d.clipWS == 0 {
 		return 0, nil
@@ -473,20 +547,53 @@ func (d *Model) GradsToHost(dst []float32) error {
 	return cuda.CopyDtoH(d.dev, bytesOf(dst), d.Grads)
 }
 
+// GradsFromHost copies src (N float32s) into the gradients (a host
+// backend's reduction of them, say).
+func (d *Model) GradsFromHost(src []float32) error {
+	if len(src) != d.N {
+		return fmt.Errorf("devmodel: %d gradients from %d", d.N, len(src))
+	}
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	return cuda.CopyHtoD(d.dev, d.Grads, bytesOf(src))
+}
+
+// A Buffer is a device buffer of N float32s.
+type Buffer struct {
+	Ptr uintptr
+	N   int
+}
+
+// BNBuffers are batch norm's running statistics on the device, each
+// layer's mean then variance (C float32s each), in the host model's BNs
+// order: a data-parallel strategy gives every rank rank 0's (as train
+// does on the host before evaluating and saving). Synchronize the
+// model's stream (Stream) before another stream reads or writes them.
+func (d *Model) BNBuffers() []Buffer {
+	var out []Buffer
+	for _, b := range d.bns {
+		out = append(out, Buffer{b.mean, b.host.C}, Buffer{b.vr, b.host.C})
+	}
+	return out
+}
+
 // OptimStateToHost copies the optimizer's state and step count into o, a
-// host optimizer of the same configuration (optim.New(cfg.Optim, N)), so
-// that its checkpoint is the CPU's.
+// host optimizer of the same configuration (optim.New(cfg.Optim, N), or
+// of the shard's length with a Config.Shard: a ZeRO engine's), so that
+// its checkpoint is the CPU's.
 func (d *Model) OptimStateToHost(o optim.Optimizer) error {
 	if err := d.s.Synchronize(); err != nil {
 		return err
 	}
 	st, _ := o.State()
+	n := d.cfg.Shard.Len()
 	for name, p := range d.StateBuffers() {
 		v, ok := st[name]
-		if !ok || len(v) < d.N {
-			return fmt.Errorf("devmodel: the host optimizer (%s) has no %s of %d values", o.Name(), name, d.N)
+		if !ok || len(v) < n {
+			return fmt.Errorf("devmodel: the host optimizer (%s) has no %s of %d values", o.Name(), name, n)
 		}
-		if err := cuda.CopyDtoH(d.dev, bytesOf(v[:d.N]), p); err != nil {
+		if err := cuda.CopyDtoH(d.dev, bytesOf(v[:n]), p); err != nil {
 			return err
 		}
 	}
@@ -501,12 +608,13 @@ func (d *Model) OptimStateFromHost(o optim.Optimizer) error {
 		return err
 	}
 	st, t := o.State()
+	n := d.cfg.Shard.Len()
 	for name, p := range d.StateBuffers() {
 		v, ok := st[name]
-		if !ok || len(v) < d.N {
-			return fmt.Errorf("devmodel: the host optimizer (%s) has no %s of %d values", o.Name(), name, d.N)
+		if !ok || len(v) < n {
+			return fmt.Errorf("devmodel: the host optimizer (%s) has no %s of %d values", o.Name(), name, n)
 		}
-		if err := cuda.CopyHtoD(d.dev, p, bytesOf(v[:d.N])); err != nil {
+		if err := cuda.CopyHtoD(d.dev, p, bytesOf(v[:n])); err != nil {
 			return err
 		}
 	}

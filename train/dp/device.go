@@ -13,21 +13,24 @@ import (
 	"github.com/gdist/gdist/train"
 )
 
-// DDP on a GPU (-device cuda): the model placed with devmodel.Place
-// (parameters, gradients and the optimizer's state in device memory);
-// each step uploads the batch and runs forward, backward, clipping and
-// the update there. Evaluations and saves go through the host model: its
-// parameters, batch-norm statistics and a host optimizer's state are
-// copied down before either (once per update at most), and copied up
-// after a resume, so the checkpoints are the CPU's files. One rank for
-// now: the gradient all-reduce of devmodel's device buffer is to come.
+// DDP on GPUs (-device cuda): each rank's model placed with
+// devmodel.Place on its GPU (rankDevice: the nccl Comm's, LOCAL_RANK),
+// parameters, gradients and the optimizer's state in device memory; each
+// step uploads the rank's batch and runs forward and backward there,
+// then averages the gradients over the ranks in place (devComm: over
+// NCCL on the device buffer with -backend nccl; with a host backend,
+// copied through host memory), and clips and updates on the device.
+// Evaluations run on the device (devmodel.Eval, after giving every rank
+// rank 0's batch-norm statistics, as train does on the host). Saves go
+// through the host model: its parameters, batch-norm statistics and a
+// host optimizer's state are copied down first (once per update at
+// most), and copied up after a resume, so the checkpoints are the CPU's
+// files.
 
 // checkDDPDevice refuses what DDP cannot do on a GPU yet.
 func checkDDPDevice(cfg *train.Config) error {
 	o := cfg.Options.(*DDPOptions)
 	switch {
-	case cfg.World > 1:
-		return fmt.Errorf("-device %s trains on one rank only for now (this run: %d ranks; the gradient all-reduce on the device is to come): use -nproc 1, or -device cpu", cfg.Device, cfg.World)
 	case cfg.SyncBN:
 		return fmt.Errorf("-syncbn: SyncBatchNorm has no device kernels (-device %s): drop -syncbn, or use -device cpu", cfg.Device)
 	case o.Compress != "none":
@@ -38,21 +41,117 @@ func checkDDPDevice(cfg *train.Config) error {
 	return nil
 }
 
+// deviceBase is what the device strategies share: the placed model, the
+// device collectives, the host model the saves go through.
+type deviceBase struct {
+	snaps train.SnapshotBuffers
+	c     comm.Comm
+	dc    *devComm
+	m     *models.Model
+	d     *devmodel.Model
+	stale bool // the host model (and optimizer) are behind the device
+}
+
+// place puts s.Model on this rank's GPU (rankDevice) for devmodel's
+// configuration dcfg (its Device is set here). Every rank starts from
+// rank 0's parameters: the caller broadcasts them on the host first.
+func (b *deviceBase) place(s train.Setup, first int, dcfg devmodel.Config) error {
+	cfg := s.Config
+	if err := devmodel.Check(s.Model); err != nil {
+		return fmt.Errorf("%w: -device %s: %v", train.ErrConfig, cfg.Device, err)
+	}
+	b.c, b.m = s.Comm, s.Model
+	b.dc = newDevComm(s.Comm, first)
+	dcfg.Device = b.dc.dev
+	d, err := devmodel.Place(s.Model, dcfg)
+	if err != nil {
+		return fmt.Errorf("train: rank %d: -device %s (GPU %d): %w", s.Comm.Rank(), cfg.Device, b.dc.dev, err)
+	}
+	// Dropout's masks: this rank's samples' place in the global batch.
+	d.SampleOffset = s.Comm.Rank() * cfg.Batch
+	b.d = d
+	return nil
+}
+
+// Device is the placed model (for tests and tools).
+func (b *deviceBase) Device() *devmodel.Model { return b.d }
+
+func (b *deviceBase) DataRank() (rank, world int) { return b.c.Rank(), b.c.Size() }
+
+// sync waits for the model's queued work (before a collective reads or
+// writes its buffers).
+func (b *deviceBase) sync() error {
+	if err := b.d.Stream().Synchronize(); err != nil {
+		return fmt.Errorf("train: rank %d: the device: %w", b.c.Rank(), err)
+	}
+	return nil
+}
+
+// syncBN gives every rank rank 0's batch-norm running statistics on the
+// device (train does so on the host before evaluating and saving). The
+// other ranks' statistics are never used but there, so this changes no
+// result. Collective.
+func (b *deviceBase) syncBN(ctx context.Context) error {
+	bufs := b.d.BNBuffers()
+	if len(bufs) == 0 || b.c.Size() == 1 {
+		return nil
+	}
+	if err := b.sync(); err != nil {
+		return err
+	}
+	for _, x := range bufs {
+		if err := b.dc.broadcast(ctx, x.Ptr, x.N, 0); err != nil {
+			return fmt.Errorf("train: broadcasting batch norm's statistics on the device: %w", err)
+		}
+	}
+	return nil
+}
+
+// EvalBatches evaluates on the device (devmodel.Eval), every rank with
+// rank 0's batch-norm statistics (train.BatchEvaluator).
+func (b *deviceBase) EvalBatches(ctx context.Context, eval func(batch train.EvalBatch) error) error {
+	if err := b.syncBN(ctx); err != nil {
+		return err
+	}
+	return eval(func(x []float32, y []int32) (float64, int, error) {
+		loss, correct, err := b.d.Eval(x, y)
+		return float64(loss), correct, err
+	})
+}
+
+// Eval evaluates the host model (the CPU path), copied from the device;
+// Run evaluates with EvalBatches instead.
+func (b *deviceBase) hostEval(ctx context.Context, toHost func() error, eval func() error) error {
+	if err := b.syncBN(ctx); err != nil {
+		return err
+	}
+	if err := toHost(); err != nil {
+		return err
+	}
+	return eval()
+}
+
+// Report: peak device memory, no overlap (the reduction follows
+// backward), no buckets.
+func (b *deviceBase) Report(_ context.Context, sum *train.Summary) error {
+	sum.Overlap = false
+	sum.Buckets = 0
+	sum.PeakDeviceBytes = b.d.PeakBytes()
+	return nil
+}
+
 var (
-	_ train.Strategy      = (*deviceDDP)(nil)
-	_ train.UpdateClipper = (*deviceDDP)(nil)
-	_ train.LRSetter      = (*deviceDDP)(nil)
-	_ train.Snapshotter   = (*deviceDDP)(nil)
-	_ train.StateChecker  = (*deviceDDP)(nil)
+	_ train.Strategy       = (*deviceDDP)(nil)
+	_ train.UpdateClipper  = (*deviceDDP)(nil)
+	_ train.LRSetter       = (*deviceDDP)(nil)
+	_ train.Snapshotter    = (*deviceDDP)(nil)
+	_ train.StateChecker   = (*deviceDDP)(nil)
+	_ train.BatchEvaluator = (*deviceDDP)(nil)
 )
 
 type deviceDDP struct {
-	snaps train.SnapshotBuffers
-	c     comm.Comm
-	m     *models.Model
-	d     *devmodel.Model
-	opt   optim.Optimizer // the host's copy of the device's state, for saves
-	stale bool            // the host model and opt are behind the device
+	deviceBase
+	opt optim.Optimizer // the host's copy of the device's state, for saves
 }
 
 func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, error) {
@@ -60,8 +159,7 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 	if err := devmodel.Check(s.Model); err != nil {
 		return nil, fmt.Errorf("%w: -device %s: %v", train.ErrConfig, cfg.Device, err)
 	}
-	// Every rank starts from rank 0's parameters (one rank for now: the
-	// broadcast is a formality that keeps the rule).
+	// Every rank starts from rank 0's parameters.
 	if err := comm.Run(ctx)(s.Comm.Broadcast(ctx, comm.FromSlice(s.Model.Flat.Value), 0)); err != nil {
 		return nil, err
 	}
@@ -69,20 +167,27 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 	if err != nil {
 		return nil, err
 	}
-	d, err := devmodel.Place(s.Model, devmodel.Config{Device: dev, Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad})
-	if err != nil {
-		return nil, fmt.Errorf("train: -device %s: %w", cfg.Device, err)
+	st := &deviceDDP{opt: opt}
+	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad}); err != nil {
+		return nil, err
 	}
-	return &deviceDDP{c: s.Comm, m: s.Model, d: d, opt: opt}, nil
+	return st, nil
 }
 
-// Device is the placed model (for tests and tools).
-func (s *deviceDDP) Device() *devmodel.Model { return s.d }
-
-func (s *deviceDDP) DataRank() (rank, world int) { return s.c.Rank(), s.c.Size() }
-
-func (s *deviceDDP) Step(_ context.Context, x []float32, y []int32) (float32, error) {
-	return s.d.ForwardBackward(x, y)
+// Step runs forward and backward on the device and averages the
+// gradients over the ranks, in place.
+func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	loss, err := s.d.ForwardBackward(x, y)
+	if err != nil || s.c.Size() == 1 {
+		return loss, err
+	}
+	if err := s.sync(); err != nil {
+		return loss, err
+	}
+	if err := s.dc.allReduceAvg(ctx, s.d.Grads, s.d.N); err != nil {
+		return loss, fmt.Errorf("train: averaging the gradients %s: %w", s.dc.backendNote(), err)
+	}
+	return loss, nil
 }
 
 // Update clips (devmodel's Config.ClipGrad), updates and zeroes the
@@ -119,12 +224,10 @@ func (s *deviceDDP) toHost() error {
 	return nil
 }
 
-// Eval evaluates the host model (the CPU path), copied from the device.
-func (s *deviceDDP) Eval(_ context.Context, eval func() error) error {
-	if err := s.toHost(); err != nil {
-		return err
-	}
-	return eval()
+// Eval evaluates the host model (the CPU path), copied from the device
+// (Run evaluates with EvalBatches instead).
+func (s *deviceDDP) Eval(ctx context.Context, eval func() error) error {
+	return s.hostEval(ctx, s.toHost, eval)
 }
 
 func (s *deviceDDP) meta(meta map[string]string) map[string]string {
@@ -132,6 +235,9 @@ func (s *deviceDDP) meta(meta map[string]string) map[string]string {
 }
 
 func (s *deviceDDP) Save(ctx context.Context, path string, pos train.Position, meta map[string]string) error {
+	if err := s.syncBN(ctx); err != nil {
+		return err
+	}
 	err := s.toHost()
 	if err := comm.Agree(ctx, s.c, err); err != nil {
 		return err
@@ -139,7 +245,10 @@ func (s *deviceDDP) Save(ctx context.Context, path string, pos train.Position, m
 	return train.SaveFull(ctx, s.c, path, s.m, s.opt, pos, s.meta(meta))
 }
 
-func (s *deviceDDP) SnapshotSave(_ context.Context, path string, pos train.Position, meta map[string]string) ([]func() error, error) {
+func (s *deviceDDP) SnapshotSave(ctx context.Context, path string, pos train.Position, meta map[string]string) ([]func() error, error) {
+	if err := s.syncBN(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.toHost(); err != nil {
 		return nil, err
 	}
@@ -179,13 +288,6 @@ func (s *deviceDDP) Load(_ context.Context, path string) (train.Position, error)
 // Memory: the model state on the device (the host's copies aside).
 func (s *deviceDDP) Memory() (train.MemoryBytes, int64) {
 	return train.MemoryBytes{Params: int64(s.d.N) * 4, Grads: int64(s.d.N) * 4, Optimizer: train.OptimizerBytes(s.opt)}, 0
-}
-
-func (s *deviceDDP) Report(_ context.Context, sum *train.Summary) error {
-	sum.Overlap = false
-	sum.Buckets = 0
-	sum.PeakDeviceBytes = s.d.PeakBytes()
-	return nil
 }
 
 func (s *deviceDDP) Close() error {

@@ -1,0 +1,186 @@
+package dp
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/rendezvous"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/launch"
+)
+
+// devComm runs a device strategy's collectives on float32 buffers in its
+// model's device memory. With a Comm that takes device buffers (the nccl
+// backend) they go to it as they are (comm.DeviceBuffer); with a host
+// backend (shm, tcp, inproc) they are copied down into a host buffer,
+// reduced there and copied back up: correct, and slower than NCCL by two
+// copies of the buffer per collective. Every call is blocking and
+// collective. The caller synchronizes the stream that wrote the device
+// buffers before a call (the copies and NCCL's stream wait on the legacy
+// default stream only).
+type devComm struct {
+	c      comm.Comm
+	dev    int
+	direct bool      // c takes device buffers
+	host   []float32 // staging for a host backend, grown on demand
+}
+
+// rankDevice is the GPU a device strategy's rank trains on and whether c
+// takes its buffers: the nccl Comm's own GPU (its LOCAL_RANK, modulo the
+// GPUs with GDIST_NCCL_SHARE_GPU=1: see comm/nccl); with a host backend
+// GPU first + the rank's local rank (its LOCAL_RANK; its rank with
+// -backend inproc, whose ranks are goroutines of one process), modulo
+// the GPUs the process sees, so ranks share GPUs where there are fewer.
+func rankDevice(c comm.Comm, first int) (dev int, direct bool) {
+	for x := c; x != nil; {
+		if d, ok := x.(interface {
+			Device() int
+			DeviceCapable() bool
+		}); ok && d.DeviceCapable() && d.Device() >= 0 {
+			return d.Device(), true
+		}
+		u, ok := x.(interface{ Unwrap() comm.Comm })
+		if !ok {
+			break
+		}
+		x = u.Unwrap()
+	}
+	local := c.Rank()
+	if launch.UnderLauncher() {
+		if env, err := rendezvous.FromEnv(); err == nil {
+			local = env.LocalRank
+		}
+	}
+	n := max(cuda.DeviceCount(), 1)
+	return (first + local) % n, false
+}
+
+func newDevComm(c comm.Comm, first int) *devComm {
+	dev, direct := rankDevice(c, first)
+	return &devComm{c: c, dev: dev, direct: direct}
+}
+
+// backendNote says how the collectives run, for the doc and errors.
+func (x *devComm) backendNote() string {
+	if x.direct {
+		return "on the device"
+	}
+	return "through host memory"
+}
+
+func (x *devComm) buf(p uintptr, n int) comm.Buffer {
+	return comm.DeviceBuffer(p, x.dev, comm.Float32, n)
+}
+
+// stage copies n floats at p down into the host buffer and returns it.
+func (x *devComm) stage(p uintptr, n int) ([]float32, error) {
+	if len(x.host) < n {
+		x.host = make([]float32, n)
+	}
+	h := x.host[:n]
+	if n == 0 {
+		return h, nil
+	}
+	if err := cuda.CopyDtoH(x.dev, f32bytes(h), p); err != nil {
+		return nil, fmt.Errorf("train: rank %d: copying %d values from the device: %w", x.c.Rank(), n, err)
+	}
+	return h, nil
+}
+
+// unstage copies h up to p.
+func (x *devComm) unstage(p uintptr, h []float32) error {
+	if len(h) == 0 {
+		return nil
+	}
+	if err := cuda.CopyHtoD(x.dev, p, f32bytes(h)); err != nil {
+		return fmt.Errorf("train: rank %d: copying %d values to the device: %w", x.c.Rank(), len(h), err)
+	}
+	return nil
+}
+
+func f32bytes(v []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+}
+
+// allReduceAvg averages the n floats at p over the ranks, in place.
+func (x *devComm) allReduceAvg(ctx context.Context, p uintptr, n int) error {
+	if x.c.Size() == 1 || n == 0 {
+		return nil
+	}
+	if x.direct {
+		return comm.Run(ctx)(x.c.AllReduce(ctx, x.buf(p, n), comm.Avg))
+	}
+	h, err := x.stage(p, n)
+	if err != nil {
+		return err
+	}
+	if err := comm.Run(ctx)(x.c.AllReduce(ctx, comm.FromSlice(h), comm.Avg)); err != nil {
+		return err
+	}
+	return x.unstage(p, h)
+}
+
+// reduceScatterAvg averages the Size()*s floats at p over the ranks and
+// leaves this rank's part, [rank*s, (rank+1)*s), in place (the rest of
+// the buffer is left as it was, or, staged, as the reduction left it).
+func (x *devComm) reduceScatterAvg(ctx context.Context, p uintptr, s int) error {
+	w, r := x.c.Size(), x.c.Rank()
+	if w == 1 || s == 0 {
+		return nil
+	}
+	if x.direct {
+		all := x.buf(p, w*s)
+		return comm.Run(ctx)(x.c.ReduceScatter(ctx, all.Slice(r*s, (r+1)*s), all, comm.Avg))
+	}
+	h, err := x.stage(p, w*s)
+	if err != nil {
+		return err
+	}
+	all := comm.FromSlice(h)
+	if err := comm.Run(ctx)(x.c.ReduceScatter(ctx, all.Slice(r*s, (r+1)*s), all, comm.Avg)); err != nil {
+		return err
+	}
+	return x.unstage(p+uintptr(4*r*s), h[r*s:(r+1)*s])
+}
+
+// allGather gives every rank every rank's part of the Size()*s floats at
+// p (rank r's part being [r*s, (r+1)*s)), in place.
+func (x *devComm) allGather(ctx context.Context, p uintptr, s int) error {
+	w, r := x.c.Size(), x.c.Rank()
+	if w == 1 || s == 0 {
+		return nil
+	}
+	if x.direct {
+		all := x.buf(p, w*s)
+		return comm.Run(ctx)(x.c.AllGather(ctx, all, all.Slice(r*s, (r+1)*s)))
+	}
+	h, err := x.stage(p, w*s)
+	if err != nil {
+		return err
+	}
+	all := comm.FromSlice(h)
+	if err := comm.Run(ctx)(x.c.AllGather(ctx, all, all.Slice(r*s, (r+1)*s))); err != nil {
+		return err
+	}
+	return x.unstage(p, h)
+}
+
+// broadcast gives every rank root's n floats at p.
+func (x *devComm) broadcast(ctx context.Context, p uintptr, n, root int) error {
+	if x.c.Size() == 1 || n == 0 {
+		return nil
+	}
+	if x.direct {
+		return comm.Run(ctx)(x.c.Broadcast(ctx, x.buf(p, n), root))
+	}
+	h, err := x.stage(p, n)
+	if err != nil {
+		return err
+	}
+	if err := comm.Run(ctx)(x.c.Broadcast(ctx, comm.FromSlice(h), root)); err != nil {
+		return err
+	}
+	return x.unstage(p, h)
+}
