@@ -15,7 +15,9 @@
 // itself imports no gorgonia, so a program that only runs collectives does
 // not build it).
 // BroadcastObject and AllGatherObject move small Go values (gob-encoded)
-// for metadata. Alloc (AllocSlice) returns memory for collectives on a
+// for metadata; CheckSame fails every rank, naming the ranks that differ,
+// where what must be identical on every rank (a vocabulary, a dataset, a
+// model's shapes) is not. Alloc (AllocSlice) returns memory for collectives on a
 // Comm: on a backend that is an Allocator (shm; auto between the ranks of
 // one host) it lies in the job's shared memory, and all-reduce,
 // reduce-scatter and all-gather of such buffers on every rank are

@@ -40,6 +40,17 @@ var mainWorkers = map[string]Worker{
 		}
 		return sumRanks(ctx, c) // fails when rank 1 leaves
 	},
+	// A vocabulary numbered in map order: rank 1's differs.
+	"main-vocab": func(ctx context.Context, c comm.Comm) error {
+		vocab := "abcdefgh"
+		if c.Rank() == 1 {
+			vocab = "abcdefhg"
+		}
+		if err := comm.CheckSame(ctx, c, "vocabulary", []byte(vocab)); err != nil {
+			return err
+		}
+		return sumRanks(ctx, c)
+	},
 }
 
 // TestRanksGoroutines: Backend inproc runs NProc ranks as goroutines of
@@ -108,7 +119,8 @@ func runMain(t *testing.T, mode string, args ...string) (int, string, string) {
 // TestMain_Processes: a program calling Main, started plainly with
 // -nproc 2, launches 2 processes of itself that join as ranks (tcp) and
 // exits 0; with -backend inproc its ranks are goroutines; a rank's
-// failure makes it exit 1 naming the rank and the error.
+// failure makes it exit 1 naming the rank and the error; a vocabulary
+// that differs on rank 1 (comm.CheckSame) fails every rank naming rank 1.
 func TestMain_Processes(t *testing.T) {
 	for _, backend := range []string{"tcp", "inproc"} {
 		code, out, errOut := runMain(t, "main", "-nproc", "2", "-backend", backend)
@@ -119,6 +131,13 @@ func TestMain_Processes(t *testing.T) {
 	code, _, errOut := runMain(t, "main-fail", "-nproc", "2", "-backend", "tcp")
 	if code != 1 || !strings.Contains(errOut, "[rank 1] ") || !strings.Contains(errOut, "the data file is missing") || !strings.Contains(errOut, "rank 1 exit status 1") {
 		t.Fatalf("exit %d, want 1 naming rank 1 and its error\nstderr:\n%s", code, errOut)
+	}
+	// comm.CheckSame across processes: every rank fails naming rank 1.
+	code, _, errOut = runMain(t, "main-vocab", "-nproc", "3", "-backend", "tcp")
+	for r := range 3 {
+		if want := fmt.Sprintf(`[rank %d] launch.test: comm: rank %d: vocabulary differs between ranks: rank 1 has "abcdefhg" where rank 0 has "abcdefgh": first difference at byte 6`, r, r); code != 1 || !strings.Contains(errOut, want) {
+			t.Fatalf("exit %d, want 1 and %s\nstderr:\n%s", code, want, errOut)
+		}
 	}
 	code, _, errOut = runMain(t, "main", "-nproc", "x")
 	if code != 2 || !strings.Contains(errOut, "-nproc") {
