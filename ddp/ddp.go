@@ -183,6 +183,9 @@ func newDDP(ctx context.Context, c comm.Comm, p *flat.Params, state []comm.Buffe
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("ddp: rank %d: %w", c.Rank(), err)
 	}
+	if err := p.CheckSame(ctx, c); err != nil { // every rank's model has the same shapes
+		return nil, fmt.Errorf("ddp: %w", err)
+	}
 	if !p.HasGrad() {
 		return nil, comm.InvalidArgf("ddp: rank %d: the model has no gradient buffer", c.Rank())
 	}
