@@ -1,4 +1,4 @@
-package auto
+package auto_test // external: package launch imports auto
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/auto"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/launch"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	// (or CUDA_VISIBLE_DEVICES naming one for every process) the auto
 	// backend would pick NCCL instead. comm/nccl's TestAutoPicksNCCL tests
 	// that choice.
-	os.Setenv(EnvNCCL, "0")
+	os.Setenv(auto.EnvNCCL, "0")
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(child())
 	}
