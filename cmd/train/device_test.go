@@ -118,9 +118,9 @@ func TestDeviceRefused(t *testing.T) {
 	}{
 		{[]string{"-device", "gpu"}, `-device "gpu": want cpu, cuda or cuda:N`},
 		{[]string{"-device", "cuda:-1"}, `want cpu, cuda or cuda:N`},
-		{[]string{"-device", "cuda", "-strategy", "zero1"}, "-strategy zero1 cannot train on -device cuda yet (strategies that can: ddp)"},
 		{[]string{"-device", "cuda", "-strategy", "pipeline"}, "-strategy pipeline cannot train on -device cuda yet"},
 		{[]string{"-device", "cuda", "-model", "cnn-bn", "-syncbn"}, "-syncbn: SyncBatchNorm has no device kernels"},
+		{[]string{"-device", "cuda", "-model", "cnn-bn", "-syncbn", "-strategy", "zero2"}, "-syncbn: SyncBatchNorm has no device kernels"},
 		{[]string{"-device", "cuda", "-compress", "bf16"}, "-compress bf16 compresses the gradient all-reduce"},
 	} {
 		_, errOut, err := trainCmd(t, append(c.args, base...)...)
@@ -177,6 +177,74 @@ func TestDeviceRanksMatchOneRank(t *testing.T) {
 				checkNear(t, "cuda, 2 ranks (shm) vs cpu, 1 rank", shm, cpu)
 			}
 			t.Logf("%s: eval loss %v (cuda, 2 ranks), %v (cuda, 1 rank), %v (cpu)", model, two.EvalLoss, one.EvalLoss, cpu.EvalLoss)
+		})
+	}
+}
+
+// TestDeviceZeroMatchesDDP: `train -device cuda -strategy zero1|zero2|zero3
+// -nproc 2 -backend nccl` (the gradients reduce-scattered and the
+// parameters all-gathered on the device, each rank's shard updated there
+// with its shard of Adam's state, clipped by the global norm) ends where
+// -strategy ddp on the device and -device cpu (ddp, 2 ranks) end, within
+// deviceTol; zero2 through host memory (-backend shm) too.
+func TestDeviceZeroMatchesDDP(t *testing.T) {
+	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "128", "-epochs", "1", "-seed", "5", "-batch", "8", "-nproc", "2",
+		"-optimizer", "adam", "-lr", "1e-3", "-clip-grad", "0.5", "-json", "-progress=false"}
+	cpu := trainEnv(t, nil, append([]string{"-device", "cpu", "-backend", "shm", "-strategy", "ddp"}, common...)...)
+	ddp := trainEnv(t, ncclSharedEnv(t), append([]string{"-device", "cuda", "-backend", "nccl", "-strategy", "ddp"}, common...)...)
+	checkNear(t, "ddp, cuda vs cpu", ddp, cpu)
+	if cpu.ClippedSteps == 0 {
+		t.Fatalf("no step clipped: the test checks nothing of clipping (%+v)", cpu)
+	}
+	for _, c := range []struct{ strategy, backend string }{{"zero1", "nccl"}, {"zero2", "nccl"}, {"zero3", "nccl"}, {"zero2", "shm"}} {
+		env := fakeCUDAEnv(t)
+		if c.backend == "nccl" {
+			env = ncclSharedEnv(t)
+		}
+		z := trainEnv(t, env, append([]string{"-device", "cuda", "-backend", c.backend, "-strategy", c.strategy}, common...)...)
+		what := c.strategy + " (" + c.backend + ")"
+		if z.Strategy != c.strategy || z.Device != "cuda:0" || z.PeakDeviceBytes <= 0 || z.ClippedSteps != cpu.ClippedSteps {
+			t.Errorf("%s: summary %+v", what, z)
+		}
+		checkNear(t, what+", cuda vs ddp on cuda", z, ddp)
+		checkNear(t, what+", cuda vs ddp on cpu", z, cpu)
+		t.Logf("%s: eval loss %v (cuda), ddp %v (cuda), %v (cpu); peak device memory %d bytes (ddp %d)",
+			what, z.EvalLoss, ddp.EvalLoss, cpu.EvalLoss, z.PeakDeviceBytes, ddp.PeakDeviceBytes)
+	}
+}
+
+// TestDeviceZeroResumeAcross: a zero2 run of 2 ranks saved on the GPU
+// (the CPU's sharded files) resumes on the CPU, and one saved on the CPU
+// resumes on the GPU, each ending where a run on the CPU throughout ends
+// (deviceTol).
+func TestDeviceZeroResumeAcross(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "256", "-epochs", "2", "-batch", "8", "-nproc", "2",
+		"-strategy", "zero2", "-seed", "3", "-optimizer", "adam", "-lr", "1e-4", "-json", "-progress=false"}
+	whole := trainEnv(t, nil, append([]string{"-backend", "shm"}, common...)...)
+	on := func(device string) []string {
+		if device == "cuda" {
+			return ncclSharedEnv(t)
+		}
+		return nil
+	}
+	backend := map[string]string{"cuda": "nccl", "cpu": "shm"}
+	for _, c := range []struct{ first, then string }{{"cuda", "cpu"}, {"cpu", "cuda"}} {
+		t.Run(c.first+"-then-"+c.then, func(t *testing.T) {
+			save := filepath.Join(dir, c.first+".safetensors")
+			half := trainEnv(t, on(c.first), append([]string{"-device", c.first, "-backend", backend[c.first], "-save", save, "-max-steps", "20"}, common...)...)
+			if half.Steps != 20 {
+				t.Fatalf("first part: %d steps", half.Steps)
+			}
+			end := trainEnv(t, on(c.then), append([]string{"-device", c.then, "-backend", backend[c.then], "-save", save, "-resume", save}, common...)...)
+			if end.ResumedStep != 20 || end.Steps != whole.Steps || end.Device != (&train.Config{Device: c.then}).DeviceName() {
+				t.Fatalf("resumed: %+v; whole: %+v", end, whole)
+			}
+			if !near(end.EvalLoss, whole.EvalLoss, deviceTol) || !near(end.TestAccuracy, whole.TestAccuracy, deviceTol) {
+				t.Fatalf("resumed on %s: eval loss %v, accuracy %v; on the CPU throughout: %v, %v",
+					c.then, end.EvalLoss, end.TestAccuracy, whole.EvalLoss, whole.TestAccuracy)
+			}
+			t.Logf("eval loss %v (%s, then %s) vs %v (cpu throughout)", end.EvalLoss, c.first, c.then, whole.EvalLoss)
 		})
 	}
 }

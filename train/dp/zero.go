@@ -35,6 +35,7 @@ func init() {
 			New:     func(ctx context.Context, s train.Setup) (train.Strategy, error) { return newZero(ctx, s, stage) },
 			// The shard files hold the parameters beside the model file.
 			CheckpointCopies: 1,
+			Device:           true, // zero_device.go
 		})
 	}
 }
@@ -52,7 +53,11 @@ func NewZeroOptions() *ZeroOptions { return &ZeroOptions{Buckets: DefaultBuckets
 func (o *ZeroOptions) AddFlags(fs *flag.FlagSet) { o.Buckets.AddFlags(fs) }
 
 func checkZero(cfg *train.Config) (int, error) {
-	return cfg.World, cfg.Options.(*ZeroOptions).check()
+	err := cfg.Options.(*ZeroOptions).check()
+	if n, _ := cfg.CUDADevice(); err == nil && n >= 0 {
+		err = checkZeroDevice(cfg)
+	}
+	return cfg.World, err
 }
 
 var _ train.Strategy = (*zeroStrategy)(nil)
@@ -69,6 +74,9 @@ type zeroStrategy struct {
 
 func newZero(ctx context.Context, s train.Setup, stage int) (train.Strategy, error) {
 	cfg := s.Config
+	if dev, _ := cfg.CUDADevice(); dev >= 0 {
+		return newDeviceZero(ctx, s, stage, dev)
+	}
 	o := cfg.Options.(*ZeroOptions)
 	e, err := zero.New(ctx, s.Comm, s.Model, zero.Options{Stage: stage, Optim: cfg.OptimConfig(),
 		BucketMB: o.MB, FirstBucketMB: o.FirstMB})

@@ -1,0 +1,281 @@
+package dp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/zero"
+)
+
+// ZeRO on GPUs (-device cuda -strategy zero1|zero2|zero3): every rank's
+// model placed on its GPU as DDP's is (deviceBase), the flat buffers
+// padded to N*S as package zero pads them (S = ceil(P/N): rank r owns
+// [r*S, (r+1)*S)), and the optimizer state on the device for this
+// rank's shard only (devmodel.Config.Shard). A step runs forward and
+// backward on the device, then reduce-scatters (averages) the gradients
+// in place (devComm: over NCCL on the device, or through host memory with
+// a host backend); -clip-grad clips the shard by the global norm (each
+// rank's shard norm, squared and all-reduced: devmodel.ClipShard); the
+// update changes this rank's shard of the parameters with its shard of
+// the state; the parameters are then all-gathered in place.
+//
+// What stays whole on the device: devmodel's backward writes the whole
+// flat gradient and its plan binds the parameter buffer's address, so
+// every stage keeps the full parameter and gradient buffers resident and
+// shards only the optimizer state on the device. Stage 2 reduces the
+// gradients as stage 1 does (one reduce-scatter after backward, not per
+// bucket); stage 3 treats the whole model as one FSDP unit: the shard
+// is the parameters at rest, all-gathered into the full buffer before
+// forward (not after the update), and the full buffer is not freed
+// between steps. So the device memory of stages 2 and 3 is stage 1's
+// (the summary's peak_device_bytes and memory say so); what they change
+// on the device is when the parameters are gathered.
+//
+// Checkpoints are the CPU's sharded files (train.SaveZero): a host ZeRO
+// engine (stage 1 for zero1, stage 2 for zero2 and zero3: contiguous
+// shards, the files' layout whatever the stage) holds the host's copy of
+// this rank's shard of the optimizer state, and the host model the
+// parameters, copied down before a save and up after a resume. The
+// shard files of a device zero3 run therefore record stage 2 (package
+// zero's "stage" metadata); train's "strategy" says zero3. Either loads
+// into any strategy and world size, on either device.
+
+// checkZeroDevice refuses what ZeRO cannot do on a GPU.
+func checkZeroDevice(cfg *train.Config) error {
+	if cfg.SyncBN {
+		return fmt.Errorf("-syncbn: SyncBatchNorm has no device kernels (-device %s): drop -syncbn, or use -device cpu", cfg.Device)
+	}
+	return nil
+}
+
+var (
+	_ train.Strategy       = (*deviceZero)(nil)
+	_ train.GradClipper    = (*deviceZero)(nil)
+	_ train.LRSetter       = (*deviceZero)(nil)
+	_ train.Snapshotter    = (*deviceZero)(nil)
+	_ train.StateChecker   = (*deviceZero)(nil)
+	_ train.BatchEvaluator = (*deviceZero)(nil)
+)
+
+type deviceZero struct {
+	deviceBase
+	name     string
+	stage    int
+	e        *zero.Engine // the host's copy of the shard, for saves
+	opt      optim.Config
+	lo, s    int  // this rank's shard [lo, lo+s)
+	gathered bool // the full parameter buffer holds every shard's latest
+}
+
+func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.Strategy, error) {
+	cfg := s.Config
+	if err := devmodel.Check(s.Model); err != nil {
+		return nil, fmt.Errorf("%w: -device %s: %v", train.ErrConfig, cfg.Device, err)
+	}
+	// The host engine pads the model's buffers to N*S and gives every
+	// rank rank 0's parameters and batch-norm statistics.
+	e, err := zero.New(ctx, s.Comm, s.Model, zero.Options{Stage: min(stage, 2), Optim: cfg.OptimConfig(), OrdinaryBuffers: true})
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := e.Shard()
+	st := &deviceZero{name: cfg.Strategy, stage: stage, e: e, opt: cfg.OptimConfig(), lo: lo, s: hi - lo, gathered: true}
+	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}}); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if st.d.N != s.Comm.Size()*st.s {
+		st.Close()
+		return nil, fmt.Errorf("train: rank %d: the placed model has %d values, not %d shards of %d", s.Comm.Rank(), st.d.N, s.Comm.Size(), st.s)
+	}
+	return st, nil
+}
+
+// gather all-gathers the parameters' shards into the full buffer, if an
+// update changed them since. Collective.
+func (s *deviceZero) gather(ctx context.Context) error {
+	if s.gathered {
+		return nil
+	}
+	if err := s.sync(); err != nil {
+		return err
+	}
+	if err := s.dc.allGather(ctx, s.d.Params, s.s); err != nil {
+		return fmt.Errorf("train: gathering the parameters %s: %w", s.dc.backendNote(), err)
+	}
+	s.gathered, s.stale = true, true
+	return nil
+}
+
+// Step gathers the parameters (stage 3), runs forward and backward on the
+// device and reduce-scatters the gradients: this rank's shard of the
+// average lands in its range of the gradient buffer.
+func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	if err := s.gather(ctx); err != nil {
+		return 0, err
+	}
+	loss, err := s.d.ForwardBackward(x, y)
+	if err != nil || s.c.Size() == 1 {
+		return loss, err
+	}
+	if err := s.sync(); err != nil {
+		return loss, err
+	}
+	if err := s.dc.reduceScatterAvg(ctx, s.d.Grads, s.s); err != nil {
+		return loss, fmt.Errorf("train: reduce-scattering the gradients %s: %w", s.dc.backendNote(), err)
+	}
+	return loss, nil
+}
+
+// ClipGrads clips this rank's shard of the gradient by the whole
+// gradient's norm (the shards' squared norms all-reduced).
+func (s *deviceZero) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	return s.d.ClipShard(max, func(local float64) (float64, error) {
+		v := []float64{local * local}
+		if s.c.Size() > 1 {
+			if err := comm.Run(ctx)(s.c.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+				return 0, fmt.Errorf("train: summing the gradient norm over the ranks: %w", err)
+			}
+		}
+		return math.Sqrt(v[0]), nil
+	})
+}
+
+// Update updates this rank's shard on the device, zeroes the gradients
+// and (stages 1 and 2) all-gathers the parameters; stage 3 gathers them
+// before the next forward.
+func (s *deviceZero) Update(ctx context.Context) error {
+	s.stale, s.gathered = true, s.c.Size() == 1
+	if err := s.d.Update(); err != nil {
+		return err
+	}
+	if err := s.d.ZeroGrad(); err != nil {
+		return err
+	}
+	if s.stage < 3 {
+		return s.gather(ctx)
+	}
+	return nil
+}
+
+func (s *deviceZero) SetLR(lr float64) {
+	s.d.SetLR(lr)
+	s.e.Optimizer().SetLR(lr)
+}
+
+// toHost copies the device's parameters, batch-norm statistics and shard
+// of the optimizer state into the host model and engine, if they changed
+// since the last copy.
+func (s *deviceZero) toHost() error {
+	if !s.stale {
+		return nil
+	}
+	if err := s.d.CopyToHost(); err != nil {
+		return fmt.Errorf("train: copying the model from the device: %w", err)
+	}
+	if err := s.d.OptimStateToHost(s.e.Optimizer()); err != nil {
+		return fmt.Errorf("train: copying the optimizer state from the device: %w", err)
+	}
+	s.stale = false
+	return nil
+}
+
+// ready gathers the parameters, gives every rank rank 0's batch-norm
+// statistics and copies the state down: before an evaluation on the
+// host or a save. Collective.
+func (s *deviceZero) ready(ctx context.Context) error {
+	if err := s.gather(ctx); err != nil {
+		return err
+	}
+	if err := s.syncBN(ctx); err != nil {
+		return err
+	}
+	return comm.Agree(ctx, s.c, s.toHost())
+}
+
+// EvalBatches evaluates on the device with the gathered parameters.
+func (s *deviceZero) EvalBatches(ctx context.Context, eval func(batch train.EvalBatch) error) error {
+	if err := s.gather(ctx); err != nil {
+		return err
+	}
+	return s.deviceBase.EvalBatches(ctx, eval)
+}
+
+// Eval evaluates the host model, copied from the device (Run evaluates
+// with EvalBatches instead).
+func (s *deviceZero) Eval(ctx context.Context, eval func() error) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return eval()
+}
+
+func (s *deviceZero) Save(ctx context.Context, path string, pos train.Position, meta map[string]string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return train.SaveZero(ctx, s.c, path, s.m, s.e, pos, train.WithMeta(meta, "strategy", s.name))
+}
+
+func (s *deviceZero) SnapshotSave(ctx context.Context, path string, pos train.Position, meta map[string]string) ([]func() error, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	return train.SnapshotZero(ctx, s.c, path, s.m, s.e, pos, train.WithMeta(meta, "strategy", s.name), &s.snaps)
+}
+
+// NonFinite: this rank's shard of the parameters (the rest of the host's
+// copy may be behind, with stage 3) and of the optimizer state.
+func (s *deviceZero) NonFinite() string {
+	if err := s.toHost(); err != nil {
+		return "the device's state (" + err.Error() + ")"
+	}
+	p := s.m.NumParams()
+	lo, hi := min(s.lo, p), min(s.lo+s.s, p)
+	if w := train.ParamsNonFinite(s.m, s.m.Flat.Value[lo:hi], lo); w != "" {
+		return w
+	}
+	return train.OptimizerNonFinite(s.e.Optimizer())
+}
+
+// Load reads the checkpoint into the host model and a full-size
+// optimizer, of which the engine takes its shard, and copies both up.
+func (s *deviceZero) Load(_ context.Context, path string) (train.Position, error) {
+	full, err := optim.New(s.opt, s.m.NumParams())
+	if err != nil {
+		return train.Position{}, err
+	}
+	pos, _, err := train.LoadCheckpoint(path, s.m, full)
+	if err != nil {
+		return pos, err
+	}
+	st, t := full.State()
+	if err := s.e.LoadOptimizerState(st, t); err != nil {
+		return pos, fmt.Errorf("%w: %w", train.ErrCheckpoint, err)
+	}
+	if err := s.d.CopyFromHost(); err != nil {
+		return pos, fmt.Errorf("train: copying the resumed model to the device: %w", err)
+	}
+	if err := s.d.OptimStateFromHost(s.e.Optimizer()); err != nil {
+		return pos, fmt.Errorf("train: copying the resumed optimizer state to the device: %w", err)
+	}
+	s.stale, s.gathered = false, true
+	return pos, nil
+}
+
+// Memory: the model state on the device (the host's copies aside): the
+// full parameter and gradient buffers, this rank's shard of the
+// optimizer state.
+func (s *deviceZero) Memory() (train.MemoryBytes, int64) {
+	return train.MemoryBytes{Params: int64(s.d.N) * 4, Grads: int64(s.d.N) * 4, Optimizer: train.OptimizerBytes(s.e.Optimizer())}, 0
+}
+
+func (s *deviceZero) Close() error {
+	return errors.Join(s.d.Close(), s.e.Close())
+}
