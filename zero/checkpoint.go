@@ -97,8 +97,10 @@ func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string
 		copy(dst, v)
 		return checkpoint.F32View(name, []int{len(v)}, dst)
 	}
-	n := e.c.Size()
-	lo, ln, s := shardSpan(e.p, n, e.rank)
+	lo, ln, _ := shardSpan(e.p, e.c.Size(), e.rank)
+	if e.f64 != nil {
+		return e.f64.snapshot(e, path, meta, extra)
+	}
 	st, t := e.opt.State()
 	var params []float32
 	if e.st3 != nil {
@@ -108,6 +110,20 @@ func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string
 	} else {
 		params = e.flatP[lo : lo+ln]
 	}
+	md := e.shardMeta(meta, e.opt.Name(), t)
+	ts := []checkpoint.Tensor{view("params", params[:ln])}
+	for k, v := range st {
+		ts = append(ts, view("optimizer."+k, v[:ln]))
+	}
+	ts = append(ts, extra...)
+	return e.shardWriter(path, ts, md), nil
+}
+
+// shardMeta is the metadata of this rank's shard file: meta plus the
+// layout, stage and optimizer.
+func (e *Engine) shardMeta(meta map[string]string, optName string, optStep int64) map[string]string {
+	n := e.c.Size()
+	lo, ln, s := shardSpan(e.p, n, e.rank)
 	md := map[string]string{}
 	for k, v := range meta {
 		md[k] = v
@@ -121,23 +137,23 @@ func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string
 		"shard_lo":   strconv.Itoa(lo),
 		"shard_len":  strconv.Itoa(ln),
 		"stage":      strconv.Itoa(e.opts.Stage),
-		"optimizer":  e.opt.Name(),
-		"opt_step":   strconv.FormatInt(t, 10),
+		"optimizer":  optName,
+		"opt_step":   strconv.FormatInt(optStep, 10),
 	} {
 		md[k] = v
 	}
-	ts := []checkpoint.Tensor{view("params", params[:ln])}
-	for k, v := range st {
-		ts = append(ts, view("optimizer."+k, v[:ln]))
-	}
-	ts = append(ts, extra...)
-	file, rank := ShardPath(path, e.rank, n), e.rank
+	return md
+}
+
+// shardWriter returns the function that writes this rank's shard file.
+func (e *Engine) shardWriter(path string, ts []checkpoint.Tensor, md map[string]string) func() error {
+	file, rank := ShardPath(path, e.rank, e.c.Size()), e.rank
 	return func() error {
 		if err := checkpoint.Write(file, ts, md); err != nil {
 			return fmt.Errorf("zero: saving the shard of rank %d: %w", rank, err)
 		}
 		return nil
-	}, nil
+	}
 }
 
 // LoadOptimizerState sets this rank's shard optimizer from the full
@@ -146,6 +162,9 @@ func (e *Engine) SnapshotShard(ctx context.Context, path string, meta map[string
 // of it (the padding stays zero). step is the optimizer's step count. Call
 // it after New and before the first Step.
 func (e *Engine) LoadOptimizerState(full map[string][]float32, step int64) error {
+	if e.f64 != nil {
+		return fmt.Errorf("%w: the model's learnables are float64: use LoadOptimizerState64", ErrShard)
+	}
 	st, _ := e.opt.State()
 	lo, ln, _ := shardSpan(e.p, e.c.Size(), e.rank)
 	for k, dst := range st {
@@ -174,6 +193,9 @@ func (e *Engine) LoadOptimizerState(full map[string][]float32, step int64) error
 // tensor. Every rank must load the same values. Call it after New and
 // before the first Step.
 func (e *Engine) LoadParams(full []float32) error {
+	if e.f64 != nil {
+		return fmt.Errorf("%w: the model's learnables are float64: use LoadParams64", ErrShard)
+	}
 	if len(full) != e.p {
 		return fmt.Errorf("%w: %d parameters, the model has %d", ErrShard, len(full), e.p)
 	}
@@ -193,10 +215,14 @@ type Shards struct {
 	World     int               // ranks that saved it
 	ID        string            // the save's "save_id" ("" if none)
 	Meta      map[string]string // rank 0's file's metadata
-	Params    []float32         // all parameters, in the models' flat layout
+	Params    []float32         // all parameters, in the models' flat layout (nil for float64 ones)
 	Optimizer string            // optimizer name
 	OptStep   int64
 	OptState  map[string][]float32 // every optimizer tensor, NumParams values each
+	// Params64 and OptState64 stand in for Params and OptState (then nil)
+	// when the shards hold float64 learnables (F64 tensors).
+	Params64   []float64
+	OptState64 map[string][]float64
 	// Buffers are the batch-norm buffers by PyTorch name
 	// ("1.running_mean", ...), from rank 0's file.
 	Buffers map[string]checkpoint.Tensor
@@ -261,11 +287,20 @@ func ReadShards(path string, world int, id string) (*Shards, error) {
 			if sh.NumParams == 0 {
 				return nil, bad("no parameters")
 			}
-			sh.Params = hugepage.Float32s(sh.NumParams)
-			sh.OptState = map[string][]float32{}
+			if ts["params"].DType == "F64" {
+				sh.Params64 = make([]float64, sh.NumParams)
+				sh.OptState64 = map[string][]float64{}
+			} else {
+				sh.Params = hugepage.Float32s(sh.NumParams)
+				sh.OptState = map[string][]float32{}
+			}
 			for k := range ts {
 				if name, ok := strings.CutPrefix(k, "optimizer."); ok {
-					sh.OptState[name] = hugepage.Float32s(sh.NumParams)
+					if sh.Params64 != nil {
+						sh.OptState64[name] = make([]float64, sh.NumParams)
+					} else {
+						sh.OptState[name] = hugepage.Float32s(sh.NumParams)
+					}
 				}
 			}
 			sh.Buffers = map[string]checkpoint.Tensor{}
@@ -292,14 +327,33 @@ func ReadShards(path string, world int, id string) (*Shards, error) {
 			return nil, bad("shard [%d, +%d) of size %d, but rank %d of %d owns [%d, +%d) of size %d of %d parameters",
 				ints["shard_lo"], ints["shard_len"], ints["shard_size"], r, world, lo, ln, s, sh.NumParams)
 		}
-		want := map[string][]float32{"params": sh.Params[lo : lo+ln]}
-		for k, v := range sh.OptState {
-			want["optimizer."+k] = v[lo : lo+ln]
+		want := map[string][]float32{}
+		want64 := map[string][]float64{}
+		if sh.Params64 != nil {
+			want64["params"] = sh.Params64[lo : lo+ln]
+			for k, v := range sh.OptState64 {
+				want64["optimizer."+k] = v[lo : lo+ln]
+			}
+		} else {
+			want["params"] = sh.Params[lo : lo+ln]
+			for k, v := range sh.OptState {
+				want["optimizer."+k] = v[lo : lo+ln]
+			}
 		}
-		for k, dst := range want {
+		read := func(k string) (checkpoint.Tensor, error) {
 			t, ok := ts[k]
 			if !ok {
-				return nil, bad("no tensor %q", k)
+				return t, bad("no tensor %q", k)
+			}
+			if (t.DType == "F64") != (sh.Params64 != nil) {
+				return t, bad("tensor %q is %s, but the parameters in %s are %s: the shards mix float32 and float64", k, t.DType, first, map[bool]string{true: "F64", false: "F32"}[sh.Params64 != nil])
+			}
+			return t, nil
+		}
+		for k, dst := range want {
+			t, err := read(k)
+			if err != nil {
+				return nil, err
 			}
 			v, err := t.Float32s()
 			if err != nil {
@@ -309,6 +363,21 @@ func ReadShards(path string, world int, id string) (*Shards, error) {
 				return nil, bad("tensor %q has shape %v, want [%d]", k, t.Shape, ln)
 			}
 			copy(dst, v)
+		}
+		for k, dst := range want64 {
+			t, err := read(k)
+			if err != nil {
+				return nil, err
+			}
+			v, err := t.Float64s()
+			if err != nil {
+				return nil, bad("tensor %q: %v", k, err)
+			}
+			if len(v) != ln || len(t.Shape) != 1 {
+				return nil, bad("tensor %q has shape %v, want [%d]", k, t.Shape, ln)
+			}
+			copy(dst, v)
+			want[k] = nil // known, for the check below
 		}
 		for k := range ts {
 			if _, ok := want[k]; !ok && (r > 0 || !strings.HasPrefix(k, "buffers.")) {

@@ -17,10 +17,11 @@ func (e *Engine) layout() {
 	ps := e.fp.Spans
 	hi := e.c.Size() * e.s
 	capBytes := e.opts.FirstBucketMB * (1 << 20)
+	esize := float64(e.fp.DType().Size())
 	// Cut points: every shard boundary, and cap-sized steps within.
 	for hi > 0 {
 		shardLo := (hi - 1) / e.s * e.s
-		lo := max(shardLo, hi-int(capBytes/4))
+		lo := max(shardLo, hi-int(capBytes/esize))
 		lo = max(lo, 0)
 		e.bkts = append(e.bkts, bucket{lo: lo, hi: hi, root: lo / e.s})
 		capBytes = e.opts.BucketMB * (1 << 20)
@@ -82,7 +83,12 @@ func (e *Engine) launchBucket(ctx context.Context, bi int) {
 		return
 	}
 	b := e.bkts[bi]
-	f := &inflight{b: bi, buf: e.fp.Grad[b.lo:b.hi]}
+	f := &inflight{b: bi}
+	if e.f64 != nil {
+		f.buf64 = e.fp.Grad64[b.lo:b.hi]
+	} else {
+		f.buf = e.fp.Grad[b.lo:b.hi]
+	}
 	e.pending[bi] = f
 	e.launch(ctx, f)
 }
@@ -99,7 +105,11 @@ func (e *Engine) launch(ctx context.Context, f *inflight) {
 		return
 	}
 	b := e.bkts[f.b]
-	w, err := e.c.Reduce(ctx, comm.FromSlice(f.buf), comm.Avg, b.root)
+	buf := comm.FromSlice(f.buf)
+	if f.buf64 != nil {
+		buf = comm.FromSlice(f.buf64)
+	}
+	w, err := e.c.Reduce(ctx, buf, comm.Avg, b.root)
 	if err != nil {
 		w = comm.Completed(err)
 	}
@@ -115,9 +125,16 @@ func (e *Engine) launch(ctx context.Context, f *inflight) {
 		defer close(f.done)
 		<-w.Done()
 		if f.err = w.Err(); f.err == nil && b.root == e.rank {
-			dst := e.gradShard[b.lo-e.lo : b.hi-e.lo]
-			for j, v := range f.buf {
-				dst[j] += v
+			if f.buf64 != nil {
+				dst := e.f64.gradShard[b.lo-e.lo : b.hi-e.lo]
+				for j, v := range f.buf64 {
+					dst[j] += v
+				}
+			} else {
+				dst := e.gradShard[b.lo-e.lo : b.hi-e.lo]
+				for j, v := range f.buf {
+					dst[j] += v
+				}
 			}
 		}
 		if transient {
@@ -126,7 +143,7 @@ func (e *Engine) launch(ctx context.Context, f *inflight) {
 		if f.pool {
 			e.pool.put(f.buf)
 		}
-		f.buf = nil
+		f.buf, f.buf64 = nil, nil
 	}()
 }
 

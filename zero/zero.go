@@ -167,6 +167,10 @@ type Engine struct {
 	// stage 3
 	st3 *stage3
 
+	// f64 holds the buffers and optimizer of float64 learnables (nil:
+	// float32; see dtype.go).
+	f64 *f64
+
 	// stage 2
 	bkts    []bucket
 	owner   [][]int // param -> buckets it touches
@@ -191,13 +195,14 @@ type bucket struct {
 }
 
 type inflight struct {
-	b    int
-	buf  []float32
-	pool bool // buf came from the bucket pool (and goes back to it)
-	left int
-	w    comm.Work
-	done chan struct{} // closed once reduced, folded in and freed
-	err  error
+	b     int
+	buf   []float32
+	buf64 []float64 // in place of buf for float64 learnables
+	pool  bool      // buf came from the bucket pool (and goes back to it)
+	left  int
+	w     comm.Work
+	done  chan struct{} // closed once reduced, folded in and freed
+	err   error
 }
 
 // New builds the engine for m. It pads m's buffers to N*S (so create
@@ -271,7 +276,7 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 	e := &Engine{c: c, fp: fp, state: state, opts: opts, p: p, s: s, rank: c.Rank(), lo: c.Rank() * s}
 	run := comm.Run(ctx)
 	if opts.Stage != 3 {
-		if fp.Grad == nil && opts.Stage == 1 {
+		if !fp.HasGrad() && opts.Stage == 1 {
 			return nil, comm.InvalidArgf("zero: rank %d: stage 1 needs the model's gradient buffer", c.Rank())
 		}
 		if err := fp.Grow(n * s); err != nil {
@@ -283,9 +288,13 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 		if err := e.share(opts.Stage == 1 || opts.Stage == 2 && fp.Bound()); err != nil {
 			return nil, err
 		}
-		e.flatP = fp.Value[:n*s]
+		if fp.DType() == comm.Float64 {
+			e.f64 = &f64{flatP: fp.Value64[:n*s]}
+		} else {
+			e.flatP = fp.Value[:n*s]
+		}
 	}
-	if err := run(c.Broadcast(ctx, comm.FromSlice(fp.Value[:p]), 0)); err != nil {
+	if err := run(c.Broadcast(ctx, fp.ValueBuf().Slice(0, p), 0)); err != nil {
 		return nil, fmt.Errorf("zero: broadcasting parameters: %w", err)
 	}
 	for _, b := range state {
@@ -306,6 +315,11 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 	case 1:
 		// The reduce-scatter runs in place: this rank's averaged shard
 		// lands in its own slice of the full buffer.
+		if e.f64 != nil {
+			e.f64.gradFull = fp.Grad64[:n*s]
+			e.f64.gradShard = e.f64.gradFull[e.lo : e.lo+s]
+			break
+		}
 		e.gradFull = fp.Grad[:n*s]
 		e.gradShard = e.gradFull[e.lo : e.lo+s]
 	case 2:
@@ -321,11 +335,21 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 				e.pool.a, e.pool.free = a, map[int][][]float32{}
 			}
 		}
-		e.gradShard = make([]float32, s)
+		if e.f64 != nil {
+			e.f64.gradShard = make([]float64, s)
+		} else {
+			e.gradShard = make([]float32, s)
+		}
 		e.layout()
 	}
 	fp.OnGrad(e.tapped)
 	var err error
+	if e.f64 != nil {
+		if e.f64.opt, err = optim.New64(opts.Optim, e.s); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
 	if e.opt, err = optim.New(opts.Optim, e.s); err != nil {
 		return nil, err
 	}
@@ -340,24 +364,23 @@ func (e *Engine) share(grads bool) error {
 	if !ok || e.opts.OrdinaryBuffers {
 		return nil
 	}
-	get := func(n int) []float32 {
-		b, free, err := a.Alloc(comm.Float32, n)
+	get := func(n int) comm.Buffer {
+		b, free, err := a.Alloc(e.fp.DType(), n)
 		if err != nil {
 			if !errors.Is(err, comm.ErrUnsupported) {
 				e.shareErr = err
 			}
-			return nil
+			return comm.Buffer{}
 		}
 		e.frees = append(e.frees, free)
-		s, _ := comm.AsSlice[float32](b)
-		return s
+		return b
 	}
-	v := get(len(e.fp.Value))
-	var g []float32
-	if v != nil && grads && e.fp.Grad != nil {
-		g = get(len(e.fp.Grad))
+	v := get(e.fp.ValueBuf().Len())
+	var g comm.Buffer
+	if v.Len() > 0 && grads && e.fp.HasGrad() {
+		g = get(e.fp.GradBuf().Len())
 	}
-	if err := e.fp.Move(v, g); err != nil {
+	if err := e.fp.MoveBuffers(v, g); err != nil {
 		e.Close()
 		return fmt.Errorf("zero: rank %d: %w", e.rank, err)
 	}
@@ -384,11 +407,14 @@ func (e *Engine) Close() error {
 	if len(e.frees) == 0 {
 		return nil
 	}
-	var g []float32
-	if e.fp.Grad != nil {
-		g = make([]float32, len(e.fp.Grad))
+	fresh := func(b comm.Buffer) comm.Buffer {
+		if b.Len() == 0 {
+			return comm.Buffer{}
+		}
+		f, _ := comm.FromBytes(b.DType(), make([]byte, b.Bytes()))
+		return f
 	}
-	if err := e.fp.Move(make([]float32, len(e.fp.Value)), g); err != nil {
+	if err := e.fp.MoveBuffers(fresh(e.fp.ValueBuf()), fresh(e.fp.GradBuf())); err != nil {
 		return err
 	}
 	if e.flatP != nil {
@@ -398,6 +424,7 @@ func (e *Engine) Close() error {
 		e.gradFull = e.fp.Grad[:len(e.gradFull)]
 		e.gradShard = e.gradFull[e.lo : e.lo+e.s]
 	}
+	e.f64.rebind(e)
 	for _, f := range e.frees {
 		f()
 	}
@@ -427,6 +454,9 @@ func (e *Engine) Params() *flat.Params { return e.fp }
 
 // Memory reports the bytes held (see the package doc).
 func (e *Engine) Memory() Memory {
+	if e.f64 != nil {
+		return e.f64.memory(e)
+	}
 	st, _ := e.opt.State()
 	var ob int64
 	for _, v := range st {
@@ -452,7 +482,7 @@ func (e *Engine) SetNoSync(on bool) { e.noSync = on }
 // layers that deliver gradients by value (nn models'
 // Graph.OnGrad; stage 3 models hand theirs to the store instead).
 func (e *Engine) AddGrad(i int, g []float32) {
-	if i < 0 || i >= len(e.fp.Spans) {
+	if i < 0 || i >= len(e.fp.Spans) || e.f64 != nil {
 		return
 	}
 	switch {
@@ -541,7 +571,11 @@ func (e *Engine) Finish(ctx context.Context) error {
 	case e.noSync:
 		return nil
 	default:
-		w, err := e.c.ReduceScatter(ctx, comm.FromSlice(e.gradShard), comm.FromSlice(e.gradFull), comm.Avg)
+		shard, full := comm.FromSlice(e.gradShard), comm.FromSlice(e.gradFull)
+		if e.f64 != nil {
+			shard, full = comm.FromSlice(e.f64.gradShard), comm.FromSlice(e.f64.gradFull)
+		}
+		w, err := e.c.ReduceScatter(ctx, shard, full, comm.Avg)
 		if err == nil {
 			err = w.Wait(ctx)
 		}
@@ -562,11 +596,18 @@ func (e *Engine) Step(ctx context.Context) error {
 		clear(e.gradShard)
 		return nil
 	}
-	e.opt.Step(e.flatP[e.lo:e.lo+e.s], e.gradShard)
-	clear(e.gradShard)
-	clear(e.fp.Grad) // the other ranks' unreduced parts (stage 1; stage 2 in place)
-	shard := comm.FromSlice(e.flatP).Slice(e.lo, e.lo+e.s)
-	if err := comm.Run(ctx)(e.c.AllGather(ctx, comm.FromSlice(e.flatP), shard)); err != nil {
+	all := comm.FromSlice(e.flatP)
+	if f := e.f64; f != nil {
+		f.opt.Step64(f.flatP[e.lo:e.lo+e.s], f.gradShard)
+		clear(f.gradShard)
+		all = comm.FromSlice(f.flatP)
+	} else {
+		e.opt.Step(e.flatP[e.lo:e.lo+e.s], e.gradShard)
+		clear(e.gradShard)
+	}
+	e.fp.ZeroGrad() // the other ranks' unreduced parts (stage 1; stage 2 in place)
+	shard := all.Slice(e.lo, e.lo+e.s)
+	if err := comm.Run(ctx)(e.c.AllGather(ctx, all, shard)); err != nil {
 		return fmt.Errorf("zero: all-gather of parameters: %w", err)
 	}
 	return nil
