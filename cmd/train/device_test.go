@@ -248,3 +248,29 @@ func TestDeviceZeroResumeAcross(t *testing.T) {
 		})
 	}
 }
+
+// TestDeviceGPT: a tiny gpt (one block, every layer type of the zoo's gpt)
+// trained by `train -device cuda` on a text file with gpt's defaults
+// (AdamW, a cosine schedule with warm-up, clipping) ends where -device cpu
+// ends, within deviceTol, with one rank and with two (nccl, each at half
+// the batch).
+func TestDeviceGPT(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	var b strings.Builder
+	for i := 0; b.Len() < 3000; i++ {
+		b.WriteString("func add(a, b int) int { return a + b } // the sum\n")
+		b.WriteString(strings.Repeat("x", i%7) + " = add(" + strings.Repeat("1", i%5+1) + ", 2)\n")
+	}
+	if err := os.WriteFile(text, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"-model", "gpt-L1-D32-H2-T16", "-data", text, "-steps", "8", "-warmup", "2", "-eval-every", "0",
+		"-eval-batch", "64", "-seed", "2", "-json", "-progress=false"}
+	cpu := trainEnv(t, nil, append([]string{"-device", "cpu", "-nproc", "1", "-batch", "8"}, common...)...)
+	one := trainEnv(t, fakeCUDAEnv(t), append([]string{"-device", "cuda", "-nproc", "1", "-batch", "8"}, common...)...)
+	two := trainEnv(t, ncclSharedEnv(t), append([]string{"-device", "cuda", "-nproc", "2", "-backend", "nccl", "-batch", "4"}, common...)...)
+	checkNear(t, "gpt, cuda vs cpu", one, cpu)
+	checkNear(t, "gpt, cuda, 2 ranks vs cpu", two, cpu)
+	t.Logf("gpt: eval loss %v (cuda), %v (cuda, 2 ranks), %v (cpu); train loss %v, %v, %v",
+		one.EvalLoss, two.EvalLoss, cpu.EvalLoss, one.TrainLoss, two.TrainLoss, cpu.TrainLoss)
+}
