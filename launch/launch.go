@@ -19,7 +19,12 @@
 //
 // Output: rank 0's stdout is copied to Spec.Stdout byte for byte, so JSON
 // output stays clean; the stdout of the other ranks and the stderr of every
-// rank go to Spec.Stderr, each line prefixed with "[rank N] ".
+// rank go to Spec.Stderr, each line prefixed with "[rank N] ". Progress
+// bars drawn with carriage returns stay readable: one progress line shows
+// at a time, the lowest rank's of those drawing one (the others' updates
+// are dropped, their final lines kept), redrawn in place with its prefix
+// ("\r[rank 0] step 3/10"), and cleared before any other line is
+// written (output.go).
 //
 // Supervision, like torchrun's agent: a failed rank's peers get
 // GracePeriod to exit by themselves, then the rest are killed (a rank
@@ -40,7 +45,6 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -55,7 +59,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -366,7 +369,7 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 	}
 	nodes := max(s.Nodes, 1)
 
-	var outMu sync.Mutex // serializes writes to s.Stdout and s.Stderr
+	con := newConsole(s.Stderr) // serializes writes to s.Stdout and s.Stderr
 	n := strconv.Itoa(nproc)
 	cmds := make([]*exec.Cmd, nproc)
 	flush := make([]func(), nproc)
@@ -409,12 +412,12 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 			}
 		}
 		prefix := fmt.Sprintf("[rank %d] ", s.NodeRank*nproc+r)
-		errW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
+		errW := con.writer(s.NodeRank*nproc+r, prefix)
 		if r == 0 && s.NodeRank == 0 {
-			cmd.Stdout = &lockedWriter{mu: &outMu, w: s.Stdout}
+			cmd.Stdout = con.raw(s.Stdout)
 			flush[r] = errW.Flush
 		} else {
-			outW := &prefixWriter{mu: &outMu, w: s.Stderr, prefix: prefix}
+			outW := con.writer(s.NodeRank*nproc+r, prefix)
 			cmd.Stdout = outW
 			flush[r] = func() { outW.Flush(); errW.Flush() }
 		}
@@ -557,81 +560,4 @@ func sortStatuses(s []RankStatus) {
 			s[j], s[j-1] = s[j-1], s[j]
 		}
 	}
-}
-
-// lockedWriter writes to w under mu.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// prefixWriter writes whole lines to w, each with prefix, under mu; a
-// carriage return ends a line too (a progress bar's updates), an empty one
-// is dropped. A partial last line waits for its newline or carriage
-// return, or for Flush. It is used by one
-// goroutine at a time (the one exec.Cmd starts to copy a pipe).
-type prefixWriter struct {
-	mu     *sync.Mutex
-	w      io.Writer
-	prefix string
-	buf    []byte
-}
-
-// maxLine bounds a buffered partial line; a longer one is written as is.
-const maxLine = 64 << 10
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	n := len(b)
-	p.buf = append(p.buf, b...)
-	var out []byte
-	for {
-		i := bytes.IndexAny(p.buf, "\n\r")
-		if i < 0 {
-			break
-		}
-		// A carriage return ends a progress bar's update, which the next
-		// overwrites: pass it on (prefixed) rather than hold it for a
-		// newline that comes only when the bar is done.
-		if p.buf[i] == '\n' || i > 0 {
-			out = append(out, p.prefix...)
-			out = append(out, p.buf[:i+1]...)
-		}
-		p.buf = p.buf[i+1:]
-	}
-	if len(p.buf) > maxLine {
-		out = append(out, p.prefix...)
-		out = append(out, p.buf...)
-		out = append(out, '\n')
-		p.buf = p.buf[:0]
-	}
-	if len(p.buf) == 0 {
-		p.buf = nil
-	}
-	if len(out) > 0 {
-		p.mu.Lock()
-		_, err := p.w.Write(out)
-		p.mu.Unlock()
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// Flush writes a pending partial line, ending it with a newline.
-func (p *prefixWriter) Flush() {
-	if len(p.buf) == 0 {
-		return
-	}
-	out := append(append([]byte(p.prefix), p.buf...), '\n')
-	p.buf = nil
-	p.mu.Lock()
-	p.w.Write(out)
-	p.mu.Unlock()
 }

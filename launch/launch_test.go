@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -374,28 +372,5 @@ func TestMultiNode(t *testing.T) {
 func TestBadSpec(t *testing.T) {
 	if err := Run(testCtx(t), Spec{NProc: 0}); err == nil {
 		t.Fatal("NProc 0 accepted")
-	}
-}
-
-func TestPrefixWriter(t *testing.T) {
-	var mu sync.Mutex
-	var b bytes.Buffer
-	p := &prefixWriter{mu: &mu, w: &b, prefix: "[r] "}
-	p.Write([]byte("a\nb"))
-	p.Write([]byte("c\n\nd"))
-	p.Flush()
-	if got := b.String(); got != "[r] a\n[r] bc\n[r] \n[r] d\n" {
-		t.Fatalf("got %q", got)
-	}
-	// A progress bar's updates pass at once, each prefixed.
-	b.Reset()
-	p.Write([]byte("\rstep 1/3 "))
-	p.Write([]byte("\rstep 2/3 "))
-	if got := b.String(); got != "[r] step 1/3 \r" {
-		t.Fatalf("bar: got %q", got)
-	}
-	p.Write([]byte("\rstep 3/3 \n"))
-	if got := b.String(); got != "[r] step 1/3 \r[r] step 2/3 \r[r] step 3/3 \n" {
-		t.Fatalf("bar: got %q", got)
 	}
 }
