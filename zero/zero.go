@@ -270,6 +270,9 @@ func newEngine(ctx context.Context, c comm.Comm, fp *flat.Params, state []comm.B
 	if err := fp.Check(); err != nil {
 		return nil, fmt.Errorf("zero: rank %d: %w", c.Rank(), err)
 	}
+	if err := fp.CheckSame(ctx, c); err != nil { // every rank's model has the same shapes
+		return nil, fmt.Errorf("zero: %w", err)
+	}
 	n := c.Size()
 	p := fp.Len()
 	s := (p + n - 1) / n
