@@ -28,6 +28,17 @@
 // all-reduce as soon as its last gradient is complete, while backward goes
 // on; without taps every bucket is reduced after backward.
 //
+// The learnables are float32 or float64 (all one type): float64 ones get
+// float64 buffers and all-reduces (the fp16/bf16 hooks take float32 only).
+//
+// # A new graph every step
+//
+// A model that builds a new graph every step (a LispMachine, a recurrent
+// model unrolled to each sequence) keeps its parameter tensors, not its
+// nodes: WrapValues takes the tensors once, and each step hands that
+// step's gradients over with AddGrads inside Backward's function; the
+// solver steps ValueGrads (see WrapValues and examples/charrnn).
+//
 // Who zeroes gradients: gorgonia's tape machine adds every backward pass's
 // gradients into the buffer, and nothing clears it but gorgonia's solvers
 // (at the end of Step) or ZeroGrad (call it after an update with package

@@ -1,11 +1,15 @@
-// Package flat lays a model's learnables out in two flat float32 buffers,
-// one for the parameters and one for their gradients, so that a strategy
-// (package ddp, package zero) can reduce a bucket of gradients as one
-// contiguous view: never a copy.
+// Package flat lays a model's learnables out in two flat buffers, one for
+// the parameters and one for their gradients, so that a strategy (package
+// ddp, package zero) can reduce a bucket of gradients as one contiguous
+// view: never a copy. The buffers are float32 (Value, Grad), or float64
+// (Value64, Grad64) for a plain gorgonia model whose learnables are all
+// float64 (DType says which; ValueBuf and GradBuf serve collectives
+// either way).
 //
-// It is the meeting point of the two ways into gdist: a plain gorgonia
-// model (learnables as []*gorgonia.Node, bound here with Bind) and the
-// models built from package nn, which lay out their own Params.
+// It is the meeting point of the ways into gdist: a plain gorgonia model
+// (learnables as []*gorgonia.Node, bound here with Bind), a model that
+// builds a new graph every step over tensors it keeps (BindValues), and
+// the models built from package nn, which lay out their own Params.
 //
 // # Plain gorgonia models
 //
@@ -26,6 +30,17 @@
 // pass's gradient into Grad (gradients accumulate until someone zeroes
 // them: gorgonia's solvers do at the end of Step; with package optim call
 // ZeroGrad after the update).
+//
+// # A new graph every step
+//
+// A model that builds a new graph every step (a LispMachine, a recurrent
+// model unrolled to each sequence's length) has new learnable nodes each
+// step but keeps its parameter tensors. BindValues takes those tensors
+// (named, as flat.Value) and re-backs them in place, once; each step's
+// graph is built over them (gorgonia.WithValue(t)), and after the pass
+// AddGrads adds the step's gradients (nodes[i]: this graph's node over
+// tensor i) into Grad, telling the strategy as each one lands.
+// ValueGrads hands a gorgonia solver the tensors with the flat gradients.
 //
 // # Gradient taps
 //

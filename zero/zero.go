@@ -73,7 +73,15 @@
 // stage 1 saves (the optimizer state) and differs in reducing each bucket
 // to its owner during backward (with taps, as in package ddp). Stage 3
 // needs layers that fetch their parameters from a store (Sharded: the
-// nn models).
+// nn models). WrapValues is the same for a model that builds a new graph
+// every step over tensors it keeps (see ddp.WrapValues): AddGrads hands
+// each step's gradients over inside Backward's function.
+//
+// float64 learnables (all of them; Wrap and WrapValues) get float64
+// buffers, collectives and an optim.Optimizer64 (the Config's optimizer
+// in float64: Grads64, Optimizer64), and their checkpoints hold F64
+// tensors (Shards.Params64 and OptState64; LoadParams64,
+// LoadOptimizerState64).
 //
 // Checkpoints (checkpoint.go, package train): every rank writes its
 // contiguous span of the flat parameters and optimizer state; stage 3
