@@ -20,7 +20,6 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/rendezvous"
-	"github.com/gdist/gdist/launch"
 )
 
 // The test binary doubles as a worker: GDIST_SHM_TEST_CHILD selects what
@@ -109,14 +108,8 @@ func killRank(t *testing.T, mode string) {
 	var out syncBuf
 	done := make(chan error, 1)
 	go func() {
-		done <- launch.Run(ctx, launch.Spec{
-			NProc: 3,
-			Args:  []string{os.Args[0], "-test.run=^$"},
-			Env: []string{childEnv + "=" + mode, childDirEnv + "=" + dir, "GDIST_SHM_DIR=" + dir,
-				"GORACE=atexit_sleep_ms=0"},
-			Stdout: &out, Stderr: &out, GracePeriod: time.Minute,
-			Logf: func(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) },
-		})
+		done <- launchRun(ctx, 3, []string{os.Args[0], "-test.run=^$"},
+			[]string{childEnv + "=" + mode, childDirEnv + "=" + dir, "GDIST_SHM_DIR=" + dir, "GORACE=atexit_sleep_ms=0"}, &out)
 	}()
 	var victim int
 	waitForPids := time.Now().Add(time.Minute)
@@ -151,8 +144,7 @@ func killRank(t *testing.T, mode string) {
 	err := <-done
 	took := time.Since(killed)
 	text := out.String()
-	var ee *launch.ExitError
-	if !errors.As(err, &ee) {
+	if !isExitError(err) {
 		t.Fatalf("launch: %v, want an ExitError; output:\n%s", err, text)
 	}
 	if strings.Contains(text, "killed by the launcher") {
