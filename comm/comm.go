@@ -85,9 +85,48 @@ type Comm interface {
 }
 
 // TrafficCounter is implemented by Comms that count the payload bytes they
-// exchange with other ranks (every backend built on comm/algo does).
+// exchange with other ranks (every backend built on comm/algo does). sent
+// counts messages only: a zero-copy collective (buffers from Alloc on
+// the shm backend) sends none of its data, so use MovedCounter to compare
+// algorithms' volumes.
 type TrafficCounter interface {
 	Traffic() (sent, received int64)
+}
+
+// MovedCounter is implemented by Comms that count the payload bytes this
+// rank moved to and from other ranks, per transport (every backend built
+// on comm/algo does). The counts are since the Comm was made; a Comm from
+// Split counts its own.
+type MovedCounter interface {
+	Moved() []Moved
+}
+
+// Moved is what one rank moved over one transport, in payload bytes: in
+// messages (sent and received) and, in the zero-copy collectives, by
+// reading peers' shared buffers and writing into them. Every byte that
+// goes from one rank to another is moved once, by one of the two: a
+// message by its sender, a zero-copy byte by the rank that reads it from
+// or writes it into the peer's buffer. So Bytes, per rank, is comparable
+// with an algorithm's textbook volume whichever path ran (an all-reduce of
+// n bytes over p ranks: 2n(p-1)/p, by the ring's messages or by the
+// zero-copy reads and writes), and summed over the ranks it is the job's
+// traffic.
+type Moved struct {
+	Transport      string // "shm", "tcp", "inproc", ...
+	Sent, Received int64  // in messages
+	Written, Read  int64  // into and out of peers' shared buffers
+}
+
+// Bytes is what the rank moved: Sent + Written + Read.
+func (m Moved) Bytes() int64 { return m.Sent + m.Written + m.Read }
+
+// MovedBytes sums Bytes over ms.
+func MovedBytes(ms []Moved) int64 {
+	var n int64
+	for _, m := range ms {
+		n += m.Bytes()
+	}
+	return n
 }
 
 // PeerConnector is implemented by Comms that set up per-peer resources for

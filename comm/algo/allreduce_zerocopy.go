@@ -241,6 +241,7 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reducing, g
 			}
 		}
 	}
+	// Each peer's block r was read (reducing) and written (gather) once.
 	own := int64(hi - lo)
 	var read int64 // bytes read from peers
 	if reducing {
@@ -248,6 +249,18 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reducing, g
 	}
 	c0, _ := c.outer(0)
 	c0.received.Add(read)
+	for q := range p {
+		if q == r || own == 0 {
+			continue
+		}
+		t := c.traffic(q)
+		if reducing {
+			t.read.Add(own)
+		}
+		if gather {
+			t.written.Add(own)
+		}
+	}
 	return true, nil
 }
 

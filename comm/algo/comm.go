@@ -47,8 +47,9 @@ type Comm struct {
 	collCtx    context.Context
 	collCancel context.CancelFunc
 
-	sent, received atomic.Int64 // payload bytes
-	heard          []heard      // per rank: the last collective message received from it
+	sent, received atomic.Int64  // payload bytes
+	moved          []peerTraffic // per rank of the transport (traffic.go)
+	heard          []heard       // per rank: the last collective message received from it
 
 	mu       sync.Mutex
 	seq      uint64
@@ -103,8 +104,8 @@ func newComm(t Transport, group uint64, rank int, members []int, opts comm.Optio
 	life, finish := context.WithCancel(context.Background())
 	c := &Comm{t: t, group: group, rank: rank, members: members, opts: opts, world: world,
 		tuning: tun, life: life, finish: finish, p2pTail: map[p2pKey]*p2pOp{},
-		heard: make([]heard, len(members)),
-		args:  opcheck.Args{Rank: rank, Size: len(members), Buf: opcheck.HostBuf}}
+		heard: make([]heard, len(members)), moved: make([]peerTraffic, t.Size()),
+		args: opcheck.Args{Rank: rank, Size: len(members), Buf: opcheck.HostBuf}}
 	c.layout = OneHost(len(members))
 	if hm, ok := t.(HostMap); ok {
 		if hosts := hm.Hosts(); len(hosts) == t.Size() {
@@ -699,6 +700,7 @@ func (o *op) send(to int, step uint32, b []byte) error {
 	if err == nil && to != o.c.rank {
 		c, _ := o.c.outer(0)
 		c.sent.Add(int64(len(b)))
+		o.c.traffic(to).sent.Add(int64(len(b)))
 	}
 	return o.explain(err, to, true)
 }
@@ -710,6 +712,7 @@ func (o *op) recv(from int, step uint32, b []byte) error {
 	if err == nil && from != o.c.rank {
 		c, _ := o.c.outer(0)
 		c.received.Add(int64(len(b)))
+		o.c.traffic(from).received.Add(int64(len(b)))
 		o.note(from, step)
 	}
 	return o.explain(err, from, false)
@@ -736,6 +739,7 @@ func (o *op) recvReduce(from int, step uint32, dst, acc, tmp []byte) error {
 		if err == nil && from != o.c.rank {
 			c, _ := o.c.outer(0)
 			c.received.Add(int64(len(dst)))
+			o.c.traffic(from).received.Add(int64(len(dst)))
 			o.note(from, step)
 		}
 		return o.explain(err, from, false)

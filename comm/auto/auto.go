@@ -176,6 +176,15 @@ func (t *Transport) Remote() []int { return slices.Clone(t.remote) }
 // Hosts returns the host id of every world rank.
 func (t *Transport) Hosts() []string { return slices.Clone(t.hosts) }
 
+// Route names the part that reaches world rank peer, "shm" or "tcp"
+// (algo.Router: the Comm's Moved counts per part).
+func (t *Transport) Route(peer int) string {
+	if peer >= 0 && peer < len(t.onHost) && t.onHost[peer] {
+		return "shm"
+	}
+	return "tcp"
+}
+
 // Err returns the failure that ended the transport, or nil while it works
 // (after Close, an error wrapping comm.ErrClosed).
 func (t *Transport) Err() error {

@@ -260,3 +260,93 @@ func TestOnTmpfs(t *testing.T) {
 		t.Error("/proc reported as a tmpfs")
 	}
 }
+
+// TestMoved: what each rank moved (comm.MovedCounter) is the algorithm's
+// textbook volume whichever path ran: an all-reduce of n bytes over p
+// ranks moves 2n(p-1)/p per rank, as messages on ordinary buffers and as
+// reads and writes of the peers' shared buffers on comm.Alloc's (where
+// Traffic's sent shows only the exchange); reduce-scatter and all-gather
+// n(p-1)/p each. Only the small messages of the zero-copy exchange (32
+// bytes to each peer) and of the algorithms' handshakes are on top.
+func TestMoved(t *testing.T) {
+	t.Setenv("GDIST_ZEROCOPY_MIN", "1")
+	const n = 1 << 18 // floats
+	for _, p := range []int{2, 3, 4} {
+		for _, shared := range []bool{true, false} {
+			t.Run(fmt.Sprintf("p%d/shared=%v", p, shared), func(t *testing.T) {
+				w := mkWorld(t, p, comm.Options{}, Options{})
+				ctx := ctxT(t, 60*time.Second)
+				cs := make([]*algo.Comm, p)
+				for r := range p {
+					cs[r] = algo.NewComm(w.ts[r], comm.Options{})
+				}
+				type vol struct{ ar, rs, ag int64 }
+				got := make([]vol, p)
+				errc := make(chan error, p)
+				for r := range p {
+					go func() {
+						errc <- func() error {
+							c := cs[r]
+							buf := func(k int) (comm.Buffer, error) {
+								if !shared {
+									return comm.FromSlice(make([]float32, k)), nil
+								}
+								b, free, err := comm.Alloc(c, comm.Float32, k)
+								t.Cleanup(free)
+								return b, err
+							}
+							a, err := buf(n)
+							if err != nil {
+								return err
+							}
+							part, err := buf(n / p)
+							if err != nil {
+								return err
+							}
+							moved := func() int64 { return comm.MovedBytes(c.Moved()) }
+							m0 := moved()
+							if err := comm.Run(ctx)(c.AllReduce(ctx, a, comm.Sum)); err != nil {
+								return err
+							}
+							m1 := moved()
+							whole := a.Slice(0, p*(n/p))
+							if err := comm.Run(ctx)(c.ReduceScatter(ctx, part, whole, comm.Sum)); err != nil {
+								return err
+							}
+							m2 := moved()
+							if err := comm.Run(ctx)(c.AllGather(ctx, whole, part)); err != nil {
+								return err
+							}
+							got[r] = vol{m1 - m0, m2 - m1, moved() - m2}
+							for _, m := range c.Moved() {
+								if m.Transport != "shm" {
+									return fmt.Errorf("rank %d: moved over %q, want shm only: %+v", r, m.Transport, c.Moved())
+								}
+							}
+							if sent, _ := c.Traffic(); shared && sent > 1024 {
+								return fmt.Errorf("rank %d: sent %d bytes in zero-copy collectives, want only the exchanges", r, sent)
+							}
+							return nil
+						}()
+					}()
+				}
+				for range p {
+					if err := <-errc; err != nil {
+						t.Fatal(err)
+					}
+				}
+				full := float64(4 * n)
+				want := vol{int64(2 * full * float64(p-1) / float64(p)), int64(full * float64(p-1) / float64(p)), int64(full * float64(p-1) / float64(p))}
+				near := func(got, want int64) bool {
+					return float64(got) >= 0.99*float64(want) && float64(got) <= 1.01*float64(want)+1024
+				}
+				for r, g := range got {
+					if !near(g.ar, want.ar) || !near(g.rs, want.rs) || !near(g.ag, want.ag) {
+						t.Errorf("rank %d moved %d / %d / %d bytes in all-reduce / reduce-scatter / all-gather, want %d / %d / %d (n(p-1)/p x 2, 1, 1)",
+							r, g.ar, g.rs, g.ag, want.ar, want.rs, want.ag)
+					}
+				}
+			})
+		}
+	}
+}
