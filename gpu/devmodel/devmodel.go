@@ -6,8 +6,8 @@ import (
 	"math/bits"
 	"unsafe"
 
-	"github.com/gdist/gdist/gpu/cublas"
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/kernels"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
@@ -26,6 +26,15 @@ type Config struct {
 	// norm before each update (train's -clip-grad). With a Shard, Update
 	// does not clip: the norm is over every rank's shard (ClipShard).
 	ClipGrad float64
+	// Precision is the matrix products' precision, by PyTorch's names
+	// (package gemm): "fp32" (the default, ""), "tf32" (allow_tf32) or
+	// "bf16" (autocast to bfloat16: the products' inputs; parameters,
+	// gradients, optimizer state and every other layer stay fp32).
+	Precision gemm.Precision
+	// SyncBN, when set, makes every batch norm a SyncBatchNorm across the
+	// data-parallel ranks (see SyncBNFunc; HostSyncBN makes one from an
+	// nn.SyncFunc such as syncbn's).
+	SyncBN SyncBNFunc
 	// Shard, when Hi > 0, is the range [Lo, Hi) of the flat buffers
 	// whose optimizer state this model holds and updates (ZeRO: a rank's
 	// shard): the state buffers hold Hi-Lo values and Update changes the
@@ -63,7 +72,7 @@ type Model struct {
 
 	k    *kernels.Kernels
 	s    *cuda.Stream
-	h    *cublas.Handle
+	h    *gemm.Engine
 	pool *cuda.Pool
 
 	state  [2]uintptr // momentum; or Adam's m and v
@@ -122,7 +131,7 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	if d.s, err = cuda.NewStream(d.dev, false); err != nil {
 		return nil, err
 	}
-	if d.h, err = cublas.New(d.dev, d.s); err != nil {
+	if d.h, err = gemm.New(d.dev, d.s, gemm.Config{Precision: cfg.Precision}); err != nil {
 		return nil, err
 	}
 	d.pool = cuda.NewDevicePool(d.dev, math.MaxInt64)

@@ -1,8 +1,10 @@
 package devmodel
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/kernels"
@@ -11,7 +13,7 @@ import (
 
 // Layers names the nn layers that have device kernels (what Check
 // accepts).
-const Layers = "Sequential, Residual, Linear, Conv2d, BatchNorm1d/2d (not synced), ReLU, GELU, Tanh, MaxPool2d, Flatten, Dropout, LayerNorm, Embedding, PositionEmbedding, CausalSelfAttention"
+const Layers = "Sequential, Residual, Linear, Conv2d, BatchNorm1d/2d (SyncBatchNorm with Config.SyncBN), ReLU, GELU, Tanh, MaxPool2d, Flatten, Dropout, LayerNorm, Embedding, PositionEmbedding, CausalSelfAttention"
 
 // act is an activation on the device: its values, its gradient (0: none
 // needed: the network's input, or nothing upstream learns) and shape
@@ -322,8 +324,12 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		return out, nil
 	case *nn.BatchNorm:
 		st := l.State()
-		if st.Sync != nil {
-			return nil, fmt.Errorf("layer %s (%T): SyncBatchNorm has no device path yet (its statistics' all-reduce)", quote(name), l)
+		var sync kernels.BNSync
+		if c.d != nil {
+			sync = kernels.BNSync(c.d.cfg.SyncBN)
+			if st.Sync != nil && sync == nil {
+				return nil, fmt.Errorf("layer %s (%T): a SyncBatchNorm (the host layer has a Sync hook) needs Config.SyncBN on the device (devmodel.HostSyncBN makes one of the host's hook)", quote(name), l)
+			}
 		}
 		if (len(x.shape) != 2 && len(x.shape) != 4) || x.shape[1] != st.C {
 			return nil, shapeErr(fmt.Sprintf("(N, %d) or (N, %d, H, W)", st.C, st.C))
@@ -353,9 +359,9 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		gamma, beta := c.param(), c.param()
 		c.add(name, func() error {
 			bd.batches++
-			return d.k.BatchNormForward(d.s, out.val, xhat, x.val, P(gamma), P(beta), bd.mean, bd.vr, ws, n, inner, cfg, true)
+			return d.k.BatchNormForwardSync(d.s, out.val, xhat, x.val, P(gamma), P(beta), bd.mean, bd.vr, ws, n, inner, cfg, true, sync)
 		}, func() error {
-			return d.k.BatchNormBackward(d.s, x.grad, G(gamma), G(beta), out.grad, xhat, P(gamma), ws, n, inner, cfg, true)
+			return d.k.BatchNormBackwardSync(d.s, x.grad, G(gamma), G(beta), out.grad, xhat, P(gamma), ws, n, inner, cfg, true, sync)
 		})
 		// evaluation: the running statistics, read only; no xhat
 		c.p.ops[len(c.p.ops)-1].eval = func() error {
@@ -563,4 +569,49 @@ func (c *compiler) embedding(e *nn.Embedding, pe *nn.PositionEmbedding, name str
 		return d.k.EmbeddingBackward(d.s, d.Grads+w, dpos, out.grad, x.val, rows, e.Num, e.Dim, t, true)
 	})
 	return out, nil
+}
+
+// SyncBNFunc makes batch norm's statistics span the data-parallel ranks
+// on the device (SyncBatchNorm; Config.SyncBN): nn.BNLayer.Sync's
+// contract over device memory (kernels.BNSync). With stage "forward" buf
+// is the device address of this rank's per-channel [sum x (C), M2 (C),
+// count] (n = 2C+1 float64s), to be replaced with the values of the
+// union of every rank's batch (M2 combined with Chan's formula, as
+// package syncbn does); with "backward", [sum dy (C), sum dy xhat (C)]
+// (n = 2C), to be replaced with their sums over the ranks. The values
+// are queued on s, the model's stream: the hook orders its work after
+// them (queues it on s, or synchronizes s first) and leaves the result
+// ready for work queued on s after it returns. Every rank calls it in
+// the same order (the batch norms in layer order forward, in reverse
+// backward); dgamma and dbeta stay per rank, as nn's. An error stops the
+// step (ForwardBackward returns it, naming the layer).
+type SyncBNFunc func(s *cuda.Stream, stage string, buf uintptr, n int) error
+
+// HostSyncBN makes a SyncBNFunc of a host hook, nn's SyncFunc
+// (syncbn.Syncer.Hook's: the CPU path's SyncBatchNorm over a comm.Comm):
+// it waits for s, copies the n float64s down, calls fn with ctx (which
+// bounds fn's collectives: the context of the training run) and copies
+// the result up (8 n bytes each way per batch-norm layer and pass). The
+// statistics are then combined exactly as on the CPU path.
+func HostSyncBN(ctx context.Context, fn nn.SyncFunc) SyncBNFunc {
+	return func(s *cuda.Stream, stage string, buf uintptr, n int) error {
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
+		host := make([]float64, n)
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), 8*n)
+		if err := cuda.CopyDtoH(s.Device(), b, buf); err != nil {
+			return err
+		}
+		if err := fn(ctx, stage, host); err != nil {
+			return fmt.Errorf("syncbn %s: %w", stage, err)
+		}
+		return cuda.CopyHtoD(s.Device(), buf, b)
+	}
+}
+
+// Products says what computes the model's matrix products and in which
+// precision: cuBLAS (version, path) or gdist's tiled kernel and why.
+func (d *Model) Products() string {
+	return fmt.Sprintf("%s, %s", d.h.Backend(), d.h.Precision())
 }

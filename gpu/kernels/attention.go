@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gdist/gdist/gpu/cublas"
 	"github.com/gdist/gdist/gpu/cuda"
 )
 
@@ -50,7 +49,7 @@ func (k *Kernels) heads(s *cuda.Stream, dst, src uintptr, g AttentionGeom, ld, o
 // (S with alpha 1/sqrt(D), as nn), the softmax is CausalSoftmax (nn's
 // operations); p (g.Probs() float32s) keeps P for AttentionBackward. On
 // h's stream.
-func AttentionForward(h *cublas.Handle, k *Kernels, out, p, qkv, ws uintptr, g AttentionGeom) error {
+func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g AttentionGeom) error {
 	if err := sameDevice(h, k); err != nil {
 		return err
 	}
@@ -89,7 +88,7 @@ func AttentionForward(h *cublas.Handle, k *Kernels, out, p, qkv, ws uintptr, g A
 // dP)) / sqrt(D) (CausalSoftmaxBackward), dQ = dS K, dK = dS^T Q, each
 // product one cuBLAS batched call over all sequences and heads. On h's
 // stream.
-func AttentionBackward(h *cublas.Handle, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g AttentionGeom) error {
+func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g AttentionGeom) error {
 	if err := sameDevice(h, k); err != nil {
 		return err
 	}

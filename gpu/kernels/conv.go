@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 
-	"github.com/gdist/gdist/gpu/cublas"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/rtc"
 )
@@ -63,7 +62,7 @@ func (g ConvGeom) args() []any {
 	return []any{int32(g.N), int32(g.C), int32(g.H), int32(g.W), int32(g.K), int32(g.Pad), int32(g.stride()), int32(ho), int32(wo)}
 }
 
-func sameDevice(h *cublas.Handle, k *Kernels) error {
+func sameDevice(h Products, k *Kernels) error {
 	if h.Device() != k.dev {
 		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
 	}
@@ -75,7 +74,7 @@ func sameDevice(h *cublas.Handle, k *Kernels) error {
 // into ws by im2col ([C K K, N Ho Wo]), then one cuBLAS batched product
 // per image (y[n] = W [Cout, C K K] times image n's columns), written in
 // NCHW, and the bias added per channel. On h's stream.
-func Conv2dForward(h *cublas.Handle, k *Kernels, y, x, w, b, ws uintptr, g ConvGeom) error {
+func Conv2dForward(h Products, k *Kernels, y, x, w, b, ws uintptr, g ConvGeom) error {
 	if err := sameDevice(h, k); err != nil {
 		return err
 	}
@@ -104,7 +103,7 @@ func Conv2dForward(h *cublas.Handle, k *Kernels, y, x, w, b, ws uintptr, g ConvG
 // accumulate added to; db 0 skips it), and, unless dx is 0 (a network's
 // input), dx = col2im(W^T D) (set). Each is one cuBLAS product over the
 // whole batch or one deterministic kernel. On h's stream.
-func Conv2dBackward(h *cublas.Handle, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g ConvGeom, accumulate bool) error {
+func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g ConvGeom, accumulate bool) error {
 	if err := sameDevice(h, k); err != nil {
 		return err
 	}

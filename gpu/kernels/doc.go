@@ -14,8 +14,11 @@
 // layers' conv.cu, pointwise.cu and rows.cu, compiled with --fmad=false so
 // that every float operation rounds on its own, as Go's do) compiled at
 // run time by NVRTC through gpu/rtc (Programs lists them); the products
-// are cuBLAS's (gpu/cublas), fp32 (no TF32), batched where a layer has
-// many (a convolution's images, attention's heads).
+// go through a Products: a cuBLAS handle (gpu/cublas, fp32), or package
+// gpu/gemm's Engine (cuBLAS or, without it, gdist's tiled kernel; fp32,
+// TF32 or bf16 autocast), batched where a layer has many (a
+// convolution's images, attention's heads). The tolerances below are
+// fp32's; gpu/gemm states TF32's and bf16's.
 //
 //	k, _ := kernels.Load(dev)
 //	h, _ := cublas.New(dev, stream)
@@ -172,11 +175,14 @@
 // (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
 // TestRealNVRTC compiles every program with a real NVRTC where installed.
 //
+// SyncBatchNorm: BatchNormForwardSync and BatchNormBackwardSync call a
+// BNSync hook between the per-channel sums and their use ([sum x, M2,
+// count] forward, [sum dy, sum dy xhat] backward, nn.BNLayer.Sync's
+// layout), which makes them span the ranks.
+//
 // Package gpu/devmodel places a whole nn.Model on the device over these
 // kernels (a layer without device kernels refused by name). Not yet here
-// (issue 28): SyncBatchNorm's all-reduce of
-// the statistics (BatchNormForward's workspace holds nn's [sum, M2,
-// count] layout for it), the LR schedule's value per step (a host
+// (issue 28): the LR schedule's value per step (a host
 // function of the step: pass it to SGD or Adam), bf16 autocast (GemmEx),
 // fused kernels (conv + bias + ReLU + pool, attention without the T x T
 // probabilities) and their speed: correctness first.

@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"fmt"
 
-	"github.com/gdist/gdist/gpu/cublas"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/rtc"
 )
@@ -270,7 +269,7 @@ func (k *Kernels) SGD(s *cuda.Stream, params, grads, momentum uintptr, n int, c 
 // W [in, out] + b [out] (nn stores the weight [in, out], PyTorch's
 // transposed), with cuBLAS on h's stream and the bias added there (b 0:
 // none). h and k must be of one device.
-func LinearForward(h *cublas.Handle, k *Kernels, y, x, w, b uintptr, rows, in, out int) error {
+func LinearForward(h Products, k *Kernels, y, x, w, b uintptr, rows, in, out int) error {
 	if h.Device() != k.dev {
 		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
 	}
@@ -288,7 +287,7 @@ func LinearForward(h *cublas.Handle, k *Kernels, y, x, w, b uintptr, rows, in, o
 // accumulate, dW and db are added to (as gradients accumulate over
 // micro-batches), else overwritten. dx 0 skips the input's gradient (the
 // network's first layer), db 0 the bias's. On h's stream.
-func LinearBackward(h *cublas.Handle, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, in, out int, accumulate bool) error {
+func LinearBackward(h Products, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, in, out int, accumulate bool) error {
 	if h.Device() != k.dev {
 		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
 	}
@@ -308,4 +307,18 @@ func LinearBackward(h *cublas.Handle, k *Kernels, dx, dw, db, x, w, dy uintptr, 
 		return nil
 	}
 	return h.MatMul(false, true, rows, in, out, 1, dy, w, 0, dx)
+}
+
+// Products computes the layers' matrix products on one device, queued in
+// order on one stream: a *cublas.Handle (fp32), or a *gemm.Engine
+// (cuBLAS, or gdist's tiled kernel where cuBLAS is absent, in fp32, TF32
+// or bf16 autocast). MatMul and MatMulBatched are cublas.Handle's
+// row-major products; the layers use both transposes and strided
+// batches.
+type Products interface {
+	Device() int
+	Stream() *cuda.Stream // where the products are queued (the layers' kernels go there too)
+	MatMul(ta, tb bool, m, n, k int, alpha float32, a, b uintptr, beta float32, c uintptr) error
+	MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,
+		b uintptr, ldb int, sb int64, beta float32, c uintptr, ldc int, sc int64, batch int) error
 }

