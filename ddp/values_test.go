@@ -3,6 +3,7 @@ package ddp_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,5 +131,24 @@ func TestPlainDTypes(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMixedDTypes: float32 learnables on one rank and float64 on another
+// fail on every rank before any buffer is mixed, naming the ranks.
+func TestMixedDTypes(t *testing.T) {
+	err := commtest.RunRanks(context.Background(), inprocWorld(t, 2), time.Minute, func(ctx context.Context, c comm.Comm) error {
+		dt := tensor.Float32
+		if c.Rank() == 1 {
+			dt = tensor.Float64
+		}
+		_, err := ddp.WrapValues(ctx, c, plaintest.Values(plaintest.Params(dt, 1)), ddp.Options{})
+		if err == nil || !strings.Contains(err.Error(), "rank 1 has \"float64 ") {
+			return fmt.Errorf("got %v, want an error naming rank 1's float64", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

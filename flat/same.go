@@ -15,6 +15,9 @@ import (
 // every rank calls it. ddp and zero call it when they wrap a model.
 func (p *Params) CheckSame(ctx context.Context, c comm.Comm) error {
 	var b []byte
+	if p.DType() != comm.Float32 { // float32 on one rank, float64 on another
+		b = fmt.Appendf(b, "%v ", p.DType())
+	}
 	for i, s := range p.Spans {
 		b = fmt.Appendf(b, "%d:%v ", i, s.Shape)
 	}
