@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +144,72 @@ func TestMain_Processes(t *testing.T) {
 	code, _, errOut = runMain(t, "main", "-nproc", "x")
 	if code != 2 || !strings.Contains(errOut, "-nproc") {
 		t.Fatalf("-nproc x: exit %d\nstderr:\n%s", code, errOut)
+	}
+}
+
+// freePort returns a TCP port free on 127.0.0.1 a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestMain_UnderOtherLaunchers: a program calling Main, started by
+// torchrun, mpirun or srun (their environment, set here by hand), joins
+// as one rank of their job whatever its -nproc says: 2 processes, one
+// world of 2.
+func TestMain_UnderOtherLaunchers(t *testing.T) {
+	for _, l := range []struct {
+		name string
+		env  func(rank int) []string
+	}{
+		{"torchrun", func(r int) []string {
+			return []string{"TORCHELASTIC_RUN_ID=job7", "RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=2"}
+		}},
+		{"mpirun", func(r int) []string {
+			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_MCA_ess_base_jobid=7"}
+		}},
+		{"srun", func(r int) []string {
+			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=2", "SLURM_LOCALID=" + strconv.Itoa(r), "SLURM_TASKS_PER_NODE=2", "SLURM_JOB_ID=7"}
+		}},
+	} {
+		t.Run(l.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			port := strconv.Itoa(freePort(t))
+			var base []string
+			for _, kv := range os.Environ() {
+				if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "OMPI_") && !strings.HasPrefix(k, "SLURM_") && !strings.HasPrefix(k, "GDIST_") &&
+					k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" && k != "LOCAL_WORLD_SIZE" && k != "TORCHELASTIC_RUN_ID" && k != "MASTER_PORT" && k != "MASTER_ADDR" {
+					base = append(base, kv)
+				}
+			}
+			outs := make([]*strings.Builder, 2)
+			errs := make([]*strings.Builder, 2)
+			cmds := make([]*exec.Cmd, 2)
+			for r := range cmds {
+				cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "5", "-backend", "tcp")
+				cmd.Env = append(append(append([]string(nil), base...), l.env(r)...),
+					childEnv+"=main", "GORACE=atexit_sleep_ms=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "GDIST_STORE_PORT="+port, "GDIST_TOKEN=00112233")
+				outs[r], errs[r] = &strings.Builder{}, &strings.Builder{}
+				cmd.Stdout, cmd.Stderr = outs[r], errs[r]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = cmd
+			}
+			for r, cmd := range cmds {
+				if err := cmd.Wait(); err != nil {
+					t.Errorf("rank %d: %v\nstderr:\n%s", r, err, errs[r])
+				}
+			}
+			if outs[0].String() != "sum 1 over 2 ranks\n" || outs[1].String() != "" {
+				t.Fatalf("stdout %q and %q, want rank 0's sum over 2 ranks", outs[0], outs[1])
+			}
+		})
 	}
 }
