@@ -57,7 +57,7 @@ type Stage struct {
 	plans         map[int]*plan
 	ran           map[*plan]bool // planned batch sizes that ran forward
 	lossPlan      *plan          // the last LossBackward's
-	inPer, outPer int   // floats per sample in and out
+	inPer, outPer int            // floats per sample in and out
 	ws            uintptr
 	norm          float64 // the last GradNorm's, while fresh
 	fresh         bool
