@@ -65,6 +65,9 @@ func (c *Config) Settings() []string {
 	if c.Device != "" && c.Device != "cpu" {
 		out = append(out, "-device "+c.Device)
 	}
+	if c.Precision != "" && c.Precision != "fp32" {
+		out = append(out, "-precision "+c.Precision)
+	}
 	return append(out,
 		"-syncbn "+b(c.SyncBN),
 		"-save "+save,

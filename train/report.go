@@ -131,7 +131,7 @@ func (r textReporter) Summary(s *Summary) error {
 			s.Model, s.WorldSize, s.Steps, s.SamplesPerSec, s.StepMsP50, s.EvalLoss, s.TestAccuracy)
 	}
 	if s.Device != "" && s.Device != "cpu" {
-		fmt.Fprintf(r.out, "device %s: peak device memory %.1f MiB\n", s.Device, float64(s.PeakDeviceBytes)/(1<<20))
+		fmt.Fprintf(r.out, "device %s (%s): peak device memory %.1f MiB\n", s.Device, s.Precision, float64(s.PeakDeviceBytes)/(1<<20))
 	}
 	if s.Pipeline != nil {
 		fmt.Fprintln(r.out, s.Pipeline.Text())

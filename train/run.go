@@ -566,6 +566,9 @@ func (r *run) summary(ctx context.Context) (*Summary, error) {
 		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
 		Overlap: true, BLAS: models.BLAS, WallSeconds: time.Since(r.start).Seconds(),
 		ClippedSteps: r.st.clipped, GradNormP50: median(r.st.norms), LR: r.st.lastLR, Device: cfg.DeviceName(), Run: r.info}
+	if s.Device != "cpu" {
+		s.Precision = cfg.Precision
+	}
 	if s.StepMsP50 > 0 {
 		s.LoopSamplesPerSec = float64(s.GlobalBatch) / (s.StepMsP50 / 1e3)
 	}

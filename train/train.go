@@ -89,6 +89,12 @@ type Config struct {
 	// and checkpoints go through the host model, so a checkpoint is the
 	// same file whichever device wrote it.
 	Device string
+	// Precision is the matrix products' precision on a GPU, by PyTorch's
+	// names (package gpu/gemm): "fp32" (the default), "tf32"
+	// (torch.backends.cuda.matmul.allow_tf32) or "bf16" (autocast to
+	// bfloat16: the products' inputs; parameters, gradients, optimizer
+	// state and the other layers stay fp32). -device cpu computes fp32.
+	Precision string
 	// World is the number of ranks, where known before the Comm exists
 	// (a launcher sets it to the ranks it will start), so that Validate
 	// checks the settings that depend on it; 0: unknown. Run sets it to
@@ -232,6 +238,7 @@ type Summary struct {
 	// PeakDeviceBytes is the most device memory the model held at once
 	// (rank 0's: devmodel's PeakBytes).
 	Device          string  `json:"device"`
+	Precision       string  `json:"precision,omitempty"` // with a GPU: fp32, tf32 or bf16
 	PeakDeviceBytes int64   `json:"peak_device_bytes,omitempty"`
 	Run             RunInfo `json:"-"`
 }
@@ -299,6 +306,9 @@ func (c *Config) defaults() {
 	if c.Device == "" {
 		c.Device = "cpu"
 	}
+	if c.Precision == "" {
+		c.Precision = "fp32"
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -353,8 +363,17 @@ func (c *Config) Validate() error {
 	if _, _, err := models.Net(c.Model); err != nil {
 		return bad("%v", err)
 	}
-	if _, err := c.CUDADevice(); err != nil {
+	dev, err := c.CUDADevice()
+	if err != nil {
 		return err
+	}
+	switch c.Precision {
+	case "fp32", "tf32", "bf16":
+	default:
+		return bad("-precision %q: want fp32, tf32 or bf16 (PyTorch's fp32 default, allow_tf32, autocast to bfloat16)", c.Precision)
+	}
+	if c.Precision != "fp32" && dev < 0 {
+		return bad("-precision %s sets the matrix products' precision on a GPU: add -device cuda (the CPU path computes fp32)", c.Precision)
 	}
 	if _, err := checkStrategy(c); err != nil {
 		return err

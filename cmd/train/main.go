@@ -159,6 +159,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Strategy, "strategy", train.DefaultStrategy, "parallelism strategy: "+strategyHelp())
 	strategyFlags := train.AddStrategyFlags(fs) // each strategy's own: -bucket-mb, -stages, ...
 	fs.StringVar(&c.Device, "device", "cpu", "where the model trains: cpu, or cuda / cuda:N (a GPU: -strategy ddp on one rank for now, mlp, cnn, cnn-bn and gpt; -nproc defaults to 1 with it); evaluation and checkpoints go through the host, so checkpoints are the CPU's files")
+	fs.StringVar(&c.Precision, "precision", "fp32", "matrix products' precision with -device cuda, PyTorch's names: fp32, tf32 (allow_tf32) or bf16 (autocast to bfloat16; parameters, gradients and optimizer state stay fp32)")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
 	fs.StringVar(&c.Resume, "resume", "", "resume from this checkpoint; auto: from the -save checkpoint if there is one, else start afresh")

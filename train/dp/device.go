@@ -8,6 +8,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/train"
@@ -168,7 +169,7 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 		return nil, err
 	}
 	st := &deviceDDP{opt: opt}
-	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad}); err != nil {
+	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}); err != nil {
 		return nil, err
 	}
 	return st, nil

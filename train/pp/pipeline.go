@@ -4,11 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
@@ -26,6 +28,7 @@ func init() {
 		Options: func() train.Options { return NewOptions() },
 		Check:   check,
 		New:     newPipeline,
+		Device:  true,
 	})
 }
 
@@ -82,6 +85,9 @@ func check(c *train.Config) (int, error) {
 	if o.Microbatches > c.Batch {
 		return 0, fmt.Errorf("-microbatches %d is more than the batch of %d", o.Microbatches, c.Batch)
 	}
+	if n, _ := c.CUDADevice(); n >= 0 && o.Balance == pipeline.ByTime {
+		return 0, fmt.Errorf("-balance time times the layers on the CPU, not on -device %s: use -balance params", c.Device)
+	}
 	if o.Stages == 0 {
 		return min(c.World, 1), nil
 	}
@@ -98,7 +104,10 @@ var _ train.Strategy = (*pipelineStrategy)(nil)
 type pipelineStrategy struct {
 	snaps  train.SnapshotBuffers // save snapshots' buffers, reused
 	c      comm.Comm
-	p      *pipeline.Pipeline
+	p      runner             // cpu or dev
+	cpu    *pipeline.Pipeline // on the CPU
+	dev    *devicePipe        // on a GPU (device.go)
+	stale  bool               // dev: the host's copy of the stage and opt are behind the device
 	m      *models.Model
 	opt    optim.Optimizer
 	cfg    train.Config
@@ -147,17 +156,32 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", train.ErrConfig, err))
 	}
-	p, err := pipeline.New(ctx, pc, m, pipeline.Config{Boundaries: bounds, Micro: o.Microbatches, Schedule: o.Schedule}, cfg.Batch)
-	if err != nil {
-		return fail(fmt.Errorf("%w: %v", train.ErrConfig, err))
+	ps := &pipelineStrategy{c: c, m: m, cfg: cfg, o: o, pc: pc, dp: dp, k: k, d: d}
+	if n, _ := cfg.CUDADevice(); n >= 0 {
+		if err := devmodel.CheckStage(m, bounds[r%k], bounds[r%k+1]); err != nil {
+			return fail(fmt.Errorf("%w: -device %s: %v", train.ErrConfig, cfg.Device, err))
+		}
+		// Activations go as device buffers: a host backend's Comms
+		// stage them through host memory.
+		ps.pc, ps.dp = deviceComm(pc), deviceComm(dp)
+		dev := deviceFor(c, n)
+		if ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig()}); err != nil {
+			return fail(fmt.Errorf("train: -device %s: %w", cfg.Device, err))
+		}
+		ps.p = ps.dev
+	} else {
+		p, err := pipeline.New(ctx, pc, m, pipeline.Config{Boundaries: bounds, Micro: o.Microbatches, Schedule: o.Schedule}, cfg.Batch)
+		if err != nil {
+			return fail(fmt.Errorf("%w: %v", train.ErrConfig, err))
+		}
+		ps.p, ps.cpu = p, p
 	}
-	_, n := p.Range()
-	opt, err := optim.New(cfg.OptimConfig(), n)
-	if err != nil {
-		p.Close()
+	_, n := ps.p.Range()
+	if ps.opt, err = optim.New(cfg.OptimConfig(), n); err != nil {
+		ps.p.Close()
 		return fail(err)
 	}
-	return &pipelineStrategy{c: c, p: p, m: m, opt: opt, cfg: cfg, o: o, pc: pc, dp: dp, k: k, d: d}, nil
+	return ps, nil
 }
 
 // DataRank: the K ranks of one pipeline share each batch.
@@ -173,7 +197,7 @@ func (s *pipelineStrategy) Step(ctx context.Context, x []float32, y []int32) (fl
 		return float32(loss), err
 	}
 	if s.d > 1 {
-		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, comm.FromSlice(s.p.Grads()), comm.Avg)); err != nil {
+		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, s.grads(), comm.Avg)); err != nil {
 			return 0, fmt.Errorf("train: averaging stage gradients over replicas: %w", err)
 		}
 	}
@@ -188,23 +212,80 @@ func (s *pipelineStrategy) Eval(ctx context.Context, eval func() error) error {
 	return eval()
 }
 
+// grads is the stage's gradient range: host memory, or device memory
+// on a GPU.
+func (s *pipelineStrategy) grads() comm.Buffer {
+	if s.dev != nil {
+		st := s.dev.st
+		return comm.DeviceBuffer(st.Grads, s.dev.dev, comm.Float32, st.N)
+	}
+	return comm.FromSlice(s.cpu.Grads())
+}
+
 func (s *pipelineStrategy) Update(ctx context.Context) error {
-	s.p.Update(s.opt)
+	if s.dev != nil {
+		s.stale = true
+		if err := s.dev.st.Update(); err != nil {
+			return err
+		}
+		return s.dev.st.ZeroGrad()
+	}
+	s.cpu.Update(s.opt)
 	return nil
 }
 
 // ClipGrads: the norm is over the stages of this rank's pipeline (each
 // holds its range, averaged over the replicas in Step), so that no
-// replica's copy is counted twice.
+// replica's copy is counted twice. On a GPU each stage's norm comes down
+// (8 bytes) and the sum of their squares is all-reduced on the host.
 func (s *pipelineStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
-	return train.ClipGradNorm(ctx, s.pc, s.p.Grads(), max)
+	if s.dev == nil {
+		return train.ClipGradNorm(ctx, s.pc, s.cpu.Grads(), max)
+	}
+	st := s.dev.st
+	local, err := st.GradNorm()
+	if err != nil {
+		return 0, err
+	}
+	ss := []float64{local * local}
+	if err := comm.Run(ctx)(s.pc.AllReduce(ctx, comm.FromSlice(ss), comm.Sum)); err != nil {
+		return 0, fmt.Errorf("train: summing the gradient norm over the stages: %w", err)
+	}
+	norm := math.Sqrt(ss[0])
+	return norm, st.ClipGrads(norm, max)
 }
 
-func (s *pipelineStrategy) SetLR(lr float64) { s.opt.SetLR(lr) }
+func (s *pipelineStrategy) SetLR(lr float64) {
+	s.opt.SetLR(lr)
+	if s.dev != nil {
+		s.dev.st.SetLR(lr)
+	}
+}
+
+// toHost copies a GPU stage's parameters into the host model's range and
+// its optimizer state into opt, when an update changed them since.
+func (s *pipelineStrategy) toHost() error {
+	if s.dev == nil || !s.stale {
+		return nil
+	}
+	if err := s.dev.st.CopyToHost(); err != nil {
+		return fmt.Errorf("train: copying stage %d from the device: %w", s.dev.stage, err)
+	}
+	if err := s.dev.st.OptimStateToHost(s.opt); err != nil {
+		return fmt.Errorf("train: copying stage %d's optimizer state from the device: %w", s.dev.stage, err)
+	}
+	s.stale = false
+	return nil
+}
 
 // gatherParams gives every rank the whole model (each stage's range from
 // its rank in the pipeline), for evaluation and checkpoints.
 func (s *pipelineStrategy) gatherParams(ctx context.Context) error {
+	if s.dev != nil {
+		if err := comm.Agree(ctx, s.c, s.toHost()); err != nil {
+			return err
+		}
+	}
 	bounds := s.p.Boundaries()
 	for st := 0; st < s.k; st++ {
 		off, n := s.m.StageRange(bounds[st], bounds[st+1])
@@ -297,20 +378,38 @@ func (s *pipelineStrategy) Load(_ context.Context, path string) (train.Position,
 		copy(v, fst[k][off:off+n])
 	}
 	s.opt.SetStep(step)
+	if s.dev != nil {
+		if err := s.dev.st.CopyFromHost(); err != nil {
+			return pos, fmt.Errorf("train: copying the resumed stage to the device: %w", err)
+		}
+		if err := s.dev.st.OptimStateFromHost(s.opt); err != nil {
+			return pos, fmt.Errorf("train: copying the resumed optimizer state to the device: %w", err)
+		}
+		s.stale = false
+	}
 	return pos, nil
 }
 
 // NonFinite: this stage's parameters and optimizer state (the save
 // gathers every stage's).
 func (s *pipelineStrategy) NonFinite() string {
-	off, _ := s.p.Range()
-	if w := train.ParamsNonFinite(s.m, s.p.Params(), off); w != "" {
+	if err := s.toHost(); err != nil {
+		return "the device's state (" + err.Error() + ")"
+	}
+	off, n := s.p.Range()
+	if w := train.ParamsNonFinite(s.m, s.m.Flat.Value[off:off+n], off); w != "" {
 		return w
 	}
 	return train.OptimizerNonFinite(s.opt)
 }
 
 func (s *pipelineStrategy) Memory() (train.MemoryBytes, int64) {
+	if s.dev != nil {
+		// The stage's range on the device (the host's copies aside);
+		// transient: the activations held for backward passes.
+		n := int64(s.dev.st.N) * 4
+		return train.MemoryBytes{Params: n, Grads: n, Optimizer: train.OptimizerBytes(s.opt)}, s.p.Stats().PeakHeldBytes
+	}
 	// Every rank allocates the whole model's buffers; only its stage's
 	// range is trained.
 	return train.MemoryBytes{Params: int64(len(s.m.Flat.Value)) * 4, Grads: int64(len(s.m.Flat.Grad)) * 4, Optimizer: train.OptimizerBytes(s.opt)}, s.p.Stats().PeakHeldBytes
@@ -322,6 +421,14 @@ func (s *pipelineStrategy) Report(ctx context.Context, sum *train.Summary) error
 		return err
 	}
 	sum.Pipeline = ps
+	if s.dev != nil {
+		// The most any stage held: its buffers and activations.
+		peak := []float64{float64(s.dev.peakBytes())}
+		if err := comm.Run(ctx)(s.c.AllReduce(ctx, comm.FromSlice(peak), comm.Max)); err != nil {
+			return err
+		}
+		sum.PeakDeviceBytes = int64(peak[0])
+	}
 	return nil
 }
 

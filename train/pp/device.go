@@ -1,0 +1,474 @@
+package pp
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/rendezvous"
+	"github.com/gdist/gdist/comm/staging"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/launch"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/pipeline"
+)
+
+// The pipeline on GPUs (-device cuda): each rank's stage is a
+// devmodel.Stage (its layers' parameters, gradients and optimizer state
+// in device memory), run on the schedule of package pipeline (pipeline.Ops:
+// GPipe or 1F1B, the same tags and message order as the CPU pipeline).
+// Activations and their gradients go between the stage ranks as device
+// buffers (comm.DeviceBuffer): over NCCL (-backend nccl, or auto where
+// every rank has a GPU) device to device; over a host backend (shm, tcp,
+// inproc) staged through pinned host memory by package comm/staging
+// (staging.Adapt). The first stage uploads each batch once; the last
+// uploads each micro-batch's labels and brings the step's losses down
+// at its end (one copy of M floats). Each op is timed to its end on the
+// device (the stage's stream synchronized), so the summary's busy, idle
+// and replayed bubbles mean what they do on the CPU.
+
+// runner is what the strategy needs of its stages' executor: the CPU's
+// *pipeline.Pipeline or the device's *devicePipe.
+type runner interface {
+	Step(ctx context.Context, x []float32, y []int32) (float64, error)
+	Stage() int
+	Boundaries() []int
+	Stats() pipeline.Stats
+	MicroBatches() []int
+	Ops() []pipeline.Op
+	Range() (off, n int)
+	Close() error
+}
+
+var (
+	_ runner = (*pipeline.Pipeline)(nil)
+	_ runner = (*devicePipe)(nil)
+)
+
+// devicePipe is one rank's device stage and its schedule.
+type devicePipe struct {
+	c             comm.Comm // the pipeline Comm, taking device buffers
+	st            *devmodel.Stage
+	dev           int
+	stage, k      int
+	batch         int
+	sizes, starts []int
+	ops           []pipeline.Op
+	bounds        []int
+	in, per       int // input floats and labels per sample
+	// device buffers: the batch (stage 0); per micro-batch the received
+	// input and output gradient and the sent output and input gradient;
+	// the losses (last stage)
+	x                          uintptr
+	recvF, sendF, recvB, sendB []uintptr
+	losses                     uintptr
+	owned                      []uintptr
+	fixed                      int64 // bytes of owned
+	stats                      pipeline.Stats
+}
+
+// deviceFor is the GPU of this rank, as train/dp's device strategies
+// choose it: the one its NCCL Comm is on, if c is one (or wraps one);
+// else GPU first + the rank's local rank (LOCAL_RANK; its rank with
+// -backend inproc, whose ranks are goroutines of one process), modulo
+// the GPUs the process sees: one GPU per stage rank where there are
+// enough, ranks sharing GPUs where not (as on the fake's one).
+func deviceFor(c comm.Comm, first int) int {
+	for x := c; x != nil; {
+		if d, ok := x.(interface {
+			Device() int
+			DeviceCapable() bool
+		}); ok && d.DeviceCapable() && d.Device() >= 0 {
+			return d.Device()
+		}
+		u, ok := x.(interface{ Unwrap() comm.Comm })
+		if !ok {
+			break
+		}
+		x = u.Unwrap()
+	}
+	local := c.Rank()
+	if launch.UnderLauncher() {
+		if env, err := rendezvous.FromEnv(); err == nil {
+			local = env.LocalRank
+		}
+	}
+	return (first + local) % max(cuda.DeviceCount(), 1)
+}
+
+// newDevicePipe places stage pc.Rank() of m (layers [bounds[s],
+// bounds[s+1])) on dev and allocates the step's buffers.
+func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []int, micro int, schedule string, batch, dev int, cfg devmodel.Config) (_ *devicePipe, err error) {
+	k, s := pc.Size(), pc.Rank()
+	p := &devicePipe{c: pc, dev: dev, stage: s, k: k, batch: batch, bounds: append([]int(nil), bounds...),
+		in: m.InputSize(), per: m.LabelsPerSample()}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.ops, err = pipeline.Ops(schedule, k, s, micro); err != nil {
+		return nil, err
+	}
+	start := 0
+	for i := 0; i < micro; i++ {
+		sz := batch / micro
+		if i < batch%micro {
+			sz++
+		}
+		p.sizes = append(p.sizes, sz)
+		p.starts = append(p.starts, start)
+		start += sz
+	}
+	cfg.Device, cfg.Batch = dev, p.sizes[0]
+	if p.st, err = devmodel.PlaceStage(m, bounds[s], bounds[s+1], cfg); err != nil {
+		return nil, err
+	}
+	if pcc, ok := pc.(comm.PeerConnector); ok {
+		var peers []int
+		if s > 0 {
+			peers = append(peers, s-1)
+		}
+		if s < k-1 {
+			peers = append(peers, s+1)
+		}
+		if err := pcc.ConnectPeers(ctx, peers); err != nil {
+			return nil, fmt.Errorf("pipeline: stage %d: connecting to its neighbours: %w", s, err)
+		}
+	}
+	alloc := func(floats int) (uintptr, error) {
+		n := 4 * max(floats, 1)
+		ptr, err := cuda.Malloc(dev, n)
+		if err != nil {
+			return 0, fmt.Errorf("pipeline: stage %d: %d bytes on cuda:%d: %w", s, n, dev, err)
+		}
+		p.owned = append(p.owned, ptr)
+		p.fixed += int64(n)
+		return ptr, nil
+	}
+	if s == 0 {
+		if p.x, err = alloc(batch * p.in); err != nil {
+			return nil, err
+		}
+	}
+	if s == k-1 {
+		if p.losses, err = alloc(micro); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range p.sizes {
+		if s > 0 {
+			f, err := alloc(p.st.InSize(b))
+			if err != nil {
+				return nil, err
+			}
+			g, err := alloc(p.st.InSize(b))
+			if err != nil {
+				return nil, err
+			}
+			p.recvF, p.sendB = append(p.recvF, f), append(p.sendB, g)
+		}
+		if s < k-1 {
+			f, err := alloc(p.st.OutSize(b))
+			if err != nil {
+				return nil, err
+			}
+			g, err := alloc(p.st.OutSize(b))
+			if err != nil {
+				return nil, err
+			}
+			p.sendF, p.recvB = append(p.sendF, f), append(p.recvB, g)
+		}
+	}
+	return p, nil
+}
+
+func (p *devicePipe) Stage() int          { return p.stage }
+func (p *devicePipe) Boundaries() []int   { return append([]int(nil), p.bounds...) }
+func (p *devicePipe) MicroBatches() []int { return append([]int(nil), p.sizes...) }
+func (p *devicePipe) Ops() []pipeline.Op  { return append([]pipeline.Op(nil), p.ops...) }
+func (p *devicePipe) Range() (off, n int) { return p.st.Off, p.st.N }
+func (p *devicePipe) last() bool          { return p.stage == p.k-1 }
+func (p *devicePipe) peakBytes() int64    { return p.st.PeakBytes() + p.fixed }
+func (p *devicePipe) buf(ptr uintptr, n int) comm.Buffer {
+	return comm.DeviceBuffer(ptr, p.dev, comm.Float32, n)
+}
+
+func (p *devicePipe) Stats() pipeline.Stats {
+	st := p.stats
+	st.OpTimes = append([][]time.Duration(nil), st.OpTimes...)
+	return st
+}
+
+// Close frees the stage and the buffers (not the Comm).
+func (p *devicePipe) Close() error {
+	var err error
+	if p.st != nil {
+		err = p.st.Close()
+		p.st = nil
+	}
+	for _, ptr := range p.owned {
+		cuda.Free(p.dev, ptr)
+	}
+	p.owned = nil
+	return err
+}
+
+// Step runs one batch through the pipeline, as pipeline.Pipeline.Step
+// does: x (stage 0) and y (the last stage) are host memory; the
+// parameter gradients are added to the stage's device gradients; the
+// batch's mean loss is returned on every rank. On an error the Comm is
+// aborted, so that no stage waits for this one.
+func (p *devicePipe) Step(ctx context.Context, x []float32, y []int32) (float64, error) {
+	if p.stage == 0 && len(x) != p.batch*p.in {
+		return 0, fmt.Errorf("pipeline: got %d input floats, want %d", len(x), p.batch*p.in)
+	}
+	if p.last() && len(y) != p.batch*p.per {
+		return 0, fmt.Errorf("pipeline: got %d labels for a batch of %d (%d per sample)", len(y), p.batch, p.per)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	loss, err := p.step(ctx, x, y)
+	if err != nil {
+		err = fmt.Errorf("pipeline: stage %d (cuda:%d): %w", p.stage, p.dev, err)
+		comm.Abort(p.c, err)
+		return 0, err
+	}
+	p.stats.Steps++
+	return loss, nil
+}
+
+func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64, error) {
+	M, st, s := len(p.sizes), p.st, p.stream()
+	var (
+		sends    []comm.Work
+		fwd, bwd = map[int]comm.Work{}, map[int]comm.Work{}
+		held     = map[int]int64{}
+		heldB    int64
+		lastOf   = map[int]int{} // by micro-batch size: whose activations its plan holds
+	)
+	wait := func(w comm.Work) error {
+		t0 := time.Now()
+		err := w.Wait(ctx)
+		p.stats.Idle += time.Since(t0)
+		return err
+	}
+	if p.stage == 0 {
+		if err := cuda.CopyHtoD(p.dev, p.x, floatBytes(x)); err != nil {
+			return 0, err
+		}
+	}
+	postFwd := func(i int) error {
+		if p.stage == 0 || i >= M {
+			return nil
+		}
+		w, err := p.c.Recv(ctx, p.buf(p.recvF[i], st.InSize(p.sizes[i])), p.stage-1, tagF(i))
+		if err != nil {
+			return err
+		}
+		fwd[i] = w
+		return nil
+	}
+	send := func(ptr uintptr, n, peer, tag int) error {
+		w, err := p.c.Send(ctx, p.buf(ptr, n), peer, tag)
+		if err != nil {
+			return err
+		}
+		sends = append(sends, w)
+		return nil
+	}
+	// input is micro-batch i's input on the device: a view of the batch
+	// on stage 0, else the received activation (waited for the first
+	// time, when it posts the receive of the next one).
+	input := func(i int, first bool) (uintptr, error) {
+		if p.stage == 0 {
+			return p.x + uintptr(4*p.starts[i]*p.in), nil
+		}
+		if first {
+			w := fwd[i]
+			delete(fwd, i)
+			if err := wait(w); err != nil {
+				return 0, err
+			}
+			if err := postFwd(i + 1); err != nil {
+				return 0, err
+			}
+		}
+		return p.recvF[i], nil
+	}
+	if err := postFwd(0); err != nil {
+		return 0, err
+	}
+	var times []time.Duration
+	if len(p.stats.OpTimes) < pipeline.MaxOpSteps {
+		times = make([]time.Duration, len(p.ops))
+	}
+	busy := func(o int, t0 time.Time) error {
+		err := s.Synchronize()
+		d := time.Since(t0)
+		p.stats.Busy += d
+		if times != nil {
+			times[o] = d
+		}
+		return err
+	}
+	for o, op := range p.ops {
+		i := op.Micro
+		b := p.sizes[i]
+		switch {
+		case p.last():
+			xi, err := input(i, true)
+			if err != nil {
+				return 0, err
+			}
+			p.hold(1, int64(4*st.InSize(b)))
+			t0 := time.Now()
+			if _, err := st.Forward(xi, b); err != nil {
+				return 0, err
+			}
+			dx, err := st.LossBackward(y[p.starts[i]*p.per:(p.starts[i]+b)*p.per], float32(b)/float32(p.batch))
+			if err != nil {
+				return 0, err
+			}
+			if err := s.CopyAsync(p.losses+uintptr(4*i), st.LossAt(), 4, cuda.DeviceToDevice); err != nil {
+				return 0, err
+			}
+			if p.stage > 0 {
+				if err := s.CopyAsync(p.sendB[i], dx, 4*st.InSize(b), cuda.DeviceToDevice); err != nil {
+					return 0, err
+				}
+			}
+			if err := busy(o, t0); err != nil {
+				return 0, err
+			}
+			if p.stage > 0 {
+				if err := send(p.sendB[i], st.InSize(b), p.stage-1, tagB(i)); err != nil {
+					return 0, err
+				}
+			}
+		case !op.Backward:
+			xi, err := input(i, true)
+			if err != nil {
+				return 0, err
+			}
+			held[i] = int64(4 * st.InSize(b))
+			heldB += held[i]
+			p.hold(len(held), heldB)
+			t0 := time.Now()
+			out, err := st.Forward(xi, b)
+			if err != nil {
+				return 0, err
+			}
+			lastOf[b] = i
+			if err := s.CopyAsync(p.sendF[i], out, 4*st.OutSize(b), cuda.DeviceToDevice); err != nil {
+				return 0, err
+			}
+			if err := busy(o, t0); err != nil {
+				return 0, err
+			}
+			if err := send(p.sendF[i], st.OutSize(b), p.stage+1, tagF(i)); err != nil {
+				return 0, err
+			}
+			w, err := p.c.Recv(ctx, p.buf(p.recvB[i], st.OutSize(b)), p.stage+1, tagB(i))
+			if err != nil {
+				return 0, err
+			}
+			bwd[i] = w
+		default:
+			w := bwd[i]
+			delete(bwd, i)
+			if err := wait(w); err != nil {
+				return 0, err
+			}
+			t0 := time.Now()
+			if j, ok := lastOf[b]; !ok || j != i {
+				// recompute: the plan holds another micro-batch's
+				// activations
+				xi, err := input(i, false)
+				if err != nil {
+					return 0, err
+				}
+				if _, err := st.Forward(xi, b); err != nil {
+					return 0, err
+				}
+				lastOf[b] = i
+			}
+			dx, err := st.Backward(p.recvB[i], b)
+			if err != nil {
+				return 0, err
+			}
+			if p.stage > 0 {
+				if err := s.CopyAsync(p.sendB[i], dx, 4*st.InSize(b), cuda.DeviceToDevice); err != nil {
+					return 0, err
+				}
+			}
+			if err := busy(o, t0); err != nil {
+				return 0, err
+			}
+			heldB -= held[i]
+			delete(held, i)
+			if p.stage > 0 {
+				if err := send(p.sendB[i], st.InSize(b), p.stage-1, tagB(i)); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	for _, w := range sends {
+		if err := wait(w); err != nil {
+			return 0, err
+		}
+	}
+	// Every rank reports the loss: the last stage's micro-batch losses
+	// (one copy down), weighted by their sizes, broadcast.
+	lb := []float64{0}
+	if p.last() {
+		ls := make([]float32, M)
+		if err := cuda.CopyDtoH(p.dev, floatBytes(ls), p.losses); err != nil {
+			return 0, err
+		}
+		var sum float64
+		for i, l := range ls {
+			sum += float64(l) * float64(p.sizes[i])
+		}
+		lb[0] = sum / float64(p.batch)
+	}
+	w, err := p.c.Broadcast(ctx, comm.FromSlice(lb), p.k-1)
+	if err != nil {
+		return 0, err
+	}
+	if err := wait(w); err != nil {
+		return 0, err
+	}
+	if times != nil {
+		p.stats.OpTimes = append(p.stats.OpTimes, times)
+	}
+	return lb[0], nil
+}
+
+func (p *devicePipe) stream() *cuda.Stream { return p.st.Stream() }
+
+func (p *devicePipe) hold(n int, bytes int64) {
+	p.stats.PeakHeld = max(p.stats.PeakHeld, n)
+	p.stats.PeakHeldBytes = max(p.stats.PeakHeldBytes, bytes)
+}
+
+// Tags as package pipeline's: micro-batch i's activation 2i, its
+// gradient 2i+1.
+func tagF(i int) int { return 2 * i }
+func tagB(i int) int { return 2*i + 1 }
+
+func floatBytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// deviceComm gives c device buffers where it takes host memory only
+// (staging.Adapt: through pinned host memory); an NCCL Comm takes them
+// itself.
+func deviceComm(c comm.Comm) comm.Comm { return staging.Adapt(c) }
