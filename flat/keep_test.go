@@ -10,6 +10,8 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/comm/rendezvous"
+	_ "github.com/gdist/gdist/comm/shm"
 	"github.com/gdist/gdist/ddp"
 	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/optim"
@@ -23,18 +25,35 @@ import (
 // the learnables' values after it: they read the flat buffer, so they
 // see every update, on every rank, for DDP and ZeRO stages 1 and 2.
 func TestWrapKeepsTensors(t *testing.T) {
-	for _, strategy := range []string{"ddp", "zero1", "zero2"} {
-		t.Run(strategy, func(t *testing.T) {
-			cs, err := inproc.New(2, comm.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				for _, c := range cs {
-					c.Close()
+	for _, backend := range []string{"inproc", "shm"} {
+		for _, strategy := range []string{"ddp", "zero1", "zero2"} {
+			t.Run(backend+"/"+strategy, func(t *testing.T) { keepTensors(t, backend, strategy) })
+		}
+	}
+}
+
+// keepTensors trains 3 steps and checks the kept tensors after each, and
+// after Close (which moves the buffers out of shared memory).
+func keepTensors(t *testing.T, backend, strategy string) {
+	{
+		{
+			var cs []comm.Comm
+			if backend == "shm" {
+				t.Setenv("GDIST_SHM_DIR", t.TempDir())
+				cs = commtest.RegistryWorld("shm", commtest.OneStore(func() comm.Store { return rendezvous.NewMemStore() }),
+					comm.Config{Token: []byte("flat-test-token"), Logf: t.Logf})(t, 2)
+			} else {
+				var err error
+				if cs, err = inproc.New(2, comm.Options{}); err != nil {
+					t.Fatal(err)
 				}
-			}()
-			err = commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
+				defer func() {
+					for _, c := range cs {
+						c.Close()
+					}
+				}()
+			}
+			err := commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
 				m := newTiny(t)
 				var err error
 				if err := flat.Build(func() error {
@@ -51,13 +70,17 @@ func TestWrapKeepsTensors(t *testing.T) {
 				var p *flat.Params
 				var backward func(context.Context, func() error) error
 				var step func(context.Context) error
+				var closeIt func() error
 				switch strategy {
 				case "ddp":
 					d, err := ddp.Wrap(ctx, c, learnables, ddp.Options{})
 					if err != nil {
 						return err
 					}
-					defer d.Close()
+					closeIt = d.Close
+					if backend == "shm" && !d.SharedGrads() {
+						return fmt.Errorf("the gradients are not in shared memory: %v", d.SharedGradsErr())
+					}
 					solver := G.NewVanillaSolver(G.WithLearnRate(0.01))
 					p, backward = d.Params(), d.Backward
 					step = func(context.Context) error { return solver.Step(G.NodesToValueGrads(learnables)) }
@@ -66,7 +89,10 @@ func TestWrapKeepsTensors(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					defer e.Close()
+					closeIt = e.Close
+					if backend == "shm" && !e.SharedBuffers() {
+						return fmt.Errorf("the buffers are not in shared memory: %v", e.SharedBuffersErr())
+					}
 					p, backward, step = e.Params(), e.Backward, e.Step
 				}
 				if g, _ := m.w.Grad(); keptGrad != nil && g != keptGrad {
@@ -74,15 +100,7 @@ func TestWrapKeepsTensors(t *testing.T) {
 				}
 				vm := G.NewTapeMachine(m.g, G.BindDualValues(learnables...))
 				defer vm.Close()
-				for s := 0; s < 3; s++ {
-					before := append([]float32(nil), kept[0].Data().([]float32)...)
-					if err = backward(ctx, vm.RunAll); err != nil {
-						return err
-					}
-					vm.Reset()
-					if err = step(ctx); err != nil {
-						return err
-					}
+				check := func(s int) error {
 					for i, k := range kept {
 						if m := []*G.Node{m.w, m.b}[i]; m.Value() != k {
 							return fmt.Errorf("step %d: learnable %d's value is a new tensor", s, i)
@@ -94,16 +112,40 @@ func TestWrapKeepsTensors(t *testing.T) {
 							}
 						}
 					}
+					return nil
+				}
+				for s := 0; s < 3; s++ {
+					before := append([]float32(nil), kept[0].Data().([]float32)...)
+					if err = backward(ctx, vm.RunAll); err != nil {
+						return err
+					}
+					vm.Reset()
+					if err = step(ctx); err != nil {
+						return err
+					}
+					if err := check(s); err != nil {
+						return err
+					}
 					if after := kept[0].Data().([]float32); after[0] == before[0] {
 						return fmt.Errorf("step %d: the kept w did not change (%v)", s, after)
 					}
+				}
+				before := append([]float32(nil), kept[0].Data().([]float32)...)
+				if err := closeIt(); err != nil { // moves shared buffers back into ordinary memory
+					return err
+				}
+				if err := check(3); err != nil {
+					return fmt.Errorf("after Close: %w", err)
+				}
+				if after := kept[0].Data().([]float32); after[0] != before[0] {
+					return fmt.Errorf("Close changed w: %v, was %v", after, before)
 				}
 				return nil
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-		})
+		}
 	}
 }
 
