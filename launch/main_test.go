@@ -213,3 +213,26 @@ func TestMain_UnderOtherLaunchers(t *testing.T) {
 		})
 	}
 }
+
+// TestMain_Mpirun: the same under a real mpirun (Open MPI), where
+// installed.
+func TestMain_Mpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("no mpirun")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "-np", "2", "-x", childEnv, "-x", "GORACE",
+		os.Args[0], "-nproc", "5", "-backend", "tcp")
+	cmd.Env = append(os.Environ(), childEnv+"=main", "GORACE=atexit_sleep_ms=0",
+		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mpirun: %v\nstderr:\n%s", err, errOut.String())
+	}
+	if out.String() != "sum 1 over 2 ranks\n" {
+		t.Fatalf("stdout %q, want rank 0's sum over 2 ranks\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
