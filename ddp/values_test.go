@@ -31,105 +31,118 @@ func TestPlainDTypes(t *testing.T) {
 	const seed, steps, b = 3, 8, 4
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for _, route := range []string{"wrap", "values"} {
-			t.Run(fmt.Sprintf("%v/%s", dt, route), func(t *testing.T) {
-				depth := plaintest.Depth
-				if route == "wrap" {
-					depth = func(int) int { return 2 }
-				}
-				want, err := plaintest.Reference(dt, seed, steps, 2*b, depth, rmsprop())
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := make([][]*tensor.Dense, 2)
-				err = commtest.RunRanks(context.Background(), inprocWorld(t, 2), 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
-					r := c.Rank()
-					ps := plaintest.Params(dt, seed+10*r) // DDP broadcasts rank 0's
-					got[r] = ps
-					solver := rmsprop()
-					batch := func(m *plaintest.Graph, step int) error {
-						x, y := plaintest.Batch(dt, step*2*b+r*b, b)
-						if err := plaintest.Load(m.X, x); err != nil {
-							return err
-						}
-						return plaintest.Load(m.Y, y)
-					}
+			backends := []string{"inproc"}
+			if dt == tensor.Float64 {
+				backends = append(backends, "shm") // float64 gradients in shared memory
+			}
+			for _, backend := range backends {
+				t.Run(fmt.Sprintf("%v/%s/%s", dt, route, backend), func(t *testing.T) {
+					depth := plaintest.Depth
 					if route == "wrap" {
-						var m *plaintest.Graph
-						if err := flat.Build(func() (err error) {
-							if m, err = plaintest.Build(dt, ps, b, 2, ddp.Tap); err != nil {
+						depth = func(int) int { return 2 }
+					}
+					want, err := plaintest.Reference(dt, seed, steps, 2*b, depth, rmsprop())
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := make([][]*tensor.Dense, 2)
+					cs := inprocWorld(t, 2)
+					if backend == "shm" {
+						cs = shmWorld(t, 2)
+					}
+					err = commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
+						r := c.Rank()
+						ps := plaintest.Params(dt, seed+10*r) // DDP broadcasts rank 0's
+						got[r] = ps
+						solver := rmsprop()
+						batch := func(m *plaintest.Graph, step int) error {
+							x, y := plaintest.Batch(dt, step*2*b+r*b, b)
+							if err := plaintest.Load(m.X, x); err != nil {
 								return err
 							}
-							_, err = G.Grad(m.Loss, m.Nodes...)
-							return err
-						}); err != nil {
-							return err
+							return plaintest.Load(m.Y, y)
 						}
-						d, err := ddp.Wrap(ctx, c, m.Nodes, ddp.Options{})
+						if route == "wrap" {
+							var m *plaintest.Graph
+							if err := flat.Build(func() (err error) {
+								if m, err = plaintest.Build(dt, ps, b, 2, ddp.Tap); err != nil {
+									return err
+								}
+								_, err = G.Grad(m.Loss, m.Nodes...)
+								return err
+							}); err != nil {
+								return err
+							}
+							d, err := ddp.Wrap(ctx, c, m.Nodes, ddp.Options{})
+							if err != nil {
+								return err
+							}
+							if backend == "shm" && !d.SharedGrads() {
+								return fmt.Errorf("the gradients are not in shared memory: %v", d.SharedGradsErr())
+							}
+							vm := G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
+							defer vm.Close()
+							for step := 0; step < steps; step++ {
+								if err := batch(m, step); err != nil {
+									return err
+								}
+								if err := d.Backward(ctx, vm.RunAll); err != nil {
+									return err
+								}
+								vm.Reset()
+								if err := solver.Step(G.NodesToValueGrads(m.Nodes)); err != nil {
+									return err
+								}
+							}
+							return nil
+						}
+						d, err := ddp.WrapValues(ctx, c, plaintest.Values(ps), ddp.Options{})
 						if err != nil {
 							return err
 						}
-						vm := G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
-						defer vm.Close()
 						for step := 0; step < steps; step++ {
+							var m *plaintest.Graph
+							if err := flat.Build(func() (err error) {
+								m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil)
+								return err
+							}); err != nil {
+								return err
+							}
 							if err := batch(m, step); err != nil {
 								return err
 							}
-							if err := d.Backward(ctx, vm.RunAll); err != nil {
+							vm := G.NewLispMachine(m.G)
+							err := d.Backward(ctx, func() error {
+								if err := vm.RunAll(); err != nil {
+									return err
+								}
+								return d.AddGrads(m.Nodes)
+							})
+							vm.Close()
+							if err != nil {
 								return err
 							}
-							vm.Reset()
-							if err := solver.Step(G.NodesToValueGrads(m.Nodes)); err != nil {
+							if err := solver.Step(d.ValueGrads()); err != nil {
 								return err
 							}
 						}
 						return nil
-					}
-					d, err := ddp.WrapValues(ctx, c, plaintest.Values(ps), ddp.Options{})
+					})
 					if err != nil {
-						return err
+						t.Fatal(err)
 					}
-					for step := 0; step < steps; step++ {
-						var m *plaintest.Graph
-						if err := flat.Build(func() (err error) {
-							m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil)
-							return err
-						}); err != nil {
-							return err
-						}
-						if err := batch(m, step); err != nil {
-							return err
-						}
-						vm := G.NewLispMachine(m.G)
-						err := d.Backward(ctx, func() error {
-							if err := vm.RunAll(); err != nil {
-								return err
-							}
-							return d.AddGrads(m.Nodes)
-						})
-						vm.Close()
-						if err != nil {
-							return err
-						}
-						if err := solver.Step(d.ValueGrads()); err != nil {
-							return err
-						}
+					tol := 1e-5
+					if dt == tensor.Float64 {
+						tol = 1e-12
 					}
-					return nil
+					if err := plaintest.Compare(got[0], want, tol); err != nil {
+						t.Fatalf("2 ranks x %d against 1 x %d: %v", b, 2*b, err)
+					}
+					if err := plaintest.Compare(got[1], got[0], 0); err != nil {
+						t.Fatalf("rank 1 against rank 0: %v", err)
+					}
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				tol := 1e-5
-				if dt == tensor.Float64 {
-					tol = 1e-12
-				}
-				if err := plaintest.Compare(got[0], want, tol); err != nil {
-					t.Fatalf("2 ranks x %d against 1 x %d: %v", b, 2*b, err)
-				}
-				if err := plaintest.Compare(got[1], got[0], 0); err != nil {
-					t.Fatalf("rank 1 against rank 0: %v", err)
-				}
-			})
+			}
 		}
 	}
 }

@@ -29,108 +29,121 @@ func TestPlainDTypes(t *testing.T) {
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for _, route := range []string{"wrap", "values"} {
 			for _, stage := range []int{1, 2} {
-				t.Run(fmt.Sprintf("%v/%s/stage%d", dt, route, stage), func(t *testing.T) {
-					depth := plaintest.Depth
-					if route == "wrap" {
-						depth = func(int) int { return 2 }
-					}
-					want, err := plaintest.Reference(dt, seed, steps, 2*b, depth,
-						G.NewRMSPropSolver(G.WithLearnRate(cfg.LR), G.WithClip(cfg.Clip), G.WithL2Reg(cfg.L2)))
-					if err != nil {
-						t.Fatal(err)
-					}
-					got := make([][]*tensor.Dense, 2)
-					opts := zero.Options{Stage: stage, Optim: cfg}
-					err = commtest.RunRanks(context.Background(), world(t, 2), 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
-						r := c.Rank()
-						ps := plaintest.Params(dt, seed+10*r) // the engine broadcasts rank 0's
-						got[r] = ps
-						batch := func(m *plaintest.Graph, step int) error {
-							x, y := plaintest.Batch(dt, step*2*b+r*b, b)
-							if err := plaintest.Load(m.X, x); err != nil {
-								return err
-							}
-							return plaintest.Load(m.Y, y)
-						}
+				backends := []string{"inproc"}
+				if dt == tensor.Float64 {
+					backends = append(backends, "shm") // float64 buffers in shared memory
+				}
+				for _, backend := range backends {
+					t.Run(fmt.Sprintf("%v/%s/stage%d/%s", dt, route, stage, backend), func(t *testing.T) {
+						depth := plaintest.Depth
 						if route == "wrap" {
-							var m *plaintest.Graph
-							if err := flat.Build(func() (err error) {
-								if m, err = plaintest.Build(dt, ps, b, 2, zero.Tap); err != nil {
+							depth = func(int) int { return 2 }
+						}
+						want, err := plaintest.Reference(dt, seed, steps, 2*b, depth,
+							G.NewRMSPropSolver(G.WithLearnRate(cfg.LR), G.WithClip(cfg.Clip), G.WithL2Reg(cfg.L2)))
+						if err != nil {
+							t.Fatal(err)
+						}
+						got := make([][]*tensor.Dense, 2)
+						opts := zero.Options{Stage: stage, Optim: cfg}
+						cs := world(t, 2)
+						if backend == "shm" {
+							cs = shmWorld(t, 2)
+						}
+						err = commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
+							r := c.Rank()
+							ps := plaintest.Params(dt, seed+10*r) // the engine broadcasts rank 0's
+							got[r] = ps
+							batch := func(m *plaintest.Graph, step int) error {
+								x, y := plaintest.Batch(dt, step*2*b+r*b, b)
+								if err := plaintest.Load(m.X, x); err != nil {
 									return err
 								}
-								_, err = G.Grad(m.Loss, m.Nodes...)
-								return err
-							}); err != nil {
-								return err
+								return plaintest.Load(m.Y, y)
 							}
-							e, err := zero.Wrap(ctx, c, m.Nodes, opts)
+							if route == "wrap" {
+								var m *plaintest.Graph
+								if err := flat.Build(func() (err error) {
+									if m, err = plaintest.Build(dt, ps, b, 2, zero.Tap); err != nil {
+										return err
+									}
+									_, err = G.Grad(m.Loss, m.Nodes...)
+									return err
+								}); err != nil {
+									return err
+								}
+								e, err := zero.Wrap(ctx, c, m.Nodes, opts)
+								if err != nil {
+									return err
+								}
+								if backend == "shm" && !e.SharedBuffers() {
+									return fmt.Errorf("the buffers are not in shared memory: %v", e.SharedBuffersErr())
+								}
+								defer e.Close()
+								vm := G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
+								defer vm.Close()
+								for step := 0; step < steps; step++ {
+									if err := batch(m, step); err != nil {
+										return err
+									}
+									if err := e.Backward(ctx, vm.RunAll); err != nil {
+										return err
+									}
+									vm.Reset()
+									if err := e.Step(ctx); err != nil {
+										return err
+									}
+								}
+								return nil
+							}
+							e, err := zero.WrapValues(ctx, c, plaintest.Values(ps), opts)
 							if err != nil {
 								return err
 							}
 							defer e.Close()
-							vm := G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
-							defer vm.Close()
 							for step := 0; step < steps; step++ {
+								var m *plaintest.Graph
+								if err := flat.Build(func() (err error) {
+									m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil)
+									return err
+								}); err != nil {
+									return err
+								}
 								if err := batch(m, step); err != nil {
 									return err
 								}
-								if err := e.Backward(ctx, vm.RunAll); err != nil {
+								vm := G.NewLispMachine(m.G)
+								err := e.Backward(ctx, func() error {
+									if err := vm.RunAll(); err != nil {
+										return err
+									}
+									return e.AddGrads(m.Nodes)
+								})
+								vm.Close()
+								if err != nil {
 									return err
 								}
-								vm.Reset()
 								if err := e.Step(ctx); err != nil {
 									return err
 								}
 							}
 							return nil
-						}
-						e, err := zero.WrapValues(ctx, c, plaintest.Values(ps), opts)
+						})
 						if err != nil {
-							return err
+							t.Fatal(err)
 						}
-						defer e.Close()
-						for step := 0; step < steps; step++ {
-							var m *plaintest.Graph
-							if err := flat.Build(func() (err error) {
-								m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil)
-								return err
-							}); err != nil {
-								return err
-							}
-							if err := batch(m, step); err != nil {
-								return err
-							}
-							vm := G.NewLispMachine(m.G)
-							err := e.Backward(ctx, func() error {
-								if err := vm.RunAll(); err != nil {
-									return err
-								}
-								return e.AddGrads(m.Nodes)
-							})
-							vm.Close()
-							if err != nil {
-								return err
-							}
-							if err := e.Step(ctx); err != nil {
-								return err
-							}
+						tol := 1e-5
+						if dt == tensor.Float64 {
+							tol = 1e-12
 						}
-						return nil
+						if err := plaintest.Compare(got[0], want, tol); err != nil {
+							t.Fatalf("2 ranks x %d against 1 x %d: %v", b, 2*b, err)
+						}
+						if err := plaintest.Compare(got[1], got[0], 0); err != nil {
+							t.Fatalf("rank 1 against rank 0: %v", err)
+						}
 					})
-					if err != nil {
-						t.Fatal(err)
-					}
-					tol := 1e-5
-					if dt == tensor.Float64 {
-						tol = 1e-12
-					}
-					if err := plaintest.Compare(got[0], want, tol); err != nil {
-						t.Fatalf("2 ranks x %d against 1 x %d: %v", b, 2*b, err)
-					}
-					if err := plaintest.Compare(got[1], got[0], 0); err != nil {
-						t.Fatalf("rank 1 against rank 0: %v", err)
-					}
-				})
+				}
 			}
 		}
 	}
