@@ -48,7 +48,8 @@ func trainPipe(t *testing.T, env []string, args ...string) pipeSummary {
 // hold two NCCL ranks of a host, and comm/staging copies the device
 // buffers); with -backend nccl (each rank its own NCCL host on the shared
 // GPU) device to device over the fake's NCCL, the mlp likewise, and with
-// -schedule gpipe.
+// -schedule gpipe; with -precision bf16 (autocast) within 2% of the CPU's
+// fp32, as TestDevicePrecision allows one rank.
 func TestPipelineDeviceMatchesCPU(t *testing.T) {
 	for _, model := range []string{"mlp", "cnn"} {
 		t.Run(model, func(t *testing.T) {
@@ -76,7 +77,11 @@ func TestPipelineDeviceMatchesCPU(t *testing.T) {
 			checkNear(t, "pipeline on cuda over nccl vs unsplit on cpu", nc.Summary, cpu)
 			gp := trainPipe(t, fakeCUDAEnv(t), append(append([]string{"-schedule", "gpipe"}, pipe...), common...)...)
 			checkNear(t, "gpipe pipeline on cuda vs unsplit on cpu", gp.Summary, cpu)
-			t.Logf("mlp: eval loss %v (nccl), %v (gpipe)", nc.EvalLoss, gp.EvalLoss)
+			bf := trainPipe(t, fakeCUDAEnv(t), append(append([]string{"-precision", "bf16"}, pipe...), common...)...)
+			if bf.Precision != "bf16" || !near(bf.EvalLoss, cpu.EvalLoss, 0.02) {
+				t.Errorf("-precision bf16: %q, eval loss %v; cpu (fp32) %v", bf.Precision, bf.EvalLoss, cpu.EvalLoss)
+			}
+			t.Logf("mlp: eval loss %v (nccl), %v (gpipe), %v (bf16)", nc.EvalLoss, gp.EvalLoss, bf.EvalLoss)
 		})
 	}
 }

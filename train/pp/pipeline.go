@@ -11,6 +11,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
@@ -165,7 +166,7 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 		// stage them through host memory.
 		ps.pc, ps.dp = deviceComm(pc), deviceComm(dp)
 		dev := deviceFor(c, n)
-		if ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig()}); err != nil {
+		if ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig(), Precision: gemm.Precision(cfg.Precision)}); err != nil {
 			return fail(fmt.Errorf("train: -device %s: %w", cfg.Device, err))
 		}
 		ps.p = ps.dev
