@@ -2,6 +2,7 @@ package ddp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -158,6 +159,21 @@ func TestMixedDTypes(t *testing.T) {
 		_, err := ddp.WrapValues(ctx, c, plaintest.Values(plaintest.Params(dt, 1)), ddp.Options{})
 		if err == nil || !strings.Contains(err.Error(), "rank 1 has \"float64 ") {
 			return fmt.Errorf("got %v, want an error naming rank 1's float64", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFloat64Hooks: the fp16/bf16 hooks take float32 gradients: with
+// float64 learnables Wrap says so, naming the hook.
+func TestFloat64Hooks(t *testing.T) {
+	err := commtest.RunRanks(context.Background(), inprocWorld(t, 1), time.Minute, func(ctx context.Context, c comm.Comm) error {
+		_, err := ddp.WrapValues(ctx, c, plaintest.Values(plaintest.Params(tensor.Float64, 1)), ddp.Options{Hook: ddp.FP16Compress{}})
+		if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), `hook "fp16" takes float32 gradients only`) {
+			return fmt.Errorf("got %v", err)
 		}
 		return nil
 	})
