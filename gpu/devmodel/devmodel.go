@@ -107,6 +107,9 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	if _, err := optim.New(cfg.Optim, 0); err != nil {
 		return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
 	}
+	if err := deviceOptim(m.Name, cfg.Optim); err != nil {
+		return nil, err
+	}
 	if cfg.ClipGrad < 0 || math.IsNaN(cfg.ClipGrad) {
 		return nil, fmt.Errorf("devmodel: %s: clip-grad %v", m.Name, cfg.ClipGrad)
 	}

@@ -140,6 +140,9 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 	if _, err := optim.New(cfg.Optim, 0); err != nil {
 		return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
 	}
+	if err := deviceOptim(m.Name, cfg.Optim); err != nil {
+		return nil, err
+	}
 	if cfg.ClipGrad != 0 {
 		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d): Config.ClipGrad: a pipeline's gradient norm spans every stage; clip with GradNorm and ClipGrads over the stages", m.Name, from, to)
 	}
