@@ -2,8 +2,9 @@
 // stream (New), fp32 products (Sgemm, column-major as cuBLAS; MatMul for
 // our row-major [rows, cols] tensors), batches of products at fixed
 // strides (SgemmStridedBatched; MatMulBatched for row-major views such as
-// attention's heads), mixed-precision products (GemmEx:
-// bf16 or fp16 inputs, fp32 accumulation) and the TF32 switch (SetMath).
+// attention's heads), mixed-precision products (GemmEx and
+// GemmStridedBatchedEx: bf16 or fp16 inputs, fp32 accumulation) and the
+// TF32 switch (SetMath).
 // It builds and its tests run on machines with no CUDA at all.
 //
 // # Loading
@@ -36,8 +37,9 @@
 // (DefaultMath, torch.backends.cuda.matmul.allow_tf32 = False); SetMath(TF32)
 // lets cuBLAS round the inputs to TF32 on tensor cores, as allow_tf32 =
 // True or set_float32_matmul_precision("high") do (Float32MatmulPrecision
-// maps PyTorch's names). GemmEx with BF16 inputs and Compute32F is the
-// product under bf16 autocast.
+// maps PyTorch's names). GemmEx (GemmStridedBatchedEx for batches) with BF16
+// inputs and Compute32F is the product under bf16 autocast (package
+// gpu/gemm casts the operands and calls them).
 //
 // # Tests
 //
