@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -78,10 +79,23 @@ func TestREADMEDiff(t *testing.T) {
 			if err := os.WriteFile(overlay, ov, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command("go", "build", "-overlay", overlay, "-o", os.DevNull, ".")
+			cmd := exec.Command(goTool(t), "build", "-overlay", overlay, "-o", os.DevNull, ".")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("the README's diff (%s side) does not build: %v\n%s\n%s", side.name, err, out, file)
 			}
 		})
 	}
+}
+
+// goTool is the go command: on PATH, else the toolchain's that built
+// this test.
+func goTool(t *testing.T) string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no go command on PATH or at %s: the test builds the README's code with it", p)
+	}
+	return p
 }
