@@ -13,4 +13,43 @@
 // -debug. Both kinds of strategy checkpoint with train's helpers
 // (train.SaveFull, train.SaveZero and their snapshots) and load any
 // checkpoint with train.LoadCheckpoint.
+//
+// # On GPUs
+//
+// With Config.Device "cuda" (-device cuda) every strategy here trains
+// on GPUs (device.go, zero_device.go, device_comm.go): each rank's model
+// placed by gpu/devmodel on its GPU (the nccl Comm's, which is
+// LOCAL_RANK, modulo the GPUs with GDIST_NCCL_SHARE_GPU=1; with a host
+// backend GPU N of cuda:N plus the local rank, modulo the GPUs), its
+// parameters, gradients and optimizer state in device memory in flat's
+// layout, Dropout's masks placed by the rank's first sample in the
+// global batch. DDP all-reduces (averages) the whole gradient buffer in
+// place after backward; ZeRO reduce-scatters it, each rank clips its
+// shard by the global norm, updates its shard of the parameters with its
+// shard of the optimizer state, and the parameters are all-gathered.
+// With -backend nccl the collectives take the device buffers
+// (comm.DeviceBuffer); with a host backend (shm, tcp, inproc) the
+// buffers are copied to host memory, reduced there and copied back:
+// correct, two copies slower per collective, so several ranks can share
+// a GPU without NCCL. The reduction starts after backward (no buckets,
+// no overlap: the summary says so).
+//
+// On the device every ZeRO stage keeps the full parameter and gradient
+// buffers resident (devmodel's backward writes the whole flat gradient;
+// its plan binds the parameter buffer): only the optimizer state is
+// sharded, so zero2 and zero3 hold zero1's device memory. zero2 reduces
+// once after backward, as zero1 does; zero3 is one FSDP unit around the
+// model: the shard is the parameters at rest, gathered into the full
+// buffer before forward. peak_device_bytes reports what is held.
+//
+// Evaluation runs on the device (train.BatchEvaluator: devmodel.Eval),
+// every rank with rank 0's batch-norm statistics, broadcast on the
+// device first as train does on the host. Saves copy the parameters,
+// statistics and optimizer state down to the host model (and, for
+// ZeRO, a host engine holding this rank's shard), so the checkpoints
+// are the CPU's files and a GPU run resumes on the CPU and back (the
+// shard files of a device zero3 run record stage 2, the host engine's
+// contiguous layout; train's "strategy" metadata says zero3). Tested on
+// the fake CUDA by cmd/train's device tests: 2 ranks at batch B == 1 at
+// 2B == the CPU, zero1-3 == ddp, resumes across devices.
 package dp

@@ -7,8 +7,8 @@ import (
 	"math"
 
 	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/gpu/devmodel"
-	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/zero"
@@ -80,14 +80,19 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 		return nil, fmt.Errorf("%w: -device %s: %v", train.ErrConfig, cfg.Device, err)
 	}
 	// The host engine pads the model's buffers to N*S and gives every
-	// rank rank 0's parameters and batch-norm statistics.
-	e, err := zero.New(ctx, s.Comm, s.Model, zero.Options{Stage: min(stage, 2), Optim: cfg.OptimConfig(), OrdinaryBuffers: true})
+	// rank rank 0's parameters. It sees the flat parameters only: the
+	// batch-norm statistics (alike on every rank from the seed) are
+	// broadcast on the device where they are used (syncBN), and a
+	// broadcast of the host's batch count (an int64 field of a struct
+	// holding pointers) through the nccl backend's staging copy panics
+	// in cgo's pointer check.
+	e, err := zero.New(ctx, s.Comm, flatOnly{s.Model.Flat}, zero.Options{Stage: min(stage, 2), Optim: cfg.OptimConfig(), OrdinaryBuffers: true})
 	if err != nil {
 		return nil, err
 	}
 	lo, hi := e.Shard()
 	st := &deviceZero{name: cfg.Strategy, stage: stage, e: e, opt: cfg.OptimConfig(), lo: lo, s: hi - lo, gathered: true}
-	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision)}); err != nil {
+	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}}); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -97,6 +102,11 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	}
 	return st, nil
 }
+
+// flatOnly is a model's flat parameters, and nothing else, for zero.New.
+type flatOnly struct{ fp *flat.Params }
+
+func (f flatOnly) FlatParams() *flat.Params { return f.fp }
 
 // gather all-gathers the parameters' shards into the full buffer, if an
 // update changed them since. Collective.
