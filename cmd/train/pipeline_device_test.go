@@ -48,7 +48,8 @@ func trainPipe(t *testing.T, env []string, args ...string) pipeSummary {
 // hold two NCCL ranks of a host, and comm/staging copies the device
 // buffers); with -backend nccl (each rank its own NCCL host on the shared
 // GPU) device to device over the fake's NCCL, the mlp likewise, and with
-// -schedule gpipe; with -precision bf16 (autocast) within 2% of the CPU's
+// -schedule gpipe, and as 2 stages x 2 replicas at half the batch
+// (-nproc 4 -stages 2); with -precision bf16 (autocast) within 2% of the CPU's
 // fp32, as TestDevicePrecision allows one rank.
 func TestPipelineDeviceMatchesCPU(t *testing.T) {
 	for _, model := range []string{"mlp", "cnn"} {
@@ -77,11 +78,27 @@ func TestPipelineDeviceMatchesCPU(t *testing.T) {
 			checkNear(t, "pipeline on cuda over nccl vs unsplit on cpu", nc.Summary, cpu)
 			gp := trainPipe(t, fakeCUDAEnv(t), append(append([]string{"-schedule", "gpipe"}, pipe...), common...)...)
 			checkNear(t, "gpipe pipeline on cuda vs unsplit on cpu", gp.Summary, cpu)
+			// 2 stages x 2 replicas at batch 8 (a stage's gradients
+			// averaged over its replicas on the device's buffers) == 1
+			// rank at 16
+			var half []string
+			for i := 0; i < len(common); i++ {
+				if common[i] == "-batch" {
+					i++
+					continue
+				}
+				half = append(half, common[i])
+			}
+			dp := trainPipe(t, fakeCUDAEnv(t), append([]string{"-device", "cuda", "-strategy", "pipeline", "-nproc", "4", "-stages", "2", "-microbatches", "3", "-batch", "8"}, half...)...)
+			if dp.Pipeline.Replicas != 2 || dp.WorldSize != 4 {
+				t.Fatalf("-nproc 4 -stages 2: %+v", dp.Pipeline)
+			}
+			checkNear(t, "2 stages x 2 replicas on cuda vs unsplit on cpu", dp.Summary, cpu)
 			bf := trainPipe(t, fakeCUDAEnv(t), append(append([]string{"-precision", "bf16"}, pipe...), common...)...)
 			if bf.Precision != "bf16" || !near(bf.EvalLoss, cpu.EvalLoss, 0.02) {
 				t.Errorf("-precision bf16: %q, eval loss %v; cpu (fp32) %v", bf.Precision, bf.EvalLoss, cpu.EvalLoss)
 			}
-			t.Logf("mlp: eval loss %v (nccl), %v (gpipe), %v (bf16)", nc.EvalLoss, gp.EvalLoss, bf.EvalLoss)
+			t.Logf("mlp: eval loss %v (nccl), %v (gpipe), %v (2 replicas), %v (bf16)", nc.EvalLoss, gp.EvalLoss, dp.EvalLoss, bf.EvalLoss)
 		})
 	}
 }
