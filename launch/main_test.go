@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +43,12 @@ var mainWorkers = map[string]Worker{
 			return errors.New("the data file is missing")
 		}
 		return sumRanks(ctx, c) // fails when rank 1 leaves
+	},
+	// Ranks that wait for a signal.
+	"main-wait": func(ctx context.Context, c comm.Comm) error {
+		fmt.Fprintf(os.Stderr, "rank %d ready\n", c.Rank())
+		<-ctx.Done()
+		return ctx.Err()
 	},
 	// A vocabulary numbered in map order: rank 1's differs.
 	"main-vocab": func(ctx context.Context, c comm.Comm) error {
@@ -234,5 +242,48 @@ func TestMain_Mpirun(t *testing.T) {
 	}
 	if out.String() != "sum 1 over 2 ranks\n" {
 		t.Fatalf("stdout %q, want rank 0's sum over 2 ranks\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
+
+// syncBuffer is a strings.Builder safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestMain_Stop: SIGTERM to a program that launched its ranks with Main
+// stops them (their ctx ends, they return) and it exits ExitPreempted.
+func TestMain_Stop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-nproc", "2", "-backend", "tcp")
+	cmd.Env = append(os.Environ(), childEnv+"=main-wait", "GORACE=atexit_sleep_ms=0")
+	var errOut syncBuffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(errOut.String(), "[rank 0] rank 0 ready") || !strings.Contains(errOut.String(), "[rank 1] rank 1 ready") {
+		if ctx.Err() != nil {
+			t.Fatalf("the ranks never got ready\nstderr:\n%s", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != ExitPreempted {
+		t.Fatalf("exit %d, want %d (ExitPreempted)\nstderr:\n%s", code, ExitPreempted, errOut.String())
 	}
 }
