@@ -70,10 +70,12 @@
 // evaluations ("eval" events) between the epochs' ends.
 //
 // Config.Device "cuda" (-device) trains on a GPU, for a strategy
-// registered with Factory.Device (train/dp's ddp, one rank for now:
-// gpu/devmodel); others are refused. Such a strategy evaluates and saves
+// registered with Factory.Device (train/dp's ddp and zero1-3, one rank
+// or several: gpu/devmodel); others are refused. Such a strategy saves
 // through the host model (copied down first), so its checkpoints are
-// the CPU's files; the summary reports device and peak_device_bytes.
+// the CPU's files, and evaluates on the device where it is a
+// BatchEvaluator (EvaluateBatches); the summary reports device and
+// peak_device_bytes.
 //
 // # The run (run.go, report.go)
 //

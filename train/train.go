@@ -85,9 +85,9 @@ type Config struct {
 	Backend     string
 	// Device is where the model trains: "cpu" (or "") on the host, or
 	// "cuda" / "cuda:N" on a GPU (package gpu/devmodel), for a strategy
-	// registered with Factory.Device (ddp, one rank for now). Evaluation
-	// and checkpoints go through the host model, so a checkpoint is the
-	// same file whichever device wrote it.
+	// registered with Factory.Device (train/dp's ddp and zero1-3, one
+	// rank or several). Checkpoints go through the host model, so a
+	// checkpoint is the same file whichever device wrote it.
 	Device string
 	// Precision is the matrix products' precision on a GPU, by PyTorch's
 	// names (package gpu/gemm): "fp32" (the default), "tf32"

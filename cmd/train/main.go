@@ -63,13 +63,16 @@
 // package plus one import line below (train/example_strategy_test.go
 // shows one, with a flag).
 //
-// -device cuda (or cuda:N) trains on a GPU (gpu/devmodel: the
+// -device cuda (or cuda:N) trains on GPUs (gpu/devmodel: the
 // parameters, gradients and optimizer state in device memory; per step
-// the batch goes up and the loss comes down), with -strategy ddp on one
-// rank for now (-nproc defaults to 1 with it); other strategies, several
-// ranks, -syncbn, -compress and a model with a layer that has no device
-// kernels are refused, saying why. Evaluation and checkpoints go through
-// the host model, so a GPU run's checkpoint resumes on the CPU and back.
+// the batch goes up and the loss comes down), with -strategy ddp, zero1,
+// zero2 or zero3 on one rank (-nproc defaults to 1 with it) or several,
+// each on the GPU of its LOCAL_RANK (train/dp: the gradients reduced in
+// device memory over -backend nccl, through host memory over a host
+// backend); -syncbn, -compress and a model with a layer that has no
+// device kernels are refused, saying why. Evaluation runs on the device;
+// checkpoints go through the host model, so a GPU run's checkpoint
+// resumes on the CPU and back.
 // The summary's device and peak_device_bytes say where it ran and the
 // most device memory the model held.
 //
@@ -158,7 +161,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&c.Pad, "pad", false, "pad the last incomplete global batch (default: drop it)")
 	fs.StringVar(&c.Strategy, "strategy", train.DefaultStrategy, "parallelism strategy: "+strategyHelp())
 	strategyFlags := train.AddStrategyFlags(fs) // each strategy's own: -bucket-mb, -stages, ...
-	fs.StringVar(&c.Device, "device", "cpu", "where the model trains: cpu, or cuda / cuda:N (a GPU: -strategy ddp on one rank for now, mlp, cnn, cnn-bn and gpt; -nproc defaults to 1 with it); evaluation and checkpoints go through the host, so checkpoints are the CPU's files")
+	fs.StringVar(&c.Device, "device", "cpu", "where the model trains: cpu, or cuda / cuda:N (GPUs, one per rank: -strategy ddp, zero1-3; mlp, cnn, cnn-bn and gpt; -nproc defaults to 1 with it); checkpoints go through the host, so they are the CPU's files")
 	fs.StringVar(&c.Precision, "precision", "fp32", "matrix products' precision with -device cuda, PyTorch's names: fp32, tf32 (allow_tf32) or bf16 (autocast to bfloat16; parameters, gradients and optimizer state stay fp32)")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
@@ -198,7 +201,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if !set["nproc"] && c.Device != "cpu" {
-		o.nproc = 1 // a GPU run is one rank for now (train/dp: deviceDDP)
+		o.nproc = 1 // a GPU run is one rank unless -nproc says more
 	}
 	var err error
 	if c.Options, err = strategyFlags.Options(c.Strategy); err != nil {
