@@ -345,7 +345,8 @@ func stopped(stop <-chan struct{}) bool {
 // waits for all of them. It returns the failed ranks, or an error when the
 // generation could not run (ctx ended, a rank did not start, no store).
 func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]RankStatus, error) {
-	logf := s.Logf
+	con := newConsole(s.Stderr) // serializes writes to s.Stdout and s.Stderr
+	logf := con.logf(s.Logf)
 	// The store: this launcher's, on loopback, for one node; rank 0's
 	// (on node 0), at the master address, for several.
 	var token, port, master, storeAddr string
@@ -369,7 +370,6 @@ func runGeneration(ctx context.Context, s Spec, exe string, gen, nproc int) ([]R
 	}
 	nodes := max(s.Nodes, 1)
 
-	con := newConsole(s.Stderr) // serializes writes to s.Stdout and s.Stderr
 	n := strconv.Itoa(nproc)
 	cmds := make([]*exec.Cmd, nproc)
 	flush := make([]func(), nproc)

@@ -18,8 +18,8 @@ import (
 // its rank is lower; the others' updates are dropped, their final lines,
 // which end with a newline, are kept). Each update is drawn over the last
 // ("\r[rank 0] step 3/10", padded with spaces over a longer one), and
-// before any other output (a line of any rank, rank 0's stdout) the
-// progress line is cleared, so that nothing is written over part of it;
+// before any other output (a line of any rank, rank 0's stdout, the
+// launcher's messages) the progress line is cleared, so that nothing is written over part of it;
 // the next update draws it again under that output.
 type console struct {
 	mu      sync.Mutex
@@ -77,6 +77,17 @@ func (c *console) progress(rank int, line string) error {
 	c.bar = n
 	_, err := io.WriteString(c.w, out)
 	return err
+}
+
+// logf returns a logger that calls logf after clearing the progress line
+// (the launcher's own messages).
+func (c *console) logf(logf func(string, ...any)) func(string, ...any) {
+	return func(format string, args ...any) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.clearBar()
+		logf(format, args...)
+	}
 }
 
 // raw returns a writer that copies to w as it is, after clearing the

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -67,7 +68,8 @@ func TestPrefixWriter(t *testing.T) {
 }
 
 // TestProgressBars: two ranks drawing progress bars with carriage
-// returns, while a rank logs lines and rank 0 writes its stdout, leave a
+// returns, while a rank logs lines, the launcher logs a message and rank 0
+// writes its stdout, leave a
 // readable screen: one progress line (rank 0's, the lowest), never
 // written over by another rank's update or line, and every rank's lines
 // and final bar lines whole. The launcher's old prefixes (a line per
@@ -85,12 +87,15 @@ func TestProgressBars(t *testing.T) {
 	}
 	r1.Write([]byte("\ncheckpoint saved\n")) // rank 1's bar ends, then a log line
 	r0.Write([]byte("\rtraining [========= ] 90%"))
+	con.logf(func(format string, args ...any) { fmt.Fprintf(&errOut, format+"\n", args...) })("launch: %s", "a message")
+	r0.Write([]byte("\rtraining [========= ] 95%"))
 	stdout.Write([]byte(`{"step":9}` + "\n"))
 	r0.Write([]byte("\rtraining [==========] 100%\n"))
 	r1.Write([]byte("done\n"))
 	want := []string{
 		"[rank 1] training [====      ] 40%",
 		"[rank 1] checkpoint saved",
+		"launch: a message",
 		"[rank 0] training [==========] 100%",
 		"[rank 1] done",
 		"",
