@@ -27,23 +27,24 @@ const (
 	gptSchedule  = "cosine"
 	gptClipGrad  = 1.0
 	gptEvalEvery = 250
-	// A forward pass at batch 500 is slower per window than at 64 (and
-	// holds gigabytes of activations), and the 1024 evaluation windows
-	// split over 2 ranks fill 64-window batches exactly. Larger models
-	// take a smaller power of two (gptEvalBatchFor).
+	// A forward pass at batch 500 is slower per window than at 64, and
+	// the 1024 evaluation windows split over 2 ranks fill 64-window
+	// batches exactly. Much wider models take a smaller power of two
+	// (gptEvalBatchFor).
 	gptEvalBatch = 64
-	// gptEvalBudget bounds the activations an evaluation batch holds: the
-	// graph keeps every intermediate value (gpt-large: about 36 MB a
-	// window, so 6.7 GB of peak RSS per process at batch 64, 2 GB at 16).
+	// gptEvalBudget bounds the activations an evaluation batch holds. The
+	// evaluation graph is forward only and frees each activation once it
+	// is read (nn/forward.go): a pass holds about 16 T x max(D, 256)
+	// values per window at once (gpt-large: 2 MB a window, 0.4 GB of peak
+	// RSS for a pass at batch 64, whatever the depth).
 	gptEvalBudget = 512 << 20
 )
 
 // gptEvalBatchFor is the default evaluation batch of a gpt of shape g: the
-// largest power of two up to gptEvalBatch whose activations, estimated
-// per block as 26 T x D values plus the H x T x T attention probabilities
-// (float32), fit gptEvalBudget.
+// largest power of two up to gptEvalBatch whose forward-only pass, about
+// 16 T x max(D, 256) float32 values per window, fits gptEvalBudget.
 func gptEvalBatchFor(g models.GPT) int {
-	perWindow := 4 * g.Layers * (26*g.Context*g.Dim + g.Heads*g.Context*g.Context)
+	perWindow := 4 * 16 * g.Context * max(g.Dim, models.Vocab)
 	b := gptEvalBatch
 	for b > 1 && b*perWindow > gptEvalBudget {
 		b /= 2
@@ -53,7 +54,7 @@ func gptEvalBatchFor(g models.GPT) int {
 
 // gptDefaultsDoc lists the gpt defaults (for -help).
 func gptDefaultsDoc() string {
-	return fmt.Sprintf("-model gpt defaults, for the flags not given: -batch %d -optimizer %s -lr %g -weight-decay %g -warmup %d -lr-schedule %s -clip-grad %g -eval-every %d -eval-batch %d (smaller for larger models: gpt-large 16), and -steps %d unless -epochs, -steps or -max-steps is given",
+	return fmt.Sprintf("-model gpt defaults, for the flags not given: -batch %d -optimizer %s -lr %g -weight-decay %g -warmup %d -lr-schedule %s -clip-grad %g -eval-every %d -eval-batch %d (smaller for much wider models), and -steps %d unless -epochs, -steps or -max-steps is given",
 		gptBatch, gptOptimizer, gptLR, gptWeightDec, gptWarmup, gptSchedule, gptClipGrad, gptEvalEvery, gptEvalBatch, gptSteps)
 }
 

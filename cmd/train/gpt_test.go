@@ -36,13 +36,17 @@ func TestGPTFlags(t *testing.T) {
 		c.Warmup != gptWarmup || c.ClipGrad != gptClipGrad || c.EvalEvery != gptEvalEvery || c.WeightDecay != gptWeightDec || c.EvalBatch != gptEvalBatch {
 		t.Errorf("gpt defaults: %+v", c)
 	}
-	// Larger models evaluate in smaller batches (activations are kept per
-	// window: gpt-large at 64 peaked at 6.7 GB per process); -eval-batch wins.
-	if c := parseOK("-model", "gpt-large").cfg; c.EvalBatch != 16 {
-		t.Errorf("gpt-large default eval batch %d, want 16", c.EvalBatch)
+	// Evaluation is forward only (a pass holds a few layers' activations
+	// whatever the depth: gpt-large at 64 peaks at 0.4 GB), so only much
+	// wider models evaluate in smaller batches; -eval-batch wins.
+	if c := parseOK("-model", "gpt-large").cfg; c.EvalBatch != gptEvalBatch {
+		t.Errorf("gpt-large default eval batch %d, want %d", c.EvalBatch, gptEvalBatch)
 	}
-	if c := parseOK("-model", "gpt", "-layers", "64").cfg; c.EvalBatch >= gptEvalBatch || c.EvalBatch < 1 {
-		t.Errorf("a 64-block gpt's default eval batch %d, want below %d", c.EvalBatch, gptEvalBatch)
+	if c := parseOK("-model", "gpt", "-layers", "64").cfg; c.EvalBatch != gptEvalBatch {
+		t.Errorf("a 64-block gpt's default eval batch %d, want %d", c.EvalBatch, gptEvalBatch)
+	}
+	if c := parseOK("-model", "gpt-L2-D2048-H16-T512").cfg; c.EvalBatch >= gptEvalBatch || c.EvalBatch < 1 {
+		t.Errorf("a D 2048, T 512 gpt's default eval batch %d, want below %d", c.EvalBatch, gptEvalBatch)
 	}
 	if c := parseOK("-model", "gpt-large", "-eval-batch", "64").cfg; c.EvalBatch != 64 {
 		t.Errorf("-eval-batch 64 given: %d", c.EvalBatch)
