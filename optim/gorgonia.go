@@ -110,8 +110,8 @@ type gorgoniaConsts struct {
 //
 // Defaults as gorgonia's: learning rate 0.001 (LR 0), rho 0.999, eps 1e-8,
 // momentum 0.9; no clipping, no regularisation, batch 1. A Clip of 0 means
-// no clipping (gorgonia's WithClip(0) clamps RMSProp's and AdaGrad's
-// gradients to zero). gorgonia's scalar (F32/F64) learnables follow other
+// no clipping (gorgonia's WithClip(0) clamps RMSProp's gradients to
+// zero; FromSolver refuses it). gorgonia's scalar (F32/F64) learnables follow other
 // formulas: flat buffers hold tensors.
 //
 // Its State is its cache: "square_avg" (rmsprop: the decayed mean of g²),
