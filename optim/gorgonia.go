@@ -10,10 +10,10 @@ import (
 // gorgoniaNames are the optimizers that follow gorgonia's solvers.
 var gorgoniaNames = map[string]bool{"rmsprop": true, "adagrad": true, "momentum": true, "vanilla": true}
 
-// GorgoniaName reports whether name is one of the optimizers that follow
+// isGorgonia reports whether name is one of the optimizers that follow
 // gorgonia's solvers (rmsprop, adagrad, momentum, vanilla), which take
 // Config's Clip, L2, L1, Batch and Rho.
-func GorgoniaName(name string) bool { return gorgoniaNames[name] }
+func isGorgonia(name string) bool { return gorgoniaNames[name] }
 
 // newGorgonia makes one of gorgonia's solvers for n elements; cfg.LR was
 // checked (or is 0: the default).

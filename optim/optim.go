@@ -58,14 +58,14 @@ type Config struct {
 
 // New returns an optimizer for n elements.
 func New(cfg Config, n int) (Optimizer, error) {
-	defaultLR := cfg.LR == 0 && GorgoniaName(cfg.Name) // gorgonia's solvers' default
+	defaultLR := cfg.LR == 0 && isGorgonia(cfg.Name) // gorgonia's solvers' default
 	if !defaultLR && (!(cfg.LR > 0) || math.IsInf(cfg.LR, 0)) {
 		return nil, fmt.Errorf("optim: learning rate %v must be positive", cfg.LR)
 	}
 	if n < 0 {
 		return nil, fmt.Errorf("optim: negative size %d", n)
 	}
-	if GorgoniaName(cfg.Name) {
+	if isGorgonia(cfg.Name) {
 		return newGorgonia(cfg, n)
 	}
 	for _, o := range []struct {
