@@ -71,7 +71,8 @@
 //
 // Config.Device "cuda" (-device) trains on a GPU, for a strategy
 // registered with Factory.Device (train/dp's ddp and zero1-3, one rank
-// or several: gpu/devmodel); others are refused. Such a strategy saves
+// or several, and train/pp's pipeline: gpu/devmodel); others are
+// refused. Such a strategy saves
 // through the host model (copied down first), so its checkpoints are
 // the CPU's files, and evaluates on the device where it is a
 // BatchEvaluator (EvaluateBatches); the summary reports device and

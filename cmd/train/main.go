@@ -69,7 +69,9 @@
 // zero2 or zero3 on one rank (-nproc defaults to 1 with it) or several,
 // each on the GPU of its LOCAL_RANK (train/dp: the gradients reduced in
 // device memory over -backend nccl, through host memory over a host
-// backend); -syncbn, -compress and a model with a layer that has no
+// backend), or -strategy pipeline, each stage rank's layers on its GPU
+// (train/pp: activations sent device to device over nccl, or through
+// host memory); -syncbn, -compress and a model with a layer that has no
 // device kernels are refused, saying why. Evaluation runs on the device;
 // checkpoints go through the host model, so a GPU run's checkpoint
 // resumes on the CPU and back.
@@ -161,7 +163,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&c.Pad, "pad", false, "pad the last incomplete global batch (default: drop it)")
 	fs.StringVar(&c.Strategy, "strategy", train.DefaultStrategy, "parallelism strategy: "+strategyHelp())
 	strategyFlags := train.AddStrategyFlags(fs) // each strategy's own: -bucket-mb, -stages, ...
-	fs.StringVar(&c.Device, "device", "cpu", "where the model trains: cpu, or cuda / cuda:N (GPUs, one per rank: -strategy ddp, zero1-3; mlp, cnn, cnn-bn and gpt; -nproc defaults to 1 with it); checkpoints go through the host, so they are the CPU's files")
+	fs.StringVar(&c.Device, "device", "cpu", "where the model trains: cpu, or cuda / cuda:N (GPUs, one per rank: -strategy ddp, zero1-3, pipeline; mlp, cnn, cnn-bn and gpt; -nproc defaults to 1 with it); checkpoints go through the host, so they are the CPU's files")
 	fs.StringVar(&c.Precision, "precision", "fp32", "matrix products' precision with -device cuda, PyTorch's names: fp32, tf32 (allow_tf32) or bf16 (autocast to bfloat16; parameters, gradients and optimizer state stay fp32)")
 	fs.BoolVar(&c.SyncBN, "syncbn", false, "SyncBatchNorm: batch-norm statistics over all ranks' batches (cnn-bn)")
 	fs.StringVar(&c.Save, "save", "", "save a checkpoint (safetensors, PyTorch names) here after every epoch")
