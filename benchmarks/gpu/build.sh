@@ -2,7 +2,7 @@
 # Builds the GPU verification bundle on any Linux amd64 machine with Go and
 # gcc, no CUDA needed: the test binaries of gpu/cuda, gpu/cublas, gpu/rtc,
 # gpu/kernels, gpu/devmodel, comm/nccl and comm/staging, commbench, ncclcheck, train, the
-# PyTorch peer and the fake CUDA library (for verify.sh's dry run). The Go programs load CUDA and
+# PyTorch peers (torch.distributed's NCCL; eager training: torch_gpu_train.py, gpt.py) and the fake CUDA library (for verify.sh's dry run). The Go programs load CUDA and
 # NCCL with dlopen at run time, so they need only libc (checked here).
 #
 #   benchmarks/gpu/build.sh [DIR]        # default DIR: bin/gpu (git-ignored); also DIR.tar.xz
@@ -29,7 +29,7 @@ go test -c "${flags[@]}" -o "$OUT/staging.test" ./comm/staging
 go build "${flags[@]}" -o "$OUT/commbench" ./benchmarks/commbench
 go build "${flags[@]}" -o "$OUT/ncclcheck" ./benchmarks/gpu/ncclcheck
 go build "${flags[@]}" -o "$OUT/train" ./cmd/train
-cp benchmarks/peers/torch_nccl_bench.py benchmarks/peers/peerutil.py "$OUT/"
+cp benchmarks/peers/torch_nccl_bench.py benchmarks/peers/peerutil.py benchmarks/peers/torch_gpu_train.py benchmarks/peers/gpt.py "$OUT/"
 gcc -O2 -shared -fPIC -pthread -fvisibility=hidden -o "$OUT/libfakecuda.so" gpu/cudafake/testdata/fakecuda.c
 
 bad=0

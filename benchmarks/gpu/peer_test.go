@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"encoding/json"
 	"math"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -100,5 +101,60 @@ func TestTorchPeerMatchesZoo(t *testing.T) {
 	cmd := exec.Command(py, "../peers/torch_gpu_train.py", "--params-only", "--model", "gpt-L1-D30-H4-T8")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "do not divide") {
 		t.Errorf("gpt-L1-D30-H4-T8 (4 heads, dimension 30): %v: %s", err, out)
+	}
+}
+
+// TestTrainbenchMFU: verify.sh's comparison of a gdist summary with the
+// peer's line: the ratio of the median rates, and each side's MFU by
+// PaLM's 6 N + 12 L D T over the GPU's dense peak for the precision (an
+// H200 at bf16: 989.4 TFLOP/s), N without the embedding tables; a
+// parameter count that differs is a mismatch (exit 1).
+func TestTrainbenchMFU(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	dir := t.TempDir()
+	const model, n = "gpt-L12-D768-H12-T1024", 86235904
+	write := func(name, s string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(s+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	g := write("g", `{"event":"summary","model":"`+model+`","num_params":86235904,"global_batch":8,"steps":20,"step_ms_p50":100,"tokens_per_sec":80000,"eval_loss":5,"peak_device_bytes":4000000000}`)
+	tp := write("t", `{"peer":"torch","model":"`+model+`","params":86235904,"batch":8,"precision":"bf16","step_ms_p50":50,"tokens_per_sec":163840,"peak_memory_bytes":5000000000}`)
+	res := dir + "/r.jsonl"
+	out, err := exec.Command("python3", "trainbench.py", "compare", g, tp, "--precision", "bf16", "--gpu", "NVIDIA H200",
+		"--results", res, "--table", dir+"/t.txt").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("%s", out)
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	fpt := 6*float64(n-256*768-1024*768) + 12*12*768*1024
+	rate := 8 * 1024 / 0.1
+	near := func(k string, want float64) {
+		if v, _ := r[k].(float64); math.Abs(v-want) > 1e-9*math.Abs(want) {
+			t.Errorf("%s = %v, want %v", k, r[k], want)
+		}
+	}
+	near("flops_per_token", fpt)
+	near("gdist_rate", rate)
+	near("ratio", rate/163840)
+	near("gdist_mfu", rate*fpt/989.4e12)
+	near("torch_mfu", 163840*fpt/989.4e12)
+	bad := write("t2", `{"peer":"torch","model":"`+model+`","params":86235905,"batch":8,"precision":"bf16","step_ms_p50":50,"tokens_per_sec":163840}`)
+	out, err = exec.Command("python3", "trainbench.py", "compare", g, bad, "--precision", "bf16", "--gpu", "NVIDIA H200",
+		"--results", res, "--table", dir+"/t.txt").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "MISMATCH") {
+		t.Errorf("a parameter count that differs: %v: %s", err, out)
 	}
 }

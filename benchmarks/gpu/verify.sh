@@ -32,13 +32,29 @@
 #   sanitizer   compute-sanitizer (memcheck) over one short GPU test
 #   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
 #   device      train -device cuda (the model on the GPU) equals -device cpu
+#               (mlp, cnn, cnn-bn), and its samples/s next to PyTorch eager's
+#               on the same model, batch and GPU (benchmarks/peers/
+#               torch_gpu_train.py)
+#   gpt         train -device cuda -model gpt-L12-D768-H12-T1024 (GPT-2
+#               small's shape; GPT_MODEL, GPT_BATCH=8, GPT_STEPS=20) at fp32
+#               and, when train has -precision, bf16 (GPT_PRECISIONS), each
+#               right before PyTorch eager on the same model, batch and
+#               precision: tokens/s, peak memory, MFU, the ratio; then a
+#               short run of each with the device profile
+#               (GDIST_DEVICE_PROFILE: device time by layer kind)
 #   bench       commbench -backend nccl (1 and 2 ranks; BENCH_NP="1 2")
 #               next to torch.distributed's NCCL on the same GPU, and a table
+#   ncu         Nsight Compute (if there) over a few dozen kernels of a
+#               gpt training step (NCU_SKIP, NCU_COUNT): each kernel's time
+#               and its compute and memory throughput against the GPU's
 #
 # Under $OUT: summary.txt (one line per step: PASS/FAIL/SKIP and why),
 # inventory.txt, results.jsonl (one JSON row per step and per benchmark
-# row), bench.txt (the side-by-side table), logs.tar.gz (every step's log,
-# each capped). The exit status is non-zero if a step failed.
+# row), bench.txt (the side-by-side table), train_bench.txt (gdist's
+# training against PyTorch's: rates, step times, memory, MFU),
+# profile.<precision>.json (the gpt's device profile), ncu.txt,
+# logs.tar.gz (every step's log, each capped). The exit status is non-zero
+# if a step failed.
 #
 # DRY=1 runs the same steps against the fake CUDA and NCCL (gpu/cudafake,
 # whose library build.sh compiles into the bundle) on a machine without a
@@ -57,7 +73,7 @@ fi
 OUT=${OUT:-$B/results}
 BUDGET=${BUDGET:-420}
 DRY=${DRY:-0}
-STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train device bench}
+STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train device gpt bench ncu}
 LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
@@ -401,12 +417,34 @@ train_pairs() {
 # train -device cuda (one rank, the model on the GPU: gpu/devmodel) against
 # -device cpu with the same seed and data: eval loss within 1e-4. The fake
 # runs the kernels on the CPU, emulating every GPU thread: the dry run
-# trains the mlp on a quarter of the data only.
+# trains the mlp on a quarter of the data only. Then PyTorch eager on the
+# same model, batch (32) and optimizer (SGD, momentum 0.9, lr 0.01) on the
+# same GPU, each model's rates compared (trainbench.py; the dry run's
+# peer trains on the CPU, if python3 has torch). The step's status is the
+# equivalence's; the peers' ratios (or their failure) are in its detail.
 t_device() {
-	local limit=2048 models="mlp cnn cnn-bn"
-	[ "$DRY" = 1 ] && limit=512 models=mlp
-	train_pairs "$1" device cuda 1e-4 "$models" "" "-device cuda" "-device cpu" \
-		-nproc 1 -data synthetic -limit $limit -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false
+	local limit=2048 models="mlp cnn cnn-bn" pdev=cuda psteps=30 pwarm=5
+	[ "$DRY" = 1 ] && limit=512 models=mlp pdev=cpu psteps=3 pwarm=1
+	local eq rc m peers=""
+	eq=$(train_pairs "$1" device cuda 1e-4 "$models" "" "-device cuda" "-device cpu" \
+		-nproc 1 -data synthetic -limit $limit -epochs 1 -batch 32 -lr 0.01 -seed 5 -json -progress=false)
+	rc=$?
+	if torch_ok; then
+		for m in $models; do
+			[ -s "$LOGS/pair.device.$m.cuda" ] || continue
+			if [ "$(rest)" -lt 20 ]; then peers="$peers (no time left for torch)"; break; fi
+			echo "--- torch $m" >>"$1"
+			limited "$(($(rest) - 10))" "$TPY" "$B/torch_gpu_train.py" --model "$m" --batch 32 --optimizer sgd --lr 0.01 \
+				--steps $psteps --warmup $pwarm --device $pdev >"$LOGS/device.torch.$m" 2>>"$1"
+			cat "$LOGS/device.torch.$m" >>"$1"
+			peers="$peers $(python3 "$root/benchmarks/gpu/trainbench.py" compare "$LOGS/pair.device.$m.cuda" "$LOGS/device.torch.$m" \
+				--precision fp32 --gpu "$(gpu_name)" --results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$1");"
+		done
+	else
+		peers=" (no python3 with torch: no PyTorch peer)"
+	fi
+	echo "${eq%; };$peers"
+	return $rc
 }
 
 # train -backend nccl -nproc 2 (ranks sharing the GPU where it is one)
@@ -484,6 +522,213 @@ PY
 	[ $r = 0 ] && [ $rc = 0 ]
 }
 
+# ---------------------------------------------------------------- gpt
+# TPY: the python that imports torch (TORCH_PYTHON, else the first of
+# python3, the GPU machine's venv and Debian's /usr/bin/python3 that does).
+TPY=""
+torch_ok() {
+	local py
+	[ -n "$TPY" ] && return 0
+	for py in ${TORCH_PYTHON:-python3 /opt/torch/.venv/bin/python3 /usr/bin/python3}; do
+		if "$py" -c 'import torch' >/dev/null 2>&1; then
+			TPY=$py
+			return 0
+		fi
+	done
+	return 1
+}
+dry_flag() { [ "$DRY" = 1 ] && echo --dry; }
+# gpu_name: nvidia-smi's name of GPU 0 (the MFU's peak is looked up by it).
+gpu_name() {
+	if [ "$DRY" = 1 ]; then echo "fake"; else smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1; fi
+}
+# train_precision: whether train has -precision (fp32|tf32|bf16).
+train_precision() { "$B/train" -h 2>&1 | grep -q -- '-precision'; }
+
+# make_corpus DIR T BYTES: a text corpus for the gpt runs (the GPU machine
+# has no Go tree, train's default): DIR/train.txt, BYTES of this
+# repository's Go files (repeated if short), and DIR/heldout-12.txt, one
+# window of T+1 bytes after them. data.LoadText holds out the files whose
+# relative path's FNV-1a hash is 0 mod 20 (heldout-12.txt's is, train.txt's
+# not): train's evaluations then read one window, not 1024.
+make_corpus() {
+	[ -s "$1/train.txt" ] && [ "$(stat -c %s "$1/train.txt")" -ge "$3" ] && return 0
+	python3 - "$1" "$2" "$3" "$root" <<'PY'
+import os, sys
+d, t, need, root = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def fnv(s):
+    h = 0x811C9DC5
+    for c in s.encode():
+        h = ((h ^ c) * 0x01000193) & 0xFFFFFFFF
+    return h
+assert fnv("heldout-12.txt") % 20 == 0 and fnv("train.txt") % 20 != 0
+buf = bytearray()
+for dp, dns, fns in os.walk(root):
+    dns[:] = sorted(x for x in dns if x not in (".git", "bin"))
+    for f in sorted(fns):
+        if f.endswith(".go"):
+            with open(os.path.join(dp, f), "rb") as fh:
+                buf += fh.read()
+if not buf:
+    sys.exit("no .go files below " + root)
+text = bytes(buf)
+while len(text) < need + t + 1:
+    text += bytes(buf)
+os.makedirs(d, exist_ok=True)
+with open(os.path.join(d, "train.txt"), "wb") as f:
+    f.write(text[:need])
+with open(os.path.join(d, "heldout-12.txt"), "wb") as f:
+    f.write(text[need:need + t + 1])
+print("corpus %s: %d bytes, one held-out window of %d" % (d, need, t + 1))
+PY
+}
+
+# gpt: train -device cuda on GPT-2 small's shape (gpt-L12-D768-H12-T1024:
+# 86.2M parameters with gdist's 256-byte vocabulary) at batch 8 for 20
+# steps (train's gpt defaults: AdamW lr 3e-3, weight decay 0.01, clipping
+# at 1; -warmup 0), then PyTorch eager (torch_gpu_train.py: the same
+# model, batch, optimizer and precision; 5 warm-up steps, 15 timed), for
+# fp32 and, when train has -precision, bf16 (autocast). trainbench.py
+# compares the two medians, with each side's MFU and peak memory. Then a
+# shorter run per precision with GDIST_DEVICE_PROFILE (profile.<p>.json in
+# $OUT): where gdist's step spends device time, by layer kind. The dry run
+# trains gpt-L1-D32-H2-T16 at batch 2 on the fake, its peer on the CPU.
+t_gpt() {
+	local log=$1 model=${GPT_MODEL:-gpt-L12-D768-H12-T1024} batch=${GPT_BATCH:-8} steps=${GPT_STEPS:-20}
+	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} note="" rc=0 out="" p
+	if [ "$DRY" = 1 ]; then
+		model=gpt-L1-D32-H2-T16 batch=2 steps=4 psteps=4 pdev=cpu pwarm=1
+	fi
+	local pf=1
+	if ! train_precision; then
+		pf=0 precs=fp32 note=" (train has no -precision: fp32 only)"
+	fi
+	local t gpu
+	t=$(echo "$model" | sed -n 's/^gpt-L[0-9]*-D[0-9]*-H[0-9]*-T\([0-9]*\)$/\1/p')
+	[ -n "$t" ] || { echo "GPT_MODEL $model: want gpt-L<l>-D<d>-H<h>-T<t>"; return 1; }
+	gpu=$(gpu_name)
+	make_corpus "$LOGS/corpus" "$t" $((steps * batch * t * 2 + 65536)) >>"$log" 2>&1 || { echo "could not build the text corpus"; return 1; }
+	local havetorch=1
+	torch_ok || havetorch=0
+	# gdist_train P STEPS [VAR=value...]: train's command for precision P
+	gdist_train() {
+		local p=$1 n=$2
+		shift 2
+		local extra=()
+		[ $pf = 1 ] && extra=(-precision "$p")
+		limited "$(($(rest) / 2))" "$@" "$B/train" -device cuda -nproc 1 -model "$model" -data "$LOGS/corpus" -batch "$batch" \
+			-steps "$n" -warmup 0 -seed 7 -json -progress=false "${extra[@]}"
+	}
+	for p in $precs; do
+		local g=$LOGS/gpt.gdist.$p tt=$LOGS/gpt.torch.$p r2=0 r3=0 cmp
+		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for $p); "; rc=1; break; fi
+		echo "--- gdist $model batch $batch $p" >>"$log"
+		gdist_train "$p" "$steps" >"$g" 2>>"$log"
+		local r1=$?
+		cat "$g" >>"$log"
+		if [ $havetorch = 1 ]; then
+			echo "--- torch $model batch $batch $p" >>"$log"
+			limited "$(($(rest) / 2))" "$TPY" "$B/torch_gpu_train.py" --model "$model" --batch "$batch" --precision "$p" \
+				--steps $((steps - pwarm)) --warmup $pwarm --device $pdev >"$tt" 2>>"$log"
+			r2=$?
+			cat "$tt" >>"$log"
+			cmp=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$g" "$tt" --precision "$p" --gpu "$gpu" \
+				--results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$log")
+			r3=$?
+		elif [ "$DRY" = 1 ]; then
+			cmp="$p: gdist trained (exit $r1); no python3 with torch here: no peer"
+		else
+			cmp="$p: no python3 with torch: no PyTorch peer"
+			r3=1
+		fi
+		out="$out$cmp (exit $r1/$r2); "
+		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
+	done
+	for p in $precs; do
+		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for the $p profile); "; break; fi
+		local pj=$OUT/profile.$p.json
+		echo "--- gdist $model batch $batch $p, profiled" >>"$log"
+		gdist_train "$p" "$psteps" GDIST_DEVICE_PROFILE="$pj" >"$LOGS/gpt.profile.$p" 2>>"$log"
+		local r=$? d
+		d=$(python3 "$root/benchmarks/gpu/trainbench.py" profile "$pj" --precision "$p" --results "$OUT/results.jsonl" 2>>"$log")
+		local r2=$?
+		[ $r = 0 ] && [ $r2 = 0 ] || rc=1
+		out="$out$d (exit $r); "
+	done
+	echo "${out%; }$note"
+	return $rc
+}
+
+# ncu: Nsight Compute over NCU_COUNT (100) kernels of gpt training after
+# NCU_SKIP (700) launches: GPT-2 small launches about 560 kernels a step
+# (about 45 a layer), so by default the end of the second step's forward
+# pass, the loss and the start of its backward pass. The SpeedOfLight
+# section (time, compute and memory throughput as % of the GPU's peak),
+# summed by kernel into ncu.txt. Skipped where there is no ncu or no
+# permission for the performance counters.
+t_ncu() {
+	local log=$1
+	if [ "$DRY" = 1 ]; then echo "dry run: Nsight Compute needs a GPU"; return 77; fi
+	local ncu
+	ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+	[ -n "$ncu" ] || { echo "no ncu (Nsight Compute)"; return 77; }
+	local model=${GPT_MODEL:-gpt-L12-D768-H12-T1024} batch=${GPT_BATCH:-8} t p=fp32 extra=()
+	t=$(echo "$model" | sed -n 's/.*-T\([0-9]*\)$/\1/p')
+	if train_precision; then p=${NCU_PRECISION:-bf16} extra=(-precision "$p"); fi
+	make_corpus "$LOGS/corpus" "$t" $((8 * batch * t * 2 + 65536)) >>"$log" 2>&1 || { echo "could not build the text corpus"; return 1; }
+	limited "$(rest)" "$ncu" --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-100}" --section SpeedOfLight --csv --print-units base \
+		"$B/train" -device cuda -nproc 1 -model "$model" -data "$LOGS/corpus" -batch "$batch" -steps 6 -warmup 0 -json -progress=false "${extra[@]}" \
+		>"$LOGS/ncu.csv" 2>>"$log"
+	local rc=$?
+	if grep -q 'ERR_NVGPUCTRPERM' "$LOGS/ncu.csv" "$log"; then
+		echo "ncu: no permission for the GPU's performance counters (ERR_NVGPUCTRPERM; needs NVreg_RestrictProfilingToAdminUsers=0 or root)"
+		return 77
+	fi
+	local sum
+	sum=$(python3 - "$LOGS/ncu.csv" "$OUT/ncu.txt" "$OUT/results.jsonl" "$p" <<'PY' 2>>"$log"
+import csv, io, json, re, sys
+src, txt, res, prec = sys.argv[1:5]
+lines = [l for l in open(src, errors="replace") if l.startswith('"')]
+k = {}
+for r in csv.DictReader(io.StringIO("".join(lines))):
+    name = re.sub(r"[(<].*", "", r.get("Kernel Name") or r.get("Function Name") or "?")[:60]
+    key = (r.get("ID"), name)
+    m, v, u = r.get("Metric Name", ""), r.get("Metric Value", "").replace(",", ""), r.get("Metric Unit", "")
+    try:
+        v = float(v)
+    except ValueError:
+        continue
+    d = k.setdefault(key, {})
+    if m == "Duration":
+        d["us"] = v / 1e3 if u in ("ns", "nsecond") else v * 1e3 if u in ("ms", "msecond") else v
+    elif m.startswith("Compute (SM) Throughput"):
+        d["sm"] = v
+    elif m == "Memory Throughput" and u == "%":
+        d["mem"] = v
+by = {}
+for (_, name), d in k.items():
+    b = by.setdefault(name, {"n": 0, "us": 0.0, "sm": 0.0, "mem": 0.0})
+    b["n"] += 1
+    b["us"] += d.get("us", 0)
+    b["sm"] += d.get("sm", 0)
+    b["mem"] += d.get("mem", 0)
+rows = sorted(by.items(), key=lambda kv: -kv[1]["us"])
+tot = sum(b["us"] for _, b in rows) or 1
+with open(txt, "w") as f, open(res, "a") as js:
+    f.write("%-60s %5s %10s %6s %7s %7s\n" % ("kernel", "calls", "us", "share", "SM %", "mem %"))
+    for name, b in rows:
+        f.write("%-60s %5d %10.1f %5.1f%% %6.1f%% %6.1f%%\n" % (name, b["n"], b["us"], 100 * b["us"] / tot, b["sm"] / b["n"], b["mem"] / b["n"]))
+        js.write(json.dumps({"bench": "ncu", "precision": prec, "kernel": name, "calls": b["n"], "us": b["us"], "sm_pct": b["sm"] / b["n"], "mem_pct": b["mem"] / b["n"]}) + "\n")
+print("%d kernels profiled (%s), by time: %s" % (len(k), prec, "; ".join("%s %.0f%% (SM %.0f%%, mem %.0f%%)" % (n, 100 * b["us"] / tot, b["sm"] / b["n"], b["mem"] / b["n"]) for n, b in rows[:4])))
+sys.exit(0 if k else 1)
+PY
+)
+	local r=$?
+	cat "$OUT/ncu.txt" >>"$log" 2>/dev/null
+	echo "$sum$([ $rc = 0 ] || echo " (ncu exited $rc)")"
+	return $r
+}
+
 t_sanitizer() {
 	local log=$1
 	if [ "$DRY" = 1 ]; then echo "dry run: compute-sanitizer needs a GPU"; return 77; fi
@@ -498,19 +743,21 @@ t_sanitizer() {
 echo "gdist GPU verification: budget ${BUDGET}s, bundle $B, results $OUT$([ "$DRY" = 1 ] && echo ', DRY RUN on the fake')"
 step inventory 10 40 inventory
 step cuda 20 90 t_cuda
-step kernels 20 90 t_kernels
+step kernels 20 240 t_kernels
 step nccl 30 120 t_nccl
 step ranks2 20 90 t_ranks2
 step kill 20 60 t_kill
 step staging 30 120 t_staging
 step sanitizer 30 90 t_sanitizer
 step train 40 150 t_train
-step device 30 120 t_device
+step device 30 150 t_device
+step gpt 60 300 t_gpt
 step bench 60 180 t_bench
+step ncu 60 150 t_ncu
 
 # Logs, each capped to LOGCAP bytes (head and tail), into one archive.
 mkdir -p "$LOGS/capped"
-for f in "$LOGS"/*.log "$LOGS"/kill.rank* "$LOGS"/pair.* "$LOGS"/*.jsonl; do
+for f in "$LOGS"/*.log "$LOGS"/kill.rank* "$LOGS"/pair.* "$LOGS"/*.jsonl "$LOGS"/gpt.* "$LOGS"/device.torch.* "$LOGS"/ncu.*; do
 	[ -f "$f" ] || continue
 	if [ "$(stat -c %s "$f")" -gt "$LOGCAP" ]; then
 		{ head -c $((LOGCAP / 2)) "$f"; printf '\n[... %s bytes cut ...]\n' "$(stat -c %s "$f")"; tail -c $((LOGCAP / 2)) "$f"; } >"$LOGS/capped/$(basename "$f")"
@@ -523,5 +770,6 @@ echo
 echo "=== summary ($(($(date +%s) - t0))s of ${BUDGET}s)"
 cat "$OUT/summary.txt"
 [ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
+[ -f "$OUT/train_bench.txt" ] && cat "$OUT/train_bench.txt"
 rm -rf "$LOGS"
 exit $failed

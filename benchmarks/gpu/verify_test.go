@@ -14,9 +14,11 @@ import (
 // machine, against the fake CUDA and NCCL (DRY=1): build.sh makes the
 // bundle, verify.sh runs every step with its timeouts and writes its
 // results. Every step must pass except the ones that need a real GPU
-// (compute-sanitizer), which must say they were skipped and why; the
+// (compute-sanitizer, ncu), which must say they were skipped and why; the
 // benchmark rows must be there and checked, and the two-rank steps must
-// have run two ranks on the one (fake) GPU.
+// have run two ranks on the one (fake) GPU. The gpt step trains a tiny
+// gpt on the fake with the device profile on, and, where a python3 has
+// torch, the PyTorch peer on the CPU (a row per model compared).
 func TestVerifyDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the whole bundle (about a minute)")
@@ -34,7 +36,7 @@ func TestVerifyDryRun(t *testing.T) {
 		t.Fatalf("build.sh: %v\n%s", err, b)
 	}
 	verify := exec.Command("bash", "verify.sh")
-	verify.Env = append(os.Environ(), "DRY=1", "BUNDLE="+bundle, "OUT="+out, "BUDGET=400")
+	verify.Env = append(os.Environ(), "DRY=1", "BUNDLE="+bundle, "OUT="+out, "BUDGET=600")
 	b, err := verify.CombinedOutput()
 	t.Logf("verify.sh:\n%s", tail(string(b), 4000))
 	if err != nil {
@@ -42,6 +44,8 @@ func TestVerifyDryRun(t *testing.T) {
 	}
 	steps := map[string]map[string]any{}
 	benchRows := 0
+	trainRows := map[string]map[string]any{}
+	var profile map[string]any
 	f, err := os.Open(filepath.Join(out, "results.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +59,10 @@ func TestVerifyDryRun(t *testing.T) {
 		}
 		if s, ok := r["step"].(string); ok {
 			steps[s] = r
+		} else if r["bench"] == "train" {
+			trainRows[r["model"].(string)] = r
+		} else if r["bench"] == "profile" {
+			profile = r
 		} else if r["bench"] == "nccl" {
 			benchRows++
 			if r["correct"] != true {
@@ -62,7 +70,7 @@ func TestVerifyDryRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "bench", "staging"} {
+	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "gpt", "bench", "staging"} {
 		r := steps[name]
 		if r == nil {
 			t.Errorf("step %s: no result row", name)
@@ -74,6 +82,20 @@ func TestVerifyDryRun(t *testing.T) {
 	}
 	if r := steps["sanitizer"]; r == nil || r["status"] != "SKIP" || !strings.Contains(r["detail"].(string), "GPU") {
 		t.Errorf("step sanitizer: want SKIP saying it needs a GPU, got %v", r)
+	}
+	if r := steps["ncu"]; r == nil || r["status"] != "SKIP" || !strings.Contains(r["detail"].(string), "GPU") {
+		t.Errorf("step ncu: want SKIP saying it needs a GPU, got %v", r)
+	}
+	if profile == nil || profile["model"] != "gpt-L1-D32-H2-T16" || profile["steps"].(float64) < 1 {
+		t.Errorf("gpt: no device profile row of the tiny gpt: %v", profile)
+	}
+	if torchPython() != "" {
+		for _, m := range []string{"mlp", "gpt-L1-D32-H2-T16"} {
+			r := trainRows[m]
+			if r == nil || r["dry"] != true || !(r["gdist_rate"].(float64) > 0) || !(r["torch_rate"].(float64) > 0) || len(r["problems"].([]any)) != 0 {
+				t.Errorf("no comparison of %s with the PyTorch peer (python3 has torch here): %v", m, r)
+			}
+		}
 	}
 	if d, _ := steps["kill"]["detail"].(string); !strings.Contains(d, "naming rank 1") {
 		t.Errorf("kill: %q does not say the killed rank was named", d)

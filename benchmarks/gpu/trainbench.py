@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""verify.sh's training comparisons (steps device and gpt): gdist's
+`train -device cuda -json` summary against the PyTorch peer's JSON line
+(benchmarks/peers/torch_gpu_train.py) on the same model, batch and
+precision, with the model FLOPs utilisation of both; and the device
+profile (gpu/devmodel, GDIST_DEVICE_PROFILE) in one line.
+
+    trainbench.py compare GDIST_OUT TORCH_OUT --precision P --gpu NAME --results R.jsonl --table T.txt [--dry]
+    trainbench.py profile PROFILE.json --precision P --results R.jsonl
+
+Rates are per step's median on both sides: gdist's global_batch x T /
+step_ms_p50 (its summary's tokens_per_sec, the mean over every step
+warm-up included, is reported beside it), the peer's median after its
+warm-up steps. ratio = gdist / torch (above 1: gdist is faster).
+
+MFU (gpt only) = tokens/s x FLOPs per token / the GPU's peak, FLOPs per
+token = 6 N + 12 L D T (PaLM, Chowdhery et al. 2022, appendix B: the
+matrix products of forward and backward, attention's scores and weighted
+sums counted in full although causal), N the parameters less the token
+and position embedding tables (lookups, not products). Peaks, dense
+TFLOP/s for fp32 (CUDA cores), tf32 and bf16 (tensor cores), from NVIDIA's
+H100 Tensor Core GPU Architecture whitepaper and the H100/H200 datasheets
+(H200: the H100 SXM's compute): see PEAKS. An unknown GPU gets no MFU.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+# (a substring of nvidia-smi's name, first match wins) -> dense TFLOP/s.
+PEAKS = [
+    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0}),
+    ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5}),
+    ("H200 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5}),
+    ("H100", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4}),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
+    ("H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4}),  # SXM
+]
+
+GPT_RE = re.compile(r"^gpt-L(\d+)-D(\d+)-H(\d+)-T(\d+)$")
+PRESETS = {"gpt": (4, 160, 4, 64), "gpt-large": (8, 256, 8, 128)}
+
+
+def peak_tflops(gpu, precision):
+    for key, p in PEAKS:
+        if key in gpu:
+            return p.get(precision)
+    return None
+
+
+def gpt_shape(model):
+    if model in PRESETS:
+        return PRESETS[model]
+    m = GPT_RE.match(model)
+    return tuple(int(v) for v in m.groups()) if m else None
+
+
+def flops_per_token(model, params):
+    """6 N + 12 L D T, N without the embedding tables (None: not a gpt)."""
+    g = gpt_shape(model)
+    if not g or not params:
+        return None
+    layers, d, _, t = g
+    n = params - 256 * d - t * d
+    return 6 * n + 12 * layers * d * t
+
+
+def last_json(path, want=None):
+    """The last JSON object line of a file (with key want, if given)."""
+    r = None
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        o = json.loads(line)
+                    except ValueError:
+                        continue
+                    if want is None or want in o:
+                        r = o
+    except OSError:
+        return None
+    return r
+
+
+def gb(v):
+    return "%.2f GB" % (v / 1e9) if v else "-"
+
+
+def compare(a):
+    g = last_json(a.gdist, "eval_loss")
+    t = last_json(a.torch, "peer")
+    if not g or not t:
+        print("no %s output (gdist summary %s, torch line %s)" % ("gdist" if not g else "torch", bool(g), bool(t)))
+        return 1
+    model, batch = g["model"], g["global_batch"]
+    shape = gpt_shape(model)
+    per = shape[3] if shape else 1
+    unit = "tok/s" if shape else "samples/s"
+    g_ms = g.get("step_ms_p50") or 0
+    g_rate = batch * per / (g_ms / 1e3) if g_ms else 0
+    t_rate = t["tokens_per_sec"] if shape else t["samples_per_sec"]
+    ratio = g_rate / t_rate if t_rate else None
+    fpt = flops_per_token(model, g.get("num_params"))
+    peak = peak_tflops(a.gpu, a.precision)
+    mfu = lambda rate: rate * fpt / (peak * 1e12) if fpt and peak and not a.dry else None  # noqa: E731
+    problems = []
+    if g.get("num_params") != t.get("params"):
+        problems.append("parameters: gdist %s, torch %s" % (g.get("num_params"), t.get("params")))
+    gp = g.get("precision")
+    if gp and gp != a.precision:
+        problems.append("gdist trained at %s, not %s" % (gp, a.precision))
+    if t.get("precision") != a.precision or t.get("batch") != batch or t.get("model") != model:
+        problems.append("torch ran %s batch %s at %s" % (t.get("model"), t.get("batch"), t.get("precision")))
+    row = {
+        "bench": "train", "model": model, "batch": batch, "precision": a.precision, "gpu": a.gpu, "dry": a.dry,
+        "unit": unit, "gdist_rate": g_rate, "gdist_mean_rate": g.get("tokens_per_sec") if shape else g.get("samples_per_sec"),
+        "torch_rate": t_rate, "ratio": ratio, "gdist_step_ms": g_ms, "torch_step_ms": t.get("step_ms_p50"),
+        "gdist_steps": g.get("steps"), "torch_steps": t.get("steps"), "torch_attn": t.get("attn"),
+        "gdist_peak_device_bytes": g.get("peak_device_bytes"), "torch_peak_bytes": t.get("peak_memory_bytes"),
+        "params": g.get("num_params"), "torch_params": t.get("params"),
+        "flops_per_token": fpt, "peak_tflops": peak, "gdist_mfu": mfu(g_rate), "torch_mfu": mfu(t_rate),
+        "torch_device": t.get("device"), "torch_version": t.get("torch"), "problems": problems,
+    }
+    with open(a.results, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    new = not os.path.exists(a.table)
+    with open(a.table, "a") as f:
+        if new:
+            f.write("%-24s %5s %5s %12s %12s %8s %9s %9s %10s %10s %7s %7s\n" % (
+                "model", "batch", "prec", "gdist", "torch", "gd/torch", "gdist ms", "torch ms", "gdist mem", "torch mem", "gd MFU", "to MFU"))
+        pct = lambda v: "%6.1f%%" % (100 * v) if v is not None else "      -"  # noqa: E731
+        f.write("%-24s %5d %5s %12.1f %12.1f %8s %9.2f %9.2f %10s %10s %7s %7s %s%s\n" % (
+            model, batch, a.precision, g_rate, t_rate, "%.2fx" % ratio if ratio else "-", g_ms, t.get("step_ms_p50") or 0,
+            gb(g.get("peak_device_bytes")), gb(t.get("peak_memory_bytes")), pct(row["gdist_mfu"]), pct(row["torch_mfu"]),
+            unit, " (dry: the fake against torch on the CPU)" if a.dry else ""))
+    mf = lambda v: ", MFU %.1f%%" % (100 * v) if v is not None else ""  # noqa: E731
+    print("%s b%d %s: gdist %.0f %s (%.1f ms/step%s, peak %s), torch %.0f (%.1f ms%s, %s): %s%s" % (
+        model, batch, a.precision, g_rate, unit, g_ms, mf(row["gdist_mfu"]), gb(g.get("peak_device_bytes")),
+        t_rate, t.get("step_ms_p50") or 0, mf(row["torch_mfu"]), gb(t.get("peak_memory_bytes")),
+        "%.2fx" % ratio if ratio else "no ratio", "; MISMATCH: " + "; ".join(problems) if problems else ""))
+    return 1 if problems or not g_rate or not t_rate else 0
+
+
+def profile(a):
+    try:
+        with open(a.profile) as f:
+            p = json.load(f)
+    except (OSError, ValueError) as e:
+        print("no device profile: %s" % e)
+        return 1
+    kinds = ", ".join("%s %.0f%%" % (k["kind"], 100 * k["share"]) for k in p["kinds"] if k["share"] >= 0.005)
+    with open(a.results, "a") as f:
+        f.write(json.dumps({"bench": "profile", "precision": a.precision, **p}) + "\n")
+    print("profile %s %s: %.1f ms/step (%d steps): %s" % (p["model"], a.precision, p["step_ms"], p["steps"], kinds))
+    return 0 if p["steps"] > 0 else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description="verify.sh's training comparisons")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("gdist")
+    c.add_argument("torch")
+    c.add_argument("--precision", default="fp32")
+    c.add_argument("--gpu", default="")
+    c.add_argument("--results", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--dry", action="store_true")
+    p = sub.add_parser("profile")
+    p.add_argument("profile")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--results", required=True)
+    a = ap.parse_args()
+    return compare(a) if a.cmd == "compare" else profile(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
