@@ -121,9 +121,10 @@ func (p *Params) ZeroGrad() {
 // afterwards and reads and writes the flat buffer. The gradient (the dual
 // value) is re-backed in place likewise where the node has one, else
 // given a new tensor over the flat gradient buffer. Each learnable must
-// be a distinct leaf of a graph, all float32 or all float64 (see DType), (made with
-// gorgonia.NewTensor/NewMatrix/NewVector and a value) whose value is a
-// *tensor.Dense with storage of its own (not a view of another tensor, not
+// be a distinct leaf of a graph (made with
+// gorgonia.NewTensor/NewMatrix/NewVector and a value), all float32 or all
+// float64 (see DType), whose value is a *tensor.Dense with storage of its
+// own (not a view of another tensor, not
 // masked, not manually managed memory, not shared with another
 // learnable); anything else is an error naming it, and then no value has
 // been touched.
