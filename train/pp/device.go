@@ -100,7 +100,8 @@ func deviceFor(c comm.Comm, first int) int {
 }
 
 // newDevicePipe places stage pc.Rank() of m (layers [bounds[s],
-// bounds[s+1])) on dev and allocates the step's buffers.
+// bounds[s+1])) on dev and allocates the step's buffers; connect then
+// readies the Comm.
 func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []int, micro int, schedule string, batch, dev int, cfg devmodel.Config) (_ *devicePipe, err error) {
 	k, s := pc.Size(), pc.Rank()
 	p := &devicePipe{c: pc, dev: dev, stage: s, k: k, batch: batch, bounds: append([]int(nil), bounds...),
@@ -126,18 +127,6 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 	cfg.Device, cfg.Batch = dev, p.sizes[0]
 	if p.st, err = devmodel.PlaceStage(m, bounds[s], bounds[s+1], cfg); err != nil {
 		return nil, err
-	}
-	if pcc, ok := pc.(comm.PeerConnector); ok {
-		var peers []int
-		if s > 0 {
-			peers = append(peers, s-1)
-		}
-		if s < k-1 {
-			peers = append(peers, s+1)
-		}
-		if err := pcc.ConnectPeers(ctx, peers); err != nil {
-			return nil, fmt.Errorf("pipeline: stage %d: connecting to its neighbours: %w", s, err)
-		}
 	}
 	alloc := func(floats int) (uintptr, error) {
 		n := 4 * max(floats, 1)
@@ -184,6 +173,27 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 		}
 	}
 	return p, nil
+}
+
+// connect sets up the Comm's per-peer resources for the stage's
+// neighbours (nccl: its send/recv communicators), in an order all stages
+// share, before any operation is in flight, as pipeline.New does.
+func (p *devicePipe) connect(ctx context.Context) error {
+	pcc, ok := p.c.(comm.PeerConnector)
+	if !ok {
+		return nil
+	}
+	var peers []int
+	if p.stage > 0 {
+		peers = append(peers, p.stage-1)
+	}
+	if p.stage < p.k-1 {
+		peers = append(peers, p.stage+1)
+	}
+	if err := pcc.ConnectPeers(ctx, peers); err != nil {
+		return fmt.Errorf("pipeline: stage %d: connecting to its neighbours: %w", p.stage, err)
+	}
+	return nil
 }
 
 func (p *devicePipe) Stage() int          { return p.stage }

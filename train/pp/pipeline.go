@@ -159,15 +159,31 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 	}
 	ps := &pipelineStrategy{c: c, m: m, cfg: cfg, o: o, pc: pc, dp: dp, k: k, d: d}
 	if n, _ := cfg.CUDADevice(); n >= 0 {
-		if err := devmodel.CheckStage(m, bounds[r%k], bounds[r%k+1]); err != nil {
-			return fail(fmt.Errorf("%w: -device %s: %v", train.ErrConfig, cfg.Device, err))
+		// Every rank checks every stage, so that all refuse alike.
+		for st := 0; st < k; st++ {
+			if err := devmodel.CheckStage(m, bounds[st], bounds[st+1]); err != nil {
+				return fail(fmt.Errorf("%w: -device %s: stage %d: %v", train.ErrConfig, cfg.Device, st, err))
+			}
 		}
 		// Activations go as device buffers: a host backend's Comms
 		// stage them through host memory.
-		ps.pc, ps.dp = deviceComm(pc), deviceComm(dp)
+		pc, dp = deviceComm(pc), deviceComm(dp) // fail closes these
+		ps.pc, ps.dp = pc, dp
 		dev := deviceFor(c, n)
-		if ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig(), Precision: gemm.Precision(cfg.Precision)}); err != nil {
-			return fail(fmt.Errorf("train: -device %s: %w", cfg.Device, err))
+		ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig(), Precision: gemm.Precision(cfg.Precision)})
+		if err != nil {
+			err = fmt.Errorf("train: -device %s: %w", cfg.Device, err)
+		}
+		// A stage that could not be placed (device memory) fails every
+		// rank, before any waits for it.
+		if err = comm.Agree(ctx, c, err); err == nil {
+			err = ps.dev.connect(ctx)
+		}
+		if err != nil {
+			if ps.dev != nil {
+				ps.dev.Close()
+			}
+			return fail(err)
 		}
 		ps.p = ps.dev
 	} else {
