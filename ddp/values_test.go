@@ -23,8 +23,8 @@ func rmsprop() G.Solver {
 
 // TestPlainDTypes: a plain gorgonia model in float32 and in float64,
 // wrapped as a fixed graph (Wrap: tape machine, taps) and as a graph
-// built anew every step (WrapValues: a LispMachine, AddGrads, the
-// recurrence unrolled to each step's depth), trained with gorgonia's
+// built anew every step (WrapValues: a LispMachine or a tape machine,
+// AddGrads, the recurrence unrolled to each step's depth), trained with gorgonia's
 // RMSProp (clip, L2) on 2 ranks x 4 samples, equals one process at 8
 // samples: within 1e-5 in float32, 1e-12 in float64; both ranks hold the
 // same parameters bit for bit.
@@ -103,8 +103,14 @@ func TestPlainDTypes(t *testing.T) {
 						}
 						for step := 0; step < steps; step++ {
 							var m *plaintest.Graph
+							// Odd steps run a tape machine (gorgonia.Grad, dual
+							// values), even ones a LispMachine: AddGrads takes both.
+							tape := step%2 == 1
 							if err := flat.Build(func() (err error) {
-								m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil)
+								if m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil); err != nil || !tape {
+									return err
+								}
+								_, err = G.Grad(m.Loss, m.Nodes...)
 								return err
 							}); err != nil {
 								return err
@@ -112,7 +118,10 @@ func TestPlainDTypes(t *testing.T) {
 							if err := batch(m, step); err != nil {
 								return err
 							}
-							vm := G.NewLispMachine(m.G)
+							var vm G.VM = G.NewLispMachine(m.G)
+							if tape {
+								vm = G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
+							}
 							err := d.Backward(ctx, func() error {
 								if err := vm.RunAll(); err != nil {
 									return err
