@@ -546,8 +546,15 @@ func (r *run) final(ctx context.Context) (evalBad bool, err error) {
 func (r *run) summary(ctx context.Context) (*Summary, error) {
 	cfg := r.cfg
 	var sentPerStep float64
+	var byRoute map[string]float64
 	if r.stepsThisRun > 0 {
 		sentPerStep = float64(r.st.sent) / float64(r.stepsThisRun)
+		for t, n := range r.st.byRoute {
+			if byRoute == nil {
+				byRoute = map[string]float64{}
+			}
+			byRoute[t] = float64(n) / float64(r.stepsThisRun)
+		}
 	}
 	held, transient := r.strat.Memory()
 	mem := []int64{held.Params, held.Grads, held.Optimizer, peakRSS(), held.Params + held.Grads + held.Optimizer + transient}
@@ -563,7 +570,7 @@ func (r *run) summary(ctx context.Context) (*Summary, error) {
 		NumParams: r.m.NumParams(), Optimizer: cfg.Optimizer, Batch: cfg.Batch, GlobalBatch: cfg.Batch * r.dataWorld, Epochs: cfg.Epochs,
 		Steps: r.steps, TrainSamples: r.train.Len(), SamplesPerSec: rate[0], StepMsP50: median(r.stepTimes), TrainLoss: r.lastTrain,
 		EvalLoss: r.lastEval[0], TestAccuracy: r.lastEval[1],
-		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep,
+		ModelStateBytes: MemoryBytes{Params: mem[0], Grads: mem[1], Optimizer: mem[2]}, ModelStatePeakBytes: mem[4], PeakRSSBytes: mem[3], CommBytesPerStep: sentPerStep, CommBytesByTransport: byRoute,
 		Overlap: true, BLAS: models.BLAS, WallSeconds: time.Since(r.start).Seconds(),
 		ClippedSteps: r.st.clipped, GradNormP50: median(r.st.norms), LR: r.st.lastLR, Device: cfg.DeviceName(), Run: r.info}
 	if s.Device != "cpu" {
@@ -607,6 +614,7 @@ type stepper struct {
 	upClip  UpdateClipper
 	clip    float64
 	traffic comm.TrafficCounter // nil: not counted
+	mover   comm.MovedCounter   // preferred: counts zero-copy collectives too
 	rank    int
 	m       *models.Model
 	x       []float32
@@ -616,7 +624,8 @@ type stepper struct {
 	lastLR  float64   // the last step's learning rate
 	norms   []float64 // the gradient norms before clipping
 	clipped int64     // steps whose norm was clipped
-	sent    int64     // bytes the steps sent (evaluations and saves excluded)
+	sent    int64     // bytes the steps moved (evaluations and saves excluded)
+	byRoute map[string]int64
 }
 
 // newStepper readies r's steps over a run of total steps; it refuses a
@@ -631,6 +640,7 @@ func newStepper(r *run, smp data.Sampler, total int64) (*stepper, error) {
 		x: make([]float32, cfg.Batch*r.m.InputSize()), y: make([]int32, cfg.Batch*r.m.LabelsPerSample()),
 		lastLR: sched.At(max(r.pos.Step-1, 0))}
 	s.traffic, _ = r.c.(comm.TrafficCounter)
+	s.mover, _ = r.c.(comm.MovedCounter)
 	var ok bool
 	if s.setLR, ok = r.strat.(LRSetter); !ok && !sched.Constant() {
 		return nil, fmt.Errorf("%w: -strategy %s cannot change its learning rate (it is no train.LRSetter): drop -warmup and -lr-schedule", ErrConfig, cfg.Strategy)
@@ -642,21 +652,27 @@ func newStepper(r *run, smp data.Sampler, total int64) (*stepper, error) {
 	return s, nil
 }
 
-// sentNow is what the training Comm has sent so far (0 if it does not
-// count).
-func (s *stepper) sentNow() int64 {
+// sentNow is what this rank has moved on the training Comm so far, in
+// all and per transport (comm.Moved: sent, and read from or written into
+// peers' shared buffers by zero-copy collectives); a Comm that counts only
+// what it sends gives that (0 if it does not count).
+func (s *stepper) sentNow() (int64, []comm.Moved) {
+	if s.mover != nil {
+		ms := s.mover.Moved()
+		return comm.MovedBytes(ms), ms
+	}
 	if s.traffic == nil {
-		return 0
+		return 0, nil
 	}
 	n, _ := s.traffic.Traffic()
-	return n
+	return n, nil
 }
 
 // step trains on batch k of epoch as global step step (0-based: the
 // schedule's rate there, so a resumed run goes on where the schedule
 // was) and returns this rank's loss. Collective.
 func (s *stepper) step(ctx context.Context, epoch, k int, step int64) (float32, error) {
-	s0 := s.sentNow()
+	s0, m0 := s.sentNow()
 	s.idx = s.smp.Indices(epoch, k, s.idx)
 	if err := s.set.Batch(s.idx, s.x, s.y); err != nil {
 		return 0, err
@@ -689,7 +705,17 @@ func (s *stepper) step(ctx context.Context, epoch, k int, step int64) (float32, 
 	if testHookUpdate != nil {
 		testHookUpdate(s.rank, step+1, s.m)
 	}
-	s.sent += s.sentNow() - s0
+	s1, m1 := s.sentNow()
+	s.sent += s1 - s0
+	for _, m := range m1 {
+		if s.byRoute == nil {
+			s.byRoute = map[string]int64{}
+		}
+		s.byRoute[m.Transport] += m.Bytes()
+	}
+	for _, m := range m0 {
+		s.byRoute[m.Transport] -= m.Bytes()
+	}
 	return loss, nil
 }
 

@@ -205,10 +205,14 @@ type Summary struct {
 	// Pipeline holds the pipeline's measurements (-strategy pipeline:
 	// its Report fills it in).
 	Pipeline Detail `json:"pipeline,omitempty"`
-	// CommBytesPerStep is what this rank sent per training step on the
-	// training Comm (evaluation excluded; SyncBN's own Comm not counted).
-	CommBytesPerStep float64 `json:"comm_bytes_per_step"`
-	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
+	// CommBytesPerStep is what this rank moved per training step on the
+	// training Comm (comm.Moved: sent, and read from or written into
+	// peers' shared buffers by the zero-copy collectives; evaluation
+	// excluded; SyncBN's own Comm not counted), CommBytesByTransport the
+	// same per transport (shm, tcp, ...).
+	CommBytesPerStep     float64            `json:"comm_bytes_per_step"`
+	CommBytesByTransport map[string]float64 `json:"comm_bytes_per_step_by_transport,omitempty"`
+	PeakRSSBytes         int64              `json:"peak_rss_bytes"`
 	// Overlap says the strategy overlaps its gradient collectives with
 	// backward (true unless its Report says otherwise: DDP's
 	// -no-overlap), and Buckets how many buckets it reduces them in.
@@ -449,7 +453,13 @@ func (c *Config) DeviceName() string {
 
 // OptimConfig is the optimizer c configures.
 func (c *Config) OptimConfig() optim.Config {
-	return optim.Config{Name: c.Optimizer, LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay}
+	o := optim.Config{Name: c.Optimizer, LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WeightDecay}
+	switch c.Optimizer {
+	case "sgd", "momentum":
+	default: // -momentum is sgd's (and gorgonia's momentum solver's)
+		o.Momentum = 0
+	}
+	return o
 }
 
 // Samples is a training or test set as the loop reads it: Len samples of
