@@ -34,6 +34,16 @@
 // as without it. A batch of another size (a short last one) is planned
 // again from the pool's cached blocks, as ForwardBackward's is.
 //
+// Data parallelism (train/dp) reduces Grads and Params in place over the
+// ranks (comm.DeviceBuffer over NCCL). For ZeRO, Config.Shard places the
+// optimizer state for a range [Lo, Hi) of the flat buffers only, and
+// Update changes that range's parameters; ClipShard clips the range's
+// gradients by the whole gradient's norm, which the caller combines
+// over the ranks (TestShardsMatchWhole: two halves clipped and updated
+// apart, then gathered, hold the whole model's parameters and AdamW
+// state; measured bit for bit). BNBuffers are batch norm's running
+// statistics on the device, which a strategy broadcasts from rank 0.
+//
 // Place walks the model's layer tree and maps each nn layer to its
 // kernels (Layers lists them); a layer without device kernels (a user
 // layer type, nn.Func, nn.Adapt; a SyncBatchNorm without Config.SyncBN)
