@@ -155,7 +155,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.Batch, "batch", 64, "batch size per rank")
 	fs.IntVar(&c.EvalBatch, "eval-batch", 500, "evaluation batch size")
 	fs.Float64Var(&c.LR, "lr", 0, "learning rate (default 0.05 for sgd, 0.001 for adam)")
-	fs.StringVar(&c.Optimizer, "optimizer", "sgd", "optimizer: sgd (with momentum), adam, adamw")
+	fs.StringVar(&c.Optimizer, "optimizer", "sgd", "optimizer: sgd (with momentum), adam, adamw; gorgonia's rmsprop, adagrad, momentum, vanilla (CPU only)")
 	fs.Float64Var(&c.Momentum, "momentum", 0.9, "sgd momentum")
 	fs.Float64Var(&c.WeightDecay, "weight-decay", 0, "weight decay")
 	fs.Int64Var(&c.Seed, "seed", 1, "seed for the initial parameters and the data order")
@@ -249,7 +249,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	c.Restartable = launch.MaxRestarts() > 0
 	if c.LR == 0 {
 		c.LR = 0.05
-		if c.Optimizer == "adam" || c.Optimizer == "adamw" {
+		switch c.Optimizer {
+		case "adam", "adamw", "rmsprop", "adagrad":
 			c.LR = 0.001
 		}
 	}
