@@ -32,7 +32,8 @@
 // stage's parameters and optimizer state are copied down (after an
 // update) and gathered as on the CPU, and copied up after a resume.
 // -balance time is refused (it times the layers on the CPU), and so is
-// batch norm, as on the CPU.
+// batch norm, as on the CPU. The summary's peak_device_bytes is the most
+// any stage's GPU held (its stage, activations and message buffers).
 //
 // Tests on the fake CUDA (cmd/train/pipeline_device_test.go): 2 stages
 // on the device equal the unsplit model on the CPU within 1e-4 (mlp and
