@@ -492,9 +492,14 @@ func (e *Engine) SetNoSync(on bool) { e.noSync = on }
 // AddGrad takes learnable i's gradient from a backward pass: the entry for
 // layers that deliver gradients by value (nn models'
 // Graph.OnGrad; stage 3 models hand theirs to the store instead).
+// It panics (a programming error, never a silent drop of a gradient) on
+// an index out of range or a float64 Engine: those take AddGrads.
 func (e *Engine) AddGrad(i int, g []float32) {
-	if i < 0 || i >= len(e.fp.Spans) || e.f64 != nil {
-		return
+	switch {
+	case e.f64 != nil:
+		panic(fmt.Sprintf("zero: AddGrad(%d) takes float32 gradients, and this Engine trains float64 learnables: use AddGrads", i))
+	case i < 0 || i >= len(e.fp.Spans):
+		panic(fmt.Sprintf("zero: AddGrad(%d): no such learnable (the Engine has %d)", i, len(e.fp.Spans)))
 	}
 	switch {
 	case e.opts.Stage == 2 && !e.inPlace:
