@@ -2,7 +2,9 @@
 // strategy it runs `train` on the 36.8M-parameter mlp-xl with Adam for a
 // few steps and records, per rank, the model-state bytes held (next to the
 // ZeRO paper's formulas), the peak including transient gathers, the bytes
-// each rank sent per step (counted by the comm layer) and the step time.
+// each rank moved per step (counted by the comm layer per transport: sent,
+// or read from and written into peers' shared buffers by the zero-copy
+// collectives, next to the paper's volumes) and the step time.
 // It writes a markdown table into benchmarks/NOTES.md (between the
 // zerobench markers), the runs as JSON (benchmarks/results/zero_results.json)
 // and two PNG plots (benchmarks/results/zero_memory.png, zero_step.png).
@@ -46,8 +48,10 @@ type run struct {
 	Optimizer   int64   `json:"optimizer_bytes"`
 	Peak        int64   `json:"peak_bytes"`
 	CommPerStep float64 `json:"comm_bytes_per_step"`
-	StepMs      float64 `json:"step_ms_p50"`
-	RSS         int64   `json:"peak_rss_bytes"`
+	// CommBy is CommPerStep per transport (shm, tcp).
+	CommBy map[string]float64 `json:"comm_bytes_per_step_by_transport,omitempty"`
+	StepMs float64            `json:"step_ms_p50"`
+	RSS    int64              `json:"peak_rss_bytes"`
 }
 
 var strategies = []string{"ddp", "zero1", "zero2", "zero3"}
@@ -86,8 +90,8 @@ func main() {
 				if err != nil {
 					fail("%s world %d: %v", st, w, err)
 				}
-				fmt.Fprintf(os.Stderr, "%-5s world %d: state %6.1f MB (peak %6.1f MB), sent %6.1f MB/step, step %7.1f ms\n",
-					st, w, mb(r.Params+r.Grads+r.Optimizer), mb(r.Peak), r.CommPerStep/1e6, r.StepMs)
+				fmt.Fprintf(os.Stderr, "%-5s world %d: state %6.1f MB (peak %6.1f MB), moved %6.1f MB/step (%s), step %7.1f ms\n",
+					st, w, mb(r.Params+r.Grads+r.Optimizer), mb(r.Peak), r.CommPerStep/1e6, transports(r.CommBy), r.StepMs)
 				runs = append(runs, r)
 			}
 		}
@@ -136,16 +140,42 @@ func once(bin, model, strategy string, world, batch, steps int) (run, error) {
 		State     struct {
 			Params, Grads, Optimizer int64
 		} `json:"model_state_bytes"`
-		Peak        int64   `json:"model_state_peak_bytes"`
-		CommPerStep float64 `json:"comm_bytes_per_step"`
-		StepMs      float64 `json:"step_ms_p50"`
-		RSS         int64   `json:"peak_rss_bytes"`
+		Peak        int64              `json:"model_state_peak_bytes"`
+		CommPerStep float64            `json:"comm_bytes_per_step"`
+		CommBy      map[string]float64 `json:"comm_bytes_per_step_by_transport"`
+		StepMs      float64            `json:"step_ms_p50"`
+		RSS         int64              `json:"peak_rss_bytes"`
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
 		return run{}, fmt.Errorf("bad summary: %v", err)
 	}
 	return run{Strategy: strategy, World: world, NumParams: s.NumParams, Params: s.State.Params, Grads: s.State.Grads,
-		Optimizer: s.State.Optimizer, Peak: s.Peak, CommPerStep: s.CommPerStep, StepMs: s.StepMs, RSS: s.RSS}, nil
+		Optimizer: s.State.Optimizer, Peak: s.Peak, CommPerStep: s.CommPerStep, CommBy: s.CommBy, StepMs: s.StepMs, RSS: s.RSS}, nil
+}
+
+// transports names the transports that moved the bytes, the most first
+// ("shm", "shm 90% tcp 10%"; "-" if none was counted).
+func transports(by map[string]float64) string {
+	var names []string
+	var total float64
+	for t, n := range by {
+		if n > 0 {
+			names = append(names, t)
+			total += n
+		}
+	}
+	if len(names) == 0 {
+		return "-"
+	}
+	sort.Slice(names, func(i, j int) bool { return by[names[i]] > by[names[j]] })
+	if len(names) == 1 {
+		return names[0]
+	}
+	var parts []string
+	for _, t := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", t, 100*by[t]/total))
+	}
+	return strings.Join(parts, " ")
 }
 
 // formula is the ZeRO paper's per-rank model state with Adam (K = 8).
@@ -175,15 +205,20 @@ func report(runs []run, model string, steps, batch int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%d parameters), Adam, batch %d per rank, %d steps, %s; one process per rank on this 2-core machine (oversubscribed beyond 2). ",
 		model, runs[0].NumParams, batch, steps, time.Now().UTC().Format("2006-01-02"))
-	b.WriteString("State = parameters + gradients + optimizer state held persistently per rank (the most any rank holds); peak adds what a step holds transiently (stage 2's gradient buckets, stage 3's gathered layers and in-flight gradients). Sent = payload bytes rank 0 sent per step on the training Comm, next to the paper's 2P (3P for stage 3) elements x 4 bytes x (N-1)/N.\n\n")
-	b.WriteString("| ranks | strategy | state MB | formula MB | state/formula | peak MB | sent MB/step | formula MB/step | step ms (p50) |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("State = parameters + gradients + optimizer state held persistently per rank (the most any rank holds); peak adds what a step holds transiently (stage 2's gradient buckets, stage 3's gathered layers and in-flight gradients). Moved = payload bytes rank 0 moved per step on the training Comm (sent, or read from and written into peers' shared buffers by the zero-copy collectives), and the transport that moved them, next to the paper's 2P (3P for stage 3) elements x 4 bytes x (N-1)/N (stage 3 gathers the first Linear only once: its backward needs no parameters, so it moves that layer's share less).\n\n")
+	b.WriteString("| ranks | strategy | state MB | formula MB | state/formula | peak MB | moved MB/step | via | formula MB/step | moved/formula | step ms (p50) |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, r := range runs {
 		p, n := float64(r.NumParams), float64(r.World)
 		st := float64(r.Params + r.Grads + r.Optimizer)
 		f := formula(r.Strategy, p, n)
-		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.0f |\n", r.World, r.Strategy, st/1e6, f/1e6, st/f,
-			mb(r.Peak), r.CommPerStep/1e6, commFormula(r.Strategy, p, n)/1e6, r.StepMs)
+		cf := commFormula(r.Strategy, p, n)
+		ratio := "-"
+		if cf > 0 {
+			ratio = fmt.Sprintf("%.3f", r.CommPerStep/cf)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.3f | %.1f | %.1f | %s | %.1f | %s | %.0f |\n", r.World, r.Strategy, st/1e6, f/1e6, st/f,
+			mb(r.Peak), r.CommPerStep/1e6, transports(r.CommBy), cf/1e6, ratio, r.StepMs)
 	}
 	return b.String()
 }
