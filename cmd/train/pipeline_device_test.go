@@ -48,7 +48,7 @@ func trainPipe(t *testing.T, env []string, args ...string) pipeSummary {
 // hold two NCCL ranks of a host, and comm/staging copies the device
 // buffers); with -backend nccl (each rank its own NCCL host on the shared
 // GPU) device to device over the fake's NCCL, the mlp likewise, and with
-// -schedule gpipe, and as 2 stages x 2 replicas at half the batch
+// -schedule gpipe, in 3 stages, and as 2 stages x 2 replicas at half the batch
 // (-nproc 4 -stages 2); with -precision bf16 (autocast) within 2% of the CPU's
 // fp32, as TestDevicePrecision allows one rank.
 func TestPipelineDeviceMatchesCPU(t *testing.T) {
@@ -78,6 +78,13 @@ func TestPipelineDeviceMatchesCPU(t *testing.T) {
 			checkNear(t, "pipeline on cuda over nccl vs unsplit on cpu", nc.Summary, cpu)
 			gp := trainPipe(t, fakeCUDAEnv(t), append(append([]string{"-schedule", "gpipe"}, pipe...), common...)...)
 			checkNear(t, "gpipe pipeline on cuda vs unsplit on cpu", gp.Summary, cpu)
+			// 3 stages (the middle one receives and sends both ways), 5
+			// micro-batches of 4, 3, 3, 3 and 3
+			three := trainPipe(t, fakeCUDAEnv(t), append([]string{"-device", "cuda", "-strategy", "pipeline", "-nproc", "3", "-microbatches", "5"}, common...)...)
+			if three.Pipeline.Stages != 3 {
+				t.Fatalf("-nproc 3: %+v", three.Pipeline)
+			}
+			checkNear(t, "3 stages on cuda vs unsplit on cpu", three.Summary, cpu)
 			// 2 stages x 2 replicas at batch 8 (a stage's gradients
 			// averaged over its replicas on the device's buffers) == 1
 			// rank at 16
