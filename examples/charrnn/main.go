@@ -119,6 +119,10 @@ func single(cfg config) error {
 // changes.
 func worker(ctx context.Context, c comm.Comm, cfg config) error {
 	m := newGRU(cfg.dt(), 1+c.Rank()) // any seed: rank 0's values are broadcast
+	chars, _ := vocab()
+	if err := comm.CheckSame(ctx, c, "the vocabulary", []byte(string(chars))); err != nil { // gdist: the same numbering on every rank
+		return err
+	}
 	values := make([]flat.Value, len(names))
 	for i, p := range m.params {
 		values[i] = flat.Value{Name: names[i], T: p} // gdist: the tensors the model keeps
