@@ -39,6 +39,10 @@ func prod(s []int) int {
 type op struct {
 	name           string
 	fwd, bwd, eval func() error
+	// params is how many of the model's parameters were placed when the
+	// op was added: the op's backward writes gradients of those only
+	// (ForwardBackward's OnGradsReady).
+	params int
 }
 
 // plan is a model compiled for one batch size: its activations, scratch
@@ -170,7 +174,7 @@ func (c *compiler) param() uintptr {
 }
 
 func (c *compiler) add(name string, fwd, bwd func() error) {
-	c.p.ops = append(c.p.ops, op{name: name, fwd: fwd, bwd: bwd})
+	c.p.ops = append(c.p.ops, op{name: name, fwd: fwd, bwd: bwd, params: c.pi})
 }
 
 func child(prefix, name string) string {
