@@ -14,6 +14,12 @@
 // -warmup-time (100 ms), so that the timed iterations measure a process
 // in its steady state rather than the Go runtime's start-up (warmUp).
 //
+// -refill refills every input and verifies every result around each
+// timed iteration, as a training step's fresh gradients are before each
+// all-reduce (only the op is timed, after a barrier): the plain loop
+// re-reduces the same buffer, which stays in cache (and, zero-copy, in the
+// cache of the core that owns each block), so it measures a best case.
+//
 // -per-op also times every iteration and reports rank 0's p50, p90, p99
 // and maximum: small messages on shm have a slow tail (the iterations
 // that sleep) that the mean folds in. -slow-log DIR (with -per-op) has
@@ -79,6 +85,7 @@ type config struct {
 	device  bool   // device buffers (device.go)
 	perOp   bool   // time every iteration: percentiles in the row
 	alloc   bool   // buffers from comm.Alloc (shared memory on shm/auto)
+	refill  bool   // refill the inputs and verify before and after every timed op
 	bind    bool   // pin each rank's process to one CPU
 	cpu     bool   // text output: a column with the CPU time per op
 	slowLog string // with perOp: where each rank writes its slow ops (slowlog_linux.go)
@@ -113,6 +120,9 @@ type Row struct {
 	CPUUS float64 `json:"cpu_us,omitempty"`
 	// With -alloc: the buffers came from comm.Alloc.
 	Alloc bool `json:"alloc,omitempty"`
+	// With -refill: every timed op had fresh inputs, and its result was
+	// checked.
+	Refill bool `json:"refill,omitempty"`
 }
 
 func main() {
@@ -161,6 +171,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.BoolVar(&cfg.device, "device", false, "use GPU buffers (CUDA); the default with -backend nccl")
 	fs.BoolVar(&cfg.alloc, "alloc", false, "all_reduce, broadcast, reduce: buffers from comm.Alloc (on shm and auto, shared memory: all-reduce is zero-copy)")
+	fs.BoolVar(&cfg.refill, "refill", false, "before every timed iteration refill the inputs (and after it verify the result), as a training step's fresh gradients are; only the op is timed, after a barrier")
 	fs.BoolVar(&cfg.cpu, "cpu", false, "text output: add a column with the CPU time (user+system, all ranks' processes) per op")
 	fs.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile (pprof) to this file; with a process backend every rank writes FILE.rankN")
 	if err := fs.Parse(args); err != nil {
@@ -563,12 +574,42 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 				starts = make([]time.Duration, 0, iters)
 				slow = startSlowLog(cfg.slowLog, c.Rank())
 			}
+			var (
+				opTime, opCPU time.Duration // -refill: the ops' alone
+				refillBad     int32         // -refill: iterations with a wrong result
+			)
 			cpu0 := cpuTime()
 			start := time.Now()
 			for i := 0; i < iters; i++ {
+				if cfg.refill {
+					oc.fill()
+					if err := dc.upload(); err != nil {
+						return err
+					}
+					if err := comm.Run(ctx)(c.Barrier(ctx)); err != nil {
+						return err
+					}
+				}
+				c0 := time.Duration(0)
+				if cfg.refill {
+					c0 = cpuTime()
+				}
 				t0 := time.Now()
 				if err := oc.run(ctx); err != nil {
 					return fmt.Errorf("%s %d bytes: %w", op, size, err)
+				}
+				if cfg.refill {
+					opTime += time.Since(t0)
+					opCPU += cpuTime() - c0
+					if err := dc.download(); err != nil {
+						return err
+					}
+					if err := oc.check(); err != nil {
+						if refillBad == 0 {
+							fmt.Fprintf(os.Stderr, "commbench: rank %d: %s %d bytes, iteration %d: WRONG RESULT: %v\n", c.Rank(), op, size, i, err)
+						}
+						refillBad++
+					}
 				}
 				if per != nil {
 					per = append(per, time.Since(t0))
@@ -579,6 +620,10 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			}
 			elapsed := []float64{time.Since(start).Seconds() / float64(iters)}
 			cpu := []float64{(cpuTime() - cpu0).Seconds() / float64(iters)}
+			if cfg.refill {
+				elapsed[0] = opTime.Seconds() / float64(iters)
+				cpu[0] = opCPU.Seconds() / float64(iters)
+			}
 			if err := slow.write(start, starts, per); err != nil {
 				return fmt.Errorf("-slow-log: %w", err)
 			}
@@ -607,8 +652,10 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 			dc.free()
 			bad := []int32{0}
 			cerr := oc.check()
-			if cerr != nil {
+			if cerr != nil || refillBad > 0 {
 				bad[0] = 1
+			}
+			if cerr != nil {
 				fmt.Fprintf(os.Stderr, "commbench: rank %d: %s %d bytes: WRONG RESULT: %v\n", c.Rank(), op, size, cerr)
 			}
 			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(bad), comm.Sum)); err != nil {
@@ -618,7 +665,7 @@ func bench(ctx context.Context, c comm.Comm, cfg config, out io.Writer) error {
 				oc.free()
 			}
 			row := Row{Op: op, Backend: backend, World: n, Bytes: size, Count: oc.count, DType: cfg.dtype.String(),
-				Iters: iters, TimeUS: elapsed[0] * 1e6, CPUUS: cpu[0] * 1e6, Correct: bad[0] == 0, Alloc: cfg.alloc}
+				Iters: iters, TimeUS: elapsed[0] * 1e6, CPUUS: cpu[0] * 1e6, Correct: bad[0] == 0, Alloc: cfg.alloc, Refill: cfg.refill}
 			if bad[0] != 0 {
 				failed++
 				row.CheckErr = fmt.Sprintf("%d rank(s) got a wrong result", bad[0])

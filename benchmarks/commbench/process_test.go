@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"context"
 	"encoding/json"
 	"os"
@@ -224,5 +225,36 @@ func TestMPIRun(t *testing.T) {
 		if r.World != 3 || !r.Correct || r.Backend != "tcp" {
 			t.Errorf("row %+v", r)
 		}
+	}
+}
+
+// TestRefill: -refill refills and verifies around every timed iteration,
+// every op, on shared buffers (the zero-copy path) and ordinary ones; the
+// rows say so and are correct.
+func TestRefill(t *testing.T) {
+	for _, alloc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("alloc=%v", alloc), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			args := []string{"-backend", "shm", "-np", "2", "-sizes", "4K,1M", "-json", "-iters", "3", "-warmup", "1", "-warmup-time", "0", "-refill"}
+			if alloc {
+				args = append(args, "-alloc")
+			}
+			cmd := selfCmd(ctx, args...)
+			cmd.Env = append(cmd.Env, "GDIST_SHM_DIR="+t.TempDir())
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+			}
+			rows := parseRows(t, out)
+			checkAllOps(t, rows, "shm", 2, 2)
+			for _, r := range rows {
+				if !r.Refill || r.Alloc != alloc {
+					t.Errorf("row %+v: want refill, alloc %v", r, alloc)
+				}
+			}
+		})
 	}
 }
