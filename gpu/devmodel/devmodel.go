@@ -62,6 +62,15 @@ type Model struct {
 	// SampleOffset is the index of this rank's first sample in the global
 	// batch, for Dropout's masks (nn's Graph.SampleOffset).
 	SampleOffset int
+	// OnGradsReady, when set, is called during ForwardBackward's backward
+	// pass, last layers first, each time the gradients of a longer tail
+	// [from, N) of Grads are complete: every kernel that writes them has
+	// been queued on the model's stream (Stream), a blocking stream, so
+	// work queued on the legacy default stream from then on, or on a
+	// stream that waits for it (comm/nccl's do), sees them; they may not
+	// be computed yet. DDP starts a bucket's all-reduce there, overlapping
+	// the rest of backward. An error stops the pass and is returned.
+	OnGradsReady func(from int) error
 
 	dev  int
 	cfg  Config
@@ -321,10 +330,28 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 	if err := d.k.CrossEntropyBackward(d.s, out.grad, out.val, p.labels, p.rows, p.classes, 1/float32(p.rows)); err != nil {
 		return 0, err
 	}
+	ready := d.N
 	for i := len(p.ops) - 1; i >= 0; i-- {
 		if o := p.ops[i]; o.bwd != nil {
 			if err := o.bwd(); err != nil {
 				return 0, fmt.Errorf("devmodel: %s: layer %s backward: %w", m.Name, o.name, err)
+			}
+		}
+		if d.OnGradsReady == nil {
+			continue
+		}
+		// The parameters placed before op i are written by op i-1 and
+		// earlier ops only: the rest are complete.
+		from := 0
+		if i > 0 && p.ops[i-1].params < len(m.Params) {
+			from = m.Params[p.ops[i-1].params].Offset
+		} else if i > 0 {
+			from = d.N
+		}
+		if from < ready {
+			ready = from
+			if err := d.OnGradsReady(from); err != nil {
+				return 0, err
 			}
 		}
 	}

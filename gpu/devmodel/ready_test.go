@@ -1,0 +1,77 @@
+package devmodel_test
+
+import (
+	"testing"
+
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/nn"
+	"github.com/gdist/gdist/optim"
+)
+
+// TestGradsReady: each time ForwardBackward calls OnGradsReady(from),
+// the gradients [from, N) it has queued are final: read back then (the
+// stream synchronized), they equal what the whole pass leaves, bit for
+// bit; the tails grow, the last reaches 0. mlp, cnn-bn and a gpt of 2
+// blocks (every layer type of the zoo), on the second step (gradients
+// accumulate onto the first's, as micro-batches do).
+func TestGradsReady(t *testing.T) {
+	shape := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
+	for _, c := range []struct {
+		name  string
+		model func() (*nn.Model, error)
+		batch func(i int) ([]float32, []int32)
+	}{
+		{"mlp", func() (*nn.Model, error) { return models.New("mlp", 1) }, func(i int) ([]float32, []int32) { return devtest.Images(i, 8, 784) }},
+		{"cnn-bn", func() (*nn.Model, error) { return models.New("cnn-bn", 1) }, func(i int) ([]float32, []int32) { return devtest.Images(i, 4, 784) }},
+		{"gpt", func() (*nn.Model, error) { return models.NewGPT(shape.Name(), shape, 3) }, func(i int) ([]float32, []int32) { return text(i, 2, 8) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := c.model()
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, y := c.batch(0)
+			d, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: len(y) / m.LabelsPerSample(), Optim: optim.Config{Name: "sgd", LR: 0.1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if _, err := d.ForwardBackward(x, y); err != nil {
+				t.Fatal(err)
+			}
+			type seen struct {
+				from  int
+				grads []float32
+			}
+			var calls []seen
+			d.OnGradsReady = func(from int) error {
+				if err := d.Stream().Synchronize(); err != nil {
+					return err
+				}
+				calls = append(calls, seen{from, devtest.Floats(t, dev, d.Grads+uintptr(4*from), d.N-from)})
+				return nil
+			}
+			x, y = c.batch(1)
+			if _, err := d.ForwardBackward(x, y); err != nil {
+				t.Fatal(err)
+			}
+			final := devtest.Floats(t, dev, d.Grads, d.N)
+			if len(calls) < 2 || calls[len(calls)-1].from != 0 {
+				t.Fatalf("%d calls, the last from %v: want several, the last from 0", len(calls), calls[len(calls)-1].from)
+			}
+			for k, s := range calls {
+				if k > 0 && s.from >= calls[k-1].from {
+					t.Fatalf("call %d: from %d after %d: want decreasing", k, s.from, calls[k-1].from)
+				}
+				for i, g := range s.grads {
+					if g != final[s.from+i] {
+						t.Fatalf("call %d (from %d): gradient %d is %v then, %v at the end", k, s.from, s.from+i, g, final[s.from+i])
+					}
+				}
+			}
+			t.Logf("%s: %d calls over %d values", c.name, len(calls), d.N)
+		})
+	}
+}
