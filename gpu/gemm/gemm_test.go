@@ -280,3 +280,19 @@ func TestInvalid(t *testing.T) {
 func bytes(v []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
 }
+
+// TestRealNVRTC compiles gemm.cu with the real NVRTC where one is
+// installed (no GPU needed): what the fake runs is CUDA C++ that NVRTC
+// accepts, for sm_80 and sm_90.
+func TestRealNVRTC(t *testing.T) {
+	c, lib := devtest.RealNVRTC(t)
+	major, minor := c.Version()
+	for _, cc := range [][2]int{{8, 0}, {9, 0}} {
+		arch := c.Target(cc[0], cc[1])
+		img, err := c.Compile("gdist_gemm.cu", gemm.Source, arch)
+		if err != nil {
+			t.Fatalf("NVRTC %d.%d (%s), %s: %v", major, minor, lib, arch, err)
+		}
+		t.Logf("NVRTC %d.%d: gdist_gemm.cu for %s: %d bytes %s", major, minor, arch, len(img.Data), img.Log)
+	}
+}
