@@ -288,3 +288,26 @@ func TestDeviceBatchNormRanks(t *testing.T) {
 		t.Logf("%s: eval loss %v (cuda), %v (cpu)", strategy, gpu.EvalLoss, cpu.EvalLoss)
 	}
 }
+
+// TestDeviceOverlap: DDP over NCCL on the device averages the gradients
+// in buckets while backward runs (each bucket's all-reduce starts once
+// backward has queued its gradients): with small buckets (several per
+// layer) 2 ranks at batch 8 still end where 1 rank at 16 on the CPU ends
+// (deviceTol), the summary reporting the overlap and the buckets; with
+// -no-overlap the same, after backward, reported as such.
+func TestDeviceOverlap(t *testing.T) {
+	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "128", "-epochs", "1", "-seed", "5",
+		"-clip-grad", "1", "-json", "-progress=false"}
+	cpu := trainEnv(t, nil, append([]string{"-device", "cpu", "-nproc", "1", "-batch", "16"}, common...)...)
+	small := []string{"-device", "cuda", "-nproc", "2", "-backend", "nccl", "-batch", "8", "-first-bucket-mb", "0.05", "-bucket-mb", "0.2"}
+	on := trainEnv(t, ncclSharedEnv(t), append(small, common...)...)
+	off := trainEnv(t, ncclSharedEnv(t), append(append(small, "-no-overlap"), common...)...)
+	// 235146 floats: a first bucket of 0.05 MiB (13107 floats), then five
+	// of at most 0.2 MiB (52428).
+	if !on.Overlap || on.Buckets != 6 || off.Overlap || off.Buckets != 0 {
+		t.Errorf("overlap %v with %d buckets, -no-overlap: %v with %d; want true with 6, false with 0", on.Overlap, on.Buckets, off.Overlap, off.Buckets)
+	}
+	checkNear(t, "cuda, 2 ranks, overlapped buckets vs cpu, 1 rank", on, cpu)
+	checkNear(t, "cuda, 2 ranks, -no-overlap vs cpu, 1 rank", off, cpu)
+	t.Logf("eval loss %v (overlap, %d buckets), %v (-no-overlap), %v (cpu)", on.EvalLoss, on.Buckets, off.EvalLoss, cpu.EvalLoss)
+}

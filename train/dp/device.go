@@ -18,9 +18,10 @@ import (
 // devmodel.Place on its GPU (rankDevice: the nccl Comm's, LOCAL_RANK),
 // parameters, gradients and the optimizer's state in device memory; each
 // step uploads the rank's batch and runs forward and backward there,
-// then averages the gradients over the ranks in place (devComm: over
-// NCCL on the device buffer with -backend nccl; with a host backend,
-// copied through host memory), and clips and updates on the device.
+// averaging the gradients over the ranks in place (over NCCL on the
+// device buffer with -backend nccl, in buckets while backward runs,
+// unless -no-overlap; with a host backend, after backward, copied
+// through host memory: devComm), and clips and updates on the device.
 // Evaluations run on the device (devmodel.Eval, after giving every rank
 // rank 0's batch-norm statistics, as train does on the host). Saves go
 // through the host model: its parameters, batch-norm statistics and a
@@ -32,6 +33,8 @@ import (
 func checkDDPDevice(cfg *train.Config) error {
 	o := cfg.Options.(*DDPOptions)
 	switch {
+	case cfg.SyncBN:
+		return fmt.Errorf("-syncbn: SyncBatchNorm has no device kernels (-device %s): drop -syncbn, or use -device cpu", cfg.Device)
 	case o.Compress != "none":
 		return fmt.Errorf("-compress %s compresses the gradient all-reduce, which -device %s does not do yet: drop -compress", o.Compress, cfg.Device)
 	case o.Debug:
@@ -130,8 +133,8 @@ func (b *deviceBase) hostEval(ctx context.Context, toHost func() error, eval fun
 	return eval()
 }
 
-// Report: peak device memory, no overlap (the reduction follows
-// backward), no buckets.
+// Report: peak device memory; no overlap, no buckets (the reduction
+// follows backward; deviceDDP reports its buckets).
 func (b *deviceBase) Report(_ context.Context, sum *train.Summary) error {
 	sum.Overlap = false
 	sum.Buckets = 0
@@ -150,7 +153,30 @@ var (
 
 type deviceDDP struct {
 	deviceBase
-	opt optim.Optimizer // the host's copy of the device's state, for saves
+	opt     optim.Optimizer // the host's copy of the device's state, for saves
+	buckets []devBucket     // with overlap: the gradient buckets, last first
+	works   []comm.Work     // the step's bucket all-reduces
+}
+
+// devBucket is a range [lo, hi) of the flat gradient buffer, all-reduced
+// as one.
+type devBucket struct{ lo, hi int }
+
+// devBuckets splits n floats into buckets from the end (backward's
+// order): the first of firstMB MiB, the others of mb (at least one
+// float each).
+func devBuckets(n int, firstMB, mb float64) []devBucket {
+	var out []devBucket
+	for hi := n; hi > 0; {
+		c := mb
+		if len(out) == 0 {
+			c = firstMB
+		}
+		lo := max(0, hi-max(1, int(c*(1<<20)/4)))
+		out = append(out, devBucket{lo, hi})
+		hi = lo
+	}
+	return out
 }
 
 func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, error) {
@@ -167,23 +193,30 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 		return nil, err
 	}
 	st := &deviceDDP{opt: opt}
-	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}
-	if cfg.SyncBN && len(s.Model.BNs) > 0 && s.Model.BNs[0].Sync != nil {
-		// -syncbn: train converted the host model (syncbn.Convert); the
-		// device's batch norms sync through the same hook, their
-		// statistics copied through host memory (8 (2C+1) bytes a layer
-		// and pass), under the run's ctx.
-		dcfg.SyncBN = devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync)
-	}
-	if err := st.place(s, dev, dcfg); err != nil {
+	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}); err != nil {
 		return nil, err
+	}
+	// Over NCCL the gradients are averaged in buckets while backward
+	// runs (unless -no-overlap): a bucket's all-reduce starts once
+	// backward has queued its last gradient (devmodel's OnGradsReady);
+	// NCCL's stream waits for the work queued before it on the model's
+	// (blocking) stream, and the rest of backward goes on meanwhile. A
+	// GPU reduces with resources of its own, so unlike the CPU's, this
+	// overlap is on whatever the host's cores.
+	o := cfg.Options.(*DDPOptions)
+	if off, set := o.NoOverlap.Get(); st.dc.direct && s.Comm.Size() > 1 && !(set && off) {
+		st.buckets = devBuckets(st.d.N, o.FirstMB, o.MB)
 	}
 	return st, nil
 }
 
 // Step runs forward and backward on the device and averages the
-// gradients over the ranks, in place.
+// gradients over the ranks, in place: in buckets during backward
+// (overlap), or all at once after it.
 func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	if len(s.buckets) > 0 {
+		return s.stepOverlapped(ctx, x, y)
+	}
 	loss, err := s.d.ForwardBackward(x, y)
 	if err != nil || s.c.Size() == 1 {
 		return loss, err
@@ -195,6 +228,47 @@ func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, 
 		return loss, fmt.Errorf("train: averaging the gradients %s: %w", s.dc.backendNote(), err)
 	}
 	return loss, nil
+}
+
+// stepOverlapped starts each bucket's all-reduce as soon as backward has
+// queued its gradients, and waits for them all after backward.
+func (s *deviceDDP) stepOverlapped(ctx context.Context, x []float32, y []int32) (float32, error) {
+	next := 0
+	s.works = s.works[:0]
+	start := func(from int) error {
+		for ; next < len(s.buckets) && s.buckets[next].lo >= from; next++ {
+			b := s.buckets[next]
+			w, err := s.c.AllReduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg)
+			if err != nil {
+				return fmt.Errorf("train: averaging gradient bucket %d on the device: %w", next, err)
+			}
+			s.works = append(s.works, w)
+		}
+		return nil
+	}
+	s.d.OnGradsReady = start
+	loss, err := s.d.ForwardBackward(x, y)
+	s.d.OnGradsReady = nil
+	if err == nil {
+		err = start(0) // every bucket is ready by now
+	}
+	for _, w := range s.works {
+		if werr := w.Wait(ctx); werr != nil && err == nil {
+			err = fmt.Errorf("train: averaging the gradients on the device: %w", werr)
+		}
+	}
+	return loss, err
+}
+
+// Report: peak device memory; the buckets overlapped with backward, if
+// any.
+func (s *deviceDDP) Report(ctx context.Context, sum *train.Summary) error {
+	if err := s.deviceBase.Report(ctx, sum); err != nil {
+		return err
+	}
+	sum.Overlap = len(s.buckets) > 0
+	sum.Buckets = len(s.buckets)
+	return nil
 }
 
 // Update clips (devmodel's Config.ClipGrad), updates and zeroes the

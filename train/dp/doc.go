@@ -31,8 +31,13 @@
 // (comm.DeviceBuffer); with a host backend (shm, tcp, inproc) the
 // buffers are copied to host memory, reduced there and copied back:
 // correct, two copies slower per collective, so several ranks can share
-// a GPU without NCCL. The reduction starts after backward (no buckets,
-// no overlap: the summary says so).
+// a GPU without NCCL. DDP over NCCL averages the gradients in buckets
+// (-first-bucket-mb, -bucket-mb) during backward: a bucket's all-reduce
+// starts once backward has queued its last gradient
+// (devmodel.Model.OnGradsReady) and NCCL's stream waits for the work
+// queued before it, so it overlaps the rest of backward (-no-overlap:
+// after backward, as one); the summary's overlap and buckets say which.
+// ZeRO, and DDP over a host backend, reduce after backward.
 //
 // On the device every ZeRO stage keeps the full parameter and gradient
 // buffers resident (devmodel's backward writes the whole flat gradient;
