@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -154,4 +155,25 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 
 func f32bytes(v []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// A model whose host batch norms are SyncBatchNorms (a Sync hook, as
+// syncbn.Convert sets) is refused at Place without Config.SyncBN, naming
+// the layer and the fix; Check (no device, no Config) accepts it.
+func TestSyncBNRefusedWithoutHook(t *testing.T) {
+	m := zoo(t, "cnn-bn")
+	m.SetBatchNormSync(func(context.Context, string, []float64) error { return nil })
+	if err := devmodel.Check(m); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+	cudafake.RequireCUDA(t)
+	_, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: 2, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+	if err == nil {
+		t.Fatal("placed a SyncBatchNorm without Config.SyncBN")
+	}
+	for _, w := range []string{`layer "1"`, "SyncBatchNorm", "Config.SyncBN", "HostSyncBN"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%v: does not say %q", err, w)
+		}
+	}
 }
