@@ -218,9 +218,6 @@ func TestTiledMatchesCPU(t *testing.T) {
 	devtest.UseEnv(t, cublas.Reload, cublas.EnvLibrary, "/nonexistent/libcublas.so.13")
 	for _, name := range []string{"mlp", "cnn"} {
 		t.Run(name, func(t *testing.T) {
-			if testing.Short() && name != "mlp" && cudafake.Mode() != "real" {
-				t.Skip("-short: the cnn's emulated products take a while")
-			}
 			cfg := devmodel.Config{Device: dev, Batch: 8, Optim: optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4}}
 			d := follow(t, zoo(t, name), zoo(t, name), cfg, 8, func(i int) ([]float32, []int32) { return devtest.Images(i, 8, 784) }, 2e-5, 2e-5)
 			if p := d.Products(); !strings.Contains(p, "tiled") {

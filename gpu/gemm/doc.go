@@ -43,8 +43,8 @@
 // When cuBLAS cannot be loaded (gpu/cublas's search finds no library, or
 // $GDIST_CUBLAS_PATH names one that does not load), New uses gdist's
 // tiled kernel (gemm.cu, compiled at run time by NVRTC like gpu/kernels'):
-// a 16 x 16 tile of C per block of 16 x 16 threads, k in steps of 16
-// through shared memory, the batch along the grid's z, both transposes
+// a 64 x 64 tile of C per block of 16 x 16 threads (4 x 4 elements a
+// thread, in registers), k in steps of 16 through shared memory, the batch along the grid's z, both transposes
 // and strided batches as the layers use them; each element one fp32 sum
 // over k in order. Slower than cuBLAS, correct: within GemmTol(k)
 // (TestTiled), and gpu/devmodel's TestTiledMatchesCPU trains the mlp and

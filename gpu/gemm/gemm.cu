@@ -23,40 +23,78 @@ extern "C" __global__ void gd_to_bf16(unsigned short *dst, const float *src, lon
 		dst[i] = to_bf16(src[i]);
 }
 
-// One TS x TS tile of C per block of TS x TS threads (x: columns, y:
-// rows), k in steps of TS through shared memory; blocks along z walk the
-// batch. Each element is one fp32 sum over k in order; with bf16 the
-// inputs are rounded to bf16 first (their products are exact in fp32).
-// beta 0: C is not read.
+// One BM x BN (64 x 64) tile of C per block of TS x TS (16 x 16)
+// threads, each thread 4 x 4 elements of it (rows ty + 16 i, columns tx +
+// 16 j), k in steps of BK (16) through shared memory (each operand's
+// tile read along its rows as stored, so that neighbouring threads read
+// neighbouring addresses, whichever the transposes); blocks along z walk
+// the batch. Each element is one fp32 sum over k in order (no fused
+// multiply-add); with bf16 the inputs are rounded to bf16 first (their
+// products are then exact in fp32). beta 0: C is not read.
+#define BM 64
+#define BK 16
 extern "C" __global__ void gd_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
 				   const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc,
 				   int batch, int bf16) {
-	__shared__ float As[TS][TS + 1];
-	__shared__ float Bs[TS][TS + 1];
-	int tx = threadIdx.x, ty = threadIdx.y;
-	int row = blockIdx.y * TS + ty, col = blockIdx.x * TS + tx;
+	__shared__ float As[BK][BM + 1]; // As[p][r] = op(A)[row0 + r][p0 + p]
+	__shared__ float Bs[BK][BM + 1]; // Bs[p][c] = op(B)[p0 + p][col0 + c]
+	int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TS + tx;
+	int row0 = blockIdx.y * BM, col0 = blockIdx.x * BM;
 	for (int z = blockIdx.z; z < batch; z += gridDim.z) {
 		const float *a = A + z * sa, *b = B + z * sb;
-		float acc = 0.0f;
-		for (int p0 = 0; p0 < k; p0 += TS) {
-			int p = p0 + tx;
-			float v = 0.0f;
-			if (row < m && p < k) v = ta ? a[(long long)p * lda + row] : a[(long long)row * lda + p];
-			As[ty][tx] = bf16 ? round_bf16(v) : v;
-			p = p0 + ty;
-			v = 0.0f;
-			if (p < k && col < n) v = tb ? b[(long long)col * ldb + p] : b[(long long)p * ldb + col];
-			Bs[ty][tx] = bf16 ? round_bf16(v) : v;
+		float acc[4][4];
+		for (int i = 0; i < 4; i++)
+			for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+		for (int p0 = 0; p0 < k; p0 += BK) {
+			for (int l = 0; l < 4; l++) {
+				int idx = tid + TS * TS * l;
+				int r, p;
+				if (ta) { // A stored [k, m]: along r
+					r = idx % BM;
+					p = idx / BM;
+				} else { // [m, k]: along p
+					r = idx / BK;
+					p = idx % BK;
+				}
+				float v = 0.0f;
+				if (row0 + r < m && p0 + p < k)
+					v = ta ? a[(long long)(p0 + p) * lda + row0 + r] : a[(long long)(row0 + r) * lda + p0 + p];
+				As[p][r] = bf16 ? round_bf16(v) : v;
+				int c;
+				if (tb) { // B stored [n, k]: along p
+					c = idx / BK;
+					p = idx % BK;
+				} else { // [k, n]: along c
+					c = idx % BM;
+					p = idx / BM;
+				}
+				v = 0.0f;
+				if (p0 + p < k && col0 + c < n)
+					v = tb ? b[(long long)(col0 + c) * ldb + p0 + p] : b[(long long)(p0 + p) * ldb + col0 + c];
+				Bs[p][c] = bf16 ? round_bf16(v) : v;
+			}
 			__syncthreads();
-			int q1 = k - p0 < TS ? k - p0 : TS;
-			for (int q = 0; q < q1; q++) acc += As[ty][q] * Bs[q][tx];
+			int q1 = k - p0 < BK ? k - p0 : BK;
+			for (int q = 0; q < q1; q++) {
+				float av[4], bv[4];
+				for (int i = 0; i < 4; i++) av[i] = As[q][ty + TS * i];
+				for (int j = 0; j < 4; j++) bv[j] = Bs[q][tx + TS * j];
+				for (int i = 0; i < 4; i++)
+					for (int j = 0; j < 4; j++) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(av[i], bv[j]));
+			}
 			__syncthreads();
 		}
-		if (row < m && col < n) {
-			float *c = C + z * sc + (long long)row * ldc + col;
-			float v = alpha * acc;
-			if (beta != 0.0f) v += beta * *c;
-			*c = v;
+		for (int i = 0; i < 4; i++) {
+			int row = row0 + ty + TS * i;
+			for (int j = 0; j < 4; j++) {
+				int col = col0 + tx + TS * j;
+				if (row < m && col < n) {
+					float *c = C + z * sc + (long long)row * ldc + col;
+					float v = alpha * acc[i][j];
+					if (beta != 0.0f) v += beta * *c;
+					*c = v;
+				}
+			}
 		}
 	}
 }

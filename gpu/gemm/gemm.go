@@ -18,9 +18,12 @@ import (
 //go:embed gemm.cu
 var Source string
 
-// Tile is the side of the tiled kernel's tiles (and of its blocks of
-// threads).
-const Tile = 16
+// Tile is the side of the tiled kernel's blocks of threads, TileC that
+// of the tile of C a block computes: each thread 4 x 4 of its elements.
+const (
+	Tile  = 16
+	TileC = 64
+)
 
 // Precision is how fp32 matrix products are computed, by PyTorch's names.
 type Precision string
@@ -342,7 +345,7 @@ func (e *Engine) tiled(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda i
 		k = 0 // A and B are not read (cuBLAS's rule)
 	}
 	cfg := rtc.Config{
-		Grid:  rtc.Dim3{X: (n + Tile - 1) / Tile, Y: (m + Tile - 1) / Tile, Z: min(batch, 65535)},
+		Grid:  rtc.Dim3{X: (n + TileC - 1) / TileC, Y: (m + TileC - 1) / TileC, Z: min(batch, 65535)},
 		Block: rtc.Dim3{X: Tile, Y: Tile, Z: 1},
 	}
 	return e.gemm.Launch(e.s, cfg, b32(ta), b32(tb), int32(m), int32(n), int32(k), alpha, a, int32(lda), sa,

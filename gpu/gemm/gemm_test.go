@@ -50,7 +50,7 @@ func (p problem) String() string {
 
 func problems() []problem {
 	var ps []problem
-	for _, sz := range [][3]int{{1, 1, 1}, {7, 13, 5}, {33, 17, 40}} {
+	for _, sz := range [][3]int{{1, 1, 1}, {7, 13, 5}, {33, 17, 40}, {70, 130, 37}} {
 		m, n, k := sz[0], sz[1], sz[2]
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
