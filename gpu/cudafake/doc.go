@@ -47,9 +47,13 @@
 //
 // The fake is also cuBLAS, NVRTC and the CUDA driver API (Use points
 // $GDIST_CUBLAS_PATH, $GDIST_NVRTC_PATH and $GDIST_LIBCUDA_PATH at it, for
-// gpu/cublas and gpu/rtc): its GEMMs are reference loops run on the
-// handle's stream over its device memory (bounds and arguments checked as
-// cuBLAS does, TF32 rounding its inputs when asked); its NVRTC compiles a
+// gpu/cublas and gpu/rtc): its GEMMs (cublasSgemm, ...StridedBatched,
+// cublasGemmEx, cublasGemmStridedBatchedEx with fp32, fp16 or bf16
+// inputs) are reference loops run on the handle's stream over its device
+// memory (bounds and arguments checked as cuBLAS does, the inputs rounded
+// to TF32 when the math mode or compute type asks, ties away as the
+// tensor cores' cvt.rna; bf16 and fp16 inputs read exactly, fp32 sums
+// in order, no fused multiply-add); its NVRTC compiles a
 // kernel's CUDA C++ for the host with the C++ compiler ($FAKE_NVRTC_CXX,
 // $CXX or g++; results cached under ~/.cache/gdist/fakenvrtc or
 // $FAKE_NVRTC_CACHE) and an emulation of blocks, threads, barriers and
