@@ -231,6 +231,7 @@ func (d *Model) Close() error {
 	if d.s != nil {
 		d.s.Synchronize()
 	}
+	d.profileClose() // GDIST_DEVICE_PROFILE (profile.go)
 	if d.plan != nil {
 		d.release(d.plan)
 		d.plan = nil
@@ -316,6 +317,7 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 		return 0, err
 	}
 	d.run++
+	d.profileStep(p)
 	for _, o := range p.ops {
 		if o.fwd != nil {
 			if err := o.fwd(); err != nil {
@@ -445,6 +447,7 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 // the current learning rate, as package optim does, to the parameters of
 // the shard (the whole model without one).
 func (d *Model) Update() error {
+	defer d.profileUpdate()()
 	sh := d.cfg.Shard
 	if sh.Len() == 0 {
 		d.step++
