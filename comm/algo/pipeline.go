@@ -73,6 +73,70 @@ func (o *op) pipeline(nsend, nrecv, lag int, send, recv func(o *op, i int) error
 	return first
 }
 
+// serial runs pipeline's sender and receiver on the calling goroutine:
+// before receive i it sends what it may (items below i+window, and item s
+// >= lag only once receive s-lag is done), so the sender is at most window
+// items ahead. Every send must be eager (EagerSender: it returns without
+// waiting for its receive), which serialChunk's chunks are. A rank with
+// one core (pinned, GOMAXPROCS 1) then needs no second thread: with a
+// sender goroutine, the receiver and the sender took turns on the one
+// processor, each polling for the other's peer (the ordinary-buffer
+// all-reduce fell to a quarter of Open MPI's, issue 30).
+func (o *op) serial(nsend, nrecv, lag, window int, send, recv func(o *op, i int) error) error {
+	s := 0
+	for i := 0; i < nrecv; i++ {
+		for s < nsend && s < i+window && (lag < 0 || s < lag || s-lag < i) {
+			if err := send(o, s); err != nil {
+				return err
+			}
+			s++
+		}
+		if err := recv(o, i); err != nil {
+			return err
+		}
+	}
+	for ; s < nsend; s++ {
+		if err := send(o, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serialWindow is how many chunks serial sends ahead of its receives: two
+// frames, half of shm's default ring, so the ring never fills (a full
+// ring would be drained into queues, a copy more).
+const serialWindow = 2
+
+// serialChunk is the chunk for serial, or 0 where the op keeps a sender
+// goroutine: Tuning.Serial, a transport whose ranks share the memory
+// (SharedMemory: shm, auto on one host) and whose sends to every peer of
+// c are eager (EagerSender), up to at least 16 KiB. The eager size is the
+// same on every rank (shm's frame, from its segment), so every rank
+// chunks alike.
+func (o *op) serialChunk() int {
+	if !o.tun.Serial {
+		return 0
+	}
+	es, ok := o.c.t.(EagerSender)
+	if _, shared := o.c.t.(SharedMemory); !ok || !shared {
+		return 0
+	}
+	e := -1
+	for q, w := range o.c.members {
+		if q != o.c.rank {
+			if b := es.EagerBytes(w); e < 0 || b < e {
+				e = b
+			}
+		}
+	}
+	if e < 16<<10 {
+		return 0
+	}
+	n := o.dt.Size()
+	return min(o.chunk(), e/n*n)
+}
+
 // chunk is the pipelining unit in bytes: ChunkBytes rounded down to whole
 // elements.
 func (o *op) chunk() int {
@@ -122,6 +186,10 @@ func (o *op) ring(in, out []byte, seg []int, a int, rs, ag bool, finish func([]b
 		maxSeg = max(maxSeg, seg[i+1]-seg[i])
 	}
 	chunk := o.chunk()
+	sc := o.serialChunk()
+	if sc > 0 {
+		chunk = sc
+	}
 	nch := max(1, (maxSeg+chunk-1)/chunk)
 	// chunk k of segment j of buf
 	part := func(buf []byte, j, k int) []byte {
@@ -171,7 +239,12 @@ func (o *op) ring(in, out []byte, seg []int, a int, rs, ag bool, finish func([]b
 		}
 		return nil
 	}
-	err := o.pipeline(total, total, nch, send, recv)
+	var err error
+	if sc > 0 {
+		err = o.serial(total, total, nch, serialWindow, send, recv)
+	} else {
+		err = o.pipeline(total, total, nch, send, recv)
+	}
 	if err == nil {
 		putScratch(tmp)
 	}
@@ -187,6 +260,10 @@ func (o *op) ring(in, out []byte, seg []int, a int, rs, ag bool, finish func([]b
 func (o *op) xfer(round uint32, to int, sb []byte, from int, rb, acc []byte) error {
 	es := o.dt.Size()
 	chunk := o.chunk()
+	sc := o.serialChunk()
+	if sc > 0 {
+		chunk = sc
+	}
 	nchunks := func(n int) int { return max(1, (n+chunk-1)/chunk) }
 	ns, nr := 0, 0
 	var sbnd, rbnd []int
@@ -214,7 +291,12 @@ func (o *op) xfer(round uint32, to int, sb []byte, from int, rb, acc []byte) err
 		}
 		return o.recvReduce(from, step(k), rb[lo:hi], acc[lo:hi], tmp)
 	}
-	err := o.pipeline(ns, nr, -1, send, recv)
+	var err error
+	if sc > 0 {
+		err = o.serial(ns, nr, -1, serialWindow, send, recv)
+	} else {
+		err = o.pipeline(ns, nr, -1, send, recv)
+	}
 	if err == nil {
 		putScratch(tmp)
 	}

@@ -77,6 +77,13 @@ type Tuning struct {
 	// ZeroCopyChunk its unit of work (allreduce_zerocopy.go).
 	ZeroCopyMin, ZeroCopyChunk int
 
+	// Serial runs the ring's and the pairwise exchanges' sends and
+	// receives on the calling goroutine, in chunks of the transport's
+	// eager size, where every peer takes eager sends and shares the
+	// memory (shm, auto on one host; see serialChunk in pipeline.go);
+	// false keeps a sender goroutine beside the receiver.
+	Serial bool
+
 	hierPlan hierKind // tests: the hierarchical all-reduce's plan, if not hierNone
 }
 
@@ -95,7 +102,7 @@ type Tuning struct {
 // with TCP's overheads) per host.
 func DefaultTuning() Tuning {
 	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100,
-		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10}
+		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10, Serial: true}
 }
 
 // over returns t with the link costs of the slowest link of l: the
@@ -120,6 +127,7 @@ func (t Tuning) over(l Layout) Tuning {
 //	GDIST_CHUNK_BYTES=524288
 //	GDIST_ZEROCOPY_MIN=131072        smallest zero-copy collective, bytes (0: none)
 //	GDIST_ZEROCOPY_CHUNK=65536       its unit of work, bytes
+//	GDIST_SERIAL=1                   0: a sender goroutine beside the receiver (Tuning.Serial)
 //	GDIST_INTER_HOST_GBPS=8          bandwidth between hosts, in Gbit/s
 //	GDIST_INTER_HOST_LATENCY_US=50   latency of a message between hosts
 //
@@ -160,6 +168,13 @@ func TuningFromEnv(base Tuning) Tuning {
 			t.ZeroCopyChunk = n
 		} else {
 			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_ZEROCOPY_CHUNK=%q (want an integer >= 1024)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_SERIAL"); v != "" {
+		if b, err := strconv.ParseBool(v); err == nil {
+			t.Serial = b
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_SERIAL=%q (want 0 or 1)\n", v)
 		}
 	}
 	if v := os.Getenv("GDIST_ALGO"); v != "" {

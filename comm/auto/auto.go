@@ -176,6 +176,18 @@ func (t *Transport) Remote() []int { return slices.Clone(t.remote) }
 // Hosts returns the host id of every world rank.
 func (t *Transport) Hosts() []string { return slices.Clone(t.hosts) }
 
+// EagerBytes is the longest payload to world rank to that Send delivers
+// without waiting for its receive (algo.EagerSender): the shared-memory
+// part's for the ranks of this host, 0 (none) over TCP.
+func (t *Transport) EagerBytes(to int) int {
+	if to >= 0 && to < len(t.onHost) && t.onHost[to] && t.shm != nil {
+		return t.shm.EagerBytes(to)
+	}
+	return 0
+}
+
+var _ algo.EagerSender = (*Transport)(nil)
+
 // Route names the part that reaches world rank peer, "shm" or "tcp"
 // (algo.Router: the Comm's Moved counts per part).
 func (t *Transport) Route(peer int) string {
