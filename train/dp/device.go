@@ -33,8 +33,6 @@ import (
 func checkDDPDevice(cfg *train.Config) error {
 	o := cfg.Options.(*DDPOptions)
 	switch {
-	case cfg.SyncBN:
-		return fmt.Errorf("-syncbn: SyncBatchNorm has no device kernels (-device %s): drop -syncbn, or use -device cpu", cfg.Device)
 	case o.Compress != "none":
 		return fmt.Errorf("-compress %s compresses the gradient all-reduce, which -device %s does not do yet: drop -compress", o.Compress, cfg.Device)
 	case o.Debug:
@@ -193,7 +191,15 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 		return nil, err
 	}
 	st := &deviceDDP{opt: opt}
-	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}); err != nil {
+	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}
+	if cfg.SyncBN && len(s.Model.BNs) > 0 && s.Model.BNs[0].Sync != nil {
+		// -syncbn: train converted the host model (syncbn.Convert); the
+		// device's batch norms sync through the same hook, their
+		// statistics copied through host memory (8 (2C+1) bytes a layer
+		// and pass), under the run's ctx.
+		dcfg.SyncBN = devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync)
+	}
+	if err := st.place(s, dev, dcfg); err != nil {
 		return nil, err
 	}
 	// Over NCCL the gradients are averaged in buckets while backward
