@@ -36,7 +36,8 @@
 #               on the same model, batch and GPU (benchmarks/peers/
 #               torch_gpu_train.py)
 #   gpt         train -device cuda -model gpt-L12-D768-H12-T1024 (GPT-2
-#               small's shape; GPT_MODEL, GPT_BATCH=8, GPT_STEPS=20) at fp32
+#               small's shape; GPT_MODEL, GPT_BATCH=8, GPT_STEPS=20; the
+#               peer's attention GPT_ATTN=sdpa, or mha) at fp32
 #               and, when train has -precision, bf16 (GPT_PRECISIONS), each
 #               right before PyTorch eager on the same model, batch and
 #               precision: tokens/s, peak memory, MFU, the ratio; then a
@@ -628,7 +629,7 @@ t_gpt() {
 		cat "$g" >>"$log"
 		if [ $havetorch = 1 ]; then
 			echo "--- torch $model batch $batch $p" >>"$log"
-			limited "$(($(rest) / 2))" "$TPY" "$B/torch_gpu_train.py" --model "$model" --batch "$batch" --precision "$p" \
+			limited "$(($(rest) / 2))" "$TPY" "$B/torch_gpu_train.py" --model "$model" --batch "$batch" --precision "$p" --attn "${GPT_ATTN:-sdpa}" \
 				--steps $((steps - pwarm)) --warmup $pwarm --device $pdev >"$tt" 2>>"$log"
 			r2=$?
 			cat "$tt" >>"$log"
