@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -108,7 +109,8 @@ func TestTorchPeerMatchesZoo(t *testing.T) {
 // peer's line: the ratio of the median rates, and each side's MFU by
 // PaLM's 6 N + 12 L D T over the GPU's dense peak for the precision (an
 // H200 at bf16: 989.4 TFLOP/s), N without the embedding tables; a
-// parameter count that differs is a mismatch (exit 1).
+// parameter count that differs is a mismatch (exit 1); the profile's
+// line gives the linear layers' TFLOP/s.
 func TestTrainbenchMFU(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3")
@@ -151,6 +153,15 @@ func TestTrainbenchMFU(t *testing.T) {
 	near("ratio", rate/163840)
 	near("gdist_mfu", rate*fpt/989.4e12)
 	near("torch_mfu", 163840*fpt/989.4e12)
+	// The profile's line: a gpt's linear kind's TFLOP/s (3 x the
+	// forward's products: the MLPs' and the head's).
+	pf := write("p", `{"model":"`+model+`","batch":8,"steps":6,"step_ms":20,"kinds":[{"kind":"linear","total_ms":10,"share":0.5}]}`)
+	out, err = exec.Command("python3", "trainbench.py", "profile", pf, "--precision", "bf16", "--results", dir+"/p.jsonl").CombinedOutput()
+	rows := 8.0 * 1024
+	lin := 3 * (12*2*rows*(768*3072*2) + 2*rows*768*256) / 0.010 / 1e12
+	if want := fmt.Sprintf("linear 50%% (%.1f TFLOP/s)", lin); err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("profile line: %v: %s; want %q", err, out, want)
+	}
 	bad := write("t2", `{"peer":"torch","model":"`+model+`","params":86235905,"batch":8,"precision":"bf16","step_ms_p50":50,"tokens_per_sec":163840}`)
 	out, err = exec.Command("python3", "trainbench.py", "compare", g, bad, "--precision", "bf16", "--gpu", "NVIDIA H200",
 		"--results", res, "--table", dir+"/t.txt").CombinedOutput()

@@ -21,6 +21,9 @@ and position embedding tables (lookups, not products). Peaks, dense
 TFLOP/s for fp32 (CUDA cores), tf32 and bf16 (tensor cores), from NVIDIA's
 H100 Tensor Core GPU Architecture whitepaper and the H100/H200 datasheets
 (H200: the H100 SXM's compute): see PEAKS. An unknown GPU gets no MFU.
+
+The profile's line gives each kind's share of the step and, for a gpt's
+linear and attention kinds, the TFLOP/s they reached (kind_flops).
 """
 import argparse
 import json
@@ -143,6 +146,21 @@ def compare(a):
     return 1 if problems or not g_rate or not t_rate else 0
 
 
+def kind_flops(model, batch):
+    """A gpt step's matrix-product FLOPs (forward and backward: 3 x the
+    forward's) in the profile's kinds linear (the MLPs and the head) and
+    attention (its qkv and output projections, scores and weighted sums
+    counted in full), or {} for other models."""
+    g = gpt_shape(model)
+    if not g:
+        return {}
+    layers, d, _, t = g
+    rows = batch * t
+    lin = layers * 2 * rows * (d * 4 * d + 4 * d * d) + 2 * rows * d * 256
+    att = layers * (2 * rows * d * 3 * d + 2 * rows * d * d + 4 * batch * t * t * d)
+    return {"linear": 3 * lin, "attention": 3 * att}
+
+
 def profile(a):
     try:
         with open(a.profile) as f:
@@ -150,7 +168,12 @@ def profile(a):
     except (OSError, ValueError) as e:
         print("no device profile: %s" % e)
         return 1
-    kinds = ", ".join("%s %.0f%%" % (k["kind"], 100 * k["share"]) for k in p["kinds"] if k["share"] >= 0.005)
+    fl = kind_flops(p["model"], p["batch"])
+    for k in p["kinds"]:
+        if k["kind"] in fl and k["total_ms"] > 0:
+            k["tflops"] = fl[k["kind"]] / (k["total_ms"] / 1e3) / 1e12
+    kinds = ", ".join("%s %.0f%%%s" % (k["kind"], 100 * k["share"], " (%.1f TFLOP/s)" % k["tflops"] if "tflops" in k else "")
+                      for k in p["kinds"] if k["share"] >= 0.005)
     with open(a.results, "a") as f:
         f.write(json.dumps({"bench": "profile", "precision": a.precision, **p}) + "\n")
     print("profile %s %s: %.1f ms/step (%d steps): %s" % (p["model"], a.precision, p["step_ms"], p["steps"], kinds))
