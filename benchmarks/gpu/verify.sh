@@ -438,8 +438,11 @@ t_device() {
 			limited "$(($(rest) - 10))" "$TPY" "$B/torch_gpu_train.py" --model "$m" --batch 32 --optimizer sgd --lr 0.01 \
 				--steps $psteps --warmup $pwarm --device $pdev >"$LOGS/device.torch.$m" 2>>"$1"
 			cat "$LOGS/device.torch.$m" >>"$1"
-			peers="$peers $(python3 "$root/benchmarks/gpu/trainbench.py" compare "$LOGS/pair.device.$m.cuda" "$LOGS/device.torch.$m" \
-				--precision fp32 --gpu "$(gpu_name)" --results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$1");"
+			local c
+			c=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$LOGS/pair.device.$m.cuda" "$LOGS/device.torch.$m" \
+				--precision fp32 --gpu "$(gpu_name)" --results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$1")
+			echo "=== $c" >>"$1"
+			peers="$peers $c;"
 		done
 	else
 		peers=" (no python3 with torch: no PyTorch peer)"
@@ -636,6 +639,7 @@ t_gpt() {
 			cmp=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$g" "$tt" --precision "$p" --gpu "$gpu" \
 				--results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$log")
 			r3=$?
+			echo "=== $cmp" >>"$log"
 		elif [ "$DRY" = 1 ]; then
 			cmp="$p: gdist trained (exit $r1); no python3 with torch here: no peer"
 		else
@@ -653,6 +657,7 @@ t_gpt() {
 		local r=$? d
 		d=$(python3 "$root/benchmarks/gpu/trainbench.py" profile "$pj" --precision "$p" --results "$OUT/results.jsonl" 2>>"$log")
 		local r2=$?
+		{ echo "=== $d"; cat "$pj"; } >>"$log" 2>/dev/null
 		[ $r = 0 ] && [ $r2 = 0 ] || rc=1
 		out="$out$d (exit $r); "
 	done
