@@ -33,8 +33,8 @@ decay). PyTorch's default implementations (foreach on CUDA). The learning
 rate is held constant: a schedule costs nothing on the device.
 
 Precision: fp32 (TF32 off for matmuls and cuDNN), tf32 (TF32 on for both:
-torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32),
-bf16 (torch.autocast(device_type, dtype=torch.bfloat16) around the forward
+torch.backends.cuda.matmul.fp32_precision and cudnn.conv.fp32_precision
+"tf32" from PyTorch 2.9, the allow_tf32 flags before), bf16 (torch.autocast(device_type, dtype=torch.bfloat16) around the forward
 pass and the loss; parameters, gradients and the optimizer in fp32; TF32
 off).
 
@@ -141,13 +141,20 @@ def build(name, attn):
     raise SystemExit(f"torch_gpu_train.py: unknown model {name!r}: want mlp, cnn, cnn-bn, gpt, gpt-large or gpt-L<l>-D<d>-H<h>-T<t>")
 
 
-def set_precision(p, cuda):
+def set_precision(p):
+    """TF32 on for matmuls and cuDNN with tf32, off otherwise: PyTorch
+    2.9's settings (fp32_precision "tf32" or "ieee") where they exist, the
+    allow_tf32 flags before (mixing the two is an error in 2.9 and later).
+    Returns what was set."""
     tf32 = p == "tf32"
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-    if hasattr(torch, "set_float32_matmul_precision"):
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    if hasattr(torch.backends, "fp32_precision"):
+        mode = "tf32" if tf32 else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+        return "fp32_precision=" + mode
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    return "allow_tf32=%s" % tf32
 
 
 def main(argv=None):
@@ -182,7 +189,7 @@ def main(argv=None):
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    set_precision(a.precision, cuda)
+    tf32_setting = set_precision(a.precision)
     if cuda:
         torch.cuda.set_device(dev)
         torch.cuda.reset_peak_memory_stats(dev)
@@ -252,6 +259,7 @@ def main(argv=None):
         "params_match": n_params == want_params,
         "batch": a.batch,
         "precision": a.precision,
+        "tf32_setting": tf32_setting,
         "optimizer": opt_name,
         "lr": lr,
         "weight_decay": wd,
