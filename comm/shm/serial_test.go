@@ -3,78 +3,112 @@
 package shm
 
 import (
+	"bytes"
+	"context"
 	"fmt"
-	"runtime/metrics"
+	"runtime"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/algo"
+	"github.com/gdist/gdist/comm/internal/wire"
 )
 
-// goroutinesCreated is how many goroutines the process has started.
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+// goid is the calling goroutine's id (from its stack's header line).
+func goid() int64 {
+	var b [64]byte
+	n := runtime.Stack(b[:], false)
+	f := bytes.Fields(b[:n])
+	if len(f) < 2 {
+		return -1
 	}
-	return s[0].Value.Uint64()
+	id, _ := strconv.ParseInt(string(f[1]), 10, 64)
+	return id
 }
 
-// TestAllReduceNoSecondGoroutine: an all-reduce of ordinary buffers (the
-// ring, many chunks) starts no more goroutines than one of 4 bytes: its
-// sends and receives run on the goroutine that runs the op (algo's
-// serial ring), so a rank with one core (pinned, GOMAXPROCS 1) does not
-// depend on a second thread taking turns with it. With Tuning.Serial off
-// (a sender goroutine per ring) it does start more.
-func TestAllReduceNoSecondGoroutine(t *testing.T) {
-	if goroutinesCreated() == 0 {
-		t.Skip("runtime/metrics has no goroutines-created count")
-	}
+// callers is a Transport that records the goroutines its Sends and
+// receives run on (every other method is the shm Transport's).
+type callers struct {
+	*Transport
+	mu  sync.Mutex
+	ids map[int64]int
+}
+
+func (c *callers) note() {
+	id := goid()
+	c.mu.Lock()
+	c.ids[id]++
+	c.mu.Unlock()
+}
+
+func (c *callers) Send(ctx context.Context, to int, h wire.Header, payload []byte) error {
+	c.note()
+	return c.Transport.Send(ctx, to, h, payload)
+}
+
+func (c *callers) Recv(ctx context.Context, from int, h wire.Header, dst []byte) error {
+	c.note()
+	return c.Transport.Recv(ctx, from, h, dst)
+}
+
+func (c *callers) RecvPayload(ctx context.Context, from int, h wire.Header, n int, fn func(off int, payload []byte)) error {
+	c.note()
+	return c.Transport.RecvPayload(ctx, from, h, n, fn)
+}
+
+// TestAllReduceOneGoroutine: an all-reduce of ordinary buffers (1 MiB: the
+// ring, many chunks each way; 4 KiB: recursive doubling) sends and
+// receives on one goroutine, the one that runs the op (algo's serial
+// ring and exchanges), so a rank with one core (pinned, GOMAXPROCS 1)
+// does not depend on a second thread taking turns with it. With
+// Tuning.Serial off, a sender goroutine runs beside the receiver.
+func TestAllReduceOneGoroutine(t *testing.T) {
 	for _, serial := range []bool{true, false} {
-		t.Run(fmt.Sprintf("serial=%v", serial), func(t *testing.T) {
-			w := mkWorld(t, 2, comm.Options{}, Options{})
-			ctx := ctxT(t, 60*time.Second)
-			tun := algo.DefaultTuning()
-			tun.Serial = serial
-			tun.ZeroCopyMin = 0
-			tun.Force = map[string]uint8{"all_reduce": algo.AlgoRing}
-			cs := []*algo.Comm{algo.NewTunedComm(w.ts[0], comm.Options{}, tun), algo.NewTunedComm(w.ts[1], comm.Options{}, tun)}
-			const reps = 20
-			measure := func(n int) float64 {
+		for _, n := range []int{1 << 10, 1 << 18} {
+			t.Run(fmt.Sprintf("serial=%v/floats=%d", serial, n), func(t *testing.T) {
+				w := mkWorld(t, 2, comm.Options{}, Options{})
+				ctx := ctxT(t, 60*time.Second)
+				tun := algo.DefaultTuning()
+				tun.Serial = serial
+				tun.ZeroCopyMin = 0
+				rec := &callers{Transport: w.ts[0], ids: map[int64]int{}}
+				cs := []*algo.Comm{algo.NewTunedComm(rec, comm.Options{}, tun), algo.NewTunedComm(w.ts[1], comm.Options{}, tun)}
 				bufs := [][]float32{make([]float32, n), make([]float32, n)}
-				loop := func(r, k int) error {
-					for range k {
-						if err := comm.Run(ctx)(cs[r].AllReduce(ctx, comm.FromSlice(bufs[r]), comm.Sum)); err != nil {
-							return err
+				for r := range bufs {
+					for i := range bufs[r] {
+						bufs[r][i] = float32(r + 1)
+					}
+				}
+				errc := make(chan error, 1)
+				go func() { errc <- comm.Run(ctx)(cs[1].AllReduce(ctx, comm.FromSlice(bufs[1]), comm.Sum)) }()
+				if err := comm.Run(ctx)(cs[0].AllReduce(ctx, comm.FromSlice(bufs[0]), comm.Sum)); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+				for r := range bufs {
+					for i, v := range bufs[r] {
+						if v != 3 {
+							t.Fatalf("rank %d: element %d = %v, want 3", r, i, v)
 						}
 					}
-					return nil
 				}
-				both := func(k int) {
-					errc := make(chan error, 1)
-					go func() { errc <- loop(1, k) }()
-					if err := loop(0, k); err != nil {
-						t.Fatal(err)
-					}
-					if err := <-errc; err != nil {
-						t.Fatal(err)
-					}
+				calls := 0
+				for _, k := range rec.ids {
+					calls += k
 				}
-				both(2) // warm up
-				g0 := goroutinesCreated()
-				both(reps)
-				return float64(goroutinesCreated()-g0-1) / reps // less the helper goroutine
-			}
-			small, large := measure(1), measure(1<<18)
-			t.Logf("goroutines started per all-reduce (both ranks): 4 B %.2f, 1 MiB %.2f", small, large)
-			if serial && large > small+0.5 {
-				t.Errorf("a 1 MiB all-reduce starts %.2f goroutines per op, one of 4 B %.2f: its ring runs a sender goroutine", large, small)
-			}
-			if !serial && large < small+0.5 {
-				t.Errorf("with Serial off, a 1 MiB all-reduce starts %.2f goroutines per op, one of 4 B %.2f: want a sender goroutine", large, small)
-			}
-		})
+				t.Logf("rank 0: %d sends and receives on %d goroutine(s)", calls, len(rec.ids))
+				if serial && len(rec.ids) != 1 {
+					t.Errorf("rank 0's sends and receives ran on %d goroutines, want 1: %v", len(rec.ids), rec.ids)
+				}
+				if !serial && n > 1<<16 && len(rec.ids) < 2 {
+					t.Errorf("with Serial off, rank 0's sends and receives ran on %d goroutine, want a sender goroutine besides", len(rec.ids))
+				}
+			})
+		}
 	}
 }
