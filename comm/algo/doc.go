@@ -78,7 +78,18 @@
 // goroutine takes over when nobody waits), so a small collective costs no
 // goroutine hand-off. One ctx per user ctx and one timer per Comm bound
 // them (Options.Timeout). Over a Transport that is an EagerSender (shm),
-// short exchanges send and then receive on one goroutine.
+// short exchanges send and then receive on one goroutine; over one whose
+// ranks also share the memory (shm, auto on one host) the ring and the
+// pairwise exchanges of every size do (Tuning.Serial, pipeline.go's
+// serial): chunks of the eager size (shm's 64 KiB frame), the sends at
+// most two chunks ahead of the receives, so a rank pinned to one core
+// needs no second thread; elsewhere a sender goroutine runs beside the
+// receiver.
+//
+// Each Comm counts what this rank moved per peer (traffic.go, Moved):
+// messages sent and received, and the zero-copy collectives' reads of
+// and writes into peers' shared buffers, named by transport (Router: auto
+// says shm or tcp per peer).
 //
 // Reductions are fused: a received chunk is reduced into place as
 // out = in op received in one pass (ReduceTo), so reduce-scatter and
