@@ -47,3 +47,40 @@ func Example() {
 	// [1.5 1] [0 10 20 30]
 	// [1.5 1] [0 10 20 30]
 }
+
+// What a rank moved, per transport: an all-reduce of n bytes over p ranks
+// moves 2n(p-1)/p per rank, whether as messages (here) or, on shared
+// buffers over shm, as zero-copy reads and writes of the peers' buffers.
+func ExampleMovedCounter() {
+	ctx := context.Background()
+	comms, err := inproc.New(2, comm.Options{})
+	if err != nil {
+		panic(err)
+	}
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func(c comm.Comm) {
+			defer wg.Done()
+			grad := make([]float32, 1024) // 4 KiB
+			if err := comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(grad), comm.Sum)); err != nil {
+				panic(err)
+			}
+		}(c)
+	}
+	wg.Wait()
+	mc, ok := comms[0].(comm.MovedCounter)
+	if !ok {
+		panic("not counted")
+	}
+	for _, m := range mc.Moved() {
+		fmt.Printf("%s: moved %d bytes\n", m.Transport, m.Bytes())
+	}
+	fmt.Println("in all:", comm.MovedBytes(mc.Moved()))
+	for _, c := range comms {
+		c.Close()
+	}
+	// Output:
+	// inproc: moved 4096 bytes
+	// in all: 4096
+}
