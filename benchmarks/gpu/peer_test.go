@@ -169,3 +169,49 @@ func TestTrainbenchMFU(t *testing.T) {
 		t.Errorf("a parameter count that differs: %v: %s", err, out)
 	}
 }
+
+// TestTrainbenchNCU: verify.sh's ncu step reads Nsight Compute's CSV
+// (--csv --print-units base: a row per kernel launch and metric, its own
+// and the program's other lines around it) into a row per kernel name:
+// calls, time in microseconds, mean SM and memory throughput.
+func TestTrainbenchNCU(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	dir := t.TempDir()
+	hdr := `"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"`
+	row := func(id, kernel, metric, unit, value string) string {
+		return `"` + id + `","1","train","127.0.0.1","` + kernel + `","1","13","(256, 1, 1)","(64, 1, 1)","0","9.0","GPU Speed Of Light Throughput","` + metric + `","` + unit + `","` + value + `"`
+	}
+	csv := strings.Join([]string{
+		"==PROF== Connected to process 1 (train)",
+		`{"event":"summary"}`,
+		hdr,
+		row("0", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32(void)", "Duration", "nsecond", "200,000"),
+		row("0", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32(void)", "Compute (SM) Throughput", "%", "80"),
+		row("0", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32(void)", "Memory Throughput", "%", "40"),
+		row("1", "layernorm_fwd(float*, const float*, int)", "Duration", "nsecond", "50000"),
+		row("1", "layernorm_fwd(float*, const float*, int)", "Memory Throughput", "%", "90"),
+		row("2", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32(void)", "Duration", "nsecond", "100000"),
+		row("2", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32(void)", "Compute (SM) Throughput", "%", "60"),
+		row("2", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32(void)", "Memory Throughput", "%", "20"),
+		"==PROF== Disconnected from process 1",
+	}, "\n") + "\n"
+	src := dir + "/ncu.csv"
+	if err := os.WriteFile(src, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("python3", "trainbench.py", "ncu", src, "--txt", dir+"/ncu.txt", "--results", dir+"/r.jsonl", "--precision", "bf16").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := "3 kernels profiled (bf16), by time: sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32 86% (SM 70%, mem 30%); layernorm_fwd 14% (SM 0%, mem 90%)"
+	if strings.TrimSpace(string(out)) != want {
+		t.Errorf("got  %s\nwant %s", out, want)
+	}
+	b, _ := os.ReadFile(dir + "/r.jsonl")
+	var r map[string]any
+	if err := json.Unmarshal([]byte(strings.SplitN(string(b), "\n", 2)[0]), &r); err != nil || r["calls"] != 2.0 || r["us"] != 300.0 {
+		t.Errorf("first row %v (%v); want the gemm: 2 calls, 300 us", r, err)
+	}
+}

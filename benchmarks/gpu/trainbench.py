@@ -7,6 +7,7 @@ profile (gpu/devmodel, GDIST_DEVICE_PROFILE) in one line.
 
     trainbench.py compare GDIST_OUT TORCH_OUT --precision P --gpu NAME --results R.jsonl --table T.txt [--dry]
     trainbench.py profile PROFILE.json --precision P --results R.jsonl
+    trainbench.py ncu NCU.csv --txt NCU.txt --precision P --results R.jsonl
 
 Rates are per step's median on both sides: gdist's global_batch x T /
 step_ms_p50 (its summary's tokens_per_sec, the mean over every step
@@ -26,6 +27,8 @@ The profile's line gives each kind's share of the step and, for a gpt's
 linear and attention kinds, the TFLOP/s they reached (kind_flops).
 """
 import argparse
+import csv
+import io
 import json
 import os
 import re
@@ -180,6 +183,45 @@ def profile(a):
     return 0 if p["steps"] > 0 else 1
 
 
+def ncu(a):
+    """Nsight Compute's CSV (--csv --print-units base, SpeedOfLight) summed
+    by kernel: calls, time, mean compute (SM) and memory throughput (% of
+    the GPU's peak), most time first."""
+    lines = [l for l in open(a.csv, errors="replace") if l.startswith('"')]
+    k = {}
+    for r in csv.DictReader(io.StringIO("".join(lines))):
+        name = re.sub(r"[(<].*", "", r.get("Kernel Name") or r.get("Function Name") or "?").strip()[:60]
+        m, u = r.get("Metric Name", ""), r.get("Metric Unit", "")
+        try:
+            v = float((r.get("Metric Value") or "").replace(",", ""))
+        except ValueError:
+            continue
+        d = k.setdefault((r.get("ID"), name), {})
+        if m == "Duration":
+            d["us"] = v / 1e3 if u in ("ns", "nsecond") else v * 1e3 if u in ("ms", "msecond") else v / 1e-6 if u in ("s", "second") else v
+        elif m.startswith("Compute (SM) Throughput"):
+            d["sm"] = v
+        elif m == "Memory Throughput" and u == "%":
+            d["mem"] = v
+    by = {}
+    for (_, name), d in k.items():
+        b = by.setdefault(name, {"n": 0, "us": 0.0, "sm": 0.0, "mem": 0.0})
+        b["n"] += 1
+        for f in ("us", "sm", "mem"):
+            b[f] += d.get(f, 0)
+    rows = sorted(by.items(), key=lambda kv: -kv[1]["us"])
+    tot = sum(b["us"] for _, b in rows) or 1
+    with open(a.txt, "w") as f, open(a.results, "a") as js:
+        f.write("%-60s %5s %10s %6s %7s %7s\n" % ("kernel", "calls", "us", "share", "SM %", "mem %"))
+        for name, b in rows:
+            f.write("%-60s %5d %10.1f %5.1f%% %6.1f%% %6.1f%%\n" % (name, b["n"], b["us"], 100 * b["us"] / tot, b["sm"] / b["n"], b["mem"] / b["n"]))
+            js.write(json.dumps({"bench": "ncu", "precision": a.precision, "kernel": name, "calls": b["n"], "us": b["us"],
+                                 "sm_pct": b["sm"] / b["n"], "mem_pct": b["mem"] / b["n"]}) + "\n")
+    print("%d kernels profiled (%s), by time: %s" % (len(k), a.precision, "; ".join(
+        "%s %.0f%% (SM %.0f%%, mem %.0f%%)" % (n, 100 * b["us"] / tot, b["sm"] / b["n"], b["mem"] / b["n"]) for n, b in rows[:4])))
+    return 0 if k else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description="verify.sh's training comparisons")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -195,8 +237,13 @@ def main():
     p.add_argument("profile")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--results", required=True)
+    n = sub.add_parser("ncu")
+    n.add_argument("csv")
+    n.add_argument("--txt", required=True)
+    n.add_argument("--precision", default="fp32")
+    n.add_argument("--results", required=True)
     a = ap.parse_args()
-    return compare(a) if a.cmd == "compare" else profile(a)
+    return {"compare": compare, "profile": profile, "ncu": ncu}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -691,44 +691,7 @@ t_ncu() {
 		return 77
 	fi
 	local sum
-	sum=$(python3 - "$LOGS/ncu.csv" "$OUT/ncu.txt" "$OUT/results.jsonl" "$p" <<'PY' 2>>"$log"
-import csv, io, json, re, sys
-src, txt, res, prec = sys.argv[1:5]
-lines = [l for l in open(src, errors="replace") if l.startswith('"')]
-k = {}
-for r in csv.DictReader(io.StringIO("".join(lines))):
-    name = re.sub(r"[(<].*", "", r.get("Kernel Name") or r.get("Function Name") or "?")[:60]
-    key = (r.get("ID"), name)
-    m, v, u = r.get("Metric Name", ""), r.get("Metric Value", "").replace(",", ""), r.get("Metric Unit", "")
-    try:
-        v = float(v)
-    except ValueError:
-        continue
-    d = k.setdefault(key, {})
-    if m == "Duration":
-        d["us"] = v / 1e3 if u in ("ns", "nsecond") else v * 1e3 if u in ("ms", "msecond") else v
-    elif m.startswith("Compute (SM) Throughput"):
-        d["sm"] = v
-    elif m == "Memory Throughput" and u == "%":
-        d["mem"] = v
-by = {}
-for (_, name), d in k.items():
-    b = by.setdefault(name, {"n": 0, "us": 0.0, "sm": 0.0, "mem": 0.0})
-    b["n"] += 1
-    b["us"] += d.get("us", 0)
-    b["sm"] += d.get("sm", 0)
-    b["mem"] += d.get("mem", 0)
-rows = sorted(by.items(), key=lambda kv: -kv[1]["us"])
-tot = sum(b["us"] for _, b in rows) or 1
-with open(txt, "w") as f, open(res, "a") as js:
-    f.write("%-60s %5s %10s %6s %7s %7s\n" % ("kernel", "calls", "us", "share", "SM %", "mem %"))
-    for name, b in rows:
-        f.write("%-60s %5d %10.1f %5.1f%% %6.1f%% %6.1f%%\n" % (name, b["n"], b["us"], 100 * b["us"] / tot, b["sm"] / b["n"], b["mem"] / b["n"]))
-        js.write(json.dumps({"bench": "ncu", "precision": prec, "kernel": name, "calls": b["n"], "us": b["us"], "sm_pct": b["sm"] / b["n"], "mem_pct": b["mem"] / b["n"]}) + "\n")
-print("%d kernels profiled (%s), by time: %s" % (len(k), prec, "; ".join("%s %.0f%% (SM %.0f%%, mem %.0f%%)" % (n, 100 * b["us"] / tot, b["sm"] / b["n"], b["mem"] / b["n"]) for n, b in rows[:4])))
-sys.exit(0 if k else 1)
-PY
-)
+	sum=$(python3 "$root/benchmarks/gpu/trainbench.py" ncu "$LOGS/ncu.csv" --txt "$OUT/ncu.txt" --results "$OUT/results.jsonl" --precision "$p" 2>>"$log")
 	local r=$?
 	cat "$OUT/ncu.txt" >>"$log" 2>/dev/null
 	echo "$sum$([ $rc = 0 ] || echo " (ncu exited $rc)")"
