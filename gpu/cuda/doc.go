@@ -1,6 +1,7 @@
 // Package cuda is gdist's small window on the CUDA runtime: device memory
 // (Malloc, Free), pinned host memory (HostAlloc), copies between them,
-// streams, events and a caching Pool. It exists so that the GPU path builds
+// streams, events (NewTimingEvent and ElapsedMs time a stream's work, as
+// gpu/devmodel's profile does) and a caching Pool. It exists so that the GPU path builds
 // and its tests run on machines with no CUDA at all. It sits below comm and
 // imports nothing of it: device memory as comm.Buffers (NewBuffer, Copy,
 // Upload, CheckDevice) is package comm/staging's.
