@@ -32,6 +32,10 @@ import (
 // checkDDPDevice refuses what DDP cannot do on a GPU yet.
 func checkDDPDevice(cfg *train.Config) error {
 	o := cfg.Options.(*DDPOptions)
+	first, _ := cfg.CUDADevice()
+	if err := checkNCCLDevice(cfg.Device, first, cfg.Backend); err != nil {
+		return err
+	}
 	switch {
 	case o.Compress != "none":
 		return fmt.Errorf("-compress %s compresses the gradient all-reduce, which -device %s does not do yet: drop -compress", o.Compress, cfg.Device)
@@ -62,6 +66,11 @@ func (b *deviceBase) place(s train.Setup, first int, dcfg devmodel.Config) error
 	}
 	b.c, b.m = s.Comm, s.Model
 	b.dc = newDevComm(s.Comm, first)
+	if b.dc.direct {
+		if err := checkNCCLDevice(cfg.Device, first, "nccl"); err != nil {
+			return fmt.Errorf("%w: %v", train.ErrConfig, err)
+		}
+	}
 	dcfg.Device = b.dc.dev
 	d, err := devmodel.Place(s.Model, dcfg)
 	if err != nil {

@@ -57,6 +57,16 @@ func rankDevice(c comm.Comm, first int) (dev int, direct bool) {
 	return (first + local) % n, false
 }
 
+// checkNCCLDevice refuses -device cuda:N (N > 0) with -backend nccl,
+// which puts each rank on the GPU of its LOCAL_RANK, not on GPU N: the
+// way to choose the GPUs there is CUDA_VISIBLE_DEVICES.
+func checkNCCLDevice(device string, first int, backend string) error {
+	if first > 0 && backend == "nccl" {
+		return fmt.Errorf("-device %s with -backend nccl: NCCL puts each rank on the GPU of its LOCAL_RANK, not on GPU %d: use -device cuda, and CUDA_VISIBLE_DEVICES to choose the GPUs", device, first)
+	}
+	return nil
+}
+
 func newDevComm(c comm.Comm, first int) *devComm {
 	dev, direct := rankDevice(c, first)
 	return &devComm{c: c, dev: dev, direct: direct}
