@@ -589,18 +589,6 @@ func (d *Model) GradsToHost(dst []float32) error {
 	return cuda.CopyDtoH(d.dev, bytesOf(dst), d.Grads)
 }
 
-// GradsFromHost copies src (N float32s) into the gradients (a host
-// backend's reduction of them, say).
-func (d *Model) GradsFromHost(src []float32) error {
-	if len(src) != d.N {
-		return fmt.Errorf("devmodel: %d gradients from %d", d.N, len(src))
-	}
-	if err := d.s.Synchronize(); err != nil {
-		return err
-	}
-	return cuda.CopyHtoD(d.dev, d.Grads, bytesOf(src))
-}
-
 // A Buffer is a device buffer of N float32s.
 type Buffer struct {
 	Ptr uintptr

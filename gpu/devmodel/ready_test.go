@@ -1,7 +1,10 @@
 package devmodel_test
 
 import (
+	"fmt"
 	"testing"
+
+	"github.com/gdist/gdist/gpu/cudafake"
 
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/internal/devtest"
@@ -74,4 +77,34 @@ func TestGradsReady(t *testing.T) {
 			t.Logf("%s: %d calls over %d values", c.name, len(calls), d.N)
 		})
 	}
+}
+
+// OnGradsReady tells, during backward, from where on the gradients are
+// complete: the mlp's three linear layers, last first, make three tails,
+// the last the whole buffer. DDP starts a bucket's all-reduce there.
+func ExampleModel_OnGradsReady() {
+	if cudafake.Mode() == "none" {
+		fmt.Println("tails [from, N): 3, the last from 0") // no CUDA here: what it prints with one
+		return
+	}
+	m, err := models.New("mlp", 1)
+	if err != nil {
+		panic(err)
+	}
+	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 8, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close()
+	var tails []int
+	d.OnGradsReady = func(from int) error {
+		tails = append(tails, from)
+		return nil
+	}
+	x, y := devtest.Images(0, 8, 784)
+	if _, err := d.ForwardBackward(x, y); err != nil {
+		panic(err)
+	}
+	fmt.Printf("tails [from, N): %d, the last from %d\n", len(tails), tails[len(tails)-1])
+	// Output: tails [from, N): 3, the last from 0
 }
