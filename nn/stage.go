@@ -60,10 +60,12 @@ type StageGraph struct {
 	hook GradHook
 	ctx  context.Context // stays nil: stages hold no batch norm
 
-	// forward-only graph (non-last stages)
-	fvm G.VM
-	fx  *tensor.Dense
-	out *G.Node
+	// forward-only graph (non-last stages), run by forward (forward.go):
+	// its activations are freed as the pass goes
+	ffwd   *forward
+	fgates []*gate
+	fx     *tensor.Dense
+	out    *G.Node
 
 	// training graph
 	tvm     G.VM // nil if there is nothing to differentiate
@@ -164,9 +166,9 @@ func (s *StageGraph) buildForward() error {
 	if err != nil {
 		return err
 	}
-	s.fx, s.out = xt, out
-	s.fvm = G.NewTapeMachine(g)
-	return nil
+	s.fx, s.out, s.fgates = xt, out, b.gates
+	s.ffwd, err = newForward(g, out)
+	return err
 }
 
 func (s *StageGraph) buildTrain() error {
@@ -252,11 +254,16 @@ func (s *StageGraph) Forward(x []float32) ([]float32, error) {
 	if err := s.loadX(s.fx, x); err != nil {
 		return nil, err
 	}
-	defer s.fvm.Reset()
-	if err := s.fvm.RunAll(); err != nil {
+	v, err := s.ffwd.run()
+	releaseAll(s.fgates)
+	if err != nil {
 		return nil, err
 	}
-	return append([]float32(nil), s.out.Value().Data().([]float32)...), nil
+	out := floats(v)
+	if len(out) != s.OutSize() {
+		return nil, fmt.Errorf("nn: stage [%d, %d) gave %d output floats, want %d", s.From, s.To, len(out), s.OutSize())
+	}
+	return append([]float32(nil), out...), nil
 }
 
 func (s *StageGraph) run() error {
@@ -335,9 +342,7 @@ func (s *StageGraph) DropGrads() { s.OnGrad = func(int, []float32) {} }
 func (s *StageGraph) Close() error {
 	s.hooks.release()
 	var err error
-	if s.fvm != nil {
-		err = s.fvm.Close()
-	}
+	s.ffwd = nil
 	if s.tvm != nil {
 		if e := s.tvm.Close(); err == nil {
 			err = e
