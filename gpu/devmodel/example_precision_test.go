@@ -8,6 +8,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/gemm"
@@ -44,7 +45,8 @@ func ExampleConfig_precision() {
 	// Output: bf16: true
 }
 
-// SyncBatchNorm on the device: two ranks (goroutines, devices 0 and 1)
+// SyncBatchNorm on the device: two ranks (goroutines, devices 0 and 1;
+// both on device 0 where there is one)
 // whose batch norms' statistics span both ranks' batches through
 // package syncbn's hook on a comm, adapted by HostSyncBN; their running
 // statistics are then the same.
@@ -65,7 +67,8 @@ func ExampleHostSyncBN() {
 			panic(err)
 		}
 		hook := (&syncbn.Syncer{C: cs[r]}).Hook()
-		if ds[r], err = devmodel.Place(m, devmodel.Config{Device: r, Batch: 4, SyncBN: devmodel.HostSyncBN(ctx, hook),
+		dev := r % max(1, cuda.DeviceCount()) // one GPU: both ranks on it
+		if ds[r], err = devmodel.Place(m, devmodel.Config{Device: dev, Batch: 4, SyncBN: devmodel.HostSyncBN(ctx, hook),
 			Optim: optim.Config{Name: "sgd", LR: 0.1}}); err != nil {
 			panic(err)
 		}
