@@ -181,11 +181,13 @@ func TestDeviceRanksMatchOneRank(t *testing.T) {
 }
 
 // TestDeviceZeroMatchesDDP: `train -device cuda -strategy zero1|zero2|zero3
-// -nproc 2 -backend nccl` (the gradients reduce-scattered and the
-// parameters all-gathered on the device, each rank's shard updated there
-// with its shard of Adam's state, clipped by the global norm) ends where
-// -strategy ddp on the device and -device cpu (ddp, 2 ranks) end, within
-// deviceTol; zero2 through host memory (-backend shm) too.
+// -nproc 2 -backend nccl` (the gradients reduced to their shards' owners
+// in buckets during backward and the parameters all-gathered on the
+// device, each rank's shard updated there with its shard of Adam's
+// state, clipped by the global norm) ends where -strategy ddp on the
+// device and -device cpu (ddp, 2 ranks) end, within deviceTol; zero2
+// with small buckets (several per shard) too, and through host memory
+// (-backend shm: one reduce-scatter after backward).
 func TestDeviceZeroMatchesDDP(t *testing.T) {
 	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "128", "-epochs", "1", "-seed", "5", "-batch", "8", "-nproc", "2",
 		"-optimizer", "adam", "-lr", "1e-3", "-clip-grad", "0.5", "-json", "-progress=false"}
@@ -195,15 +197,30 @@ func TestDeviceZeroMatchesDDP(t *testing.T) {
 	if cpu.ClippedSteps == 0 {
 		t.Fatalf("no step clipped: the test checks nothing of clipping (%+v)", cpu)
 	}
-	for _, c := range []struct{ strategy, backend string }{{"zero1", "nccl"}, {"zero2", "nccl"}, {"zero3", "nccl"}, {"zero2", "shm"}} {
+	small := []string{"-first-bucket-mb", "0.05", "-bucket-mb", "0.2"}
+	for _, c := range []struct {
+		strategy, backend string
+		buckets           int // reported
+		args              []string
+	}{
+		// 235146 floats, a shard of 117573 each: the first bucket (1 MiB)
+		// holds both shards' halves.
+		{"zero1", "nccl", 2, nil}, {"zero2", "nccl", 2, nil}, {"zero3", "nccl", 2, nil},
+		// 13107, then 52428 floats, split at 117573.
+		{"zero2", "nccl", 7, small}, {"zero2", "shm", 0, nil},
+	} {
 		env := fakeCUDAEnv(t)
 		if c.backend == "nccl" {
 			env = ncclSharedEnv(t)
 		}
-		z := trainEnv(t, env, append([]string{"-device", "cuda", "-backend", c.backend, "-strategy", c.strategy}, common...)...)
+		z := trainEnv(t, env, append(append([]string{"-device", "cuda", "-backend", c.backend, "-strategy", c.strategy}, c.args...), common...)...)
 		what := c.strategy + " (" + c.backend + ")"
-		if z.Strategy != c.strategy || z.Device != "cuda:0" || z.PeakDeviceBytes <= 0 || z.ClippedSteps != cpu.ClippedSteps {
-			t.Errorf("%s: summary %+v", what, z)
+		if c.args != nil {
+			what += ", small buckets"
+		}
+		if z.Strategy != c.strategy || z.Device != "cuda:0" || z.PeakDeviceBytes <= 0 || z.ClippedSteps != cpu.ClippedSteps ||
+			z.Buckets != c.buckets || z.Overlap != (c.buckets > 0) {
+			t.Errorf("%s: summary %+v; want %d buckets", what, z, c.buckets)
 		}
 		checkNear(t, what+", cuda vs ddp on cuda", z, ddp)
 		checkNear(t, what+", cuda vs ddp on cpu", z, cpu)

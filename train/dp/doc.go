@@ -36,14 +36,16 @@
 // starts once backward has queued its last gradient
 // (devmodel.Model.OnGradsReady) and NCCL's stream waits for the work
 // queued before it, so it overlaps the rest of backward (-no-overlap:
-// after backward, as one); the summary's overlap and buckets say which.
-// ZeRO, and DDP over a host backend, reduce after backward.
+// after backward, as one); ZeRO over NCCL likewise reduces each bucket
+// (split at the shards' edges) to its shard's owner during backward;
+// the summary's overlap and buckets say which. Over a host backend both
+// reduce after backward.
 //
 // On the device every ZeRO stage keeps the full parameter and gradient
 // buffers resident (devmodel's backward writes the whole flat gradient;
 // its plan binds the parameter buffer): only the optimizer state is
 // sharded, so zero2 and zero3 hold zero1's device memory. zero2 reduces
-// once after backward, as zero1 does; zero3 is one FSDP unit around the
+// as zero1 does; zero3 is one FSDP unit around the
 // model: the shard is the parameters at rest, gathered into the full
 // buffer before forward. peak_device_bytes reports what is held.
 //

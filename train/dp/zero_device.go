@@ -19,9 +19,13 @@ import (
 // padded to N*S as package zero pads them (S = ceil(P/N): rank r owns
 // [r*S, (r+1)*S)), and the optimizer state on the device for this
 // rank's shard only (devmodel.Config.Shard). A step runs forward and
-// backward on the device, then reduce-scatters (averages) the gradients
-// in place (devComm: over NCCL on the device, or through host memory with
-// a host backend); -clip-grad clips the shard by the global norm (each
+// backward on the device and averages each shard of the gradients into
+// its owner's buffer in place: over NCCL in buckets (-first-bucket-mb,
+// -bucket-mb, split at the shards' edges), each reduced to its shard's
+// owner as soon as backward has queued its gradients, overlapping the
+// rest of backward (the summary's overlap and buckets); through host
+// memory with a host backend, one reduce-scatter after backward
+// (devComm). -clip-grad clips the shard by the global norm (each
 // rank's shard norm, squared and all-reduced: devmodel.ClipShard); the
 // update changes this rank's shard of the parameters with its shard of
 // the state; the parameters are then all-gathered in place.
@@ -30,8 +34,7 @@ import (
 // flat gradient and its plan binds the parameter buffer's address, so
 // every stage keeps the full parameter and gradient buffers resident and
 // shards only the optimizer state on the device. Stage 2 reduces the
-// gradients as stage 1 does (one reduce-scatter after backward, not per
-// bucket); stage 3 treats the whole model as one FSDP unit: the shard
+// gradients as stage 1 does; stage 3 treats the whole model as one FSDP unit: the shard
 // is the parameters at rest, all-gathered into the full buffer before
 // forward (not after the update), and the full buffer is not freed
 // between steps. So the device memory of stages 2 and 3 is stage 1's
@@ -70,8 +73,10 @@ type deviceZero struct {
 	stage    int
 	e        *zero.Engine // the host's copy of the shard, for saves
 	opt      optim.Config
-	lo, s    int  // this rank's shard [lo, lo+s)
-	gathered bool // the full parameter buffer holds every shard's latest
+	lo, s    int         // this rank's shard [lo, lo+s)
+	gathered bool        // the full parameter buffer holds every shard's latest
+	buckets  []devBucket // over NCCL: the gradient buckets, last first
+	works    []comm.Work // the step's bucket reductions
 }
 
 func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.Strategy, error) {
@@ -99,6 +104,19 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	if st.d.N != s.Comm.Size()*st.s {
 		st.Close()
 		return nil, fmt.Errorf("train: rank %d: the placed model has %d values, not %d shards of %d", s.Comm.Rank(), st.d.N, s.Comm.Size(), st.s)
+	}
+	if st.dc.direct && s.Comm.Size() > 1 {
+		// Over NCCL each bucket (-first-bucket-mb, -bucket-mb; none
+		// crossing a shard's edge) is reduced to its shard's owner
+		// while backward goes on, as DDP's all-reduces are.
+		o := cfg.Options.(*ZeroOptions)
+		for _, b := range devBuckets(st.d.N, o.FirstMB, o.MB) {
+			for hi := b.hi; hi > b.lo; {
+				lo := max(b.lo, (hi-1)/st.s*st.s)
+				st.buckets = append(st.buckets, devBucket{lo, hi})
+				hi = lo
+			}
+		}
 	}
 	return st, nil
 }
@@ -131,6 +149,9 @@ func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32,
 	if err := s.gather(ctx); err != nil {
 		return 0, err
 	}
+	if len(s.buckets) > 0 {
+		return s.stepOverlapped(ctx, x, y)
+	}
 	loss, err := s.d.ForwardBackward(x, y)
 	if err != nil || s.c.Size() == 1 {
 		return loss, err
@@ -142,6 +163,39 @@ func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32,
 		return loss, fmt.Errorf("train: reduce-scattering the gradients %s: %w", s.dc.backendNote(), err)
 	}
 	return loss, nil
+}
+
+// stepOverlapped reduces (averages) each bucket to the rank that owns its
+// shard as soon as backward has queued its gradients (devmodel's
+// OnGradsReady), and waits for them all after backward: this rank's
+// shard of the gradient buffer then holds the average, as after the
+// reduce-scatter.
+func (s *deviceZero) stepOverlapped(ctx context.Context, x []float32, y []int32) (float32, error) {
+	next := 0
+	s.works = s.works[:0]
+	start := func(from int) error {
+		for ; next < len(s.buckets) && s.buckets[next].lo >= from; next++ {
+			b := s.buckets[next]
+			w, err := s.c.Reduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg, b.lo/s.s)
+			if err != nil {
+				return fmt.Errorf("train: reducing gradient bucket %d on the device: %w", next, err)
+			}
+			s.works = append(s.works, w)
+		}
+		return nil
+	}
+	s.d.OnGradsReady = start
+	loss, err := s.d.ForwardBackward(x, y)
+	s.d.OnGradsReady = nil
+	if err == nil {
+		err = start(0) // every bucket is ready by now
+	}
+	for _, w := range s.works {
+		if werr := w.Wait(ctx); werr != nil && err == nil {
+			err = fmt.Errorf("train: reducing the gradients on the device: %w", werr)
+		}
+	}
+	return loss, err
 }
 
 // ClipGrads clips this rank's shard of the gradient by the whole
@@ -285,6 +339,17 @@ func (s *deviceZero) Load(_ context.Context, path string) (train.Position, error
 // optimizer state.
 func (s *deviceZero) Memory() (train.MemoryBytes, int64) {
 	return train.MemoryBytes{Params: int64(s.d.N) * 4, Grads: int64(s.d.N) * 4, Optimizer: train.OptimizerBytes(s.e.Optimizer())}, 0
+}
+
+// Report: peak device memory; the buckets reduced during backward, if
+// any.
+func (s *deviceZero) Report(ctx context.Context, sum *train.Summary) error {
+	if err := s.deviceBase.Report(ctx, sum); err != nil {
+		return err
+	}
+	sum.Overlap = len(s.buckets) > 0
+	sum.Buckets = len(s.buckets)
+	return nil
 }
 
 func (s *deviceZero) Close() error {
