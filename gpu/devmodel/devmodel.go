@@ -263,8 +263,14 @@ func (d *Model) Stream() *cuda.Stream { return d.s }
 
 // PeakBytes is the most device memory the model has held at once: the
 // placement's buffers plus the pool's blocks in use (whole power-of-two
-// blocks).
-func (d *Model) PeakBytes() int64 { return d.peak }
+// blocks), plus the matrix products' bf16 scratch under bf16 autocast
+// (gpu/gemm: it grows in the first step and stays).
+func (d *Model) PeakBytes() int64 {
+	if d.h == nil {
+		return d.peak
+	}
+	return d.peak + int64(d.h.ScratchBytes())
+}
 
 // StateBuffers are the optimizer state's device buffers (N float32s
 // each, in the flat layout; with a Config.Shard the shard's length, its

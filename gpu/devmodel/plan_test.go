@@ -226,3 +226,28 @@ func TestTiledMatchesCPU(t *testing.T) {
 		})
 	}
 }
+
+// Under bf16 autocast the products' bf16 copies of their operands count
+// in PeakBytes: more than fp32's peak, by at most the two largest
+// operands' bf16 bytes of the mlp (784 x 256 and 8 x 784 values).
+func TestPeakCountsBF16Scratch(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	peaks := map[gemm.Precision]int64{}
+	for _, p := range []gemm.Precision{gemm.FP32, gemm.BF16} {
+		d, err := devmodel.Place(zoo(t, "mlp"), devmodel.Config{Device: dev, Batch: 8, Precision: p, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y := devtest.Images(0, 8, 784)
+		if _, err := d.Step(x, y); err != nil {
+			t.Fatal(err)
+		}
+		peaks[p] = d.PeakBytes()
+		d.Close()
+	}
+	extra := peaks[gemm.BF16] - peaks[gemm.FP32]
+	t.Logf("peak: fp32 %d bytes, bf16 %d (+%d)", peaks[gemm.FP32], peaks[gemm.BF16], extra)
+	if extra <= 0 || extra > 2*(784*256+8*784) {
+		t.Errorf("bf16's peak is %d bytes above fp32's; want the scratch, 1 to %d bytes", extra, 2*(784*256+8*784))
+	}
+}
