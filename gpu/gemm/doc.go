@@ -27,7 +27,12 @@
 //     weights), gradients, optimizer state, reductions, softmax,
 //     normalizations and the loss stay fp32 (gpu/kernels). Unlike
 //     PyTorch's autocast, a product's output is fp32, not bf16, and the
-//     weights' bf16 copies are not cached across a step's products.
+//     weights' bf16 copies are not cached across a step's products: each
+//     product casts its operands (a memory pass over each), but for an
+//     operand the caller names with KeepNext, kept for the product after
+//     (kernels.LinearBackward's dy, read by its dW and dx products).
+//     Casts counts the values cast; fusing the casts into the kernels
+//     that produce the operands is what would remove them.
 //
 // Tolerances, relative to the sum of the magnitudes of an element's k
 // terms: fp32 kernels.GemmTol(k); TF32 TF32Tol (2^-10) more; BF16

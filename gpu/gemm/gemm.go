@@ -100,6 +100,18 @@ type Engine struct {
 	mu      sync.Mutex
 	scratch uintptr // bf16 copies of the operands (cuBLAS with BF16)
 	cap     int     // its bytes
+
+	keepNext uintptr // KeepNext's operand
+	held     kept    // the bf16 copy kept for the next product
+	keepBuf  uintptr // where it is kept
+	keepCap  int     // its bytes
+	casts    int64   // values cast to bf16 so far
+}
+
+// kept is the bf16 copy, in keepBuf, of the n values from src.
+type kept struct {
+	src uintptr
+	n   int64
 }
 
 // New makes an engine on device whose products go on s (a stream of
@@ -172,7 +184,26 @@ func (e *Engine) Backend() string {
 func (e *Engine) ScratchBytes() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cap
+	return e.cap + e.keepCap
+}
+
+// Casts is the number of values cast to bf16 so far (bf16 autocast).
+func (e *Engine) Casts() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.casts
+}
+
+// KeepNext asks the engine to keep the bf16 copy of the operand at ptr
+// that the next product casts, for the one product after it that reads
+// the same span, which then casts it no more (bf16 autocast through
+// cuBLAS; otherwise nothing). The caller promises that nothing writes
+// those values between the two products. kernels.LinearBackward uses it
+// for dy, which both of its products read.
+func (e *Engine) KeepNext(ptr uintptr) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.keepNext = ptr
 }
 
 // Close releases the cuBLAS handle and the scratch (after the stream's
@@ -181,13 +212,20 @@ func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var err error
-	if e.scratch != 0 {
+	if e.scratch != 0 || e.keepBuf != 0 {
 		if e.s != nil {
 			e.s.Synchronize()
 		}
-		err = cuda.Free(e.dev, e.scratch)
-		e.scratch, e.cap = 0, 0
 	}
+	for _, p := range []*uintptr{&e.scratch, &e.keepBuf} {
+		if *p != 0 {
+			if ferr := cuda.Free(e.dev, *p); err == nil {
+				err = ferr
+			}
+			*p = 0
+		}
+	}
+	e.cap, e.keepCap, e.held = 0, 0, kept{}
 	if e.h != nil {
 		if cerr := e.h.Close(); err == nil {
 			err = cerr
@@ -224,6 +262,8 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	keep, prev := e.keepNext, e.held // KeepNext's: for this product and the next only
+	e.keepNext, e.held = 0, kept{}
 	if e.h == nil {
 		return e.tiled(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch)
 	}
@@ -240,15 +280,44 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 	if k == 0 {
 		na, nb = 0, 0
 	}
+	// An operand KeepNext named last time is in keepBuf already; one it
+	// names now goes there (unless keepBuf serves this product).
+	reuseA, reuseB := prev.n > 0 && prev == kept{a, na}, prev.n > 0 && prev == kept{b, nb}
+	keepA := !reuseA && !reuseB && keep != 0 && keep == a && na > 0
+	keepB := !reuseA && !reuseB && !keepA && keep != 0 && keep == b && nb > 0
+	switch {
+	case reuseA && keep == a, reuseB && keep == b:
+		e.held = prev // kept again, still unwritten (the caller's promise)
+	case keepA:
+		e.held = kept{a, na}
+	case keepB:
+		e.held = kept{b, nb}
+	}
+	if keepA || keepB {
+		if err := e.growKeep(2 * int(e.held.n)); err != nil {
+			e.held = kept{}
+			return err
+		}
+	}
 	if err := e.grow(2 * int(na+nb)); err != nil {
 		return err
 	}
 	a16, b16 := e.scratch, e.scratch+uintptr(2*na)
-	if err := e.toBF16(a16, a, na); err != nil {
-		return err
+	if reuseA || keepA {
+		a16 = e.keepBuf
 	}
-	if err := e.toBF16(b16, b, nb); err != nil {
-		return err
+	if reuseB || keepB || (reuseA && a == b && na == nb) {
+		b16 = e.keepBuf
+	}
+	if !reuseA {
+		if err := e.toBF16(a16, a, na); err != nil {
+			return err
+		}
+	}
+	if b16 != e.keepBuf || keepB {
+		if err := e.toBF16(b16, b, nb); err != nil {
+			return err
+		}
 	}
 	A := cublas.Matrix{Ptr: a16, Type: cublas.BF16, LD: max(lda, 1)}
 	B := cublas.Matrix{Ptr: b16, Type: cublas.BF16, LD: max(ldb, 1)}
@@ -331,10 +400,36 @@ func (e *Engine) grow(n int) error {
 	return nil
 }
 
+// growKeep makes keepBuf at least n bytes (nothing is held in it: the
+// caller sets held after).
+func (e *Engine) growKeep(n int) error {
+	if n <= e.keepCap {
+		return nil
+	}
+	if e.keepBuf != 0 {
+		if e.s != nil {
+			if err := e.s.Synchronize(); err != nil {
+				return err
+			}
+		}
+		if err := cuda.Free(e.dev, e.keepBuf); err != nil {
+			return err
+		}
+		e.keepBuf, e.keepCap = 0, 0
+	}
+	p, err := cuda.Malloc(e.dev, n)
+	if err != nil {
+		return fmt.Errorf("gemm: %d bytes of bf16 scratch: %w", n, err)
+	}
+	e.keepBuf, e.keepCap = p, n
+	return nil
+}
+
 func (e *Engine) toBF16(dst, src uintptr, n int64) error {
 	if n == 0 {
 		return nil
 	}
+	e.casts += n
 	blocks := min((n+255)/256, 1024)
 	return e.cast.Launch(e.s, rtc.Config{Grid: rtc.Dim(int(blocks)), Block: rtc.Dim(256)}, dst, src, n)
 }

@@ -296,3 +296,77 @@ func TestRealNVRTC(t *testing.T) {
 		t.Logf("NVRTC %d.%d: gdist_gemm.cu for %s: %d bytes %s", major, minor, arch, len(img.Data), img.Log)
 	}
 }
+
+// KeepNext (bf16 through cuBLAS): a Linear's backward products dW = x^T
+// dy and dx = dy W^T with dy kept cast between them give the same bits as
+// without, cast dy once; a kept copy serves only the next product (dy
+// rewritten after it is cast afresh), and a product that does not read
+// the named operand keeps nothing.
+func TestKeepNext(t *testing.T) {
+	const rows, in, out = 9, 7, 12
+	x, dy, w := devtest.Vals(40, rows*in, 1), devtest.Vals(41, rows*out, 1), devtest.Vals(42, in*out, 1)
+	run := func(e *gemm.Engine, keep bool) (dw, dx []float32) {
+		dX, dDY, dW := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy), devtest.Upload(t, dev, w)
+		gw, gx := devtest.Alloc(t, dev, in*out, 4), devtest.Alloc(t, dev, rows*in, 4)
+		if keep {
+			e.KeepNext(dDY)
+		}
+		if err := e.MatMul(true, false, in, out, rows, 1, dX, dDY, 0, gw); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.MatMul(false, true, rows, in, out, 1, dDY, dW, 0, gx); err != nil {
+			t.Fatal(err)
+		}
+		// dy rewritten: the next product casts it afresh
+		devtest.Put(t, dev, dDY, make([]float32, rows*out))
+		g3 := devtest.Alloc(t, dev, rows*in, 4)
+		if err := e.MatMul(false, true, rows, in, out, 1, dDY, dW, 0, g3); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stream().Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range devtest.Floats(t, dev, g3, rows*in) {
+			if v != 0 {
+				t.Fatalf("keep=%v: product of the rewritten (zero) dy [%d] = %v: a stale copy was used", keep, i, v)
+			}
+		}
+		return devtest.Floats(t, dev, gw, in*out), devtest.Floats(t, dev, gx, rows*in)
+	}
+	plain := engine(t, gemm.Config{Precision: gemm.BF16})
+	kept := engine(t, gemm.Config{Precision: gemm.BF16})
+	if !kept.CUBLAS() {
+		t.Skip(kept.Backend())
+	}
+	w0, x0 := run(plain, false)
+	c0 := plain.Casts()
+	w1, x1 := run(kept, true)
+	c1 := kept.Casts()
+	for i := range w0 {
+		if math.Float32bits(w0[i]) != math.Float32bits(w1[i]) {
+			t.Fatalf("dW[%d]: %v kept, %v not", i, w1[i], w0[i])
+		}
+	}
+	for i := range x0 {
+		if math.Float32bits(x0[i]) != math.Float32bits(x1[i]) {
+			t.Fatalf("dx[%d]: %v kept, %v not", i, x1[i], x0[i])
+		}
+	}
+	if c0-c1 != rows*out {
+		t.Errorf("values cast: %d without KeepNext, %d with; want %d fewer", c0, c1, rows*out)
+	}
+	// named, but the next product does not read it: nothing kept
+	e := engine(t, gemm.Config{Precision: gemm.BF16})
+	a, b, c := devtest.Upload(t, dev, x), devtest.Upload(t, dev, w), devtest.Alloc(t, dev, rows*out, 4)
+	e.KeepNext(c)
+	if err := e.MatMul(false, false, rows, out, in, 1, a, b, 0, c); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Casts()
+	if err := e.MatMul(false, false, rows, out, in, 1, a, b, 0, c); err != nil {
+		t.Fatal(err)
+	}
+	if e.Casts()-before != rows*in+in*out {
+		t.Errorf("a product after an unused KeepNext cast %d values, want %d", e.Casts()-before, rows*in+in*out)
+	}
+}

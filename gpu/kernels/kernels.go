@@ -295,6 +295,9 @@ func LinearBackward(h Products, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, 
 	if accumulate {
 		beta = 1
 	}
+	if kh, ok := h.(keeper); ok && dx != 0 {
+		kh.KeepNext(dy) // both products read dy: cast it once (bf16)
+	}
 	if err := h.MatMul(true, false, in, out, rows, 1, x, dy, beta, dw); err != nil {
 		return err
 	}
@@ -308,6 +311,10 @@ func LinearBackward(h Products, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, 
 	}
 	return h.MatMul(false, true, rows, in, out, 1, dy, w, 0, dx)
 }
+
+// keeper is a Products that can keep an operand's converted copy from
+// one product for the next (gemm.Engine under bf16 autocast).
+type keeper interface{ KeepNext(ptr uintptr) }
 
 // Products computes the layers' matrix products on one device, queued in
 // order on one stream: a *cublas.Handle (fp32), or a *gemm.Engine
