@@ -19,8 +19,9 @@
 // With Config.Device "cuda" (-device cuda) every strategy here trains
 // on GPUs (device.go, zero_device.go, device_comm.go): each rank's model
 // placed by gpu/devmodel on its GPU (the nccl Comm's, which is
-// LOCAL_RANK, modulo the GPUs with GDIST_NCCL_SHARE_GPU=1; with a host
-// backend GPU N of cuda:N plus the local rank, modulo the GPUs), its
+// LOCAL_RANK, modulo the GPUs with GDIST_NCCL_SHARE_GPU=1, so cuda:N
+// with N > 0 is refused there: CUDA_VISIBLE_DEVICES picks the GPUs; with
+// a host backend GPU N of cuda:N plus the local rank, modulo the GPUs), its
 // parameters, gradients and optimizer state in device memory in flat's
 // layout, Dropout's masks placed by the rank's first sample in the
 // global batch. DDP all-reduces (averages) the whole gradient buffer in
