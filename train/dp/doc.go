@@ -24,9 +24,9 @@
 // a host backend GPU N of cuda:N plus the local rank, modulo the GPUs), its
 // parameters, gradients and optimizer state in device memory in flat's
 // layout, Dropout's masks placed by the rank's first sample in the
-// global batch. DDP all-reduces (averages) the whole gradient buffer in
-// place after backward; ZeRO reduce-scatters it, each rank clips its
-// shard by the global norm, updates its shard of the parameters with its
+// global batch. DDP all-reduces (averages) the gradient buffer in place;
+// ZeRO reduces each shard of it to the shard's owner (a reduce-scatter),
+// each rank clips its shard by the global norm, updates its shard of the parameters with its
 // shard of the optimizer state, and the parameters are all-gathered.
 // With -backend nccl the collectives take the device buffers
 // (comm.DeviceBuffer); with a host backend (shm, tcp, inproc) the
