@@ -154,11 +154,12 @@ func TestTrainbenchMFU(t *testing.T) {
 	near("gdist_mfu", rate*fpt/989.4e12)
 	near("torch_mfu", 163840*fpt/989.4e12)
 	// The profile's line: a gpt's linear kind's TFLOP/s (3 x the
-	// forward's products: the MLPs' and the head's).
+	// forward's products: the MLPs', attention's projections and the
+	// head's).
 	pf := write("p", `{"model":"`+model+`","batch":8,"steps":6,"step_ms":20,"kinds":[{"kind":"linear","total_ms":10,"share":0.5}]}`)
 	out, err = exec.Command("python3", "trainbench.py", "profile", pf, "--precision", "bf16", "--results", dir+"/p.jsonl").CombinedOutput()
 	rows := 8.0 * 1024
-	lin := 3 * (12*2*rows*(768*3072*2) + 2*rows*768*256) / 0.010 / 1e12
+	lin := 3 * (12*2*rows*(768*3072*2+768*768*4) + 2*rows*768*256) / 0.010 / 1e12
 	if want := fmt.Sprintf("linear 50%% (%.1f TFLOP/s)", lin); err != nil || !strings.Contains(string(out), want) {
 		t.Errorf("profile line: %v: %s; want %q", err, out, want)
 	}

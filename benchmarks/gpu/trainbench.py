@@ -151,16 +151,17 @@ def compare(a):
 
 def kind_flops(model, batch):
     """A gpt step's matrix-product FLOPs (forward and backward: 3 x the
-    forward's) in the profile's kinds linear (the MLPs and the head) and
-    attention (its qkv and output projections, scores and weighted sums
-    counted in full), or {} for other models."""
+    forward's) in the profile's kinds linear (the MLPs, the head and
+    attention's qkv and output projections) and attention (its scores and
+    weighted sums, counted in full although causal), or {} for other
+    models."""
     g = gpt_shape(model)
     if not g:
         return {}
     layers, d, _, t = g
     rows = batch * t
-    lin = layers * 2 * rows * (d * 4 * d + 4 * d * d) + 2 * rows * d * 256
-    att = layers * (2 * rows * d * 3 * d + 2 * rows * d * d + 4 * batch * t * t * d)
+    lin = layers * 2 * rows * (d * 4 * d + 4 * d * d + d * 3 * d + d * d) + 2 * rows * d * 256
+    att = layers * 4 * batch * t * t * d
     return {"linear": 3 * lin, "attention": 3 * att}
 
 

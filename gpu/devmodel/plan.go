@@ -510,17 +510,21 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 			if err := kernels.LinearForward(d.h, d.k, qkv.val, x.val, P(win), P(bin), rows, cc, 3*cc); err != nil {
 				return err
 			}
+			d.profileSplit("linear", "attention") // GDIST_DEVICE_PROFILE (profile.go)
 			if err := kernels.AttentionForward(d.h, d.k, att.val, probs, qkv.val, p.attWS, g); err != nil {
 				return err
 			}
+			d.profileSplit("attention", "linear")
 			return kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), P(bout), rows, cc, cc)
 		}, func() error {
 			if err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), G(bout), att.val, P(wout), out.grad, rows, cc, cc, true); err != nil {
 				return err
 			}
+			d.profileSplit("linear", "attention")
 			if err := kernels.AttentionBackward(d.h, d.k, qkv.grad, att.grad, qkv.val, probs, p.attWS, g); err != nil {
 				return err
 			}
+			d.profileSplit("attention", "linear")
 			return kernels.LinearBackward(d.h, d.k, x.grad, G(win), G(bin), x.val, P(win), qkv.grad, rows, cc, 3*cc, true)
 		})
 		return out, nil

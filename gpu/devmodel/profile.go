@@ -55,9 +55,10 @@ type Profile struct {
 	// layer's forward work to the end of the update (or of the backward
 	// pass, for steps without an update).
 	StepMs float64 `json:"step_ms"`
-	// Kinds are the layer kinds by time, most first: "linear",
-	// "attention" (the layer's work whole: its qkv and output
-	// projections, the scores, softmax and weighted sum), "layernorm",
+	// Kinds are the kinds of work by time, most first: "linear" (the
+	// Linear layers' products and attention's qkv and output
+	// projections), "attention" (its scores, causal softmax and weighted
+	// sums), "layernorm",
 	// "gelu", "relu", "residual" (the adds), "embedding", "conv2d",
 	// "batchnorm", "maxpool", "dropout", "tanh", "loss" (softmax
 	// cross-entropy, forward and gradient), "optimizer" (clipping and
@@ -72,7 +73,7 @@ type Profile struct {
 // KindTime is one layer kind's device time per step (milliseconds).
 type KindTime struct {
 	Kind       string  `json:"kind"`
-	Layers     int     `json:"layers"` // how many layers of the kind
+	Layers     int     `json:"layers"` // how many layers of the kind (attention's projections do not count as Linear layers)
 	ForwardMs  float64 `json:"forward_ms"`
 	BackwardMs float64 `json:"backward_ms"`
 	TotalMs    float64 `json:"total_ms"`
@@ -106,13 +107,19 @@ type profiler struct {
 	open    bool // a step is recorded and not summed yet
 	lastFwd int  // the last forward op's end event in this step (-1: none)
 	inBwd   bool
-	batch   int
-	seen    int // steps recorded
-	steps   int // steps summed (after the warm-up)
-	stepMs  float64
-	sum     map[[2]string]float64 // {kind or "layer:"+name, "f" or "b"} -> ms
-	counted map[string]bool       // layers seen
-	err     error
+	// The op under way: its layer, direction, and the segment of it not
+	// yet summed (profileSplit cuts an op into kinds).
+	cur      string
+	curBwd   bool
+	segStart int
+	segKind  string
+	batch    int
+	seen     int // steps recorded
+	steps    int // steps summed (after the warm-up)
+	stepMs   float64
+	sum      map[[2]string]float64 // {kind or "layer:"+name, "f" or "b"} -> ms
+	counted  map[string]bool       // layers seen
+	err      error
 }
 
 var (
@@ -251,17 +258,33 @@ func (p *profiler) timed(d *Model, name string, bwd bool, f func() error) func()
 				p.spans = append(p.spans, span{layer: "(loss)", kind: "loss", a: p.lastFwd, b: a})
 			}
 		}
+		p.cur, p.curBwd, p.segStart, p.segKind = name, bwd, a, kind
 		err := f()
 		b := p.record(d)
 		if !bwd {
 			p.lastFwd = b
 		}
-		p.spans = append(p.spans, span{layer: name, kind: kind, bwd: bwd, a: a, b: b})
+		p.spans = append(p.spans, span{layer: name, kind: p.segKind, bwd: bwd, a: p.segStart, b: b})
+		p.cur = ""
 		if p.err != nil {
 			return p.err
 		}
 		return err
 	}
+}
+
+// profileSplit, inside an op's work, says that the work queued since the
+// op began (or since the last split) is of kind prev and what follows of
+// kind next: attention's projections are "linear", its scores, softmax
+// and weighted sums "attention". The hooks in the attention op (plan.go).
+func (d *Model) profileSplit(prev, next string) {
+	p := d.prof()
+	if p == nil || !p.open || p.err != nil || p.cur == "" {
+		return
+	}
+	e := p.record(d)
+	p.spans = append(p.spans, span{layer: p.cur, kind: prev, bwd: p.curBwd, a: p.segStart, b: e})
+	p.segStart, p.segKind = e, next
 }
 
 // finish sums the recorded step's events (waiting for its last one).

@@ -15,8 +15,9 @@ import (
 )
 
 // TestProfile: with GDIST_DEVICE_PROFILE set, a gpt's training steps are
-// timed by layer kind (every kind of the zoo's gpt, the loss and the
-// optimizer, each time >= 0, together within the step's time), the
+// timed by kind (every layer kind of the zoo's gpt, attention's
+// projections apart from its core, the loss and the optimizer, each time
+// >= 0, together within the step's time), the
 // warm-up steps and evaluations left out, the profile written as JSON at
 // Close; and the profile changes nothing of the training: every loss bit
 // for bit that of the same model trained unprofiled.
@@ -103,6 +104,22 @@ func TestProfile(t *testing.T) {
 	}
 	if len(p.Layers) == 0 || p.Layers[0].Name == "" {
 		t.Errorf("layers: %+v", p.Layers)
+	}
+	// The attention layer's time is its projections' ("linear") and its
+	// core's ("attention").
+	var layer, core float64
+	for _, l := range p.Layers {
+		if l.Kind == "attention" {
+			layer += l.ForwardMs + l.BackwardMs
+		}
+	}
+	for _, k := range p.Kinds {
+		if k.Kind == "attention" {
+			core = k.TotalMs
+		}
+	}
+	if !(core > 0 && layer > core) {
+		t.Errorf("the attention layer takes %v ms, its core %v: want the projections counted apart", layer, core)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
