@@ -30,7 +30,9 @@
 //     weights' bf16 copies are not cached across a step's products: each
 //     product casts its operands (a memory pass over each), but for an
 //     operand the caller names with KeepNext, kept for the product after
-//     (kernels.LinearBackward's dy, read by its dW and dx products).
+//     (the backward passes' operands that two products in a row read:
+//     Linear's dy, Conv2d's D, attention's dO and dS; TestKeepNext,
+//     kernels' TestBF16KeepsShared: the same bits, cast once).
 //     Casts counts the values cast; fusing the casts into the kernels
 //     that produce the operands is what would remove them.
 //

@@ -101,14 +101,18 @@ func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g
 	q, kk, v, do, dq, dk, dv, dp := at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)
 	td, tt := int64(g.T*d), int64(g.T*g.T)
 	scale := float32(1 / math.Sqrt(float64(d)))
+	// dO and dS are each read by two products in a row: cast once (bf16)
+	keep := func(ptr uintptr) error { keepNext(h, ptr); return nil }
 	for _, e := range []error{
 		k.heads(s, q, qkv, g, 3*g.C, 0, true),
 		k.heads(s, kk, qkv, g, 3*g.C, g.C, true),
 		k.heads(s, v, qkv, g, 3*g.C, 2*g.C, true),
 		k.heads(s, do, dout, g, g.C, 0, true),
+		keep(do),
 		h.MatMulBatched(true, false, g.T, d, g.T, 1, p, g.T, tt, do, d, td, 0, dv, d, td, b),
 		h.MatMulBatched(false, true, g.T, g.T, d, 1, do, d, td, v, d, td, 0, dp, g.T, tt, b),
 		k.CausalSoftmaxBackward(s, dp, p, b*g.T, g.T, scale),
+		keep(dp),
 		h.MatMulBatched(false, false, g.T, d, g.T, 1, dp, g.T, tt, kk, d, td, 0, dq, d, td, b),
 		h.MatMulBatched(true, false, g.T, d, g.T, 1, dp, g.T, tt, q, d, td, 0, dk, d, td, b),
 		k.heads(s, dqkv, dq, g, 3*g.C, 0, false),

@@ -125,6 +125,9 @@ func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g 
 	if accumulate {
 		beta = 1
 	}
+	if dx != 0 {
+		keepNext(h, d) // D is read by both products (rowSum only reads it)
+	}
 	if err := h.MatMul(false, true, g.Cout, ckk, cols, 1, d, col, beta, dw); err != nil {
 		return err
 	}

@@ -295,8 +295,8 @@ func LinearBackward(h Products, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, 
 	if accumulate {
 		beta = 1
 	}
-	if kh, ok := h.(keeper); ok && dx != 0 {
-		kh.KeepNext(dy) // both products read dy: cast it once (bf16)
+	if dx != 0 {
+		keepNext(h, dy) // both products read dy: cast it once (bf16)
 	}
 	if err := h.MatMul(true, false, in, out, rows, 1, x, dy, beta, dw); err != nil {
 		return err
@@ -315,6 +315,15 @@ func LinearBackward(h Products, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, 
 // keeper is a Products that can keep an operand's converted copy from
 // one product for the next (gemm.Engine under bf16 autocast).
 type keeper interface{ KeepNext(ptr uintptr) }
+
+// keepNext asks h, if it can, to keep the next product's converted copy
+// of the operand at p for the product after it (which reads the same
+// values: nothing may write them in between).
+func keepNext(h Products, p uintptr) {
+	if kh, ok := h.(keeper); ok {
+		kh.KeepNext(p)
+	}
+}
 
 // Products computes the layers' matrix products on one device, queued in
 // order on one stream: a *cublas.Handle (fp32), or a *gemm.Engine
