@@ -546,8 +546,14 @@ dry_flag() { [ "$DRY" = 1 ] && echo --dry; }
 gpu_name() {
 	if [ "$DRY" = 1 ]; then echo "fake"; else smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1; fi
 }
-# train_precision: whether train has -precision (fp32|tf32|bf16).
-train_precision() { "$B/train" -h 2>&1 | grep -q -- '-precision'; }
+# train_precision: whether train has -precision (fp32|tf32|bf16). (Not a
+# pipe into grep -q: under pipefail, train's exit status after -h, or the
+# SIGPIPE grep's early exit may send it, would decide.)
+train_precision() {
+	local h
+	h=$("$B/train" -h 2>&1)
+	[[ $h == *"-precision "* ]]
+}
 
 # make_corpus DIR T BYTES: a text corpus for the gpt runs (the GPU machine
 # has no Go tree, train's default): DIR/train.txt, BYTES of this
