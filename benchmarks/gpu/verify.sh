@@ -639,7 +639,7 @@ t_gpt() {
 		if [ $havetorch = 1 ]; then
 			echo "--- torch $model batch $batch $p" >>"$log"
 			limited "$(($(rest) / 2))" "$TPY" "$B/torch_gpu_train.py" --model "$model" --batch "$batch" --precision "$p" --attn "${GPT_ATTN:-sdpa}" \
-				--steps $((steps - pwarm)) --warmup $pwarm --device $pdev >"$tt" 2>>"$log"
+				--steps $((steps - pwarm)) --warmup $pwarm --profile-steps 3 --device $pdev >"$tt" 2>>"$log"
 			r2=$?
 			cat "$tt" >>"$log"
 			cmp=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$g" "$tt" --precision "$p" --gpu "$gpu" \
