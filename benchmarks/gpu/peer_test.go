@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func TestTorchPeerMatchesZoo(t *testing.T) {
 	runs := [][]string{
 		{"--model", "gpt-L1-D32-H2-T16", "--batch", "2"},
 		{"--model", "gpt-L2-D32-H4-T8", "--batch", "3", "--precision", "bf16", "--attn", "mha"},
-		{"--model", "gpt-L1-D32-H2-T16", "--batch", "2", "--precision", "tf32"},
+		{"--model", "gpt-L1-D32-H2-T16", "--batch", "2", "--precision", "tf32", "--profile-steps", "2"},
 		{"--model", "mlp", "--batch", "4", "--lr", "0.01"},
 		{"--model", "cnn", "--batch", "2"},
 		{"--model", "cnn-bn", "--batch", "2"},
@@ -82,6 +83,11 @@ func TestTorchPeerMatchesZoo(t *testing.T) {
 		name := args[1]
 		if want := count(name); r["params"] != want || r["params_match"] != true {
 			t.Errorf("%v: %v parameters, gdist's %s has %v", args, r["params"], name, want)
+		}
+		if slices.Contains(args, "--profile-steps") {
+			if top, _ := r["profile_top"].([]any); len(top) == 0 {
+				t.Errorf("%v: no profile_top: %v", args, r["profile_top"])
+			}
 		}
 		keys := []string{"step_ms_p50", "samples_per_sec", "loss_last"}
 		if strings.HasPrefix(name, "gpt") {

@@ -128,6 +128,7 @@ def compare(a):
         "params": g.get("num_params"), "torch_params": t.get("params"),
         "flops_per_token": fpt, "peak_tflops": peak, "gdist_mfu": mfu(g_rate), "torch_mfu": mfu(t_rate),
         "torch_device": t.get("device"), "torch_version": t.get("torch"), "problems": problems,
+        "torch_profile_top": t.get("profile_top"),
     }
     with open(a.results, "a") as f:
         f.write(json.dumps(row) + "\n")

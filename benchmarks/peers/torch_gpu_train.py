@@ -47,7 +47,9 @@ gives tokens_per_sec (gpt: batch x T / median) and samples_per_sec, the
 mean is reported beside it. peak_memory_bytes is
 torch.cuda.max_memory_allocated over the whole run (parameters, gradients,
 optimizer state, activations), peak_reserved_bytes the caching
-allocator's. On --device cpu the same loop runs on the host (a test of
+allocator's. With --profile-steps N, N more steps run under torch.profiler
+after the timed ones: profile_top lists the kernels with the most device
+time, ms per step (where PyTorch's step goes, beside gdist's profile). On --device cpu the same loop runs on the host (a test of
 this script, not a benchmark).
 """
 import argparse
@@ -157,6 +159,34 @@ def set_precision(p):
     return "allow_tf32=%s" % tf32
 
 
+def profile_top(step, n, cuda, k=15):
+    """n more steps under torch.profiler: the k kernels (on the CPU: ops)
+    with the most self time, in ms per step, most first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for i in range(n):
+            step(i)
+        if cuda:
+            torch.cuda.synchronize()
+
+    def self_time(e):  # microseconds; device time on a GPU (names by version)
+        if not cuda:
+            return e.self_cpu_time_total
+        for f in ("self_device_time_total", "self_cuda_time_total"):
+            if hasattr(e, f):
+                return getattr(e, f)
+        return 0
+
+    ev = list(prof.key_averages())
+    if cuda:  # the kernels themselves, not also the ops that launched them
+        kernels = [e for e in ev if str(getattr(e, "device_type", "")).endswith("CUDA")]
+        ev = kernels or ev
+    ev.sort(key=self_time, reverse=True)
+    return [{"name": e.key[:80], "ms_per_step": self_time(e) / 1e3 / n, "calls_per_step": e.count / n} for e in ev[:k] if self_time(e) > 0]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="gpt-L12-D768-H12-T1024")
@@ -173,6 +203,7 @@ def main(argv=None):
     ap.add_argument("--clip", type=float, help="global gradient norm (default: gpt 1.0, else none)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (--device cpu; 0: PyTorch's)")
+    ap.add_argument("--profile-steps", type=int, default=0, help="after the timed steps, this many more under torch.profiler: the kernels taking the most device time (profile_top, ms per step)")
     ap.add_argument("--params-only", action="store_true", help="build the model on the host, print its parameter counts (torch's and gdist's) and exit")
     a = ap.parse_args(argv)
     if a.batch < 1 or a.steps < 1 or a.warmup < 0:
@@ -225,10 +256,9 @@ def main(argv=None):
 
     model.train()
     times, losses = [], []
-    sync()
-    for i in range(a.warmup + a.steps):
+
+    def step(i):
         x, y = batches[i % len(batches)]
-        t0 = time.perf_counter()
         x, y = x.to(dev), y.to(dev)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=amp):
             out = model(x)
@@ -238,7 +268,12 @@ def main(argv=None):
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
-        lv = loss.item()  # waits for the device, as train's per-step loss check
+        return loss.item()  # waits for the device, as train's per-step loss check
+
+    sync()
+    for i in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        lv = step(i)
         dt = time.perf_counter() - t0
         losses.append(lv)
         if i >= a.warmup:
@@ -246,6 +281,7 @@ def main(argv=None):
         if not math.isfinite(lv):
             raise SystemExit(f"torch_gpu_train.py: step {i}: loss {lv}")
     sync()
+    top = profile_top(step, a.profile_steps, cuda) if a.profile_steps > 0 else None
     med = statistics.median(times)
     mean = statistics.fmean(times)
     per = shape[0] if is_gpt else 1
@@ -277,6 +313,9 @@ def main(argv=None):
     if is_gpt:
         r["tokens_per_sec"] = a.batch * per / med
         r["mean_tokens_per_sec"] = a.batch * per / mean
+    if top is not None:
+        r["profile_steps"] = a.profile_steps
+        r["profile_top"] = top
     if cuda:
         r["peak_memory_bytes"] = torch.cuda.max_memory_allocated(dev)
         r["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
