@@ -688,7 +688,7 @@ t_ncu() {
 	t=$(echo "$model" | sed -n 's/.*-T\([0-9]*\)$/\1/p')
 	if train_precision; then p=${NCU_PRECISION:-bf16} extra=(-precision "$p"); fi
 	make_corpus "$LOGS/corpus" "$t" $((8 * batch * t * 2 + 65536)) >>"$log" 2>&1 || { echo "could not build the text corpus"; return 1; }
-	limited "$(rest)" "$ncu" --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-100}" --section SpeedOfLight --csv --print-units base \
+	limited "$(rest)" "$ncu" --target-processes all --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-100}" --section SpeedOfLight --csv --print-units base \
 		"$B/train" -device cuda -nproc 1 -model "$model" -data "$LOGS/corpus" -batch "$batch" -steps 6 -warmup 0 -json -progress=false "${extra[@]}" \
 		>"$LOGS/ncu.csv" 2>>"$log"
 	local rc=$?
