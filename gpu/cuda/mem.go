@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -75,10 +76,12 @@ func FreeHost(device int, b []byte) error {
 	return l.err("cudaFreeHost", C.gdcu_free_host(l.c, C.int(device), unsafe.Pointer(unsafe.SliceData(b))))
 }
 
-// The host side of a copy goes to C as an unsafe.Pointer, never as an
-// integer: cgo keeps a Go pointer argument alive until the call returns,
-// while an address held as an integer would let the garbage collector free
-// the caller's (possibly temporary) slice during the copy.
+// The host side of a copy goes to C as an address (an integer), with the
+// slice kept alive past the call (runtime.KeepAlive): it may be any Go
+// memory, such as an int64 field of a struct that holds pointers, which
+// cgo's pointer check refuses as an unsafe.Pointer argument ("Go pointer
+// to unpinned Go pointer"). The copies are synchronous on the host side,
+// and a goroutine's stack does not move while it is in a cgo call.
 
 // CopyHtoD copies len(src) bytes from host memory to device address dst on
 // device (cudaMemcpy). It returns when src may be reused; the copy to the
@@ -93,7 +96,8 @@ func CopyHtoD(device int, dst uintptr, src []byte) error {
 	if err != nil {
 		return err
 	}
-	e := C.gdcu_memcpy_htod(l.c, C.int(device), C.uintptr_t(dst), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
+	e := C.gdcu_memcpy_htod(l.c, C.int(device), C.uintptr_t(dst), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(src)))), C.size_t(len(src)))
+	runtime.KeepAlive(src)
 	return l.err("cudaMemcpy (host to device)", e)
 }
 
@@ -107,7 +111,8 @@ func CopyDtoH(device int, dst []byte, src uintptr) error {
 	if err != nil {
 		return err
 	}
-	e := C.gdcu_memcpy_dtoh(l.c, C.int(device), unsafe.Pointer(unsafe.SliceData(dst)), C.uintptr_t(src), C.size_t(len(dst)))
+	e := C.gdcu_memcpy_dtoh(l.c, C.int(device), C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst)))), C.uintptr_t(src), C.size_t(len(dst)))
+	runtime.KeepAlive(dst)
 	return l.err("cudaMemcpy (device to host)", e)
 }
 

@@ -145,14 +145,14 @@ int gdcu_memcpy(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n, in
 	return ck(l, l->memcpy_((void *)dst, (const void *)src, n, kind));
 }
 
-int gdcu_memcpy_htod(gdcu_lib *l, int dev, uintptr_t dst, const void *src, size_t n) {
+int gdcu_memcpy_htod(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n) {
 	SETDEV(l, dev);
-	return ck(l, l->memcpy_((void *)dst, src, n, gdcu_cudaMemcpyHostToDevice));
+	return ck(l, l->memcpy_((void *)dst, (const void *)src, n, gdcu_cudaMemcpyHostToDevice));
 }
 
-int gdcu_memcpy_dtoh(gdcu_lib *l, int dev, void *dst, uintptr_t src, size_t n) {
+int gdcu_memcpy_dtoh(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n) {
 	SETDEV(l, dev);
-	return ck(l, l->memcpy_(dst, (const void *)src, n, gdcu_cudaMemcpyDeviceToHost));
+	return ck(l, l->memcpy_((void *)dst, (const void *)src, n, gdcu_cudaMemcpyDeviceToHost));
 }
 
 int gdcu_memset(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n) {

@@ -127,8 +127,8 @@ int gdcu_free(gdcu_lib *l, int dev, uintptr_t p);
 int gdcu_host_alloc(gdcu_lib *l, int dev, void **out, size_t n);
 int gdcu_free_host(gdcu_lib *l, int dev, void *p);
 int gdcu_memcpy(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n, int kind);
-int gdcu_memcpy_htod(gdcu_lib *l, int dev, uintptr_t dst, const void *src, size_t n);
-int gdcu_memcpy_dtoh(gdcu_lib *l, int dev, void *dst, uintptr_t src, size_t n);
+int gdcu_memcpy_htod(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n);
+int gdcu_memcpy_dtoh(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n);
 int gdcu_memset(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n);
 int gdcu_pointer_info(gdcu_lib *l, int dev, uintptr_t p, int *type, int *device);
 
