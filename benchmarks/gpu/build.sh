@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU verification bundle on any Linux amd64 machine with Go and
 # gcc, no CUDA needed: the test binaries of gpu/cuda, gpu/cublas, gpu/rtc,
-# gpu/kernels, gpu/devmodel, comm/nccl and comm/staging, commbench, ncclcheck, train, the
+# gpu/kernels, gpu/gemm, gpu/devmodel, comm/nccl and comm/staging, commbench, ncclcheck, train, the
 # PyTorch peers (torch.distributed's NCCL; eager training: torch_gpu_train.py, gpt.py) and the fake CUDA library (for verify.sh's dry run). The Go programs load CUDA and
 # NCCL with dlopen at run time, so they need only libc (checked here).
 #
@@ -23,6 +23,7 @@ go test -c "${flags[@]}" -o "$OUT/cuda.test" ./gpu/cuda
 go test -c "${flags[@]}" -o "$OUT/cublas.test" ./gpu/cublas
 go test -c "${flags[@]}" -o "$OUT/rtc.test" ./gpu/rtc
 go test -c "${flags[@]}" -o "$OUT/kernels.test" ./gpu/kernels
+go test -c "${flags[@]}" -o "$OUT/gemm.test" ./gpu/gemm
 go test -c "${flags[@]}" -o "$OUT/devmodel.test" ./gpu/devmodel
 go test -c "${flags[@]}" -o "$OUT/nccl.test" ./comm/nccl
 go test -c "${flags[@]}" -o "$OUT/staging.test" ./comm/staging

@@ -270,12 +270,13 @@ gotest() {
 	return $rc
 }
 t_cuda() { gotest "$1" gpu/cuda cuda.test; }
-# cuBLAS, NVRTC-compiled kernels, the device layers and whole models
+# cuBLAS, NVRTC-compiled kernels, the device layers, the products'
+# precisions and tiled kernel (gpu/gemm) and whole models
 # placed on the device (gpu/devmodel), each
 # package's tests in its directory, within what is left of the step.
 t_kernels() {
 	local rc=0 out="" p d
-	for p in cublas rtc kernels devmodel; do
+	for p in cublas rtc kernels gemm devmodel; do
 		d=$(STEP_LIMIT=$(rest) gotest "$1.$p" "gpu/$p" "$p.test") || rc=1
 		cat "$1.$p" >>"$1"
 		rm -f "$1.$p"
