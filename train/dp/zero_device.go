@@ -9,6 +9,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/zero"
@@ -97,7 +98,7 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	}
 	lo, hi := e.Shard()
 	st := &deviceZero{name: cfg.Strategy, stage: stage, e: e, opt: cfg.OptimConfig(), lo: lo, s: hi - lo, gathered: true}
-	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}}); err != nil {
+	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision)}); err != nil {
 		e.Close()
 		return nil, err
 	}
