@@ -71,8 +71,11 @@
 // device memory over -backend nccl, through host memory over a host
 // backend), or -strategy pipeline, each stage rank's layers on its GPU
 // (train/pp: activations sent device to device over nccl, or through
-// host memory); -syncbn, -compress and a model with a layer that has no
-// device kernels are refused, saying why. Evaluation runs on the device;
+// host memory); -precision fp32|tf32|bf16 sets the matrix products'
+// precision there (gpu/gemm, PyTorch's names); -syncbn makes the device's
+// batch norms SyncBatchNorms (ddp, zero); -syncbn with pipeline,
+// -compress and a model with a layer that has no device kernels are
+// refused, saying why. Evaluation runs on the device;
 // checkpoints go through the host model, so a GPU run's checkpoint
 // resumes on the CPU and back.
 // The summary's device and peak_device_bytes say where it ran and the

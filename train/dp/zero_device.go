@@ -51,11 +51,9 @@ import (
 // zero's "stage" metadata); train's "strategy" says zero3. Either loads
 // into any strategy and world size, on either device.
 
-// checkZeroDevice refuses what ZeRO cannot do on a GPU.
+// checkZeroDevice refuses what ZeRO cannot do on a GPU (nothing now:
+// -syncbn works as with DDP).
 func checkZeroDevice(cfg *train.Config) error {
-	if cfg.SyncBN {
-		return fmt.Errorf("-syncbn: SyncBatchNorm has no device kernels (-device %s): drop -syncbn, or use -device cpu", cfg.Device)
-	}
 	return nil
 }
 
@@ -98,7 +96,12 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	}
 	lo, hi := e.Shard()
 	st := &deviceZero{name: cfg.Strategy, stage: stage, e: e, opt: cfg.OptimConfig(), lo: lo, s: hi - lo, gathered: true}
-	if err := st.place(s, dev, devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision)}); err != nil {
+	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision)}
+	if cfg.SyncBN && len(s.Model.BNs) > 0 && s.Model.BNs[0].Sync != nil {
+		// -syncbn, as DDP's (device.go): the host model's syncbn hook
+		dcfg.SyncBN = devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync)
+	}
+	if err := st.place(s, dev, dcfg); err != nil {
 		e.Close()
 		return nil, err
 	}
