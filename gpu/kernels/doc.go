@@ -143,6 +143,21 @@
 //
 //   - Add (nn's Residual and its backward): one float32 add, exact.
 //
+//   - The products under TF32 and bf16 autocast (a gemm.Engine of that
+//     precision as the Products): each element within gemm.TF32Tol
+//     (2^-10) and gemm.BF16Tol (2^-7) more than GemmTol(k) of the fp32
+//     product, relative to its terms' magnitudes (gpu/gemm's TestTF32,
+//     TestBF16); whole models from the same weights (gpu/devmodel's
+//     TestPrecisionFollowsCPU): the loss within 1e-4 (TF32) and 1e-3
+//     (bf16) of the CPU's fp32 path relative to max(1, loss), every
+//     gradient within 2e-3 and 2e-2 of its tensor's largest. Under bf16
+//     an operand two products in a row read is cast once
+//     (TestBF16KeepsShared: the same bits).
+//
+//   - gdist's tiled GEMM (gpu/gemm, where cuBLAS is absent): GemmTol(k),
+//     as cuBLAS's fp32 (TestTiled; the mlp and cnn train within the fp32
+//     whole-model tolerances, devmodel's TestTiledMatchesCPU).
+//
 //   - Adam and AdamW: bit for bit optim's (the constants computed on the
 //     host as optim does, each float32 operation rounded on its own on
 //     the device); TestAdam, with and without weight decay, 5 steps.
