@@ -60,14 +60,14 @@ func (c *callers) RecvPayload(ctx context.Context, from int, h wire.Header, n in
 }
 
 // TestAllReduceOneGoroutine: an all-reduce of ordinary buffers (1 MiB: the
-// ring, many chunks each way; 4 KiB: recursive doubling) sends and
-// receives on one goroutine, the one that runs the op (algo's serial
-// ring and exchanges), so a rank with one core (pinned, GOMAXPROCS 1)
+// ring, many chunks each way; 4 and 256 KiB: recursive doubling, the
+// latter chunked) sends and receives on one goroutine, the one that runs
+// the op (algo's serial ring and exchanges), so a rank with one core (pinned, GOMAXPROCS 1)
 // does not depend on a second thread taking turns with it. With
 // Tuning.Serial off, a sender goroutine runs beside the receiver.
 func TestAllReduceOneGoroutine(t *testing.T) {
 	for _, serial := range []bool{true, false} {
-		for _, n := range []int{1 << 10, 1 << 18} {
+		for _, n := range []int{1 << 10, 1 << 16, 1 << 18} {
 			t.Run(fmt.Sprintf("serial=%v/floats=%d", serial, n), func(t *testing.T) {
 				w := mkWorld(t, 2, comm.Options{}, Options{})
 				ctx := ctxT(t, 60*time.Second)
@@ -105,7 +105,7 @@ func TestAllReduceOneGoroutine(t *testing.T) {
 				if serial && len(rec.ids) != 1 {
 					t.Errorf("rank 0's sends and receives ran on %d goroutines, want 1: %v", len(rec.ids), rec.ids)
 				}
-				if !serial && n > 1<<16 && len(rec.ids) < 2 {
+				if !serial && n >= 1<<16 && len(rec.ids) < 2 {
 					t.Errorf("with Serial off, rank 0's sends and receives ran on %d goroutine, want a sender goroutine besides", len(rec.ids))
 				}
 			})
