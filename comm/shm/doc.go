@@ -18,7 +18,7 @@
 //	       goodbye reason
 //	pair:  tail (written by i), head (written by j), the counts of
 //	       waiters asleep on either side, control ring, data ring
-//	area:  after the pairs, one per rank (Options.AreaBytes, 256 MiB by
+//	area:  after the pairs, one per rank (Options.AreaBytes, 1 GiB by
 //	       default): the shared buffers of Alloc (below)
 //
 // Every word that two processes write sits on its own cache line and is
