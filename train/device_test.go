@@ -27,12 +27,19 @@ func TestConfigDevice(t *testing.T) {
 			t.Errorf("-device %q: %v", bad, err)
 		}
 	}
-	cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 1, LR: 0.1, Strategy: "zero1", Device: "cuda"}
-	if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) || !strings.Contains(err.Error(), "-strategy zero1 cannot train on -device cuda yet (strategies that can: ddp)") {
+	cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 1, LR: 0.1, Strategy: "replicated", Device: "cuda"} // the example strategy: no Factory.Device
+	if err := cfg.Validate(); !errors.Is(err, train.ErrConfig) ||
+		!strings.Contains(err.Error(), "-strategy replicated cannot train on -device cuda yet (strategies that can: ddp, pipeline, zero1, zero2, zero3)") {
 		t.Errorf("a CPU-only strategy on -device cuda: %v", err)
 	}
 	cfg.Device = "cpu"
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("on the CPU: %v", err)
+	}
+	for _, s := range []string{"ddp", "zero1", "zero2", "zero3", "pipeline"} {
+		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 2, LR: 0.1, Strategy: s, Device: "cuda", World: 2}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("-strategy %s on -device cuda: %v", s, err)
+		}
 	}
 }
