@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""verify.sh's training comparisons (steps device and gpt): gdist's
+"""verify.sh's training comparisons (steps device, gpt, strategies): gdist's
 `train -device cuda -json` summary against the PyTorch peer's JSON line
 (benchmarks/peers/torch_gpu_train.py) on the same model, batch and
 precision, with the model FLOPs utilisation of both; and the device
@@ -8,6 +8,7 @@ profile (gpu/devmodel, GDIST_DEVICE_PROFILE) in one line.
     trainbench.py compare GDIST_OUT TORCH_OUT --precision P --gpu NAME --results R.jsonl --table T.txt [--dry]
     trainbench.py profile PROFILE.json --precision P --results R.jsonl
     trainbench.py ncu NCU.csv --txt NCU.txt --precision P --results R.jsonl
+    trainbench.py same CHECK A_OUT B_OUT --tol T [--expect K=V|K>V ...] [--metrics M,...] --results R.jsonl --table T.txt [--dry]
 
 Rates are per step's median on both sides: gdist's global_batch x T /
 step_ms_p50 (its summary's tokens_per_sec, the mean over every step
@@ -22,6 +23,11 @@ and position embedding tables (lookups, not products). Peaks, dense
 TFLOP/s for fp32 (CUDA cores), tf32 and bf16 (tensor cores), from NVIDIA's
 H100 Tensor Core GPU Architecture whitepaper and the H100/H200 datasheets
 (H200: the H100 SXM's compute): see PEAKS. An unknown GPU gets no MFU.
+
+same (step strategies) compares two train runs' last summaries: the same
+steps, and each metric of A within T of B's, relative, as cmd/train's
+device tests compare them (|a - b| <= T max(1e-3, |b|)); --expect checks
+A's own fields (strategy=zero3, overlap=true, buckets>1, resumed_step=10).
 
 The profile's line gives each kind's share of the step and, for a gpt's
 linear and attention kinds, the TFLOP/s they reached (kind_flops).
@@ -224,6 +230,66 @@ def ncu(a):
     return 0 if k else 1
 
 
+METRICS = "eval_loss,train_loss,test_accuracy,grad_norm_p50"
+
+
+def expect_ok(s, e):
+    """Whether summary s meets e: K=V (V as JSON's text: true, 2, cuda:0)
+    or K>V (numbers)."""
+    if ">" in e:
+        k, v = e.split(">", 1)
+        return isinstance(s.get(k), (int, float)) and s[k] > float(v)
+    k, v = e.split("=", 1)
+    got = s.get(k)
+    return (json.dumps(got) if not isinstance(got, str) else got) == v
+
+
+def same(a):
+    """Two train runs (their -json output) against each other: A's
+    metrics within --tol of B's (relative, with a floor of 1e-3 as in
+    cmd/train's near), the same steps, A's --expect fields; a line, a row
+    in --results and one in --table."""
+    x, y = last_json(a.a, "eval_loss"), last_json(a.b, "eval_loss")
+    problems, diffs = [], {}
+    if not x or not y:
+        problems.append("no summary from %s" % " and ".join(n for n, s in (("A", x), ("B", y)) if not s))
+    else:
+        if x.get("steps") != y.get("steps"):
+            problems.append("steps %s vs %s" % (x.get("steps"), y.get("steps")))
+        for m in a.metrics.split(","):
+            u, v = x.get(m), y.get(m)
+            if u is None and v is None:
+                continue
+            if not isinstance(u, (int, float)) or not isinstance(v, (int, float)):
+                problems.append("%s %s vs %s" % (m, u, v))
+                continue
+            diffs[m] = abs(u - v) / max(1e-3, abs(v))
+            if not diffs[m] <= a.tol:
+                problems.append("%s %.9g vs %.9g (rel %.2g > %g)" % (m, u, v, diffs[m], a.tol))
+        for e in a.expect or []:
+            if not expect_ok(x, e):
+                k = re.split("[=>]", e, 1)[0]
+                problems.append("A's %s is %s, want %s" % (k, json.dumps(x.get(k)), e))
+    worst = max(diffs, key=diffs.get) if diffs else None
+    g = lambda s, k: s.get(k) if s else None  # noqa: E731
+    row = {"bench": "strategies", "check": a.check, "ok": not problems, "tol": a.tol, "dry": a.dry,
+           "eval_loss_a": g(x, "eval_loss"), "eval_loss_b": g(y, "eval_loss"), "rel_diff": diffs, "steps": g(x, "steps"),
+           "a": {k: g(x, k) for k in ("strategy", "backend", "world_size", "device", "global_batch", "overlap", "buckets",
+                                       "resumed_step", "peak_device_bytes", "samples_per_sec")},
+           "b": {k: g(y, k) for k in ("strategy", "backend", "world_size", "device", "global_batch", "resumed_step")},
+           "problems": problems}
+    with open(a.results, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    line = "%-4s %-34s eval_loss %s vs %s, %s steps, worst rel diff %s" % (
+        "ok" if not problems else "FAIL", a.check, "%.9g" % row["eval_loss_a"] if x else "-", "%.9g" % row["eval_loss_b"] if y else "-",
+        row["steps"], "%.2g (%s)" % (diffs[worst], worst) if worst else "-")
+    with open(a.table, "a") as f:
+        f.write(line + ("; " + "; ".join(problems) if problems else "") + "\n")
+    print("%s: %s%s" % (a.check, "ok" if not problems else "MISMATCH",
+                        " (eval %.2g)" % diffs["eval_loss"] if "eval_loss" in diffs else "") + ("; ".join([""] + problems)))
+    return 1 if problems else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description="verify.sh's training comparisons")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -244,8 +310,18 @@ def main():
     n.add_argument("--txt", required=True)
     n.add_argument("--precision", default="fp32")
     n.add_argument("--results", required=True)
+    s = sub.add_parser("same")
+    s.add_argument("check")
+    s.add_argument("a")
+    s.add_argument("b")
+    s.add_argument("--tol", type=float, required=True)
+    s.add_argument("--expect", action="append")
+    s.add_argument("--metrics", default=METRICS)
+    s.add_argument("--results", required=True)
+    s.add_argument("--table", required=True)
+    s.add_argument("--dry", action="store_true")
     a = ap.parse_args()
-    return {"compare": compare, "profile": profile, "ncu": ncu}[a.cmd](a)
+    return {"compare": compare, "profile": profile, "ncu": ncu, "same": same}[a.cmd](a)
 
 
 if __name__ == "__main__":

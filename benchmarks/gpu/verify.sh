@@ -35,6 +35,12 @@
 #               (mlp, cnn, cnn-bn), and its samples/s next to PyTorch eager's
 #               on the same model, batch and GPU (benchmarks/peers/
 #               torch_gpu_train.py)
+#   strategies  the device strategies, each against its reference (1e-4):
+#               2 NCCL ranks sharing the GPU at batch B == 1 rank at 2B
+#               (cuda and cpu); DDP's overlapped small buckets ==
+#               -no-overlap; zero1-3 == ddp; a 2-stage pipeline == the
+#               unsplit model on the CPU; ddp and zero3 saved on cuda,
+#               resumed on the CPU (mlp, cnn; STRAT_MODELS, STRAT_SIZE)
 #   gpt         train -device cuda -model gpt-L12-D768-H12-T1024 (GPT-2
 #               small's shape; GPT_MODEL, GPT_BATCH=8, GPT_STEPS=20; the
 #               peer's attention GPT_ATTN=sdpa, or mha) at fp32
@@ -53,6 +59,7 @@
 # inventory.txt, results.jsonl (one JSON row per step and per benchmark
 # row), bench.txt (the side-by-side table), train_bench.txt (gdist's
 # training against PyTorch's: rates, step times, memory, MFU),
+# strategies.txt (the strategies step's comparisons, a line each),
 # profile.<precision>.json (the gpt's device profile), ncu.txt,
 # logs.tar.gz (every step's log, each capped). The exit status is non-zero
 # if a step failed.
@@ -74,7 +81,7 @@ fi
 OUT=${OUT:-$B/results}
 BUDGET=${BUDGET:-420}
 DRY=${DRY:-0}
-STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train device gpt bench ncu}
+STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train device strategies gpt bench ncu}
 LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
@@ -210,6 +217,10 @@ else
 	done
 fi
 export GDIST_CUDA_TEST=real NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# The kernels train's processes compile with NVRTC go to one disk cache
+# for the run (gpu/rtc's GDIST_KERNEL_CACHE), so each is compiled once, not
+# once a process; the package tests (gotest) compile theirs afresh.
+export GDIST_KERNEL_CACHE=${GDIST_KERNEL_CACHE:-$LOGS/kernel-cache}
 
 # ---------------------------------------------------------------- steps
 inventory() {
@@ -255,7 +266,7 @@ inventory() {
 gotest() {
 	local log=$1 dir=$2 bin=$3
 	shift 3
-	(cd "$root/$dir" && limited "$STEP_LIMIT" "$B/$bin" -test.v -test.count=1 -test.timeout "$((STEP_LIMIT - 5))s" "$@") >>"$log" 2>&1
+	(cd "$root/$dir" && limited "$STEP_LIMIT" -u GDIST_KERNEL_CACHE "$B/$bin" -test.v -test.count=1 -test.timeout "$((STEP_LIMIT - 5))s" "$@") >>"$log" 2>&1
 	local rc=$?
 	local p f s
 	p=$(grep -c -- '--- PASS' "$log")
@@ -450,6 +461,138 @@ t_device() {
 	fi
 	echo "${eq%; };$peers"
 	return $rc
+}
+
+# ---------------------------------------------------------------- strategies
+# strategies: the device strategies of train (gpu/devmodel under
+# train/dp and train/pp) against their references, each pair of runs
+# compared by trainbench.py same (eval and train loss, test accuracy,
+# median gradient norm within 1e-4 relative: cmd/train's deviceTol; the
+# same steps; the fields the summary must report), a line per comparison
+# in strategies.txt and a row in results.jsonl:
+#   ranks     -device cuda -nproc 2 -backend nccl at batch B (both ranks on
+#             the one GPU, each its own NCCL host) == -nproc 1 at 2B on
+#             cuda, and == -device cpu at 2B (mlp, cnn)
+#   overlap   DDP's bucketed all-reduce overlapping backward (small
+#             buckets: -first-bucket-mb 0.05 -bucket-mb 0.2) == the same
+#             with -no-overlap, and == the CPU at 2B: the overlap orders
+#             NCCL after each bucket's gradients by events on the legacy
+#             default stream, which only a real GPU can show (mlp, cnn)
+#   zero      zero1, zero2, zero3 on cuda (2 ranks, nccl, Adam, clipping)
+#             == ddp on cuda; ddp on cuda == ddp on cpu (shm)
+#   pipeline  -strategy pipeline -nproc 2 on cuda (host staging; and the
+#             mlp over NCCL, device to device) == the unsplit model on
+#             the CPU at the same batch (mlp, cnn)
+#   resume    ddp and zero3 saved on cuda mid-run (-max-steps), resumed on
+#             the CPU == on the CPU throughout (eval loss and accuracy)
+# Every process compiles the kernels it uses with NVRTC; the step's
+# processes share one kernel cache (GDIST_KERNEL_CACHE, set for the whole
+# run below), so only the first compiles each. The dry run: the mlp only
+# (the fake emulates each GPU thread of a convolution), 128 samples.
+STOL=1e-4
+t_strategies() {
+	local log=$1 limit=1024 rlimit=1024 models=${STRAT_MODELS:-mlp cnn} B1=16 psteps=40 rc=0 n=0 bad=0 fails="" ovl=""
+	if [ "${STRAT_SIZE:-$([ "$DRY" = 1 ] && echo tiny)}" = tiny ]; then
+		limit=128 rlimit=128 models=${STRAT_MODELS:-mlp} B1=8 psteps=10
+	fi
+	local B2=$((B1 * 2)) ev m
+	ev=$(share_env)
+	: >"$OUT/strategies.txt"
+	# SGD at lr 0.01: after 32 steps the losses are far from 0 (mlp 1.3,
+	# cnn 2.1), where a relative tolerance measures something.
+	local common=(-data synthetic -seed 5 -lr 0.01 -lr-schedule cosine -warmup 2 -clip-grad 1 -epochs 1 -limit $limit -json -progress=false)
+	local small=(-first-bucket-mb 0.05 -bucket-mb 0.2)
+	# s_run NAME ENV FLAGS...: one train run (ENV: VAR=value words), its
+	# output in $LOGS/strat.NAME.
+	s_run() {
+		local name=$1 e=$2
+		shift 2
+		local f=$LOGS/strat.$name
+		if [ "$(rest)" -lt 15 ]; then
+			echo "--- $name: no time left in the step" >>"$log"
+			: >"$f"
+			return 124
+		fi
+		echo "--- $name: $e train $*" >>"$log"
+		local t1=$(date +%s%N)
+		limited "$(($(rest) - 10))" $e "$B/train" "$@" >"$f" 2>>"$log"
+		local r=$?
+		cat "$f" >>"$log"
+		echo "(exit $r, $((($(date +%s%N) - t1) / 1000000)) ms)" >>"$log"
+	}
+	# s_same CHECK A B [trainbench flags...]: the comparison's line and row.
+	s_same() {
+		local check=$1 a=$LOGS/strat.$2 b=$LOGS/strat.$3 out
+		shift 3
+		out=$(python3 "$root/benchmarks/gpu/trainbench.py" same "$check" "$a" "$b" --tol $STOL "$@" \
+			--results "$OUT/results.jsonl" --table "$OUT/strategies.txt" $(dry_flag) 2>>"$log")
+		local r=$?
+		echo "=== $out" >>"$log"
+		n=$((n + 1))
+		case $check in "overlap "*"== -no-overlap") ovl="$ovl ${out%%;*};" ;; esac
+		if [ $r != 0 ]; then
+			bad=$((bad + 1)) rc=1
+			fails="$fails ${out:0:160};"
+		fi
+	}
+	local cuda2=(--expect device=cuda:0 --expect world_size=2)
+	# s_overlap M: first (what only a GPU can show), the one-rank run before
+	# it filling the kernel cache for the rest.
+	s_overlap() {
+		local m=$1
+		s_run "one.$m" "" -model $m -device cuda -nproc 1 -batch $B2 "${common[@]}"
+		s_run "cpu.$m" "" -model $m -device cpu -nproc 1 -batch $B2 "${common[@]}"
+		s_run "ovl.$m" "$ev" -model $m -device cuda -nproc 2 -backend nccl -batch $B1 "${small[@]}" "${common[@]}"
+		s_run "noovl.$m" "$ev" -model $m -device cuda -nproc 2 -backend nccl -batch $B1 "${small[@]}" -no-overlap "${common[@]}"
+		s_same "overlap $m: small buckets == -no-overlap" "ovl.$m" "noovl.$m" "${cuda2[@]}" --expect overlap=true --expect "buckets>1"
+		s_same "overlap $m: small buckets == cpu 1 x $B2" "ovl.$m" "cpu.$m"
+		s_same "overlap $m: -no-overlap == cpu 1 x $B2" "noovl.$m" "cpu.$m" --expect overlap=false --expect buckets=0
+	}
+	s_ranks() {
+		local m=$1
+		s_run "two.$m" "$ev" -model $m -device cuda -nproc 2 -backend nccl -batch $B1 "${common[@]}"
+		s_same "ranks $m: 2 x $B1 == 1 x $B2 (cuda)" "two.$m" "one.$m" "${cuda2[@]}" --expect backend=nccl
+		s_same "ranks $m: 2 x $B1 cuda == 1 x $B2 cpu" "two.$m" "cpu.$m"
+	}
+	s_pipeline() {
+		local m=$1
+		s_run "pipe.$m" "" -model $m -device cuda -strategy pipeline -nproc 2 -microbatches 3 -batch $B2 "${common[@]}"
+		s_same "pipeline $m: 2 stages cuda == cpu" "pipe.$m" "cpu.$m" "${cuda2[@]}" --expect strategy=pipeline
+		if [ $m = mlp ]; then
+			s_run "pipenccl.$m" "$ev" -model $m -device cuda -strategy pipeline -nproc 2 -microbatches 3 -backend nccl -batch $B2 "${common[@]}"
+			s_same "pipeline $m: over nccl == cpu" "pipenccl.$m" "cpu.$m" "${cuda2[@]}" --expect backend=nccl
+		fi
+	}
+	for m in $models; do s_overlap $m; done
+	s_ranks mlp
+	# ZeRO: Adam (its state sharded) and clipping by the global norm, as
+	# TestDeviceZeroMatchesDDP (at lr 1e-4: eval loss 1.3 after 32 steps).
+	local zc=(-model mlp -data synthetic -seed 5 -epochs 1 -limit $limit -batch $B1 -nproc 2 -optimizer adam -lr 1e-4 -clip-grad 0.5 -json -progress=false)
+	s_run zddp "$ev" -device cuda -backend nccl -strategy ddp "${zc[@]}"
+	s_run zcpu "" -device cpu -backend shm -strategy ddp "${zc[@]}"
+	s_same "zero: ddp cuda == ddp cpu" zddp zcpu "${cuda2[@]}"
+	local z
+	for z in zero1 zero2 zero3; do
+		s_run "$z" "$ev" -device cuda -backend nccl -strategy $z "${zc[@]}"
+		s_same "zero: $z cuda == ddp cuda" "$z" zddp "${cuda2[@]}" --expect strategy=$z
+	done
+	# Resume across devices: saved on cuda after psteps steps of two
+	# epochs, resumed on the CPU; the train loss is the resumed part's.
+	local rdir=$LOGS/resume s
+	mkdir -p "$rdir"
+	for s in ddp zero3; do
+		local rc_=(-model mlp -data synthetic -seed 3 -epochs 2 -limit $rlimit -batch $B1 -nproc 2 -strategy $s -optimizer adam -lr 1e-4 -json -progress=false)
+		s_run "whole.$s" "" -device cpu -backend shm "${rc_[@]}"
+		s_run "half.$s" "$ev" -device cuda -backend nccl -save "$rdir/$s.safetensors" -max-steps $psteps "${rc_[@]}"
+		s_run "resumed.$s" "" -device cpu -backend shm -save "$rdir/$s.safetensors" -resume "$rdir/$s.safetensors" "${rc_[@]}"
+		s_same "resume $s: cuda -> cpu == cpu" "resumed.$s" "whole.$s" --metrics eval_loss,test_accuracy --expect resumed_step=$psteps --expect device=cpu
+	done
+	s_pipeline mlp
+	for m in $models; do [ $m = mlp ] || { s_ranks $m; s_pipeline $m; }; done
+	cat "$OUT/strategies.txt" >>"$log"
+	echo "kernel cache $GDIST_KERNEL_CACHE: $(ls "$GDIST_KERNEL_CACHE" 2>/dev/null | wc -l) images" >>"$log"
+	echo "$((n - bad)) of $n comparisons within $STOL (ranks, overlap, zero1-3, pipeline, resume: strategies.txt)$([ $bad = 0 ] || echo "; FAILED:${fails%;}");${ovl%;}; kernel cache: $(ls "$GDIST_KERNEL_CACHE" 2>/dev/null | wc -l) images"
+	[ $n -gt 0 ] && return $rc
 }
 
 # train -backend nccl -nproc 2 (ranks sharing the GPU where it is one)
@@ -727,6 +870,7 @@ step staging 30 120 t_staging
 step sanitizer 30 90 t_sanitizer
 step train 40 150 t_train
 step device 30 150 t_device
+step strategies 60 240 t_strategies
 step gpt 60 300 t_gpt
 step bench 60 180 t_bench
 step ncu 60 150 t_ncu
@@ -747,5 +891,6 @@ echo "=== summary ($(($(date +%s) - t0))s of ${BUDGET}s)"
 cat "$OUT/summary.txt"
 [ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
 [ -f "$OUT/train_bench.txt" ] && cat "$OUT/train_bench.txt"
+[ -f "$OUT/strategies.txt" ] && cat "$OUT/strategies.txt"
 rm -rf "$LOGS"
 exit $failed
