@@ -18,7 +18,12 @@ import (
 // benchmark rows must be there and checked, and the two-rank steps must
 // have run two ranks on the one (fake) GPU. The gpt step trains a tiny
 // gpt on the fake with the device profile on, and, where a python3 has
-// torch, the PyTorch peer on the CPU (a row per model compared).
+// torch, the PyTorch peer on the CPU (a row per model compared). The
+// strategies step compares the device strategies (two NCCL ranks on the
+// one GPU, DDP's overlapped buckets against -no-overlap, zero1-3, the
+// pipeline, resuming on the CPU) with their references: a row per
+// comparison, each within tolerance, the train processes sharing one
+// kernel cache.
 func TestVerifyDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the whole bundle (about a minute)")
@@ -45,6 +50,7 @@ func TestVerifyDryRun(t *testing.T) {
 	steps := map[string]map[string]any{}
 	benchRows := 0
 	trainRows := map[string]map[string]any{}
+	stratRows := map[string]map[string]any{}
 	var profile map[string]any
 	f, err := os.Open(filepath.Join(out, "results.jsonl"))
 	if err != nil {
@@ -61,6 +67,11 @@ func TestVerifyDryRun(t *testing.T) {
 			steps[s] = r
 		} else if r["bench"] == "train" {
 			trainRows[r["model"].(string)] = r
+		} else if r["bench"] == "strategies" {
+			stratRows[r["check"].(string)] = r
+			if r["ok"] != true || r["dry"] != true {
+				t.Errorf("strategies: %s: %v", r["check"], r["problems"])
+			}
 		} else if r["bench"] == "profile" {
 			profile = r
 		} else if r["bench"] == "nccl" {
@@ -70,7 +81,7 @@ func TestVerifyDryRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "gpt", "bench", "staging"} {
+	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "strategies", "gpt", "bench", "staging"} {
 		r := steps[name]
 		if r == nil {
 			t.Errorf("step %s: no result row", name)
@@ -97,6 +108,16 @@ func TestVerifyDryRun(t *testing.T) {
 			}
 		}
 	}
+	for _, c := range []string{"overlap mlp: small buckets == -no-overlap", "ranks mlp: 2 x 8 == 1 x 16 (cuda)", "ranks mlp: 2 x 8 cuda == 1 x 16 cpu",
+		"zero: zero1 cuda == ddp cuda", "zero: zero2 cuda == ddp cuda", "zero: zero3 cuda == ddp cuda", "pipeline mlp: 2 stages cuda == cpu",
+		"pipeline mlp: over nccl == cpu", "resume ddp: cuda -> cpu == cpu", "resume zero3: cuda -> cpu == cpu"} {
+		if stratRows[c] == nil {
+			t.Errorf("strategies: no comparison %q (have %d)", c, len(stratRows))
+		}
+	}
+	if d, _ := steps["strategies"]["detail"].(string); !strings.Contains(d, "kernel cache: ") || strings.Contains(d, "kernel cache: 0 images") {
+		t.Errorf("strategies: %q: want the kernel cache filled", d)
+	}
 	if d, _ := steps["kill"]["detail"].(string); !strings.Contains(d, "naming rank 1") {
 		t.Errorf("kill: %q does not say the killed rank was named", d)
 	}
@@ -106,7 +127,7 @@ func TestVerifyDryRun(t *testing.T) {
 	if benchRows < 20 {
 		t.Errorf("%d benchmark rows in results.jsonl, want every op at 1 and 2 ranks", benchRows)
 	}
-	for _, name := range []string{"summary.txt", "inventory.txt", "bench.txt", "logs.tar.gz"} {
+	for _, name := range []string{"summary.txt", "inventory.txt", "bench.txt", "strategies.txt", "logs.tar.gz"} {
 		if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", name, err)
 		}
