@@ -870,7 +870,7 @@ step staging 30 120 t_staging
 step sanitizer 30 90 t_sanitizer
 step train 40 150 t_train
 step device 30 150 t_device
-step strategies 60 240 t_strategies
+step strategies 60 180 t_strategies
 step gpt 60 300 t_gpt
 step bench 60 180 t_bench
 step ncu 60 150 t_ncu
