@@ -475,9 +475,10 @@ t_device() {
 #             cuda, and == -device cpu at 2B (mlp, cnn)
 #   overlap   DDP's bucketed all-reduce overlapping backward (small
 #             buckets: -first-bucket-mb 0.05 -bucket-mb 0.2) == the same
-#             with -no-overlap, and == the CPU at 2B: the overlap orders
-#             NCCL after each bucket's gradients by events on the legacy
-#             default stream, which only a real GPU can show (mlp, cnn)
+#             with -no-overlap, and == the CPU at 2B: a bucket's
+#             all-reduce waits for its gradients' kernels only through
+#             the legacy default stream's ordering of blocking streams,
+#             which only a real GPU can show (mlp, cnn)
 #   zero      zero1, zero2, zero3 on cuda (2 ranks, nccl, Adam, clipping)
 #             == ddp on cuda; ddp on cuda == ddp on cpu (shm)
 #   pipeline  -strategy pipeline -nproc 2 on cuda (host staging; and the
