@@ -40,6 +40,21 @@ type Config struct {
 	// shard): the state buffers hold Hi-Lo values and Update changes the
 	// parameters of that range only. Zero: the whole model.
 	Shard Range
+	// ShardGrads (ZeRO-2; needs a Shard) keeps only the shard's
+	// gradients between units: Grads holds Shard.Len() values (the
+	// shard's first at GradShard), backward writes each unit's gradients
+	// into a pooled block that ReduceGrads reduces and that goes back to
+	// the pool once this rank's part is added into the shard (zero.go).
+	ShardGrads bool
+	// ShardParams (ZeRO-3; implies ShardGrads) keeps only the shard's
+	// parameters: each unit's are gathered (GatherParams) into a pooled
+	// block before its forward and again before its backward, and freed
+	// after; Unshard gathers them all (Eval needs them whole).
+	ShardParams bool
+	// UnitFloats is the fewest parameters of a unit of ShardGrads and
+	// ShardParams (a unit closes at the first op edge past it): small,
+	// a unit per layer; 0 or 1, a unit per op with parameters.
+	UnitFloats int
 }
 
 // Range is a range [Lo, Hi) of the flat buffers.
@@ -71,6 +86,22 @@ type Model struct {
 	// be computed yet. DDP starts a bucket's all-reduce there, overlapping
 	// the rest of backward. An error stops the pass and is returned.
 	OnGradsReady func(from int) error
+	// ReduceGrads, with Config.ShardGrads, is called during backward
+	// each time a unit's gradients [lo, hi) are queued (not computed:
+	// see OnGradsReady) on the model's stream into the block at g (hi-lo
+	// float32s, [lo, hi) of the flat layout). It starts averaging them
+	// over the ranks into each value's owner and returns a function that
+	// waits until this rank's shard's part of g holds the average (nil:
+	// nothing to wait for); ForwardBackward calls it after queueing the
+	// next unit's backward, then adds that part into the shard's
+	// gradients and gives the block back. Nil: one rank (g is the
+	// average).
+	ReduceGrads func(lo, hi int, g uintptr) (wait func() error, err error)
+	// GatherParams, with Config.ShardParams, fills the block at dst with
+	// the parameters [lo, hi) of the flat layout, every rank's shard of
+	// them (this rank's is at ParamShard), in time for work queued on
+	// the model's stream after it returns. Nil: one rank.
+	GatherParams func(lo, hi int, dst uintptr) error
 
 	dev  int
 	cfg  Config
@@ -91,6 +122,14 @@ type Model struct {
 
 	plan              *plan
 	fixed, live, peak int64 // bytes: placement's, the pool's in use, peak of both
+
+	// ZeRO-2, 3 (zero.go): Params and Grads between units (the shard's
+	// buffer less Shard.Lo values, with ShardParams / ShardGrads); the
+	// whole parameter buffer while Unshard'd; the units of plan unitsOf
+	paramBase, gradBase uintptr
+	full                uintptr
+	unitsOf             *plan
+	unitList            []Unit
 }
 
 // bnDev is a batch-norm layer's running statistics on the device.
@@ -128,6 +167,9 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	if sh := cfg.Shard; sh != (Range{}) && (sh.Lo < 0 || sh.Hi <= sh.Lo || sh.Hi > len(m.Flat.Value)) {
 		return nil, fmt.Errorf("devmodel: %s: shard [%d, %d) is not a range of the %d flat values", m.Name, sh.Lo, sh.Hi, len(m.Flat.Value))
 	}
+	if (cfg.ShardGrads || cfg.ShardParams) && cfg.Shard == (Range{}) {
+		return nil, fmt.Errorf("devmodel: %s: ShardGrads and ShardParams need a Shard", m.Name)
+	}
 	if cfg.Shard == (Range{}) {
 		cfg.Shard = Range{0, len(m.Flat.Value)}
 	}
@@ -148,12 +190,26 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	}
 	d.pool = cuda.NewDevicePool(d.dev, math.MaxInt64)
 	n := max(d.N, 1)
-	if d.Params, err = d.malloc(4 * n); err != nil {
+	// the shard's buffers stand at their place in a flat buffer that is
+	// not there (d.Params + 4 Lo is the shard's first value)
+	pn, gn, back := n, n, uintptr(0)
+	if cfg.ShardParams {
+		pn, back = max(cfg.Shard.Len(), 1), uintptr(4*cfg.Shard.Lo)
+	}
+	if d.gradsSharded() {
+		gn = max(cfg.Shard.Len(), 1)
+	}
+	if d.Params, err = d.malloc(4 * pn); err != nil {
 		return nil, err
 	}
-	if d.Grads, err = d.malloc(4 * n); err != nil {
+	d.Params -= back
+	if d.Grads, err = d.malloc(4 * gn); err != nil {
 		return nil, err
 	}
+	if d.gradsSharded() {
+		d.Grads -= uintptr(4 * cfg.Shard.Lo)
+	}
+	d.paramBase, d.gradBase = d.Params, d.Grads
 	states := 0
 	switch d.opt.Name {
 	case "sgd":
@@ -293,8 +349,11 @@ func (d *Model) SetLR(lr float64) { d.lr = lr }
 // Steps is the number of optimizer updates so far (optim's step count).
 func (d *Model) Steps() int64 { return d.step }
 
-// ZeroGrad zeroes the gradients.
+// ZeroGrad zeroes the gradients (the shard's, with Config.ShardGrads).
 func (d *Model) ZeroGrad() error {
+	if d.gradsSharded() {
+		return cuda.Memset(d.dev, d.GradShard(), 0, 4*max(d.cfg.Shard.Len(), 1))
+	}
 	return cuda.Memset(d.dev, d.Grads, 0, 4*max(d.N, 1))
 }
 
@@ -324,6 +383,9 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 	}
 	d.run++
 	d.profileStep(p)
+	if d.gradsSharded() {
+		return d.forwardBackwardSharded(p)
+	}
 	for _, o := range p.ops {
 		if o.fwd != nil {
 			if err := o.fwd(); err != nil {
@@ -338,6 +400,13 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 	if err := d.k.CrossEntropyBackward(d.s, out.grad, out.val, p.labels, p.rows, p.classes, 1/float32(p.rows)); err != nil {
 		return 0, err
 	}
+	return d.backward(p)
+}
+
+// backward runs p's backward ops (OnGradsReady as it goes) and reads the
+// loss.
+func (d *Model) backward(p *plan) (float32, error) {
+	m := d.Host
 	ready := d.N
 	for i := len(p.ops) - 1; i >= 0; i-- {
 		if o := p.ops[i]; o.bwd != nil {
@@ -363,11 +432,34 @@ func (d *Model) ForwardBackward(x []float32, y []int32) (float32, error) {
 			}
 		}
 	}
+	return d.readLoss(p)
+}
+
+func (d *Model) readLoss(p *plan) (float32, error) {
 	var loss [1]float32
 	if err := cuda.CopyDtoH(d.dev, bytesOf(loss[:]), p.loss); err != nil {
 		return 0, err
 	}
 	return loss[0], nil
+}
+
+// forwardBackwardSharded is ForwardBackward with Config.ShardGrads or
+// ShardParams: unit by unit (zero.go).
+func (d *Model) forwardBackwardSharded(p *plan) (float32, error) {
+	if err := d.forwardSharded(p, func(o op) func() error { return o.fwd }, "forward"); err != nil {
+		return 0, err
+	}
+	out := p.out
+	if err := d.k.CrossEntropy(d.s, p.loss, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
+		return 0, err
+	}
+	if err := d.k.CrossEntropyBackward(d.s, out.grad, out.val, p.labels, p.rows, p.classes, 1/float32(p.rows)); err != nil {
+		return 0, err
+	}
+	if err := d.backwardSharded(p); err != nil {
+		return 0, err
+	}
+	return d.readLoss(p)
 }
 
 // load checks a batch, plans for its size when the plan is another's
@@ -422,12 +514,23 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, o := range p.ops {
-		f := o.eval
-		if f == nil {
-			f = o.fwd
+	evalOf := func(o op) func() error {
+		if o.eval != nil {
+			return o.eval
 		}
-		if f != nil {
+		return o.fwd
+	}
+	if d.paramsSharded() {
+		// unit by unit: a collective per unit (see Unshard)
+		if err := d.forwardSharded(p, evalOf, "forward (evaluation)"); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		for _, o := range p.ops {
+			f := evalOf(o)
+			if f == nil {
+				continue
+			}
 			if err := f(); err != nil {
 				return 0, 0, fmt.Errorf("devmodel: %s: layer %s forward (evaluation): %w", m.Name, o.name, err)
 			}
@@ -545,7 +648,12 @@ func (d *Model) CopyToHost() error {
 	if err := d.s.Synchronize(); err != nil {
 		return err
 	}
-	if err := cuda.CopyDtoH(d.dev, bytesOf(d.Host.Flat.Value), d.Params); err != nil {
+	if d.paramsSharded() {
+		sh := d.cfg.Shard
+		if err := cuda.CopyDtoH(d.dev, bytesOf(d.Host.Flat.Value[sh.Lo:sh.Hi]), d.ParamShard()); err != nil {
+			return err
+		}
+	} else if err := cuda.CopyDtoH(d.dev, bytesOf(d.Host.Flat.Value), d.Params); err != nil {
 		return err
 	}
 	for _, b := range d.bns {
@@ -568,7 +676,12 @@ func (d *Model) CopyFromHost() error {
 			return err
 		}
 	}
-	if err := cuda.CopyHtoD(d.dev, d.Params, bytesOf(d.Host.Flat.Value)); err != nil {
+	if d.paramsSharded() {
+		sh := d.cfg.Shard
+		if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(d.Host.Flat.Value[sh.Lo:sh.Hi])); err != nil {
+			return err
+		}
+	} else if err := cuda.CopyHtoD(d.dev, d.Params, bytesOf(d.Host.Flat.Value)); err != nil {
 		return err
 	}
 	for _, b := range d.bns {
@@ -588,6 +701,9 @@ func (d *Model) CopyFromHost() error {
 func (d *Model) GradsToHost(dst []float32) error {
 	if len(dst) != d.N {
 		return fmt.Errorf("devmodel: %d gradients into %d", d.N, len(dst))
+	}
+	if d.gradsSharded() {
+		return fmt.Errorf("devmodel: %s: GradsToHost: the gradients are sharded (Config.ShardGrads): only GradShard's %d values are kept", d.Host.Name, d.cfg.Shard.Len())
 	}
 	if err := d.s.Synchronize(); err != nil {
 		return err

@@ -561,20 +561,22 @@ func (c *compiler) embedding(e *nn.Embedding, pe *nn.PositionEmbedding, name str
 		return nil, err
 	}
 	w := c.param()
-	pos, dpos := uintptr(0), uintptr(0)
+	// the position table's addresses when the op runs (d.Params and
+	// d.Grads move between units with ZeRO-2, 3: zero.go)
+	pos, dpos := func() uintptr { return 0 }, func() uintptr { return 0 }
 	if pe != nil {
 		off := c.param()
-		pos, dpos = d.Params+off, d.Grads+off
+		pos, dpos = func() uintptr { return d.Params + off }, func() uintptr { return d.Grads + off }
 	}
 	c.add(name, func() error {
-		return d.k.Embedding(d.s, out.val, x.val, d.Params+w, pos, rows, e.Num, e.Dim, t)
+		return d.k.Embedding(d.s, out.val, x.val, d.Params+w, pos(), rows, e.Num, e.Dim, t)
 	}, func() error {
 		if x.grad != 0 { // the ids get no gradient
 			if err := cuda.Memset(d.dev, x.grad, 0, 4*rows); err != nil {
 				return err
 			}
 		}
-		return d.k.EmbeddingBackward(d.s, d.Grads+w, dpos, out.grad, x.val, rows, e.Num, e.Dim, t, true)
+		return d.k.EmbeddingBackward(d.s, d.Grads+w, dpos(), out.grad, x.val, rows, e.Num, e.Dim, t, true)
 	})
 	return out, nil
 }

@@ -1,0 +1,323 @@
+package devmodel
+
+import (
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cuda"
+)
+
+// ZeRO-2 and ZeRO-3 on the device (Config.ShardGrads, Config.ShardParams).
+//
+// The plan's ops are grouped into units: runs of consecutive ops, last
+// first, each closed at an op's edge once its parameters span at least
+// Config.UnitFloats values of the flat buffers (a unit per layer with a
+// small UnitFloats, the whole model with a large one). A unit's ops
+// read and write only the parameters and gradients of its range [Lo, Hi)
+// of the flat buffers, so while they run the model's Params (ZeRO-3) and
+// Grads (ZeRO-2, 3) may point into a block holding that range only: the
+// ops compute their addresses from d.Params and d.Grads when they run.
+//
+// With ShardGrads the gradient buffer holds the shard's values only
+// (Shard.Len() float32s). Backward writes each unit's gradients into a
+// block from the pool (zeroed), then calls ReduceGrads, which starts
+// averaging the block's values over the ranks into each value's owner;
+// once the next unit's backward is queued, ForwardBackward waits for that
+// reduction (the function ReduceGrads returned), adds the unit's part of
+// this rank's shard into the shard's gradients and gives the block back:
+// at most two units' gradient blocks are held at once, the reduction of
+// one overlapping the backward of the next.
+//
+// With ShardParams (which implies ShardGrads) the parameter buffer holds
+// the shard only between steps too. Before a unit's forward, and again
+// before its backward, GatherParams fills a block from the pool with the
+// unit's parameters (every rank's shard of them); the block goes back
+// after the unit's ops are queued. Eval needs the whole model, since the
+// ranks may evaluate different numbers of batches: Unshard gathers the
+// full parameter buffer for it and Reshard returns to the shard.
+
+// Unit is a range of the flat buffers whose gradients backward completes
+// together (ZeRO-2, 3 on the device).
+type Unit struct {
+	Lo, Hi int
+	// first and last are the unit's ops (backward runs last to first).
+	first, last int
+}
+
+// units splits p's ops into units, last first (backward's order).
+func (d *Model) units(p *plan) []Unit {
+	if d.unitsOf == p {
+		return d.unitList
+	}
+	m := d.Host
+	off := func(k int) int {
+		if k < len(m.Params) {
+			return m.Params[k].Offset
+		}
+		return d.N
+	}
+	least := max(d.cfg.UnitFloats, 1)
+	var out []Unit
+	cur := Unit{Hi: d.N, last: len(p.ops) - 1}
+	for i := len(p.ops) - 1; i >= 0; i-- {
+		lo := 0
+		if i > 0 {
+			lo = off(p.ops[i-1].params)
+		}
+		if i == 0 || (lo < cur.Hi && cur.Hi-lo >= least) {
+			cur.Lo, cur.first = lo, i
+			out = append(out, cur)
+			cur = Unit{Hi: lo, last: i - 1}
+		}
+	}
+	d.unitsOf, d.unitList = p, out
+	return out
+}
+
+// Units are the current plan's units, last first (their count: the
+// gradient reductions of a step; ZeRO-3's gathers per pass).
+func (d *Model) Units() []Unit { return d.units(d.plan) }
+
+// gradsSharded: Config.ShardGrads or ShardParams.
+func (d *Model) gradsSharded() bool { return d.cfg.ShardGrads || d.cfg.ShardParams }
+
+// paramsSharded: Config.ShardParams and not Unshard'd.
+func (d *Model) paramsSharded() bool { return d.cfg.ShardParams && d.full == 0 }
+
+// get takes n bytes from the pool for a step, counted in the peak.
+func (d *Model) get(n int) (*cuda.Block, error) {
+	b, err := d.pool.Get(max(n, 1))
+	if err != nil {
+		return nil, err
+	}
+	d.live += blockBytes(max(n, 1))
+	d.peak = max(d.peak, d.fixed+d.live)
+	return b, nil
+}
+
+// put gives a block from get back (the model's stream orders its later
+// users after its earlier ones).
+func (d *Model) put(b *cuda.Block) {
+	d.live -= blockBytes(b.Bytes)
+	d.pool.Put(b)
+}
+
+// gatherUnit gathers u's parameters into a block and points Params at it.
+func (d *Model) gatherUnit(u Unit) (*cuda.Block, error) {
+	if !d.paramsSharded() || u.Hi <= u.Lo {
+		return nil, nil
+	}
+	b, err := d.get(4 * (u.Hi - u.Lo))
+	if err != nil {
+		return nil, err
+	}
+	if d.GatherParams == nil {
+		// one rank: the shard is the whole model
+		err = d.s.CopyAsync(b.Ptr, d.ParamShard()+uintptr(4*(u.Lo-d.cfg.Shard.Lo)), 4*(u.Hi-u.Lo), cuda.DeviceToDevice)
+	} else {
+		err = d.GatherParams(u.Lo, u.Hi, b.Ptr)
+	}
+	if err != nil {
+		d.put(b)
+		return nil, fmt.Errorf("devmodel: %s: gathering the parameters [%d, %d): %w", d.Host.Name, u.Lo, u.Hi, err)
+	}
+	d.Params = b.Ptr - uintptr(4*u.Lo)
+	return b, nil
+}
+
+// ungather points Params back at the shard and gives b back.
+func (d *Model) ungather(b *cuda.Block) {
+	if b == nil {
+		return
+	}
+	d.Params = d.paramBase
+	d.put(b)
+}
+
+// ParamShard is the device address of this rank's shard of the
+// parameters (Shard.Len() float32s, the shard's first value first).
+func (d *Model) ParamShard() uintptr { return d.Params + uintptr(4*d.cfg.Shard.Lo) }
+
+// GradShard is the device address of this rank's shard of the gradients.
+func (d *Model) GradShard() uintptr { return d.Grads + uintptr(4*d.cfg.Shard.Lo) }
+
+// pendingGrads is a unit's gradient block under reduction.
+type pendingGrads struct {
+	u    Unit
+	b    *cuda.Block
+	wait func() error
+}
+
+// finish waits for a unit's reduction, adds this rank's part of it into
+// the shard's gradients and gives the block back.
+func (d *Model) finish(pg *pendingGrads) error {
+	if pg == nil || pg.b == nil {
+		return nil
+	}
+	defer d.put(pg.b)
+	if pg.wait != nil {
+		if err := pg.wait(); err != nil {
+			return err
+		}
+	}
+	sh := d.cfg.Shard
+	lo, hi := max(pg.u.Lo, sh.Lo), min(pg.u.Hi, sh.Hi)
+	if lo >= hi {
+		return nil
+	}
+	g := d.GradShard() + uintptr(4*(lo-sh.Lo))
+	return d.k.Add(d.s, g, g, pg.b.Ptr+uintptr(4*(lo-pg.u.Lo)), hi-lo)
+}
+
+// forwardSharded runs p's forward ops, unit by unit (first unit first),
+// gathering each unit's parameters (ZeRO-3). f picks the op's function.
+func (d *Model) forwardSharded(p *plan, f func(o op) func() error, what string) error {
+	us := d.units(p)
+	for k := len(us) - 1; k >= 0; k-- {
+		u := us[k]
+		b, err := d.gatherUnit(u)
+		if err != nil {
+			return err
+		}
+		for i := u.first; i <= u.last; i++ {
+			if fn := f(p.ops[i]); fn != nil {
+				if err := fn(); err != nil {
+					d.ungather(b)
+					return fmt.Errorf("devmodel: %s: layer %s %s: %w", d.Host.Name, p.ops[i].name, what, err)
+				}
+			}
+		}
+		d.ungather(b)
+	}
+	return nil
+}
+
+// backwardSharded runs p's backward ops unit by unit (last first), each
+// unit's gradients into a block of their own, reduced by ReduceGrads and
+// added into the shard (see the top of this file).
+func (d *Model) backwardSharded(p *plan) (err error) {
+	var pending *pendingGrads
+	defer func() {
+		if ferr := d.finish(pending); ferr != nil && err == nil {
+			err = ferr
+		}
+		d.Grads = d.gradBase
+	}()
+	for _, u := range d.units(p) {
+		pb, err := d.gatherUnit(u)
+		if err != nil {
+			return err
+		}
+		var gb *cuda.Block
+		if u.Hi > u.Lo {
+			if gb, err = d.get(4 * (u.Hi - u.Lo)); err != nil {
+				d.ungather(pb)
+				return err
+			}
+			if err := cuda.Memset(d.dev, gb.Ptr, 0, 4*(u.Hi-u.Lo)); err != nil {
+				d.ungather(pb)
+				d.put(gb)
+				return err
+			}
+			d.Grads = gb.Ptr - uintptr(4*u.Lo)
+		}
+		for i := u.last; i >= u.first; i-- {
+			if o := p.ops[i]; o.bwd != nil {
+				if err := o.bwd(); err != nil {
+					d.ungather(pb)
+					if gb != nil {
+						d.put(gb)
+					}
+					return fmt.Errorf("devmodel: %s: layer %s backward: %w", d.Host.Name, o.name, err)
+				}
+			}
+		}
+		d.Grads = d.gradBase
+		d.ungather(pb)
+		if gb == nil {
+			continue
+		}
+		next := &pendingGrads{u: u, b: gb}
+		if d.ReduceGrads != nil {
+			if next.wait, err = d.ReduceGrads(u.Lo, u.Hi, gb.Ptr); err != nil {
+				d.put(gb)
+				return fmt.Errorf("devmodel: %s: reducing the gradients [%d, %d): %w", d.Host.Name, u.Lo, u.Hi, err)
+			}
+		}
+		prev := pending
+		pending = next
+		if err := d.finish(prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Unshard gathers the whole parameter buffer (ZeRO-3, for Eval and the
+// like): it allocates N float32s, copies this rank's shard into its
+// place, calls fill with the buffer's address to fill in the other
+// ranks' shards (an all-gather in place; the model's stream is
+// synchronized first), frees the shard's buffer and points Params at the
+// whole one until Reshard. Without Config.ShardParams, or when already
+// whole, it does nothing.
+func (d *Model) Unshard(fill func(full uintptr) error) error {
+	if !d.paramsSharded() {
+		return nil
+	}
+	sh := d.cfg.Shard
+	full, err := d.malloc(4 * max(d.N, 1))
+	if err != nil {
+		return err
+	}
+	if err := d.s.CopyAsync(full+uintptr(4*sh.Lo), d.ParamShard(), 4*sh.Len(), cuda.DeviceToDevice); err == nil {
+		err = d.s.Synchronize()
+	}
+	if err == nil && fill != nil {
+		err = fill(full)
+	}
+	if err != nil {
+		d.free(full, 4*max(d.N, 1))
+		return fmt.Errorf("devmodel: %s: gathering the parameters: %w", d.Host.Name, err)
+	}
+	d.free(d.ParamShard(), 4*max(sh.Len(), 1))
+	d.full, d.Params = full, full
+	return nil
+}
+
+// Reshard keeps this rank's shard of the parameters Unshard gathered and
+// frees the whole buffer.
+func (d *Model) Reshard() error {
+	if d.full == 0 {
+		return nil
+	}
+	sh := d.cfg.Shard
+	p, err := d.malloc(4 * max(sh.Len(), 1))
+	if err != nil {
+		return err
+	}
+	if err := d.s.CopyAsync(p, d.full+uintptr(4*sh.Lo), 4*sh.Len(), cuda.DeviceToDevice); err != nil {
+		d.free(p, 4*max(sh.Len(), 1))
+		return err
+	}
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	d.free(d.full, 4*max(d.N, 1))
+	d.full = 0
+	d.paramBase = p - uintptr(4*sh.Lo)
+	d.Params = d.paramBase
+	return nil
+}
+
+// free frees placement memory from malloc (the stream synchronized: no
+// work of the model's may use it).
+func (d *Model) free(p uintptr, n int) {
+	d.s.Synchronize()
+	for i, q := range d.owned {
+		if q == p {
+			d.owned = append(d.owned[:i], d.owned[i+1:]...)
+			cuda.Free(d.dev, p)
+			d.fixed -= int64(n)
+			return
+		}
+	}
+}
