@@ -184,9 +184,11 @@ func TestDeviceRanksMatchOneRank(t *testing.T) {
 // in buckets during backward and the parameters all-gathered on the
 // device, each rank's shard updated there with its shard of Adam's
 // state, clipped by the global norm) ends where -strategy ddp on the
-// device and -device cpu (ddp, 2 ranks) end, within deviceTol; zero2
-// with small buckets (several per shard) too, and through host memory
-// (-backend shm: one reduce-scatter after backward).
+// device and -device cpu (ddp, 2 ranks) end, within deviceTol; zero1
+// with small buckets (several per shard) too; zero2 and zero3 with
+// small units (-bucket-mb: a layer's gradients reduced, and with zero3
+// its parameters gathered, at a time: devmodel's ShardGrads,
+// ShardParams), and through host memory (-backend shm).
 func TestDeviceZeroMatchesDDP(t *testing.T) {
 	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "128", "-epochs", "1", "-seed", "5", "-batch", "8", "-nproc", "2",
 		"-optimizer", "adam", "-lr", "1e-3", "-clip-grad", "0.5", "-json", "-progress=false"}
@@ -197,16 +199,22 @@ func TestDeviceZeroMatchesDDP(t *testing.T) {
 		t.Fatalf("no step clipped: the test checks nothing of clipping (%+v)", cpu)
 	}
 	small := []string{"-first-bucket-mb", "0.05", "-bucket-mb", "0.2"}
+	units := []string{"-bucket-mb", "0.01"}
 	for _, c := range []struct {
 		strategy, backend string
 		buckets           int // reported
 		args              []string
 	}{
 		// 235146 floats, a shard of 117573 each: the first bucket (1 MiB)
-		// holds both shards' halves.
+		// holds both shards' halves; so does zero2's and zero3's one unit
+		// (the whole model: -bucket-mb 25).
 		{"zero1", "nccl", 2, nil}, {"zero2", "nccl", 2, nil}, {"zero3", "nccl", 2, nil},
 		// 13107, then 52428 floats, split at 117573.
-		{"zero2", "nccl", 7, small}, {"zero2", "shm", 0, nil},
+		{"zero1", "nccl", 7, small},
+		// units of at least 2621 floats: the last two layers (34186),
+		// the first (200960) split at 117573.
+		{"zero2", "nccl", 3, units}, {"zero3", "nccl", 3, units},
+		{"zero2", "shm", 0, nil}, {"zero3", "shm", 0, units},
 	} {
 		env := fakeCUDAEnv(t)
 		if c.backend == "nccl" {
@@ -215,7 +223,7 @@ func TestDeviceZeroMatchesDDP(t *testing.T) {
 		z := trainEnv(t, env, append(append([]string{"-device", "cuda", "-backend", c.backend, "-strategy", c.strategy}, c.args...), common...)...)
 		what := c.strategy + " (" + c.backend + ")"
 		if c.args != nil {
-			what += ", small buckets"
+			what += " " + strings.Join(c.args, " ")
 		}
 		if z.Strategy != c.strategy || z.Device != "cuda:0" || z.PeakDeviceBytes <= 0 || z.ClippedSteps != cpu.ClippedSteps ||
 			z.Buckets != c.buckets || z.Overlap != (c.buckets > 0) {
@@ -327,4 +335,44 @@ func TestDeviceOverlap(t *testing.T) {
 	checkNear(t, "cuda, 2 ranks, overlapped buckets vs cpu, 1 rank", on, cpu)
 	checkNear(t, "cuda, 2 ranks, -no-overlap vs cpu, 1 rank", off, cpu)
 	t.Logf("eval loss %v (overlap, %d buckets), %v (-no-overlap), %v (cpu)", on.EvalLoss, on.Buckets, off.EvalLoss, cpu.EvalLoss)
+}
+
+// TestDeviceZeroMemory: on a gpt of 4 blocks, 2 ranks over NCCL, each
+// ZeRO stage holds less device memory at its peak than the one before
+// (peak_device_bytes: zero3 < zero2 < zero1 < ddp) and ends where ddp on
+// the device ends (deviceTol). Units of one layer (-bucket-mb 0.001):
+// zero2 keeps its shard of the gradients and one or two layers' whole,
+// zero3 its shard of the parameters too and one layer's whole at a time.
+// Evaluation (-eval-batch 4, like the training batch, so that its
+// activations do not set the peak) gathers zero3's parameters whole.
+func TestDeviceZeroMemory(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	var b strings.Builder
+	for i := 0; b.Len() < 3000; i++ {
+		b.WriteString("func add(a, b int) int { return a + b } // the sum\n")
+		b.WriteString(strings.Repeat("x", i%7) + " = add(" + strings.Repeat("1", i%5+1) + ", 2)\n")
+	}
+	if err := os.WriteFile(text, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"-model", "gpt-L4-D32-H2-T16", "-data", text, "-steps", "4", "-warmup", "1", "-eval-every", "0",
+		"-eval-batch", "4", "-batch", "4", "-nproc", "2", "-bucket-mb", "0.001", "-seed", "2", "-json", "-progress=false",
+		"-device", "cuda", "-backend", "nccl"}
+	var peaks []int64
+	var ddp train.Summary
+	for i, strategy := range []string{"ddp", "zero1", "zero2", "zero3"} {
+		z := trainEnv(t, ncclSharedEnv(t), append([]string{"-strategy", strategy}, common...)...)
+		if i == 0 {
+			ddp = z
+		} else {
+			checkNear(t, strategy+" vs ddp, cuda", z, ddp)
+		}
+		peaks = append(peaks, z.PeakDeviceBytes)
+		t.Logf("%s: peak device memory %d bytes; model state %+v; eval loss %v", strategy, z.PeakDeviceBytes, z.ModelStateBytes, z.EvalLoss)
+	}
+	for i := 1; i < len(peaks); i++ {
+		if !(peaks[i] < peaks[i-1]) {
+			t.Errorf("peak device bytes ddp, zero1, zero2, zero3: %v; want each below the one before", peaks)
+		}
+	}
 }

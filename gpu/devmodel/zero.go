@@ -253,59 +253,65 @@ func (d *Model) backwardSharded(p *plan) (err error) {
 }
 
 // Unshard gathers the whole parameter buffer (ZeRO-3, for Eval and the
-// like): it allocates N float32s, copies this rank's shard into its
-// place, calls fill with the buffer's address to fill in the other
-// ranks' shards (an all-gather in place; the model's stream is
-// synchronized first), frees the shard's buffer and points Params at the
-// whole one until Reshard. Without Config.ShardParams, or when already
-// whole, it does nothing.
+// like): it copies this rank's shard down, frees the shard's buffer,
+// allocates N float32s, copies the shard up into its place and calls
+// fill with the buffer's address to fill in the other ranks' shards (an
+// all-gather in place; the model's stream is synchronized first); Params
+// then point at the whole buffer until Reshard. The shard goes through
+// host memory so that the two buffers are never held at once. Without
+// Config.ShardParams, or when already whole, it does nothing.
 func (d *Model) Unshard(fill func(full uintptr) error) error {
 	if !d.paramsSharded() {
 		return nil
 	}
 	sh := d.cfg.Shard
+	host := make([]float32, sh.Len())
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	if err := cuda.CopyDtoH(d.dev, bytesOf(host), d.ParamShard()); err != nil {
+		return err
+	}
+	d.free(d.ParamShard(), 4*max(sh.Len(), 1))
 	full, err := d.malloc(4 * max(d.N, 1))
 	if err != nil {
 		return err
 	}
-	if err := d.s.CopyAsync(full+uintptr(4*sh.Lo), d.ParamShard(), 4*sh.Len(), cuda.DeviceToDevice); err == nil {
-		err = d.s.Synchronize()
-	}
-	if err == nil && fill != nil {
-		err = fill(full)
-	}
-	if err != nil {
-		d.free(full, 4*max(d.N, 1))
-		return fmt.Errorf("devmodel: %s: gathering the parameters: %w", d.Host.Name, err)
-	}
-	d.free(d.ParamShard(), 4*max(sh.Len(), 1))
 	d.full, d.Params = full, full
+	if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host)); err != nil {
+		return err
+	}
+	if fill != nil {
+		if err := fill(full); err != nil {
+			return fmt.Errorf("devmodel: %s: gathering the parameters: %w", d.Host.Name, err)
+		}
+	}
 	return nil
 }
 
 // Reshard keeps this rank's shard of the parameters Unshard gathered and
-// frees the whole buffer.
+// frees the whole buffer (the shard through host memory again).
 func (d *Model) Reshard() error {
 	if d.full == 0 {
 		return nil
 	}
 	sh := d.cfg.Shard
-	p, err := d.malloc(4 * max(sh.Len(), 1))
-	if err != nil {
-		return err
-	}
-	if err := d.s.CopyAsync(p, d.full+uintptr(4*sh.Lo), 4*sh.Len(), cuda.DeviceToDevice); err != nil {
-		d.free(p, 4*max(sh.Len(), 1))
-		return err
-	}
+	host := make([]float32, sh.Len())
 	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	if err := cuda.CopyDtoH(d.dev, bytesOf(host), d.ParamShard()); err != nil {
 		return err
 	}
 	d.free(d.full, 4*max(d.N, 1))
 	d.full = 0
+	p, err := d.malloc(4 * max(sh.Len(), 1))
+	if err != nil {
+		return err
+	}
 	d.paramBase = p - uintptr(4*sh.Lo)
 	d.Params = d.paramBase
-	return nil
+	return cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host))
 }
 
 // free frees placement memory from malloc (the stream synchronized: no

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/optim"
@@ -19,28 +20,48 @@ import (
 // model placed on its GPU as DDP's is (deviceBase), the flat buffers
 // padded to N*S as package zero pads them (S = ceil(P/N): rank r owns
 // [r*S, (r+1)*S)), and the optimizer state on the device for this
-// rank's shard only (devmodel.Config.Shard). A step runs forward and
-// backward on the device and averages each shard of the gradients into
-// its owner's buffer in place: over NCCL in buckets (-first-bucket-mb,
-// -bucket-mb, split at the shards' edges), each reduced to its shard's
-// owner as soon as backward has queued its gradients, overlapping the
-// rest of backward (the summary's overlap and buckets); through host
-// memory with a host backend, one reduce-scatter after backward
-// (devComm). -clip-grad clips the shard by the global norm (each
-// rank's shard norm, squared and all-reduced: devmodel.ClipShard); the
-// update changes this rank's shard of the parameters with its shard of
-// the state; the parameters are then all-gathered in place.
+// rank's shard only (devmodel.Config.Shard). -clip-grad clips the shard
+// by the global norm (each rank's shard norm, squared and all-reduced:
+// devmodel.ClipShard); the update changes this rank's shard of the
+// parameters with its shard of the state.
 //
-// What stays whole on the device: devmodel's backward writes the whole
-// flat gradient and its plan binds the parameter buffer's address, so
-// every stage keeps the full parameter and gradient buffers resident and
-// shards only the optimizer state on the device. Stage 2 reduces the
-// gradients as stage 1 does; stage 3 treats the whole model as one FSDP unit: the shard
-// is the parameters at rest, all-gathered into the full buffer before
-// forward (not after the update), and the full buffer is not freed
-// between steps. So the device memory of stages 2 and 3 is stage 1's
-// (the summary's peak_device_bytes and memory say so); what they change
-// on the device is when the parameters are gathered.
+// Stage 1 keeps the full parameter and gradient buffers on the device:
+// backward writes the whole flat gradient and each shard of it is
+// averaged into its owner's range in place, over NCCL in buckets
+// (-first-bucket-mb, -bucket-mb, split at the shards' edges) reduced
+// to their owners as soon as backward has queued their gradients,
+// overlapping the rest of backward (the summary's overlap and buckets);
+// through host memory with a host backend, one reduce-scatter after
+// backward (devComm). After the update the parameters are all-gathered
+// in place.
+//
+// Stage 2 keeps only this rank's shard of the gradients
+// (devmodel.Config.ShardGrads): backward goes unit by unit (runs of
+// layers of at least -bucket-mb of parameters, last first), each
+// unit's gradients written into a block from the device pool, its
+// pieces (split at the shards' edges) reduced to their owners
+// (stepSharded: over NCCL while the next unit's backward runs, the
+// summary's buckets counting the reductions per step; through host
+// memory at once), this rank's piece added into its shard's gradients
+// and the block given back. The parameters stay whole, all-gathered
+// after the update as in stage 1.
+//
+// Stage 3 keeps only this rank's shard of the parameters too
+// (ShardParams): each unit's parameters are gathered (each owner's
+// piece broadcast) into a pooled block before the unit's forward and
+// again before its backward, and given back after, as FSDP does with a
+// unit per layer; the gathers are not prefetched on a stream of their
+// own (each waits before the unit's ops are queued). Evaluations gather
+// the whole parameter buffer for their duration (devmodel.Unshard: the
+// ranks may evaluate different numbers of batches, so per-unit
+// collectives cannot run per batch) and free it after; saves gather the
+// parameters on the host.
+//
+// So the peak device memory (the summary's peak_device_bytes) falls
+// stage by stage: stage 2 drops (N-1)/N of the gradient buffer for one
+// or two units' blocks, stage 3 (N-1)/N of the parameter buffer for a
+// unit's block, except while evaluating (the whole buffer then):
+// cmd/train's TestDeviceZeroMemory measures it.
 //
 // Checkpoints are the CPU's sharded files (train.SaveZero): a host ZeRO
 // engine (stage 1 for zero1, stage 2 for zero2 and zero3: contiguous
@@ -76,6 +97,7 @@ type deviceZero struct {
 	gathered bool        // the full parameter buffer holds every shard's latest
 	buckets  []devBucket // over NCCL: the gradient buckets, last first
 	works    []comm.Work // the step's bucket reductions
+	pieces   int         // stages 2, 3: the reductions per step
 }
 
 func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.Strategy, error) {
@@ -97,6 +119,13 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	lo, hi := e.Shard()
 	st := &deviceZero{name: cfg.Strategy, stage: stage, e: e, opt: cfg.OptimConfig(), lo: lo, s: hi - lo, gathered: true}
 	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision)}
+	o := cfg.Options.(*ZeroOptions)
+	if stage >= 2 {
+		// the gradients (and, stage 3, the parameters) in units of
+		// -bucket-mb at least, each closed at a layer's edge
+		dcfg.ShardGrads, dcfg.ShardParams = true, stage == 3
+		dcfg.UnitFloats = max(1, int(o.MB*(1<<20)/4))
+	}
 	if cfg.SyncBN && len(s.Model.BNs) > 0 && s.Model.BNs[0].Sync != nil {
 		// -syncbn, as DDP's (device.go): the host model's syncbn hook
 		dcfg.SyncBN = devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync)
@@ -109,11 +138,15 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 		st.Close()
 		return nil, fmt.Errorf("train: rank %d: the placed model has %d values, not %d shards of %d", s.Comm.Rank(), st.d.N, s.Comm.Size(), st.s)
 	}
-	if st.dc.direct && s.Comm.Size() > 1 {
+	if stage >= 2 {
+		for _, u := range st.d.Units() {
+			st.pieces += len(st.split(u.Lo, u.Hi))
+		}
+	}
+	if st.dc.direct && s.Comm.Size() > 1 && stage == 1 {
 		// Over NCCL each bucket (-first-bucket-mb, -bucket-mb; none
 		// crossing a shard's edge) is reduced to its shard's owner
 		// while backward goes on, as DDP's all-reduces are.
-		o := cfg.Options.(*ZeroOptions)
 		for _, b := range devBuckets(st.d.N, o.FirstMB, o.MB) {
 			for hi := b.hi; hi > b.lo; {
 				lo := max(b.lo, (hi-1)/st.s*st.s)
@@ -133,7 +166,7 @@ func (f flatOnly) FlatParams() *flat.Params { return f.fp }
 // gather all-gathers the parameters' shards into the full buffer, if an
 // update changed them since. Collective.
 func (s *deviceZero) gather(ctx context.Context) error {
-	if s.gathered {
+	if s.gathered || s.stage == 3 {
 		return nil
 	}
 	if err := s.sync(); err != nil {
@@ -146,12 +179,15 @@ func (s *deviceZero) gather(ctx context.Context) error {
 	return nil
 }
 
-// Step gathers the parameters (stage 3), runs forward and backward on the
-// device and reduce-scatters the gradients: this rank's shard of the
-// average lands in its range of the gradient buffer.
+// Step runs forward and backward on the device and reduce-scatters the
+// gradients: this rank's shard of the average lands in its shard of the
+// gradient buffer (stages 2 and 3: stepSharded).
 func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	if err := s.gather(ctx); err != nil {
 		return 0, err
+	}
+	if s.stage >= 2 {
+		return s.stepSharded(ctx, x, y)
 	}
 	if len(s.buckets) > 0 {
 		return s.stepOverlapped(ctx, x, y)
@@ -202,6 +238,125 @@ func (s *deviceZero) stepOverlapped(ctx context.Context, x []float32, y []int32)
 	return loss, err
 }
 
+// split splits [lo, hi) of the flat buffers at the shards' edges.
+func (s *deviceZero) split(lo, hi int) []devBucket {
+	var out []devBucket
+	for a := lo; a < hi; {
+		b := min(hi, (a/s.s+1)*s.s)
+		out = append(out, devBucket{a, b})
+		a = b
+	}
+	return out
+}
+
+// stepSharded is a step of stages 2 and 3 (devmodel's ShardGrads,
+// ShardParams): backward's gradients unit by unit, each unit's pieces
+// reduced to their owners (over NCCL while the next unit's backward
+// runs; through host memory at once), only this rank's shard of them
+// kept; stage 3 gathers each unit's parameters before its forward and
+// before its backward (a broadcast of each owner's piece).
+func (s *deviceZero) stepSharded(ctx context.Context, x []float32, y []int32) (float32, error) {
+	if s.c.Size() > 1 {
+		s.d.ReduceGrads = func(lo, hi int, g uintptr) (func() error, error) { return s.reduceUnit(ctx, lo, hi, g) }
+		if s.stage == 3 {
+			s.d.GatherParams = func(lo, hi int, dst uintptr) error { return s.gatherUnit(ctx, lo, hi, dst) }
+		}
+	}
+	loss, err := s.d.ForwardBackward(x, y)
+	s.d.ReduceGrads, s.d.GatherParams = nil, nil
+	return loss, err
+}
+
+// reduceUnit averages the gradients [lo, hi) at g (a unit's block) into
+// each piece's owner.
+func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr) (func() error, error) {
+	if s.dc.direct {
+		var works []comm.Work
+		for _, b := range s.split(lo, hi) {
+			w, err := s.c.Reduce(ctx, s.dc.buf(g+uintptr(4*(b.lo-lo)), b.hi-b.lo), comm.Avg, b.lo/s.s)
+			if err != nil {
+				return nil, fmt.Errorf("train: reducing gradients [%d, %d) on the device: %w", b.lo, b.hi, err)
+			}
+			works = append(works, w)
+		}
+		return func() error {
+			for _, w := range works {
+				if err := w.Wait(ctx); err != nil {
+					return fmt.Errorf("train: reducing the gradients on the device: %w", err)
+				}
+			}
+			return nil
+		}, nil
+	}
+	if err := s.sync(); err != nil {
+		return nil, err
+	}
+	h, err := s.dc.stage(g, hi-lo)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range s.split(lo, hi) {
+		if err := comm.Run(ctx)(s.c.Reduce(ctx, comm.FromSlice(h[b.lo-lo:b.hi-lo]), comm.Avg, b.lo/s.s)); err != nil {
+			return nil, fmt.Errorf("train: reducing gradients [%d, %d) through host memory: %w", b.lo, b.hi, err)
+		}
+	}
+	if a, b := max(lo, s.lo), min(hi, s.lo+s.s); a < b {
+		return nil, s.dc.unstage(g+uintptr(4*(a-lo)), h[a-lo:b-lo])
+	}
+	return nil, nil
+}
+
+// gatherUnit fills dst with the parameters [lo, hi): this rank's piece
+// copied from its shard, every piece broadcast from its owner.
+func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) error {
+	if a, b := max(lo, s.lo), min(hi, s.lo+s.s); a < b {
+		if err := s.d.Stream().CopyAsync(dst+uintptr(4*(a-lo)), s.d.ParamShard()+uintptr(4*(a-s.lo)), 4*(b-a), cuda.DeviceToDevice); err != nil {
+			return err
+		}
+	}
+	if s.dc.direct {
+		var works []comm.Work
+		for _, b := range s.split(lo, hi) {
+			w, err := s.c.Broadcast(ctx, s.dc.buf(dst+uintptr(4*(b.lo-lo)), b.hi-b.lo), b.lo/s.s)
+			if err != nil {
+				return fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
+			}
+			works = append(works, w)
+		}
+		for _, w := range works {
+			if err := w.Wait(ctx); err != nil {
+				return fmt.Errorf("train: gathering the parameters on the device: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := s.sync(); err != nil {
+		return err
+	}
+	h, err := s.dc.stage(dst, hi-lo)
+	if err != nil {
+		return err
+	}
+	for _, b := range s.split(lo, hi) {
+		if err := comm.Run(ctx)(s.c.Broadcast(ctx, comm.FromSlice(h[b.lo-lo:b.hi-lo]), b.lo/s.s)); err != nil {
+			return fmt.Errorf("train: gathering parameters [%d, %d) through host memory: %w", b.lo, b.hi, err)
+		}
+	}
+	return s.dc.unstage(dst, h)
+}
+
+// unshard gathers the whole parameter buffer on the device (stage 3,
+// for evaluations: the ranks may evaluate different numbers of batches,
+// so the per-unit gathers, collectives, cannot run per batch).
+func (s *deviceZero) unshard(ctx context.Context) error {
+	return s.d.Unshard(func(full uintptr) error {
+		if err := s.dc.allGather(ctx, full, s.s); err != nil {
+			return fmt.Errorf("train: gathering the parameters %s: %w", s.dc.backendNote(), err)
+		}
+		return nil
+	})
+}
+
 // ClipGrads clips this rank's shard of the gradient by the whole
 // gradient's norm (the shards' squared norms all-reduced).
 func (s *deviceZero) ClipGrads(ctx context.Context, max float64) (float64, error) {
@@ -218,7 +373,7 @@ func (s *deviceZero) ClipGrads(ctx context.Context, max float64) (float64, error
 
 // Update updates this rank's shard on the device, zeroes the gradients
 // and (stages 1 and 2) all-gathers the parameters; stage 3 gathers them
-// before the next forward.
+// unit by unit in the next step.
 func (s *deviceZero) Update(ctx context.Context) error {
 	s.stale, s.gathered = true, s.c.Size() == 1
 	if err := s.d.Update(); err != nil {
@@ -265,13 +420,29 @@ func (s *deviceZero) ready(ctx context.Context) error {
 	if err := s.syncBN(ctx); err != nil {
 		return err
 	}
-	return comm.Agree(ctx, s.c, s.toHost())
+	if err := comm.Agree(ctx, s.c, s.toHost()); err != nil || s.stage < 3 || s.c.Size() == 1 {
+		return err
+	}
+	// stage 3: the device holds this rank's shard; the host's copy
+	// takes the others' from them
+	all, r := comm.FromSlice(s.m.Flat.Value), s.c.Rank()
+	if err := comm.Run(ctx)(s.c.AllGather(ctx, all, all.Slice(r*s.s, (r+1)*s.s))); err != nil {
+		return fmt.Errorf("train: gathering the parameters on the host: %w", err)
+	}
+	return nil
 }
 
 // EvalBatches evaluates on the device with the gathered parameters.
 func (s *deviceZero) EvalBatches(ctx context.Context, eval func(batch train.EvalBatch) error) error {
 	if err := s.gather(ctx); err != nil {
 		return err
+	}
+	if s.stage == 3 {
+		if err := s.unshard(ctx); err != nil {
+			return err
+		}
+		err := s.deviceBase.EvalBatches(ctx, eval)
+		return errors.Join(err, s.d.Reshard())
 	}
 	return s.deviceBase.EvalBatches(ctx, eval)
 }
@@ -338,11 +509,19 @@ func (s *deviceZero) Load(_ context.Context, path string) (train.Position, error
 	return pos, nil
 }
 
-// Memory: the model state on the device (the host's copies aside): the
-// full parameter and gradient buffers, this rank's shard of the
-// optimizer state.
+// Memory: the model state on the device between steps (the host's
+// copies aside): the parameter and gradient buffers (whole, or this
+// rank's shard of them: stage 2 the gradients', stage 3 both), this
+// rank's shard of the optimizer state.
 func (s *deviceZero) Memory() (train.MemoryBytes, int64) {
-	return train.MemoryBytes{Params: int64(s.d.N) * 4, Grads: int64(s.d.N) * 4, Optimizer: train.OptimizerBytes(s.e.Optimizer())}, 0
+	p, g := int64(s.d.N)*4, int64(s.d.N)*4
+	if s.stage >= 2 {
+		g = int64(s.s) * 4
+	}
+	if s.stage == 3 {
+		p = int64(s.s) * 4
+	}
+	return train.MemoryBytes{Params: p, Grads: g, Optimizer: train.OptimizerBytes(s.e.Optimizer())}, 0
 }
 
 // Report: peak device memory; the buckets reduced during backward, if
@@ -353,6 +532,9 @@ func (s *deviceZero) Report(ctx context.Context, sum *train.Summary) error {
 	}
 	sum.Overlap = len(s.buckets) > 0
 	sum.Buckets = len(s.buckets)
+	if s.stage >= 2 && s.dc.direct && s.c.Size() > 1 {
+		sum.Overlap, sum.Buckets = true, s.pieces
+	}
 	return nil
 }
 
