@@ -42,13 +42,18 @@
 // the summary's overlap and buckets say which. Over a host backend both
 // reduce after backward.
 //
-// On the device every ZeRO stage keeps the full parameter and gradient
-// buffers resident (devmodel's backward writes the whole flat gradient;
-// its plan binds the parameter buffer): only the optimizer state is
-// sharded, so zero2 and zero3 hold zero1's device memory. zero2 reduces
-// as zero1 does; zero3 is one FSDP unit around the
-// model: the shard is the parameters at rest, gathered into the full
-// buffer before forward. peak_device_bytes reports what is held.
+// On the device zero1 keeps the full parameter and gradient buffers
+// resident and shards the optimizer state; zero2 keeps only the rank's
+// shard of the gradients (devmodel's ShardGrads: backward in units of
+// layers of at least -bucket-mb, each unit's gradients in a pooled
+// block reduced to their owners, over NCCL while the next unit's
+// backward runs, then given back); zero3 keeps only its shard of the
+// parameters too (ShardParams: each unit's gathered into a pooled block
+// before its forward and before its backward, freed after: FSDP with a
+// unit per layer, the gathers not prefetched), and gathers them whole
+// for an evaluation's duration. peak_device_bytes reports what is held
+// (zero_device.go; cmd/train's TestDeviceZeroMemory: zero3 < zero2 <
+// zero1 < ddp).
 //
 // Evaluation runs on the device (train.BatchEvaluator: devmodel.Eval),
 // every rank with rank 0's batch-norm statistics, broadcast on the
