@@ -53,6 +53,10 @@ const (
 	// (allreduce_zerocopy.go), which is not a row of the table: it runs
 	// when every rank's buffer lies in shared memory, whatever the cost.
 	AlgoZeroCopy uint8 = 12
+	// AlgoStaged marks the set-up exchange of the staged all-reduce of
+	// ordinary buffers over shared memory (allreduce_staged.go), which is
+	// not a row of the table either.
+	AlgoStaged uint8 = 13
 )
 
 // flat is the cost function of an algorithm that ignores the layout: f's

@@ -129,7 +129,7 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reducing, g
 	all := make([]byte, 32*p)
 	copy(all[32*r:], mine[:])
 	o.hdr.Algo = AlgoZeroCopy
-	if err := o.exchange(mine[:], all); err != nil {
+	if err := o.exchange(zcStep, mine[:], all); err != nil {
 		return true, err
 	}
 	type peer struct {
@@ -264,17 +264,17 @@ func (o *op) zeroCopyRun(sm SharedMemory, in, out []byte, seg []int, reducing, g
 	return true, nil
 }
 
-// exchange sends mine (this rank's 32 bytes) to every other rank and
-// receives theirs into all (32 bytes per rank, in rank order).
-func (o *op) exchange(mine, all []byte) error {
-	p, r := o.c.Size(), o.c.rank
+// exchange sends mine (this rank's len(mine) bytes) to every other rank
+// and receives theirs into all (len(mine) bytes per rank, in rank order).
+func (o *op) exchange(step uint32, mine, all []byte) error {
+	p, r, m := o.c.Size(), o.c.rank, len(mine)
 	var errc chan error
 	for q := range p {
 		if q == r {
 			continue
 		}
 		if o.eager(q, len(mine)) {
-			if err := o.send(q, zcStep, mine); err != nil {
+			if err := o.send(q, step, mine); err != nil {
 				return err
 			}
 			continue
@@ -282,12 +282,12 @@ func (o *op) exchange(mine, all []byte) error {
 		if errc == nil {
 			errc = make(chan error, p)
 		}
-		go func() { errc <- o.send(q, zcStep, mine) }()
+		go func() { errc <- o.send(q, step, mine) }()
 	}
 	var first error
 	for q := range p {
 		if q != r && first == nil {
-			first = o.recv(q, zcStep, all[32*q:32*q+32])
+			first = o.recv(q, step, all[m*q:m*(q+1)])
 		}
 	}
 	if errc != nil {

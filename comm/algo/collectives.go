@@ -15,6 +15,11 @@ func (o *op) allReduce(buf []byte) error {
 			return err
 		}
 	}
+	if sm, ok := o.stagedPath(len(buf)); ok {
+		if ran, err := o.allReduceStaged(sm, buf); ran {
+			return err
+		}
+	}
 	return o.run("all_reduce", len(buf), call{buf: buf})
 }
 

@@ -38,6 +38,8 @@ type Comm struct {
 	base *Comm
 	sub  []int
 
+	stg *staging // the staged all-reduce's (allreduce_staged.go); nil until its first op
+
 	life   context.Context // ends on Close
 	finish context.CancelFunc
 
@@ -178,6 +180,9 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closed = true
+	// The staging (allreduce_staged.go) is given back only by a Comm that
+	// closes healthy with no collective running: no op touches it after.
+	stg := c.failed == nil && !c.cbusy
 	if c.failed == nil {
 		c.failed = comm.ErrClosed
 	}
@@ -189,6 +194,9 @@ func (c *Comm) Close() error {
 	}
 	c.p2pClose()
 	c.mu.Unlock()
+	if stg {
+		c.closeStaging()
+	}
 	c.finish()
 	if c.world {
 		return c.t.Close()

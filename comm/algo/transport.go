@@ -124,3 +124,13 @@ type SharedMemory interface {
 	// no peer still writes into it.
 	Quiesce(peer int, c *uint64, v uint64) bool
 }
+
+// Pulser is an optional extension of SharedMemory: Pulse tells the peers
+// that wait on this rank's counters (Await) that it is working towards
+// them, so that a waiter goes on polling, keeping its processor, instead
+// of yielding it and sleeping (shm's waiters poll while the peer's pulse
+// moves, for up to 1 ms). The staged all-reduce pulses between chunks of
+// its copies and reductions (a few microseconds apart).
+type Pulser interface {
+	Pulse()
+}

@@ -77,6 +77,12 @@ type Tuning struct {
 	// ZeroCopyChunk its unit of work (allreduce_zerocopy.go).
 	ZeroCopyMin, ZeroCopyChunk int
 
+	// StagedMin is the smallest all-reduce (bytes) of ordinary buffers
+	// that runs staged over a SharedMemory transport (0: never);
+	// StagedBytes its piece, the size of each rank's two staging regions
+	// (allreduce_staged.go).
+	StagedMin, StagedBytes int
+
 	// Serial runs the ring's and the pairwise exchanges' sends and
 	// receives on the calling goroutine, in chunks of the transport's
 	// eager size, where every peer takes eager sends and shares the
@@ -102,7 +108,8 @@ type Tuning struct {
 // with TCP's overheads) per host.
 func DefaultTuning() Tuning {
 	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100,
-		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10, Serial: true}
+		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10,
+		StagedMin: 128 << 10, StagedBytes: 1 << 20, Serial: true}
 }
 
 // over returns t with the link costs of the slowest link of l: the
@@ -127,6 +134,8 @@ func (t Tuning) over(l Layout) Tuning {
 //	GDIST_CHUNK_BYTES=524288
 //	GDIST_ZEROCOPY_MIN=131072        smallest zero-copy collective, bytes (0: none)
 //	GDIST_ZEROCOPY_CHUNK=65536       its unit of work, bytes
+//	GDIST_STAGED_MIN=131072          smallest staged all-reduce of ordinary buffers, bytes (0: none)
+//	GDIST_STAGED_BYTES=1048576       its piece, bytes (>= 4096)
 //	GDIST_SERIAL=1                   0: a sender goroutine beside the receiver (Tuning.Serial)
 //	GDIST_INTER_HOST_GBPS=8          bandwidth between hosts, in Gbit/s
 //	GDIST_INTER_HOST_LATENCY_US=50   latency of a message between hosts
@@ -168,6 +177,20 @@ func TuningFromEnv(base Tuning) Tuning {
 			t.ZeroCopyChunk = n
 		} else {
 			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_ZEROCOPY_CHUNK=%q (want an integer >= 1024)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_STAGED_MIN"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			t.StagedMin = n
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_STAGED_MIN=%q (want bytes >= 0)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_STAGED_BYTES"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 4096 {
+			t.StagedBytes = n
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_STAGED_BYTES=%q (want an integer >= 4096)\n", v)
 		}
 	}
 	if v := os.Getenv("GDIST_SERIAL"); v != "" {

@@ -58,6 +58,15 @@ func (t *Transport) Counter(h uint64, i int) *uint64 {
 	return t.shm.Counter(h, i)
 }
 
+// Pulse: see algo.Pulser.
+func (t *Transport) Pulse() {
+	if t.shm != nil {
+		t.shm.Pulse()
+	}
+}
+
+var _ algo.Pulser = (*Transport)(nil)
+
 // Publish: see algo.SharedMemory.
 func (t *Transport) Publish(c *uint64, v uint64) {
 	if t.shm != nil {

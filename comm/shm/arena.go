@@ -282,6 +282,14 @@ func (t *Transport) Counter(h uint64, i int) *uint64 {
 	return a.word(off + 64*i)
 }
 
+// Pulse tells the peers' waiters that this rank is working for them
+// (algo.Pulser): it bumps the pulse word they watch while they poll.
+func (t *Transport) Pulse() {
+	if t.pulse != nil {
+		atomic.AddUint64(t.pulse, 1)
+	}
+}
+
 // Publish sets this rank's counter c to v and wakes the peers that sleep.
 func (t *Transport) Publish(c *uint64, v uint64) {
 	raceRelease()

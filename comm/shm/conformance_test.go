@@ -37,3 +37,19 @@ func TestSmallOpAllocs(t *testing.T) {
 	t.Setenv("GDIST_SHM_DIR", t.TempDir())
 	commtest.CheckSmallOpAllocs(t, shmWorld, 2)
 }
+
+// TestConformanceStaged: the whole suite with every all-reduce of ordinary
+// buffers staged (algo's allreduce_staged.go: copy-in, reduce, copy-out
+// through each rank's staging, no messages) in pieces of 4 KiB, so that
+// even small ops take several pieces and consecutive ops of other sizes
+// reuse the staging.
+func TestConformanceStaged(t *testing.T) {
+	t.Setenv("GDIST_SHM_DIR", t.TempDir())
+	t.Setenv("GDIST_STAGED_MIN", "1")
+	t.Setenv("GDIST_STAGED_BYTES", "4096")
+	cfg := commtest.Config{Sizes: []int{2, 3, 4}}
+	if testing.Short() {
+		cfg.Sizes = []int{2, 3}
+	}
+	commtest.Suite(t, shmWorld, cfg)
+}

@@ -48,6 +48,7 @@ func (t *Transport) Map(uint64, int) []byte                    { return nil }
 func (t *Transport) Flags() (uint64, *uint64, *uint64, func()) { return 0, nil, nil, nil }
 func (t *Transport) Counter(uint64, int) *uint64               { return nil }
 func (t *Transport) Publish(*uint64, uint64)                   {}
+func (t *Transport) Pulse()                                    {}
 func (t *Transport) Quiesce(int, *uint64, uint64) bool         { return false }
 func (t *Transport) Await(context.Context, uint64, int, *uint64, uint64) error {
 	return errUnsupported
