@@ -25,8 +25,18 @@
 //     each rank reduces its block reading the peers' buffers directly and
 //     writes the result into its own buffer and theirs, behind two
 //     handshakes (armed, fin) in shared counters; if any rank's buffer is
-//     ordinary memory, every rank runs the table's algorithm. Tuning.ZeroCopyMin (GDIST_ZEROCOPY_MIN)
-//     bounds it from below.
+//     ordinary memory, every rank runs the staged all-reduce below (or,
+//     for reduce-scatter and all-gather, the table's algorithm).
+//     Tuning.ZeroCopyMin (GDIST_ZEROCOPY_MIN) bounds it from below.
+//   - allreduce_staged.go: all-reduce of ordinary buffers over a
+//     SharedMemory transport (shm, auto on one host), from
+//     Tuning.StagedMin (GDIST_STAGED_MIN, 128 KiB) up, no row of the
+//     table either: copy-in, reduce, copy-out through a staging area each
+//     rank keeps in its shared memory for the Comm's life, in pieces of
+//     Tuning.StagedBytes (GDIST_STAGED_BYTES, 1 MiB), on the calling
+//     goroutine, with two waits on shared counters a piece and no
+//     message after the first op's set-up; the working rank pulses
+//     (Pulser) so that a waiting peer keeps its processor.
 //   - layout.go: which ranks of a group share a host (Layout), from a
 //     Transport that is a HostMap (comm/auto); the cost model costs the
 //     links between hosts apart from those inside one.
@@ -88,7 +98,8 @@
 //
 // Each Comm counts what this rank moved per peer (traffic.go, Moved):
 // messages sent and received, and the zero-copy collectives' reads of
-// and writes into peers' shared buffers, named by transport (Router: auto
+// and writes into peers' shared buffers (the staged all-reduce's reads of
+// the peers' staging), named by transport (Router: auto
 // says shm or tcp per peer).
 //
 // Reductions are fused: a received chunk is reduced into place as

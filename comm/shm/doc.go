@@ -57,8 +57,14 @@
 // result into its own and theirs (comm/algo's allreduce_zerocopy.go has
 // the algorithm). For a 2-rank all-reduce each rank reads half of the
 // peer's buffer and writes that half back, against a copy into the ring
-// and a copy out of it for each byte of the ring path. A collective whose
-// buffers are mixed (some rank's is ordinary memory) takes the ring path.
+// and a copy out of it for each byte of the ring path. An all-reduce of
+// ordinary buffers (or mixed: some rank's is ordinary memory) of 128 KiB
+// or more is staged (comm/algo's allreduce_staged.go): each rank copies
+// the blocks its peers reduce into a staging area it keeps in its area,
+// reduces its own block reading theirs, and copies the peers' results
+// out of theirs, on the calling goroutine with two waits on flag-block
+// counters per 1 MiB piece (Pulse keeps a waiting peer polling while a
+// rank copies); the other collectives on such buffers take the rings.
 // Since peers write into a rank's buffer, a rank whose zero-copy op fails
 // waits (Quiesce: at most the peer deadline) until every peer still alive
 // has said it is done with it before it returns.
