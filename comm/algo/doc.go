@@ -30,7 +30,8 @@
 //     Tuning.ZeroCopyMin (GDIST_ZEROCOPY_MIN) bounds it from below.
 //   - allreduce_staged.go: all-reduce of ordinary buffers over a
 //     SharedMemory transport (shm, auto on one host), from
-//     Tuning.StagedMin (GDIST_STAGED_MIN, 128 KiB) up, no row of the
+//     Tuning.StagedMin (GDIST_STAGED_MIN: 128 KiB; 2 ranks every size,
+//     StagedMinPair) up, no row of the
 //     table either: copy-in, reduce, copy-out through a staging area each
 //     rank keeps in its shared memory for the Comm's life, in pieces of
 //     Tuning.StagedBytes (GDIST_STAGED_BYTES, 1 MiB), on the calling

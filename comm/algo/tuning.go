@@ -78,10 +78,11 @@ type Tuning struct {
 	ZeroCopyMin, ZeroCopyChunk int
 
 	// StagedMin is the smallest all-reduce (bytes) of ordinary buffers
-	// that runs staged over a SharedMemory transport (0: never);
-	// StagedBytes its piece, the size of each rank's two staging regions
+	// that runs staged over a SharedMemory transport (0: never) in groups
+	// of more than 2 ranks, StagedMinPair in groups of 2; StagedBytes its
+	// piece, the size of each rank's two staging regions
 	// (allreduce_staged.go).
-	StagedMin, StagedBytes int
+	StagedMin, StagedMinPair, StagedBytes int
 
 	// Serial runs the ring's and the pairwise exchanges' sends and
 	// receives on the calling goroutine, in chunks of the transport's
@@ -109,7 +110,7 @@ type Tuning struct {
 func DefaultTuning() Tuning {
 	return Tuning{ChunkBytes: 512 << 10, Alpha: 15_000_000, Beta: 300, Gamma: 100,
 		InterAlpha: 50_000_000, InterBeta: 1000, ZeroCopyMin: 128 << 10, ZeroCopyChunk: 64 << 10,
-		StagedMin: 128 << 10, StagedBytes: 1 << 20, Serial: true}
+		StagedMin: 128 << 10, StagedMinPair: 1, StagedBytes: 1 << 20, Serial: true}
 }
 
 // over returns t with the link costs of the slowest link of l: the
@@ -134,7 +135,8 @@ func (t Tuning) over(l Layout) Tuning {
 //	GDIST_CHUNK_BYTES=524288
 //	GDIST_ZEROCOPY_MIN=131072        smallest zero-copy collective, bytes (0: none)
 //	GDIST_ZEROCOPY_CHUNK=65536       its unit of work, bytes
-//	GDIST_STAGED_MIN=131072          smallest staged all-reduce of ordinary buffers, bytes (0: none)
+//	GDIST_STAGED_MIN=131072          smallest staged all-reduce of ordinary buffers, bytes (0: none), 3+ ranks (and 2 unless:)
+//	GDIST_STAGED_MIN_PAIR=1          the same for 2 ranks
 //	GDIST_STAGED_BYTES=1048576       its piece, bytes (>= 4096)
 //	GDIST_SERIAL=1                   0: a sender goroutine beside the receiver (Tuning.Serial)
 //	GDIST_INTER_HOST_GBPS=8          bandwidth between hosts, in Gbit/s
@@ -181,9 +183,16 @@ func TuningFromEnv(base Tuning) Tuning {
 	}
 	if v := os.Getenv("GDIST_STAGED_MIN"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			t.StagedMin = n
+			t.StagedMin, t.StagedMinPair = n, n
 		} else {
 			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_STAGED_MIN=%q (want bytes >= 0)\n", v)
+		}
+	}
+	if v := os.Getenv("GDIST_STAGED_MIN_PAIR"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			t.StagedMinPair = n
+		} else {
+			fmt.Fprintf(os.Stderr, "gdist: ignoring GDIST_STAGED_MIN_PAIR=%q (want bytes >= 0)\n", v)
 		}
 	}
 	if v := os.Getenv("GDIST_STAGED_BYTES"); v != "" {

@@ -58,8 +58,8 @@
 // the algorithm). For a 2-rank all-reduce each rank reads half of the
 // peer's buffer and writes that half back, against a copy into the ring
 // and a copy out of it for each byte of the ring path. An all-reduce of
-// ordinary buffers (or mixed: some rank's is ordinary memory) of 128 KiB
-// or more is staged (comm/algo's allreduce_staged.go): each rank copies
+// ordinary buffers (or mixed: some rank's is ordinary memory) is staged
+// (2 ranks: any size; more: from 128 KiB) (comm/algo's allreduce_staged.go): each rank copies
 // the blocks its peers reduce into a staging area it keeps in its area,
 // reduces its own block reading theirs, and copies the peers' results
 // out of theirs, on the calling goroutine with two waits on flag-block

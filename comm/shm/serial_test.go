@@ -74,7 +74,7 @@ func TestAllReduceOneGoroutine(t *testing.T) {
 				tun := algo.DefaultTuning()
 				tun.Serial = serial
 				tun.ZeroCopyMin = 0
-				tun.StagedMin = 0 // the message path (staged sends nothing: TestStagedAllReduce)
+				tun.StagedMin, tun.StagedMinPair = 0, 0 // the message path (staged sends nothing: TestStagedAllReduce)
 				rec := &callers{Transport: w.ts[0], ids: map[int64]int{}}
 				cs := []*algo.Comm{algo.NewTunedComm(rec, comm.Options{}, tun), algo.NewTunedComm(w.ts[1], comm.Options{}, tun)}
 				bufs := [][]float32{make([]float32, n), make([]float32, n)}
