@@ -239,11 +239,22 @@ func TestDeviceZeroMatchesDDP(t *testing.T) {
 // TestDeviceZeroResumeAcross: a zero2 run of 2 ranks saved on the GPU
 // (the CPU's sharded files) resumes on the CPU, and one saved on the CPU
 // resumes on the GPU, each ending where a run on the CPU throughout ends
-// (deviceTol).
+// (deviceTol); zero3 too, in units of a layer (the device holding each
+// rank's shard of the parameters: gathered on the host to save,
+// scattered to the shards on resuming).
 func TestDeviceZeroResumeAcross(t *testing.T) {
+	for _, strategy := range []string{"zero2", "zero3"} {
+		t.Run(strategy, func(t *testing.T) { zeroResumeAcross(t, strategy) })
+	}
+}
+
+func zeroResumeAcross(t *testing.T, strategy string) {
 	dir := t.TempDir()
 	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "256", "-epochs", "2", "-batch", "8", "-nproc", "2",
-		"-strategy", "zero2", "-seed", "3", "-optimizer", "adam", "-lr", "1e-4", "-json", "-progress=false"}
+		"-strategy", strategy, "-seed", "3", "-optimizer", "adam", "-lr", "1e-4", "-json", "-progress=false"}
+	if strategy == "zero3" {
+		common = append(common, "-bucket-mb", "0.01")
+	}
 	whole := trainEnv(t, nil, append([]string{"-backend", "shm"}, common...)...)
 	on := func(device string) []string {
 		if device == "cuda" {
@@ -337,14 +348,17 @@ func TestDeviceOverlap(t *testing.T) {
 	t.Logf("eval loss %v (overlap, %d buckets), %v (-no-overlap), %v (cpu)", on.EvalLoss, on.Buckets, off.EvalLoss, cpu.EvalLoss)
 }
 
-// TestDeviceZeroMemory: on a gpt of 4 blocks, 2 ranks over NCCL, each
-// ZeRO stage holds less device memory at its peak than the one before
-// (peak_device_bytes: zero3 < zero2 < zero1 < ddp) and ends where ddp on
-// the device ends (deviceTol). Units of one layer (-bucket-mb 0.001):
-// zero2 keeps its shard of the gradients and one or two layers' whole,
-// zero3 its shard of the parameters too and one layer's whole at a time.
-// Evaluation (-eval-batch 4, like the training batch, so that its
-// activations do not set the peak) gathers zero3's parameters whole.
+// TestDeviceZeroMemory: 2 ranks over NCCL, each ZeRO stage holds less
+// device memory at its peak than the one before (peak_device_bytes:
+// zero3 < zero2 < zero1 < ddp) and ends where ddp on the device ends
+// (deviceTol): a gpt of 4 blocks (activations most of the memory) and
+// mlp-deep (seven equal hidden layers; parameters and state most of
+// it). Units of one layer
+// (-bucket-mb 0.001): zero2 keeps its shard of the gradients and one or
+// two layers' whole, zero3 its shard of the parameters too and one
+// layer's whole at a time. Evaluation (-eval-batch as the training
+// batch, so that its activations do not set the peak) gathers zero3's
+// parameters whole.
 func TestDeviceZeroMemory(t *testing.T) {
 	text := filepath.Join(t.TempDir(), "text.txt")
 	var b strings.Builder
@@ -355,24 +369,28 @@ func TestDeviceZeroMemory(t *testing.T) {
 	if err := os.WriteFile(text, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"-model", "gpt-L4-D32-H2-T16", "-data", text, "-steps", "4", "-warmup", "1", "-eval-every", "0",
-		"-eval-batch", "4", "-batch", "4", "-nproc", "2", "-bucket-mb", "0.001", "-seed", "2", "-json", "-progress=false",
-		"-device", "cuda", "-backend", "nccl"}
-	var peaks []int64
-	var ddp train.Summary
-	for i, strategy := range []string{"ddp", "zero1", "zero2", "zero3"} {
-		z := trainEnv(t, ncclSharedEnv(t), append([]string{"-strategy", strategy}, common...)...)
-		if i == 0 {
-			ddp = z
-		} else {
-			checkNear(t, strategy+" vs ddp, cuda", z, ddp)
+	for _, model := range [][]string{
+		{"-model", "gpt-L4-D32-H2-T16", "-data", text, "-steps", "4", "-warmup", "1", "-eval-every", "0"},
+		{"-model", "mlp-deep", "-data", "synthetic", "-limit", "32", "-epochs", "1", "-optimizer", "adam"},
+	} {
+		common := append([]string{"-eval-batch", "4", "-batch", "4", "-nproc", "2", "-bucket-mb", "0.001", "-seed", "2", "-json", "-progress=false",
+			"-device", "cuda", "-backend", "nccl"}, model...)
+		var peaks []int64
+		var ddp train.Summary
+		for i, strategy := range []string{"ddp", "zero1", "zero2", "zero3"} {
+			z := trainEnv(t, ncclSharedEnv(t), append([]string{"-strategy", strategy}, common...)...)
+			if i == 0 {
+				ddp = z
+			} else {
+				checkNear(t, model[1]+": "+strategy+" vs ddp, cuda", z, ddp)
+			}
+			peaks = append(peaks, z.PeakDeviceBytes)
+			t.Logf("%s, %s: peak device memory %d bytes; model state %+v; eval loss %v", model[1], strategy, z.PeakDeviceBytes, z.ModelStateBytes, z.EvalLoss)
 		}
-		peaks = append(peaks, z.PeakDeviceBytes)
-		t.Logf("%s: peak device memory %d bytes; model state %+v; eval loss %v", strategy, z.PeakDeviceBytes, z.ModelStateBytes, z.EvalLoss)
-	}
-	for i := 1; i < len(peaks); i++ {
-		if !(peaks[i] < peaks[i-1]) {
-			t.Errorf("peak device bytes ddp, zero1, zero2, zero3: %v; want each below the one before", peaks)
+		for i := 1; i < len(peaks); i++ {
+			if !(peaks[i] < peaks[i-1]) {
+				t.Errorf("%s: peak device bytes ddp, zero1, zero2, zero3: %v; want each below the one before", model[1], peaks)
+			}
 		}
 	}
 }

@@ -43,11 +43,12 @@ type Config struct {
 	// ShardGrads (ZeRO-2; needs a Shard) keeps only the shard's
 	// gradients between units: Grads holds Shard.Len() values (the
 	// shard's first at GradShard), backward writes each unit's gradients
-	// into a pooled block that ReduceGrads reduces and that goes back to
-	// the pool once this rank's part is added into the shard (zero.go).
+	// into a block of the unit's exact size (cached across steps) that
+	// ReduceGrads reduces and that is released once this rank's part is
+	// added into the shard (zero.go).
 	ShardGrads bool
 	// ShardParams (ZeRO-3; implies ShardGrads) keeps only the shard's
-	// parameters: each unit's are gathered (GatherParams) into a pooled
+	// parameters: each unit's are gathered (GatherParams) into a cached
 	// block before its forward and again before its backward, and freed
 	// after; Unshard gathers them all (Eval needs them whole).
 	ShardParams bool
@@ -130,6 +131,7 @@ type Model struct {
 	full                uintptr
 	unitsOf             *plan
 	unitList            []Unit
+	spare               map[int][]uintptr // units' free blocks, by size
 }
 
 // bnDev is a batch-norm layer's running statistics on the device.

@@ -43,11 +43,11 @@
 // apart, then gathered, hold the whole model's parameters and AdamW
 // state; measured bit for bit). Config.ShardGrads (ZeRO-2) keeps only
 // the shard's gradients: backward runs in units of layers (at least
-// Config.UnitFloats parameters), each unit's gradients in a pooled block
-// that ReduceGrads reduces over the ranks and that goes back to the pool
+// Config.UnitFloats parameters), each unit's gradients in a cached block
+// that ReduceGrads reduces over the ranks and that is released
 // once this rank's part is added into the shard; Config.ShardParams
 // (ZeRO-3) keeps only the shard's parameters, each unit's gathered by
-// GatherParams into a pooled block before its forward and its backward,
+// GatherParams into a cached block before its forward and its backward,
 // and Unshard gathers them whole for evaluation (zero.go;
 // TestShardedUnitsMatchWhole: bit for bit the whole model's training).
 // BNBuffers are batch norm's running statistics on the device, which a

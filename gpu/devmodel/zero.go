@@ -19,7 +19,7 @@ import (
 //
 // With ShardGrads the gradient buffer holds the shard's values only
 // (Shard.Len() float32s). Backward writes each unit's gradients into a
-// block from the pool (zeroed), then calls ReduceGrads, which starts
+// block of its own (zeroed), then calls ReduceGrads, which starts
 // averaging the block's values over the ranks into each value's owner;
 // once the next unit's backward is queued, ForwardBackward waits for that
 // reduction (the function ReduceGrads returned), adds the unit's part of
@@ -29,8 +29,8 @@ import (
 //
 // With ShardParams (which implies ShardGrads) the parameter buffer holds
 // the shard only between steps too. Before a unit's forward, and again
-// before its backward, GatherParams fills a block from the pool with the
-// unit's parameters (every rank's shard of them); the block goes back
+// before its backward, GatherParams fills a block with the
+// unit's parameters (every rank's shard of them); the block is released
 // after the unit's ops are queued. Eval needs the whole model, since the
 // ranks may evaluate different numbers of batches: Unshard gathers the
 // full parameter buffer for it and Reshard returns to the shard.
@@ -83,26 +83,45 @@ func (d *Model) gradsSharded() bool { return d.cfg.ShardGrads || d.cfg.ShardPara
 // paramsSharded: Config.ShardParams and not Unshard'd.
 func (d *Model) paramsSharded() bool { return d.cfg.ShardParams && d.full == 0 }
 
-// get takes n bytes from the pool for a step, counted in the peak.
-func (d *Model) get(n int) (*cuda.Block, error) {
-	b, err := d.pool.Get(max(n, 1))
-	if err != nil {
-		return nil, err
+// unitBlock is a unit's block: Bytes bytes at Ptr.
+type unitBlock struct {
+	Ptr   uintptr
+	Bytes int
+}
+
+// get takes a block of exactly n bytes for a unit, counted in the peak
+// while in use: a unit's blocks are of a few sizes, allocated in the
+// first step and kept for the next (not the pool's power-of-two blocks,
+// which would hold up to twice a unit's size).
+func (d *Model) get(n int) (*unitBlock, error) {
+	n = max(n, 1)
+	if d.spare == nil {
+		d.spare = map[int][]uintptr{}
 	}
-	d.live += blockBytes(max(n, 1))
+	var p uintptr
+	if l := d.spare[n]; len(l) > 0 {
+		p, d.spare[n] = l[len(l)-1], l[:len(l)-1]
+	} else {
+		var err error
+		if p, err = cuda.Malloc(d.dev, n); err != nil {
+			return nil, err
+		}
+		d.owned = append(d.owned, p)
+	}
+	d.live += int64(n)
 	d.peak = max(d.peak, d.fixed+d.live)
-	return b, nil
+	return &unitBlock{p, n}, nil
 }
 
 // put gives a block from get back (the model's stream orders its later
 // users after its earlier ones).
-func (d *Model) put(b *cuda.Block) {
-	d.live -= blockBytes(b.Bytes)
-	d.pool.Put(b)
+func (d *Model) put(b *unitBlock) {
+	d.live -= int64(b.Bytes)
+	d.spare[b.Bytes] = append(d.spare[b.Bytes], b.Ptr)
 }
 
 // gatherUnit gathers u's parameters into a block and points Params at it.
-func (d *Model) gatherUnit(u Unit) (*cuda.Block, error) {
+func (d *Model) gatherUnit(u Unit) (*unitBlock, error) {
 	if !d.paramsSharded() || u.Hi <= u.Lo {
 		return nil, nil
 	}
@@ -125,7 +144,7 @@ func (d *Model) gatherUnit(u Unit) (*cuda.Block, error) {
 }
 
 // ungather points Params back at the shard and gives b back.
-func (d *Model) ungather(b *cuda.Block) {
+func (d *Model) ungather(b *unitBlock) {
 	if b == nil {
 		return
 	}
@@ -143,7 +162,7 @@ func (d *Model) GradShard() uintptr { return d.Grads + uintptr(4*d.cfg.Shard.Lo)
 // pendingGrads is a unit's gradient block under reduction.
 type pendingGrads struct {
 	u    Unit
-	b    *cuda.Block
+	b    *unitBlock
 	wait func() error
 }
 
@@ -207,7 +226,7 @@ func (d *Model) backwardSharded(p *plan) (err error) {
 		if err != nil {
 			return err
 		}
-		var gb *cuda.Block
+		var gb *unitBlock
 		if u.Hi > u.Lo {
 			if gb, err = d.get(4 * (u.Hi - u.Lo)); err != nil {
 				d.ungather(pb)

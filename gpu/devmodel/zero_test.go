@@ -14,7 +14,7 @@ import (
 
 // TestShardedUnitsMatchWhole: a model placed with ShardGrads, or with
 // ShardParams, a unit per op (UnitFloats 1: every layer's gradients in
-// a pooled block of their own, every layer's parameters gathered into
+// a cached block of their own, every layer's parameters gathered into
 // one before its forward and its backward) and one rank's shard (the
 // whole buffer, no hooks), trains and evaluates bit for bit as the model
 // placed whole: mlp, cnn-bn and a gpt of 2 blocks (every layer of the

@@ -45,10 +45,10 @@
 // On the device zero1 keeps the full parameter and gradient buffers
 // resident and shards the optimizer state; zero2 keeps only the rank's
 // shard of the gradients (devmodel's ShardGrads: backward in units of
-// layers of at least -bucket-mb, each unit's gradients in a pooled
+// layers of at least -bucket-mb, each unit's gradients in a cached
 // block reduced to their owners, over NCCL while the next unit's
 // backward runs, then given back); zero3 keeps only its shard of the
-// parameters too (ShardParams: each unit's gathered into a pooled block
+// parameters too (ShardParams: each unit's gathered into a cached block
 // before its forward and before its backward, freed after: FSDP with a
 // unit per layer, the gathers not prefetched), and gathers them whole
 // for an evaluation's duration. peak_device_bytes reports what is held

@@ -38,7 +38,7 @@ import (
 // Stage 2 keeps only this rank's shard of the gradients
 // (devmodel.Config.ShardGrads): backward goes unit by unit (runs of
 // layers of at least -bucket-mb of parameters, last first), each
-// unit's gradients written into a block from the device pool, its
+// unit's gradients written into a block of its own (its exact size, cached), its
 // pieces (split at the shards' edges) reduced to their owners
 // (stepSharded: over NCCL while the next unit's backward runs, the
 // summary's buckets counting the reductions per step; through host
@@ -48,7 +48,7 @@ import (
 //
 // Stage 3 keeps only this rank's shard of the parameters too
 // (ShardParams): each unit's parameters are gathered (each owner's
-// piece broadcast) into a pooled block before the unit's forward and
+// piece broadcast) into a cached block before the unit's forward and
 // again before its backward, and given back after, as FSDP does with a
 // unit per layer; the gathers are not prefetched on a stream of their
 // own (each waits before the unit's ops are queued). Evaluations gather
@@ -60,8 +60,12 @@ import (
 // So the peak device memory (the summary's peak_device_bytes) falls
 // stage by stage: stage 2 drops (N-1)/N of the gradient buffer for one
 // or two units' blocks, stage 3 (N-1)/N of the parameter buffer for a
-// unit's block, except while evaluating (the whole buffer then):
-// cmd/train's TestDeviceZeroMemory measures it.
+// unit's block, except while evaluating (the whole buffer then). A
+// model whose largest layer holds more than about (N-1)/(2N) of the
+// parameters gains nothing from stage 2 (the mlp at 2 ranks: its first
+// layer is 85% of it; stage 2 then holds more than stage 1): a unit's
+// gradients are written whole. cmd/train's TestDeviceZeroMemory
+// measures mlp-deep and a gpt.
 //
 // Checkpoints are the CPU's sharded files (train.SaveZero): a host ZeRO
 // engine (stage 1 for zero1, stage 2 for zero2 and zero3: contiguous
