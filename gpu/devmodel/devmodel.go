@@ -98,11 +98,15 @@ type Model struct {
 	// gradients and gives the block back. Nil: one rank (g is the
 	// average).
 	ReduceGrads func(lo, hi int, g uintptr) (wait func() error, err error)
-	// GatherParams, with Config.ShardParams, fills the block at dst with
-	// the parameters [lo, hi) of the flat layout, every rank's shard of
-	// them (this rank's is at ParamShard), in time for work queued on
-	// the model's stream after it returns. Nil: one rank.
-	GatherParams func(lo, hi int, dst uintptr) error
+	// GatherParams, with Config.ShardParams, starts filling the block at
+	// dst with the parameters [lo, hi) of the flat layout, every rank's
+	// shard of them (this rank's is at ParamShard), after the work
+	// queued on the model's stream so far, and returns a function that
+	// waits until they are there for work queued on the stream after it
+	// returns (nil: they are, once GatherParams returns). ForwardBackward
+	// starts the next unit's gather before queueing this unit's ops and
+	// waits for it before queueing the next unit's. Nil: one rank.
+	GatherParams func(lo, hi int, dst uintptr) (wait func() error, err error)
 
 	dev  int
 	cfg  Config

@@ -29,9 +29,11 @@ import (
 //
 // With ShardParams (which implies ShardGrads) the parameter buffer holds
 // the shard only between steps too. Before a unit's forward, and again
-// before its backward, GatherParams fills a block with the
-// unit's parameters (every rank's shard of them); the block is released
-// after the unit's ops are queued. Eval needs the whole model, since the
+// before its backward, GatherParams fills a block with the unit's
+// parameters (every rank's shard of them); the block is released after
+// the unit's ops are queued. The next unit's gather starts before this
+// unit's ops are queued (a prefetch overlapping them; two units'
+// parameter blocks held at once). Eval needs the whole model, since the
 // ranks may evaluate different numbers of batches: Unshard gathers the
 // full parameter buffer for it and Reshard returns to the shard.
 
@@ -120,8 +122,16 @@ func (d *Model) put(b *unitBlock) {
 	d.spare[b.Bytes] = append(d.spare[b.Bytes], b.Ptr)
 }
 
-// gatherUnit gathers u's parameters into a block and points Params at it.
-func (d *Model) gatherUnit(u Unit) (*unitBlock, error) {
+// gathered is a unit's parameter block, being filled (ZeRO-3).
+type gathered struct {
+	u    Unit
+	b    *unitBlock
+	wait func() error
+}
+
+// startGather takes a block for u's parameters and starts filling it
+// (nil: nothing to gather).
+func (d *Model) startGather(u Unit) (*gathered, error) {
 	if !d.paramsSharded() || u.Hi <= u.Lo {
 		return nil, nil
 	}
@@ -129,35 +139,102 @@ func (d *Model) gatherUnit(u Unit) (*unitBlock, error) {
 	if err != nil {
 		return nil, err
 	}
+	g := &gathered{u: u, b: b}
 	if d.GatherParams == nil {
 		// one rank: the shard is the whole model
 		err = d.s.CopyAsync(b.Ptr, d.ParamShard()+uintptr(4*(u.Lo-d.cfg.Shard.Lo)), 4*(u.Hi-u.Lo), cuda.DeviceToDevice)
 	} else {
-		err = d.GatherParams(u.Lo, u.Hi, b.Ptr)
+		g.wait, err = d.GatherParams(u.Lo, u.Hi, b.Ptr)
 	}
 	if err != nil {
-		d.put(b)
+		d.drop(b)
 		return nil, fmt.Errorf("devmodel: %s: gathering the parameters [%d, %d): %w", d.Host.Name, u.Lo, u.Hi, err)
 	}
-	d.Params = b.Ptr - uintptr(4*u.Lo)
-	return b, nil
+	return g, nil
 }
 
-// ungather points Params back at the shard and gives b back.
-func (d *Model) ungather(b *unitBlock) {
-	if b == nil {
+// use waits until g's block holds its unit's parameters and points
+// Params at it.
+func (d *Model) use(g *gathered) error {
+	if g == nil {
+		return nil
+	}
+	if g.wait != nil {
+		if err := g.wait(); err != nil {
+			return fmt.Errorf("devmodel: %s: gathering the parameters [%d, %d): %w", d.Host.Name, g.u.Lo, g.u.Hi, err)
+		}
+		g.wait = nil
+	}
+	d.Params = g.b.Ptr - uintptr(4*g.u.Lo)
+	return nil
+}
+
+// ungather points Params back at the shard and releases g's block; a
+// gather still under way (an error stopped the step) keeps its block
+// out of use.
+func (d *Model) ungather(g *gathered) {
+	if g == nil {
 		return
 	}
 	d.Params = d.paramBase
-	d.put(b)
+	if g.wait != nil {
+		d.drop(g.b)
+		return
+	}
+	d.put(g.b)
+}
+
+// drop releases b without reusing it (freed by Close): something may
+// still write it.
+func (d *Model) drop(b *unitBlock) { d.live -= int64(b.Bytes) }
+
+// withParams runs run for each unit of order with its parameters
+// gathered (ZeRO-3; without ShardParams, run alone): the gather of the
+// next unit starts before this unit's ops are queued, so that it
+// overlaps them (a prefetch: two units' parameter blocks are held at
+// once), and is waited for before the next unit's are.
+func (d *Model) withParams(order []Unit, run func(u Unit) error) (err error) {
+	var next *gathered
+	defer func() { d.ungather(next) }()
+	if len(order) > 0 {
+		if next, err = d.startGather(order[0]); err != nil {
+			return err
+		}
+	}
+	for k, u := range order {
+		cur := next
+		next = nil
+		if err := d.use(cur); err != nil {
+			d.ungather(cur)
+			return err
+		}
+		if k+1 < len(order) {
+			if next, err = d.startGather(order[k+1]); err != nil {
+				d.ungather(cur)
+				return err
+			}
+		}
+		err := run(u)
+		d.ungather(cur)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ParamShard is the device address of this rank's shard of the
-// parameters (Shard.Len() float32s, the shard's first value first).
-func (d *Model) ParamShard() uintptr { return d.Params + uintptr(4*d.cfg.Shard.Lo) }
+// parameters (Shard.Len() float32s, the shard's first value first),
+// wherever Params points during a step.
+func (d *Model) ParamShard() uintptr {
+	if d.full != 0 {
+		return d.full + uintptr(4*d.cfg.Shard.Lo)
+	}
+	return d.paramBase + uintptr(4*d.cfg.Shard.Lo)
+}
 
 // GradShard is the device address of this rank's shard of the gradients.
-func (d *Model) GradShard() uintptr { return d.Grads + uintptr(4*d.cfg.Shard.Lo) }
+func (d *Model) GradShard() uintptr { return d.gradBase + uintptr(4*d.cfg.Shard.Lo) }
 
 // pendingGrads is a unit's gradient block under reduction.
 type pendingGrads struct {
@@ -191,23 +268,20 @@ func (d *Model) finish(pg *pendingGrads) error {
 // gathering each unit's parameters (ZeRO-3). f picks the op's function.
 func (d *Model) forwardSharded(p *plan, f func(o op) func() error, what string) error {
 	us := d.units(p)
-	for k := len(us) - 1; k >= 0; k-- {
-		u := us[k]
-		b, err := d.gatherUnit(u)
-		if err != nil {
-			return err
-		}
+	order := make([]Unit, len(us))
+	for k, u := range us {
+		order[len(us)-1-k] = u
+	}
+	return d.withParams(order, func(u Unit) error {
 		for i := u.first; i <= u.last; i++ {
 			if fn := f(p.ops[i]); fn != nil {
 				if err := fn(); err != nil {
-					d.ungather(b)
 					return fmt.Errorf("devmodel: %s: layer %s %s: %w", d.Host.Name, p.ops[i].name, what, err)
 				}
 			}
 		}
-		d.ungather(b)
-	}
-	return nil
+		return nil
+	})
 }
 
 // backwardSharded runs p's backward ops unit by unit (last first), each
@@ -221,51 +295,45 @@ func (d *Model) backwardSharded(p *plan) (err error) {
 		}
 		d.Grads = d.gradBase
 	}()
-	for _, u := range d.units(p) {
-		pb, err := d.gatherUnit(u)
+	return d.withParams(d.units(p), func(u Unit) error {
+		if u.Hi <= u.Lo {
+			return d.backwardOps(p, u)
+		}
+		gb, err := d.get(4 * (u.Hi - u.Lo))
 		if err != nil {
 			return err
 		}
-		var gb *unitBlock
-		if u.Hi > u.Lo {
-			if gb, err = d.get(4 * (u.Hi - u.Lo)); err != nil {
-				d.ungather(pb)
-				return err
-			}
-			if err := cuda.Memset(d.dev, gb.Ptr, 0, 4*(u.Hi-u.Lo)); err != nil {
-				d.ungather(pb)
-				d.put(gb)
-				return err
-			}
-			d.Grads = gb.Ptr - uintptr(4*u.Lo)
+		if err := cuda.Memset(d.dev, gb.Ptr, 0, 4*(u.Hi-u.Lo)); err != nil {
+			d.put(gb)
+			return err
 		}
-		for i := u.last; i >= u.first; i-- {
-			if o := p.ops[i]; o.bwd != nil {
-				if err := o.bwd(); err != nil {
-					d.ungather(pb)
-					if gb != nil {
-						d.put(gb)
-					}
-					return fmt.Errorf("devmodel: %s: layer %s backward: %w", d.Host.Name, o.name, err)
-				}
-			}
-		}
+		d.Grads = gb.Ptr - uintptr(4*u.Lo)
+		err = d.backwardOps(p, u)
 		d.Grads = d.gradBase
-		d.ungather(pb)
-		if gb == nil {
-			continue
+		if err != nil {
+			d.put(gb)
+			return err
 		}
 		next := &pendingGrads{u: u, b: gb}
 		if d.ReduceGrads != nil {
 			if next.wait, err = d.ReduceGrads(u.Lo, u.Hi, gb.Ptr); err != nil {
-				d.put(gb)
+				d.drop(gb)
 				return fmt.Errorf("devmodel: %s: reducing the gradients [%d, %d): %w", d.Host.Name, u.Lo, u.Hi, err)
 			}
 		}
 		prev := pending
 		pending = next
-		if err := d.finish(prev); err != nil {
-			return err
+		return d.finish(prev)
+	})
+}
+
+// backwardOps queues u's backward ops.
+func (d *Model) backwardOps(p *plan, u Unit) error {
+	for i := u.last; i >= u.first; i-- {
+		if o := p.ops[i]; o.bwd != nil {
+			if err := o.bwd(); err != nil {
+				return fmt.Errorf("devmodel: %s: layer %s backward: %w", d.Host.Name, o.name, err)
+			}
 		}
 	}
 	return nil

@@ -50,7 +50,8 @@
 // backward runs, then given back); zero3 keeps only its shard of the
 // parameters too (ShardParams: each unit's gathered into a cached block
 // before its forward and before its backward, freed after: FSDP with a
-// unit per layer, the gathers not prefetched), and gathers them whole
+// unit per layer, the next unit's gather started before this unit's
+// ops are queued: a prefetch over NCCL), and gathers them whole
 // for an evaluation's duration. peak_device_bytes reports what is held
 // (zero_device.go; cmd/train's TestDeviceZeroMemory: zero3 < zero2 <
 // zero1 < ddp).

@@ -50,8 +50,10 @@ import (
 // (ShardParams): each unit's parameters are gathered (each owner's
 // piece broadcast) into a cached block before the unit's forward and
 // again before its backward, and given back after, as FSDP does with a
-// unit per layer; the gathers are not prefetched on a stream of their
-// own (each waits before the unit's ops are queued). Evaluations gather
+// unit per layer; over NCCL the next unit's gather is started before
+// this unit's ops are queued (on NCCL's stream: a prefetch overlapping
+// them, two units' blocks held), and waited for (on the host) before
+// its own. Evaluations gather
 // the whole parameter buffer for their duration (devmodel.Unshard: the
 // ranks may evaluate different numbers of batches, so per-unit
 // collectives cannot run per batch) and free it after; saves gather the
@@ -263,7 +265,7 @@ func (s *deviceZero) stepSharded(ctx context.Context, x []float32, y []int32) (f
 	if s.c.Size() > 1 {
 		s.d.ReduceGrads = func(lo, hi int, g uintptr) (func() error, error) { return s.reduceUnit(ctx, lo, hi, g) }
 		if s.stage == 3 {
-			s.d.GatherParams = func(lo, hi int, dst uintptr) error { return s.gatherUnit(ctx, lo, hi, dst) }
+			s.d.GatherParams = func(lo, hi int, dst uintptr) (func() error, error) { return s.gatherUnit(ctx, lo, hi, dst) }
 		}
 	}
 	loss, err := s.d.ForwardBackward(x, y)
@@ -310,12 +312,14 @@ func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr) (fun
 	return nil, nil
 }
 
-// gatherUnit fills dst with the parameters [lo, hi): this rank's piece
-// copied from its shard, every piece broadcast from its owner.
-func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) error {
+// gatherUnit starts filling dst with the parameters [lo, hi): this
+// rank's piece copied from its shard, every piece broadcast from its
+// owner (over NCCL: returning how to wait for them; through host
+// memory: at once).
+func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (func() error, error) {
 	if a, b := max(lo, s.lo), min(hi, s.lo+s.s); a < b {
 		if err := s.d.Stream().CopyAsync(dst+uintptr(4*(a-lo)), s.d.ParamShard()+uintptr(4*(a-s.lo)), 4*(b-a), cuda.DeviceToDevice); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if s.dc.direct {
@@ -323,30 +327,32 @@ func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) er
 		for _, b := range s.split(lo, hi) {
 			w, err := s.c.Broadcast(ctx, s.dc.buf(dst+uintptr(4*(b.lo-lo)), b.hi-b.lo), b.lo/s.s)
 			if err != nil {
-				return fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
+				return nil, fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
 			works = append(works, w)
 		}
-		for _, w := range works {
-			if err := w.Wait(ctx); err != nil {
-				return fmt.Errorf("train: gathering the parameters on the device: %w", err)
+		return func() error {
+			for _, w := range works {
+				if err := w.Wait(ctx); err != nil {
+					return fmt.Errorf("train: gathering the parameters on the device: %w", err)
+				}
 			}
-		}
-		return nil
+			return nil
+		}, nil
 	}
 	if err := s.sync(); err != nil {
-		return err
+		return nil, err
 	}
 	h, err := s.dc.stage(dst, hi-lo)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, b := range s.split(lo, hi) {
 		if err := comm.Run(ctx)(s.c.Broadcast(ctx, comm.FromSlice(h[b.lo-lo:b.hi-lo]), b.lo/s.s)); err != nil {
-			return fmt.Errorf("train: gathering parameters [%d, %d) through host memory: %w", b.lo, b.hi, err)
+			return nil, fmt.Errorf("train: gathering parameters [%d, %d) through host memory: %w", b.lo, b.hi, err)
 		}
 	}
-	return s.dc.unstage(dst, h)
+	return nil, s.dc.unstage(dst, h)
 }
 
 // unshard gathers the whole parameter buffer on the device (stage 3,
