@@ -39,8 +39,9 @@
 // queued before it, so it overlaps the rest of backward (-no-overlap:
 // after backward, as one); ZeRO over NCCL likewise reduces each bucket
 // (split at the shards' edges) to its shard's owner during backward;
-// the summary's overlap and buckets say which. Over a host backend both
-// reduce after backward.
+// the summary's overlap and buckets say which. Over a host backend DDP
+// and zero1 reduce after backward; zero2 and zero3 reduce each unit
+// through host memory as backward reaches it (no overlap).
 //
 // On the device zero1 keeps the full parameter and gradient buffers
 // resident and shards the optimizer state; zero2 keeps only the rank's
