@@ -157,3 +157,17 @@ func MemLimit(t testing.TB, bytes int64) {
 	C.gdfk_call_ll(f, C.longlong(bytes))
 	t.Cleanup(func() { C.gdfk_call_ll(f, 0) })
 }
+
+// ReferenceGEMM makes the fake cuBLAS compute its GEMMs with its reference
+// loop (one element of C at a time, one float sum over k) while on is
+// true, and at the latest until t ends; its fast path gives the same bits
+// (TestGemmBitsMatchReference).
+func ReferenceGEMM(t testing.TB, on bool) {
+	f := sym(t, "fakecublasReferenceGemm")
+	v := C.int(0)
+	if on {
+		v = 1
+		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
+	}
+	C.gdfk_call_int(f, v)
+}

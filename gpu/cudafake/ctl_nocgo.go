@@ -45,3 +45,6 @@ func StickyError(t testing.TB, code int) { RequireFake(t) }
 
 // MemLimit skips t: without cgo there is no fake.
 func MemLimit(t testing.TB, bytes int64) { RequireFake(t) }
+
+// ReferenceGEMM skips t: without cgo there is no fake.
+func ReferenceGEMM(t testing.TB, on bool) { RequireFake(t) }

@@ -53,7 +53,9 @@
 // memory (bounds and arguments checked as cuBLAS does, the inputs rounded
 // to TF32 when the math mode or compute type asks, ties away as the
 // tensor cores' cvt.rna; bf16 and fp16 inputs read exactly, fp32 sums
-// in order, no fused multiply-add); its NVRTC compiles a
+// in order, no fused multiply-add; computed on packed panels, 8x4
+// elements of C side by side, the reference loop's bits: ReferenceGEMM
+// switches to that loop); its NVRTC compiles a
 // kernel's CUDA C++ for the host with the C++ compiler ($FAKE_NVRTC_CXX,
 // $CXX or g++; results cached under ~/.cache/gdist/fakenvrtc or
 // $FAKE_NVRTC_CACHE) and an emulation of blocks, threads, barriers and

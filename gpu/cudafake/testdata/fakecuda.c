@@ -3191,7 +3191,21 @@ static float fk_round(float x, int r) {
 	return x;
 }
 
-__attribute__((optimize("fp-contract=off"))) static void run_gemm1(struct gemm_task *g) {
+/* C[i,j] = alpha acc (+ beta C[i,j]). */
+__attribute__((optimize("fp-contract=off"))) static inline void gemm_store(struct gemm_task *g, int i, int j, float acc) {
+	size_t ic = (size_t)i + (size_t)j * g->ldc;
+	float v = g->alpha * acc;
+	if (g->beta != 0) {
+		float old = g->beta * fk_load(g->c, ic, g->ct);
+		v = v + old;
+	}
+	fk_store(g->c, ic, g->ct, v);
+}
+
+/* The reference loop: each element of C one float sum over k in order.
+   run_gemm1 computes the same bits faster; fakecublasReferenceGemm(1)
+   makes the fake use this one instead (TestGemmBitsMatchReference). */
+__attribute__((optimize("fp-contract=off"))) static void run_gemm1_ref(struct gemm_task *g) {
 	for (int j = 0; j < g->n; j++) {
 		for (int i = 0; i < g->m; i++) {
 			float acc = 0;
@@ -3203,15 +3217,101 @@ __attribute__((optimize("fp-contract=off"))) static void run_gemm1(struct gemm_t
 				float prod = x * y;
 				acc = acc + prod;
 			}
-			size_t ic = (size_t)i + (size_t)j * g->ldc;
-			float v = g->alpha * acc;
-			if (g->beta != 0) {
-				float old = g->beta * fk_load(g->c, ic, g->ct);
-				v = v + old;
-			}
-			fk_store(g->c, ic, g->ct, v);
+			gemm_store(g, i, j, acc);
 		}
 	}
+}
+
+static volatile int gemm_reference;
+API void fakecublasReferenceGemm(int on) { gemm_reference = on; }
+
+/* run_gemm1: the reference loop's arithmetic, element for element: each
+   C[i,j] is still acc = acc + x*y for p = 0, 1, ... k-1 from acc = 0 (a
+   product then a sum, each rounded to float; no fused multiply-add), but
+   the inputs are converted (and rounded) once into packed float panels,
+   and 8 rows x 4 columns of C are summed side by side, each lane its own
+   sum in the same order (SSE lanes round as the scalar unit does). */
+typedef float gemm_v4 __attribute__((vector_size(16)));
+
+__attribute__((optimize("fp-contract=off"))) static void run_gemm1(struct gemm_task *g) {
+	int m = g->m, n = g->n, k = g->k;
+	if (gemm_reference || k == 0) {
+		run_gemm1_ref(g);
+		return;
+	}
+	size_t mp = ((size_t)m + 7) & ~(size_t)7; /* rows padded to 8 */
+	float *ap = aligned_alloc(32, (mp * (size_t)k * sizeof(float) + 31) & ~(size_t)31);
+	float *bp = malloc((size_t)k * (size_t)n * sizeof(float));
+	if (!ap || !bp) { /* the slow loop needs no memory */
+		free(ap);
+		free(bp);
+		run_gemm1_ref(g);
+		return;
+	}
+	/* ap[p*mp + i] = A(i, p); bp[j*k + p] = B(p, j), rounded as asked. */
+	for (int p = 0; p < k; p++) {
+		float *row = ap + (size_t)p * mp;
+		for (int i = 0; i < m; i++) {
+			size_t ia = g->ta ? (size_t)p + (size_t)i * g->lda : (size_t)i + (size_t)p * g->lda;
+			row[i] = fk_round(fk_load(g->a, ia, g->at), g->round);
+		}
+		for (size_t i = m; i < mp; i++) row[i] = 0;
+	}
+	for (int j = 0; j < n; j++)
+		for (int p = 0; p < k; p++) {
+			size_t ib = g->tb ? (size_t)j + (size_t)p * g->ldb : (size_t)p + (size_t)j * g->ldb;
+			bp[(size_t)j * k + p] = fk_round(fk_load(g->b, ib, g->bt), g->round);
+		}
+	int j = 0;
+	for (; j + 4 <= n; j += 4) {
+		const float *b0 = bp + (size_t)j * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
+		for (size_t i = 0; i < mp; i += 8) {
+			gemm_v4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+			const float *a = ap + i;
+			for (int p = 0; p < k; p++, a += mp) {
+				gemm_v4 x0, x1;
+				memcpy(&x0, a, 16);
+				memcpy(&x1, a + 4, 16);
+				gemm_v4 y0 = {b0[p], b0[p], b0[p], b0[p]}, y1 = {b1[p], b1[p], b1[p], b1[p]};
+				gemm_v4 y2 = {b2[p], b2[p], b2[p], b2[p]}, y3 = {b3[p], b3[p], b3[p], b3[p]};
+				c00 = c00 + x0 * y0;
+				c01 = c01 + x1 * y0;
+				c10 = c10 + x0 * y1;
+				c11 = c11 + x1 * y1;
+				c20 = c20 + x0 * y2;
+				c21 = c21 + x1 * y2;
+				c30 = c30 + x0 * y3;
+				c31 = c31 + x1 * y3;
+			}
+			float out[4][8];
+			memcpy(out[0], &c00, 16), memcpy(out[0] + 4, &c01, 16);
+			memcpy(out[1], &c10, 16), memcpy(out[1] + 4, &c11, 16);
+			memcpy(out[2], &c20, 16), memcpy(out[2] + 4, &c21, 16);
+			memcpy(out[3], &c30, 16), memcpy(out[3] + 4, &c31, 16);
+			for (int q = 0; q < 4; q++)
+				for (size_t r = 0; r < 8 && i + r < (size_t)m; r++) gemm_store(g, (int)(i + r), j + q, out[q][r]);
+		}
+	}
+	for (; j < n; j++) {
+		const float *b0 = bp + (size_t)j * k;
+		for (size_t i = 0; i < mp; i += 8) {
+			gemm_v4 c0 = {0}, c1 = {0};
+			const float *a = ap + i;
+			for (int p = 0; p < k; p++, a += mp) {
+				gemm_v4 x0, x1;
+				memcpy(&x0, a, 16);
+				memcpy(&x1, a + 4, 16);
+				gemm_v4 y = {b0[p], b0[p], b0[p], b0[p]};
+				c0 = c0 + x0 * y;
+				c1 = c1 + x1 * y;
+			}
+			float out[8];
+			memcpy(out, &c0, 16), memcpy(out + 4, &c1, 16);
+			for (size_t r = 0; r < 8 && i + r < (size_t)m; r++) gemm_store(g, (int)(i + r), j, out[r]);
+		}
+	}
+	free(ap);
+	free(bp);
 }
 
 static void run_gemm(void *arg) {
