@@ -311,15 +311,21 @@ func TestDeviceGPT(t *testing.T) {
 
 // TestDeviceBatchNormRanks: cnn-bn on two ranks, evaluated on the device
 // (devmodel.Eval) after rank 0's running statistics are broadcast on the
-// device, ends where -device cpu on two ranks ends (deviceTol), with DDP
-// and with zero1: each rank's statistics differ (its own batches), so
-// evaluating or saving any but rank 0's would not.
+// device, ends where -device cpu on two ranks ends (deviceTol), with
+// DDP, zero1 and zero3 (a unit per layer): each rank's statistics differ
+// (its own batches), so evaluating or saving any but rank 0's would not.
 func TestDeviceBatchNormRanks(t *testing.T) {
 	common := []string{"-model", "cnn-bn", "-data", "synthetic", "-limit", "64", "-epochs", "1", "-seed", "4", "-batch", "8", "-nproc", "2",
 		"-json", "-progress=false"}
 	cpu := trainEnv(t, nil, append([]string{"-device", "cpu", "-backend", "shm"}, common...)...)
-	for _, strategy := range []string{"ddp", "zero1"} {
-		gpu := trainEnv(t, ncclSharedEnv(t), append([]string{"-device", "cuda", "-backend", "nccl", "-strategy", strategy}, common...)...)
+	for _, strategy := range []string{"ddp", "zero1", "zero3"} {
+		args := []string{"-device", "cuda", "-backend", "nccl", "-strategy", strategy}
+		if strategy == "zero3" {
+			// a unit per layer: batch norm's parameters gathered and its
+			// gradients reduced apart from the convolutions'
+			args = append(args, "-bucket-mb", "0.001")
+		}
+		gpu := trainEnv(t, ncclSharedEnv(t), append(args, common...)...)
 		checkNear(t, strategy+", cnn-bn, cuda vs cpu", gpu, cpu)
 		t.Logf("%s: eval loss %v (cuda), %v (cpu)", strategy, gpu.EvalLoss, cpu.EvalLoss)
 	}
