@@ -2701,6 +2701,7 @@ static const char fk_kernel_h[] =
 	"	const size_t *sizes;\n"
 	"	const unsigned char *ptrs;\n"
 	"	void (*thunk)(void **);\n"
+	"	void (*block)(void **, int); /* a block's threads one after another (no fibers) */\n"
 	"};\n"
 	"\n"
 	"template <class T> static inline T arg(void *p) { T v; memcpy((void *)&v, p, sizeof(T)); return v; }\n"
@@ -2711,6 +2712,11 @@ static const char fk_kernel_h[] =
 	"	static const unsigned char *ptrs() { static const unsigned char p[] = {(unsigned char)std::is_pointer<A>::value..., 0}; return p; }\n"
 	"	template <void (*F)(A...), size_t... I> static void call(void **a, std::index_sequence<I...>) { F(arg<A>(a[I])...); }\n"
 	"	template <void (*F)(A...)> static void thunk(void **a) { call<F>(a, std::index_sequence_for<A...>{}); }\n"
+	"	/* The threads of a block in order, the kernel inlined, its parameters\n"
+	"	   read once and threadIdx counted up (as set_idx computes it). */\n"
+	"	template <void (*F)(A...)> static void loop(int n, A... v);\n"
+	"	template <void (*F)(A...), size_t... I> static void unpack(void **a, int n, std::index_sequence<I...>) { loop<F>(n, arg<A>(a[I])...); }\n"
+	"	template <void (*F)(A...)> static void block(void **a, int n) { unpack<F>(a, n, std::index_sequence_for<A...>{}); }\n"
 	"};\n"
 	"\n"
 	"enum { READY, BAR, WARP, DONE };\n"
@@ -2728,6 +2734,22 @@ static const char fk_kernel_h[] =
 	"static uint64_t *xch[2];\n"
 	"static unsigned *warp_gen, *warp_part;\n"
 	"static const char *fail;\n"
+	"\n"
+	"template <class... A> template <void (*F)(A...)> void fn<void (*)(A...)>::loop(int n, A... v) {\n"
+	"	unsigned bx = blockDim.x, by = blockDim.y, x = 0, y = 0, z = 0;\n"
+	"	for (int t = 0; t < n; t++) {\n"
+	"		cur = t;\n"
+	"		threadIdx = uint3{x, y, z};\n"
+	"		F(v...);\n"
+	"		if (++x == bx) {\n"
+	"			x = 0;\n"
+	"			if (++y == by) {\n"
+	"				y = 0;\n"
+	"				z++;\n"
+	"			}\n"
+	"		}\n"
+	"	}\n"
+	"}\n"
 	"\n"
 	"static void set_idx(int t) {\n"
 	"	threadIdx.x = t % blockDim.x;\n"
@@ -2981,11 +3003,7 @@ static const char fk_kernel_h[] =
 	"				blockIdx = uint3{x, y, z};\n"
 	"				if (shmem) memset(dyn, 0xff, shmem); /* uninitialized: NaNs */\n"
 	"				if (!fibers) {\n"
-	"					for (int t = 0; t < nthreads; t++) {\n"
-	"						cur = t;\n"
-	"						set_idx(t);\n"
-	"						thunk(a);\n"
-	"					}\n"
+	"					d->block(a, nthreads);\n"
 	"					continue;\n"
 	"				}\n"
 	"				if (run_block()) {\n"
@@ -2999,7 +3017,7 @@ static const char fk_kernel_h[] =
 	"#define GDFK_KERNEL(K)                                                                                \\\n"
 	"	extern \"C\" __attribute__((visibility(\"default\"))) const gdfk::desc *gdfk_kernel_##K(void) {    \\\n"
 	"		typedef gdfk::fn<decltype(&K)> F;                                                      \\\n"
-	"		static const gdfk::desc d = {#K, F::n, F::sizes(), F::ptrs(), &F::thunk<&K>};          \\\n"
+	"		static const gdfk::desc d = {#K, F::n, F::sizes(), F::ptrs(), &F::thunk<&K>, &F::block<&K>}; \\\n"
 	"		return &d;                                                                             \\\n"
 	"	}\n"
 	"\n";
@@ -4236,6 +4254,7 @@ typedef struct fk_desc {
 	const size_t *sizes;
 	const unsigned char *ptrs;
 	void (*thunk)(void **);
+	void (*block)(void **, int);
 } fk_desc;
 
 typedef int (*fk_run_fn)(const fk_desc *, const unsigned *, const unsigned *, size_t, void **, char *, size_t);
