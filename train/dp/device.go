@@ -149,6 +149,68 @@ func (b *deviceBase) Report(_ context.Context, sum *train.Summary) error {
 	return nil
 }
 
+// overlapped runs forward and backward with each bucket's collective
+// (launch; buckets last first) started as soon as backward has queued
+// its gradients (devmodel's OnGradsReady), and waits for them all after
+// backward. works is reused for the started collectives and returned;
+// verb ("averaging", "reducing") names what they do in errors.
+func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buckets []devBucket, works []comm.Work, verb string, launch func(devBucket) (comm.Work, error)) (float32, []comm.Work, error) {
+	next := 0
+	start := func(from int) error {
+		for ; next < len(buckets) && buckets[next].lo >= from; next++ {
+			w, err := launch(buckets[next])
+			if err != nil {
+				return fmt.Errorf("train: %s gradient bucket %d on the device: %w", verb, next, err)
+			}
+			works = append(works, w)
+		}
+		return nil
+	}
+	b.d.OnGradsReady = start
+	loss, err := b.d.ForwardBackward(x, y)
+	b.d.OnGradsReady = nil
+	if err == nil {
+		err = start(0) // every bucket is ready by now
+	}
+	for _, w := range works {
+		if werr := w.Wait(ctx); werr != nil && err == nil {
+			err = fmt.Errorf("train: %s the gradients on the device: %w", verb, werr)
+		}
+	}
+	return loss, works, err
+}
+
+// copyDown copies the device's parameters, batch-norm statistics and
+// optimizer state into the host model and opt (the host's copy of the
+// device's optimizer state, whole or this rank's shard), if an update
+// changed them since the last copy.
+func (b *deviceBase) copyDown(opt optim.Optimizer) error {
+	if !b.stale {
+		return nil
+	}
+	if err := b.d.CopyToHost(); err != nil {
+		return fmt.Errorf("train: copying the model from the device: %w", err)
+	}
+	if err := b.d.OptimStateToHost(opt); err != nil {
+		return fmt.Errorf("train: copying the optimizer state from the device: %w", err)
+	}
+	b.stale = false
+	return nil
+}
+
+// copyUp copies the host model and opt up to the device (after a
+// resume).
+func (b *deviceBase) copyUp(opt optim.Optimizer) error {
+	if err := b.d.CopyFromHost(); err != nil {
+		return fmt.Errorf("train: copying the resumed model to the device: %w", err)
+	}
+	if err := b.d.OptimStateFromHost(opt); err != nil {
+		return fmt.Errorf("train: copying the resumed optimizer state to the device: %w", err)
+	}
+	b.stale = false
+	return nil
+}
+
 var (
 	_ train.Strategy       = (*deviceDDP)(nil)
 	_ train.UpdateClipper  = (*deviceDDP)(nil)
@@ -248,30 +310,10 @@ func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, 
 // stepOverlapped starts each bucket's all-reduce as soon as backward has
 // queued its gradients, and waits for them all after backward.
 func (s *deviceDDP) stepOverlapped(ctx context.Context, x []float32, y []int32) (float32, error) {
-	next := 0
-	s.works = s.works[:0]
-	start := func(from int) error {
-		for ; next < len(s.buckets) && s.buckets[next].lo >= from; next++ {
-			b := s.buckets[next]
-			w, err := s.c.AllReduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg)
-			if err != nil {
-				return fmt.Errorf("train: averaging gradient bucket %d on the device: %w", next, err)
-			}
-			s.works = append(s.works, w)
-		}
-		return nil
-	}
-	s.d.OnGradsReady = start
-	loss, err := s.d.ForwardBackward(x, y)
-	s.d.OnGradsReady = nil
-	if err == nil {
-		err = start(0) // every bucket is ready by now
-	}
-	for _, w := range s.works {
-		if werr := w.Wait(ctx); werr != nil && err == nil {
-			err = fmt.Errorf("train: averaging the gradients on the device: %w", werr)
-		}
-	}
+	loss, works, err := s.overlapped(ctx, x, y, s.buckets, s.works[:0], "averaging", func(b devBucket) (comm.Work, error) {
+		return s.c.AllReduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg)
+	})
+	s.works = works
 	return loss, err
 }
 
@@ -306,19 +348,7 @@ func (s *deviceDDP) SetLR(lr float64) {
 // toHost copies the device's parameters, batch-norm statistics and
 // optimizer state into the host model and opt, if an update changed them
 // since the last copy.
-func (s *deviceDDP) toHost() error {
-	if !s.stale {
-		return nil
-	}
-	if err := s.d.CopyToHost(); err != nil {
-		return fmt.Errorf("train: copying the model from the device: %w", err)
-	}
-	if err := s.d.OptimStateToHost(s.opt); err != nil {
-		return fmt.Errorf("train: copying the optimizer state from the device: %w", err)
-	}
-	s.stale = false
-	return nil
-}
+func (s *deviceDDP) toHost() error { return s.copyDown(s.opt) }
 
 // Eval evaluates the host model (the CPU path), copied from the device
 // (Run evaluates with EvalBatches instead).
@@ -371,14 +401,7 @@ func (s *deviceDDP) Load(_ context.Context, path string) (train.Position, error)
 	if err != nil {
 		return pos, err
 	}
-	if err := s.d.CopyFromHost(); err != nil {
-		return pos, fmt.Errorf("train: copying the resumed model to the device: %w", err)
-	}
-	if err := s.d.OptimStateFromHost(s.opt); err != nil {
-		return pos, fmt.Errorf("train: copying the resumed optimizer state to the device: %w", err)
-	}
-	s.stale = false
-	return pos, nil
+	return pos, s.copyUp(s.opt)
 }
 
 // Memory: the model state on the device (the host's copies aside).

@@ -217,30 +217,10 @@ func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32,
 // shard of the gradient buffer then holds the average, as after the
 // reduce-scatter.
 func (s *deviceZero) stepOverlapped(ctx context.Context, x []float32, y []int32) (float32, error) {
-	next := 0
-	s.works = s.works[:0]
-	start := func(from int) error {
-		for ; next < len(s.buckets) && s.buckets[next].lo >= from; next++ {
-			b := s.buckets[next]
-			w, err := s.c.Reduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg, b.lo/s.s)
-			if err != nil {
-				return fmt.Errorf("train: reducing gradient bucket %d on the device: %w", next, err)
-			}
-			s.works = append(s.works, w)
-		}
-		return nil
-	}
-	s.d.OnGradsReady = start
-	loss, err := s.d.ForwardBackward(x, y)
-	s.d.OnGradsReady = nil
-	if err == nil {
-		err = start(0) // every bucket is ready by now
-	}
-	for _, w := range s.works {
-		if werr := w.Wait(ctx); werr != nil && err == nil {
-			err = fmt.Errorf("train: reducing the gradients on the device: %w", werr)
-		}
-	}
+	loss, works, err := s.overlapped(ctx, x, y, s.buckets, s.works[:0], "reducing", func(b devBucket) (comm.Work, error) {
+		return s.c.Reduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg, b.lo/s.s)
+	})
+	s.works = works
 	return loss, err
 }
 
@@ -406,19 +386,7 @@ func (s *deviceZero) SetLR(lr float64) {
 // toHost copies the device's parameters, batch-norm statistics and shard
 // of the optimizer state into the host model and engine, if they changed
 // since the last copy.
-func (s *deviceZero) toHost() error {
-	if !s.stale {
-		return nil
-	}
-	if err := s.d.CopyToHost(); err != nil {
-		return fmt.Errorf("train: copying the model from the device: %w", err)
-	}
-	if err := s.d.OptimStateToHost(s.e.Optimizer()); err != nil {
-		return fmt.Errorf("train: copying the optimizer state from the device: %w", err)
-	}
-	s.stale = false
-	return nil
-}
+func (s *deviceZero) toHost() error { return s.copyDown(s.e.Optimizer()) }
 
 // ready gathers the parameters, gives every rank rank 0's batch-norm
 // statistics and copies the state down: before an evaluation on the
@@ -509,13 +477,10 @@ func (s *deviceZero) Load(_ context.Context, path string) (train.Position, error
 	if err := s.e.LoadOptimizerState(st, t); err != nil {
 		return pos, fmt.Errorf("%w: %w", train.ErrCheckpoint, err)
 	}
-	if err := s.d.CopyFromHost(); err != nil {
-		return pos, fmt.Errorf("train: copying the resumed model to the device: %w", err)
+	if err := s.copyUp(s.e.Optimizer()); err != nil {
+		return pos, err
 	}
-	if err := s.d.OptimStateFromHost(s.e.Optimizer()); err != nil {
-		return pos, fmt.Errorf("train: copying the resumed optimizer state to the device: %w", err)
-	}
-	s.stale, s.gathered = false, true
+	s.gathered = true
 	return pos, nil
 }
 
