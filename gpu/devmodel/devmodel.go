@@ -138,6 +138,44 @@ type Model struct {
 	spare               map[int][]uintptr // units' free blocks, by size
 }
 
+// open loads the kernels on d.dev and makes the model's stream, GEMM
+// handle and memory pool (Place, PlaceStage).
+func (d *Model) open() (err error) {
+	if d.k, err = kernels.Load(d.dev); err != nil {
+		return err
+	}
+	if d.s, err = cuda.NewStream(d.dev, false); err != nil {
+		return err
+	}
+	if d.h, err = gemm.New(d.dev, d.s, gemm.Config{Precision: d.cfg.Precision}); err != nil {
+		return err
+	}
+	d.pool = cuda.NewDevicePool(d.dev, math.MaxInt64)
+	return nil
+}
+
+// allocState allocates and zeroes the optimizer's state buffers of n
+// floats each: none for plain SGD, a momentum buffer for SGD with
+// momentum, Adam's two moments.
+func (d *Model) allocState(n int) (err error) {
+	states := 2
+	if d.opt.Name == "sgd" {
+		states = 0
+		if d.opt.Momentum != 0 {
+			states = 1
+		}
+	}
+	for i := 0; i < states; i++ {
+		if d.state[i], err = d.malloc(4 * n); err != nil {
+			return err
+		}
+		if err := cuda.Memset(d.dev, d.state[i], 0, 4*n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // bnDev is a batch-norm layer's running statistics on the device.
 type bnDev struct {
 	host      *nn.BNLayer
@@ -157,9 +195,6 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	}
 	if cfg.Batch < 1 {
 		return nil, fmt.Errorf("devmodel: %s: batch %d < 1", m.Name, cfg.Batch)
-	}
-	if _, err := optim.New(cfg.Optim, 0); err != nil {
-		return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
 	}
 	if err := deviceOptim(m.Name, cfg.Optim); err != nil {
 		return nil, err
@@ -185,16 +220,9 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 			d.Close()
 		}
 	}()
-	if d.k, err = kernels.Load(d.dev); err != nil {
+	if err := d.open(); err != nil {
 		return nil, err
 	}
-	if d.s, err = cuda.NewStream(d.dev, false); err != nil {
-		return nil, err
-	}
-	if d.h, err = gemm.New(d.dev, d.s, gemm.Config{Precision: cfg.Precision}); err != nil {
-		return nil, err
-	}
-	d.pool = cuda.NewDevicePool(d.dev, math.MaxInt64)
 	n := max(d.N, 1)
 	// the shard's buffers stand at their place in a flat buffer that is
 	// not there (d.Params + 4 Lo is the shard's first value)
@@ -216,23 +244,9 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 		d.Grads -= uintptr(4 * cfg.Shard.Lo)
 	}
 	d.paramBase, d.gradBase = d.Params, d.Grads
-	states := 0
-	switch d.opt.Name {
-	case "sgd":
-		if d.opt.Momentum != 0 {
-			states = 1
-		}
-	default:
-		states = 2
-	}
 	ns := max(cfg.Shard.Len(), 1)
-	for i := 0; i < states; i++ {
-		if d.state[i], err = d.malloc(4 * ns); err != nil {
-			return nil, err
-		}
-		if err := cuda.Memset(d.dev, d.state[i], 0, 4*ns); err != nil {
-			return nil, err
-		}
+	if err := d.allocState(ns); err != nil {
+		return nil, err
 	}
 	if cfg.ClipGrad > 0 || ns < n {
 		if d.clipWS, err = d.malloc(kernels.ClipWorkspace); err != nil {

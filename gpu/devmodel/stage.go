@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cuda"
-	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/kernels"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
@@ -137,9 +136,6 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 	if cfg.Batch < 1 {
 		return nil, fmt.Errorf("devmodel: %s: micro-batch %d < 1", m.Name, cfg.Batch)
 	}
-	if _, err := optim.New(cfg.Optim, 0); err != nil {
-		return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
-	}
 	if err := deviceOptim(m.Name, cfg.Optim); err != nil {
 		return nil, err
 	}
@@ -158,16 +154,9 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 			s.Close()
 		}
 	}()
-	if d.k, err = kernels.Load(d.dev); err != nil {
+	if err := d.open(); err != nil {
 		return nil, err
 	}
-	if d.s, err = cuda.NewStream(d.dev, false); err != nil {
-		return nil, err
-	}
-	if d.h, err = gemm.New(d.dev, d.s, gemm.Config{Precision: cfg.Precision}); err != nil {
-		return nil, err
-	}
-	d.pool = cuda.NewDevicePool(d.dev, math.MaxInt64)
 	n := max(s.N, 1)
 	if s.Params, err = d.malloc(4 * n); err != nil {
 		return nil, err
@@ -176,20 +165,8 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 		return nil, err
 	}
 	d.Params, d.Grads = s.Params-uintptr(4*s.Off), s.Grads-uintptr(4*s.Off)
-	states := 2
-	if d.opt.Name == "sgd" {
-		states = 0
-		if d.opt.Momentum != 0 {
-			states = 1
-		}
-	}
-	for i := 0; i < states; i++ {
-		if d.state[i], err = d.malloc(4 * n); err != nil {
-			return nil, err
-		}
-		if err := cuda.Memset(d.dev, d.state[i], 0, 4*n); err != nil {
-			return nil, err
-		}
+	if err := d.allocState(n); err != nil {
+		return nil, err
 	}
 	if s.ws, err = d.malloc(kernels.ClipWorkspace); err != nil {
 		return nil, err
