@@ -15,7 +15,7 @@ import (
 )
 
 // DDP on GPUs (-device cuda): each rank's model placed with
-// devmodel.Place on its GPU (rankDevice: the nccl Comm's, LOCAL_RANK),
+// devmodel.Place on its GPU (rankdev.Device: the nccl Comm's, LOCAL_RANK),
 // parameters, gradients and the optimizer's state in device memory; each
 // step uploads the rank's batch and runs forward and backward there,
 // averaging the gradients over the ranks in place (over NCCL on the
@@ -56,7 +56,7 @@ type deviceBase struct {
 	stale bool // the host model (and optimizer) are behind the device
 }
 
-// place puts s.Model on this rank's GPU (rankDevice) for devmodel's
+// place puts s.Model on this rank's GPU (rankdev.Device) for devmodel's
 // configuration dcfg (its Device is set here). Every rank starts from
 // rank 0's parameters: the caller broadcasts them on the host first.
 func (b *deviceBase) place(s train.Setup, first int, dcfg devmodel.Config) error {

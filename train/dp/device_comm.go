@@ -6,9 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/gpu/cuda"
-	"github.com/gdist/gdist/launch"
+	"github.com/gdist/gdist/train/internal/rankdev"
 )
 
 // devComm runs a device strategy's collectives on float32 buffers in its
@@ -27,36 +26,6 @@ type devComm struct {
 	host   []float32 // staging for a host backend, grown on demand
 }
 
-// rankDevice is the GPU a device strategy's rank trains on and whether c
-// takes its buffers: the nccl Comm's own GPU (its LOCAL_RANK, modulo the
-// GPUs with GDIST_NCCL_SHARE_GPU=1: see comm/nccl); with a host backend
-// GPU first + the rank's local rank (its LOCAL_RANK; its rank with
-// -backend inproc, whose ranks are goroutines of one process), modulo
-// the GPUs the process sees, so ranks share GPUs where there are fewer.
-func rankDevice(c comm.Comm, first int) (dev int, direct bool) {
-	for x := c; x != nil; {
-		if d, ok := x.(interface {
-			Device() int
-			DeviceCapable() bool
-		}); ok && d.DeviceCapable() && d.Device() >= 0 {
-			return d.Device(), true
-		}
-		u, ok := x.(interface{ Unwrap() comm.Comm })
-		if !ok {
-			break
-		}
-		x = u.Unwrap()
-	}
-	local := c.Rank()
-	if launch.UnderLauncher() {
-		if env, err := rendezvous.FromEnv(); err == nil {
-			local = env.LocalRank
-		}
-	}
-	n := max(cuda.DeviceCount(), 1)
-	return (first + local) % n, false
-}
-
 // checkNCCLDevice refuses -device cuda:N (N > 0) with -backend nccl,
 // which puts each rank on the GPU of its LOCAL_RANK, not on GPU N: the
 // way to choose the GPUs there is CUDA_VISIBLE_DEVICES.
@@ -68,7 +37,7 @@ func checkNCCLDevice(device string, first int, backend string) error {
 }
 
 func newDevComm(c comm.Comm, first int) *devComm {
-	dev, direct := rankDevice(c, first)
+	dev, direct := rankdev.Device(c, first)
 	return &devComm{c: c, dev: dev, direct: direct}
 }
 

@@ -7,11 +7,9 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/devmodel"
-	"github.com/gdist/gdist/launch"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/pipeline"
 )
@@ -68,35 +66,6 @@ type devicePipe struct {
 	owned                      []uintptr
 	fixed                      int64 // bytes of owned
 	stats                      pipeline.Stats
-}
-
-// deviceFor is the GPU of this rank, as train/dp's device strategies
-// choose it: the one its NCCL Comm is on, if c is one (or wraps one);
-// else GPU first + the rank's local rank (LOCAL_RANK; its rank with
-// -backend inproc, whose ranks are goroutines of one process), modulo
-// the GPUs the process sees: one GPU per stage rank where there are
-// enough, ranks sharing GPUs where not (as on the fake's one).
-func deviceFor(c comm.Comm, first int) int {
-	for x := c; x != nil; {
-		if d, ok := x.(interface {
-			Device() int
-			DeviceCapable() bool
-		}); ok && d.DeviceCapable() && d.Device() >= 0 {
-			return d.Device()
-		}
-		u, ok := x.(interface{ Unwrap() comm.Comm })
-		if !ok {
-			break
-		}
-		x = u.Unwrap()
-	}
-	local := c.Rank()
-	if launch.UnderLauncher() {
-		if env, err := rendezvous.FromEnv(); err == nil {
-			local = env.LocalRank
-		}
-	}
-	return (first + local) % max(cuda.DeviceCount(), 1)
 }
 
 // newDevicePipe places stage pc.Rank() of m (layers [bounds[s],

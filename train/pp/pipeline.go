@@ -16,6 +16,7 @@ import (
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/internal/rankdev"
 )
 
 // Pipeline parallelism (package pipeline), combinable with data
@@ -169,7 +170,7 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 		// stage them through host memory.
 		pc, dp = deviceComm(pc), deviceComm(dp) // fail closes these
 		ps.pc, ps.dp = pc, dp
-		dev := deviceFor(c, n)
+		dev, _ := rankdev.Device(c, n)
 		ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig(), Precision: gemm.Precision(cfg.Precision)})
 		if err != nil {
 			err = fmt.Errorf("train: -device %s: %w", cfg.Device, err)
