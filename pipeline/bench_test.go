@@ -70,3 +70,11 @@ func Example_ops() {
 	// 1 [F0 F1 B0 F2 B1 F3 B2 F4 B3 B4] 2
 	// 2 [F0 F1 F2 F3 F4] 1
 }
+
+// ExampleSplitBatch splits a batch of 10 samples into 4 micro-batches.
+func ExampleSplitBatch() {
+	sizes, starts := pipeline.SplitBatch(10, 4)
+	fmt.Println(sizes, starts)
+	// Output:
+	// [3 3 2 2] [0 3 6 8]
+}

@@ -164,15 +164,8 @@ func newPipeline(ctx context.Context, c comm.Comm, m model, cfg Config, batch in
 			return nil, fmt.Errorf("pipeline: stage %d: connecting to its neighbours: %w", p.stage, err)
 		}
 	}
-	start := 0
-	for i := 0; i < micro; i++ {
-		sz := batch / micro
-		if i < batch%micro {
-			sz++
-		}
-		p.sizes = append(p.sizes, sz)
-		p.starts = append(p.starts, start)
-		start += sz
+	p.sizes, p.starts = SplitBatch(batch, micro)
+	for _, sz := range p.sizes {
 		if p.graphs[sz] == nil {
 			g, err := m.newStage(p.from, p.to, sz, p.stage == k-1)
 			if err != nil {

@@ -98,3 +98,21 @@ func MaxHeld(ops []Op, last bool) int {
 	}
 	return peak
 }
+
+// SplitBatch splits a batch of batch samples into micro micro-batches as
+// every pipeline does (the CPU's and train/pp's on the device alike): the
+// first batch%micro of them one sample larger. sizes[i] is micro-batch
+// i's sample count, starts[i] its first sample in the batch.
+func SplitBatch(batch, micro int) (sizes, starts []int) {
+	start := 0
+	for i := 0; i < micro; i++ {
+		sz := batch / micro
+		if i < batch%micro {
+			sz++
+		}
+		sizes = append(sizes, sz)
+		starts = append(starts, start)
+		start += sz
+	}
+	return sizes, starts
+}
