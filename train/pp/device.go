@@ -83,16 +83,7 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 	if p.ops, err = pipeline.Ops(schedule, k, s, micro); err != nil {
 		return nil, err
 	}
-	start := 0
-	for i := 0; i < micro; i++ {
-		sz := batch / micro
-		if i < batch%micro {
-			sz++
-		}
-		p.sizes = append(p.sizes, sz)
-		p.starts = append(p.starts, start)
-		start += sz
-	}
+	p.sizes, p.starts = pipeline.SplitBatch(batch, micro)
 	cfg.Device, cfg.Batch = dev, p.sizes[0]
 	if p.st, err = devmodel.PlaceStage(m, bounds[s], bounds[s+1], cfg); err != nil {
 		return nil, err
@@ -117,28 +108,30 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 			return nil, err
 		}
 	}
+	// pair allocates an activation's buffer and its gradient's, of floats
+	// each, and appends them to act and grad.
+	pair := func(floats int, act, grad *[]uintptr) error {
+		f, err := alloc(floats)
+		if err != nil {
+			return err
+		}
+		g, err := alloc(floats)
+		if err != nil {
+			return err
+		}
+		*act, *grad = append(*act, f), append(*grad, g)
+		return nil
+	}
 	for _, b := range p.sizes {
 		if s > 0 {
-			f, err := alloc(p.st.InSize(b))
-			if err != nil {
+			if err := pair(p.st.InSize(b), &p.recvF, &p.sendB); err != nil {
 				return nil, err
 			}
-			g, err := alloc(p.st.InSize(b))
-			if err != nil {
-				return nil, err
-			}
-			p.recvF, p.sendB = append(p.recvF, f), append(p.sendB, g)
 		}
 		if s < k-1 {
-			f, err := alloc(p.st.OutSize(b))
-			if err != nil {
+			if err := pair(p.st.OutSize(b), &p.sendF, &p.recvB); err != nil {
 				return nil, err
 			}
-			g, err := alloc(p.st.OutSize(b))
-			if err != nil {
-				return nil, err
-			}
-			p.sendF, p.recvB = append(p.sendF, f), append(p.recvB, g)
 		}
 	}
 	return p, nil
