@@ -352,11 +352,8 @@ func (d *Model) Unshard(fill func(full uintptr) error) error {
 		return nil
 	}
 	sh := d.cfg.Shard
-	host := make([]float32, sh.Len())
-	if err := d.s.Synchronize(); err != nil {
-		return err
-	}
-	if err := cuda.CopyDtoH(d.dev, bytesOf(host), d.ParamShard()); err != nil {
+	host, err := d.paramShardToHost()
+	if err != nil {
 		return err
 	}
 	d.free(d.ParamShard(), 4*max(sh.Len(), 1))
@@ -376,6 +373,19 @@ func (d *Model) Unshard(fill func(full uintptr) error) error {
 	return nil
 }
 
+// paramShardToHost copies this rank's shard of the parameters down, once
+// the model's queued work is done (Unshard, Reshard).
+func (d *Model) paramShardToHost() ([]float32, error) {
+	host := make([]float32, d.cfg.Shard.Len())
+	if err := d.s.Synchronize(); err != nil {
+		return nil, err
+	}
+	if err := cuda.CopyDtoH(d.dev, bytesOf(host), d.ParamShard()); err != nil {
+		return nil, err
+	}
+	return host, nil
+}
+
 // Reshard keeps this rank's shard of the parameters Unshard gathered and
 // frees the whole buffer (the shard through host memory again).
 func (d *Model) Reshard() error {
@@ -383,11 +393,8 @@ func (d *Model) Reshard() error {
 		return nil
 	}
 	sh := d.cfg.Shard
-	host := make([]float32, sh.Len())
-	if err := d.s.Synchronize(); err != nil {
-		return err
-	}
-	if err := cuda.CopyDtoH(d.dev, bytesOf(host), d.ParamShard()); err != nil {
+	host, err := d.paramShardToHost()
+	if err != nil {
 		return err
 	}
 	d.free(d.full, 4*max(d.N, 1))
