@@ -169,7 +169,8 @@ func TestStagedAllReduce(t *testing.T) {
 
 // TestStagedPeerLost: a peer that dies or closes between staged
 // all-reduces (its staging set up, this rank waiting for it to be ready)
-// fails this rank's op with an error naming it, within a few heartbeats.
+// fails this rank's op with an error naming it, within a few heartbeats
+// (bounds generous for a busy machine), and Close then does not wait for it.
 func TestStagedPeerLost(t *testing.T) {
 	for _, how := range []string{"crash", "close"} {
 		t.Run(how, func(t *testing.T) {
@@ -199,8 +200,8 @@ func TestStagedPeerLost(t *testing.T) {
 			}()
 			start := time.Now()
 			err := comm.Run(ctx)(cs[0].AllReduce(ctx, comm.FromSlice(bufs[0]), comm.Sum))
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("took %v to fail", d)
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("took %v to fail (peer timeout 300ms)", d)
 			}
 			want := comm.ErrPeerLost
 			if how == "close" {
@@ -214,8 +215,8 @@ func TestStagedPeerLost(t *testing.T) {
 			// Closing after the failure does not wait for the lost peer.
 			start = time.Now()
 			cs[0].Close()
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("Close took %v after a failed staged op", d)
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Close took %v after a failed staged op: it waited for the lost peer", d)
 			}
 		})
 	}
