@@ -56,13 +56,6 @@ func TestPlainDTypes(t *testing.T) {
 						ps := plaintest.Params(dt, seed+10*r) // DDP broadcasts rank 0's
 						got[r] = ps
 						solver := rmsprop()
-						batch := func(m *plaintest.Graph, step int) error {
-							x, y := plaintest.Batch(dt, step*2*b+r*b, b)
-							if err := plaintest.Load(m.X, x); err != nil {
-								return err
-							}
-							return plaintest.Load(m.Y, y)
-						}
 						if route == "wrap" {
 							var m *plaintest.Graph
 							if err := flat.Build(func() (err error) {
@@ -81,62 +74,19 @@ func TestPlainDTypes(t *testing.T) {
 							if backend == "shm" && !d.SharedGrads() {
 								return fmt.Errorf("the gradients are not in shared memory: %v", d.SharedGradsErr())
 							}
-							vm := G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
-							defer vm.Close()
-							for step := 0; step < steps; step++ {
-								if err := batch(m, step); err != nil {
-									return err
-								}
-								if err := d.Backward(ctx, vm.RunAll); err != nil {
-									return err
-								}
-								vm.Reset()
-								if err := solver.Step(G.NodesToValueGrads(m.Nodes)); err != nil {
-									return err
-								}
-							}
-							return nil
+							return plaintest.TrainTape(ctx, d, m, dt, steps, r, 2, b, func() error {
+								return solver.Step(G.NodesToValueGrads(m.Nodes))
+							})
 						}
 						d, err := ddp.WrapValues(ctx, c, plaintest.Values(ps), ddp.Options{})
 						if err != nil {
 							return err
 						}
-						for step := 0; step < steps; step++ {
-							var m *plaintest.Graph
-							// Odd steps run a tape machine (gorgonia.Grad, dual
-							// values), even ones a LispMachine: AddGrads takes both.
-							tape := step%2 == 1
-							if err := flat.Build(func() (err error) {
-								if m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil); err != nil || !tape {
-									return err
-								}
-								_, err = G.Grad(m.Loss, m.Nodes...)
-								return err
-							}); err != nil {
-								return err
-							}
-							if err := batch(m, step); err != nil {
-								return err
-							}
-							var vm G.VM = G.NewLispMachine(m.G)
-							if tape {
-								vm = G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
-							}
-							err := d.Backward(ctx, func() error {
-								if err := vm.RunAll(); err != nil {
-									return err
-								}
-								return d.AddGrads(m.Nodes)
-							})
-							vm.Close()
-							if err != nil {
-								return err
-							}
-							if err := solver.Step(d.ValueGrads()); err != nil {
-								return err
-							}
-						}
-						return nil
+						// Odd steps run a tape machine (gorgonia.Grad, dual
+						// values), even ones a LispMachine: AddGrads takes both.
+						return plaintest.TrainValues(ctx, d, ps, dt, 0, steps, r, 2, b, true, func() error {
+							return solver.Step(d.ValueGrads())
+						})
 					})
 					if err != nil {
 						t.Fatal(err)

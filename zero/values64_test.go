@@ -8,7 +8,6 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
-	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/internal/plaintest"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/zero"
@@ -19,34 +18,7 @@ import (
 // stepsOn trains steps [from, to) of a graph-per-step model wrapped with
 // WrapValues, at global batch gb split over the ranks of e.
 func stepsOn(ctx context.Context, e *zero.Engine, c comm.Comm, ps []*tensor.Dense, gb, from, to int) error {
-	b := gb / c.Size()
-	for step := from; step < to; step++ {
-		var m *plaintest.Graph
-		if err := flat.Build(func() (err error) {
-			m, err = plaintest.Build(tensor.Float64, ps, b, plaintest.Depth(step), nil)
-			return err
-		}); err != nil {
-			return err
-		}
-		x, y := plaintest.Batch(tensor.Float64, step*gb+c.Rank()*b, b)
-		G.Let(m.X, x)
-		G.Let(m.Y, y)
-		vm := G.NewLispMachine(m.G)
-		err := e.Backward(ctx, func() error {
-			if err := vm.RunAll(); err != nil {
-				return err
-			}
-			return e.AddGrads(m.Nodes)
-		})
-		vm.Close()
-		if err != nil {
-			return err
-		}
-		if err := e.Step(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+	return plaintest.TrainValues(ctx, e, ps, tensor.Float64, from, to, c.Rank(), c.Size(), gb/c.Size(), false, func() error { return e.Step(ctx) })
 }
 
 // TestFloat64Checkpoint: float64 learnables under ZeRO-2 on 2 ranks save

@@ -54,13 +54,6 @@ func TestPlainDTypes(t *testing.T) {
 							r := c.Rank()
 							ps := plaintest.Params(dt, seed+10*r) // the engine broadcasts rank 0's
 							got[r] = ps
-							batch := func(m *plaintest.Graph, step int) error {
-								x, y := plaintest.Batch(dt, step*2*b+r*b, b)
-								if err := plaintest.Load(m.X, x); err != nil {
-									return err
-								}
-								return plaintest.Load(m.Y, y)
-							}
 							if route == "wrap" {
 								var m *plaintest.Graph
 								if err := flat.Build(func() (err error) {
@@ -80,54 +73,14 @@ func TestPlainDTypes(t *testing.T) {
 									return fmt.Errorf("the buffers are not in shared memory: %v", e.SharedBuffersErr())
 								}
 								defer e.Close()
-								vm := G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
-								defer vm.Close()
-								for step := 0; step < steps; step++ {
-									if err := batch(m, step); err != nil {
-										return err
-									}
-									if err := e.Backward(ctx, vm.RunAll); err != nil {
-										return err
-									}
-									vm.Reset()
-									if err := e.Step(ctx); err != nil {
-										return err
-									}
-								}
-								return nil
+								return plaintest.TrainTape(ctx, e, m, dt, steps, r, 2, b, func() error { return e.Step(ctx) })
 							}
 							e, err := zero.WrapValues(ctx, c, plaintest.Values(ps), opts)
 							if err != nil {
 								return err
 							}
 							defer e.Close()
-							for step := 0; step < steps; step++ {
-								var m *plaintest.Graph
-								if err := flat.Build(func() (err error) {
-									m, err = plaintest.Build(dt, ps, b, plaintest.Depth(step), nil)
-									return err
-								}); err != nil {
-									return err
-								}
-								if err := batch(m, step); err != nil {
-									return err
-								}
-								vm := G.NewLispMachine(m.G)
-								err := e.Backward(ctx, func() error {
-									if err := vm.RunAll(); err != nil {
-										return err
-									}
-									return e.AddGrads(m.Nodes)
-								})
-								vm.Close()
-								if err != nil {
-									return err
-								}
-								if err := e.Step(ctx); err != nil {
-									return err
-								}
-							}
-							return nil
+							return plaintest.TrainValues(ctx, e, ps, dt, 0, steps, r, 2, b, false, func() error { return e.Step(ctx) })
 						})
 						if err != nil {
 							t.Fatal(err)
