@@ -9,7 +9,6 @@ import (
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/models"
-	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 )
 
@@ -20,16 +19,7 @@ import (
 // blocks (every layer type of the zoo), on the second step (gradients
 // accumulate onto the first's, as micro-batches do).
 func TestGradsReady(t *testing.T) {
-	shape := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
-	for _, c := range []struct {
-		name  string
-		model func() (*nn.Model, error)
-		batch func(i int) ([]float32, []int32)
-	}{
-		{"mlp", func() (*nn.Model, error) { return models.New("mlp", 1) }, func(i int) ([]float32, []int32) { return devtest.Images(i, 8, 784) }},
-		{"cnn-bn", func() (*nn.Model, error) { return models.New("cnn-bn", 1) }, func(i int) ([]float32, []int32) { return devtest.Images(i, 4, 784) }},
-		{"gpt", func() (*nn.Model, error) { return models.NewGPT(shape.Name(), shape, 3) }, func(i int) ([]float32, []int32) { return text(i, 2, 8) }},
-	} {
+	for _, c := range everyLayer() {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := c.model()
 			if err != nil {

@@ -8,7 +8,6 @@ import (
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/models"
-	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 )
 
@@ -21,16 +20,7 @@ import (
 // zoo, the fused embeddings too), 3 steps of Adam. ReduceGrads sees the
 // units in backward's order, covering [0, N) edge to edge.
 func TestShardedUnitsMatchWhole(t *testing.T) {
-	shape := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
-	for _, c := range []struct {
-		name  string
-		model func() (*nn.Model, error)
-		batch func(i int) ([]float32, []int32)
-	}{
-		{"mlp", func() (*nn.Model, error) { return models.New("mlp", 1) }, func(i int) ([]float32, []int32) { return devtest.Images(i, 8, 784) }},
-		{"cnn-bn", func() (*nn.Model, error) { return models.New("cnn-bn", 1) }, func(i int) ([]float32, []int32) { return devtest.Images(i, 4, 784) }},
-		{"gpt", func() (*nn.Model, error) { return models.NewGPT(shape.Name(), shape, 3) }, func(i int) ([]float32, []int32) { return text(i, 2, 8) }},
-	} {
+	for _, c := range everyLayer() {
 		for _, params := range []bool{false, true} {
 			name := c.name + "/grads"
 			if params {
