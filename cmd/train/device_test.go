@@ -283,12 +283,9 @@ func zeroResumeAcross(t *testing.T, strategy string) {
 	}
 }
 
-// TestDeviceGPT: a tiny gpt (one block, every layer type of the zoo's gpt)
-// trained by `train -device cuda` on a text file with gpt's defaults
-// (AdamW, a cosine schedule with warm-up, clipping) ends where -device cpu
-// ends, within deviceTol, with one rank and with two (nccl, each at half
-// the batch).
-func TestDeviceGPT(t *testing.T) {
+// codeText writes a text file of about 3 KB of code-like lines (for the
+// gpt models) in a temporary directory and returns its path.
+func codeText(t *testing.T) string {
 	text := filepath.Join(t.TempDir(), "text.txt")
 	var b strings.Builder
 	for i := 0; b.Len() < 3000; i++ {
@@ -298,6 +295,16 @@ func TestDeviceGPT(t *testing.T) {
 	if err := os.WriteFile(text, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return text
+}
+
+// TestDeviceGPT: a tiny gpt (one block, every layer type of the zoo's gpt)
+// trained by `train -device cuda` on a text file with gpt's defaults
+// (AdamW, a cosine schedule with warm-up, clipping) ends where -device cpu
+// ends, within deviceTol, with one rank and with two (nccl, each at half
+// the batch).
+func TestDeviceGPT(t *testing.T) {
+	text := codeText(t)
 	common := []string{"-model", "gpt-L1-D32-H2-T16", "-data", text, "-steps", "8", "-warmup", "2", "-eval-every", "0",
 		"-eval-batch", "64", "-seed", "2", "-json", "-progress=false"}
 	cpu := trainEnv(t, nil, append([]string{"-device", "cpu", "-nproc", "1", "-batch", "8"}, common...)...)
@@ -366,15 +373,7 @@ func TestDeviceOverlap(t *testing.T) {
 // batch, so that its activations do not set the peak) gathers zero3's
 // parameters whole.
 func TestDeviceZeroMemory(t *testing.T) {
-	text := filepath.Join(t.TempDir(), "text.txt")
-	var b strings.Builder
-	for i := 0; b.Len() < 3000; i++ {
-		b.WriteString("func add(a, b int) int { return a + b } // the sum\n")
-		b.WriteString(strings.Repeat("x", i%7) + " = add(" + strings.Repeat("1", i%5+1) + ", 2)\n")
-	}
-	if err := os.WriteFile(text, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	text := codeText(t)
 	for _, model := range [][]string{
 		{"-model", "gpt-L4-D32-H2-T16", "-data", text, "-steps", "4", "-warmup", "1", "-eval-every", "0"},
 		{"-model", "mlp-deep", "-data", "synthetic", "-limit", "32", "-epochs", "1", "-optimizer", "adam"},
