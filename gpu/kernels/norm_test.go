@@ -208,17 +208,9 @@ func TestGELU(t *testing.T) {
 		special := []float32{0, float32(math.Copysign(0, -1)), -30, 30, -9.5, 9.5, float32(math.Inf(1)), float32(math.Inf(-1)), -0.75, 1e-30, -5.5, 7}
 		copy(x, special)
 		dy := devtest.Vals(111, n, 1)
-		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
-		y, dx := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4)
-		if err := k.GELU(s, y, dX, n); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.GELUBackward(s, dx, dDY, dX, n); err != nil {
-			t.Fatal(err)
-		}
-		cpu := newCPULayer(t, nn.GELU{}, []int{n}, 1)
-		wy, wdx := cpu.forward(t, x), cpu.backward(t, x, dy)
-		gy, gdx := devtest.Floats(t, dev, y, n), devtest.Floats(t, dev, dx, n)
+		gy, gdx, wy, wdx := activation(t, dev, nn.GELU{}, x, dy,
+			func(y, x uintptr) error { return k.GELU(s, y, x, n) },
+			func(dx, dy, x, _ uintptr) error { return k.GELUBackward(s, dx, dy, x, n) })
 		body := n &^ 7
 		same(t, fmt.Sprintf("n %d: y", n), gy[:body], wy[:body])
 		same(t, fmt.Sprintf("n %d: dx", n), gdx[:body], wdx[:body])

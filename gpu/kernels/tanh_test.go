@@ -10,6 +10,26 @@ import (
 	"github.com/gdist/gdist/nn"
 )
 
+// activation runs an element-wise activation on the device, forward
+// (fwd: y from x) and backward (bwd: dx from dy and x or y), on x and dy
+// (one sample of len(x) values), and nn's layer l on the CPU: the
+// device's y and dx, then nn's.
+func activation(t *testing.T, dev int, l nn.Layer, x, dy []float32, fwd func(y, x uintptr) error, bwd func(dx, dy, x, y uintptr) error) (gy, gdx, wy, wdx []float32) {
+	t.Helper()
+	n := len(x)
+	dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
+	y, dx := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4)
+	if err := fwd(y, dX); err != nil {
+		t.Fatal(err)
+	}
+	if err := bwd(dx, dDY, dX, y); err != nil {
+		t.Fatal(err)
+	}
+	cpu := newCPULayer(t, l, []int{n}, 1)
+	wy, wdx = cpu.forward(t, x), cpu.backward(t, x, dy)
+	return devtest.Floats(t, dev, y, n), devtest.Floats(t, dev, dx, n), wy, wdx
+}
+
 // Tanh within TanhTol of nn's (relative to max(|y|, 2^-60)) and of the
 // float64 tanh; its backward bit for bit (1 - y y) dy from the device's
 // y (gorgonia's operations), and within TanhTol of nn's dx (|dy| times
@@ -21,17 +41,9 @@ func TestTanh(t *testing.T) {
 		x := devtest.Vals(120, n, 4)
 		copy(x, []float32{0, float32(math.Copysign(0, -1)), -30, 30, -9.5, 9.5, float32(math.Inf(1)), float32(math.Inf(-1)), -0.75, 1e-30, 0.6, -0.65, 45})
 		dy := devtest.Vals(121, n, 1)
-		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
-		y, dx := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4)
-		if err := k.Tanh(s, y, dX, n); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.TanhBackward(s, dx, dDY, y, n); err != nil {
-			t.Fatal(err)
-		}
-		cpu := newCPULayer(t, nn.Tanh{}, []int{n}, 1)
-		wy, wdx := cpu.forward(t, x), cpu.backward(t, x, dy)
-		gy, gdx := devtest.Floats(t, dev, y, n), devtest.Floats(t, dev, dx, n)
+		gy, gdx, wy, wdx := activation(t, dev, nn.Tanh{}, x, dy,
+			func(y, x uintptr) error { return k.Tanh(s, y, x, n) },
+			func(dx, dy, _, y uintptr) error { return k.TanhBackward(s, dx, dy, y, n) })
 		worst := 0.0
 		for i := range x {
 			tol := kernels.TanhTol * math.Max(math.Abs(float64(wy[i])), 0x1p-60)
