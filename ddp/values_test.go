@@ -11,7 +11,6 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	"github.com/gdist/gdist/ddp"
-	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/internal/plaintest"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -57,14 +56,8 @@ func TestPlainDTypes(t *testing.T) {
 						got[r] = ps
 						solver := rmsprop()
 						if route == "wrap" {
-							var m *plaintest.Graph
-							if err := flat.Build(func() (err error) {
-								if m, err = plaintest.Build(dt, ps, b, 2, ddp.Tap); err != nil {
-									return err
-								}
-								_, err = G.Grad(m.Loss, m.Nodes...)
-								return err
-							}); err != nil {
+							m, err := plaintest.BuildGrad(dt, ps, b, 2, ddp.Tap)
+							if err != nil {
 								return err
 							}
 							d, err := ddp.Wrap(ctx, c, m.Nodes, ddp.Options{})
@@ -91,15 +84,8 @@ func TestPlainDTypes(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					tol := 1e-5
-					if dt == tensor.Float64 {
-						tol = 1e-12
-					}
-					if err := plaintest.Compare(got[0], want, tol); err != nil {
-						t.Fatalf("2 ranks x %d against 1 x %d: %v", b, 2*b, err)
-					}
-					if err := plaintest.Compare(got[1], got[0], 0); err != nil {
-						t.Fatalf("rank 1 against rank 0: %v", err)
+					if err := plaintest.CheckRanks(got, want, dt, b); err != nil {
+						t.Fatal(err)
 					}
 				})
 			}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
-	"github.com/gdist/gdist/flat"
 	"github.com/gdist/gdist/internal/plaintest"
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/zero"
@@ -55,14 +54,8 @@ func TestPlainDTypes(t *testing.T) {
 							ps := plaintest.Params(dt, seed+10*r) // the engine broadcasts rank 0's
 							got[r] = ps
 							if route == "wrap" {
-								var m *plaintest.Graph
-								if err := flat.Build(func() (err error) {
-									if m, err = plaintest.Build(dt, ps, b, 2, zero.Tap); err != nil {
-										return err
-									}
-									_, err = G.Grad(m.Loss, m.Nodes...)
-									return err
-								}); err != nil {
+								m, err := plaintest.BuildGrad(dt, ps, b, 2, zero.Tap)
+								if err != nil {
 									return err
 								}
 								e, err := zero.Wrap(ctx, c, m.Nodes, opts)
@@ -85,15 +78,8 @@ func TestPlainDTypes(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						tol := 1e-5
-						if dt == tensor.Float64 {
-							tol = 1e-12
-						}
-						if err := plaintest.Compare(got[0], want, tol); err != nil {
-							t.Fatalf("2 ranks x %d against 1 x %d: %v", b, 2*b, err)
-						}
-						if err := plaintest.Compare(got[1], got[0], 0); err != nil {
-							t.Fatalf("rank 1 against rank 0: %v", err)
+						if err := plaintest.CheckRanks(got, want, dt, b); err != nil {
+							t.Fatal(err)
 						}
 					})
 				}

@@ -2,6 +2,7 @@ package plaintest
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gdist/gdist/flat"
 	G "gorgonia.org/gorgonia"
@@ -61,14 +62,17 @@ func TrainTape(ctx context.Context, b Backwarder, m *Graph, dt tensor.Dtype, ste
 func TrainValues(ctx context.Context, a GradAdder, ps []*tensor.Dense, dt tensor.Dtype, from, to, rank, ranks, n int, tapeOdd bool, update func() error) error {
 	for step := from; step < to; step++ {
 		var m *Graph
+		var err error
 		tape := tapeOdd && step%2 == 1
-		if err := flat.Build(func() (err error) {
-			if m, err = Build(dt, ps, n, Depth(step), nil); err != nil || !tape {
+		if tape {
+			m, err = BuildGrad(dt, ps, n, Depth(step), nil)
+		} else {
+			err = flat.Build(func() (err error) {
+				m, err = Build(dt, ps, n, Depth(step), nil)
 				return err
-			}
-			_, err = G.Grad(m.Loss, m.Nodes...)
-			return err
-		}); err != nil {
+			})
+		}
+		if err != nil {
 			return err
 		}
 		if err := LoadBatch(m, dt, step, rank, ranks, n); err != nil {
@@ -78,7 +82,7 @@ func TrainValues(ctx context.Context, a GradAdder, ps []*tensor.Dense, dt tensor
 		if tape {
 			vm = G.NewTapeMachine(m.G, G.BindDualValues(m.Nodes...))
 		}
-		err := a.Backward(ctx, func() error {
+		err = a.Backward(ctx, func() error {
 			if err := vm.RunAll(); err != nil {
 				return err
 			}
@@ -91,6 +95,38 @@ func TrainValues(ctx context.Context, a GradAdder, ps []*tensor.Dense, dt tensor
 		if err := update(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// BuildGrad builds the graph of ps for n samples at depth with tap
+// (flat.Build: graph construction is serialized) and its gradients
+// (G.Grad), for a tape machine.
+func BuildGrad(dt tensor.Dtype, ps []*tensor.Dense, n, depth int, tap func(*G.Node) (*G.Node, error)) (*Graph, error) {
+	var m *Graph
+	err := flat.Build(func() (err error) {
+		if m, err = Build(dt, ps, n, depth, tap); err != nil {
+			return err
+		}
+		_, err = G.Grad(m.Loss, m.Nodes...)
+		return err
+	})
+	return m, err
+}
+
+// CheckRanks compares two ranks' trained parameters, at n samples each,
+// with want, one process's at 2n: rank 0's within 1e-5 in float32, 1e-12
+// in float64; rank 1's bit for bit rank 0's.
+func CheckRanks(got [][]*tensor.Dense, want []*tensor.Dense, dt tensor.Dtype, n int) error {
+	tol := 1e-5
+	if dt == tensor.Float64 {
+		tol = 1e-12
+	}
+	if err := Compare(got[0], want, tol); err != nil {
+		return fmt.Errorf("2 ranks x %d against 1 x %d: %w", n, 2*n, err)
+	}
+	if err := Compare(got[1], got[0], 0); err != nil {
+		return fmt.Errorf("rank 1 against rank 0: %w", err)
 	}
 	return nil
 }
