@@ -1,7 +1,6 @@
 package devmodel_test
 
 import (
-	"context"
 	"math"
 	"os"
 	"strings"
@@ -64,28 +63,12 @@ func follow(t *testing.T, cpu, gpu *nn.Model, cfg devmodel.Config, steps int, ba
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	g, err := cpu.NewGraph(cfg.Batch, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	opt, err := optim.New(cfg.Optim, cpu.NumParams())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCPUTrainer(t, cpu, cfg.Batch, cfg.Optim, cfg.ClipGrad)
 	var losses []float32
 	var peak int64
 	for i := 0; i < steps; i++ {
 		x, y := batch(i)
-		want, err := g.Step(context.Background(), x, y)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.ClipGrad > 0 {
-			devtest.ClipGrads(cpu.Flat.Grad, cfg.ClipGrad)
-		}
-		opt.Step(cpu.Flat.Value, cpu.Flat.Grad)
-		cpu.ZeroGrad()
+		want := c.step(t, x, y)
 		got, err := d.Step(x, y)
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package devmodel_test
 
 import (
-	"context"
 	"math"
 	"strings"
 	"testing"
@@ -123,22 +122,12 @@ func TestPrecisionFollowsCPU(t *testing.T) {
 				if p := d.Products(); !strings.Contains(p, string(c.prec)) {
 					t.Errorf("products %q do not say %s", p, c.prec)
 				}
-				g, err := cpu.NewGraph(m.batch, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer g.Close()
-				opt, err := optim.New(cfg.Optim, cpu.NumParams())
-				if err != nil {
-					t.Fatal(err)
-				}
+				ref := newCPUTrainer(t, cpu, m.batch, cfg.Optim, 0)
 				grads := make([]float32, d.N)
 				var want, got float32
 				for i := 0; i < m.steps; i++ {
 					x, y := m.data(i)
-					if want, err = g.Step(context.Background(), x, y); err != nil {
-						t.Fatal(err)
-					}
+					want = ref.backward(t, x, y)
 					if got, err = d.ForwardBackward(x, y); err != nil {
 						t.Fatal(err)
 					}
@@ -172,8 +161,7 @@ func TestPrecisionFollowsCPU(t *testing.T) {
 							t.Errorf("first loss %v, CPU %v", got, want)
 						}
 					}
-					opt.Step(cpu.Flat.Value, cpu.Flat.Grad)
-					cpu.ZeroGrad()
+					ref.update()
 					if err := d.Update(); err != nil {
 						t.Fatal(err)
 					}

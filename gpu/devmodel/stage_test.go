@@ -1,7 +1,6 @@
 package devmodel_test
 
 import (
-	"context"
 	"math"
 	"strings"
 	"testing"
@@ -159,28 +158,11 @@ func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micr
 // batch, optim on the host, clipping as train's) and returns the losses.
 func cpuRun(t *testing.T, m *nn.Model, cfg devmodel.Config, batchSize, steps int, clip float64, batch func(i int) ([]float32, []int32)) []float64 {
 	t.Helper()
-	g, err := m.NewGraph(batchSize, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	opt, err := optim.New(cfg.Optim, m.NumParams())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCPUTrainer(t, m, batchSize, cfg.Optim, clip)
 	var out []float64
 	for i := 0; i < steps; i++ {
 		x, y := batch(i)
-		l, err := g.Step(context.Background(), x, y)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if clip > 0 {
-			devtest.ClipGrads(m.Flat.Grad, clip)
-		}
-		opt.Step(m.Flat.Value, m.Flat.Grad)
-		m.ZeroGrad()
-		out = append(out, float64(l))
+		out = append(out, float64(c.step(t, x, y)))
 	}
 	return out
 }
