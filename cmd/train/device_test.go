@@ -83,18 +83,29 @@ func TestDeviceMatchesCPU(t *testing.T) {
 // one device ends (deviceTol): the checkpoints are the same files.
 func TestDeviceResumeAcross(t *testing.T) {
 	env := fakeCUDAEnv(t)
-	dir := t.TempDir()
 	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "256", "-epochs", "2", "-batch", "16",
 		"-seed", "3", "-optimizer", "adam", "-lr", "1e-4", "-json", "-progress=false", "-nproc", "1"}
 	whole := trainEnv(t, nil, common...)
+	resumeAcross(t, whole, func(string) []string { return env }, func(device string) []string { return append([]string{"-device", device}, common...) })
+}
+
+// resumeAcross trains 20 steps on one device and saves, resumes on the
+// other (cuda then cpu, and cpu then cuda) and checks that the resumed
+// run ends where whole, a run on the CPU throughout, ends (deviceTol).
+// env(device) is the environment of a run on device, args(device) its
+// arguments (-device included; -save, -max-steps and -resume are
+// added).
+func resumeAcross(t *testing.T, whole train.Summary, env func(device string) []string, args func(device string) []string) {
+	t.Helper()
+	dir := t.TempDir()
 	for _, c := range []struct{ first, then string }{{"cuda", "cpu"}, {"cpu", "cuda"}} {
 		t.Run(c.first+"-then-"+c.then, func(t *testing.T) {
 			save := filepath.Join(dir, c.first+".safetensors")
-			half := trainEnv(t, env, append([]string{"-device", c.first, "-save", save, "-max-steps", "20"}, common...)...)
+			half := trainEnv(t, env(c.first), append(args(c.first), "-save", save, "-max-steps", "20")...)
 			if half.Steps != 20 {
 				t.Fatalf("first part: %d steps", half.Steps)
 			}
-			end := trainEnv(t, env, append([]string{"-device", c.then, "-save", save, "-resume", save}, common...)...)
+			end := trainEnv(t, env(c.then), append(args(c.then), "-save", save, "-resume", save)...)
 			if end.ResumedStep != 20 || end.Steps != whole.Steps || end.Device != (&train.Config{Device: c.then}).DeviceName() {
 				t.Fatalf("resumed: %+v; whole: %+v", end, whole)
 			}
@@ -108,8 +119,6 @@ func TestDeviceResumeAcross(t *testing.T) {
 	}
 }
 
-// TestDeviceRefused: what -device cuda cannot do yet is refused before
-// any rank starts, saying why.
 func TestDeviceRefused(t *testing.T) {
 	base := []string{"-data", "synthetic", "-limit", "64", "-epochs", "1", "-progress=false"}
 	for _, c := range []struct {
@@ -249,7 +258,6 @@ func TestDeviceZeroResumeAcross(t *testing.T) {
 }
 
 func zeroResumeAcross(t *testing.T, strategy string) {
-	dir := t.TempDir()
 	common := []string{"-model", "mlp", "-data", "synthetic", "-limit", "256", "-epochs", "2", "-batch", "8", "-nproc", "2",
 		"-strategy", strategy, "-seed", "3", "-optimizer", "adam", "-lr", "1e-4", "-json", "-progress=false"}
 	if strategy == "zero3" {
@@ -263,24 +271,9 @@ func zeroResumeAcross(t *testing.T, strategy string) {
 		return nil
 	}
 	backend := map[string]string{"cuda": "nccl", "cpu": "shm"}
-	for _, c := range []struct{ first, then string }{{"cuda", "cpu"}, {"cpu", "cuda"}} {
-		t.Run(c.first+"-then-"+c.then, func(t *testing.T) {
-			save := filepath.Join(dir, c.first+".safetensors")
-			half := trainEnv(t, on(c.first), append([]string{"-device", c.first, "-backend", backend[c.first], "-save", save, "-max-steps", "20"}, common...)...)
-			if half.Steps != 20 {
-				t.Fatalf("first part: %d steps", half.Steps)
-			}
-			end := trainEnv(t, on(c.then), append([]string{"-device", c.then, "-backend", backend[c.then], "-save", save, "-resume", save}, common...)...)
-			if end.ResumedStep != 20 || end.Steps != whole.Steps || end.Device != (&train.Config{Device: c.then}).DeviceName() {
-				t.Fatalf("resumed: %+v; whole: %+v", end, whole)
-			}
-			if !near(end.EvalLoss, whole.EvalLoss, deviceTol) || !near(end.TestAccuracy, whole.TestAccuracy, deviceTol) {
-				t.Fatalf("resumed on %s: eval loss %v, accuracy %v; on the CPU throughout: %v, %v",
-					c.then, end.EvalLoss, end.TestAccuracy, whole.EvalLoss, whole.TestAccuracy)
-			}
-			t.Logf("eval loss %v (%s, then %s) vs %v (cpu throughout)", end.EvalLoss, c.first, c.then, whole.EvalLoss)
-		})
-	}
+	resumeAcross(t, whole, on, func(device string) []string {
+		return append([]string{"-device", device, "-backend", backend[device]}, common...)
+	})
 }
 
 // codeText writes a text file of about 3 KB of code-like lines (for the
