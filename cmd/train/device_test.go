@@ -33,8 +33,15 @@ func fakeCUDAEnv(t *testing.T) []string {
 		cudafake.EnvNVRTC + "=" + lib, cudafake.EnvDriver + "=" + lib, "FAKE_CUDA_DEVICES=1"}
 }
 
-// trainEnv is trainCmd with env added.
+// trainEnv runs train with args in env (trainOut): its summary.
 func trainEnv(t *testing.T, env []string, args ...string) train.Summary {
+	t.Helper()
+	return summary(t, trainOut(t, env, args...))
+}
+
+// trainOut runs train with args in env (KEY=value, set for the test):
+// its standard output; a failed run fails the test.
+func trainOut(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	for _, e := range env {
 		k, v, _ := strings.Cut(e, "=")
@@ -44,7 +51,7 @@ func trainEnv(t *testing.T, env []string, args ...string) train.Summary {
 	if err != nil {
 		t.Fatalf("train %s: %v\n%s", strings.Join(args, " "), err, errOut)
 	}
-	return summary(t, out)
+	return out
 }
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Max(1e-3, math.Abs(b)) }

@@ -21,14 +21,7 @@ type pipeSummary struct {
 // section.
 func trainPipe(t *testing.T, env []string, args ...string) pipeSummary {
 	t.Helper()
-	for _, e := range env {
-		k, v, _ := strings.Cut(e, "=")
-		t.Setenv(k, v)
-	}
-	out, errOut, err := trainCmd(t, args...)
-	if err != nil {
-		t.Fatalf("train %s: %v\n%s", strings.Join(args, " "), err, errOut)
-	}
+	out := trainOut(t, env, args...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var s pipeSummary
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || s.Event != "summary" || s.Pipeline == nil {
