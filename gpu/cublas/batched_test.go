@@ -117,15 +117,7 @@ func TestGemmStridedBatchedExBF16(t *testing.T) {
 		lda, ldc := ar, m+1
 		sa, sc := int64(lda*ac+3), int64(ldc*n+2)
 		a, b := fill(21, int(sa)*batch), fill(22, k*n)
-		a16, b16 := make([]uint16, len(a)), make([]uint16, len(b))
-		for i := range a {
-			a16[i] = bf16(a[i])
-			a[i] = math.Float32frombits(uint32(a16[i]) << 16)
-		}
-		for i := range b {
-			b16[i] = bf16(b[i])
-			b[i] = math.Float32frombits(uint32(b16[i]) << 16)
-		}
+		a16, b16 := roundBF16(a), roundBF16(b)
 		da, db := devtest.Upload(t, dev, a16), devtest.Upload(t, dev, b16)
 		dc := devtest.Upload(t, dev, make([]float32, int(sc)*batch))
 		err := h.GemmStridedBatchedEx(ta, cublas.NoTrans, m, n, k, 1.5,

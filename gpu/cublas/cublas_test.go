@@ -305,6 +305,17 @@ func bf16(x float32) uint16 {
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
+// roundBF16 rounds v to bfloat16 in place (the float32 each bfloat16
+// stands for) and returns the bfloat16s.
+func roundBF16(v []float32) []uint16 {
+	out := make([]uint16, len(v))
+	for i := range v {
+		out[i] = bf16(v[i])
+		v[i] = math.Float32frombits(uint32(out[i]) << 16)
+	}
+	return out
+}
+
 // GemmEx with bfloat16 inputs and float32 output, fp32 accumulation: the
 // result is the product of the rounded inputs to fp32 rounding.
 func TestGemmExBF16(t *testing.T) {
@@ -312,15 +323,7 @@ func TestGemmExBF16(t *testing.T) {
 	h, _ := handle(t, dev)
 	const m, n, k = 33, 17, 40
 	a, b := fill(9, m*k), fill(10, k*n)
-	a16, b16 := make([]uint16, len(a)), make([]uint16, len(b))
-	for i := range a {
-		a16[i] = bf16(a[i])
-		a[i] = math.Float32frombits(uint32(a16[i]) << 16)
-	}
-	for i := range b {
-		b16[i] = bf16(b[i])
-		b[i] = math.Float32frombits(uint32(b16[i]) << 16)
-	}
+	a16, b16 := roundBF16(a), roundBF16(b)
 	da, db, dc := devtest.Upload(t, dev, a16), devtest.Upload(t, dev, b16), devtest.Alloc(t, dev, m*n, 4)
 	err := h.GemmEx(cublas.NoTrans, cublas.NoTrans, m, n, k, 1,
 		cublas.Matrix{Ptr: da, Type: cublas.BF16, LD: m}, cublas.Matrix{Ptr: db, Type: cublas.BF16, LD: k},
