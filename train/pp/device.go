@@ -287,6 +287,24 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 		}
 		return err
 	}
+	// sendGrad ends a backward of micro-batch i (op o, started at t0)
+	// whose input gradient is dx: past stage 0 it copies dx into the
+	// send buffer, and once the stream is done (busy) sends it to the
+	// previous stage.
+	sendGrad := func(o, i, b int, dx uintptr, t0 time.Time) error {
+		if p.stage > 0 {
+			if err := s.CopyAsync(p.sendB[i], dx, 4*st.InSize(b), cuda.DeviceToDevice); err != nil {
+				return err
+			}
+		}
+		if err := busy(o, t0); err != nil {
+			return err
+		}
+		if p.stage > 0 {
+			return send(p.sendB[i], st.InSize(b), p.stage-1, tagB(i))
+		}
+		return nil
+	}
 	for o, op := range p.ops {
 		i := op.Micro
 		b := p.sizes[i]
@@ -308,18 +326,8 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err := s.CopyAsync(p.losses+uintptr(4*i), st.LossAt(), 4, cuda.DeviceToDevice); err != nil {
 				return 0, err
 			}
-			if p.stage > 0 {
-				if err := s.CopyAsync(p.sendB[i], dx, 4*st.InSize(b), cuda.DeviceToDevice); err != nil {
-					return 0, err
-				}
-			}
-			if err := busy(o, t0); err != nil {
+			if err := sendGrad(o, i, b, dx, t0); err != nil {
 				return 0, err
-			}
-			if p.stage > 0 {
-				if err := send(p.sendB[i], st.InSize(b), p.stage-1, tagB(i)); err != nil {
-					return 0, err
-				}
 			}
 		case !op.Backward:
 			xi, err := input(i, true)
@@ -372,20 +380,10 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err != nil {
 				return 0, err
 			}
-			if p.stage > 0 {
-				if err := s.CopyAsync(p.sendB[i], dx, 4*st.InSize(b), cuda.DeviceToDevice); err != nil {
-					return 0, err
-				}
-			}
-			if err := busy(o, t0); err != nil {
-				return 0, err
-			}
 			heldB -= held[i]
 			delete(held, i)
-			if p.stage > 0 {
-				if err := send(p.sendB[i], st.InSize(b), p.stage-1, tagB(i)); err != nil {
-					return 0, err
-				}
+			if err := sendGrad(o, i, b, dx, t0); err != nil {
+				return 0, err
 			}
 		}
 	}
