@@ -24,9 +24,25 @@ import (
 // inproc) staged through pinned host memory by package comm/staging
 // (staging.Adapt). The first stage uploads each batch once; the last
 // uploads each micro-batch's labels and brings the step's losses down
-// at its end (one copy of M floats). Each op is timed to its end on the
-// device (the stage's stream synchronized), so the summary's busy, idle
-// and replayed bubbles mean what they do on the CPU.
+// at its end (one copy of M floats).
+//
+// The host does not wait for the device between ops: the stage's work is
+// queued on its stream (a blocking one), and every hand-over is ordered
+// by the stream semantics alone. A buffer sent is written on the stream
+// before the send is issued, and both NCCL (its stream waits for the
+// legacy default stream) and comm/staging (cudaMemcpy on the legacy
+// default stream) see the work queued before on blocking streams. A
+// buffer received is ready when its Work is done (NCCL: its event;
+// staging: queued on the legacy default stream), which the host waits
+// for before queueing the ops that read it, and a later receive into it
+// is ordered after those reads likewise. Host memory is read by
+// cudaMemcpy from pageable memory (the batch, the labels: read before it
+// returns) and written by it (the losses: after the stream's work), the
+// step's one wait for the device, on the last stage. Each op is timed on
+// the device by timing events (busy: the ops' device time; idle: the
+// rest of the span from the step's start on the stream to its last op's
+// end), read a step later so as not to wait for them, so the summary's
+// busy, idle and replayed bubbles are the device's.
 
 // runner is what the strategy needs of its stages' executor: the CPU's
 // *pipeline.Pipeline or the device's *devicePipe.
@@ -66,6 +82,20 @@ type devicePipe struct {
 	owned                      []uintptr
 	fixed                      int64 // bytes of owned
 	stats                      pipeline.Stats
+	// timers of the last two steps, alternately (a step's are read when
+	// they are reused, two steps later, or by Stats)
+	timers  [2]*opTimer
+	opSteps int // steps whose op times go to stats.OpTimes
+}
+
+// opTimer times one step's ops on the device: begin is recorded at the
+// step's start, start[o] and end[o] around op o.
+type opTimer struct {
+	begin      *cuda.Event
+	start, end []*cuda.Event
+	pending    bool // recorded by a step whose times are not read yet
+	keep       bool // its op times go to stats.OpTimes
+	step       int
 }
 
 // newDevicePipe places stage pc.Rank() of m (layers [bounds[s],
@@ -122,6 +152,15 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 		*act, *grad = append(*act, f), append(*grad, g)
 		return nil
 	}
+	for j := range p.timers {
+		t := &opTimer{start: make([]*cuda.Event, len(p.ops)), end: make([]*cuda.Event, len(p.ops))}
+		p.timers[j] = t
+		for _, e := range append([]**cuda.Event{&t.begin}, t.events()...) {
+			if *e, err = cuda.NewTimingEvent(dev); err != nil {
+				return nil, fmt.Errorf("pipeline: stage %d: timing events on cuda:%d: %w", s, dev, err)
+			}
+		}
+	}
 	for _, b := range p.sizes {
 		if s > 0 {
 			if err := pair(p.st.InSize(b), &p.recvF, &p.sendB); err != nil {
@@ -169,7 +208,15 @@ func (p *devicePipe) buf(ptr uintptr, n int) comm.Buffer {
 	return comm.DeviceBuffer(ptr, p.dev, comm.Float32, n)
 }
 
+// Stats reads the op times still pending (waiting for the device).
 func (p *devicePipe) Stats() pipeline.Stats {
+	a, b := p.timers[0], p.timers[1]
+	if a != nil && b != nil && b.step < a.step {
+		a, b = b, a
+	}
+	for _, t := range []*opTimer{a, b} {
+		p.collect(t) // an error (the device failed) leaves the step untimed
+	}
 	st := p.stats
 	st.OpTimes = append([][]time.Duration(nil), st.OpTimes...)
 	return st
@@ -186,7 +233,67 @@ func (p *devicePipe) Close() error {
 		cuda.Free(p.dev, ptr)
 	}
 	p.owned = nil
+	for j, t := range p.timers {
+		if t != nil {
+			for _, e := range append([]**cuda.Event{&t.begin}, t.events()...) {
+				if *e != nil {
+					(*e).Destroy()
+				}
+			}
+		}
+		p.timers[j] = nil
+	}
 	return err
+}
+
+func (t *opTimer) events() []**cuda.Event {
+	var es []**cuda.Event
+	for o := range t.start {
+		es = append(es, &t.start[o], &t.end[o])
+	}
+	return es
+}
+
+// collect adds the op times of t's step to the stats, once its last op
+// is done on the device.
+func (p *devicePipe) collect(t *opTimer) error {
+	if t == nil || !t.pending {
+		return nil
+	}
+	t.pending = false
+	last := t.end[len(t.end)-1]
+	if err := last.Synchronize(); err != nil {
+		return err
+	}
+	ms := func(a, b *cuda.Event) (time.Duration, error) {
+		v, err := a.ElapsedMs(b)
+		return time.Duration(float64(v) * float64(time.Millisecond)), err
+	}
+	var times []time.Duration
+	if t.keep {
+		times = make([]time.Duration, len(t.start))
+	}
+	var busy time.Duration
+	for o := range t.start {
+		d, err := ms(t.start[o], t.end[o])
+		if err != nil {
+			return err
+		}
+		busy += d
+		if times != nil {
+			times[o] = d
+		}
+	}
+	span, err := ms(t.begin, last)
+	if err != nil {
+		return err
+	}
+	p.stats.Busy += busy
+	p.stats.Idle += max(span-busy, 0)
+	if times != nil {
+		p.stats.OpTimes = append(p.stats.OpTimes, times)
+	}
+	return nil
 }
 
 // Step runs one batch through the pipeline, as pipeline.Pipeline.Step
@@ -222,11 +329,15 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 		heldB    int64
 		lastOf   = map[int]int{} // by micro-batch size: whose activations its plan holds
 	)
-	wait := func(w comm.Work) error {
-		t0 := time.Now()
-		err := w.Wait(ctx)
-		p.stats.Idle += time.Since(t0)
-		return err
+	wait := func(w comm.Work) error { return w.Wait(ctx) }
+	// The step's timing events: those of the step before last are read
+	// (long done) before they are recorded again.
+	tm := p.timers[p.stats.Steps%2]
+	if err := p.collect(tm); err != nil {
+		return 0, err
+	}
+	if err := tm.begin.Record(s); err != nil {
+		return 0, err
 	}
 	if p.stage == 0 {
 		if err := cuda.CopyHtoD(p.dev, p.x, floatBytes(x)); err != nil {
@@ -274,30 +385,20 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 	if err := postFwd(0); err != nil {
 		return 0, err
 	}
-	var times []time.Duration
-	if len(p.stats.OpTimes) < pipeline.MaxOpSteps {
-		times = make([]time.Duration, len(p.ops))
-	}
-	busy := func(o int, t0 time.Time) error {
-		err := s.Synchronize()
-		d := time.Since(t0)
-		p.stats.Busy += d
-		if times != nil {
-			times[o] = d
-		}
-		return err
-	}
-	// sendGrad ends a backward of micro-batch i (op o, started at t0)
-	// whose input gradient is dx: past stage 0 it copies dx into the
-	// send buffer, and once the stream is done (busy) sends it to the
-	// previous stage.
-	sendGrad := func(o, i, b int, dx uintptr, t0 time.Time) error {
+	// begin and busy mark op o's start and end on the stream.
+	begin := func(o int) error { return tm.start[o].Record(s) }
+	busy := func(o int) error { return tm.end[o].Record(s) }
+	// sendGrad ends a backward of micro-batch i (op o) whose input
+	// gradient is dx: past stage 0 it copies dx into the send buffer on
+	// the stream and sends it to the previous stage (the send is ordered
+	// after the copy: see the top of this file).
+	sendGrad := func(o, i, b int, dx uintptr) error {
 		if p.stage > 0 {
 			if err := s.CopyAsync(p.sendB[i], dx, 4*st.InSize(b), cuda.DeviceToDevice); err != nil {
 				return err
 			}
 		}
-		if err := busy(o, t0); err != nil {
+		if err := busy(o); err != nil {
 			return err
 		}
 		if p.stage > 0 {
@@ -315,7 +416,9 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 				return 0, err
 			}
 			p.hold(1, int64(4*st.InSize(b)))
-			t0 := time.Now()
+			if err := begin(o); err != nil {
+				return 0, err
+			}
 			if _, err := st.Forward(xi, b); err != nil {
 				return 0, err
 			}
@@ -326,7 +429,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err := s.CopyAsync(p.losses+uintptr(4*i), st.LossAt(), 4, cuda.DeviceToDevice); err != nil {
 				return 0, err
 			}
-			if err := sendGrad(o, i, b, dx, t0); err != nil {
+			if err := sendGrad(o, i, b, dx); err != nil {
 				return 0, err
 			}
 		case !op.Backward:
@@ -337,7 +440,9 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			held[i] = int64(4 * st.InSize(b))
 			heldB += held[i]
 			p.hold(len(held), heldB)
-			t0 := time.Now()
+			if err := begin(o); err != nil {
+				return 0, err
+			}
 			out, err := st.Forward(xi, b)
 			if err != nil {
 				return 0, err
@@ -346,7 +451,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err := s.CopyAsync(p.sendF[i], out, 4*st.OutSize(b), cuda.DeviceToDevice); err != nil {
 				return 0, err
 			}
-			if err := busy(o, t0); err != nil {
+			if err := busy(o); err != nil {
 				return 0, err
 			}
 			if err := send(p.sendF[i], st.OutSize(b), p.stage+1, tagF(i)); err != nil {
@@ -363,7 +468,9 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err := wait(w); err != nil {
 				return 0, err
 			}
-			t0 := time.Now()
+			if err := begin(o); err != nil {
+				return 0, err
+			}
 			if j, ok := lastOf[b]; !ok || j != i {
 				// recompute: the plan holds another micro-batch's
 				// activations
@@ -382,7 +489,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			}
 			heldB -= held[i]
 			delete(held, i)
-			if err := sendGrad(o, i, b, dx, t0); err != nil {
+			if err := sendGrad(o, i, b, dx); err != nil {
 				return 0, err
 			}
 		}
@@ -413,8 +520,10 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 	if err := wait(w); err != nil {
 		return 0, err
 	}
-	if times != nil {
-		p.stats.OpTimes = append(p.stats.OpTimes, times)
+	tm.pending, tm.step = true, p.stats.Steps
+	tm.keep = p.opSteps < pipeline.MaxOpSteps
+	if tm.keep {
+		p.opSteps++
 	}
 	return lb[0], nil
 }
