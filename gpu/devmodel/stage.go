@@ -373,27 +373,65 @@ func (s *Stage) backward(p *plan) (uintptr, error) {
 // (unscaled, a float32) stays on the device at LossAt until the next
 // LossBackward; Loss reads it. Queued on Stream.
 func (s *Stage) LossBackward(y []int32, scale float32) (uintptr, error) {
-	m := s.Host
-	if !s.Last {
-		return 0, fmt.Errorf("devmodel: %s: stage [%d, %d) is not the last: use Backward", m.Name, s.From, s.To)
+	p, err := s.lossPlanFor(len(y))
+	if err != nil {
+		return 0, err
 	}
-	per := m.LabelsPerSample()
-	p := s.plans[len(y)/max(per, 1)]
-	if len(y)%max(per, 1) != 0 || p == nil || !s.ran[p] {
-		return 0, fmt.Errorf("devmodel: %s: stage [%d, %d): %d labels (%d per sample) for no Forward of as many samples", m.Name, s.From, s.To, len(y), per)
-	}
-	for i, l := range y {
-		if l < 0 || int(l) >= m.Classes() {
-			return 0, fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
-		}
+	if err := s.CheckLabels(y); err != nil {
+		return 0, err
 	}
 	if err := cuda.CopyHtoD(s.d.dev, p.labels, bytesOf(y)); err != nil {
 		return 0, err
 	}
-	if err := s.d.k.CrossEntropy(s.d.s, p.loss, p.rowLoss, p.out.val, p.labels, p.rows, p.classes); err != nil {
+	return s.lossBackward(p, p.labels, scale)
+}
+
+// LossBackwardAt is LossBackward with the n labels already in device
+// memory at labels (n int32s on the stage's device, written before on
+// Stream or on the legacy default stream), so that the host need not
+// wait for the device to upload them: a pipeline uploads a batch's
+// labels once, asynchronously from pinned memory. The caller checks them
+// first with CheckLabels (a label out of range would be read as an
+// index into the logits).
+func (s *Stage) LossBackwardAt(labels uintptr, n int, scale float32) (uintptr, error) {
+	p, err := s.lossPlanFor(n)
+	if err != nil {
 		return 0, err
 	}
-	if err := s.d.k.CrossEntropyBackward(s.d.s, p.out.grad, p.out.val, p.labels, p.rows, p.classes, scale/float32(p.rows)); err != nil {
+	return s.lossBackward(p, labels, scale)
+}
+
+// CheckLabels refuses a label outside [0, Classes) of the model.
+func (s *Stage) CheckLabels(y []int32) error {
+	m := s.Host
+	for i, l := range y {
+		if l < 0 || int(l) >= m.Classes() {
+			return fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
+		}
+	}
+	return nil
+}
+
+// lossPlanFor is the plan of the last Forward whose samples have n
+// labels, on the last stage.
+func (s *Stage) lossPlanFor(n int) (*plan, error) {
+	m := s.Host
+	if !s.Last {
+		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d) is not the last: use Backward", m.Name, s.From, s.To)
+	}
+	per := m.LabelsPerSample()
+	p := s.plans[n/max(per, 1)]
+	if n%max(per, 1) != 0 || p == nil || !s.ran[p] {
+		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d): %d labels (%d per sample) for no Forward of as many samples", m.Name, s.From, s.To, n, per)
+	}
+	return p, nil
+}
+
+func (s *Stage) lossBackward(p *plan, labels uintptr, scale float32) (uintptr, error) {
+	if err := s.d.k.CrossEntropy(s.d.s, p.loss, p.rowLoss, p.out.val, labels, p.rows, p.classes); err != nil {
+		return 0, err
+	}
+	if err := s.d.k.CrossEntropyBackward(s.d.s, p.out.grad, p.out.val, labels, p.rows, p.classes, scale/float32(p.rows)); err != nil {
 		return 0, err
 	}
 	s.lossPlan = p

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -75,7 +76,22 @@ func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micr
 					a = keep(s, out, st[s].OutSize(b))
 				}
 			}
-			d, err := st[k-1].LossBackward(y[first*per:(first+b)*per], float32(b)/float32(total))
+			// every other micro-batch's labels go up first
+			// (LossBackwardAt, as the device pipeline does)
+			var d uintptr
+			var err error
+			if yj := y[first*per : (first+b)*per]; j%2 == 0 {
+				d, err = st[k-1].LossBackward(yj, float32(b)/float32(total))
+			} else {
+				if err := st[k-1].CheckLabels(yj); err != nil {
+					t.Fatal(err)
+				}
+				at := devtest.Alloc(t, dev, len(yj), 4)
+				if err := cuda.CopyHtoD(dev, at, unsafe.Slice((*byte)(unsafe.Pointer(&yj[0])), 4*len(yj))); err != nil {
+					t.Fatal(err)
+				}
+				d, err = st[k-1].LossBackwardAt(at, len(yj), float32(b)/float32(total))
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

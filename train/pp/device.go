@@ -78,10 +78,18 @@ type devicePipe struct {
 	// the losses (last stage)
 	x                          uintptr
 	recvF, sendF, recvB, sendB []uintptr
-	losses                     uintptr
-	owned                      []uintptr
-	fixed                      int64 // bytes of owned
-	stats                      pipeline.Stats
+	// the batch's labels on the device (the last stage); the pinned host
+	// memory the batch and labels go up from, asynchronously on the
+	// stream, and the event after those copies (waited for before the
+	// next step writes the pinned memory again)
+	y        uintptr
+	hx, hy   []byte
+	up       *cuda.Event
+	upQueued bool
+	losses   uintptr
+	owned    []uintptr
+	fixed    int64 // bytes of owned
+	stats    pipeline.Stats
 	// timers of the last two steps, alternately (a step's are read when
 	// they are reused, two steps later, or by Stats)
 	timers  [2]*opTimer
@@ -137,6 +145,29 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 		if p.losses, err = alloc(micro); err != nil {
 			return nil, err
 		}
+		if p.y, err = alloc(batch * p.per); err != nil {
+			return nil, err
+		}
+	}
+	pinned := func(floats int) ([]byte, error) {
+		b, err := cuda.HostAlloc(dev, 4*max(floats, 1))
+		if err != nil {
+			return nil, fmt.Errorf("pipeline: stage %d: %d bytes of pinned host memory: %w", s, 4*max(floats, 1), err)
+		}
+		return b, nil
+	}
+	if s == 0 {
+		if p.hx, err = pinned(batch * p.in); err != nil {
+			return nil, err
+		}
+	}
+	if s == k-1 {
+		if p.hy, err = pinned(batch * p.per); err != nil {
+			return nil, err
+		}
+	}
+	if p.up, err = cuda.NewEvent(dev); err != nil {
+		return nil, fmt.Errorf("pipeline: stage %d: an event on cuda:%d: %w", s, dev, err)
 	}
 	// pair allocates an activation's buffer and its gradient's, of floats
 	// each, and appends them to act and grad.
@@ -233,6 +264,16 @@ func (p *devicePipe) Close() error {
 		cuda.Free(p.dev, ptr)
 	}
 	p.owned = nil
+	for _, b := range [][]byte{p.hx, p.hy} {
+		if b != nil {
+			cuda.FreeHost(p.dev, b)
+		}
+	}
+	p.hx, p.hy = nil, nil
+	if p.up != nil {
+		p.up.Destroy()
+		p.up = nil
+	}
 	for j, t := range p.timers {
 		if t != nil {
 			for _, e := range append([]**cuda.Event{&t.begin}, t.events()...) {
@@ -339,10 +380,8 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 	if err := tm.begin.Record(s); err != nil {
 		return 0, err
 	}
-	if p.stage == 0 {
-		if err := cuda.CopyHtoD(p.dev, p.x, floatBytes(x)); err != nil {
-			return 0, err
-		}
+	if err := p.upload(x, y); err != nil {
+		return 0, err
 	}
 	postFwd := func(i int) error {
 		if p.stage == 0 || i >= M {
@@ -422,7 +461,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if _, err := st.Forward(xi, b); err != nil {
 				return 0, err
 			}
-			dx, err := st.LossBackward(y[p.starts[i]*p.per:(p.starts[i]+b)*p.per], float32(b)/float32(p.batch))
+			dx, err := st.LossBackwardAt(p.y+uintptr(4*p.starts[i]*p.per), b*p.per, float32(b)/float32(p.batch))
 			if err != nil {
 				return 0, err
 			}
@@ -529,6 +568,45 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 }
 
 func (p *devicePipe) stream() *cuda.Stream { return p.st.Stream() }
+
+// upload queues the copies of the batch (stage 0) and its labels (the
+// last stage) to the device on the stream, from the pinned host memory,
+// once the previous step's copies from it are done (long since: they
+// were its first work), so that the host does not wait for the stream.
+func (p *devicePipe) upload(x []float32, y []int32) error {
+	if p.stage != 0 && !p.last() {
+		return nil
+	}
+	if p.last() {
+		if err := p.st.CheckLabels(y); err != nil {
+			return err
+		}
+	}
+	if p.upQueued {
+		if err := p.up.Synchronize(); err != nil {
+			return err
+		}
+		p.upQueued = false
+	}
+	s := p.stream()
+	if p.stage == 0 {
+		n := copy(p.hx, floatBytes(x))
+		if err := s.CopyAsync(p.x, uintptr(unsafe.Pointer(&p.hx[0])), n, cuda.HostToDevice); err != nil {
+			return err
+		}
+	}
+	if p.last() && len(y) > 0 {
+		n := copy(p.hy, unsafe.Slice((*byte)(unsafe.Pointer(&y[0])), 4*len(y)))
+		if err := s.CopyAsync(p.y, uintptr(unsafe.Pointer(&p.hy[0])), n, cuda.HostToDevice); err != nil {
+			return err
+		}
+	}
+	if err := p.up.Record(s); err != nil {
+		return err
+	}
+	p.upQueued = true
+	return nil
+}
 
 func (p *devicePipe) hold(n int, bytes int64) {
 	p.stats.PeakHeld = max(p.stats.PeakHeld, n)
