@@ -1,0 +1,165 @@
+package pp
+
+import (
+	"context"
+	"math/rand"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/pipeline"
+)
+
+func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
+
+// pipeRun trains mlp 4 steps as a 2-stage device pipeline (1F1B, 3
+// micro-batches of 3, 3 and 2), the ranks goroutines on the fake's one
+// GPU over inproc (staged through pinned memory), SGD with momentum, and
+// returns rank 0's losses, both stages' parameters (in the flat layout)
+// and their Stats.
+func pipeRun(t *testing.T) ([]float64, []float32, [2]pipeline.Stats) {
+	t.Helper()
+	const k, batch, micro, steps = 2, 8, 3, 4
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs, err := inproc.New(k, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		errs   [k]error
+		losses []float64
+		params []float32
+		stats  [k]pipeline.Stats
+		mu     sync.Mutex
+	)
+	for r := range cs {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			defer cs[r].Close()
+			errs[r] = func() error {
+				m, err := models.New("mlp", 3)
+				if err != nil {
+					return err
+				}
+				bounds, err := pipeline.Split(ctx, cs[r], m, k, "params", batch/micro+1)
+				if err != nil {
+					return err
+				}
+				p, err := newDevicePipe(ctx, deviceComm(cs[r]), m, bounds, micro, "1f1b", batch, 0,
+					devmodel.Config{Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}})
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				if err := p.connect(ctx); err != nil {
+					return err
+				}
+				// two batches, in turn
+				rng := rand.New(rand.NewSource(11))
+				var xs [2][]float32
+				var ys [2][]int32
+				for b := range xs {
+					xs[b], ys[b] = make([]float32, batch*m.InputSize()), make([]int32, batch)
+					for j := range xs[b] {
+						xs[b][j] = rng.Float32()
+					}
+					for j := range ys[b] {
+						ys[b][j] = int32(rng.Intn(m.Classes()))
+					}
+				}
+				for i := 0; i < steps; i++ {
+					x, y := xs[i%2], ys[i%2]
+					l, err := p.Step(ctx, x, y)
+					if err != nil {
+						return err
+					}
+					p.st.SetLR(0.05)
+					if err := p.st.Update(); err != nil {
+						return err
+					}
+					if err := p.st.ZeroGrad(); err != nil {
+						return err
+					}
+					if r == 0 {
+						losses = append(losses, l)
+					}
+				}
+				if err := p.st.CopyToHost(); err != nil {
+					return err
+				}
+				stats[r] = p.Stats()
+				mu.Lock()
+				defer mu.Unlock()
+				if params == nil {
+					params = make([]float32, len(m.Flat.Value))
+				}
+				copy(params[p.st.Off:p.st.Off+p.st.N], m.Flat.Value[p.st.Off:p.st.Off+p.st.N])
+				return nil
+			}()
+			if errs[r] != nil {
+				comm.Abort(cs[r], errs[r])
+			}
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return losses, params, stats
+}
+
+// TestDevicePipeOrdering: the device pipeline does not wait for its
+// stream between ops; its hand-overs (the batch and labels up from pinned
+// memory, activations and gradients staged to the other stage, the
+// losses down) are ordered by events and the streams alone. With every
+// copy and memset of the fake slowed by 2 ms (so that a hand-over not
+// ordered reads stale or unfinished data) the losses and parameters are
+// bit for bit those of a run at full speed; the ops are timed on the
+// device (every op's time, a busy time, a bubble within [0, 1]).
+func TestDevicePipeOrdering(t *testing.T) {
+	cudafake.RequireFake(t)
+	fastL, fastP, stats := pipeRun(t)
+	cudafake.CopyDelay(t, 2*time.Millisecond)
+	defer cudafake.CopyDelay(t, 0)
+	slowL, slowP, _ := pipeRun(t)
+	if len(fastL) != 4 || len(slowL) != 4 {
+		t.Fatalf("losses: %v, %v", fastL, slowL)
+	}
+	for i := range fastL {
+		if fastL[i] != slowL[i] {
+			t.Errorf("step %d: loss %v with slow copies, %v without", i, slowL[i], fastL[i])
+		}
+	}
+	for i := range fastP {
+		if fastP[i] != slowP[i] {
+			t.Fatalf("parameter %d: %v with slow copies, %v without", i, slowP[i], fastP[i])
+		}
+	}
+	if fastL[2] >= fastL[0] || fastL[3] >= fastL[1] {
+		t.Errorf("losses %v: no progress", fastL)
+	}
+	for r, st := range stats {
+		if st.Steps != 4 || len(st.OpTimes) != 4 || st.Busy <= 0 || st.Idle < 0 {
+			t.Errorf("stage %d: stats %+v", r, st)
+			continue
+		}
+		for j, ts := range st.OpTimes {
+			if want := []int{6, 3}[r]; len(ts) != want { // the last stage's ops: forward and backward
+				t.Errorf("stage %d: step %d: %d op times, want %d", r, j, len(ts), want)
+			}
+		}
+	}
+	t.Logf("losses %v; stage 0 busy %v idle %v, stage 1 busy %v idle %v", fastL, stats[0].Busy, stats[0].Idle, stats[1].Busy, stats[1].Idle)
+}
