@@ -27,8 +27,13 @@
 // passes recompute the forward pass from the held input as on the CPU,
 // unless the stage's plan for that micro-batch size still holds the
 // micro-batch's activations. The first stage uploads the batch once per
-// step, the last each micro-batch's labels and brings the step's losses
-// down once. Evaluation and checkpoints go through the host model: each
+// step and the last the batch's labels, asynchronously from pinned host
+// memory; the last brings the step's losses down once, the step's only
+// wait for the device. The host does not wait for the device between
+// ops: the hand-overs are ordered by the streams and events (device.go
+// says how), and each op is timed on the device by timing events, read a
+// step later, so busy, idle and the bubbles are the device's.
+// Evaluation and checkpoints go through the host model: each
 // stage's parameters and optimizer state are copied down (after an
 // update) and gathered as on the CPU, and copied up after a resume.
 // -balance time is refused (it times the layers on the CPU), and so is
@@ -41,4 +46,7 @@
 // fake's NCCL, with GPipe, and as 2 stages x 2 replicas at half the
 // batch; a 2-block gpt with AdamW), within 2% with -precision bf16, and
 // a pipeline saved on the GPU resumes on the CPU and back.
+// TestDevicePipeOrdering (device_test.go): with the fake's copies slowed,
+// a 2-stage device pipeline trains bit for bit as at full speed (a stage
+// stream not ordered with the staging copies fails it).
 package pp
