@@ -43,7 +43,8 @@ func trainPipe(t *testing.T, env []string, args ...string) pipeSummary {
 // GPU) device to device over the fake's NCCL, the mlp likewise, and with
 // -schedule gpipe, in 3 stages, and as 2 stages x 2 replicas at half the batch
 // (-nproc 4 -stages 2); with -precision bf16 (autocast) within 2% of the CPU's
-// fp32, as TestDevicePrecision allows one rank.
+// fp32, as TestDevicePrecision allows one rank. Each stage's busy time,
+// idle time and bubble (timed on the device) are sane.
 func TestPipelineDeviceMatchesCPU(t *testing.T) {
 	for _, model := range []string{"mlp", "cnn"} {
 		t.Run(model, func(t *testing.T) {
@@ -56,6 +57,15 @@ func TestPipelineDeviceMatchesCPU(t *testing.T) {
 				t.Fatalf("pipeline on the device: %+v", gpu)
 			}
 			checkNear(t, "pipeline on cuda vs unsplit on cpu", gpu.Summary, cpu)
+			// the stages' ops timed on the device (timing events)
+			for _, st := range gpu.Pipeline.PerStage {
+				if st.BusyMs <= 0 || st.IdleMs < 0 || st.Bubble < 0 || st.Bubble >= 1 {
+					t.Errorf("stage %d on the device: busy %v ms, idle %v ms, bubble %v", st.Stage, st.BusyMs, st.IdleMs, st.Bubble)
+				}
+			}
+			if len(gpu.Pipeline.PerStage) != 2 || gpu.Pipeline.ReplayBubble < 0 || gpu.Pipeline.ReplayBubble >= 1 {
+				t.Errorf("pipeline on the device: %+v", gpu.Pipeline)
+			}
 			if gpu.ClippedSteps != cpu.ClippedSteps {
 				t.Errorf("clipped steps: %d (pipeline on cuda) vs %d (cpu)", gpu.ClippedSteps, cpu.ClippedSteps)
 			}
