@@ -449,8 +449,12 @@ func (r *run) evalEvery(ctx context.Context, epoch int) error {
 // strategy's Eval. Collective.
 func (r *run) evaluate(ctx context.Context) (loss, acc float64, err error) {
 	if be, ok := r.strat.(BatchEvaluator); ok {
+		c := r.c
+		if es, ok := r.strat.(EvalSharder); ok {
+			c = es.EvalComm()
+		}
 		err = be.EvalBatches(ctx, func(batch EvalBatch) (err error) {
-			loss, acc, err = EvaluateBatches(ctx, r.c, r.m, r.ev.Batch, r.test, batch)
+			loss, acc, err = EvaluateBatches(ctx, c, r.m, r.ev.Batch, r.test, batch)
 			return err
 		})
 		return loss, acc, err

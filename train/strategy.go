@@ -109,6 +109,14 @@ type BatchEvaluator interface {
 	EvalBatches(ctx context.Context, eval func(batch EvalBatch) error) error
 }
 
+// An EvalSharder is a BatchEvaluator whose ranks do not each evaluate
+// their own samples: EvaluateBatches splits the test set over EvalComm's
+// ranks and sums the results over them (a pipeline's replicas, whose
+// stage ranks evaluate the same batches).
+type EvalSharder interface {
+	EvalComm() comm.Comm
+}
+
 // Options are a strategy's own settings (Config.Options): a pointer to a
 // struct of the strategy's package, each of whose settings has a
 // command-line flag.
