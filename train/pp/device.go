@@ -94,7 +94,12 @@ type devicePipe struct {
 	// they are reused, two steps later, or by Stats)
 	timers  [2]*opTimer
 	opSteps int // steps whose op times go to stats.OpTimes
+	// evaluation's device buffers by batch size: the batch (stage 0),
+	// the received input, the sent output
+	evalBufs map[int]*evalBufs
 }
+
+type evalBufs struct{ x, in, out uintptr }
 
 // opTimer times one step's ops on the device: begin is recorded at the
 // step's start, start[o] and end[o] around op o.
@@ -568,6 +573,121 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 }
 
 func (p *devicePipe) stream() *cuda.Stream { return p.st.Stream() }
+
+// tagEval is the tag of evaluation's activations (no step's).
+const tagEval = 1 << 30
+
+// eval runs one evaluation batch (x on stage 0, y on the last; every
+// stage rank of the replica is given the same batch) forward through the
+// stages on the device: the last stage brings the logits down and
+// returns the mean cross-entropy over y and how many labels are the
+// argmax of their logits (the first largest), as train.Evaluate does,
+// and broadcasts them to the other stages, which return them too. No
+// gradient is touched. On an error the Comm is aborted.
+func (p *devicePipe) eval(ctx context.Context, x []float32, y []int32) (float64, int, error) {
+	loss, correct, err := p.evalBatch(ctx, x, y)
+	if err != nil {
+		err = fmt.Errorf("pipeline: stage %d (cuda:%d): evaluating: %w", p.stage, p.dev, err)
+		comm.Abort(p.c, err)
+	}
+	return loss, correct, err
+}
+
+func (p *devicePipe) evalBatch(ctx context.Context, x []float32, y []int32) (float64, int, error) {
+	per := max(p.per, 1)
+	b := len(y) / per
+	if b == 0 || len(y) != b*per || (p.stage == 0 && len(x) < b*p.in) {
+		return 0, 0, fmt.Errorf("%d inputs and %d labels are no batch (%d and %d per sample)", len(x), len(y), p.in, p.per)
+	}
+	st := p.st
+	eb, err := p.evalBuffers(b)
+	if err != nil {
+		return 0, 0, err
+	}
+	in := eb.x
+	if p.stage == 0 {
+		if err := cuda.CopyHtoD(p.dev, eb.x, floatBytes(x[:b*p.in])); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		if err := comm.Run(ctx)(p.c.Recv(ctx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)); err != nil {
+			return 0, 0, err
+		}
+		in = eb.in
+	}
+	out, err := st.Forward(in, b)
+	if err != nil {
+		return 0, 0, err
+	}
+	res := []float64{0, 0}
+	if !p.last() {
+		// the send is ordered after the copy (see the top of this file)
+		if err := p.stream().CopyAsync(eb.out, out, 4*st.OutSize(b), cuda.DeviceToDevice); err != nil {
+			return 0, 0, err
+		}
+		if err := comm.Run(ctx)(p.c.Send(ctx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval)); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		if err := st.CheckLabels(y); err != nil {
+			return 0, 0, err
+		}
+		k := st.Host.Classes()
+		logits := make([]float32, st.OutSize(b))
+		if err := cuda.CopyDtoH(p.dev, floatBytes(logits), out); err != nil {
+			return 0, 0, err
+		}
+		n := len(y)
+		correct := 0
+		for i := 0; i < n; i++ {
+			best := 0
+			for j := 1; j < k; j++ {
+				if logits[i*k+j] > logits[i*k+best] {
+					best = j
+				}
+			}
+			if int32(best) == y[i] {
+				correct++
+			}
+		}
+		res[0], res[1] = models.CrossEntropy(logits[:n*k], y, k), float64(correct)
+	}
+	if err := comm.Run(ctx)(p.c.Broadcast(ctx, comm.FromSlice(res), p.k-1)); err != nil {
+		return 0, 0, err
+	}
+	return res[0], int(res[1]), nil
+}
+
+// evalBuffers are the device buffers of evaluation batches of b samples,
+// allocated at the first.
+func (p *devicePipe) evalBuffers(b int) (*evalBufs, error) {
+	if eb := p.evalBufs[b]; eb != nil {
+		return eb, nil
+	}
+	eb := &evalBufs{}
+	for _, a := range []struct {
+		at     *uintptr
+		floats int
+		need   bool
+	}{{&eb.x, b * p.in, p.stage == 0}, {&eb.in, p.st.InSize(b), p.stage > 0}, {&eb.out, p.st.OutSize(b), !p.last()}} {
+		if !a.need {
+			continue
+		}
+		n := 4 * max(a.floats, 1)
+		ptr, err := cuda.Malloc(p.dev, n)
+		if err != nil {
+			return nil, fmt.Errorf("%d bytes on cuda:%d for evaluation batches of %d: %w", n, p.dev, b, err)
+		}
+		p.owned = append(p.owned, ptr)
+		p.fixed += int64(n)
+		*a.at = ptr
+	}
+	if p.evalBufs == nil {
+		p.evalBufs = map[int]*evalBufs{}
+	}
+	p.evalBufs[b] = eb
+	return eb, nil
+}
 
 // upload queues the copies of the batch (stage 0) and its labels (the
 // last stage) to the device on the stream, from the pinned host memory,

@@ -199,7 +199,28 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 		ps.p.Close()
 		return fail(err)
 	}
+	if ps.dev != nil {
+		return &devicePipelineStrategy{ps}, nil
+	}
 	return ps, nil
+}
+
+// devicePipelineStrategy is the pipeline on the device, which also
+// evaluates there (train.BatchEvaluator): the stage ranks of a replica
+// evaluate the same batches (train.EvalSharder: the test set is split
+// over the replicas), as they train on them.
+type devicePipelineStrategy struct{ *pipelineStrategy }
+
+// EvalComm is the replicas' Comm of the stage (train.EvalSharder).
+func (s *devicePipelineStrategy) EvalComm() comm.Comm { return s.dp }
+
+// EvalBatches runs each evaluation batch through the stages on the
+// device (devicePipe.eval): the last stage's loss and correct count are
+// every stage's (train.BatchEvaluator).
+func (s *devicePipelineStrategy) EvalBatches(ctx context.Context, eval func(batch train.EvalBatch) error) error {
+	return eval(func(x []float32, y []int32) (float64, int, error) {
+		return s.dev.eval(ctx, x, y)
+	})
 }
 
 // DataRank: the K ranks of one pipeline share each batch.
