@@ -33,7 +33,12 @@
 // ops: the hand-overs are ordered by the streams and events (device.go
 // says how), and each op is timed on the device by timing events, read a
 // step later, so busy, idle and the bubbles are the device's.
-// Evaluation and checkpoints go through the host model: each
+// Evaluation runs on the device too (train.BatchEvaluator): the test set
+// is split over the replicas (train.EvalSharder), the stage ranks of a
+// replica take the same batches forward through their stages, and the
+// last stage's loss and correct count (computed from the logits it
+// brings down, as train.Evaluate does) go to the other stages and are
+// summed over the replicas. Checkpoints go through the host model: each
 // stage's parameters and optimizer state are copied down (after an
 // update) and gathered as on the CPU, and copied up after a resume.
 // -balance time is refused (it times the layers on the CPU), and so is
