@@ -53,6 +53,12 @@ func ExampleStage() {
 		panic(err)
 	}
 	defer cuda.Free(0, h)
+	// labels on the device, for LossBackwardAt
+	yd, err := cuda.Malloc(0, 4*16)
+	if err != nil {
+		panic(err)
+	}
+	defer cuda.Free(0, yd)
 	var first, last float32
 	for i := 0; i < 20; i++ {
 		xs, ys := devtest.Images(i%4, 16, 784)
@@ -66,7 +72,17 @@ func ExampleStage() {
 		if _, err := b.Forward(h, 16); err != nil {
 			panic(err)
 		}
-		dh, err := b.LossBackward(ys, 1)
+		// the labels go up in LossBackward, or (every other step) were
+		// put on the device before, checked (as a pipeline uploads a
+		// batch's labels at once, asynchronously)
+		var dh uintptr
+		if i%2 == 0 {
+			dh, err = b.LossBackward(ys, 1)
+		} else {
+			mustStage(b.CheckLabels(ys))
+			mustStage(cuda.CopyHtoD(0, yd, devtest.Bytes(ys)))
+			dh, err = b.LossBackwardAt(yd, len(ys), 1)
+		}
 		if err != nil {
 			panic(err)
 		}
