@@ -36,7 +36,8 @@
 //     rank keeps in its shared memory for the Comm's life, in pieces of
 //     Tuning.StagedBytes (GDIST_STAGED_BYTES, 1 MiB), on the calling
 //     goroutine, with two waits on shared counters a piece and no
-//     message after the first op's set-up; the working rank pulses
+//     message after the first op's set-up; the staging written with
+//     streaming stores (vecmath.CopyNT); the working rank pulses
 //     (Pulser) so that a waiting peer keeps its processor.
 //   - layout.go: which ranks of a group share a host (Layout), from a
 //     Transport that is a HostMap (comm/auto); the cost model costs the
