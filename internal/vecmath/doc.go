@@ -1,4 +1,5 @@
-// Package vecmath holds the vectorised kernels of nn and optim: GELU, the
+// Package vecmath holds the vectorised kernels of nn and optim (and one
+// copy of comm/algo's, CopyNT): GELU, the
 // AdamW and SGD steps, the fused ReLU + 2x2 max-pool and its gradient,
 // im2col and col2im of one plane, float32 sums and bias adds, and batch
 // norm's float64 sums and element-wise passes. It exists because a
@@ -20,6 +21,11 @@
 //     pool_amd64.s, conv_amd64.s, bn_amd64.s: the "avx2" set (AVX2 and
 //     FMA: GELU, AdamW, SGD and Sum32's lanes in assembly, the rest the go
 //     set's) and the "avx512" set (every kernel in assembly).
+//   - copynt.go, copynt_amd64.go/.s, copynt_other.go: CopyNT, a copy
+//     with streaming stores (AVX2 VMOVNTDQ and an SFENCE; a plain copy
+//     under 4 KiB, without AVX2 or with purego), for comm/algo's staged
+//     all-reduce: the one kernel outside nn and optim, and outside the
+//     sets (it has no reference result to differ from); copynt_test.go.
 //   - kernels_test.go, bn_test.go, conv_test.go, pool_test.go: every set
 //     this machine runs, through the exported functions, against each
 //     kernel's definition bit for bit, on lengths with and without a
