@@ -53,11 +53,8 @@ func NewZeroOptions() *ZeroOptions { return &ZeroOptions{Buckets: DefaultBuckets
 func (o *ZeroOptions) AddFlags(fs *flag.FlagSet) { o.Buckets.AddFlags(fs) }
 
 func checkZero(cfg *train.Config) (int, error) {
-	err := cfg.Options.(*ZeroOptions).check()
-	if n, _ := cfg.CUDADevice(); err == nil && n >= 0 {
-		err = checkZeroDevice(cfg)
-	}
-	return cfg.World, err
+	// Every ZeRO setting works on the device too (-syncbn as with DDP).
+	return cfg.World, cfg.Options.(*ZeroOptions).check()
 }
 
 var _ train.Strategy = (*zeroStrategy)(nil)

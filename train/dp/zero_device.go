@@ -78,12 +78,6 @@ import (
 // zero's "stage" metadata); train's "strategy" says zero3. Either loads
 // into any strategy and world size, on either device.
 
-// checkZeroDevice refuses what ZeRO cannot do on a GPU (nothing now:
-// -syncbn works as with DDP).
-func checkZeroDevice(cfg *train.Config) error {
-	return nil
-}
-
 var (
 	_ train.Strategy       = (*deviceZero)(nil)
 	_ train.GradClipper    = (*deviceZero)(nil)
