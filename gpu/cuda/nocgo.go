@@ -92,6 +92,12 @@ func (s *Stream) CopyAsync(dst, src uintptr, n int, kind CopyKind) error { retur
 // HasHostFunc is false without cgo.
 func HasHostFunc() bool { return false }
 
+// MemsetAsync fails: built without cgo.
+func (s *Stream) MemsetAsync(p uintptr, v byte, n int) error { return errNoCgo }
+
+// StreamOf fails: built without cgo.
+func StreamOf(device int, h uintptr) (*Stream, error) { return nil, errNoCgo }
+
 // LaunchHostFunc fails without cgo.
 func (s *Stream) LaunchHostFunc(fn, arg uintptr) error { return errNoCgo }
 

@@ -205,6 +205,11 @@ int gdcu_memcpy_async(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t
 	return ck(l, l->memcpyAsync((void *)dst, (const void *)src, n, kind, (void *)s));
 }
 
+int gdcu_memset_async(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n, uintptr_t s) {
+	SETDEV(l, dev);
+	return ck(l, l->memsetAsync((void *)p, v, n, (void *)s));
+}
+
 int gdcu_launch_host_func(gdcu_lib *l, int dev, uintptr_t s, uintptr_t fn, uintptr_t arg) {
 	if (!l->launchHostFunc) return 1; /* cudaErrorInvalidValue: checked in Go first */
 	SETDEV(l, dev);

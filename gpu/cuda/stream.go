@@ -80,6 +80,26 @@ func (s *Stream) CopyAsync(dst, src uintptr, n int, kind CopyKind) error {
 	return s.l.err("cudaMemcpyAsync", e)
 }
 
+// MemsetAsync queues setting n bytes at device address p to v on s
+// (cudaMemsetAsync).
+func (s *Stream) MemsetAsync(p uintptr, v byte, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return s.l.err("cudaMemsetAsync", C.gdcu_memset_async(s.l.c, C.int(s.dev), C.uintptr_t(p), C.int(v), C.size_t(n), s.h))
+}
+
+// StreamOf is the stream with handle h (a cudaStream_t) on device, made
+// elsewhere (by NCCL, say), for WaitEvent, CopyAsync and Event.Record.
+// Its maker owns it: never Destroy it.
+func StreamOf(device int, h uintptr) (*Stream, error) {
+	l, err := lib()
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{l: l, h: C.uintptr_t(h), dev: device}, nil
+}
+
 // HasHostFunc reports whether the runtime has cudaLaunchHostFunc (CUDA 10+).
 func HasHostFunc() bool {
 	s := get()

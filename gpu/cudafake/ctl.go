@@ -17,6 +17,7 @@ static void gdfk_call(uintptr_t f) { ((gdfk_void_fn)f)(); }
 static void gdfk_call_int(uintptr_t f, int v) { ((gdfk_int_fn)f)(v); }
 static int gdfk_get(uintptr_t f) { return ((gdfk_get_fn)f)(); }
 static void gdfk_call_ll(uintptr_t f, long long v) { ((void (*)(long long))f)(v); }
+static int gdfk_stream_delay(uintptr_t f, uintptr_t s, int ms) { return ((int (*)(void *, int))f)((void *)s, ms); }
 */
 import "C"
 
@@ -170,4 +171,36 @@ func ReferenceGEMM(t testing.TB, on bool) {
 		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
 	}
 	C.gdfk_call_int(f, v)
+}
+
+// StreamDelay makes every later task of stream s (nil: device 0's legacy
+// default stream) but its event records
+// and waits start d later, until called again with 0 (and at the latest
+// when t ends): a stream on a busy GPU. Work on another stream that does
+// not wait for s (an event recorded on s) then runs ahead of s's and
+// reads stale or unfinished data, so a missing wait is caught.
+func StreamDelay(t testing.TB, s *cuda.Stream, d time.Duration) {
+	f := sym(t, "fakecudaStreamDelay")
+	var h C.uintptr_t
+	if s != nil {
+		h = C.uintptr_t(s.Handle())
+	}
+	if r := C.gdfk_stream_delay(f, h, C.int(d.Milliseconds())); r != 0 {
+		t.Fatalf("cudafake: StreamDelay: cudaError %d", int(r))
+	}
+	if d > 0 {
+		t.Cleanup(func() { C.gdfk_stream_delay(f, h, 0) })
+	}
+}
+
+// NCCLDelay makes every later NCCL collective and send/recv of the fake
+// start d later on its stream, until called again with 0 (and at the
+// latest when t ends): work that does not wait for NCCL's result (an
+// event recorded after it) reads the buffers before they hold it.
+func NCCLDelay(t testing.TB, d time.Duration) {
+	f := sym(t, "fakecudaNCCLDelay")
+	C.gdfk_call_int(f, C.int(d.Milliseconds()))
+	if d > 0 {
+		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
+	}
 }

@@ -5,6 +5,8 @@ package cudafake
 import (
 	"testing"
 	"time"
+
+	"github.com/gdist/gdist/gpu/cuda"
 )
 
 // Contexts skips t: without cgo there is no fake.
@@ -48,3 +50,9 @@ func MemLimit(t testing.TB, bytes int64) { RequireFake(t) }
 
 // ReferenceGEMM skips t: without cgo there is no fake.
 func ReferenceGEMM(t testing.TB, on bool) { RequireFake(t) }
+
+// StreamDelay skips t: without cgo there is no fake.
+func StreamDelay(t testing.TB, s *cuda.Stream, d time.Duration) { RequireFake(t) }
+
+// NCCLDelay skips t: without cgo there is no fake.
+func NCCLDelay(t testing.TB, d time.Duration) { RequireFake(t) }

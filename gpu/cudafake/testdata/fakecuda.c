@@ -20,7 +20,10 @@
 //     source before returning and completes later (queued there); device
 //     to device and cudaMemset are asynchronous (queued there); to the host
 //     it waits for the legacy and blocking streams. cudaMemcpyAsync reads
-//     its source when its stream runs it.
+//     its source when its stream runs it. Non-blocking streams are not
+//     ordered with the legacy stream at all. fakecudaStreamDelay and
+//     fakecudaNCCLDelay start a stream's (NCCL's) work late, so that a
+//     missing cross-stream wait is caught.
 //   - Faults: fakecudaStickyError (a sticky error, as after a kernel
 //     fault), fakecudaMemLimit (device memory per device: out of memory),
 //     FAKE_CUDA_DRIVER_VERSION below the runtime's version
@@ -609,6 +612,7 @@ typedef struct stream {
 	task *head, *tail;
 	uint64_t enq, done;
 	int stop;
+	int delay_ms; /* fakecudaStreamDelay: each task starts this much later */
 	struct stream *next;
 } stream;
 
@@ -627,6 +631,13 @@ static stream *streams;
 
 static int is_legacy(void *s) { return s == NULL || s == (void *)1 || s == (void *)2; }
 
+static void ev_mark(void *a);
+static void ev_wait(void *a);
+
+/* fakecudaNCCLDelay: every NCCL collective and send/recv starts this much
+   later on its stream (ms). */
+static int nccl_delay_ms;
+
 static void *worker(void *a) {
 	stream *s = a;
 	pthread_mutex_lock(&s->mu);
@@ -643,6 +654,11 @@ static void *worker(void *a) {
 			while (w->done < t->want[i]) pthread_cond_wait(&w->cv, &w->mu);
 			pthread_mutex_unlock(&w->mu);
 		}
+		/* fakecudaStreamDelay: the stream's work (not its event marks
+		   and waits) starts late, as on a busy GPU, so that another
+		   stream that does not wait for it runs ahead */
+		int dl = __atomic_load_n(&s->delay_ms, __ATOMIC_SEQ_CST);
+		if (dl > 0 && t->fn != ev_mark && t->fn != ev_wait) usleep((useconds_t)dl * 1000);
 		t->fn(t->arg);
 		free(t->wait);
 		free(t->want);
@@ -867,6 +883,22 @@ API int cudaStreamQuery(void *h) {
 	pthread_mutex_unlock(&s->mu);
 	return r;
 }
+
+/* fakecudaStreamDelay makes every later task of stream h (NULL: the
+   current device's legacy default stream), but its event records and
+   waits, start ms later, until called again with 0; fakecudaNCCLDelay
+   does so for every NCCL collective and send/recv. Not CUDA: for the
+   tests, so that a missing cross-stream wait reads stale or unfinished
+   data (gpu/cudafake's StreamDelay, NCCLDelay). */
+API int fakecudaStreamDelay(void *h, int ms) {
+	stream *s;
+	if (check_stream("fakecudaStreamDelay", h, &s)) return cudaErrorInvalidResourceHandle;
+	if (!s) s = legacy_of(eff_dev());
+	__atomic_store_n(&s->delay_ms, ms, __ATOMIC_SEQ_CST);
+	return cudaSuccess;
+}
+
+API void fakecudaNCCLDelay(int ms) { __atomic_store_n(&nccl_delay_ms, ms, __ATOMIC_SEQ_CST); }
 
 API int cudaDeviceSynchronize(void) {
 	STICKY();
@@ -1760,6 +1792,8 @@ static void run_coll(void *a) {
 	coll *k = a;
 	ncclComm *c = k->comm;
 	clique *cl = c->cl;
+	int dl = __atomic_load_n(&nccl_delay_ms, __ATOMIC_SEQ_CST);
+	if (dl > 0) usleep((useconds_t)dl * 1000);
 	pthread_mutex_lock(&cl->mu);
 	if (is_vanished(c->dev)) {
 		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
@@ -2143,6 +2177,8 @@ static void run_p2p(void *a) {
 	ncclComm *c = g->comm;
 	clique *cl = c->cl;
 	int me = c->rank;
+	int dl = __atomic_load_n(&nccl_delay_ms, __ATOMIC_SEQ_CST);
+	if (dl > 0) usleep((useconds_t)dl * 1000);
 	pthread_mutex_lock(&cl->mu);
 	if (is_vanished(c->dev)) {
 		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
