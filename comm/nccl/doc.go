@@ -90,7 +90,12 @@
 //
 // Each communicator enqueues its operations on its own non-blocking stream,
 // which first waits for the work queued so far on the legacy default stream
-// (so buffers written there, e.g. by cudaMemcpy, are ready). A Work is a CUDA
+// (so buffers written there, e.g. by cudaMemcpy, are ready). A collective
+// whose context carries a cuda.Order (cuda.WithOrder) also waits for its
+// After event, recorded on the caller's (non-blocking) stream, and records
+// its Done event right after itself, at the launch, so that the caller's
+// stream waits for the result on the device (order.go;
+// TestOrderTiesStreams). A Work is a CUDA
 // event recorded after the operation; a watcher goroutine per stream polls
 // the events in order (spinning briefly, then sleeping up to 1 ms) and also
 // polls ncclCommGetAsyncError, whose errors fail the Comm. Done means the

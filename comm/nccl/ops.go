@@ -113,9 +113,9 @@ func (c *Comm) AllReduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp)
 		return c.empty(ctx, name)
 	}
 	p, n := dptr(buf), C.size_t(buf.Len())
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_all_reduce(c.lib.c, C.int(c.device), st, ev, h, p, p, n, dt, nop)
-	}, nil)
+	}), nil)
 }
 
 // Broadcast: see comm.Comm (ncclBroadcast, in place).
@@ -132,9 +132,9 @@ func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) (comm.W
 		return c.empty(ctx, name)
 	}
 	p, n := dptr(buf), C.size_t(buf.Len())
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_broadcast(c.lib.c, C.int(c.device), st, ev, h, p, p, n, dt, C.int(root))
-	}, nil)
+	}), nil)
 }
 
 // Reduce: see comm.Comm (ncclReduce, in place; other ranks' buffers are only
@@ -159,9 +159,9 @@ func (c *Comm) Reduce(ctx context.Context, buf comm.Buffer, op comm.ReduceOp, ro
 		return c.empty(ctx, name)
 	}
 	p, n := dptr(buf), C.size_t(buf.Len())
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_reduce(c.lib.c, C.int(c.device), st, ev, h, p, p, n, dt, nop, C.int(root))
-	}, nil)
+	}), nil)
 }
 
 // AllGather: see comm.Comm (ncclAllGather; NCCL's in-place form is ours).
@@ -178,9 +178,9 @@ func (c *Comm) AllGather(ctx context.Context, dst, src comm.Buffer) (comm.Work, 
 		return c.empty(ctx, name)
 	}
 	s, d, n := dptr(src), dptr(dst), C.size_t(src.Len())
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_all_gather(c.lib.c, C.int(c.device), st, ev, h, s, d, n, dt)
-	}, nil)
+	}), nil)
 }
 
 // ReduceScatter: see comm.Comm (ncclReduceScatter; NCCL's in-place form is
@@ -205,9 +205,9 @@ func (c *Comm) ReduceScatter(ctx context.Context, dst, src comm.Buffer, op comm.
 		return c.empty(ctx, name)
 	}
 	s, d, n := dptr(src), dptr(dst), C.size_t(dst.Len())
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_reduce_scatter(c.lib.c, C.int(c.device), st, ev, h, s, d, n, dt, nop)
-	}, nil)
+	}), nil)
 }
 
 // group issues ops (grouped ncclSend/ncclRecv and device copies) as one
@@ -216,9 +216,9 @@ func (c *Comm) group(ctx context.Context, name string, ops []C.gdnc_p2p) (comm.W
 	if len(ops) == 0 {
 		return c.empty(ctx, name)
 	}
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_group(c.lib.c, C.int(c.device), st, ev, h, &ops[0], C.int(len(ops)))
-	}, nil)
+	}), nil)
 }
 
 func p2pOp(send bool, b comm.Buffer, peer int, dt C.int) C.gdnc_p2p {
@@ -359,8 +359,8 @@ func (c *Comm) bitwise(ctx context.Context, name string, out, src comm.Buffer, o
 		}
 	}
 	s := dptr(src)
-	return c.issue(ctx, c.coll, name, true, func(h, st, ev C.uintptr_t) C.int {
+	return c.issue(ctx, c.coll, name, true, c.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_bitwise(c.lib.c, C.int(c.device), st, ev, h, s, C.size_t(bytes), C.uintptr_t(tmp.Ptr),
 			C.uintptr_t(pin.Ptr), C.int(n), bop, C.size_t(off), C.size_t(ln), outp)
-	}, release)
+	}), release)
 }

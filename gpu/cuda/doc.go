@@ -49,6 +49,14 @@
 //
 // Copies to the device and Memset are asynchronous to the host (queued on
 // the legacy default stream); copies to the host return with the data.
+// A non-blocking stream (NewStream(dev, true)) is not ordered with the
+// legacy default stream at all: work on it is ordered with other
+// streams by events only (Event.Record, Stream.WaitEvent), and
+// Stream.CopyAsync and MemsetAsync queue copies and memsets on it. An
+// Order (WithOrder) carries such events in an operation's context to
+// work that runs on a stream of its own (an NCCL collective: comm/nccl
+// honours it), so that the caller's stream and the operation's wait for
+// each other on the device, not on the host.
 // cudaFree and cudaFreeHost wait for all the work on the device, so Pool
 // never frees in the caller's goroutine (Put and Discard run on completion
 // paths, where the device's work may wait for this rank).
