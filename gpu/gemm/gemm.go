@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 
 	"github.com/gdist/gdist/gpu/cublas"
@@ -80,6 +81,11 @@ type Config struct {
 	// Tiled uses gdist's tiled kernel even where cuBLAS loads (tests,
 	// comparisons); without cuBLAS it is used anyway.
 	Tiled bool
+	// NoWeightCache turns the bf16 weight cache off (PyTorch's
+	// torch.autocast(cache_enabled=False)): every product casts every
+	// operand it reads. $GDIST_AUTOCAST_CACHE=0 (EnvAutocastCache) does
+	// the same for every engine.
+	NoWeightCache bool
 }
 
 // Engine computes the layers' matrix products on one device, queued on
@@ -105,7 +111,9 @@ type Engine struct {
 	held     kept    // the bf16 copy kept for the next product
 	keepBuf  uintptr // where it is kept
 	keepCap  int     // its bytes
-	casts    int64   // values cast to bf16 so far
+
+	w     weights   // the registered parameters and their bf16 copy (cache.go)
+	stats CastStats // values cast so far
 }
 
 // kept is the bf16 copy, in keepBuf, of the n values from src.
@@ -127,6 +135,7 @@ func New(device int, s *cuda.Stream, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("gemm: an engine on cuda:%d with a stream of cuda:%d", device, s.Device())
 	}
 	e := &Engine{dev: device, s: s, prec: p}
+	e.w.off = cfg.NoWeightCache || os.Getenv(EnvAutocastCache) == "0"
 	m, err := rtc.Load(device, "gdist_gemm.cu", Source)
 	if err != nil {
 		return nil, err
@@ -179,19 +188,29 @@ func (e *Engine) Backend() string {
 }
 
 // ScratchBytes is the device memory the engine holds for bf16 copies of
-// operands (cuBLAS at BF16; it grows to the largest product's operands,
-// in the first step, and stays).
+// operands (cuBLAS at BF16): the scratch that grows to the largest
+// product's operands in the first step and stays, and the weight cache
+// (2 bytes a registered parameter, from the first product that reads
+// one; see Weights).
 func (e *Engine) ScratchBytes() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cap + e.keepCap
+	return e.cap + e.keepCap + e.w.cap
 }
 
-// Casts is the number of values cast to bf16 so far (bf16 autocast).
+// Casts is the number of values cast to bf16 so far (bf16 autocast):
+// CastStats().Values().
 func (e *Engine) Casts() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.casts
+	return e.stats.Values()
+}
+
+// CastStats counts the engine's casts to bf16 since New, by kind.
+func (e *Engine) CastStats() CastStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
 }
 
 // KeepNext asks the engine to keep the bf16 copy of the operand at ptr
@@ -217,7 +236,10 @@ func (e *Engine) Close() error {
 			e.s.Synchronize()
 		}
 	}
-	for _, p := range []*uintptr{&e.scratch, &e.keepBuf} {
+	if e.w.buf != 0 && e.s != nil {
+		e.s.Synchronize()
+	}
+	for _, p := range []*uintptr{&e.scratch, &e.keepBuf, &e.w.buf} {
 		if *p != 0 {
 			if ferr := cuda.Free(e.dev, *p); err == nil {
 				err = ferr
@@ -226,6 +248,7 @@ func (e *Engine) Close() error {
 		}
 	}
 	e.cap, e.keepCap, e.held = 0, 0, kept{}
+	e.w.cap, e.w.valid = 0, nil
 	if e.h != nil {
 		if cerr := e.h.Close(); err == nil {
 			err = cerr
@@ -273,18 +296,21 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 		}
 		return e.h.SgemmStridedBatched(op(tb), op(ta), n, m, k, alpha, b, max(ldb, 1), sb, a, max(lda, 1), sa, beta, c, max(ldc, 1), sc, batch)
 	}
-	// bf16 autocast: cast each operand's span (same layout) to bf16
+	// bf16 autocast: each operand's span (same layout) in bf16, from
+	// the weight cache (a registered parameter), from keepBuf (KeepNext's
+	// operand of the product before), or cast into keepBuf (KeepNext's
+	// now) or the scratch.
 	ar, ac := rowsCols(ta, m, k)
 	br, bc := rowsCols(tb, k, n)
 	na, nb := span(ar, ac, lda, sa, batch), span(br, bc, ldb, sb, batch)
 	if k == 0 {
 		na, nb = 0, 0
 	}
-	// An operand KeepNext named last time is in keepBuf already; one it
-	// names now goes there (unless keepBuf serves this product).
-	reuseA, reuseB := prev.n > 0 && prev == kept{a, na}, prev.n > 0 && prev == kept{b, nb}
-	keepA := !reuseA && !reuseB && keep != 0 && keep == a && na > 0
-	keepB := !reuseA && !reuseB && !keepA && keep != 0 && keep == b && nb > 0
+	wa, wb := e.w.holds(a, na), e.w.holds(b, nb)
+	reuseA := !wa && prev.n > 0 && prev == kept{a, na}
+	reuseB := !wb && prev.n > 0 && prev == kept{b, nb}
+	keepA := !wa && !reuseA && !reuseB && keep != 0 && keep == a && na > 0
+	keepB := !wb && !reuseA && !reuseB && !keepA && keep != 0 && keep == b && nb > 0
 	switch {
 	case reuseA && keep == a, reuseB && keep == b:
 		e.held = prev // kept again, still unwritten (the caller's promise)
@@ -299,26 +325,63 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 			return err
 		}
 	}
-	if err := e.grow(2 * int(na+nb)); err != nil {
+	sharedB := reuseA && a == b && na == nb // B is A, kept
+	var sna, snb int64                      // values each casts into the scratch
+	if !wa && !reuseA && !keepA {
+		sna = na
+	}
+	if !wb && !reuseB && !keepB && !sharedB {
+		snb = nb
+	}
+	if err := e.grow(2 * int(sna+snb)); err != nil {
 		return err
 	}
-	a16, b16 := e.scratch, e.scratch+uintptr(2*na)
-	if reuseA || keepA {
+	if wa || wb {
+		if err := e.w.alloc(e); err != nil {
+			return err
+		}
+	}
+	var a16, b16 uintptr
+	switch {
+	case wa:
+		a16 = e.w.at(a)
+		if err := e.w.cast(e, a, na); err != nil {
+			return err
+		}
+	case reuseA:
 		a16 = e.keepBuf
+	case keepA:
+		a16 = e.keepBuf
+		if err := e.toBF16(a16, a, na, &e.stats.Operands); err != nil {
+			return err
+		}
+	default:
+		a16 = e.scratch
+		if err := e.toBF16(a16, a, na, &e.stats.Operands); err != nil {
+			return err
+		}
 	}
-	if reuseB || keepB || (reuseA && a == b && na == nb) {
+	switch {
+	case wb:
+		b16 = e.w.at(b)
+		if err := e.w.cast(e, b, nb); err != nil {
+			return err
+		}
+	case reuseB, sharedB:
 		b16 = e.keepBuf
-	}
-	if !reuseA {
-		if err := e.toBF16(a16, a, na); err != nil {
+	case keepB:
+		b16 = e.keepBuf
+		if err := e.toBF16(b16, b, nb, &e.stats.Operands); err != nil {
+			return err
+		}
+	default:
+		b16 = e.scratch + uintptr(2*sna)
+		if err := e.toBF16(b16, b, nb, &e.stats.Operands); err != nil {
 			return err
 		}
 	}
-	if b16 != e.keepBuf || keepB {
-		if err := e.toBF16(b16, b, nb); err != nil {
-			return err
-		}
-	}
+	// a product that writes registered parameters makes their copies stale
+	e.w.written(c, span(m, n, ldc, sc, batch))
 	A := cublas.Matrix{Ptr: a16, Type: cublas.BF16, LD: max(lda, 1)}
 	B := cublas.Matrix{Ptr: b16, Type: cublas.BF16, LD: max(ldb, 1)}
 	C := cublas.Matrix{Ptr: c, Type: cublas.F32, LD: max(ldc, 1)}
@@ -425,11 +488,13 @@ func (e *Engine) growKeep(n int) error {
 	return nil
 }
 
-func (e *Engine) toBF16(dst, src uintptr, n int64) error {
+// toBF16 queues the cast of n values at src into dst, counting them in
+// *count.
+func (e *Engine) toBF16(dst, src uintptr, n int64, count *int64) error {
 	if n == 0 {
 		return nil
 	}
-	e.casts += n
+	*count += n
 	blocks := min((n+255)/256, 1024)
 	return e.cast.Launch(e.s, rtc.Config{Grid: rtc.Dim(int(blocks)), Block: rtc.Dim(256)}, dst, src, n)
 }
