@@ -114,6 +114,7 @@ var convCases = []convCase{
 var winogradCases = []convCase{
 	{3, 16, 7, 6, 16, 3, 1},   // odd height, batch 3: partial tiles
 	{2, 32, 14, 14, 24, 3, 1}, // the model's second layer, small
+	{5, 32, 14, 14, 64, 3, 1}, // its channels: chunks of 2, 2 and 1 images
 }
 
 func TestConv2dMatchesGorgonia(t *testing.T) {

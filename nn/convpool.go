@@ -22,7 +22,12 @@ import (
 // it came from (a byte; the convolution's output itself stays in cache,
 // one image at a time), for the backward ops, and the filter-gradient op leaves the gradient w.r.t. that
 // output and the bias gradient for the other two, which take the filter
-// gradient as an input only to run after it. Like the other ops here, an
+// gradient as an input only to run after it. Where the convolution runs
+// as Winograd with an input gradient, the filter-gradient op makes the
+// input gradient too (winogradBackward: both a chunk of images at a
+// time, each chunk's output gradient pooled back while in cache and
+// read there by both) and leaves it for the input-gradient op; the
+// batch's output gradient is never made. Like the other ops here, an
 // instance must not run concurrently with itself or its gradient ops.
 
 // convPoolState is what the fused ops share.
@@ -30,8 +35,12 @@ type convPoolState struct {
 	g     convGeom
 	y     []float32 // one image's conv + bias, (Cout, Ho, Wo)
 	arg   []uint8   // which input each output is (poolReLUArg), for all images
-	dconv []float32 // the gradient w.r.t. conv + bias, (N, Cout, Ho, Wo); one image's without dx
+	dconv []float32 // the gradient w.r.t. conv + bias, (N, Cout, Ho, Wo); one image's without dx or with Winograd
 	db    []float32 // the bias gradient
+	// With Winograd and an input gradient, the filter-gradient op makes
+	// the input gradient too (winogradBackward), into dx, and sets dxSet.
+	dx    []float32
+	dxSet bool
 }
 
 type convPoolOp struct {
@@ -142,7 +151,14 @@ func (op *convPoolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, er
 	if len(inputs) != 3 {
 		return nil, fmt.Errorf("nn: %s has 3 inputs, got %d", op.name, len(inputs))
 	}
-	dw, err := G.ApplyOp(&convPoolGradW{baseOp: baseOp{nextID(), op.name + "'w"}, fwd: op, ws: inputs[1].Shape().Clone()}, inputs[0], output, grad)
+	// With an input gradient the filter-gradient op also reads the
+	// filters (for Winograd's, made with the filter gradient).
+	gw := &convPoolGradW{baseOp: baseOp{nextID(), op.name + "'w"}, fwd: op, ws: inputs[1].Shape().Clone()}
+	in := G.Nodes{inputs[0], output, grad}
+	if !op.conv.noDX {
+		in = append(in, inputs[1])
+	}
+	dw, err := G.ApplyOp(gw, in...)
 	if err != nil {
 		return nil, err
 	}
@@ -159,9 +175,11 @@ func (op *convPoolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, er
 	return G.Nodes{dx, dw, db}, nil
 }
 
-// convPoolGradW: (x, y, dy) -> dw, y and dy being the fused op's output
-// and its gradient. It leaves the gradient w.r.t. the convolution's
-// output and the bias gradient in the shared state.
+// convPoolGradW: (x, y, dy[, w]) -> dw, y and dy being the fused op's
+// output and its gradient, w the filters (given where the forward op has
+// an input gradient). It leaves the bias gradient in the shared state,
+// and either the gradient w.r.t. the convolution's output or (Winograd)
+// the input gradient.
 type convPoolGradW struct {
 	baseOp
 	fwd *convPoolOp
@@ -169,9 +187,17 @@ type convPoolGradW struct {
 	out outBuf
 }
 
-func (op *convPoolGradW) Arity() int { return 3 }
+func (op *convPoolGradW) Arity() int {
+	if op.fwd.conv.noDX {
+		return 3
+	}
+	return 4
+}
 func (op *convPoolGradW) Type() hm.Type {
-	return hm.NewFnType(tt(4), tt(4), tt(4), tt(4))
+	if op.fwd.conv.noDX {
+		return hm.NewFnType(tt(4), tt(4), tt(4), tt(4))
+	}
+	return hm.NewFnType(tt(4), tt(4), tt(4), tt(4), tt(4))
 }
 func (op *convPoolGradW) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 	return op.ws.Clone(), nil
@@ -200,26 +226,55 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	if len(st.arg) != ps.TotalSize() || !xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || len(p) != ps.TotalSize() || len(dp) != len(p) {
 		return nil, fmt.Errorf("nn: %s: no forward pass recorded for input %v", op.name, xs)
 	}
-	// Without an input gradient nobody reads the gradient w.r.t. the
-	// convolution's output after this op: one image's worth, which stays
-	// in cache, will do.
 	per := g.cout * g.howo()
-	if op.fwd.conv.noDX {
-		st.dconv = grow(st.dconv, per)
-	} else {
-		st.dconv = grow(st.dconv, g.n*per)
-	}
 	st.db = grow(st.db, g.cout)
 	clear(st.db)
+	st.dxSet = false
 	t, dw := op.out.get(op.ws, x, p, dp)
 	impl := blas32.Implementation()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	pn := len(p) / g.n
-	// Winograd takes the whole batch's output gradient: with an input
-	// gradient dconv holds it (without, one image's, and im2col runs).
-	wm := op.fwd.conv.sc.winograd(g)
+	// poolGrad sets dn to image n's gradient w.r.t. the convolution's
+	// output and adds its channel sums to the bias gradient.
+	poolGrad := func(n int, dn []float32) {
+		poolReLUArgGrad(st.arg[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
+		for c := range st.db {
+			st.db[c] += sum32(dn[c*howo : (c+1)*howo])
+		}
+	}
+	// With Winograd (which needs an input gradient to win: the first
+	// layer has one input channel), the filter and input gradients are
+	// made together, a chunk of images at a time, from the output
+	// gradient made a chunk at a time: it stays in cache.
+	if wm := op.fwd.conv.sc.winograd(g); wm != 0 && !op.fwd.conv.noDX {
+		st.dx = grow(st.dx, g.n*hw)
+		if len(v) != 4 {
+			return nil, fmt.Errorf("nn: %s: no filters given", op.name)
+		}
+		w, ws, err := f32n(v[3])
+		if err != nil {
+			return nil, err
+		}
+		if !ws.Eq(op.ws) {
+			return nil, fmt.Errorf("nn: %s: filters of shape %v, want %v", op.name, ws, op.ws)
+		}
+		st.dconv = grow(st.dconv, 0) // the batch's is never made
+		winogradBackward(wm, g, x, w, func(s0, s1 int, dy []float32) {
+			for n := s0; n < s1; n++ {
+				poolGrad(n, dy[(n-s0)*per:(n-s0+1)*per])
+			}
+		}, dw, st.dx, &op.fwd.conv.sc.wg)
+		st.dxSet = true
+		return t, nil
+	}
+	// Otherwise nobody reads the gradient w.r.t. the convolution's
+	// output after the image's filter gradient (im2col, image by image)
+	// unless the input gradient does: with one, dconv holds the batch's;
+	// without, one image's, which stays in cache.
 	if op.fwd.conv.noDX {
-		wm = 0
+		st.dconv = grow(st.dconv, per)
+	} else {
+		st.dconv = grow(st.dconv, g.n*per)
 	}
 	var beta float32
 	for n := 0; n < g.n; n++ {
@@ -227,13 +282,7 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 		if !op.fwd.conv.noDX {
 			dn = st.dconv[n*per : (n+1)*per]
 		}
-		poolReLUArgGrad(st.arg[n*pn:(n+1)*pn], dp[n*pn:(n+1)*pn], g.cout, g.ho, g.wo, dn)
-		for c := range st.db {
-			st.db[c] += sum32(dn[c*howo : (c+1)*howo])
-		}
-		if wm != 0 {
-			continue
-		}
+		poolGrad(n, dn)
 		xn := x[n*hw : (n+1)*hw]
 		col := xn
 		if !g.direct() {
@@ -242,9 +291,6 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 		}
 		impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, ckk, howo, 1, dn, howo, col, howo, beta, dw, ckk)
 		beta = 1
-	}
-	if wm != 0 {
-		winogradBackwardW(wm, g, x, st.dconv, dw, &op.fwd.conv.sc.wg)
 	}
 	return t, nil
 }
@@ -286,6 +332,7 @@ type convPoolGradX struct {
 	fwd *convPoolOp
 	xs  tensor.Shape
 	out outBuf
+	dx  *tensor.Dense // over the state's dx
 }
 
 func (op *convPoolGradX) Arity() int { return 2 }
@@ -304,8 +351,15 @@ func (op *convPoolGradX) Do(v ...G.Value) (G.Value, error) {
 	}
 	st := op.fwd.st
 	g := st.g
-	if !op.xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || !ws.Eq(tensor.Shape{g.cout, g.cin, g.k, g.k}) || len(st.dconv) != g.outShape().TotalSize() {
+	if !op.xs.Eq(tensor.Shape{g.n, g.cin, g.h, g.w}) || !ws.Eq(tensor.Shape{g.cout, g.cin, g.k, g.k}) || (!st.dxSet && len(st.dconv) != g.outShape().TotalSize()) {
 		return nil, fmt.Errorf("nn: %s: no filter gradient computed for input %v", op.name, op.xs)
+	}
+	if st.dxSet { // made with the filter gradient
+		st.dxSet = false
+		if op.dx == nil || &op.dx.Data().([]float32)[0] != &st.dx[0] {
+			op.dx = tensor.New(tensor.WithShape(op.xs.Clone()...), tensor.WithBacking(st.dx))
+		}
+		return op.dx, nil
 	}
 	t, dx := op.out.get(op.xs, w, st.dconv)
 	conv2dBackwardX(g, w, st.dconv, dx, op.fwd.conv.sc)

@@ -21,8 +21,10 @@ import (
 //
 // conv2dForward, conv2dBackwardX, conv2dBackwardW and the fused
 // conv+ReLU+pool ops (convpool.go: the forward a chunk of images at a
-// time, pooled while in cache; the filter gradient over the batch when
-// dconv holds it) take this path where winogradTile says it wins. Measured
+// time, pooled while in cache; backward, winogradBackward: the filter and
+// input gradients together a chunk at a time, from the chunk's output
+// gradient pooled back while in cache) take this path where winogradTile
+// says it wins. Measured
 // at batch 64 on one Zen 4 core (OPENBLAS_NUM_THREADS=1, load ~2 on 2
 // cores, medians of 7), ms per call, im2col / F(2x2) / F(4x4):
 //
@@ -51,6 +53,7 @@ import (
 // Not safe for concurrent use.
 type winogradScratch struct {
 	u, v, mm, s []float32
+	dy          []float32 // a chunk's output gradient (winogradBackward)
 	plans       []*winograd.Plan
 }
 
@@ -204,6 +207,66 @@ func winogradBackwardW(m int, g convGeom, x, dy, dw []float32, s *winogradScratc
 			impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, g.cin, p.P, 1, q[xi*g.cout*p.PP:], p.PP, v[xi*g.cin*p.PP:], p.PP, beta, s.s[xi*kc:], g.cin)
 		}
 		beta = 1
+	}
+	winograd.FilterGrad(m, dw, s.s, kc, g.cin, g.cout, g.cin)
+}
+
+// winogradBackward is winogradBackwardW and, unless dx is nil,
+// winogradBackwardX in one pass over the batch, a chunk of images at a
+// time, with the gradient w.r.t. the output made a chunk at a time too:
+// dyChunk(s0, s1, dy) sets dy to images [s0, s1)'s (s1-s0 of (cout, h,
+// w), a buffer of s's that stays in cache). The chunk's dy is read while
+// in cache by both gradients' transforms, x's chunk is transformed
+// once, and the batch's dy never goes to memory. The chunks, the sgemms
+// and the transforms are those of winogradBackwardW and winogradBackwardX
+// (the two take the same chunks), in the same order: dw and dx are theirs
+// bit for bit (TestConvPoolMatchesUnfused).
+func winogradBackward(m int, g convGeom, x, w []float32, dyChunk func(s0, s1 int, dy []float32), dw, dx []float32, s *winogradScratch) {
+	impl := blas32.Implementation()
+	a2 := (m + 2) * (m + 2)
+	hw := g.hw()
+	kc := g.cout * g.cin
+	s.s = grow(s.s, a2*kc)
+	if dx != nil {
+		s.u = grow(s.u, a2*kc)
+		winograd.Filter(m, s.u, kc, g.cout, w, g.cin, g.cout, 1, g.cin, true)
+	}
+	nb := winogradChunk(m, g.h, g.w, g.n, g.cin, g.cout)
+	s.dy = grow(s.dy, min(nb, g.n)*g.cout*hw)
+	var beta float32
+	for s0 := 0; s0 < g.n; s0 += nb {
+		s1 := min(s0+nb, g.n)
+		p := s.plan(m, g.h, g.w, s1-s0)
+		s.v = grow(s.v, a2*g.cin*p.PP)
+		s.mm = grow(s.mm, a2*g.cout*p.PP)
+		v, q, dy := s.v, s.mm, s.dy[:(s1-s0)*g.cout*hw]
+		dyChunk(s0, s1, dy)
+		// The filter gradient (winogradBackwardW's chunk).
+		for c := 0; c < g.cin; c++ {
+			p.Input(v[c*p.PP:], g.cin*p.PP, x[(s0*g.cin+c)*hw:], g.cin*hw)
+		}
+		for k := 0; k < g.cout; k++ {
+			p.GradOutput(q[k*p.PP:], g.cout*p.PP, dy[k*hw:], g.cout*hw)
+		}
+		for xi := 0; xi < a2; xi++ {
+			impl.Sgemm(blas.NoTrans, blas.Trans, g.cout, g.cin, p.P, 1, q[xi*g.cout*p.PP:], p.PP, v[xi*g.cin*p.PP:], p.PP, beta, s.s[xi*kc:], g.cin)
+		}
+		beta = 1
+		if dx == nil {
+			continue
+		}
+		// The input gradient (run's chunk for winogradBackwardX: dy
+		// convolved with the turned filters), in the same buffers.
+		vx, mx := q, v // the chunk's transformed dy, the products
+		for k := 0; k < g.cout; k++ {
+			p.Input(vx[k*p.PP:], g.cout*p.PP, dy[k*hw:], g.cout*hw)
+		}
+		for xi := 0; xi < a2; xi++ {
+			impl.Sgemm(blas.NoTrans, blas.NoTrans, g.cin, p.P, g.cout, 1, s.u[xi*kc:], g.cout, vx[xi*g.cout*p.PP:], p.PP, 0, mx[xi*g.cin*p.PP:], p.PP)
+		}
+		for c := 0; c < g.cin; c++ {
+			p.Output(dx[(s0*g.cin+c)*hw:], g.cin*hw, mx[c*p.PP:], g.cin*p.PP, 0)
+		}
 	}
 	winograd.FilterGrad(m, dw, s.s, kc, g.cin, g.cout, g.cin)
 }
