@@ -16,7 +16,7 @@ func (k *Kernels) GELU(s *cuda.Stream, y, x uintptr, n int) error {
 	if err := sizeErr("GELU", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_gelu", s, grid(n), y, x, int64(n))
+	return k.launch("gd_gelu", s, grid(n), rw(int64(n), int64(n)), y, x, int64(n))
 }
 
 // GELUBackward sets dx = dy gelu'(x), the derivative Phi(x) + x phi(x)
@@ -26,7 +26,7 @@ func (k *Kernels) GELUBackward(s *cuda.Stream, dx, dy, x uintptr, n int) error {
 	if err := sizeErr("GELUBackward", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_gelu_backward", s, grid(n), dx, dy, x, int64(n))
+	return k.launch("gd_gelu_backward", s, grid(n), rw(2*int64(n), int64(n)), dx, dy, x, int64(n))
 }
 
 func embedCheck(op string, rows, num, dim, t int) error {
@@ -39,6 +39,16 @@ func embedCheck(op string, rows, num, dim, t int) error {
 	return nil
 }
 
+// embedIO is what Embedding moves: the ids, the table's rows (at most
+// the table), the positions, the output.
+func embedIO(rows, num, dim, t int, pos bool) traffic {
+	r := int64(rows) + int64(min(rows, num))*int64(dim)
+	if pos {
+		r += int64(t) * int64(dim)
+	}
+	return rw(r, int64(rows)*int64(dim))
+}
+
 // Embedding is nn's Embedding, with nn's PositionEmbedding when pos is
 // not 0: y [rows, dim] = w[ids[r]] (+ pos[r % t]), ids [rows] the token
 // ids as float32 (nn's input: (N, T) samples, rows = N T), w [num, dim],
@@ -49,7 +59,7 @@ func (k *Kernels) Embedding(s *cuda.Stream, y, ids, w, pos uintptr, rows, num, d
 	if err := embedCheck("Embedding", rows, num, dim, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_embed", s, grid64(int64(rows)*int64(dim)), y, ids, w, pos, int32(rows), int32(num), int32(dim), int32(t))
+	return k.launch("gd_embed", s, grid64(int64(rows)*int64(dim)), embedIO(rows, num, dim, t, pos != 0), y, ids, w, pos, int32(rows), int32(num), int32(dim), int32(t))
 }
 
 // EmbeddingBackward is their backward from dy [rows, dim]: dw [num, dim]
@@ -64,14 +74,14 @@ func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, r
 		return err
 	}
 	if dw != 0 {
-		if err := k.launch("gd_embed_backward", s, grid64(int64(num)*int64(dim)), dw, dy, ids, int32(rows), int32(num), int32(dim), b32(accumulate)); err != nil {
+		if err := k.launch("gd_embed_backward", s, grid64(int64(num)*int64(dim)), rw(int64(rows)*int64(dim)+int64(rows), int64(num)*int64(dim)), dw, dy, ids, int32(rows), int32(num), int32(dim), b32(accumulate)); err != nil {
 			return err
 		}
 	}
 	if dpos == 0 {
 		return nil
 	}
-	return k.launch("gd_pos_backward", s, grid64(int64(t)*int64(dim)), dpos, dy, int32(rows/t), int32(t), int32(dim), b32(accumulate))
+	return k.launch("gd_pos_backward", s, grid64(int64(t)*int64(dim)), rw(int64(rows)*int64(dim), int64(t)*int64(dim)), dpos, dy, int32(rows/t), int32(t), int32(dim), b32(accumulate))
 }
 
 // Add sets y = a + b over n elements: nn's Residual (x + fn(x)), and in
@@ -81,7 +91,7 @@ func (k *Kernels) Add(s *cuda.Stream, y, a, b uintptr, n int) error {
 	if err := sizeErr("Add", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_add", s, grid(n), y, a, b, int64(n))
+	return k.launch("gd_add", s, grid(n), rw(2*int64(n), int64(n)), y, a, b, int64(n))
 }
 
 // Tanh sets y = tanh(x) over n elements (nn's Tanh): the device's tanhf,
@@ -90,7 +100,7 @@ func (k *Kernels) Tanh(s *cuda.Stream, y, x uintptr, n int) error {
 	if err := sizeErr("Tanh", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_tanh", s, grid(n), y, x, int64(n))
+	return k.launch("gd_tanh", s, grid(n), rw(int64(n), int64(n)), y, x, int64(n))
 }
 
 // TanhBackward sets dx = (1 - y^2) dy from Tanh's output y: gorgonia's
@@ -100,7 +110,7 @@ func (k *Kernels) TanhBackward(s *cuda.Stream, dx, dy, y uintptr, n int) error {
 	if err := sizeErr("TanhBackward", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_tanh_backward", s, grid(n), dx, dy, y, int64(n))
+	return k.launch("gd_tanh_backward", s, grid(n), rw(2*int64(n), int64(n)), dx, dy, y, int64(n))
 }
 
 // PositionEmbedding is nn's PositionEmbedding on its own (not right after
@@ -113,7 +123,7 @@ func (k *Kernels) PositionEmbedding(s *cuda.Stream, y, x, pos uintptr, rows, dim
 		return err
 	}
 	n := int64(rows) * int64(dim)
-	return k.launch("gd_add_rows", s, grid64(n), y, x, pos, n, int64(t)*int64(dim))
+	return k.launch("gd_add_rows", s, grid64(n), rw(n+int64(t)*int64(dim), n), y, x, pos, n, int64(t)*int64(dim))
 }
 
 // PositionEmbeddingBackward sets dpos [t, dim] to the sum of dy [rows,

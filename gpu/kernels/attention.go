@@ -36,7 +36,7 @@ func (g AttentionGeom) check(op string) error {
 
 // heads copies between (N, T, ld) rows (from column off) and (N H, T, D).
 func (k *Kernels) heads(s *cuda.Stream, dst, src uintptr, g AttentionGeom, ld, off int, toHeads bool) error {
-	return k.launch("gd_heads", s, grid64(int64(g.N)*int64(g.T)*int64(g.C)), dst, src, int32(g.N), int32(g.T), int32(g.H),
+	return k.launch("gd_heads", s, grid64(int64(g.N)*int64(g.T)*int64(g.C)), rw(int64(g.N)*int64(g.T)*int64(g.C), int64(g.N)*int64(g.T)*int64(g.C)), dst, src, int32(g.N), int32(g.T), int32(g.H),
 		int32(g.C/g.H), int32(ld), int32(off), b32(toHeads))
 }
 
@@ -136,6 +136,13 @@ func softmaxCheck(op string, rows, t int) error {
 	return nil
 }
 
+// causalIO is what a causal softmax over rows of t moves: in reads of the
+// rows' first i+1 entries (about half), every entry written.
+func causalIO(rows, t, in int) traffic {
+	n := int64(rows) * int64(t)
+	return rw(int64(in)*(n+int64(rows))/2, n)
+}
+
 // CausalSoftmax turns p, rows of t (row r is position r % t of its
 // sequence: (N H, T, T) scores), into the causal softmax of each row,
 // in place: row i the softmax of its first i+1 entries, zeros after, with
@@ -146,7 +153,7 @@ func (k *Kernels) CausalSoftmax(s *cuda.Stream, p uintptr, rows, t int) error {
 	if err := softmaxCheck("CausalSoftmax", rows, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_causal_softmax", s, rowsGrid(rows), p, int32(rows), int32(t))
+	return k.launch("gd_causal_softmax", s, rowsGrid(rows), causalIO(rows, t, 1), p, int32(rows), int32(t))
 }
 
 // CausalSoftmaxBackward turns ds (the gradient of CausalSoftmax's output
@@ -157,5 +164,5 @@ func (k *Kernels) CausalSoftmaxBackward(s *cuda.Stream, ds, p uintptr, rows, t i
 	if err := softmaxCheck("CausalSoftmaxBackward", rows, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_causal_softmax_backward", s, rowsGrid(rows), ds, p, int32(rows), int32(t), scale)
+	return k.launch("gd_causal_softmax_backward", s, rowsGrid(rows), causalIO(rows, t, 2), ds, p, int32(rows), int32(t), scale)
 }

@@ -57,6 +57,9 @@ func (g ConvGeom) check(op string) error {
 	return nil
 }
 
+// inSize is the input's float32s, N C H W.
+func (g ConvGeom) inSize() int64 { return int64(g.N) * int64(g.C) * int64(g.H) * int64(g.W) }
+
 func (g ConvGeom) args() []any {
 	ho, wo := g.Out()
 	return []any{int32(g.N), int32(g.C), int32(g.H), int32(g.W), int32(g.K), int32(g.Pad), int32(g.stride()), int32(ho), int32(wo)}
@@ -84,7 +87,7 @@ func Conv2dForward(h Products, k *Kernels, y, x, w, b, ws uintptr, g ConvGeom) e
 	s := h.Stream()
 	ho, wo := g.Out()
 	howo, ckk, cols := ho*wo, g.ckk(), g.cols()
-	if err := k.launch("gd_im2col", s, grid64(int64(ckk)*int64(cols)), append([]any{ws, x}, g.args()...)...); err != nil {
+	if err := k.launch("gd_im2col", s, grid64(int64(ckk)*int64(cols)), rw(g.inSize(), int64(ckk)*int64(cols)), append([]any{ws, x}, g.args()...)...); err != nil {
 		return err
 	}
 	if err := h.MatMulBatched(false, false, g.Cout, howo, ckk, 1, w, ckk, 0, ws, cols, int64(howo), 0, y, howo, int64(g.Cout*howo), g.N); err != nil {
@@ -94,7 +97,7 @@ func Conv2dForward(h Products, k *Kernels, y, x, w, b, ws uintptr, g ConvGeom) e
 		return nil
 	}
 	n := int64(g.N) * int64(g.Cout) * int64(howo)
-	return k.launch("gd_channel_bias", s, grid64(n), y, b, n, int32(g.Cout), int64(howo))
+	return k.launch("gd_channel_bias", s, grid64(n), rw(n+int64(g.Cout), n), y, b, n, int32(g.Cout), int64(howo))
 }
 
 // Conv2dBackward is Conv2d's backward from dy (N, Cout, Ho, Wo), over ws:
@@ -114,11 +117,11 @@ func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g 
 	ho, wo := g.Out()
 	howo, ckk, cols := ho*wo, g.ckk(), g.cols()
 	col, d := ws, ws+uintptr(4*ckk*cols)
-	if err := k.launch("gd_im2col", s, grid64(int64(ckk)*int64(cols)), append([]any{col, x}, g.args()...)...); err != nil {
+	if err := k.launch("gd_im2col", s, grid64(int64(ckk)*int64(cols)), rw(g.inSize(), int64(ckk)*int64(cols)), append([]any{col, x}, g.args()...)...); err != nil {
 		return err
 	}
 	ny := int64(g.Cout) * int64(cols)
-	if err := k.launch("gd_nchw_to_cnhw", s, grid64(ny), d, dy, int32(g.N), int32(g.Cout), int64(howo)); err != nil {
+	if err := k.launch("gd_nchw_to_cnhw", s, grid64(ny), rw(ny, ny), d, dy, int32(g.N), int32(g.Cout), int64(howo)); err != nil {
 		return err
 	}
 	beta := float32(0)
@@ -142,7 +145,7 @@ func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g 
 	if err := h.MatMul(true, false, ckk, cols, g.Cout, 1, w, d, 0, col); err != nil {
 		return err
 	}
-	return k.launch("gd_col2im", s, grid64(int64(g.N)*int64(g.C)*int64(g.H)*int64(g.W)), append([]any{dx, col}, g.args()...)...)
+	return k.launch("gd_col2im", s, grid64(g.inSize()), rw(int64(ckk)*int64(cols), g.inSize()), append([]any{dx, col}, g.args()...)...)
 }
 
 // rowSum sets (or adds to) out [rows] the sums of the rows of x [rows,
@@ -151,7 +154,7 @@ func (k *Kernels) rowSum(s *cuda.Stream, out, x uintptr, rows, cols int, accumul
 	if rows == 0 {
 		return nil
 	}
-	return k.launch("gd_row_sum", s, rtc.Config{Grid: rtc.Dim(min(rows, 65535)), Block: rtc.Dim(Block)}, out, x, int32(rows), int64(cols), b32(accumulate))
+	return k.launch("gd_row_sum", s, rtc.Config{Grid: rtc.Dim(min(rows, 65535)), Block: rtc.Dim(Block)}, rw(int64(rows)*int64(cols), int64(rows)), out, x, int32(rows), int64(cols), b32(accumulate))
 }
 
 func b32(b bool) int32 {
@@ -178,7 +181,7 @@ func (k *Kernels) MaxPool2d(s *cuda.Stream, y, arg, x uintptr, planes, h, w int)
 	if n == 0 {
 		return nil
 	}
-	return k.launch("gd_maxpool2x2", s, grid64(n), y, arg, x, int64(planes), int32(h), int32(w))
+	return k.launch("gd_maxpool2x2", s, grid64(n), traffic{16 * n, 5 * n}, y, arg, x, int64(planes), int32(h), int32(w))
 }
 
 // MaxPool2dBackward sets every element of dx (planes, H, W): dy at the
@@ -195,5 +198,5 @@ func (k *Kernels) MaxPool2dBackward(s *cuda.Stream, dx, dy, arg uintptr, planes,
 	if n == 0 {
 		return nil
 	}
-	return k.launch("gd_maxpool2x2_backward", s, grid64(n), dx, dy, arg, int64(planes), int32(h), int32(w))
+	return k.launch("gd_maxpool2x2_backward", s, grid64(n), traffic{5 * n / 4, 4 * n}, dx, dy, arg, int64(planes), int32(h), int32(w))
 }

@@ -43,8 +43,8 @@ type Program struct {
 func Programs() []Program {
 	block := fmt.Sprintf("-DBLOCK=%d", Block)
 	return []Program{
-		{"gdist_elementwise.cu", ElementwiseSource, nil, nil},
-		{"gdist_reduce.cu", ReduceSource, []string{block}, []string{"gd_argmax_hits", "gd_count"}},
+		{"gdist_elementwise.cu", ElementwiseSource, nil, []string{"gd_bias_add", "gd_relu", "gd_relu_backward", "gd_sgd"}},
+		{"gdist_reduce.cu", ReduceSource, []string{block}, []string{"gd_col_sum", "gd_xent_rows", "gd_mean", "gd_xent_backward", "gd_argmax_hits", "gd_count"}},
 		{"gdist_conv.cu", ConvSource, []string{"--fmad=false"},
 			[]string{"gd_im2col", "gd_col2im", "gd_nchw_to_cnhw", "gd_channel_bias", "gd_maxpool2x2", "gd_maxpool2x2_backward"}},
 		{"gdist_pointwise.cu", PointwiseSource, []string{"--fmad=false"}, pointwiseKernels},
@@ -66,10 +66,11 @@ const maxGrid = 1024
 // allocated until the stream has done the work. Sizes are checked before
 // anything is queued. Kernels is safe for concurrent use.
 type Kernels struct {
-	dev                                  int
-	biasAdd, relu, reluBackward, sgd     *rtc.Function
-	colSum, xentRows, mean, xentBackward *rtc.Function
-	fns                                  map[string]*rtc.Function // the layers' kernels by name
+	dev int
+	fns map[string]*rtc.Function // the kernels by name
+	// rec, when set, takes every launch instead of the device (the
+	// audit: audit_test.go); nothing is queued then.
+	rec func(name string, c rtc.Config, t traffic)
 }
 
 // Load compiles (once per process, see gpu/rtc) and loads the kernels on
@@ -90,29 +91,25 @@ func Load(device int) (*Kernels, error) {
 			}
 		}
 	}
-	ew, red := mods[0], mods[1]
-	var err error
-	for _, f := range []struct {
-		m    *rtc.Module
-		name string
-		to   **rtc.Function
-	}{
-		{ew, "gd_bias_add", &k.biasAdd}, {ew, "gd_relu", &k.relu}, {ew, "gd_relu_backward", &k.reluBackward},
-		{ew, "gd_sgd", &k.sgd}, {red, "gd_col_sum", &k.colSum}, {red, "gd_xent_rows", &k.xentRows},
-		{red, "gd_mean", &k.mean}, {red, "gd_xent_backward", &k.xentBackward},
-	} {
-		if *f.to, err = f.m.Function(f.name); err != nil {
-			return nil, err
-		}
-	}
 	return k, nil
 }
 
 // Device is the kernels' device.
 func (k *Kernels) Device() int { return k.dev }
 
-// launch queues the layers' kernel name.
-func (k *Kernels) launch(name string, s *cuda.Stream, c rtc.Config, args ...any) error {
+// traffic is the bytes a launch reads and writes in device memory, each
+// tensor counted once (what an ideal kernel moves): the audit's measure.
+type traffic struct{ r, w int64 }
+
+// rw is the traffic of reading r and writing w float32s.
+func rw(r, w int64) traffic { return traffic{4 * r, 4 * w} }
+
+// launch queues the kernel name; t is what it moves (for the audit).
+func (k *Kernels) launch(name string, s *cuda.Stream, c rtc.Config, t traffic, args ...any) error {
+	if k.rec != nil {
+		k.rec(name, c, t)
+		return nil
+	}
 	f := k.fns[name]
 	if f == nil {
 		return fmt.Errorf("kernels: no kernel %s", name)
@@ -151,7 +148,7 @@ func (k *Kernels) BiasAdd(s *cuda.Stream, y, bias uintptr, rows, cols int) error
 	if n == 0 {
 		return nil
 	}
-	return k.biasAdd.Launch(s, grid(n), y, bias, int64(n), int32(cols))
+	return k.launch("gd_bias_add", s, grid(n), rw(int64(n)+int64(cols), int64(n)), y, bias, int64(n), int32(cols))
 }
 
 // BiasGrad sets dbias [cols] to the column sums of dy [rows, cols] (with
@@ -169,7 +166,7 @@ func (k *Kernels) BiasGrad(s *cuda.Stream, dbias, dy uintptr, rows, cols int, ac
 	if accumulate {
 		acc = 1
 	}
-	return k.colSum.Launch(s, rtc.Config{Grid: rtc.Dim((cols + 31) / 32), Block: rtc.Dim3{X: 32, Y: 8, Z: 1}},
+	return k.launch("gd_col_sum", s, rtc.Config{Grid: rtc.Dim((cols + 31) / 32), Block: rtc.Dim3{X: 32, Y: 8, Z: 1}}, rw(int64(rows)*int64(cols), int64(cols)),
 		dbias, dy, int32(rows), int32(cols), acc)
 }
 
@@ -178,7 +175,7 @@ func (k *Kernels) ReLU(s *cuda.Stream, y, x uintptr, n int) error {
 	if err := sizeErr("ReLU", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.relu.Launch(s, grid(n), y, x, int64(n))
+	return k.launch("gd_relu", s, grid(n), rw(int64(n), int64(n)), y, x, int64(n))
 }
 
 // ReLUBackward sets dx = dy where ReLU's output y is positive, else 0; dx
@@ -187,7 +184,7 @@ func (k *Kernels) ReLUBackward(s *cuda.Stream, dx, dy, y uintptr, n int) error {
 	if err := sizeErr("ReLUBackward", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.reluBackward.Launch(s, grid(n), dx, dy, y, int64(n))
+	return k.launch("gd_relu_backward", s, grid(n), rw(2*int64(n), int64(n)), dx, dy, y, int64(n))
 }
 
 // CrossEntropy sets loss (one float32) to the mean softmax cross-entropy
@@ -202,10 +199,10 @@ func (k *Kernels) CrossEntropy(s *cuda.Stream, loss, rowLoss, logits, labels uin
 	if rows == 0 || classes == 0 {
 		return fmt.Errorf("kernels: CrossEntropy of %d rows of %d classes", rows, classes)
 	}
-	if err := k.xentRows.Launch(s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, rowLoss, logits, labels, int32(classes)); err != nil {
+	if err := k.launch("gd_xent_rows", s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, rw(int64(rows)*int64(classes)+int64(rows), int64(rows)), rowLoss, logits, labels, int32(classes)); err != nil {
 		return err
 	}
-	return k.mean.Launch(s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, loss, rowLoss, int32(rows))
+	return k.launch("gd_mean", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, rw(int64(rows), 1), loss, rowLoss, int32(rows))
 }
 
 // CountCorrect sets correct (one int32) to the number of rows of logits
@@ -221,10 +218,10 @@ func (k *Kernels) CountCorrect(s *cuda.Stream, correct, hits, logits, labels uin
 	if rows == 0 || classes == 0 {
 		return fmt.Errorf("kernels: CountCorrect of %d rows of %d classes", rows, classes)
 	}
-	if err := k.launch("gd_argmax_hits", s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, hits, logits, labels, int32(classes)); err != nil {
+	if err := k.launch("gd_argmax_hits", s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, rw(int64(rows)*int64(classes)+int64(rows), int64(rows)), hits, logits, labels, int32(classes)); err != nil {
 		return err
 	}
-	return k.launch("gd_count", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, correct, hits, int32(rows))
+	return k.launch("gd_count", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, rw(int64(rows), 1), correct, hits, int32(rows))
 }
 
 // CrossEntropyBackward sets dlogits [rows, classes] to the gradient of the
@@ -238,13 +235,22 @@ func (k *Kernels) CrossEntropyBackward(s *cuda.Stream, dlogits, logits, labels u
 	if rows == 0 || classes == 0 {
 		return nil
 	}
-	return k.xentBackward.Launch(s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, dlogits, logits, labels, int32(classes), scale)
+	return k.launch("gd_xent_backward", s, rtc.Config{Grid: rtc.Dim(rows), Block: rtc.Dim(Block)}, rw(int64(rows)*int64(classes)+int64(rows), int64(rows)*int64(classes)), dlogits, logits, labels, int32(classes), scale)
 }
 
 // SGDConfig is torch.optim.SGD's: learning rate, momentum (0: none) and
 // weight decay (L2, added to the gradient).
 type SGDConfig struct {
 	LR, Momentum, WeightDecay float32
+}
+
+// sgdIO is what SGD moves: params and grads (and the momentum) read,
+// params (and the momentum) written.
+func sgdIO(n int, mom bool) traffic {
+	if mom {
+		return rw(3*int64(n), 2*int64(n))
+	}
+	return rw(2*int64(n), int64(n))
 }
 
 // SGD updates params [n] from grads [n] as torch.optim.SGD and package
@@ -262,7 +268,7 @@ func (k *Kernels) SGD(s *cuda.Stream, params, grads, momentum uintptr, n int, c 
 	if c.Momentum == 0 {
 		momentum = 0
 	}
-	return k.sgd.Launch(s, grid(n), params, grads, momentum, int64(n), c.LR, c.Momentum, c.WeightDecay)
+	return k.launch("gd_sgd", s, grid(n), sgdIO(n, momentum != 0), params, grads, momentum, int64(n), c.LR, c.Momentum, c.WeightDecay)
 }
 
 // LinearForward is nn's Linear on the device: y [rows, out] = x [rows, in]

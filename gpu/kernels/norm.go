@@ -72,8 +72,9 @@ func (k *Kernels) BatchNormForwardSync(s *cuda.Stream, y, xhat, x, gamma, beta, 
 		return err
 	}
 	stats, mi, _ := bnParts(ws, c.C)
+	total := int64(n) * int64(c.C) * int64(inner)
 	if train {
-		if err := k.launch("gd_bn_stats", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, stats, x, int32(n), int32(c.C), int64(inner)); err != nil {
+		if err := k.launch("gd_bn_stats", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, rw(total, 2*int64(c.C)*2), stats, x, int32(n), int32(c.C), int64(inner)); err != nil {
 			return err
 		}
 		if sync != nil {
@@ -82,11 +83,10 @@ func (k *Kernels) BatchNormForwardSync(s *cuda.Stream, y, xhat, x, gamma, beta, 
 			}
 		}
 	}
-	if err := k.launch("gd_bn_finalize", s, grid(c.C), mi, runMean, runVar, stats, int32(c.C), c.Momentum, c.Eps, b32(train)); err != nil {
+	if err := k.launch("gd_bn_finalize", s, grid(c.C), rw(6*int64(c.C), 6*int64(c.C)), mi, runMean, runVar, stats, int32(c.C), c.Momentum, c.Eps, b32(train)); err != nil {
 		return err
 	}
-	total := int64(n) * int64(c.C) * int64(inner)
-	return k.launch("gd_bn_norm", s, grid64(total), y, xhat, x, mi, gamma, beta, int32(c.C), int64(inner), total)
+	return k.launch("gd_bn_norm", s, grid64(total), rw(total, 2*total), y, xhat, x, mi, gamma, beta, int32(c.C), int64(inner), total)
 }
 
 // BatchNormBackward is batch norm's backward after a training forward
@@ -108,11 +108,12 @@ func (k *Kernels) BatchNormBackwardSync(s *cuda.Stream, dx, dgamma, dbeta, dy, x
 		return err
 	}
 	stats, mi, sums := bnParts(ws, c.C)
-	if err := k.launch("gd_bn_grad_sums", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, sums, dy, xhat, int32(n), int32(c.C), int64(inner)); err != nil {
+	total := int64(n) * int64(c.C) * int64(inner)
+	if err := k.launch("gd_bn_grad_sums", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, rw(2*total, 2*int64(c.C)*2), sums, dy, xhat, int32(n), int32(c.C), int64(inner)); err != nil {
 		return err
 	}
 	if dgamma != 0 || dbeta != 0 {
-		if err := k.launch("gd_bn_param_grads", s, grid(c.C), dgamma, dbeta, sums, int32(c.C), b32(accumulate)); err != nil {
+		if err := k.launch("gd_bn_param_grads", s, grid(c.C), rw(4*int64(c.C), 2*int64(c.C)), dgamma, dbeta, sums, int32(c.C), b32(accumulate)); err != nil {
 			return err
 		}
 	}
@@ -124,8 +125,7 @@ func (k *Kernels) BatchNormBackwardSync(s *cuda.Stream, dx, dgamma, dbeta, dy, x
 			return err
 		}
 	}
-	total := int64(n) * int64(c.C) * int64(inner)
-	return k.launch("gd_bn_dx", s, grid64(total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)
+	return k.launch("gd_bn_dx", s, grid64(total), rw(2*total, total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)
 }
 
 // rowsGrid launches a warp per row (8 rows a block), the warps taking
@@ -155,7 +155,7 @@ func (k *Kernels) LayerNormForward(s *cuda.Stream, y, xhat, invstd, x, gamma, be
 	if err := lnCheck("LayerNormForward", rows, c); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_layernorm", s, rowsGrid(rows), y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps)
+	return k.launch("gd_layernorm", s, rowsGrid(rows), rw(int64(rows)*int64(c), 2*int64(rows)*int64(c)+int64(rows)), y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps)
 }
 
 // LayerNormBackward is LayerNorm's backward from dy [rows, c] and the
@@ -169,12 +169,12 @@ func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 		return err
 	}
 	if dgamma != 0 || dbeta != 0 {
-		if err := k.launch("gd_layernorm_param_grads", s, grid(c), dgamma, dbeta, dy, xhat, int32(rows), int32(c), b32(accumulate)); err != nil {
+		if err := k.launch("gd_layernorm_param_grads", s, grid(c), rw(2*int64(rows)*int64(c), 2*int64(c)), dgamma, dbeta, dy, xhat, int32(rows), int32(c), b32(accumulate)); err != nil {
 			return err
 		}
 	}
 	if dx == 0 || rows == 0 {
 		return nil
 	}
-	return k.launch("gd_layernorm_backward", s, rowsGrid(rows), dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c))
+	return k.launch("gd_layernorm_backward", s, rowsGrid(rows), rw(2*int64(rows)*int64(c)+int64(rows), int64(rows)*int64(c)), dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c))
 }

@@ -36,7 +36,7 @@ func (k *Kernels) Adam(s *cuda.Stream, params, grads, m, v uintptr, n int, c Ada
 	stepSize := float32(c.LR / bc1)
 	sqrtBC2 := float32(math.Sqrt(bc2))
 	eps, wd, lr := float32(c.Eps), float32(c.WeightDecay), float32(c.LR)
-	return k.launch("gd_adam", s, grid(n), params, grads, m, v, int64(n), wd, lr*wd, b1, 1-b1, b2, 1-b2, sqrtBC2, eps, stepSize, b32(c.Decoupled))
+	return k.launch("gd_adam", s, grid(n), rw(4*int64(n), 3*int64(n)), params, grads, m, v, int64(n), wd, lr*wd, b1, 1-b1, b2, 1-b2, sqrtBC2, eps, stepSize, b32(c.Decoupled))
 }
 
 // clipParts is the blocks of the norm's first level: a fixed number, so
@@ -61,16 +61,16 @@ func (k *Kernels) ClipGradNorm(s *cuda.Stream, grads uintptr, n int, max float64
 		return err
 	}
 	part := ws + 16
-	if err := k.launch("gd_sumsq", s, rtc.Config{Grid: rtc.Dim(clipParts), Block: rtc.Dim(Block)}, part, grads, int64(n)); err != nil {
+	if err := k.launch("gd_sumsq", s, rtc.Config{Grid: rtc.Dim(clipParts), Block: rtc.Dim(Block)}, rw(int64(n), 2*clipParts), part, grads, int64(n)); err != nil {
 		return err
 	}
-	if err := k.launch("gd_clip_finish", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, ws, part, int32(clipParts), max); err != nil {
+	if err := k.launch("gd_clip_finish", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, rw(2*clipParts, 4), ws, part, int32(clipParts), max); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
-	return k.launch("gd_scale_by", s, grid(n), grads, int64(n), ws)
+	return k.launch("gd_scale_by", s, grid(n), rw(int64(n), int64(n)), grads, int64(n), ws)
 }
 
 // Dropout is nn's Dropout in a training graph on n elements: y = x
@@ -88,5 +88,5 @@ func (k *Kernels) Dropout(s *cuda.Stream, y, x uintptr, n int, p float64, seed u
 	if p < 0 || p >= 1 {
 		return fmt.Errorf("kernels: dropout probability %v not in [0, 1)", p)
 	}
-	return k.launch("gd_dropout", s, grid(n), y, x, int64(n), p, seed, uint64(run), uint64(first), float32(1/(1-p)))
+	return k.launch("gd_dropout", s, grid(n), rw(int64(n), int64(n)), y, x, int64(n), p, seed, uint64(run), uint64(first), float32(1/(1-p)))
 }

@@ -1,0 +1,420 @@
+package kernels
+
+// The launch audit: a training step of the zoo's models at the shapes the
+// GPU runs measure (benchmarks/gpu/verify.sh: gpt-L12-D768-H12-T1024 at
+// batch 8, mlp, cnn and cnn-bn at 32), walked layer by layer as package
+// gpu/devmodel's plan runs it, with a Kernels that records every launch
+// (grid, block, the bytes it must move) instead of queueing it, and
+// Products that record the matrix products. No device is needed.
+//
+//	go test -run Audit -v ./gpu/kernels                       # the tables
+//	GDIST_KERNEL_AUDIT=/tmp/audit.md go test -run Audit ./gpu/kernels
+//
+// It prints, per kind of layer (GDIST_DEVICE_PROFILE's kinds), each
+// distinct launch: its grid x block, how often a step makes it, what it
+// moves and its ideal time on an H100 SXM (bytes at 3.35 TB/s; the
+// products also at the tensor cores' peak), and flags a launch of fewer
+// blocks than 2 per SM that moves more than 1 MiB: such a launch leaves
+// most of the GPU idle. TestAudit fails on a flagged launch.
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/rtc"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/nn"
+)
+
+// The H100 SXM the audit times against.
+const (
+	auditSMs       = 132
+	auditBandwidth = 3.35e12 // bytes/s
+	auditFP32      = 67e12   // FLOP/s, dense, CUDA cores
+	auditBF16      = 989e12  // FLOP/s, dense, tensor cores
+	auditBig       = 1 << 20 // bytes: a launch moving more must fill the GPU
+)
+
+// auditRec is one recorded launch (or product: kernel "gemm").
+type auditRec struct {
+	kind, kernel string
+	bwd          bool
+	grid, block  rtc.Dim3
+	r, w         int64
+	flops        float64
+	shape        string // a product's m x n x k (x batch)
+}
+
+func (r auditRec) blocks() int {
+	g := r.grid
+	return g.X * max(g.Y, 1) * max(g.Z, 1)
+}
+
+func (r auditRec) ideal() float64 { // seconds
+	return float64(r.r+r.w) / auditBandwidth
+}
+
+func (r auditRec) flagged() bool {
+	return r.kernel != "gemm" && r.r+r.w > auditBig && r.blocks() < 2*auditSMs
+}
+
+// auditor walks a model, recording.
+type auditor struct {
+	k    *Kernels
+	recs []auditRec
+	kind string
+	bwd  bool
+	n    int      // parameters
+	back []func() // the backward work, in forward order
+}
+
+func newAuditor() *auditor {
+	a := &auditor{}
+	a.k = &Kernels{rec: func(name string, c rtc.Config, t traffic) {
+		a.recs = append(a.recs, auditRec{kind: a.kind, kernel: name, bwd: a.bwd, grid: c.Grid, block: c.Block, r: t.r, w: t.w})
+	}}
+	return a
+}
+
+// auditProducts records the products.
+type auditProducts struct{ a *auditor }
+
+func (p auditProducts) Device() int          { return 0 }
+func (p auditProducts) Stream() *cuda.Stream { return nil }
+func (p auditProducts) MatMul(ta, tb bool, m, n, k int, alpha float32, a, b uintptr, beta float32, c uintptr) error {
+	return p.MatMulBatched(ta, tb, m, n, k, alpha, a, 0, 1, b, 0, 1, beta, c, 0, 1, 1)
+}
+func (p auditProducts) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,
+	b uintptr, ldb int, sb int64, beta float32, c uintptr, ldc int, sc int64, batch int) error {
+	nb := int64(batch)
+	in := func(elems int64, stride int64) int64 { // a shared operand (stride 0) is read once
+		if stride == 0 {
+			return 4 * elems
+		}
+		return 4 * elems * nb
+	}
+	r := in(int64(m)*int64(k), sa) + in(int64(k)*int64(n), sb)
+	w := 4 * int64(m) * int64(n) * nb
+	if beta != 0 {
+		r += w
+	}
+	shape := fmt.Sprintf("%dx%dx%d", m, n, k)
+	if batch > 1 {
+		shape += fmt.Sprintf(" x%d", batch)
+	}
+	p.a.recs = append(p.a.recs, auditRec{kind: p.a.kind, kernel: "gemm", bwd: p.a.bwd, r: r, w: w,
+		flops: 2 * float64(m) * float64(n) * float64(k) * float64(batch), shape: shape})
+	return nil
+}
+
+// aact is an activation: its shape and whether it has a gradient.
+type aact struct {
+	shape []int
+	grad  bool
+}
+
+func (x aact) size() int {
+	n := 1
+	for _, v := range x.shape {
+		n *= v
+	}
+	return n
+}
+
+const fake = uintptr(1 << 32) // every buffer's address (nothing runs)
+
+func gradPtr(x aact) uintptr {
+	if x.grad {
+		return fake
+	}
+	return 0
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// fwd records l's forward work now and queues its backward work.
+func (a *auditor) fwd(kind string, f, b func()) {
+	a.kind, a.bwd = kind, false
+	f()
+	a.back = append(a.back, func() { a.kind, a.bwd = kind, true; b() })
+}
+
+// layer walks l as gpu/devmodel's plan compiles it.
+func (a *auditor) layer(l nn.Layer, x aact) aact {
+	k, h := a.k, auditProducts{a}
+	n := x.size()
+	switch l := l.(type) {
+	case *nn.Sequential:
+		for i := 0; i < len(l.Layers); i++ {
+			if e, ok := l.Layers[i].(*nn.Embedding); ok && i+1 < len(l.Layers) {
+				if pe, ok := l.Layers[i+1].(*nn.PositionEmbedding); ok {
+					x = a.embedding(e, pe, x)
+					i++
+					continue
+				}
+			}
+			x = a.layer(l.Layers[i], x)
+		}
+		return x
+	case *nn.Residual:
+		a.fwd("residual", func() {}, func() {
+			if x.grad {
+				must(k.Add(nil, fake, fake, fake, n))
+			}
+		})
+		out := a.layer(l.Fn, aact{x.shape, x.grad})
+		a.fwd("residual", func() { must(k.Add(nil, fake, fake, fake, n)) }, func() {})
+		return aact{out.shape, true}
+	case *nn.Linear:
+		rows := n / l.In
+		a.n += l.In*l.Out + l.Out
+		a.fwd("linear", func() { must(LinearForward(h, k, fake, fake, fake, fake, rows, l.In, l.Out)) },
+			func() { must(LinearBackward(h, k, gradPtr(x), fake, fake, fake, fake, fake, rows, l.In, l.Out, true)) })
+		return aact{with(x.shape, l.Out), true}
+	case *nn.Conv2d:
+		g := ConvGeom{N: x.shape[0], C: l.In, H: x.shape[2], W: x.shape[3], Cout: l.Out, K: l.K, Pad: l.Pad}
+		ho, wo := g.Out()
+		a.n += l.Out*l.In*l.K*l.K + l.Out
+		a.fwd("conv2d", func() { must(Conv2dForward(h, k, fake, fake, fake, fake, fake, g)) },
+			func() { must(Conv2dBackward(h, k, gradPtr(x), fake, fake, fake, fake, fake, fake, g, true)) })
+		return aact{[]int{g.N, l.Out, ho, wo}, true}
+	case *nn.BatchNorm:
+		c := BatchNormConfig{C: l.State().C, Momentum: 0.1, Eps: 1e-5}
+		inner := n / x.shape[0] / c.C
+		a.n += 2 * c.C
+		a.fwd("batchnorm", func() {
+			must(k.BatchNormForward(nil, fake, fake, fake, fake, fake, fake, fake, fake, x.shape[0], inner, c, true))
+		}, func() {
+			must(k.BatchNormBackward(nil, gradPtr(x), fake, fake, fake, fake, fake, fake, x.shape[0], inner, c, true))
+		})
+		return aact{x.shape, true}
+	case nn.ReLU, *nn.ReLU:
+		return a.pointwise("relu", x, k.ReLU, k.ReLUBackward)
+	case nn.GELU, *nn.GELU:
+		return a.pointwise("gelu", x, k.GELU, k.GELUBackward)
+	case nn.Tanh, *nn.Tanh:
+		return a.pointwise("tanh", x, k.Tanh, k.TanhBackward)
+	case nn.MaxPool2d, *nn.MaxPool2d:
+		planes, hh, ww := x.shape[0]*x.shape[1], x.shape[2], x.shape[3]
+		a.fwd("maxpool", func() { must(k.MaxPool2d(nil, fake, fake, fake, planes, hh, ww)) }, func() {
+			if x.grad {
+				must(k.MaxPool2dBackward(nil, fake, fake, fake, planes, hh, ww))
+			}
+		})
+		return aact{[]int{x.shape[0], x.shape[1], hh / 2, ww / 2}, true}
+	case nn.Flatten, *nn.Flatten:
+		return aact{[]int{x.shape[0], n / x.shape[0]}, x.grad}
+	case *nn.LayerNorm:
+		rows := n / l.C
+		a.n += 2 * l.C
+		a.fwd("layernorm", func() { must(k.LayerNormForward(nil, fake, fake, fake, fake, fake, fake, rows, l.C, 1e-5)) },
+			func() {
+				must(k.LayerNormBackward(nil, gradPtr(x), fake, fake, fake, fake, fake, fake, rows, l.C, true))
+			})
+		return aact{x.shape, true}
+	case *nn.CausalSelfAttention:
+		g := AttentionGeom{N: x.shape[0], T: x.shape[1], C: l.Dim, H: l.Heads}
+		rows, c := g.N*g.T, l.Dim
+		a.n += 3*c*c + 3*c + c*c + c
+		// the plan's one op, its parts recorded under their profile kinds
+		a.kind, a.bwd = "linear", false
+		must(LinearForward(h, k, fake, fake, fake, fake, rows, c, 3*c))
+		a.kind = "attention"
+		must(AttentionForward(h, k, fake, fake, fake, fake, g))
+		a.kind = "linear"
+		must(LinearForward(h, k, fake, fake, fake, fake, rows, c, c))
+		a.back = append(a.back, func() {
+			a.kind, a.bwd = "linear", true
+			must(LinearBackward(h, k, fake, fake, fake, fake, fake, fake, rows, c, c, true))
+			a.kind = "attention"
+			must(AttentionBackward(h, k, fake, fake, fake, fake, fake, g))
+			a.kind = "linear"
+			must(LinearBackward(h, k, gradPtr(x), fake, fake, fake, fake, fake, rows, c, 3*c, true))
+		})
+		return aact{x.shape, true}
+	}
+	panic(fmt.Sprintf("audit: no plan for %T", l))
+}
+
+func with(shape []int, last int) []int {
+	s := append([]int(nil), shape...)
+	s[len(s)-1] = last
+	return s
+}
+
+func (a *auditor) pointwise(kind string, x aact, f func(*cuda.Stream, uintptr, uintptr, int) error,
+	b func(*cuda.Stream, uintptr, uintptr, uintptr, int) error) aact {
+	n := x.size()
+	a.fwd(kind, func() { must(f(nil, fake, fake, n)) }, func() {
+		if x.grad {
+			must(b(nil, fake, fake, fake, n))
+		}
+	})
+	return aact{x.shape, true}
+}
+
+func (a *auditor) embedding(e *nn.Embedding, pe *nn.PositionEmbedding, x aact) aact {
+	rows := x.size()
+	a.n += e.Num*e.Dim + pe.T*pe.Dim
+	a.fwd("embedding", func() { must(a.k.Embedding(nil, fake, fake, fake, fake, rows, e.Num, e.Dim, pe.T)) },
+		func() { must(a.k.EmbeddingBackward(nil, fake, fake, fake, fake, rows, e.Num, e.Dim, pe.T, true)) })
+	return aact{append(append([]int(nil), x.shape...), e.Dim), true}
+}
+
+// auditStep records one training step of the named model at batch: the
+// forward pass, the loss, the backward pass and the update (AdamW with
+// clipping for gpt, as train's defaults; SGD with momentum otherwise).
+func auditStep(t *testing.T, name string, batch int) []auditRec {
+	net, in, err := models.Net(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuditor()
+	out := a.layer(net, aact{shape: append([]int{batch}, in...)})
+	classes := out.shape[len(out.shape)-1]
+	rows := out.size() / classes
+	a.kind = "loss"
+	must(a.k.CrossEntropy(nil, fake, fake, fake, fake, rows, classes))
+	must(a.k.CrossEntropyBackward(nil, fake, fake, fake, rows, classes, 1))
+	for i := len(a.back) - 1; i >= 0; i-- {
+		a.back[i]()
+	}
+	a.kind, a.bwd = "optimizer", false
+	if strings.HasPrefix(name, "gpt") {
+		must(a.k.ClipGradNorm(nil, fake, a.n, 1, fake))
+		must(a.k.Adam(nil, fake, fake, fake, fake, a.n, AdamConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Decoupled: true}, 1))
+	} else {
+		must(a.k.SGD(nil, fake, fake, fake, a.n, SGDConfig{LR: 0.1, Momentum: 0.9}))
+	}
+	return a.recs
+}
+
+// auditTable writes the step's launches, the same launches of a kind
+// merged (the gpt's 12 layers make each of theirs 12 times), and a
+// summary by kind.
+func auditTable(name string, batch int, recs []auditRec) (string, int) {
+	type key struct {
+		kind, kernel, shape string
+		bwd                 bool
+		grid, block         rtc.Dim3
+		r, w                int64
+	}
+	type row struct {
+		auditRec
+		count int
+	}
+	var order []key
+	rows := map[key]*row{}
+	for _, r := range recs {
+		kk := key{r.kind, r.kernel, r.shape, r.bwd, r.grid, r.block, r.r, r.w}
+		if rows[kk] == nil {
+			rows[kk] = &row{auditRec: r}
+			order = append(order, kk)
+		}
+		rows[kk].count++
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, batch %d: %d launches and products per step\n\n", name, batch, len(recs))
+	b.WriteString("| kind | pass | kernel | grid x block | per step | MB each | ideal us each | ideal us per step | flag |\n|---|---|---|---|---:|---:|---:|---:|---|\n")
+	flagged := 0
+	type sum struct{ kern, gemm, gemmBF16 [2]float64 }
+	kinds := map[string]*sum{}
+	var kindOrder []string
+	total := sum{}
+	for _, kk := range order {
+		r := rows[kk]
+		pass := "fwd"
+		if r.bwd {
+			pass = "bwd"
+		}
+		if kinds[r.kind] == nil {
+			kinds[r.kind] = &sum{}
+			kindOrder = append(kindOrder, r.kind)
+		}
+		ks := kinds[r.kind]
+		p := 0
+		if r.bwd {
+			p = 1
+		}
+		mb := float64(r.r+r.w) / 1e6
+		if r.kernel == "gemm" {
+			t32 := max(r.ideal(), r.flops/auditFP32)
+			t16 := max(r.ideal()/2, r.flops/auditBF16)
+			ks.gemm[p] += t32 * float64(r.count)
+			ks.gemmBF16[p] += t16 * float64(r.count)
+			total.gemm[p] += t32 * float64(r.count)
+			total.gemmBF16[p] += t16 * float64(r.count)
+			fmt.Fprintf(&b, "| %s | %s | gemm %s | cuBLAS | %d | %.1f | %.0f (fp32) / %.0f (bf16) | %.0f / %.0f | |\n",
+				r.kind, pass, r.shape, r.count, mb, t32*1e6, t16*1e6, t32*1e6*float64(r.count), t16*1e6*float64(r.count))
+			continue
+		}
+		flag := ""
+		if r.flagged() {
+			flag = fmt.Sprintf("**%d blocks < %d**", r.blocks(), 2*auditSMs)
+			flagged += r.count
+		}
+		ks.kern[p] += r.ideal() * float64(r.count)
+		total.kern[p] += r.ideal() * float64(r.count)
+		g := fmt.Sprint(r.grid.X)
+		if r.grid.Y > 1 {
+			g += fmt.Sprintf("x%d", r.grid.Y)
+		}
+		bl := fmt.Sprint(r.block.X)
+		if r.block.Y > 1 {
+			bl += fmt.Sprintf("x%d", r.block.Y)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s x %s | %d | %.2f | %.1f | %.0f | %s |\n",
+			r.kind, pass, r.kernel, g, bl, r.count, mb, r.ideal()*1e6, r.ideal()*1e6*float64(r.count), flag)
+	}
+	sort.SliceStable(kindOrder, func(i, j int) bool {
+		a, c := kinds[kindOrder[i]], kinds[kindOrder[j]]
+		return a.kern[0]+a.kern[1]+a.gemm[0]+a.gemm[1] > c.kern[0]+c.kern[1]+c.gemm[0]+c.gemm[1]
+	})
+	b.WriteString("\nIdeal device time per step by kind (ms; kernels at 3.35 TB/s; products at fp32's 67 and bf16's 989 TFLOP/s or their bytes, whichever is longer):\n\n")
+	b.WriteString("| kind | kernels fwd | kernels bwd | products fwd (fp32 / bf16) | products bwd (fp32 / bf16) |\n|---|---:|---:|---:|---:|\n")
+	for _, kn := range append(kindOrder, "total") {
+		s := kinds[kn]
+		if kn == "total" {
+			s = &total
+		}
+		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.2f / %.3f | %.2f / %.3f |\n", kn, s.kern[0]*1e3, s.kern[1]*1e3,
+			s.gemm[0]*1e3, s.gemmBF16[0]*1e3, s.gemm[1]*1e3, s.gemmBF16[1]*1e3)
+	}
+	fmt.Fprintf(&b, "\nFlagged launches per step (fewer than %d blocks, moving more than 1 MiB): %d\n", 2*auditSMs, flagged)
+	return b.String(), flagged
+}
+
+// TestAudit records a training step of each model the GPU runs measure
+// and fails on a launch that moves more than 1 MiB with fewer than two
+// blocks per SM of an H100. With -v, or GDIST_KERNEL_AUDIT=FILE, it
+// writes the tables.
+func TestAudit(t *testing.T) {
+	var out strings.Builder
+	for _, c := range []struct {
+		model string
+		batch int
+	}{{"gpt-L12-D768-H12-T1024", 8}, {"mlp", 32}, {"cnn", 32}, {"cnn-bn", 32}} {
+		recs := auditStep(t, c.model, c.batch)
+		tab, flagged := auditTable(c.model, c.batch, recs)
+		out.WriteString("### " + c.model + "\n\n" + tab + "\n")
+		if flagged > 0 {
+			t.Logf("%s at batch %d: %d launches per step leave most of an H100 idle (see the table)", c.model, c.batch, flagged)
+		}
+	}
+	if f := os.Getenv("GDIST_KERNEL_AUDIT"); f != "" {
+		if err := os.WriteFile(f, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if testing.Verbose() {
+		t.Log("\n" + out.String())
+	}
+}
