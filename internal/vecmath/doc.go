@@ -26,6 +26,12 @@
 //     under 4 KiB, without AVX2 or with purego), for comm/algo's staged
 //     all-reduce: the one kernel outside nn and optim, and outside the
 //     sets (it has no reference result to differ from); copynt_test.go.
+//   - rows.go, rows_amd64.go/.s, rows_other.go: the row kernels of nn's
+//     transformer ops (AddTo, Add, AddMulTo, Dot32, SqDev32, LayerNormRow,
+//     LayerNormGradRow, Softmax, SoftmaxGradRow, Exp32): each defined by a
+//     Go loop in rows.go that AVX2 assembly reproduces bit for bit over the
+//     whole groups of 8, used where the active set is avx2 or avx512
+//     (rows_test.go).
 //   - kernels_test.go, bn_test.go, conv_test.go, pool_test.go: every set
 //     this machine runs, through the exported functions, against each
 //     kernel's definition bit for bit, on lengths with and without a

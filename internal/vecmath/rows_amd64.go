@@ -1,0 +1,52 @@
+//go:build amd64 && !purego
+
+package vecmath
+
+import "unsafe"
+
+// haveRowAsm: rows_amd64.s holds the row kernels (AVX2; run where the
+// active set is avx2 or avx512, which implies AVX2).
+const haveRowAsm = true
+
+// rp is s's first element's address (s not empty).
+func rp(s []float32) *float32 { return unsafe.SliceData(s) }
+
+// The row kernels in rows_amd64.s: n a positive multiple of 8; each does
+// what its ...Go twin in rows.go does, over whole groups of 8, storing the
+// 8 running sums (not added to) where it has them.
+
+//go:noescape
+func addToAVX(d, a *float32, n int)
+
+//go:noescape
+func addAVX(d, a, b *float32, n int)
+
+//go:noescape
+func addMulToAVX(d, a, b *float32, n int)
+
+//go:noescape
+func dotAVX(a, b *float32, n int, s *[8]float32)
+
+//go:noescape
+func sqDevAVX(v *float32, n int, m float32, s *[8]float32)
+
+//go:noescape
+func lnRowAVX(y, xh, x, gg, b *float32, n int, mean, inv float32)
+
+//go:noescape
+func lnGradSumsAVX(gg, dy, gamma, xh *float32, n int, s *[16]float32)
+
+//go:noescape
+func lnGradApplyAVX(dx, gg, xh *float32, n int, m1, m2, inv float32)
+
+//go:noescape
+func maxAVX(v *float32, n int, s *[8]float32)
+
+//go:noescape
+func expSubSumAVX(r *float32, n int, mx float32, c *expConsts, s *[8]float32)
+
+//go:noescape
+func scaleAVX(v *float32, n int, a float32)
+
+//go:noescape
+func softmaxGradAVX(d, p *float32, n int, dot, scale float32)
