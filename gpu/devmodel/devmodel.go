@@ -244,6 +244,7 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 		d.Grads -= uintptr(4 * cfg.Shard.Lo)
 	}
 	d.paramBase, d.gradBase = d.Params, d.Grads
+	d.cacheWeights(d.Params, d.N) // bf16 autocast's weight cache (autocast.go)
 	ns := max(cfg.Shard.Len(), 1)
 	if err := d.allocState(ns); err != nil {
 		return nil, err
@@ -577,6 +578,7 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 // the shard (the whole model without one).
 func (d *Model) Update() error {
 	defer d.profileUpdate()()
+	d.ParamsChanged()
 	sh := d.cfg.Shard
 	if sh.Len() == 0 {
 		d.step++
@@ -691,6 +693,7 @@ func (d *Model) CopyToHost() error {
 // CopyFromHost copies the host model's parameters and batch norm's
 // running statistics up (after loading a checkpoint into it).
 func (d *Model) CopyFromHost() error {
+	d.ParamsChanged()
 	if d.s != nil {
 		if err := d.s.Synchronize(); err != nil {
 			return err
