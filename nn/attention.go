@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/internal/vecmath"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -93,45 +94,18 @@ func gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []flo
 
 // causalSoftmax turns each row i of s (t x t) into the softmax of its
 // first i+1 entries, zeroing the rest. In float32 throughout (exp32), as
-// PyTorch's float32 softmax.
+// PyTorch's float32 softmax; vecmath.Softmax's assembly per row.
 func causalSoftmax(s []float32, t int) {
 	for i := 0; i < t; i++ {
 		row := s[i*t : (i+1)*t]
-		mx := row[0]
-		for _, v := range row[1 : i+1] {
-			mx = max(mx, v)
-		}
-		r := row[:i+1]
-		for j, v := range r {
-			r[j] = exp32(v - mx)
-		}
-		inv := 1 / sum32(r)
-		for j := range r {
-			r[j] *= inv
-		}
+		vecmath.Softmax(row[:i+1])
 		clear(row[i+1:])
 	}
 }
 
-// exp32 is e^y for y <= 0 in float32, within about 2 ulp (0 below -87: the
-// float32 range ends at e^-87). Cody-Waite reduction to r in [-ln2/2,
-// ln2/2] with ln 2 split in two, a degree-7 Taylor polynomial, then the
-// power of two by its bits; NaN gives NaN.
-func exp32(y float32) float32 {
-	const (
-		log2e = 1.442695
-		ln2hi = 0.693359375   // ln 2's leading bits: n ln2hi is exact
-		ln2lo = -2.1219444e-4 // ln 2 - ln2hi
-		round = 0x1.8p23      // adding it rounds to an integer (|v| < 2^22)
-	)
-	y = max(y, -87)
-	nf := (y*log2e + round) - round
-	r := (y - nf*ln2hi) - nf*ln2lo
-	r2 := r * r
-	r4 := r2 * r2
-	p := (1 + r + (1.0/2+r*(1.0/6))*r2) + ((1.0/24+r*(1.0/120))+(1.0/720+r*(1.0/5040))*r2)*r4
-	return p * math.Float32frombits(uint32(int32(nf)+127)<<23)
-}
+// exp32 is e^y for y <= 0 in float32, within about 2 ulp (0 below -87):
+// vecmath.Exp32, which the softmax's assembly reproduces.
+func exp32(y float32) float32 { return vecmath.Exp32(y) }
 
 func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 	qkv, s, err := f32(v[0])
@@ -222,10 +196,7 @@ func (op *attnGradOp) Do(v ...G.Value) (G.Value, error) {
 			gemm(false, true, t, t, d, 1, doh, c, vv, 3*c, 0, ds, t)           // dP
 			for i := 0; i < t; i++ {
 				pr, dr := p[i*t:i*t+i+1], ds[i*t:(i+1)*t]
-				dot := dot32(pr, dr)
-				for j, pv := range pr {
-					dr[j] = pv * (dr[j] - dot) * scale
-				}
+				vecmath.SoftmaxGradRow(dr, pr, scale)
 				clear(dr[i+1:])
 			}
 			gemm(false, false, t, d, t, 1, ds, t, k, 3*c, 0, dx[hd*d:], 3*c)  // dQ

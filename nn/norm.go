@@ -58,50 +58,9 @@ func (op *lnOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 // sum32 is the sum of v in float32, over 8 running sums (vecmath.Sum32).
 func sum32(v []float32) float32 { return vecmath.Sum32(v) }
 
-// sqDev32 is the sum of (v[i] - m)^2, like sum32.
-func sqDev32(v []float32, m float32) float32 {
-	var s [8]float32
-	for len(v) >= 8 {
-		w := v[:8:8]
-		d0, d1, d2, d3 := w[0]-m, w[1]-m, w[2]-m, w[3]-m
-		d4, d5, d6, d7 := w[4]-m, w[5]-m, w[6]-m, w[7]-m
-		s[0] += d0 * d0
-		s[1] += d1 * d1
-		s[2] += d2 * d2
-		s[3] += d3 * d3
-		s[4] += d4 * d4
-		s[5] += d5 * d5
-		s[6] += d6 * d6
-		s[7] += d7 * d7
-		v = v[8:]
-	}
-	for i, x := range v {
-		s[i] += (x - m) * (x - m)
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-}
-
-// dot32 is the sum of a[i] b[i] (len(b) >= len(a)), like sum32.
-func dot32(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s [8]float32
-	for len(a) >= 8 {
-		x, y := a[:8:8], b[:8:8]
-		s[0] += x[0] * y[0]
-		s[1] += x[1] * y[1]
-		s[2] += x[2] * y[2]
-		s[3] += x[3] * y[3]
-		s[4] += x[4] * y[4]
-		s[5] += x[5] * y[5]
-		s[6] += x[6] * y[6]
-		s[7] += x[7] * y[7]
-		a, b = a[8:], b[8:]
-	}
-	for i, x := range a {
-		s[i] += x * b[i]
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-}
+// dot32 is the sum of a[i] b[i] (len(b) >= len(a)), like sum32
+// (vecmath.Dot32).
+func dot32(a, b []float32) float32 { return vecmath.Dot32(a, b) }
 
 // Do normalises each row in float32 (mean, then the mean squared
 // deviation from it: two passes, as PyTorch's float32 layer norm is
@@ -137,14 +96,10 @@ func (op *lnOp) Do(v ...G.Value) (G.Value, error) {
 	for r := 0; r < len(x); r += c {
 		row := x[r : r+c]
 		mean := sum32(row) * invC
-		inv := float32(1 / math.Sqrt(float64(sqDev32(row, mean)*invC)+op.eps))
+		inv := float32(1 / math.Sqrt(float64(vecmath.SqDev32(row, mean)*invC)+op.eps))
 		st.invstd[r/c] = inv
-		xh, yr := st.xhat[r:r+c], y[r:r+c]
-		for j, v := range row {
-			h := (v - mean) * inv
-			xh[j] = h
-			yr[j] = h*gamma[j] + beta[j]
-		}
+		// xhat = (x - mean) inv, y = xhat gamma + beta
+		vecmath.LayerNormRow(y[r:r+c], st.xhat[r:r+c], row, gamma, beta, mean, inv)
 	}
 	return t, nil
 }
@@ -180,16 +135,10 @@ func (op *lnGradOp) Do(v ...G.Value) (G.Value, error) {
 		t, out := op.out.get(tensor.Shape{c}, dy, gamma)
 		clear(out)
 		for r := 0; r < len(dy); r += c {
-			d := dy[r : r+c]
 			if op.which == 1 {
-				xh := st.xhat[r : r+c]
-				for j, g := range d {
-					out[j] += g * xh[j]
-				}
+				vecmath.AddMulTo(out, dy[r:r+c], st.xhat[r:r+c])
 			} else {
-				for j, g := range d {
-					out[j] += g
-				}
+				vecmath.AddTo(out, dy[r:r+c])
 			}
 		}
 		return t, nil
@@ -202,16 +151,7 @@ func (op *lnGradOp) Do(v ...G.Value) (G.Value, error) {
 	invC := 1 / float32(c)
 	for r := 0; r < len(dy); r += c {
 		// g = dy * gamma; dx = invstd * (g - mean(g) - xhat * mean(g * xhat))
-		d, xh, o := dy[r:r+c], st.xhat[r:r+c], dx[r:r+c]
-		for j, v := range d {
-			g[j] = v * gamma[j]
-		}
-		m1 := sum32(g) * invC
-		m2 := dot32(g, xh) * invC
-		inv := st.invstd[r/c]
-		for j, v := range g {
-			o[j] = inv * (v - m1 - xh[j]*m2)
-		}
+		vecmath.LayerNormGradRow(dx[r:r+c], g, dy[r:r+c], gamma, st.xhat[r:r+c], st.invstd[r/c], invC)
 	}
 	return t, nil
 }
