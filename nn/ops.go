@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/internal/vecmath"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -86,10 +87,7 @@ func (op *biasOp) Do(v ...G.Value) (G.Value, error) {
 	if inner == 1 { // (N, C): add b to every row
 		b = b[:c]
 		for r := 0; r < len(x); r += c {
-			o, xr := out[r:r+c], x[r:r+c]
-			for j, bj := range b {
-				o[j] = xr[j] + bj
-			}
+			vecmath.Add(out[r:r+c], x[r:r+c], b)
 		}
 		return t, nil
 	}
@@ -134,11 +132,9 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	t, out := op.out.get(tensor.Shape{op.c}, g)
 	clear(out)
 	inner := len(g) / shape[0] / op.c
-	if inner == 1 { // (N, C): sum the rows
+	if inner == 1 { // (N, C): sum the rows, in order
 		for r := 0; r < len(g); r += op.c {
-			for j, x := range g[r : r+op.c] {
-				out[j] += x
-			}
+			vecmath.AddTo(out, g[r:r+op.c])
 		}
 		return t, nil
 	}
