@@ -278,3 +278,77 @@ func TestBF16WeightCacheStage(t *testing.T) {
 		}
 	}
 }
+
+// gptCasts is the number of values a gpt's training step casts to bf16
+// under autocast through cuBLAS (gpu/kernels' products, batch b of T
+// positions, R = b T rows, vocabulary V), with the weight cache or
+// without. A Linear (in, out) casts its input x and W for the forward
+// product, x and dy for dW = x^T dy, and W for dx = dy W^T (dy kept from
+// the product before: KeepNext): 2 R in + R out activations and
+// gradients, W twice, or once with the cache. A block's Linears are
+// (D, 3D), (D, D), (D, 4D), (4D, D): 23 R D and 12 D^2 weights. Its
+// attention core casts Q and K (S = Q K^T), P and V (P V) forward, and
+// backward P and dO (dV = P^T dO), V (dP = dO V^T, dO kept), dS and K
+// (dQ = dS K), Q (dK = dS^T Q, dS kept): 7 R D + 3 b H T^2. The head is
+// a Linear (D, V).
+func gptCasts(g models.GPT, b int, cached bool) (acts, weights int64) {
+	R, D, V := int64(b*g.Context), int64(g.Dim), int64(models.Vocab)
+	L, HT2 := int64(g.Layers), int64(b*g.Heads)*int64(g.Context)*int64(g.Context)
+	acts = L*(30*R*D+3*HT2) + 2*R*D + R*V
+	weights = 2 * (12*L*D*D + D*V)
+	if cached {
+		weights /= 2
+	}
+	return acts, weights
+}
+
+// The casts of a gpt's bf16 step, counted by the engine, are gptCasts'
+// for gpts of several shapes (odd ones included), with the weight cache
+// and without; the formula then gives GPT-2 small's
+// (gpt-L12-D768-H12-T1024 at batch 8, benchmarks/NOTES.md).
+func TestBF16CastsPerStep(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	for _, c := range []struct {
+		g models.GPT
+		b int
+	}{
+		{bf16Shape, 2},
+		{models.GPT{Layers: 1, Dim: 12, Heads: 3, Context: 5}, 3},
+		{models.GPT{Layers: 3, Dim: 8, Heads: 1, Context: 4}, 1},
+	} {
+		for _, cache := range []bool{true, false} {
+			m, err := models.NewGPT(c.g.Name(), c.g, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := map[bool]string{true: "1", false: "0"}[cache]
+			t.Setenv(gemm.EnvAutocastCache, v)
+			d, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: c.b, Precision: gemm.BF16, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(d.Products(), "cuBLAS") {
+				d.Close()
+				t.Skip(d.Products())
+			}
+			for i := range 2 {
+				x, y := text(i, c.b, c.g.Context)
+				before := d.Casts()
+				if _, err := d.Step(x, y); err != nil {
+					t.Fatal(err)
+				}
+				got := d.Casts().Sub(before)
+				acts, w := gptCasts(c.g, c.b, cache)
+				if got.Values() != acts+w || got.Weights != map[bool]int64{true: w, false: 0}[cache] {
+					t.Errorf("%s batch %d, cache %v, step %d: %d values cast (%d weights into the cache), want %d (%d of weights)", c.g.Name(), c.b, cache, i, got.Values(), got.Weights, acts+w, w)
+				}
+			}
+			d.Close()
+		}
+	}
+	small := models.GPT{Layers: 12, Dim: 768, Heads: 12, Context: 1024}
+	acts, w0 := gptCasts(small, 8, false)
+	_, w1 := gptCasts(small, 8, true)
+	t.Logf("%s batch 8: %d values cast a step without the weight cache (%.2f GB moved at 6 bytes a value), %d with (%.2f GB); activations and gradients %d (attention's P and dS %d)",
+		small.Name(), acts+w0, float64(6*(acts+w0))/1e9, acts+w1, float64(6*(acts+w1))/1e9, acts, 3*int64(small.Layers*8*small.Heads*small.Context*small.Context))
+}
