@@ -274,6 +274,9 @@ type tracker struct {
 	pending   []*work
 	launching *work // being launched (c.mu)
 	wake      chan struct{}
+
+	spin            time.Duration // await's spin (watcher only)
+	queries, blocks atomic.Int64  // await's event polls and blocking waits (tests)
 }
 
 func (c *Comm) newTracker() (*tracker, error) {
@@ -286,7 +289,7 @@ func (c *Comm) newTracker() (*tracker, error) {
 		s.Destroy()
 		return nil, err
 	}
-	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1)}
+	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1), spin: spinMax}
 	go t.watch()
 	return t, nil
 }
@@ -550,25 +553,49 @@ func (t *tracker) watch() {
 	}
 }
 
-// spinFor is how long a watcher polls an event before it blocks on it:
-// small operations finish within it, and a blocked wait (an event with
-// cudaEventBlockingSync) costs a thread wake-up, not a spinning core.
-const spinFor = 100 * time.Microsecond
+// The watcher's spin: before it blocks on an event it polls it for a
+// while (cudaEventQuery, yielding the thread between polls), which
+// completes short operations without a thread wake-up. How long adapts
+// per stream, between spinMin and spinMax: after an operation that took
+// at most spinMax to wait for, the spin doubles; after a longer one it
+// halves. On a stream whose operations wait for slow peers, or that
+// shares the GPU and the cores with other ranks, it shrinks to a few
+// polls, and waiting costs (nearly) no CPU.
+const (
+	spinMin = 2 * time.Microsecond
+	spinMax = 100 * time.Microsecond
+)
 
-// await waits for w's event: polling it for spinFor, then blocking in the
-// driver. A failure (async error, timeout, Close) aborts the communicator,
-// which ends the work, so the blocked wait always returns.
+// await waits for w's event: polling it for t.spin, then blocking in the
+// driver (the event has cudaEventBlockingSync: the thread sleeps until
+// the device signals it, no core spins), and adapts t.spin. Faults are
+// not the watcher's to find: the monitor (ncclCommGetAsyncError), the
+// peer watch (watch.go) and each operation's timer (expire) fail the
+// Comm and abort the communicator, which ends NCCL's kernels, so a
+// blocked wait returns (the failed Work has completed already).
 func (t *tracker) await(w *work) error {
-	deadline := time.Now().Add(spinFor)
+	start := time.Now()
+	err := t.poll(w, start)
+	if time.Since(start) <= spinMax {
+		t.spin = min(2*t.spin, spinMax)
+	} else {
+		t.spin = max(t.spin/2, spinMin)
+	}
+	return err
+}
+
+func (t *tracker) poll(w *work, start time.Time) error {
 	for !w.done.Load() {
 		done, err := w.ev.Query()
+		t.queries.Add(1)
 		if err != nil {
 			return fmt.Errorf("nccl: %s: %w", w.name, err)
 		}
 		if done {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if time.Since(start) >= t.spin {
+			t.blocks.Add(1)
 			if err := w.ev.Synchronize(); err != nil {
 				return fmt.Errorf("nccl: %s: %w", w.name, err)
 			}

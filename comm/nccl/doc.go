@@ -96,10 +96,14 @@
 // its Done event right after itself, at the launch, so that the caller's
 // stream waits for the result on the device (order.go;
 // TestOrderTiesStreams). A Work is a CUDA
-// event recorded after the operation; a watcher goroutine per stream polls
-// the events in order (spinning briefly, then sleeping up to 1 ms) and also
-// polls ncclCommGetAsyncError, whose errors fail the Comm. Done means the
-// device memory holds the result.
+// event recorded after the operation; a watcher goroutine per stream waits
+// for the events in order: it polls each briefly (an adaptive spin, up to
+// 100 us after short operations, down to a few polls when they take
+// longer) and then blocks in the driver (cudaEventBlockingSync: no core
+// spins while a collective waits for its peers; TestWaitCostsNoCPU). A
+// monitor polls ncclCommGetAsyncError every 10 ms while operations are
+// pending; its errors fail the Comm. Done means the device memory holds
+// the result.
 //
 // NCCL cannot cancel one operation: when an operation's ctx or the Comm's
 // timeout ends first, the communicator is aborted (ncclCommAbort) and every
