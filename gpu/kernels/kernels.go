@@ -44,7 +44,7 @@ func Programs() []Program {
 	block := fmt.Sprintf("-DBLOCK=%d", Block)
 	return []Program{
 		{"gdist_elementwise.cu", ElementwiseSource, nil, []string{"gd_bias_add", "gd_relu", "gd_relu_backward", "gd_sgd"}},
-		{"gdist_reduce.cu", ReduceSource, []string{block}, []string{"gd_col_sum", "gd_xent_rows", "gd_mean", "gd_xent_backward", "gd_argmax_hits", "gd_count"}},
+		{"gdist_reduce.cu", ReduceSource, []string{block}, []string{"gd_xent_rows", "gd_mean", "gd_xent_backward", "gd_argmax_hits", "gd_count"}},
 		{"gdist_conv.cu", ConvSource, []string{"--fmad=false"},
 			[]string{"gd_im2col", "gd_col2im", "gd_nchw_to_cnhw", "gd_channel_bias", "gd_maxpool2x2", "gd_maxpool2x2_backward"}},
 		{"gdist_pointwise.cu", PointwiseSource, []string{"--fmad=false"}, pointwiseKernels},
@@ -71,6 +71,7 @@ type Kernels struct {
 	// rec, when set, takes every launch instead of the device (the
 	// audit: audit_test.go); nothing is queued then.
 	rec func(name string, c rtc.Config, t traffic)
+	scr scratches // per stream (scratch.go)
 }
 
 // Load compiles (once per process, see gpu/rtc) and loads the kernels on
@@ -153,8 +154,10 @@ func (k *Kernels) BiasAdd(s *cuda.Stream, y, bias uintptr, rows, cols int) error
 
 // BiasGrad sets dbias [cols] to the column sums of dy [rows, cols] (with
 // accumulate, adds them to it): a Linear layer's bias gradient. Each sum
-// is in float32, in a fixed order (every 8th row, then the 8 partial sums):
-// within SumTol of the exact sum, relative to the sum of magnitudes.
+// is in float32, in a fixed order (colSums: chunks of rows, each summed
+// by 8 lanes taking every 8th row, then the chunks in order): the same
+// bits every run, within SumTol of the exact sum, relative to the sum of
+// magnitudes.
 func (k *Kernels) BiasGrad(s *cuda.Stream, dbias, dy uintptr, rows, cols int, accumulate bool) error {
 	if err := sizeErr("BiasGrad", "rows", rows, "cols", cols); err != nil {
 		return err
@@ -162,12 +165,64 @@ func (k *Kernels) BiasGrad(s *cuda.Stream, dbias, dy uintptr, rows, cols int, ac
 	if cols == 0 {
 		return nil
 	}
-	acc := int32(0)
-	if accumulate {
-		acc = 1
+	return k.colSums(s, dbias, 0, dy, 0, rows, cols, accumulate)
+}
+
+// colTarget is the blocks a column sum aims at: about 8 of 256 threads
+// on each SM of an H100 (132).
+const colTarget = 1024
+
+// colSplit is how colSums splits rows: parts chunks of per rows (a
+// multiple of 8, at least 64), so that the blocks of 32 columns times the
+// chunks reach colTarget where the rows allow. With more than one part,
+// parts <= ceil(colTarget / blocks of columns), so parts x cols <=
+// colTarget x 32 + cols <= 65536: two such arrays fit scratchMin.
+func colSplit(rows, cols int) (parts, per int) {
+	if rows <= 64 {
+		return 1, 64
 	}
-	return k.launch("gd_col_sum", s, rtc.Config{Grid: rtc.Dim((cols + 31) / 32), Block: rtc.Dim3{X: 32, Y: 8, Z: 1}}, rw(int64(rows)*int64(cols), int64(cols)),
-		dbias, dy, int32(rows), int32(cols), acc)
+	gx := (cols + 31) / 32
+	parts = max(1, min((colTarget+gx-1)/gx, (rows+63)/64))
+	per = ((rows+parts-1)/parts + 7) &^ 7
+	return (rows + per - 1) / per, per
+}
+
+// colSums sets out [cols] (0: skipped) to the column sums of a [rows,
+// cols], or of the products a b when b is not 0, and out2 (0: skipped)
+// to those of a alone (with accumulate adds them): blocks of 32 columns
+// by 8 row lanes over chunks of rows (colSplit), each lane summing every
+// 8th row of its chunk in order and the 8 lanes' sums added in order
+// (gd_col_partial), then each column's chunks added in order
+// (gd_col_finish; one chunk: written directly). No atomics: the same
+// bits every run.
+func (k *Kernels) colSums(s *cuda.Stream, out, out2, a, b uintptr, rows, cols int, accumulate bool) error {
+	if b == 0 {
+		out2 = 0 // sums of a alone: out
+	}
+	parts, per := colSplit(rows, cols)
+	gx := (cols + 31) / 32
+	in := int64(rows) * int64(cols)
+	if b != 0 {
+		in *= 2
+	}
+	cfg := rtc.Config{Grid: rtc.Dim3{X: gx, Y: parts, Z: 1}, Block: rtc.Dim3{X: 32, Y: 8, Z: 1}}
+	if parts == 1 {
+		return k.launch("gd_col_partial", s, cfg, rw(in, 2*int64(cols)), out, out2, a, b, int32(rows), int32(cols), int32(per), b32(accumulate))
+	}
+	pc := int64(parts) * int64(cols)
+	return k.withScratch(s, int(8*pc), func(ws uintptr) error {
+		p1, p2 := ws, ws+uintptr(4*pc)
+		if out == 0 {
+			p1 = 0
+		}
+		if out2 == 0 {
+			p2 = 0
+		}
+		if err := k.launch("gd_col_partial", s, cfg, rw(in, 2*pc), p1, p2, a, b, int32(rows), int32(cols), int32(per), int32(0)); err != nil {
+			return err
+		}
+		return k.launch("gd_col_finish", s, grid(cols), rw(2*pc, 2*int64(cols)), out, out2, p1, p2, int32(parts), int32(cols), b32(accumulate))
+	})
 }
 
 // ReLU sets y = max(x, 0) over n elements (0 for NaN); y may be x.

@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"testing"
@@ -58,11 +59,13 @@ func TestBiasAdd(t *testing.T) {
 
 // BiasGrad sums each column (in float32, in a fixed order): within
 // kernels.SumTol of the float64 sum, relative to the sum of magnitudes;
-// with accumulate it adds to what is there.
+// with accumulate it adds to what is there; the same bits every run. The
+// shapes cover one chunk of rows and several (two-stage), the last chunk
+// short, columns not a multiple of 32, fewer rows than lanes, no rows.
 func TestBiasGrad(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	for _, sh := range shapes {
+	for _, sh := range append(shapes, [2]int{65, 40}, [2]int{130, 1}, [2]int{1000, 33}, [2]int{5000, 3}, [2]int{3, 70}, [2]int{0, 5}) {
 		rows, cols := sh[0], sh[1]
 		dy, old := devtest.Vals(3, rows*cols, 1), devtest.Vals(4, cols, 1)
 		ddy := devtest.Upload(t, dev, dy)
@@ -85,6 +88,11 @@ func TestBiasGrad(t *testing.T) {
 					t.Fatalf("%dx%d accumulate=%v: column %d sums to %v, want %v", rows, cols, acc, c, got[c], want)
 				}
 			}
+			devtest.Put(t, dev, ddb, old)
+			if err := k.BiasGrad(s, ddb, ddy, rows, cols, acc); err != nil {
+				t.Fatal(err)
+			}
+			same(t, fmt.Sprintf("%dx%d again", rows, cols), devtest.Floats(t, dev, ddb, cols), got)
 		}
 	}
 }

@@ -168,8 +168,8 @@ func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 	if err := lnCheck("LayerNormBackward", rows, c); err != nil {
 		return err
 	}
-	if dgamma != 0 || dbeta != 0 {
-		if err := k.launch("gd_layernorm_param_grads", s, grid(c), rw(2*int64(rows)*int64(c), 2*int64(c)), dgamma, dbeta, dy, xhat, int32(rows), int32(c), b32(accumulate)); err != nil {
+	if (dgamma != 0 || dbeta != 0) && c > 0 {
+		if err := k.colSums(s, dgamma, dbeta, dy, xhat, rows, c, accumulate); err != nil {
 			return err
 		}
 	}

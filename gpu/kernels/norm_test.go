@@ -144,14 +144,17 @@ func TestBatchNorm(t *testing.T) {
 	}
 }
 
-// LayerNorm's forward and backward, bit for bit nn's (the row sums in
+// LayerNorm's forward and dx, bit for bit nn's (the row sums in
 // vecmath.Sum32's order of eight running sums, 1/std in float64, every
-// float operation rounded on its own; dgamma and dbeta summed over the
-// rows in order), for rows whose length is and is not a multiple of 8.
+// float operation rounded on its own), for rows whose length is and is
+// not a multiple of 8; dgamma and dbeta (column sums over the rows in two
+// stages, colSums) within kernels.SumTol of the float64 sums of the
+// float32 products, relative to the sums of magnitudes, and the same
+// bits on a second run. 130 rows make several chunks.
 func TestLayerNorm(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	for _, sh := range [][3]int{{2, 3, 16}, {3, 5, 37}, {1, 1, 1}, {2, 4, 160}, {1, 2, 7}} {
+	for _, sh := range [][3]int{{2, 3, 16}, {3, 5, 37}, {1, 1, 1}, {2, 4, 160}, {1, 2, 7}, {2, 65, 3}, {1, 130, 40}} {
 		n, tt, c := sh[0], sh[1], sh[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", n, tt, c), func(t *testing.T) {
 			rows, total := n*tt, n*tt*c
@@ -175,20 +178,33 @@ func TestLayerNorm(t *testing.T) {
 			cpu.set(1, beta)
 			same(t, "y", devtest.Floats(t, dev, y, total), cpu.forward(t, x))
 			same(t, "dx", devtest.Floats(t, dev, dx, total), cpu.backward(t, x, dy))
-			same(t, "dgamma", devtest.Floats(t, dev, dgamma, c), cpu.grads[0])
-			same(t, "dbeta", devtest.Floats(t, dev, dbeta, c), cpu.grads[1])
-			// accumulate adds the parameters' gradients; dx 0 skips it
+			xh := devtest.Floats(t, dev, xhat, total)
+			gotG, gotB := devtest.Floats(t, dev, dgamma, c), devtest.Floats(t, dev, dbeta, c)
+			colSumNear(t, "dgamma", gotG, nil, dy, xh, rows, c)
+			colSumNear(t, "dbeta", gotB, nil, dy, nil, rows, c)
+			colSumNear(t, "dgamma (CPU)", cpu.grads[0], nil, dy, xh, rows, c)
+			// accumulate adds the parameters' gradients; dx 0 skips it;
+			// the sums are the same bits again
 			devtest.Put(t, dev, dgamma, g0)
 			devtest.Put(t, dev, dbeta, g0)
 			if err := k.LayerNormBackward(s, 0, dgamma, dbeta, dDY, xhat, inv, dG, rows, c, true); err != nil {
 				t.Fatal(err)
 			}
+			accG, accB := devtest.Floats(t, dev, dgamma, c), devtest.Floats(t, dev, dbeta, c)
+			colSumNear(t, "accumulated dgamma", accG, g0, dy, xh, rows, c)
+			colSumNear(t, "accumulated dbeta", accB, g0, dy, nil, rows, c)
 			wg, wb := make([]float32, c), make([]float32, c)
 			for i := range wg {
-				wg[i], wb[i] = g0[i]+cpu.grads[0][i], g0[i]+cpu.grads[1][i]
+				wg[i], wb[i] = g0[i]+gotG[i], g0[i]+gotB[i]
 			}
-			same(t, "accumulated dgamma", devtest.Floats(t, dev, dgamma, c), wg)
-			same(t, "accumulated dbeta", devtest.Floats(t, dev, dbeta, c), wb)
+			same(t, "accumulated dgamma", accG, wg)
+			same(t, "accumulated dbeta", accB, wb)
+			// only one of them
+			devtest.Put(t, dev, dbeta, g0)
+			if err := k.LayerNormBackward(s, 0, 0, dbeta, dDY, xhat, inv, dG, rows, c, false); err != nil {
+				t.Fatal(err)
+			}
+			same(t, "dbeta alone", devtest.Floats(t, dev, dbeta, c), gotB)
 		})
 	}
 }
@@ -223,6 +239,30 @@ func TestGELU(t *testing.T) {
 			if d := math.Abs(float64(gdx[i]) - float64(wdx[i])); !(d <= tdx) {
 				t.Errorf("n %d: gelu'(%v) dy = %v, CPU %v", n, x[i], gdx[i], wdx[i])
 			}
+		}
+	}
+}
+
+// colSumNear checks got [cols] against base (nil: 0) plus the column sums
+// of a [rows, cols] (times b when b is not nil, each product rounded to
+// float32) in float64: within kernels.SumTol of the sum of magnitudes.
+func colSumNear(t *testing.T, what string, got, base, a, b []float32, rows, cols int) {
+	t.Helper()
+	for c := 0; c < cols; c++ {
+		var want, abs float64
+		if base != nil {
+			want, abs = float64(base[c]), math.Abs(float64(base[c]))
+		}
+		for r := 0; r < rows; r++ {
+			v := a[r*cols+c]
+			if b != nil {
+				v *= b[r*cols+c]
+			}
+			want += float64(v)
+			abs += math.Abs(float64(v))
+		}
+		if d := math.Abs(float64(got[c]) - want); d > kernels.SumTol*abs {
+			t.Fatalf("%s[%d] = %v, want %v (%d rows; off by %.3g of the magnitudes)", what, c, got[c], want, rows, d/abs)
 		}
 	}
 }

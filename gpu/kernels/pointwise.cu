@@ -126,25 +126,6 @@ extern "C" __global__ void gd_gelu_backward(float *dx, const float *dy, const fl
 	}
 }
 
-// ---- layer norm (nn.LayerNorm) ----
-
-// The parameters' gradients of layer norm over rows of C: dgamma[j] = the
-// sum over the rows, in order, of dy xhat, dbeta[j] that of dy (nn's
-// order), set or added.
-extern "C" __global__ void gd_layernorm_param_grads(float *dgamma, float *dbeta, const float *dy, const float *xhat, int rows,
-						    int C, int accumulate) {
-	GRID_LOOP(j, C) {
-		float g = 0.0f, b = 0.0f;
-		for (int r = 0; r < rows; r++) {
-			long long i = (long long)r * C + j;
-			g = g + dy[i] * xhat[i];
-			b = b + dy[i];
-		}
-		if (dgamma) dgamma[j] = accumulate ? dgamma[j] + g : g;
-		if (dbeta) dbeta[j] = accumulate ? dbeta[j] + b : b;
-	}
-}
-
 // ---- embeddings (nn.Embedding, nn.PositionEmbedding) ----
 
 // The row of a table of num rows that id names (nn's ids are float32),

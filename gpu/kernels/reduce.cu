@@ -35,24 +35,6 @@ __device__ float block_max(float v, float *s) {
 	return r;
 }
 
-// db[c] (+)= sum over rows of dy[r, c], dy row-major [rows, cols]: blocks
-// of 32 columns x 8 row groups (each thread sums every 8th row of one
-// column, then the 8 partial sums are added in order).
-extern "C" __global__ void gd_col_sum(float *db, const float *dy, int rows, int cols, int accumulate) {
-	__shared__ float s[8][33];
-	int c = blockIdx.x * 32 + threadIdx.x;
-	float v = 0.0f;
-	if (c < cols)
-		for (int r = threadIdx.y; r < rows; r += 8) v = __fadd_rn(v, dy[(long long)r * cols + c]);
-	s[threadIdx.y][threadIdx.x] = v;
-	__syncthreads();
-	if (threadIdx.y == 0 && c < cols) {
-		float t = s[0][threadIdx.x];
-		for (int k = 1; k < 8; k++) t = __fadd_rn(t, s[k][threadIdx.x]);
-		db[c] = accumulate ? __fadd_rn(db[c], t) : t;
-	}
-}
-
 // The softmax cross-entropy of each row of logits [rows, classes] against
 // its label (one block per row): rowLoss[r] = max + log(sum exp(x - max))
 // - x[label]; NaN for a label outside [0, classes).

@@ -93,6 +93,68 @@ extern "C" __global__ void gd_bn_grad_sums(double *sums, const float *dy, const 
 	}
 }
 
+// ---- column sums in two stages (Kernels.colSums) ----
+
+// The first stage over a [rows, cols] row-major: blocks of 32 columns
+// (blockIdx.x) by 8 row lanes, over the chunk blockIdx.y of per rows. Lane
+// y sums the chunk's rows y, y + 8, ... of its column in order, then the
+// 8 lanes' sums are added in order; out[chunk cols + c] (null: skipped)
+// gets the chunk's sum of a b (of a when b is null), out2 (null: skipped;
+// only with b) that of a. With acc the sums are added to out and out2
+// (a grid of one chunk writing the result).
+extern "C" __global__ void gd_col_partial(float *out, float *out2, const float *a, const float *b, int rows, int cols, int per,
+					  int acc) {
+	__shared__ float s[8][33], s2[8][33];
+	int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+	int lo = blockIdx.y * per, hi = min(lo + per, rows);
+	float v = 0.0f, v2 = 0.0f;
+	if (c < cols && lo + ty < hi) {
+		long long first = (long long)(lo + ty) * cols + c, step = 8LL * cols;
+		const float *pa = a + first;
+		if (b) {
+			const float *pb = b + first;
+			for (int r = lo + ty; r < hi; r += 8, pa += step, pb += step) {
+				float x = *pa;
+				v = v + x * *pb;
+				v2 = v2 + x;
+			}
+		} else {
+			for (int r = lo + ty; r < hi; r += 8, pa += step) v = v + *pa;
+		}
+	}
+	s[ty][tx] = v;
+	s2[ty][tx] = v2;
+	__syncthreads();
+	if (ty == 0 && c < cols) {
+		float t = s[0][tx], t2 = s2[0][tx];
+		for (int k = 1; k < 8; k++) {
+			t = t + s[k][tx];
+			t2 = t2 + s2[k][tx];
+		}
+		long long o = (long long)blockIdx.y * cols + c;
+		if (out) out[o] = acc ? out[o] + t : t;
+		if (out2) out2[o] = acc ? out2[o] + t2 : t2;
+	}
+}
+
+// The second stage: out[c] (+)= the sum of part[p cols + c] over the
+// parts in order (out null: skipped), out2 likewise from part2.
+extern "C" __global__ void gd_col_finish(float *out, float *out2, const float *part, const float *part2, int parts, int cols,
+					 int acc) {
+	for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < cols; c += (long long)gridDim.x * blockDim.x) {
+		if (out) {
+			float t = part[c];
+			for (int p = 1; p < parts; p++) t = t + part[p * (long long)cols + c];
+			out[c] = acc ? out[c] + t : t;
+		}
+		if (out2) {
+			float t = part2[c];
+			for (int p = 1; p < parts; p++) t = t + part2[p * (long long)cols + c];
+			out2[c] = acc ? out2[c] + t : t;
+		}
+	}
+}
+
 // ---- row sums in vecmath.Sum32's order, one warp per row ----
 
 // What a warp sums over a row: a[i]; (a[i] - m)^2; a[i] b[i]; (a[i] b[i])

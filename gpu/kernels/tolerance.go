@@ -3,10 +3,11 @@ package kernels
 // The tolerances the tests hold the kernels to, against float64 references
 // (see the package comment for why each is what it is).
 const (
-	// SumTol bounds BiasGrad's error relative to the sum of the
-	// magnitudes summed, for up to about 1000 rows: each of the 8 partial
-	// sums adds rows/8 terms in float32 (an error of at most rows/8 + 3
-	// roundings of 2^-24 each).
+	// SumTol bounds the column sums' error (BiasGrad, LayerNorm's
+	// dgamma and dbeta) relative to the sum of the magnitudes summed, for
+	// up to about 8000 rows: a term meets at most per/8 + 7 + parts
+	// roundings of 2^-24 (colSplit's chunks of per rows, parts of them:
+	// 71 for 8192 rows of 768 columns, at most about 170 up to 8000 rows).
 	SumTol = 1e-5
 	// CrossEntropyTol bounds CrossEntropy's error relative to max(1,
 	// |loss|), and each element of CrossEntropyBackward's gradient to
