@@ -19,22 +19,66 @@
 //     fp32, which TF32 allows.
 //   - bf16 (BF16): autocast to bfloat16 (torch.autocast(dtype=
 //     torch.bfloat16)) for the products only: their fp32 operands are
-//     cast to bf16 (round to nearest even, one kernel over each
-//     operand's span into a scratch buffer that grows to the largest
-//     product's in the first step and stays), multiplied by
-//     cublasGemmEx / cublasGemmStridedBatchedEx with CUDA_R_16BF inputs,
+//     cast to bf16 (round to nearest even), multiplied by cublasGemmEx /
+//     cublasGemmStridedBatchedEx with CUDA_R_16BF inputs,
 //     CUBLAS_COMPUTE_32F and fp32 output. Parameters (the master
 //     weights), gradients, optimizer state, reductions, softmax,
 //     normalizations and the loss stay fp32 (gpu/kernels). Unlike
-//     PyTorch's autocast, a product's output is fp32, not bf16, and the
-//     weights' bf16 copies are not cached across a step's products: each
-//     product casts its operands (a memory pass over each), but for an
-//     operand the caller names with KeepNext, kept for the product after
-//     (the backward passes' operands that two products in a row read:
-//     Linear's dy, Conv2d's D, attention's dO and dS; TestKeepNext,
-//     kernels' TestBF16KeepsShared: the same bits, cast once).
-//     Casts counts the values cast; fusing the casts into the kernels
-//     that produce the operands is what would remove them.
+//     PyTorch's autocast, a product's output is fp32, not bf16. What is
+//     cast, and when, is below.
+//
+// # What bf16 autocast casts, and when
+//
+// Through cuBLAS each operand of a product is read in bf16 from one of
+// three places (the tiled kernel instead rounds each value as it loads
+// its tile, and casts nothing):
+//
+//   - Weights: the parameters registered with Weights (gpu/devmodel
+//     registers a model's flat parameter buffer, or a pipeline stage's,
+//     at placement). The engine holds a bf16 copy of them (2 bytes a
+//     parameter, allocated by the first product that reads one); an
+//     operand lying inside them is cast into it the first time a product
+//     reads it after the last WeightsChanged, and every later product
+//     reads the copy. gpu/devmodel calls WeightsChanged wherever the
+//     parameters are written (Update, CopyFromHost, a Stage's, and
+//     Model.ParamsChanged for a strategy's own writes), so a weight is
+//     cast once per optimizer step: its forward product casts it and
+//     backward's input-gradient product (and every other micro-batch's)
+//     reads the copy. This is PyTorch's autocast cache (the cast of a
+//     leaf tensor that requires grad is kept for the autocast region);
+//     Config.NoWeightCache or $GDIST_AUTOCAST_CACHE=0 turn it off, as
+//     autocast(cache_enabled=False). A product whose output overlaps the
+//     registered values drops their copies. ZeRO-3 registers nothing:
+//     its products read each unit's gathered block, gathered again for
+//     backward, which the cache could not save a cast of.
+//   - KeepNext's operand: one a caller names, cast into a buffer of its
+//     own and kept for the one product after (the backward passes'
+//     operands that two products in a row read: Linear's dy, Conv2d's D,
+//     attention's dO and dS; TestKeepNext, kernels'
+//     TestBF16KeepsShared).
+//   - Everything else (activations, gradients, attention's Q, K, V and
+//     P): cast for the product into a scratch buffer that grows to the
+//     largest product's operands in the first step and stays. An
+//     activation read by two products far apart (a Linear's input x,
+//     read by its forward product and by backward's dW = x^T dy;
+//     attention's P, read by P V and by dV = P^T dO) is cast by each:
+//     keeping its bf16 copy from forward to backward would hold 2 bytes
+//     a value of every such activation across the step (about 1.1 GB
+//     for the Linears' inputs, 2.4 GB for P, at gpt-L12-D768-H12-T1024
+//     batch 8), and the engine cannot tell when an activation's memory
+//     is written again (the caching pool reuses blocks across plans,
+//     evaluations and a pipeline's recomputation): the layers that
+//     produce those activations (layer norm, GELU, the causal softmax)
+//     writing a bf16 copy beside their fp32 output is the way to remove
+//     those casts (benchmarks/NOTES.md has the numbers).
+//
+// CastStats counts the values cast, by kind (Operands, Weights) and the
+// weight reads the cache served (WeightReuses); Bytes is their traffic
+// (4 bytes read and 2 written a value). gpu/devmodel's Model.Casts reads
+// them; its TestBF16CastsPerStep checks them against a formula for the
+// gpt, and TestBF16WeightCache and cmd/train's
+// TestDeviceBF16WeightCacheUnchanged that training with the cache is bit
+// for bit training without it, each weight cast once a step.
 //
 // Tolerances, relative to the sum of the magnitudes of an element's k
 // terms: fp32 kernels.GemmTol(k); TF32 TF32Tol (2^-10) more; BF16
