@@ -12,7 +12,11 @@
 // The matrix products go through gpu/gemm (cuBLAS, or gdist's tiled
 // kernel where cuBLAS is absent) in Config.Precision: "fp32" (default),
 // "tf32" or "bf16" autocast, PyTorch's names and semantics; Products
-// says which. Config.SyncBN makes every batch norm a SyncBatchNorm: its
+// says which. Under bf16 the parameters are registered with the
+// engine's weight cache (autocast.go): each weight is cast to bf16 once
+// per change, not per product; Update and CopyFromHost (a Stage's too)
+// announce the changes, a strategy that writes Params itself calls
+// ParamsChanged, and Casts counts the values cast. Config.SyncBN makes every batch norm a SyncBatchNorm: its
 // statistics span the data-parallel ranks through the hook the strategy
 // provides (SyncBNFunc; HostSyncBN adapts nn's host hook, e.g. package
 // syncbn's over a comm.Comm).
@@ -116,6 +120,12 @@
 //     input is within rounding of 0), the loss after 6-8 steps within 5%.
 //     Measured on the fake: tf32 gradients within 1.4e-3, bf16 within
 //     8.6e-3.
+//   - TestBF16WeightCache, TestBF16WeightCacheStage: bf16 with the
+//     weight cache is bit for bit bf16 without it (a gpt of 2 layers,
+//     6 steps and evaluations; a whole-model stage in 2 micro-batches),
+//     each Linear weight cast once a step, and the cache follows Update,
+//     CopyFromHost and ParamsChanged; TestBF16CastsPerStep: the values
+//     cast a step equal a formula on three gpt shapes.
 //   - TestTiledMatchesCPU: without cuBLAS ($GDIST_CUBLAS_PATH naming no
 //     library) the products go through gpu/gemm's tiled kernel; mlp and
 //     cnn follow the CPU path within the fp32 tolerances (measured:
