@@ -771,6 +771,10 @@ func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
 	if wo == 0 {
 		return
 	}
+	if h >= 2 && h%2 == 0 && w%2 == 0 { // every row in one call, the same values
+		vecmath.PoolReLUArgPlanes(x, planes, h, w, y, arg)
+		return
+	}
 	o := 0
 	for p := 0; p < planes; p++ {
 		for oy := 0; oy < ho; oy++ {
@@ -786,6 +790,10 @@ func poolReLUArg(x []float32, planes, h, w int, y []float32, arg []uint8) {
 // (the dropped odd last row and column included).
 func poolReLUArgGrad(arg []uint8, dy []float32, planes, h, w int, dx []float32) {
 	ho, wo := h/2, w/2
+	if h >= 2 && w >= 2 && h%2 == 0 && w%2 == 0 { // every row in one call, the same values
+		vecmath.PoolArgGradPlanes(arg, dy, planes, h, w, dx)
+		return
+	}
 	o := 0
 	for p := 0; p < planes; p++ {
 		for oy := 0; oy < ho; oy++ {

@@ -32,6 +32,10 @@
 //     Go loop in rows.go that AVX2 assembly reproduces bit for bit over the
 //     whole groups of 8, used where the active set is avx2 or avx512
 //     (rows_test.go).
+//   - poolplanes.go, poolplanes_amd64.go/_other.go: PoolReLUArgPlanes
+//     and PoolArgGradPlanes, the pooling kernels over whole planes in one
+//     call (the avx512 set's rows in one assembly loop in pool_amd64.s,
+//     the other sets' row kernels row by row: the same values).
 //   - kernels_test.go, bn_test.go, conv_test.go, pool_test.go: every set
 //     this machine runs, through the exported functions, against each
 //     kernel's definition bit for bit, on lengths with and without a
