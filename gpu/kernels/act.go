@@ -59,7 +59,11 @@ func (k *Kernels) Embedding(s *cuda.Stream, y, ids, w, pos uintptr, rows, num, d
 	if err := embedCheck("Embedding", rows, num, dim, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_embed", s, grid64(int64(rows)*int64(dim)), embedIO(rows, num, dim, t, pos != 0), y, ids, w, pos, int32(rows), int32(num), int32(dim), int32(t))
+	name, v := "gd_embed", 1
+	if aligned4([]uintptr{y, w, pos}, dim) {
+		name, v = "gd_embed4", 4
+	}
+	return k.launch(name, s, rowGrid(rows, dim, v), embedIO(rows, num, dim, t, pos != 0), y, ids, w, pos, int32(rows), int32(num), int32(dim), int32(t))
 }
 
 // EmbeddingBackward is their backward from dy [rows, dim]: dw [num, dim]

@@ -36,7 +36,12 @@ func (g AttentionGeom) check(op string) error {
 
 // heads copies between (N, T, ld) rows (from column off) and (N H, T, D).
 func (k *Kernels) heads(s *cuda.Stream, dst, src uintptr, g AttentionGeom, ld, off int, toHeads bool) error {
-	return k.launch("gd_heads", s, grid64(int64(g.N)*int64(g.T)*int64(g.C)), rw(int64(g.N)*int64(g.T)*int64(g.C), int64(g.N)*int64(g.T)*int64(g.C)), dst, src, int32(g.N), int32(g.T), int32(g.H),
+	name, v := "gd_heads", 1
+	if aligned4([]uintptr{dst, src}, g.C/g.H, ld, off) {
+		name, v = "gd_heads4", 4
+	}
+	n := int64(g.N) * int64(g.T) * int64(g.C)
+	return k.launch(name, s, rowGrid(g.N*g.T, g.C, v), rw(n, n), dst, src, int32(g.N), int32(g.T), int32(g.H),
 		int32(g.C/g.H), int32(ld), int32(off), b32(toHeads))
 }
 

@@ -15,10 +15,18 @@ import (
 // one float32 add; the weight's gradient summed over the positions that
 // use each row in order (no atomics), the position's over the batch in
 // order. An id outside the table gives a row of NaNs (nn refuses it).
+// Widths 12 (four values a thread), 5 and 12 into an output 4 bytes off
+// 16-byte alignment (one a thread).
 func TestEmbedding(t *testing.T) {
+	for _, c := range []struct{ dim, shift int }{{12, 0}, {5, 0}, {12, 1}} {
+		t.Run(fmt.Sprintf("dim%d+%d", c.dim, c.shift), func(t *testing.T) { testEmbedding(t, c.dim, c.shift) })
+	}
+}
+
+func testEmbedding(t *testing.T, dim, shift int) {
 	const dev = 0
 	k, s := setup(t, dev)
-	const n, tt, num, dim = 3, 5, 11, 12
+	const n, tt, num = 3, 5, 11
 	m, err := nn.New("emb", nn.Seq(&nn.Embedding{Num: num, Dim: dim}, &nn.PositionEmbedding{T: tt, Dim: dim, Std: 0.5}, nn.Flatten{}), []int{tt}, 7)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +53,7 @@ func TestEmbedding(t *testing.T) {
 	w, p := m.Params[0], m.Params[1]
 	dW, dP := devtest.Upload(t, dev, m.Flat.Value[w.Offset:w.Offset+w.Size]), devtest.Upload(t, dev, m.Flat.Value[p.Offset:p.Offset+p.Size])
 	dIDs, dDY := devtest.Upload(t, dev, ids), devtest.Upload(t, dev, dy)
-	y := devtest.Alloc(t, dev, n*tt*dim, 4)
+	y := devtest.Alloc(t, dev, n*tt*dim+shift, 4) + uintptr(4*shift)
 	g0 := devtest.Vals(121, num*dim, 1)
 	gw, gp := devtest.Upload(t, dev, g0), devtest.Upload(t, dev, g0[:tt*dim])
 	if err := k.Embedding(s, y, dIDs, dW, dP, n*tt, num, dim, tt); err != nil {
@@ -142,7 +150,13 @@ func TestAttention(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	h := cublasHandle(t, dev, s)
-	for _, g := range []kernels.AttentionGeom{{N: 2, T: 5, C: 12, H: 3}, {N: 1, T: 33, C: 16, H: 2}, {N: 3, T: 1, C: 4, H: 1}} {
+	// D = 4, 8, 4 (the heads copied four values a thread), 3 (one), and
+	// D = 4 with qkv and the workspace 4 bytes off 16-byte alignment (one)
+	for i, g := range []kernels.AttentionGeom{{N: 2, T: 5, C: 12, H: 3}, {N: 1, T: 33, C: 16, H: 2}, {N: 3, T: 1, C: 4, H: 1}, {N: 2, T: 3, C: 6, H: 2}, {N: 2, T: 5, C: 12, H: 3}} {
+		shift := 0
+		if i == 4 {
+			shift = 1
+		}
 		c, rows := g.C, g.N*g.T
 		x, dy := devtest.Vals(140, rows*c, 1), devtest.Vals(141, rows*c, 1)
 		win, bin, wout, bout := devtest.Vals(142, c*3*c, 0.5), devtest.Vals(143, 3*c, 0.1), devtest.Vals(144, c*c, 0.3), devtest.Vals(145, c, 0.1)
@@ -155,8 +169,8 @@ func TestAttention(t *testing.T) {
 
 		dX, dDY := devtest.Upload(t, dev, x), devtest.Upload(t, dev, dy)
 		dWin, dBin, dWout, dBout := devtest.Upload(t, dev, win), devtest.Upload(t, dev, bin), devtest.Upload(t, dev, wout), devtest.Upload(t, dev, bout)
-		qkv, att, y := devtest.Alloc(t, dev, rows*3*c, 4), devtest.Alloc(t, dev, rows*c, 4), devtest.Alloc(t, dev, rows*c, 4)
-		p, ws := devtest.Alloc(t, dev, g.Probs(), 4), devtest.Alloc(t, dev, g.Workspace(), 4)
+		qkv, att, y := devtest.Alloc(t, dev, rows*3*c+shift, 4)+uintptr(4*shift), devtest.Alloc(t, dev, rows*c, 4), devtest.Alloc(t, dev, rows*c, 4)
+		p, ws := devtest.Alloc(t, dev, g.Probs(), 4), devtest.Alloc(t, dev, g.Workspace()+shift, 4)+uintptr(4*shift)
 		dqkv, datt, dx := devtest.Alloc(t, dev, rows*3*c, 4), devtest.Alloc(t, dev, rows*c, 4), devtest.Alloc(t, dev, rows*c, 4)
 		gWin, gBin, gWout, gBout := devtest.Alloc(t, dev, len(win), 4), devtest.Alloc(t, dev, len(bin), 4), devtest.Alloc(t, dev, len(wout), 4), devtest.Alloc(t, dev, len(bout), 4)
 		for _, err := range []error{

@@ -43,7 +43,7 @@ type Program struct {
 func Programs() []Program {
 	block := fmt.Sprintf("-DBLOCK=%d", Block)
 	return []Program{
-		{"gdist_elementwise.cu", ElementwiseSource, nil, []string{"gd_bias_add", "gd_relu", "gd_relu_backward", "gd_sgd"}},
+		{"gdist_elementwise.cu", ElementwiseSource, nil, []string{"gd_bias_add", "gd_bias_add4", "gd_relu", "gd_relu_backward", "gd_sgd"}},
 		{"gdist_reduce.cu", ReduceSource, []string{block}, []string{"gd_xent_rows", "gd_mean", "gd_xent_backward", "gd_argmax_hits", "gd_count"}},
 		{"gdist_conv.cu", ConvSource, []string{"--fmad=false"},
 			[]string{"gd_im2col", "gd_col2im", "gd_nchw_to_cnhw", "gd_channel_bias", "gd_maxpool2x2", "gd_maxpool2x2_backward"}},
@@ -134,6 +134,31 @@ func sizeErr(op string, kv ...any) error {
 	return nil
 }
 
+// rowGrid launches blocks over rows (grid y, striding past 65535 rows)
+// and each row's n values (x threads, v values a thread): no division per
+// element.
+func rowGrid(rows, n, v int) rtc.Config {
+	per := (n + v - 1) / v
+	bx := min(256, max(32, (per+31)/32*32))
+	return rtc.Config{Grid: rtc.Dim3{X: max(1, (per+bx-1)/bx), Y: min(max(rows, 1), 65535), Z: 1}, Block: rtc.Dim(bx)}
+}
+
+// aligned4 reports whether float4 accesses fit: every address 16-byte
+// aligned and every count (of float32s) a multiple of 4.
+func aligned4(ptrs []uintptr, counts ...int) bool {
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	for _, c := range counts {
+		if c%4 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func grid(n int) rtc.Config {
 	b := (n + 255) / 256
 	return rtc.Config{Grid: rtc.Dim(min(max(b, 1), maxGrid)), Block: rtc.Dim(256)}
@@ -145,11 +170,15 @@ func (k *Kernels) BiasAdd(s *cuda.Stream, y, bias uintptr, rows, cols int) error
 	if err := sizeErr("BiasAdd", "rows", rows, "cols", cols); err != nil {
 		return err
 	}
-	n := rows * cols
-	if n == 0 {
+	if rows == 0 || cols == 0 {
 		return nil
 	}
-	return k.launch("gd_bias_add", s, grid(n), rw(int64(n)+int64(cols), int64(n)), y, bias, int64(n), int32(cols))
+	name, v := "gd_bias_add", 1
+	if aligned4([]uintptr{y, bias}, cols) {
+		name, v = "gd_bias_add4", 4
+	}
+	n := int64(rows) * int64(cols)
+	return k.launch(name, s, rowGrid(rows, cols, v), rw(n+int64(cols), n), y, bias, int32(rows), int32(cols))
 }
 
 // BiasGrad sets dbias [cols] to the column sums of dy [rows, cols] (with

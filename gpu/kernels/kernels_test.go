@@ -37,14 +37,22 @@ func setup(t *testing.T, dev int) (*kernels.Kernels, *cuda.Stream) {
 
 var shapes = [][2]int{{1, 1}, {7, 13}, {300, 257}, {64, 10}}
 
-// BiasAdd is one float32 add per element: bit for bit the CPU's.
+// BiasAdd is one float32 add per element: bit for bit the CPU's. Rows
+// of 4 and 12 (four values a thread), the same 4 bytes off 16-byte
+// alignment (one a thread), and more rows than a grid's 65535.
 func TestBiasAdd(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	for _, sh := range shapes {
+	for i, sh := range append(shapes, [2]int{5, 12}, [2]int{5, 12}, [2]int{3, 4}, [2]int{70000, 1}, [2]int{66000, 4}) {
 		rows, cols := sh[0], sh[1]
+		shift := 0
+		if i == len(shapes)+1 {
+			shift = 1
+		}
 		y, b := devtest.Vals(1, rows*cols, 2), devtest.Vals(2, cols, 1)
-		dy, db := devtest.Upload(t, dev, y), devtest.Upload(t, dev, b)
+		dy := devtest.Alloc(t, dev, rows*cols+shift, 4) + uintptr(4*shift)
+		devtest.Put(t, dev, dy, y)
+		db := devtest.Upload(t, dev, b)
 		if err := k.BiasAdd(s, dy, db, rows, cols); err != nil {
 			t.Fatal(err)
 		}

@@ -135,16 +135,42 @@ __device__ long long embed_row(float id, int num) {
 }
 
 // y[r] = w[ids[r]] (+ pos[r % T] unless pos is null) over rows of dim; a
-// row of NaNs for an id outside the table.
+// row of NaNs for an id outside the table. The blocks' y index strides
+// over the rows, their x threads over a row's values (V a thread: 4 with
+// float4 accesses, dim a multiple of 4 and the buffers 16-byte aligned).
+template <int V> __device__ void embed(float *y, const float *ids, const float *w, const float *pos, int rows, int num, int dim,
+				       int T) {
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+		long long id = embed_row(ids[r], num);
+		float *yr = y + (long long)r * dim;
+		const float *wr = w + (id < 0 ? 0 : id) * dim, *pr = pos ? pos + (long long)(r % T) * dim : 0;
+		for (int d = (blockIdx.x * blockDim.x + threadIdx.x) * V; d < dim; d += gridDim.x * blockDim.x * V) {
+			if (V == 4) {
+				float4 v = *(const float4 *)(wr + d);
+				if (id < 0) v = make_float4(__int_as_float(0x7fc00000), __int_as_float(0x7fc00000), __int_as_float(0x7fc00000),
+							    __int_as_float(0x7fc00000));
+				if (pr) {
+					float4 p = *(const float4 *)(pr + d);
+					v = make_float4(v.x + p.x, v.y + p.y, v.z + p.z, v.w + p.w);
+				}
+				*(float4 *)(yr + d) = v;
+			} else {
+				float v = id < 0 ? __int_as_float(0x7fc00000) : wr[d];
+				if (pr) v = v + pr[d];
+				yr[d] = v;
+			}
+		}
+	}
+}
+
 extern "C" __global__ void gd_embed(float *y, const float *ids, const float *w, const float *pos, int rows, int num, int dim,
 				    int T) {
-	long long total = (long long)rows * dim;
-	GRID_LOOP(i, total) {
-		long long r = i / dim, d = i % dim, id = embed_row(ids[r], num);
-		float v = id < 0 ? __int_as_float(0x7fc00000) : w[id * dim + d];
-		if (pos) v = v + pos[(r % T) * dim + d];
-		y[i] = v;
-	}
+	embed<1>(y, ids, w, pos, rows, num, dim, T);
+}
+
+extern "C" __global__ void gd_embed4(float *y, const float *ids, const float *w, const float *pos, int rows, int num, int dim,
+				     int T) {
+	embed<4>(y, ids, w, pos, rows, num, dim, T);
 }
 
 // dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]:
@@ -178,16 +204,36 @@ extern "C" __global__ void gd_pos_backward(float *dpos, const float *dy, int N, 
 // Between (N, T, ld) rows holding H heads of D values from column off,
 // and (N H, T, D), one matrix per sequence and head: heads = 1 copies
 // the former's into the latter (x at src), 0 the other way (into dst).
-extern "C" __global__ void gd_heads(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
-	long long total = (long long)N * H * T * D;
-	GRID_LOOP(i, total) {
-		long long d = i % D, t = i / D % T, h = i / D / T % H, n = i / D / T / H;
-		long long j = (n * T + t) * ld + off + h * D + d;
-		if (heads)
-			dst[i] = src[j];
-		else
-			dst[j] = src[i];
+// The blocks' y index strides over the N T rows, their x threads over a
+// row's C = H D values, V a thread (4: float4 accesses, with D, ld and
+// off multiples of 4 and the buffers 16-byte aligned, as the launch
+// checks); 32-bit indices (AttentionGeom.check keeps them below 2^31).
+template <int V> __device__ void heads_copy(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
+	int C = H * D, rows = N * T;
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+		int n = r / T, t = r - n * T;
+		for (int c = (blockIdx.x * blockDim.x + threadIdx.x) * V; c < C; c += gridDim.x * blockDim.x * V) {
+			int h = c / D, d = c - h * D;
+			int j = r * ld + off + c, i = ((n * H + h) * T + t) * D + d;
+			if (V == 4) {
+				if (heads)
+					*(float4 *)(dst + i) = *(const float4 *)(src + j);
+				else
+					*(float4 *)(dst + j) = *(const float4 *)(src + i);
+			} else if (heads)
+				dst[i] = src[j];
+			else
+				dst[j] = src[i];
+		}
 	}
+}
+
+extern "C" __global__ void gd_heads(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
+	heads_copy<1>(dst, src, N, T, H, D, ld, off, heads);
+}
+
+extern "C" __global__ void gd_heads4(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
+	heads_copy<4>(dst, src, N, T, H, D, ld, off, heads);
 }
 
 // ---- optimizers (package optim) ----
