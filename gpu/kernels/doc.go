@@ -166,7 +166,7 @@
 //     the device); TestAdam, with and without weight decay, 5 steps.
 //
 //   - ClipGradNorm (train's -clip-grad, clip_grad_norm_): the float64
-//     norm by a deterministic two-level tree (256 equal stretches, then a
+//     norm by a deterministic two-level tree (1024 equal stretches, then a
 //     tree over them) within NormTol (1e-12) of train's ordered sum; the
 //     clipped gradients bit for bit train's (the same float32 factor),
 //     nothing clipped for a non-finite norm; the norm stays on the device

@@ -39,9 +39,10 @@ func (k *Kernels) Adam(s *cuda.Stream, params, grads, m, v uintptr, n int, c Ada
 	return k.launch("gd_adam", s, grid(n), rw(4*int64(n), 3*int64(n)), params, grads, m, v, int64(n), wd, lr*wd, b1, 1-b1, b2, 1-b2, sqrtBC2, eps, stepSize, b32(c.Decoupled))
 }
 
-// clipParts is the blocks of the norm's first level: a fixed number, so
-// that the sum's order depends on n alone.
-const clipParts = 256
+// clipParts is the blocks of the norm's first level (about 8 per SM of
+// an H100's 132): a fixed number, so that the sum's order depends on n
+// alone.
+const clipParts = 1024
 
 // ClipWorkspace is the bytes of device scratch ClipGradNorm needs: the
 // norm (a float64, first), the factor applied (a float64, second), then
