@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/rtc"
 )
 
 // GELU sets y = x Phi(x) (nn's GELU: the exact form, Phi the standard
@@ -70,15 +71,18 @@ func (k *Kernels) Embedding(s *cuda.Stream, y, ids, w, pos uintptr, rows, num, d
 // (0: skipped) each row the sum of dy over the rows whose id names it, in
 // order, and dpos [t, dim] (0: skipped) the sum of dy over the batch, in
 // order, set or with accumulate added to; bit for bit nn's. No atomics:
-// a thread per element of dw reads all the ids (rows num dim
-// comparisons: fine for byte-level vocabularies; a large vocabulary
-// would want the ids sorted first).
+// a warp per table row and 32 of its values finds the rows naming it
+// (a ballot over 32 ids at a time, rows num dim / 32 comparisons in all)
+// and adds them in order. The rows of the most frequent id are one
+// thread's serial sum (nn's order), so a skewed batch waits for it.
 func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, rows, num, dim, t int, accumulate bool) error {
 	if err := embedCheck("EmbeddingBackward", rows, num, dim, t); err != nil {
 		return err
 	}
 	if dw != 0 {
-		if err := k.launch("gd_embed_backward", s, grid64(int64(num)*int64(dim)), rw(int64(rows)*int64(dim)+int64(rows), int64(num)*int64(dim)), dw, dy, ids, int32(rows), int32(num), int32(dim), b32(accumulate)); err != nil {
+		// a warp per table row and 32 of its values (64 a block)
+		cfg := rtc.Config{Grid: rtc.Dim3{X: (dim + 63) / 64, Y: min(num, 65535), Z: 1}, Block: rtc.Dim(64)}
+		if err := k.launch("gd_embed_backward", s, cfg, rw(int64(rows)*int64(dim)+int64(rows), int64(num)*int64(dim)), dw, dy, ids, int32(rows), int32(num), int32(dim), b32(accumulate)); err != nil {
 			return err
 		}
 	}

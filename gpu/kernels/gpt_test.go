@@ -16,17 +16,19 @@ import (
 // use each row in order (no atomics), the position's over the batch in
 // order. An id outside the table gives a row of NaNs (nn refuses it).
 // Widths 12 (four values a thread), 5 and 12 into an output 4 bytes off
-// 16-byte alignment (one a thread).
+// 16-byte alignment (one a thread); 15 rows, and 45 (the gradient's
+// warps read the ids in two rounds of 32) with widths of 12 and 70 (a
+// block of two warps, the second with no values).
 func TestEmbedding(t *testing.T) {
-	for _, c := range []struct{ dim, shift int }{{12, 0}, {5, 0}, {12, 1}} {
-		t.Run(fmt.Sprintf("dim%d+%d", c.dim, c.shift), func(t *testing.T) { testEmbedding(t, c.dim, c.shift) })
+	for _, c := range []struct{ n, dim, shift int }{{3, 12, 0}, {3, 5, 0}, {3, 12, 1}, {9, 12, 0}, {9, 70, 0}} {
+		t.Run(fmt.Sprintf("%dx%d+%d", c.n, c.dim, c.shift), func(t *testing.T) { testEmbedding(t, c.n, c.dim, c.shift) })
 	}
 }
 
-func testEmbedding(t *testing.T, dim, shift int) {
+func testEmbedding(t *testing.T, n, dim, shift int) {
 	const dev = 0
 	k, s := setup(t, dev)
-	const n, tt, num = 3, 5, 11
+	const tt, num = 5, 11
 	m, err := nn.New("emb", nn.Seq(&nn.Embedding{Num: num, Dim: dim}, &nn.PositionEmbedding{T: tt, Dim: dim, Std: 0.5}, nn.Flatten{}), []int{tt}, 7)
 	if err != nil {
 		t.Fatal(err)

@@ -173,21 +173,6 @@ extern "C" __global__ void gd_embed4(float *y, const float *ids, const float *w,
 	embed<4>(y, ids, w, pos, rows, num, dim, T);
 }
 
-// dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]:
-// a thread per element of dw reads every id (no atomics: the order, and
-// so the sum, is nn's).
-extern "C" __global__ void gd_embed_backward(float *dw, const float *dy, const float *ids, int rows, int num, int dim,
-					     int accumulate) {
-	long long total = (long long)num * dim;
-	GRID_LOOP(i, total) {
-		long long v = i / dim, d = i % dim;
-		float s = 0.0f;
-		for (int r = 0; r < rows; r++)
-			if (embed_row(ids[r], num) == v) s = s + dy[(long long)r * dim + d];
-		dw[i] = accumulate ? dw[i] + s : s;
-	}
-}
-
 // dpos[t] (+)= the sum over the batch, in order, of dy[n, t] (dy (N, T,
 // dim)): the position embedding's gradient.
 extern "C" __global__ void gd_pos_backward(float *dpos, const float *dy, int N, int T, int dim, int accumulate) {

@@ -4,10 +4,10 @@ package kernels
 var (
 	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_param_grads", "gd_bn_dx",
 		"gd_gelu", "gd_gelu_backward",
-		"gd_embed", "gd_embed4", "gd_embed_backward", "gd_pos_backward", "gd_heads", "gd_heads4",
+		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
 		"gd_adam", "gd_scale_by", "gd_dropout", "gd_add",
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
 	rowsKernels = []string{"gd_row_sum", "gd_bn_stats", "gd_bn_grad_sums", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
-		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish"}
+		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward"}
 )

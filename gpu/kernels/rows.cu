@@ -155,6 +155,42 @@ extern "C" __global__ void gd_col_finish(float *out, float *out2, const float *p
 	}
 }
 
+// ---- the embedding's gradient (nn.Embedding) ----
+
+// The row of a table of num rows that id names (nn's ids are float32),
+// or -1 when id is not an integer in [0, num).
+__device__ long long embed_row(float id, int num) {
+	return id >= 0.0f && id < (float)num && id == floorf(id) ? (long long)id : -1;
+}
+
+// dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]
+// (dy [rows, dim]): nn's sum, bit for bit, without atomics. Each warp
+// takes a table row v (blockIdx.y, striding past the grid) and 32 of its
+// values (its lanes); it reads the ids 32 at a time, and a ballot gives
+// the rows that name v in order, which every lane then adds at its value.
+// The ids are read once per warp, not once per value (num dim times).
+extern "C" __global__ void gd_embed_backward(float *dw, const float *dy, const float *ids, int rows, int num, int dim,
+					     int accumulate) {
+	int lane = threadIdx.x & 31, d = blockIdx.x * blockDim.x + threadIdx.x;
+	if (d - lane >= dim) return; // the whole warp: none of its values exist
+	for (int v = blockIdx.y; v < num; v += gridDim.y) {
+		float s = 0.0f;
+		for (int base = 0; base < rows; base += 32) {
+			int r = base + lane;
+			unsigned m = __ballot_sync(FULL, r < rows && embed_row(ids[r], num) == v);
+			while (m) {
+				int j = __ffs((int)m) - 1;
+				m &= m - 1;
+				if (d < dim) s = s + dy[(long long)(base + j) * dim + d];
+			}
+		}
+		if (d < dim) {
+			long long o = (long long)v * dim + d;
+			dw[o] = accumulate ? dw[o] + s : s;
+		}
+	}
+}
+
 // ---- row sums in vecmath.Sum32's order, one warp per row ----
 
 // What a warp sums over a row: a[i]; (a[i] - m)^2; a[i] b[i]; (a[i] b[i])
