@@ -51,3 +51,26 @@ func TestDeviceBF16WeightCacheUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// GDIST_BF16_CAST=cublas (gpu/gemm's CastInCUBLAS: the fp32 operands
+// rounded inside cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF, nothing cast) on
+// the fake, whose cuBLAS rounds them as gdist's cast kernel does: the
+// same training to the bit as the default, for the mlp and a small gpt.
+func TestDeviceBF16CastInCUBLAS(t *testing.T) {
+	for _, model := range []string{"mlp", "gpt-L1-D16-H2-T8"} {
+		t.Run(model, func(t *testing.T) {
+			common := []string{"-model", model, "-data", "synthetic", "-limit", "96", "-epochs", "1", "-seed", "5", "-batch", "16",
+				"-precision", "bf16", "-json", "-progress=false", "-device", "cuda", "-nproc", "1"}
+			if model != "mlp" { // gpt's defaults: AdamW, clipping
+				common = []string{"-model", model, "-data", codeText(t), "-steps", "6", "-warmup", "2", "-eval-every", "0", "-eval-batch", "64",
+					"-seed", "2", "-batch", "4", "-precision", "bf16", "-json", "-progress=false", "-device", "cuda", "-nproc", "1"}
+			}
+			kern := trainEnv(t, append(fakeCUDAEnv(t), gemm.EnvBF16Cast+"=kernel"), common...)
+			in := trainEnv(t, append(fakeCUDAEnv(t), gemm.EnvBF16Cast+"=cublas"), common...)
+			if kern.TrainLoss != in.TrainLoss || kern.EvalLoss != in.EvalLoss {
+				t.Errorf("train loss %v, eval loss %v cast inside cuBLAS; %v and %v by the cast kernel", in.TrainLoss, in.EvalLoss, kern.TrainLoss, kern.EvalLoss)
+			}
+			t.Logf("%s bf16: train loss %v, eval loss %v either way", model, in.TrainLoss, in.EvalLoss)
+		})
+	}
+}

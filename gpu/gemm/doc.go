@@ -72,6 +72,15 @@
 //     writing a bf16 copy beside their fp32 output is the way to remove
 //     those casts (benchmarks/NOTES.md has the numbers).
 //
+// With Config.BF16Cast CastInCUBLAS ($GDIST_BF16_CAST=cublas) nothing is
+// cast: cublasGemmEx reads the fp32 operands with the compute type
+// CUBLAS_COMPUTE_32F_FAST_16BF and rounds them to bf16 itself as it loads
+// them (cuBLAS "may": the rounding is not guaranteed as autocast's is).
+// It removes every cast pass, at the price of products reading 4 bytes
+// a value instead of 2; which is faster on a GPU is to be measured
+// (benchmarks/NOTES.md). On the fake the two give the same bits
+// (TestBF16CastInCUBLAS, cmd/train's TestDeviceBF16CastInCUBLAS).
+//
 // CastStats counts the values cast, by kind (Operands, Weights) and the
 // weight reads the cache served (WeightReuses); Bytes is their traffic
 // (4 bytes read and 2 written a value). gpu/devmodel's Model.Casts reads

@@ -98,3 +98,33 @@ func ExampleEngine_Weights() {
 	// weights cast: 4, reused: 4
 	// after the update, cast: 4
 }
+
+// bf16 autocast with the operands rounded inside cuBLAS
+// (CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands): nothing is cast.
+func ExampleBF16Cast() {
+	if cudafake.Mode() == "none" {
+		fmt.Println("cublas: 0 values cast") // no CUDA here: what it prints with one
+		return
+	}
+	e, err := gemm.New(0, nil, gemm.Config{Precision: gemm.BF16, BF16Cast: gemm.CastInCUBLAS})
+	if err != nil {
+		panic(err)
+	}
+	defer e.Close()
+	p, err := cuda.Malloc(0, 32)
+	if err != nil {
+		panic(err)
+	}
+	if err := cuda.CopyHtoD(0, p, bytes([]float32{1, 2, 3, 4})); err != nil {
+		panic(err)
+	}
+	if err := e.MatMul(false, false, 2, 2, 2, 1, p, p, 0, p+16); err != nil { // [2, 2] squared
+		panic(err)
+	}
+	c := e.BF16Cast()
+	if !e.CUBLAS() {
+		c = gemm.CastInCUBLAS // the tiled kernel casts nothing either
+	}
+	fmt.Printf("%s: %d values cast\n", c, e.Casts())
+	// Output: cublas: 0 values cast
+}

@@ -86,6 +86,10 @@ type Config struct {
 	// operand it reads. $GDIST_AUTOCAST_CACHE=0 (EnvAutocastCache) does
 	// the same for every engine.
 	NoWeightCache bool
+	// BF16Cast is where bf16 autocast's operands are rounded to bf16
+	// ("" is $GDIST_BF16_CAST, EnvBF16Cast, or else CastKernel): see
+	// BF16Cast (cast.go).
+	BF16Cast BF16Cast
 }
 
 // Engine computes the layers' matrix products on one device, queued on
@@ -100,6 +104,9 @@ type Engine struct {
 	prec Precision
 	h    *cublas.Handle // nil: the tiled kernel
 	why  string         // why the tiled kernel
+	// castIn: bf16 through cuBLAS rounds the fp32 operands inside the
+	// product (CUBLAS_COMPUTE_32F_FAST_16BF), no casts (BF16Cast)
+	castIn bool
 
 	gemm, cast *rtc.Function
 
@@ -136,6 +143,9 @@ func New(device int, s *cuda.Stream, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{dev: device, s: s, prec: p}
 	e.w.off = cfg.NoWeightCache || os.Getenv(EnvAutocastCache) == "0"
+	if e.castIn, err = castInCUBLAS(cfg.BF16Cast); err != nil {
+		return nil, err
+	}
 	m, err := rtc.Load(device, "gdist_gemm.cu", Source)
 	if err != nil {
 		return nil, err
@@ -289,6 +299,16 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 	e.keepNext, e.held = 0, kept{}
 	if e.h == nil {
 		return e.tiled(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch)
+	}
+	if e.prec == BF16 && e.castIn {
+		// cuBLAS rounds the fp32 operands to bf16 as it reads them
+		A := cublas.Matrix{Ptr: a, Type: cublas.F32, LD: max(lda, 1)}
+		B := cublas.Matrix{Ptr: b, Type: cublas.F32, LD: max(ldb, 1)}
+		C := cublas.Matrix{Ptr: c, Type: cublas.F32, LD: max(ldc, 1)}
+		if batch == 1 {
+			return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B, A, beta, C, cublas.Compute32FFast16BF)
+		}
+		return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B, sb, A, sa, beta, C, sc, batch, cublas.Compute32FFast16BF)
 	}
 	if e.prec != BF16 {
 		if batch == 1 {
