@@ -149,12 +149,32 @@ func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g 
 }
 
 // rowSum sets (or adds to) out [rows] the sums of the rows of x [rows,
-// cols]: a block per row, a tree in a fixed order.
+// cols] in two stages, in a fixed order: chunks of each row (chanSplit's)
+// a block each, a tree in a fixed order (gd_row_partial), then each
+// row's chunks in order (gd_col_finish).
 func (k *Kernels) rowSum(s *cuda.Stream, out, x uintptr, rows, cols int, accumulate bool) error {
 	if rows == 0 {
 		return nil
 	}
-	return k.launch("gd_row_sum", s, rtc.Config{Grid: rtc.Dim(min(rows, 65535)), Block: rtc.Dim(Block)}, rw(int64(rows)*int64(cols), int64(rows)), out, x, int32(rows), int64(cols), b32(accumulate))
+	parts, per := chanSplit(rows, int64(cols))
+	pr := int64(parts) * int64(rows)
+	return k.withScratch(s, int(4*pr), func(ws uintptr) error {
+		cfg := rtc.Config{Grid: rtc.Dim3{X: parts, Y: min(rows, 65535), Z: 1}, Block: rtc.Dim(Block)}
+		if err := k.launch("gd_row_partial", s, cfg, rw(int64(rows)*int64(cols), pr), ws, x, int32(rows), int64(cols), per); err != nil {
+			return err
+		}
+		return k.launch("gd_col_finish", s, grid(rows), rw(pr, int64(rows)), out, uintptr(0), ws, uintptr(0), int32(parts), int32(rows), b32(accumulate))
+	})
+}
+
+// chanSplit is how the per-row and per-channel sums split each row's m
+// values: parts chunks of per (at least 1024 values a chunk of a block of
+// 256 threads), so that rows x parts blocks reach colTarget where m
+// allows. rows x parts <= colTarget + rows.
+func chanSplit(rows int, m int64) (parts int, per int64) {
+	parts = int(max(1, min(int64((colTarget+rows-1)/rows), (m+1023)/1024)))
+	per = max((m+int64(parts)-1)/int64(parts), 1)
+	return int(max((m+per-1)/per, 1)), per
 }
 
 func b32(b bool) int32 {

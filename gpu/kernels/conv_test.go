@@ -208,6 +208,7 @@ var convGeoms = []kernels.ConvGeom{
 	{N: 2, C: 3, H: 9, W: 8, Cout: 4, K: 3, Pad: 1, Stride: 2}, // stride 2 (not in nn)
 	{N: 2, C: 2, H: 4, W: 4, Cout: 2, K: 3, Pad: 2, Stride: 3},
 	{N: 2, C: 16, H: 14, W: 14, Cout: 16, K: 3, Pad: 1}, // Winograd on the CPU path (16+ channels)
+	{N: 3, C: 2, H: 20, W: 21, Cout: 3, K: 3, Pad: 1},   // db's rows of 1260 in two chunks
 }
 
 // Conv2d's forward and backward (im2col, cuBLAS, col2im) against the

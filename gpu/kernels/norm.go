@@ -74,7 +74,17 @@ func (k *Kernels) BatchNormForwardSync(s *cuda.Stream, y, xhat, x, gamma, beta, 
 	stats, mi, _ := bnParts(ws, c.C)
 	total := int64(n) * int64(c.C) * int64(inner)
 	if train {
-		if err := k.launch("gd_bn_stats", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, rw(total, 2*int64(c.C)*2), stats, x, int32(n), int32(c.C), int64(inner)); err != nil {
+		// per channel: chunks a block each (count, sum, M2), then the
+		// chunks combined in order
+		parts, per := chanSplit(c.C, int64(n)*int64(inner))
+		pc := int64(parts) * int64(c.C)
+		if err := k.withScratch(s, int(24*pc), func(ws uintptr) error {
+			cfg := rtc.Config{Grid: rtc.Dim3{X: parts, Y: min(c.C, 65535), Z: 1}, Block: rtc.Dim(Block)}
+			if err := k.launch("gd_bn_partial", s, cfg, traffic{4 * total, 24 * pc}, ws, x, int32(n), int32(c.C), int64(inner), per); err != nil {
+				return err
+			}
+			return k.launch("gd_bn_finish", s, grid(c.C), traffic{24 * pc, 16*int64(c.C) + 8}, stats, ws, int32(parts), int32(c.C))
+		}); err != nil {
 			return err
 		}
 		if sync != nil {
@@ -109,7 +119,15 @@ func (k *Kernels) BatchNormBackwardSync(s *cuda.Stream, dx, dgamma, dbeta, dy, x
 	}
 	stats, mi, sums := bnParts(ws, c.C)
 	total := int64(n) * int64(c.C) * int64(inner)
-	if err := k.launch("gd_bn_grad_sums", s, rtc.Config{Grid: rtc.Dim(min(c.C, 65535)), Block: rtc.Dim(Block)}, rw(2*total, 2*int64(c.C)*2), sums, dy, xhat, int32(n), int32(c.C), int64(inner)); err != nil {
+	parts, per := chanSplit(c.C, int64(n)*int64(inner))
+	pc := int64(parts) * int64(c.C)
+	if err := k.withScratch(s, int(16*pc), func(ws uintptr) error {
+		cfg := rtc.Config{Grid: rtc.Dim3{X: parts, Y: min(c.C, 65535), Z: 1}, Block: rtc.Dim(Block)}
+		if err := k.launch("gd_bn_grad_partial", s, cfg, traffic{8 * total, 16 * pc}, ws, dy, xhat, int32(n), int32(c.C), int64(inner), per); err != nil {
+			return err
+		}
+		return k.launch("gd_bn_grad_finish", s, grid(c.C), traffic{16 * pc, 16 * int64(c.C)}, sums, ws, int32(parts), int32(c.C))
+	}); err != nil {
 		return err
 	}
 	if dgamma != 0 || dbeta != 0 {

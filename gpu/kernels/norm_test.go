@@ -57,11 +57,13 @@ func withinULP(t *testing.T, what string, got, want []float32, maxULP int64) {
 // the running statistics updated with PyTorch's momentum and unbiased
 // variance) and evaluation, forward and backward, against nn's BNLayer:
 // within kernels.BatchNormULP float32 steps of each value (the float64
-// sums differ from the CPU's in order only), over three steps.
+// sums differ from the CPU's in order only), over three steps. The last
+// three shapes split each channel's values into chunks (the sums' two
+// stages; M2 combined by Chan's formula), mid-image, and with inner 1.
 func TestBatchNorm(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	for _, sh := range [][3]int{{4, 3, 25}, {2, 5, 64}, {16, 7, 1}, {1, 2, 1}, {3, 1, 300}} {
+	for _, sh := range [][3]int{{4, 3, 25}, {2, 5, 64}, {16, 7, 1}, {1, 2, 1}, {3, 1, 300}, {5, 3, 300}, {40, 2, 61}, {1100, 2, 1}} {
 		n, c, inner := sh[0], sh[1], sh[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", n, c, inner), func(t *testing.T) {
 			l := nn.BatchNorm2d(c).State()

@@ -8,7 +8,7 @@
 // ---- batch norm (nn.BNLayer), in float64 as nn computes it ----
 
 // Batch norm's per-channel mean and 1/std (mi[c], mi[C + c]) from the
-// statistics of gd_bn_stats (train: the running statistics rm, rv move
+// statistics of gd_bn_finish (train: the running statistics rm, rv move
 // toward the batch's with PyTorch's momentum and unbiased variance) or
 // from the running statistics (eval).
 extern "C" __global__ void gd_bn_finalize(double *mi, float *rm, float *rv, const double *stats, int C, double mom,
@@ -45,7 +45,7 @@ extern "C" __global__ void gd_bn_norm(float *y, float *xhat, const float *x, con
 	}
 }
 
-// dgamma = sum dy xhat, dbeta = sum dy (from gd_bn_grad_sums), rounded
+// dgamma = sum dy xhat, dbeta = sum dy (from gd_bn_grad_finish), rounded
 // to float32, set or added.
 extern "C" __global__ void gd_bn_param_grads(float *dgamma, float *dbeta, const double *sums, int C, int accumulate) {
 	GRID_LOOP(c, C) {

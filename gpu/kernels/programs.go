@@ -7,7 +7,7 @@ var (
 		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
 		"gd_adam", "gd_scale_by", "gd_dropout", "gd_add",
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
-	rowsKernels = []string{"gd_row_sum", "gd_bn_stats", "gd_bn_grad_sums", "gd_layernorm", "gd_layernorm_backward",
+	rowsKernels = []string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
 		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward"}
 )

@@ -28,58 +28,120 @@ template <class T> __device__ T block_sum(T v, T *s) {
 	return r;
 }
 
-// out[r] (+)= the sum of row r of x [rows, cols] (one block per row, the
-// blocks striding over the rows): a convolution's bias gradient from the
-// output gradient as (Cout, N Ho Wo).
-extern "C" __global__ void gd_row_sum(float *out, const float *x, int rows, long long cols, int accumulate) {
+// ---- row and per-channel sums in two stages (fixed order, no atomics) ----
+
+// part[p rows + r] = the sum of x[r, lo..hi) over the chunk p
+// (blockIdx.x) of per columns of row r (blockIdx.y, striding): the
+// first stage of a convolution's bias gradient (the rows of the output
+// gradient as (Cout, N Ho Wo)); gd_col_finish adds the chunks in order.
+extern "C" __global__ void gd_row_partial(float *part, const float *x, int rows, long long cols, long long per) {
 	__shared__ float s[BLOCK];
-	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+	long long lo = blockIdx.x * per, hi = min(lo + per, cols);
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
 		const float *row = x + (long long)r * cols;
 		float v = 0.0f;
-		for (long long j = threadIdx.x; j < cols; j += BLOCK) v = v + row[j];
+		for (long long j = lo + threadIdx.x; j < hi; j += BLOCK) v = v + row[j];
 		v = block_sum(v, s);
-		if (threadIdx.x == 0) out[r] = accumulate ? out[r] + v : v;
+		if (threadIdx.x == 0) part[(long long)blockIdx.x * rows + r] = v;
 	}
 }
 
-// The element i of channel c's N inner values in x (N, C, inner).
-__device__ long long chan_at(long long i, int c, int C, long long inner) { return (i / inner * C + c) * inner + i % inner; }
+// The chunk [lo, hi) of channel c's m = N inner values of (N, C, inner):
+// each thread walks its values i = lo + t, lo + t + BLOCK, ... as (n, j)
+// = (i / inner, i % inner), dividing once and then stepping by BLOCK's
+// quotient and remainder.
+struct chan_walk {
+	long long n, j, sn, sj, inner, base;
+	__device__ chan_walk(long long i, int c, int C, long long in) {
+		inner = in;
+		n = i / in;
+		j = i - n * in;
+		sn = BLOCK / in;
+		sj = BLOCK - sn * in;
+		base = (long long)c * in;
+		n *= (long long)C * in; // n now the image's offset
+		sn *= (long long)C * in;
+	}
+	__device__ long long at() const { return n + base + j; }
+	__device__ void next(int C) {
+		j += sj;
+		n += sn;
+		if (j >= inner) {
+			j -= inner;
+			n += (long long)C * inner;
+		}
+	}
+};
 
-// Batch norm's statistics (nn.BNLayer.Forward's, one block per channel):
-// stats[c] the sum of channel c of x (N, C, inner), stats[C + c] the sum
-// of its squared deviations from its mean (M2), stats[2C] the count N
-// inner; in float64.
-extern "C" __global__ void gd_bn_stats(double *stats, const float *x, int N, int C, long long inner) {
+// Batch norm's statistics, first stage (nn.BNLayer.Forward's): for the
+// chunk p (blockIdx.x) of per values of channel c (blockIdx.y, striding)
+// of x (N, C, inner), part[(p C + c) 3 + 0, 1, 2] = its count, sum and
+// sum of squared deviations from its own mean (M2), in float64.
+extern "C" __global__ void gd_bn_partial(double *part, const float *x, int N, int C, long long inner, long long per) {
 	__shared__ double s[BLOCK];
-	long long m = (long long)N * inner;
-	for (int c = blockIdx.x; c < C; c += gridDim.x) {
+	long long m = (long long)N * inner, lo = blockIdx.x * per, hi = min(lo + per, m);
+	for (int c = blockIdx.y; c < C; c += gridDim.y) {
 		double v = 0.0;
-		for (long long i = threadIdx.x; i < m; i += BLOCK) v = v + (double)x[chan_at(i, c, C, inner)];
-		double sum = block_sum(v, s);
-		double mu = sum / (double)m;
+		chan_walk w(lo + threadIdx.x, c, C, inner);
+		for (long long i = lo + threadIdx.x; i < hi; i += BLOCK, w.next(C)) v = v + (double)x[w.at()];
+		double sum = block_sum(v, s), cnt = (double)max(hi - lo, 0LL), mu = cnt > 0.0 ? sum / cnt : 0.0;
 		v = 0.0;
-		for (long long i = threadIdx.x; i < m; i += BLOCK) {
-			double d = (double)x[chan_at(i, c, C, inner)] - mu;
+		chan_walk w2(lo + threadIdx.x, c, C, inner);
+		for (long long i = lo + threadIdx.x; i < hi; i += BLOCK, w2.next(C)) {
+			double d = (double)x[w2.at()] - mu;
 			v = v + d * d;
 		}
 		double m2 = block_sum(v, s);
 		if (threadIdx.x == 0) {
-			stats[c] = sum;
-			stats[C + c] = m2;
-			if (c == 0) stats[2 * C] = (double)m;
+			double *o = part + ((long long)blockIdx.x * C + c) * 3;
+			o[0] = cnt;
+			o[1] = sum;
+			o[2] = m2;
 		}
 	}
 }
 
-// Batch norm's backward sums (one block per channel): sums[c] the sum of
-// channel c of dy, sums[C + c] that of dy xhat; in float64.
-extern "C" __global__ void gd_bn_grad_sums(double *sums, const float *dy, const float *xhat, int N, int C, long long inner) {
+// The second stage: stats[c] = channel c's sum (the chunks' in order),
+// stats[C + c] its M2 (the chunks' combined in order with Chan's
+// formula), stats[2C] the count N inner.
+extern "C" __global__ void gd_bn_finish(double *stats, const double *part, int parts, int C) {
+	for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+		double n = 0.0, mean = 0.0, m2 = 0.0, sum = 0.0;
+		for (int p = 0; p < parts; p++) {
+			const double *o = part + ((long long)p * C + c) * 3;
+			double nb = o[0];
+			if (nb == 0.0) continue;
+			double mb = o[1] / nb;
+			sum = sum + o[1];
+			if (n == 0.0) {
+				n = nb;
+				mean = mb;
+				m2 = o[2];
+				continue;
+			}
+			double delta = mb - mean, t = n + nb;
+			mean = mean + delta * (nb / t);
+			m2 = m2 + o[2] + delta * delta * (n * nb / t);
+			n = t;
+		}
+		stats[c] = sum;
+		stats[C + c] = m2;
+		if (c == 0) stats[2 * C] = n;
+	}
+}
+
+// Batch norm's backward sums, first stage: for the chunk p (blockIdx.x)
+// of channel c (blockIdx.y), part[(p C + c) 2 + 0, 1] = its sums of dy
+// and dy xhat, in float64.
+extern "C" __global__ void gd_bn_grad_partial(double *part, const float *dy, const float *xhat, int N, int C, long long inner,
+					      long long per) {
 	__shared__ double s[BLOCK];
-	long long m = (long long)N * inner;
-	for (int c = blockIdx.x; c < C; c += gridDim.x) {
+	long long m = (long long)N * inner, lo = blockIdx.x * per, hi = min(lo + per, m);
+	for (int c = blockIdx.y; c < C; c += gridDim.y) {
 		double v = 0.0, vx = 0.0;
-		for (long long i = threadIdx.x; i < m; i += BLOCK) {
-			long long j = chan_at(i, c, C, inner);
+		chan_walk w(lo + threadIdx.x, c, C, inner);
+		for (long long i = lo + threadIdx.x; i < hi; i += BLOCK, w.next(C)) {
+			long long j = w.at();
 			double d = (double)dy[j];
 			v = v + d;
 			vx = vx + d * (double)xhat[j];
@@ -87,9 +149,25 @@ extern "C" __global__ void gd_bn_grad_sums(double *sums, const float *dy, const 
 		v = block_sum(v, s);
 		vx = block_sum(vx, s);
 		if (threadIdx.x == 0) {
-			sums[c] = v;
-			sums[C + c] = vx;
+			double *o = part + ((long long)blockIdx.x * C + c) * 2;
+			o[0] = v;
+			o[1] = vx;
 		}
+	}
+}
+
+// The second stage: sums[c] = the sum of dy over channel c, sums[C + c]
+// that of dy xhat (the chunks' in order).
+extern "C" __global__ void gd_bn_grad_finish(double *sums, const double *part, int parts, int C) {
+	for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+		double v = 0.0, vx = 0.0;
+		for (int p = 0; p < parts; p++) {
+			const double *o = part + ((long long)p * C + c) * 2;
+			v = v + o[0];
+			vx = vx + o[1];
+		}
+		sums[c] = v;
+		sums[C + c] = vx;
 	}
 }
 
