@@ -65,6 +65,7 @@ func placeBF16(t *testing.T, m *nn.Model, cache bool) *devmodel.Model {
 		v = "0"
 	}
 	t.Setenv(gemm.EnvAutocastCache, v)
+	t.Setenv(gemm.EnvBF16Cast, "kernel") // the casts counted here
 	d, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: 2, Precision: gemm.BF16,
 		Optim: optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}, ClipGrad: 1})
 	if err != nil {
@@ -207,6 +208,7 @@ func TestBF16WeightCacheStage(t *testing.T) {
 			v = "0"
 		}
 		t.Setenv(gemm.EnvAutocastCache, v)
+		t.Setenv(gemm.EnvBF16Cast, "kernel") // the casts counted here
 		s, err := devmodel.PlaceStage(m, 0, m.NumLayers(), devmodel.Config{Device: dev, Batch: 1, Precision: gemm.BF16,
 			Optim: optim.Config{Name: "adamw", LR: 3e-3}})
 		if err != nil {
@@ -323,6 +325,7 @@ func TestBF16CastsPerStep(t *testing.T) {
 			}
 			v := map[bool]string{true: "1", false: "0"}[cache]
 			t.Setenv(gemm.EnvAutocastCache, v)
+			t.Setenv(gemm.EnvBF16Cast, "kernel") // the casts counted here
 			d, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: c.b, Precision: gemm.BF16, Optim: optim.Config{Name: "sgd", LR: 0.1}})
 			if err != nil {
 				t.Fatal(err)

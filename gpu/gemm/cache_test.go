@@ -50,6 +50,7 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 // copy: the cache is what the products read).
 func TestWeightCache(t *testing.T) {
 	const rows, in, mid, out = 5, 7, 12, 3
+	t.Setenv(gemm.EnvBF16Cast, "kernel")
 	cached := engine(t, gemm.Config{Precision: gemm.BF16})
 	plain := engine(t, gemm.Config{Precision: gemm.BF16, NoWeightCache: true})
 	if !cached.CUBLAS() {
@@ -127,6 +128,7 @@ func sameBitsQuiet(a, b []float32) bool {
 // span covering a cached weight and an uncached one casts only the
 // latter; Weights(0, 0) unregisters.
 func TestWeightCacheEdges(t *testing.T) {
+	t.Setenv(gemm.EnvBF16Cast, "kernel")
 	e := engine(t, gemm.Config{Precision: gemm.BF16})
 	if !e.CUBLAS() {
 		t.Skip(e.Backend())
