@@ -95,6 +95,9 @@ func HasHostFunc() bool { return false }
 // MemsetAsync fails: built without cgo.
 func (s *Stream) MemsetAsync(p uintptr, v byte, n int) error { return errNoCgo }
 
+// DeviceSynchronize fails: built without cgo.
+func DeviceSynchronize(device int) error { return errNoCgo }
+
 // StreamOf fails: built without cgo.
 func StreamOf(device int, h uintptr) (*Stream, error) { return nil, errNoCgo }
 

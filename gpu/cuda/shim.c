@@ -205,6 +205,12 @@ int gdcu_memcpy_async(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t
 	return ck(l, l->memcpyAsync((void *)dst, (const void *)src, n, kind, (void *)s));
 }
 
+int gdcu_device_sync(gdcu_lib *l, int dev) {
+	if (!l->deviceSynchronize) return 1; /* cudaErrorInvalidValue: checked in Go first */
+	SETDEV(l, dev);
+	return ck(l, l->deviceSynchronize());
+}
+
 int gdcu_memset_async(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n, uintptr_t s) {
 	SETDEV(l, dev);
 	return ck(l, l->memsetAsync((void *)p, v, n, (void *)s));

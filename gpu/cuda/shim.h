@@ -137,6 +137,7 @@ int gdcu_stream_sync(gdcu_lib *l, int dev, uintptr_t s);
 int gdcu_stream_destroy(gdcu_lib *l, int dev, uintptr_t s);
 int gdcu_stream_wait_event(gdcu_lib *l, int dev, uintptr_t s, uintptr_t ev);
 int gdcu_memcpy_async(gdcu_lib *l, int dev, uintptr_t dst, uintptr_t src, size_t n, int kind, uintptr_t s);
+int gdcu_device_sync(gdcu_lib *l, int dev);
 int gdcu_memset_async(gdcu_lib *l, int dev, uintptr_t p, int v, size_t n, uintptr_t s);
 int gdcu_launch_host_func(gdcu_lib *l, int dev, uintptr_t s, uintptr_t fn, uintptr_t arg);
 

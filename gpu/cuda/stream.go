@@ -89,6 +89,21 @@ func (s *Stream) MemsetAsync(p uintptr, v byte, n int) error {
 	return s.l.err("cudaMemsetAsync", C.gdcu_memset_async(s.l.c, C.int(s.dev), C.uintptr_t(p), C.int(v), C.size_t(n), s.h))
 }
 
+// DeviceSynchronize blocks until device has done all the work queued
+// on it, on every stream (cudaDeviceSynchronize): for tests and tools
+// that read or write buffers that non-blocking streams use; a library
+// waits for an event or a stream instead.
+func DeviceSynchronize(device int) error {
+	l, err := lib()
+	if err != nil {
+		return err
+	}
+	if l.c.deviceSynchronize == nil {
+		return fmt.Errorf("%w: this CUDA runtime has no cudaDeviceSynchronize", ErrUnavailable)
+	}
+	return l.err("cudaDeviceSynchronize", C.gdcu_device_sync(l.c, C.int(device)))
+}
+
 // StreamOf is the stream with handle h (a cudaStream_t) on device, made
 // elsewhere (by NCCL, say), for WaitEvent, CopyAsync and Event.Record.
 // Its maker owns it: never Destroy it.

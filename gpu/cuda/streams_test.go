@@ -88,3 +88,67 @@ func TestNonBlockingStreamsNeedEvents(t *testing.T) {
 		t.Errorf("not waiting for the slowed stream: read its result all the same; the fake ordered the non-blocking streams")
 	}
 }
+
+// TestWaitIsForItsRecord: a stream's wait for an event is for the
+// record made before the wait was queued, not for a later one: recorded
+// on a slowed stream, waited for by a second, then recorded again on a
+// fast third whose record completes first, the second stream still runs
+// after the slowed one's work (CUDA's semantics; the fake once let the
+// later record release the wait).
+func TestWaitIsForItsRecord(t *testing.T) {
+	cudafake.RequireFake(t)
+	const dev, n = 0, 64
+	var ss [3]*cuda.Stream
+	for i := range ss {
+		s, err := cuda.NewStream(dev, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Destroy()
+		ss[i] = s
+	}
+	slow, waiter, fast := ss[0], ss[1], ss[2]
+	ev, err := cuda.NewEvent(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	buf, err := cuda.Malloc(dev, 2*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cuda.Free(dev, buf)
+	pin, err := cuda.HostAlloc(dev, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cuda.FreeHost(dev, pin)
+	if err := cuda.Memset(dev, buf, 0, 2*n); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.DeviceSynchronize(dev); err != nil {
+		t.Fatal(err)
+	}
+	cudafake.StreamDelay(t, slow, 50*time.Millisecond)
+	if err := slow.MemsetAsync(buf, 5, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Record(slow); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.WaitEvent(ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Record(fast); err != nil { // done at once
+		t.Fatal(err)
+	}
+	if err := waiter.CopyAsync(uintptr(unsafe.Pointer(&pin[0])), buf, n, cuda.DeviceToHost); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(pin, bytes.Repeat([]byte{5}, n)) {
+		t.Fatalf("read %v...: the wait ended with the later record, before the slowed stream's memset", pin[:4])
+	}
+}

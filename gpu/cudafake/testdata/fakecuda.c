@@ -621,7 +621,15 @@ typedef struct event {
 	int dev;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint64_t rec, done;
+	uint64_t rec, done; /* records so far; the latest record done */
+	/* Each record is a generation; a wait is for one generation, which
+	   is done when its own mark ran (records on different streams may
+	   complete out of order, as in CUDA, where a wait enqueued before a
+	   later record refers to the earlier one): every generation up to
+	   prefix is done, and those in extra[0:nextra] beyond it. */
+	uint64_t prefix;
+	uint64_t *extra;
+	int nextra, capextra;
 	int timing; /* not cudaEventDisableTiming: done_at is kept */
 	double done_at; /* seconds (CLOCK_MONOTONIC) when mark done was reached */
 } event;
@@ -1061,11 +1069,45 @@ struct evmark {
 	uint64_t g;
 };
 
+/* gen_done: whether generation g of e is done (e->mu held). */
+static int gen_done(event *e, uint64_t g) {
+	if (g <= e->prefix) return 1;
+	for (int i = 0; i < e->nextra; i++)
+		if (e->extra[i] == g) return 1;
+	return 0;
+}
+
+/* gen_mark records that generation g of e is done (e->mu held). */
+static void gen_mark(event *e, uint64_t g) {
+	if (g <= e->prefix) return;
+	if (g == e->prefix + 1) {
+		e->prefix = g;
+	} else {
+		if (e->nextra == e->capextra) {
+			e->capextra = e->capextra ? 2 * e->capextra : 8;
+			e->extra = realloc(e->extra, e->capextra * sizeof *e->extra);
+		}
+		e->extra[e->nextra++] = g;
+	}
+	for (int moved = 1; moved;) { /* fold the extras that now extend the prefix */
+		moved = 0;
+		for (int i = 0; i < e->nextra; i++) {
+			if (e->extra[i] == e->prefix + 1) {
+				e->prefix++;
+				e->extra[i] = e->extra[--e->nextra];
+				moved = 1;
+				break;
+			}
+		}
+	}
+}
+
 static void ev_mark(void *a) {
 	struct evmark *m = a;
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	pthread_mutex_lock(&m->e->mu);
+	gen_mark(m->e, m->g);
 	if (m->g > m->e->done) {
 		m->e->done = m->g;
 		m->e->done_at = ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -1078,7 +1120,7 @@ static void ev_mark(void *a) {
 static void ev_wait(void *a) {
 	struct evmark *m = a;
 	pthread_mutex_lock(&m->e->mu);
-	while (m->e->done < m->g) pthread_cond_wait(&m->e->cv, &m->e->mu);
+	while (!gen_done(m->e, m->g)) pthread_cond_wait(&m->e->cv, &m->e->mu);
 	pthread_mutex_unlock(&m->e->mu);
 	free(m);
 }
@@ -1111,7 +1153,7 @@ API int cudaEventQuery(void *eh) {
 	int r = check_event("cudaEventQuery", eh, &e);
 	if (r) return seterr(r);
 	pthread_mutex_lock(&e->mu);
-	r = e->done >= e->rec ? cudaSuccess : cudaErrorNotReady;
+	r = gen_done(e, e->rec) ? cudaSuccess : cudaErrorNotReady;
 	pthread_mutex_unlock(&e->mu);
 	return r;
 }
@@ -1124,7 +1166,7 @@ API int cudaEventSynchronize(void *eh) {
 	if (r) return seterr(r);
 	pthread_mutex_lock(&e->mu);
 	uint64_t g = e->rec;
-	while (e->done < g && !sticky_err()) wait_a_while(&e->cv, &e->mu);
+	while (!gen_done(e, g) && !sticky_err()) wait_a_while(&e->cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
 	STICKY();
 	return cudaSuccess;

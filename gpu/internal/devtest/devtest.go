@@ -44,21 +44,30 @@ func Upload[T float32 | int32 | uint16](t testing.TB, dev int, v []T) uintptr {
 	return p
 }
 
-// Put copies v to the device buffer p (queued on the legacy default stream).
+// Put copies v to the device buffer p and waits until it is there, for
+// the work queued later on any stream of dev (non-blocking ones too:
+// cudaDeviceSynchronize after the copy).
 func Put[T float32 | int32 | uint16](t testing.TB, dev int, p uintptr, v []T) {
 	t.Helper()
 	if err := cuda.CopyHtoD(dev, p, Bytes(v)); err != nil {
 		t.Fatal(err)
 	}
+	if err := cuda.DeviceSynchronize(dev); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Floats reads n float32s at device address p, after the work queued before
-// on the legacy default stream and the blocking streams of dev.
+// on every stream of dev (non-blocking ones too, such as a placed model's:
+// cudaDeviceSynchronize first).
 func Floats(t testing.TB, dev int, p uintptr, n int) []float32 {
 	t.Helper()
 	out := make([]float32, n)
 	if n == 0 {
 		return out
+	}
+	if err := cuda.DeviceSynchronize(dev); err != nil {
+		t.Fatal(err)
 	}
 	if err := cuda.CopyDtoH(dev, Bytes(out), p); err != nil {
 		t.Fatal(err)
@@ -70,6 +79,9 @@ func Floats(t testing.TB, dev int, p uintptr, n int) []float32 {
 func Int32s(t testing.TB, dev int, p uintptr, n int) []int32 {
 	t.Helper()
 	out := make([]int32, n)
+	if err := cuda.DeviceSynchronize(dev); err != nil {
+		t.Fatal(err)
+	}
 	if err := cuda.CopyDtoH(dev, Bytes(out), p); err != nil {
 		t.Fatal(err)
 	}
