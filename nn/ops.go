@@ -181,7 +181,7 @@ func CrossEntropy(logits []float32, labels []int32, k int) float64 {
 func rowLoss(row []float32, lab int) float64 {
 	m := float64(row[0])
 	for _, v := range row {
-		m = math.Max(m, float64(v))
+		m = max(m, float64(v)) // math.Max's result (NaN, +0 over -0), inline
 	}
 	var s float64
 	for _, v := range row {
@@ -219,7 +219,7 @@ func (op *xentOp) Do(v ...G.Value) (G.Value, error) {
 		row, e := lg[i*k:(i+1)*k], op.e[i*k:(i+1)*k]
 		m := float64(row[0])
 		for _, v := range row {
-			m = math.Max(m, float64(v))
+			m = max(m, float64(v)) // math.Max's result (NaN, +0 over -0), inline
 		}
 		var s float64
 		for j, v := range row {
