@@ -21,7 +21,12 @@
 // Device memory is read when the operation is issued and written before its
 // Work completes, with cudaMemcpy on the legacy default stream: work the
 // caller queued on that stream (or on blocking streams) before issuing is
-// seen; work on other streams must be synchronized by the caller first. A
+// seen; work on other streams must be synchronized by the caller first, or
+// named by a cuda.Order's After event in the operation's context
+// (cuda.WithOrder): the host waits for it before copying the device
+// buffers in and again before copying results out. An Order's Done is not
+// recorded (the results are copied out when the Work completes, after
+// the call): wait for the Work. A
 // copy to the device is asynchronous to the host: when the Work completes,
 // the results are queued on the default stream, where later work (and any
 // copy back to the host) sees them.

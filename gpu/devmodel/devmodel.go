@@ -81,32 +81,39 @@ type Model struct {
 	// OnGradsReady, when set, is called during ForwardBackward's backward
 	// pass, last layers first, each time the gradients of a longer tail
 	// [from, N) of Grads are complete: every kernel that writes them has
-	// been queued on the model's stream (Stream), a blocking stream, so
-	// work queued on the legacy default stream from then on, or on a
-	// stream that waits for it (comm/nccl's do), sees them; they may not
-	// be computed yet. DDP starts a bucket's all-reduce there, overlapping
-	// the rest of backward. An error stops the pass and is returned.
+	// been queued on the model's stream (Stream, a non-blocking stream:
+	// see streams.go); they may not be computed yet, so work on another
+	// stream must wait for an event recorded on Stream then (a
+	// cuda.Order's After). DDP starts a bucket's all-reduce there,
+	// overlapping the rest of backward. An error stops the pass and is
+	// returned.
 	OnGradsReady func(from int) error
 	// ReduceGrads, with Config.ShardGrads, is called during backward
 	// each time a unit's gradients [lo, hi) are queued (not computed:
 	// see OnGradsReady) on the model's stream into the block at g (hi-lo
-	// float32s, [lo, hi) of the flat layout). It starts averaging them
-	// over the ranks into each value's owner and returns a function that
-	// waits until this rank's shard's part of g holds the average (nil:
-	// nothing to wait for); ForwardBackward calls it after queueing the
-	// next unit's backward, then adds that part into the shard's
-	// gradients and gives the block back. Nil: one rank (g is the
-	// average).
-	ReduceGrads func(lo, hi int, g uintptr) (wait func() error, err error)
+	// float32s, [lo, hi) of the flat layout), after is an event recorded
+	// on the stream then. It starts averaging them over the ranks into
+	// each value's owner, after that event, and returns a function that
+	// makes work queued on the stream after it see this rank's shard's
+	// part of g hold the average (waiting on the device for an event
+	// recorded after the reduction, or on the host; nil: nothing to wait
+	// for); ForwardBackward calls it after queueing the next unit's
+	// backward, then adds that part into the shard's gradients and gives
+	// the block back. Nil: one rank (g is the average).
+	ReduceGrads func(lo, hi int, g uintptr, after *cuda.Event) (wait func() error, err error)
 	// GatherParams, with Config.ShardParams, starts filling the block at
 	// dst with the parameters [lo, hi) of the flat layout, every rank's
-	// shard of them (this rank's is at ParamShard), after the work
-	// queued on the model's stream so far, and returns a function that
-	// waits until they are there for work queued on the stream after it
-	// returns (nil: they are, once GatherParams returns). ForwardBackward
-	// starts the next unit's gather before queueing this unit's ops and
-	// waits for it before queueing the next unit's. Nil: one rank.
-	GatherParams func(lo, hi int, dst uintptr) (wait func() error, err error)
+	// shard of them (this rank's is at ParamShard), after after, an event
+	// recorded on the model's stream once the work that last used the
+	// block and that writes the shard was queued there (the gather must
+	// wait for it on the device), and returns a function that makes work
+	// queued on the stream after it see the parameters (waiting on the
+	// device for an event recorded after the gather, or on the host; nil:
+	// they are there for work queued after GatherParams returns).
+	// ForwardBackward starts the next unit's gather before queueing this
+	// unit's ops and calls wait before queueing the next unit's. Nil: one
+	// rank.
+	GatherParams func(lo, hi int, dst uintptr, after *cuda.Event) (wait func() error, err error)
 
 	dev  int
 	cfg  Config
@@ -116,7 +123,8 @@ type Model struct {
 	run  int64 // forward passes, Dropout's run count
 
 	k    *kernels.Kernels
-	s    *cuda.Stream
+	s    *cuda.Stream // non-blocking (streams.go)
+	io   hostIO       // pinned memory and events of the stream's copies
 	h    *gemm.Engine
 	pool *cuda.Pool
 
@@ -136,6 +144,7 @@ type Model struct {
 	unitsOf             *plan
 	unitList            []Unit
 	spare               map[int][]uintptr // units' free blocks, by size
+	unitEv              *cuda.Event       // zero.go's mark
 }
 
 // open loads the kernels on d.dev and makes the model's stream, GEMM
@@ -144,7 +153,10 @@ func (d *Model) open() (err error) {
 	if d.k, err = kernels.Load(d.dev); err != nil {
 		return err
 	}
-	if d.s, err = cuda.NewStream(d.dev, false); err != nil {
+	if d.s, err = cuda.NewStream(d.dev, true); err != nil {
+		return err
+	}
+	if err := d.openIO(); err != nil {
 		return err
 	}
 	if d.h, err = gemm.New(d.dev, d.s, gemm.Config{Precision: d.cfg.Precision}); err != nil {
@@ -169,7 +181,7 @@ func (d *Model) allocState(n int) (err error) {
 		if d.state[i], err = d.malloc(4 * n); err != nil {
 			return err
 		}
-		if err := cuda.Memset(d.dev, d.state[i], 0, 4*n); err != nil {
+		if err := d.memset(d.state[i], 4*n); err != nil {
 			return err
 		}
 	}
@@ -317,6 +329,8 @@ func (d *Model) Close() error {
 		d.pool.Close()
 		d.pool.Flush()
 	}
+	d.closeIO()
+	d.closeUnits() // ZeRO-3's events (zero.go)
 	for _, p := range d.owned {
 		cuda.Free(d.dev, p)
 	}
@@ -335,7 +349,9 @@ func (d *Model) Close() error {
 // Device is the model's device.
 func (d *Model) Device() int { return d.dev }
 
-// Stream is the stream the model's work is queued on.
+// Stream is the stream the model's work is queued on, a non-blocking
+// one: other streams' work is ordered with it by events only (see the
+// package documentation).
 func (d *Model) Stream() *cuda.Stream { return d.s }
 
 // PeakBytes is the most device memory the model has held at once: the
@@ -373,9 +389,9 @@ func (d *Model) Steps() int64 { return d.step }
 // ZeroGrad zeroes the gradients (the shard's, with Config.ShardGrads).
 func (d *Model) ZeroGrad() error {
 	if d.gradsSharded() {
-		return cuda.Memset(d.dev, d.GradShard(), 0, 4*max(d.cfg.Shard.Len(), 1))
+		return d.memset(d.GradShard(), 4*max(d.cfg.Shard.Len(), 1))
 	}
-	return cuda.Memset(d.dev, d.Grads, 0, 4*max(d.N, 1))
+	return d.memset(d.Grads, 4*max(d.N, 1))
 }
 
 // Step is one training step on a batch: ForwardBackward, Update and
@@ -458,7 +474,7 @@ func (d *Model) backward(p *plan) (float32, error) {
 
 func (d *Model) readLoss(p *plan) (float32, error) {
 	var loss [1]float32
-	if err := cuda.CopyDtoH(d.dev, bytesOf(loss[:]), p.loss); err != nil {
+	if err := d.download(bytesOf(loss[:]), p.loss); err != nil {
 		return 0, err
 	}
 	return loss[0], nil
@@ -509,10 +525,7 @@ func (d *Model) load(x []float32, y []int32) (*plan, error) {
 		d.plan = p
 	}
 	p := d.plan
-	if err := cuda.CopyHtoD(d.dev, p.in.val, bytesOf(x)); err != nil {
-		return nil, err
-	}
-	if err := cuda.CopyHtoD(d.dev, p.labels, bytesOf(y)); err != nil {
+	if err := d.upload([]uintptr{p.in.val, p.labels}, bytesOf(x), bytesOf(y)); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -566,7 +579,7 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 		return 0, 0, err
 	}
 	var res [2]float32
-	if err := cuda.CopyDtoH(d.dev, bytesOf(res[:]), p.loss); err != nil {
+	if err := d.download(bytesOf(res[:]), p.loss); err != nil {
 		return 0, 0, err
 	}
 	return res[0], int(math.Float32bits(res[1])), nil
@@ -659,7 +672,7 @@ func (d *Model) GradNorm() (float64, error) {
 		return 0, nil
 	}
 	var v [1]float64
-	err := cuda.CopyDtoH(d.dev, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8), d.clipWS)
+	err := d.download(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8), d.clipWS)
 	return v[0], err
 }
 
@@ -716,7 +729,7 @@ func (d *Model) CopyFromHost() error {
 		}
 		b.placedFor, b.batches = int(b.host.NumBatches), 0
 	}
-	return nil
+	return d.afterLegacy()
 }
 
 // GradsToHost copies the gradients into dst (N float32s; the host
@@ -794,7 +807,7 @@ func (d *Model) OptimStateFromHost(o optim.Optimizer) error {
 		}
 	}
 	d.step = t
-	return nil
+	return d.afterLegacy()
 }
 
 func bytesOf[T float32 | int32](v []T) []byte {

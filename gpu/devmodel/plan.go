@@ -572,7 +572,7 @@ func (c *compiler) embedding(e *nn.Embedding, pe *nn.PositionEmbedding, name str
 		return d.k.Embedding(d.s, out.val, x.val, d.Params+w, pos(), rows, e.Num, e.Dim, t)
 	}, func() error {
 		if x.grad != 0 { // the ids get no gradient
-			if err := cuda.Memset(d.dev, x.grad, 0, 4*rows); err != nil {
+			if err := d.memset(x.grad, 4*rows); err != nil {
 				return err
 			}
 		}
@@ -604,6 +604,7 @@ type SyncBNFunc func(s *cuda.Stream, stage string, buf uintptr, n int) error
 // the result up (8 n bytes each way per batch-norm layer and pass). The
 // statistics are then combined exactly as on the CPU path.
 func HostSyncBN(ctx context.Context, fn nn.SyncFunc) SyncBNFunc {
+	var up *cuda.Event // marks the legacy stream after the result's copy up
 	return func(s *cuda.Stream, stage string, buf uintptr, n int) error {
 		if err := s.Synchronize(); err != nil {
 			return err
@@ -616,7 +617,18 @@ func HostSyncBN(ctx context.Context, fn nn.SyncFunc) SyncBNFunc {
 		if err := fn(ctx, stage, host); err != nil {
 			return fmt.Errorf("syncbn %s: %w", stage, err)
 		}
-		return cuda.CopyHtoD(s.Device(), buf, b)
+		if err := cuda.CopyHtoD(s.Device(), buf, b); err != nil {
+			return err
+		}
+		// the copy runs on the legacy default stream, which s (a
+		// non-blocking stream) does not wait for unless told
+		if up == nil {
+			var err error
+			if up, err = cuda.NewEvent(s.Device()); err != nil {
+				return err
+			}
+		}
+		return s.WaitDefault(up)
 	}
 }
 

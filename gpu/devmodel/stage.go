@@ -288,9 +288,10 @@ func (s *Stage) OutSize(batch int) int { return batch * s.outPer }
 // Device is the stage's device.
 func (s *Stage) Device() int { return s.d.dev }
 
-// Stream is the stream the stage's work is queued on (a blocking one:
-// work on the legacy default stream, such as cudaMemcpy and the staging
-// of comm's host backends, is ordered with it).
+// Stream is the stream the stage's work is queued on, a non-blocking
+// one: work on other streams (the legacy default stream's cudaMemcpy,
+// NCCL's) is ordered with it by events only (a cuda.Order for
+// collectives and sends, Stream.WaitEvent, Stream.WaitDefault).
 func (s *Stage) Stream() *cuda.Stream { return s.d.s }
 
 // PeakBytes is the most device memory the stage has held at once (its
@@ -303,10 +304,10 @@ func (s *Stage) PeakBytes() int64 { return s.d.peak }
 // of the output activation (OutSize(batch) float32s), valid until the
 // next Forward of that many samples. It queues the work on Stream and
 // does not wait for it. The input is read on Stream: work on another
-// stream that writes it must be synchronized first (work on the legacy
-// default stream, such as cudaMemcpy, is ordered with Stream); so must
-// work on another stream that reads the output, or the input gradient
-// of Backward and LossBackward.
+// stream that writes it (the legacy default stream's cudaMemcpy too:
+// Stream is non-blocking) must be synchronized first or waited for with
+// an event; so must work on another stream that reads the output, or
+// the input gradient of Backward and LossBackward.
 func (s *Stage) Forward(x uintptr, batch int) (uintptr, error) {
 	p, err := s.planFor(batch)
 	if err != nil {
@@ -381,7 +382,7 @@ func (s *Stage) LossBackward(y []int32, scale float32) (uintptr, error) {
 	if err := s.CheckLabels(y); err != nil {
 		return 0, err
 	}
-	if err := cuda.CopyHtoD(s.d.dev, p.labels, bytesOf(y)); err != nil {
+	if err := s.d.upload([]uintptr{p.labels}, bytesOf(y)); err != nil {
 		return 0, err
 	}
 	return s.lossBackward(p, p.labels, scale)
@@ -389,7 +390,7 @@ func (s *Stage) LossBackward(y []int32, scale float32) (uintptr, error) {
 
 // LossBackwardAt is LossBackward with the n labels already in device
 // memory at labels (n int32s on the stage's device, written before on
-// Stream or on the legacy default stream), so that the host need not
+// Stream, or on another stream Stream waited for), so that the host need not
 // wait for the device to upload them: a pipeline uploads a batch's
 // labels once, asynchronously from pinned memory. The caller checks them
 // first with CheckLabels (a label out of range would be read as an
@@ -456,7 +457,7 @@ func (s *Stage) Loss() (float32, error) {
 		return 0, fmt.Errorf("devmodel: %s: stage [%d, %d): no loss computed", s.Host.Name, s.From, s.To)
 	}
 	var v [1]float32
-	err := cuda.CopyDtoH(s.d.dev, bytesOf(v[:]), at)
+	err := s.d.download(bytesOf(v[:]), at)
 	return v[0], err
 }
 
@@ -469,7 +470,7 @@ func (s *Stage) Steps() int64 { return s.d.step }
 // ZeroGrad zeroes the stage's gradients.
 func (s *Stage) ZeroGrad() error {
 	s.fresh = false
-	return cuda.Memset(s.d.dev, s.Grads, 0, 4*max(s.N, 1))
+	return s.d.memset(s.Grads, 4*max(s.N, 1))
 }
 
 // Update applies one optimizer step (Config.Optim, the current learning
@@ -503,7 +504,7 @@ func (s *Stage) GradNorm() (float64, error) {
 		return 0, err
 	}
 	var v [1]float64
-	if err := cuda.CopyDtoH(s.d.dev, bytesOfFloat64(v[:]), s.ws); err != nil {
+	if err := s.d.download(bytesOfFloat64(v[:]), s.ws); err != nil {
 		return 0, err
 	}
 	s.norm, s.fresh = v[0], true
@@ -569,7 +570,10 @@ func (s *Stage) CopyFromHost() error {
 	if err := s.d.s.Synchronize(); err != nil {
 		return err
 	}
-	return cuda.CopyHtoD(s.d.dev, s.Params, bytesOf(s.Host.Flat.Value[s.Off:s.Off+s.N]))
+	if err := cuda.CopyHtoD(s.d.dev, s.Params, bytesOf(s.Host.Flat.Value[s.Off:s.Off+s.N])); err != nil {
+		return err
+	}
+	return s.d.afterLegacy()
 }
 
 // GradsToHost copies the stage's gradients into dst (N float32s).
@@ -633,7 +637,7 @@ func (s *Stage) OptimStateFromHost(o optim.Optimizer) error {
 		}
 	}
 	s.d.step = t
-	return nil
+	return s.d.afterLegacy()
 }
 
 // Close frees the stage's device memory (after its work is done).

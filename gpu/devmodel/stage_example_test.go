@@ -59,16 +59,29 @@ func ExampleStage() {
 		panic(err)
 	}
 	defer cuda.Free(0, yd)
+	// Each stage's stream is non-blocking: hand-overs between them, and
+	// from the legacy default stream (cudaMemcpy), are ordered by events.
+	ev, err := cuda.NewEvent(0)
+	if err != nil {
+		panic(err)
+	}
+	defer ev.Destroy()
+	then := func(from, to *cuda.Stream) { // to's later work after from's so far
+		mustStage(ev.Record(from))
+		mustStage(to.WaitEvent(ev))
+	}
 	var first, last float32
 	for i := 0; i < 20; i++ {
 		xs, ys := devtest.Images(i%4, 16, 784)
+		mustStage(a.Stream().Synchronize()) // the last step's reads of x are done
 		mustStage(cuda.CopyHtoD(0, x, devtest.Bytes(xs)))
+		mustStage(a.Stream().WaitDefault(ev)) // the copy ran on the legacy stream
 		out, err := a.Forward(x, 16)
 		if err != nil {
 			panic(err)
 		}
-		// on the legacy default stream: after a's work, before b's
-		mustStage(cuda.CopyDtoD(0, h, out, 4*a.OutSize(16)))
+		then(a.Stream(), b.Stream())
+		mustStage(b.Stream().CopyAsync(h, out, 4*a.OutSize(16), cuda.DeviceToDevice))
 		if _, err := b.Forward(h, 16); err != nil {
 			panic(err)
 		}
@@ -81,12 +94,14 @@ func ExampleStage() {
 		} else {
 			mustStage(b.CheckLabels(ys))
 			mustStage(cuda.CopyHtoD(0, yd, devtest.Bytes(ys)))
+			mustStage(b.Stream().WaitDefault(ev))
 			dh, err = b.LossBackwardAt(yd, len(ys), 1)
 		}
 		if err != nil {
 			panic(err)
 		}
-		mustStage(cuda.CopyDtoD(0, h, dh, 4*b.InSize(16)))
+		mustStage(b.Stream().CopyAsync(h, dh, 4*b.InSize(16), cuda.DeviceToDevice))
+		then(b.Stream(), a.Stream())
 		if _, err := a.Backward(h, 16); err != nil {
 			panic(err)
 		}

@@ -47,11 +47,18 @@ func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micr
 	in, per := m.InputSize(), m.LabelsPerSample()
 	// keep copies n float32s at src into a buffer of the test's (a
 	// stage's output lives until its next Forward), on the legacy default
-	// stream: after the work queued on stage s's stream (a blocking one),
-	// before what the next stage queues on its own.
+	// stream: after the work queued on stage s's stream (non-blocking:
+	// the device synchronized first), before what the next stage queues
+	// on its own (synchronized again).
 	keep := func(s int, src uintptr, n int) uintptr {
 		dst := devtest.Alloc(t, dev, n, 4)
+		if err := cuda.DeviceSynchronize(dev); err != nil {
+			t.Fatal(err)
+		}
 		if err := cuda.CopyDtoD(dev, dst, src, 4*n); err != nil {
+			t.Fatal(err)
+		}
+		if err := cuda.DeviceSynchronize(dev); err != nil {
 			t.Fatal(err)
 		}
 		return dst
@@ -88,6 +95,9 @@ func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micr
 				}
 				at := devtest.Alloc(t, dev, len(yj), 4)
 				if err := cuda.CopyHtoD(dev, at, unsafe.Slice((*byte)(unsafe.Pointer(&yj[0])), 4*len(yj))); err != nil {
+					t.Fatal(err)
+				}
+				if err := cuda.DeviceSynchronize(dev); err != nil { // the stage's stream is non-blocking
 					t.Fatal(err)
 				}
 				d, err = st[k-1].LossBackwardAt(at, len(yj), float32(b)/float32(total))

@@ -36,6 +36,19 @@ import (
 // parameter blocks held at once). Eval needs the whole model, since the
 // ranks may evaluate different numbers of batches: Unshard gathers the
 // full parameter buffer for it and Reshard returns to the shard.
+//
+// Streams: the gathers and reductions run on another stream than the
+// model's (NCCL's), ordered with it by events only. Each call of
+// GatherParams and ReduceGrads gets an event recorded on the model's
+// stream just before it (after): a reduction waits for it (the unit's
+// gradients written), and so does a gather, whose block was last read
+// by ops queued before it (a block goes back to the spares once its
+// unit's ops are queued; whoever takes it next is ordered after them by
+// that event, never by the host: TestGatherWaitsForReaders) and whose
+// shard the last update wrote. The model's stream waits for the
+// gather's or reduction's completion with the wait function they return
+// (on the device: an event recorded after the collective), before the
+// unit's ops, or the addition of the reduced gradients, are queued.
 
 // Unit is a range of the flat buffers whose gradients backward completes
 // together (ZeRO-2, 3 on the device).
@@ -144,7 +157,10 @@ func (d *Model) startGather(u Unit) (*gathered, error) {
 		// one rank: the shard is the whole model
 		err = d.s.CopyAsync(b.Ptr, d.ParamShard()+uintptr(4*(u.Lo-d.cfg.Shard.Lo)), 4*(u.Hi-u.Lo), cuda.DeviceToDevice)
 	} else {
-		g.wait, err = d.GatherParams(u.Lo, u.Hi, b.Ptr)
+		var after *cuda.Event
+		if after, err = d.mark(); err == nil {
+			g.wait, err = d.GatherParams(u.Lo, u.Hi, b.Ptr, after)
+		}
 	}
 	if err != nil {
 		d.drop(b)
@@ -303,7 +319,7 @@ func (d *Model) backwardSharded(p *plan) (err error) {
 		if err != nil {
 			return err
 		}
-		if err := cuda.Memset(d.dev, gb.Ptr, 0, 4*(u.Hi-u.Lo)); err != nil {
+		if err := d.memset(gb.Ptr, 4*(u.Hi-u.Lo)); err != nil {
 			d.put(gb)
 			return err
 		}
@@ -316,7 +332,12 @@ func (d *Model) backwardSharded(p *plan) (err error) {
 		}
 		next := &pendingGrads{u: u, b: gb}
 		if d.ReduceGrads != nil {
-			if next.wait, err = d.ReduceGrads(u.Lo, u.Hi, gb.Ptr); err != nil {
+			after, err := d.mark()
+			if err != nil {
+				d.drop(gb)
+				return err
+			}
+			if next.wait, err = d.ReduceGrads(u.Lo, u.Hi, gb.Ptr, after); err != nil {
 				d.drop(gb)
 				return fmt.Errorf("devmodel: %s: reducing the gradients [%d, %d): %w", d.Host.Name, u.Lo, u.Hi, err)
 			}
@@ -365,6 +386,9 @@ func (d *Model) Unshard(fill func(full uintptr) error) error {
 	if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host)); err != nil {
 		return err
 	}
+	if err := d.afterLegacy(); err != nil {
+		return err
+	}
 	if fill != nil {
 		if err := fill(full); err != nil {
 			return fmt.Errorf("devmodel: %s: gathering the parameters: %w", d.Host.Name, err)
@@ -405,7 +429,32 @@ func (d *Model) Reshard() error {
 	}
 	d.paramBase = p - uintptr(4*sh.Lo)
 	d.Params = d.paramBase
-	return cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host))
+	if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host)); err != nil {
+		return err
+	}
+	return d.afterLegacy()
+}
+
+// mark records the model's scratch event at the current end of its
+// stream, for GatherParams and ReduceGrads (which must wait for it on
+// the device before they return: it is recorded again for the next).
+func (d *Model) mark() (*cuda.Event, error) {
+	if d.unitEv == nil {
+		ev, err := cuda.NewEvent(d.dev)
+		if err != nil {
+			return nil, err
+		}
+		d.unitEv = ev
+	}
+	return d.unitEv, d.unitEv.Record(d.s)
+}
+
+// closeUnits destroys mark's event (Close).
+func (d *Model) closeUnits() {
+	if d.unitEv != nil {
+		d.unitEv.Destroy()
+		d.unitEv = nil
+	}
 }
 
 // free frees placement memory from malloc (the stream synchronized: no

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/internal/devtest"
@@ -47,7 +48,7 @@ func TestShardedUnitsMatchWhole(t *testing.T) {
 				}
 				whole, sh := place(false), place(true)
 				var units [][2]int
-				sh.ReduceGrads = func(lo, hi int, g uintptr) (func() error, error) {
+				sh.ReduceGrads = func(lo, hi int, g uintptr, _ *cuda.Event) (func() error, error) {
 					units = append(units, [2]int{lo, hi})
 					return nil, nil
 				}
@@ -158,7 +159,7 @@ func ExampleModel_ReduceGrads() {
 	}
 	defer d.Close()
 	var edges []int
-	d.ReduceGrads = func(lo, hi int, g uintptr) (func() error, error) {
+	d.ReduceGrads = func(lo, hi int, g uintptr, _ *cuda.Event) (func() error, error) {
 		edges = append(edges, hi, lo)
 		return nil, nil
 	}
