@@ -263,12 +263,8 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 	}
 	st := &deviceDDP{opt: opt}
 	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}
-	if cfg.SyncBN && len(s.Model.BNs) > 0 && s.Model.BNs[0].Sync != nil {
-		// -syncbn: train converted the host model (syncbn.Convert); the
-		// device's batch norms sync through the same hook, their
-		// statistics copied through host memory (8 (2C+1) bytes a layer
-		// and pass), under the run's ctx.
-		dcfg.SyncBN = devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync)
+	if dcfg.SyncBN, err = deviceSyncBN(ctx, s, dev); err != nil { // -syncbn: over NCCL on the device (syncbn_device.go)
+		return nil, err
 	}
 	if err := st.place(s, dev, dcfg); err != nil {
 		return nil, err

@@ -126,9 +126,9 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 		dcfg.ShardGrads, dcfg.ShardParams = true, stage == 3
 		dcfg.UnitFloats = max(1, int(o.MB*(1<<20)/4))
 	}
-	if cfg.SyncBN && len(s.Model.BNs) > 0 && s.Model.BNs[0].Sync != nil {
-		// -syncbn, as DDP's (device.go): the host model's syncbn hook
-		dcfg.SyncBN = devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync)
+	if dcfg.SyncBN, err = deviceSyncBN(ctx, s, dev); err != nil { // -syncbn, as DDP's (syncbn_device.go)
+		e.Close()
+		return nil, err
 	}
 	if err := st.place(s, dev, dcfg); err != nil {
 		e.Close()
