@@ -15,7 +15,12 @@ import (
 	"github.com/gdist/gdist/gpu/kernels"
 )
 
-func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
+func TestMain(m *testing.M) {
+	// the tests choose the cast and the cache themselves
+	os.Unsetenv(gemm.EnvBF16Cast)
+	os.Unsetenv(gemm.EnvAutocastCache)
+	os.Exit(cudafake.Main(m))
+}
 
 const dev = 0
 
