@@ -87,9 +87,9 @@ func forwardRecord(r, c int) []float64 {
 	n := []float64{5, 0, 7, 3}[r%4]
 	buf := make([]float64, 2*c+1)
 	for ch := 0; ch < c; ch++ {
-		mean := 1e4 + float64(ch) + 0.37*float64(r)
+		mean := 1e4 + 1.37*float64(ch) + float64(r)*(0.37+0.013*float64(ch))
 		buf[ch] = mean * n
-		buf[c+ch] = n * (0.25 + 0.01*float64(ch*r))
+		buf[c+ch] = n * (0.25 + 0.01*math.Sqrt(float64(ch*r+1)))
 	}
 	buf[2*c] = n
 	return buf

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/inproc"
+	_ "github.com/gdist/gdist/comm/nccl"
+	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
@@ -28,7 +31,12 @@ import (
 // within 2e-5 of the largest (the convolutions' biases before a batch
 // norm have gradients of rounding noise), and after the last step every
 // parameter and running statistic within 2e-5 (absolute, or relative
-// above 1). The same two ranks without SyncBN do not (their running
+// above 1). The same two ranks with the statistics exchanged on the
+// device instead (syncbn.Device over NCCL, issue 28; on the fake, NCCL's
+// collectives started 5 ms late, so that the model's stream would read
+// the statistics early if it did not wait for them) give the host hook's
+// losses, gradients, parameters and running statistics bit for bit. The
+// same two ranks without SyncBN do not match one rank (their running
 // statistics are each half's).
 func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 	cudafake.RequireCUDA(t)
@@ -43,22 +51,44 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 	cfg := func(dev, batch int) devmodel.Config {
 		return devmodel.Config{Device: dev, Batch: batch, Optim: optim.Config{Name: "sgd", LR: 0.03, Momentum: 0.9}}
 	}
-	for _, synced := range []bool{true, false} {
-		t.Run(fmt.Sprintf("syncbn=%v", synced), func(t *testing.T) {
+	type result struct {
+		losses   []float32
+		grads    [][]float32
+		params   []float32
+		mean, vr [][]float32
+	}
+	var hostRes *result
+	for _, variant := range []string{"host", "device", "none"} {
+		synced := variant != "none"
+		t.Run("syncbn="+variant, func(t *testing.T) {
+			var res result
 			one, err := devmodel.Place(zoo(t, "cnn-bn"), cfg(3, 2*half))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer one.Close()
-			cs, err := inproc.New(2, comm.Options{})
-			if err != nil {
+			var cs []comm.Comm
+			if variant == "device" {
+				cs = ncclPair(t)
+				if cudafake.Mode() == "fake" {
+					cudafake.NCCLDelay(t, 5*time.Millisecond)
+				}
+			} else if cs, err = inproc.New(2, comm.Options{}); err != nil {
 				t.Fatal(err)
 			}
 			ranks := make([]*devmodel.Model, 2)
 			for r := range ranks {
 				c := cfg(1+r, half)
-				if synced {
+				switch variant {
+				case "host":
 					c.SyncBN = devmodel.HostSyncBN(ctx, (&syncbn.Syncer{C: cs[r]}).Hook())
+				case "device":
+					sd, err := syncbn.NewDevice(cs[r], 1+r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer sd.Close(ctx)
+					c.SyncBN = sd.Hook(ctx)
 				}
 				if ranks[r], err = devmodel.Place(zoo(t, "cnn-bn"), c); err != nil {
 					t.Fatal(err)
@@ -90,6 +120,7 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 					}
 				}
 				got := (losses[0] + losses[1]) / 2
+				res.losses = append(res.losses, losses...)
 				// DDP's average of the gradients, on every rank
 				g0, g1, gw := make([]float32, n), make([]float32, n), make([]float32, n)
 				if err := ranks[0].GradsToHost(g0); err != nil {
@@ -101,6 +132,7 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 				if err := one.GradsToHost(gw); err != nil {
 					t.Fatal(err)
 				}
+				res.grads = append(res.grads, append([]float32(nil), g0...), append([]float32(nil), g1...))
 				for j := range g0 {
 					g0[j] = (g0[j] + g1[j]) / 2
 				}
@@ -133,6 +165,25 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			res.params = append(append(res.params, ranks[0].Host.Flat.Value...), ranks[1].Host.Flat.Value...)
+			for _, d := range ranks {
+				for _, bn := range d.Host.BNs {
+					res.mean = append(res.mean, bn.RunningMean)
+					res.vr = append(res.vr, bn.RunningVar)
+				}
+			}
+			switch variant {
+			case "host":
+				hostRes = &res
+			case "device":
+				if hostRes == nil {
+					t.Fatal("the host hook's run failed: nothing to compare with")
+				}
+				if d := bitsDiffer(hostRes.losses, res.losses, hostRes.grads, res.grads, [][]float32{hostRes.params}, [][]float32{res.params},
+					hostRes.mean, res.mean, hostRes.vr, res.vr); d != "" {
+					t.Errorf("the device hook differs from the host hook: %s", d)
+				}
+			}
 			w, at := worst(ranks[0].Host.Flat.Value, one.Host.Flat.Value, 1)
 			statW := 0.0
 			for j, bn := range one.Host.BNs {
@@ -151,6 +202,73 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bitsDiffer compares pairs (want, got) of values or lists of them bit for
+// bit: "" if equal, else where they first differ.
+func bitsDiffer(pairs ...any) string {
+	for i := 0; i < len(pairs); i += 2 {
+		var a, b [][]float32
+		switch w := pairs[i].(type) {
+		case []float32:
+			a, b = [][]float32{w}, [][]float32{pairs[i+1].([]float32)}
+		case [][]float32:
+			a, b = w, pairs[i+1].([][]float32)
+		}
+		if len(a) != len(b) {
+			return fmt.Sprintf("item %d: %d lists, want %d", i/2, len(b), len(a))
+		}
+		for j := range a {
+			if len(a[j]) != len(b[j]) {
+				return fmt.Sprintf("item %d, list %d: %d values, want %d", i/2, j, len(b[j]), len(a[j]))
+			}
+			for k := range a[j] {
+				if math.Float32bits(a[j][k]) != math.Float32bits(b[j][k]) {
+					return fmt.Sprintf("item %d, list %d, value %d: %v, want %v", i/2, j, k, b[j][k], a[j][k])
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// ncclPair is two ranks of the nccl backend (goroutines) on GPUs 1 and 2.
+func ncclPair(t *testing.T) []comm.Comm {
+	t.Helper()
+	token := []byte("devmodel-syncbn")
+	srv, err := rendezvous.NewServer("127.0.0.1:0", token, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs := make([]comm.Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range cs {
+		wg.Go(func() {
+			st, err := rendezvous.Dial(ctx, srv.Addr(), token)
+			if err == nil {
+				cs[r], err = comm.New(ctx, "nccl", comm.Config{Rank: r, Size: 2, LocalRank: 1 + r, LocalSize: 3, Store: st, Job: t.Name()})
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("nccl rank %d: %v", r, err)
+		}
+	}
+	return cs
 }
 
 func f32bytes(v []float32) []byte {
