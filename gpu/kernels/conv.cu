@@ -1,23 +1,26 @@
 // gdist's convolution and pooling kernels (gpu/kernels): element-wise,
-// grid-stride loops with 64-bit indices; no thread talks to another (the
-// fake runs them without fibers). Compiled with --fmad=false: every
+// grid-stride loops with 32-bit unsigned indices (ConvGeom.check and
+// MaxPool2d keep every tensor below 2^31 elements, so an index plus the
+// grid's stride stays below 2^32: 32-bit division is several times
+// cheaper than 64-bit); no thread talks to another (the fake runs them
+// without fibers). Compiled with --fmad=false: every
 // float operation is rounded on its own, as Go computes (no fused
 // multiply-adds), so sums made in the CPU path's order give its bits.
 
-#define GRID_LOOP(i, n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+#define GRID_LOOP(i, n) for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)(n); i += gridDim.x * blockDim.x)
 
 // im2col of a batch: x (N, C, H, W) unrolled into col [C K K, N Ho Wo]:
 // row (c, ki, kj), column (n, oy, ox) holds x[n, c, oy S + ki - P,
 // ox S + kj - P], 0 outside the image.
 extern "C" __global__ void gd_im2col(float *col, const float *x, int N, int C, int H, int W, int K, int P, int S, int Ho,
 				     int Wo) {
-	long long cols = (long long)N * Ho * Wo, total = (long long)C * K * K * cols;
+	unsigned cols = (unsigned)N * Ho * Wo, total = (unsigned)C * K * K * cols, k = K, wo = Wo, ho = Ho;
 	GRID_LOOP(i, total) {
-		long long r = i / cols, j = i % cols;
-		int kj = (int)(r % K), ki = (int)(r / K % K), c = (int)(r / K / K);
-		int ox = (int)(j % Wo), oy = (int)(j / Wo % Ho), n = (int)(j / Wo / Ho);
+		unsigned r = i / cols, j = i - r * cols, rk = r / k, jw = j / wo;
+		int kj = (int)(r - rk * k), ki = (int)(rk % k), c = (int)(rk / k);
+		int ox = (int)(j - jw * wo), oy = (int)(jw % ho), n = (int)(jw / ho);
 		int iy = oy * S + ki - P, ix = ox * S + kj - P;
-		col[i] = iy >= 0 && iy < H && ix >= 0 && ix < W ? x[(((long long)n * C + c) * H + iy) * W + ix] : 0.0f;
+		col[i] = iy >= 0 && iy < H && ix >= 0 && ix < W ? x[((n * C + c) * H + iy) * W + ix] : 0.0f;
 	}
 }
 
@@ -26,10 +29,11 @@ extern "C" __global__ void gd_im2col(float *col, const float *x, int N, int C, i
 // in which nn's col2im adds the rows of col, without atomics.
 extern "C" __global__ void gd_col2im(float *dx, const float *col, int N, int C, int H, int W, int K, int P, int S, int Ho,
 				     int Wo) {
-	long long cols = (long long)N * Ho * Wo, total = (long long)N * C * H * W;
+	unsigned cols = (unsigned)N * Ho * Wo, total = (unsigned)N * C * H * W, w = W, h = H, nc = C;
 	GRID_LOOP(i, total) {
-		int ix = (int)(i % W), iy = (int)(i / W % H), c = (int)(i / W / H % C), n = (int)(i / W / H / C);
-		long long base = (long long)n * Ho * Wo;
+		unsigned iw = i / w, iwh = iw / h;
+		int ix = (int)(i - iw * w), iy = (int)(iw - iwh * h), c = (int)(iwh % nc), n = (int)(iwh / nc);
+		unsigned base = (unsigned)n * Ho * Wo;
 		float v = 0.0f;
 		for (int ki = 0; ki < K; ki++) {
 			int ty = iy + P - ki;
@@ -41,7 +45,7 @@ extern "C" __global__ void gd_col2im(float *dx, const float *col, int N, int C, 
 				if (tx < 0 || tx % S) continue;
 				int ox = tx / S;
 				if (ox >= Wo) continue;
-				v = v + col[((long long)(c * K + ki) * K + kj) * cols + base + (long long)oy * Wo + ox];
+				v = v + col[((c * K + ki) * K + kj) * cols + base + oy * Wo + ox];
 			}
 		}
 		dx[i] = v;
@@ -50,18 +54,18 @@ extern "C" __global__ void gd_col2im(float *dx, const float *col, int N, int C, 
 
 // out (C, N, inner) = in (N, C, inner): a gradient in NCHW as a matrix of
 // C rows of N inner, for the convolution's filter and input gradients.
-extern "C" __global__ void gd_nchw_to_cnhw(float *out, const float *in, int N, int C, long long inner) {
-	long long total = (long long)N * C * inner;
+extern "C" __global__ void gd_nchw_to_cnhw(float *out, const float *in, int N, int C, int inner) {
+	unsigned total = (unsigned)N * C * inner, in_ = inner, nc = C;
 	GRID_LOOP(i, total) {
-		long long r = i % inner;
-		long long c = i / inner % C, n = i / inner / C;
-		out[(c * N + n) * inner + r] = in[i];
+		unsigned p = i / in_, r = i - p * in_, c = p % nc, n = p / nc;
+		out[(c * N + n) * in_ + r] = in[i];
 	}
 }
 
 // y[n, c, ...] += b[c] over y (N, C, inner): a convolution's bias.
-extern "C" __global__ void gd_channel_bias(float *y, const float *b, long long total, int C, long long inner) {
-	GRID_LOOP(i, total) y[i] = y[i] + b[i / inner % C];
+extern "C" __global__ void gd_channel_bias(float *y, const float *b, int total, int C, int inner) {
+	unsigned in_ = inner, nc = C;
+	GRID_LOOP(i, total) y[i] = y[i] + b[i / in_ % nc];
 }
 
 // The order of floats as integers (-0 below +0; a NaN with the sign bit
@@ -74,12 +78,10 @@ __device__ int order_key(float v) {
 // 2x2 max pooling, stride 2, over planes (H, W) (an odd last row or
 // column dropped): y the window's maximum by order_key, the first in
 // row-major order among equals; arg which (0, 1: top row; 2, 3: bottom).
-extern "C" __global__ void gd_maxpool2x2(float *y, unsigned char *arg, const float *x, long long planes, int H, int W) {
-	int Ho = H / 2, Wo = W / 2;
-	long long total = planes * Ho * Wo;
+extern "C" __global__ void gd_maxpool2x2(float *y, unsigned char *arg, const float *x, int planes, int H, int W) {
+	unsigned Ho = H / 2, Wo = W / 2, total = (unsigned)planes * Ho * Wo;
 	GRID_LOOP(o, total) {
-		int ox = (int)(o % Wo), oy = (int)(o / Wo % Ho);
-		long long p = o / Wo / Ho;
+		unsigned ow = o / Wo, p = ow / Ho, ox = o - ow * Wo, oy = ow - p * Ho;
 		const float *top = x + (p * H + 2 * oy) * W + 2 * ox, *bot = top + W;
 		float v[4] = {top[0], top[1], bot[0], bot[1]};
 		int a = 0, best = order_key(v[0]);
@@ -97,16 +99,14 @@ extern "C" __global__ void gd_maxpool2x2(float *y, unsigned char *arg, const flo
 
 // The gradient of gd_maxpool2x2: every element of dx (planes, H, W) is dy
 // of its window's output where arg names it, else 0.
-extern "C" __global__ void gd_maxpool2x2_backward(float *dx, const float *dy, const unsigned char *arg, long long planes,
-						  int H, int W) {
-	int Ho = H / 2, Wo = W / 2;
-	long long total = planes * H * W;
+extern "C" __global__ void gd_maxpool2x2_backward(float *dx, const float *dy, const unsigned char *arg, int planes, int H,
+						  int W) {
+	unsigned Ho = H / 2, Wo = W / 2, total = (unsigned)planes * H * W, h = H, w = W;
 	GRID_LOOP(i, total) {
-		int ix = (int)(i % W), iy = (int)(i / W % H);
-		long long p = i / W / H;
+		unsigned iw = i / w, p = iw / h, ix = i - iw * w, iy = iw - p * h;
 		float v = 0.0f;
 		if (iy / 2 < Ho && ix / 2 < Wo) {
-			long long o = (p * Ho + iy / 2) * Wo + ix / 2;
+			unsigned o = (p * Ho + iy / 2) * Wo + ix / 2;
 			if (arg[o] == (iy % 2) * 2 + ix % 2) v = dy[o];
 		}
 		dx[i] = v;

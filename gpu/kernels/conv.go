@@ -97,7 +97,7 @@ func Conv2dForward(h Products, k *Kernels, y, x, w, b, ws uintptr, g ConvGeom) e
 		return nil
 	}
 	n := int64(g.N) * int64(g.Cout) * int64(howo)
-	return k.launch("gd_channel_bias", s, grid64(n), rw(n+int64(g.Cout), n), y, b, n, int32(g.Cout), int64(howo))
+	return k.launch("gd_channel_bias", s, grid64(n), rw(n+int64(g.Cout), n), y, b, int32(n), int32(g.Cout), int32(howo))
 }
 
 // Conv2dBackward is Conv2d's backward from dy (N, Cout, Ho, Wo), over ws:
@@ -121,7 +121,7 @@ func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g 
 		return err
 	}
 	ny := int64(g.Cout) * int64(cols)
-	if err := k.launch("gd_nchw_to_cnhw", s, grid64(ny), rw(ny, ny), d, dy, int32(g.N), int32(g.Cout), int64(howo)); err != nil {
+	if err := k.launch("gd_nchw_to_cnhw", s, grid64(ny), rw(ny, ny), d, dy, int32(g.N), int32(g.Cout), int32(howo)); err != nil {
 		return err
 	}
 	beta := float32(0)
@@ -197,11 +197,23 @@ func (k *Kernels) MaxPool2d(s *cuda.Stream, y, arg, x uintptr, planes, h, w int)
 	if h < 2 || w < 2 {
 		return fmt.Errorf("kernels: MaxPool2d of %dx%d planes: want 2x2 or more", h, w)
 	}
+	if err := poolSize("MaxPool2d", planes, h, w); err != nil {
+		return err
+	}
 	n := int64(planes) * int64(h/2) * int64(w/2)
 	if n == 0 {
 		return nil
 	}
-	return k.launch("gd_maxpool2x2", s, grid64(n), traffic{16 * n, 5 * n}, y, arg, x, int64(planes), int32(h), int32(w))
+	return k.launch("gd_maxpool2x2", s, grid64(n), traffic{16 * n, 5 * n}, y, arg, x, int32(planes), int32(h), int32(w))
+}
+
+// poolSize refuses an input of 2^31 elements or more (the kernels index
+// in 32 bits).
+func poolSize(op string, planes, h, w int) error {
+	if int64(planes)*int64(h)*int64(w) > 1<<31-1 {
+		return fmt.Errorf("kernels: %s of %d planes of %dx%d: 2^31 elements or more (split the batch)", op, planes, h, w)
+	}
+	return nil
 }
 
 // MaxPool2dBackward sets every element of dx (planes, H, W): dy at the
@@ -214,9 +226,12 @@ func (k *Kernels) MaxPool2dBackward(s *cuda.Stream, dx, dy, arg uintptr, planes,
 	if h < 2 || w < 2 {
 		return fmt.Errorf("kernels: MaxPool2dBackward of %dx%d planes: want 2x2 or more", h, w)
 	}
+	if err := poolSize("MaxPool2dBackward", planes, h, w); err != nil {
+		return err
+	}
 	n := int64(planes) * int64(h) * int64(w)
 	if n == 0 {
 		return nil
 	}
-	return k.launch("gd_maxpool2x2_backward", s, grid64(n), traffic{5 * n / 4, 4 * n}, dx, dy, arg, int64(planes), int32(h), int32(w))
+	return k.launch("gd_maxpool2x2_backward", s, grid64(n), traffic{5 * n / 4, 4 * n}, dx, dy, arg, int32(planes), int32(h), int32(w))
 }

@@ -358,6 +358,8 @@ func TestBadSizes(t *testing.T) {
 		k.ReLU(s, d, d, -3),
 		k.CrossEntropy(s, d, d, d, d, 2, 0),
 		k.BiasGrad(s, d, d, 1<<31, 1, false),
+		k.MaxPool2d(s, d, d, d, 1<<11, 1<<10, 1<<10),         // 2^31 inputs: 32-bit indices refuse
+		k.MaxPool2dBackward(s, d, d, d, 1<<11, 1<<10, 1<<10), // nothing queued
 	} {
 		if err == nil {
 			t.Error("a bad size was accepted")

@@ -96,7 +96,7 @@ func (k *Kernels) BatchNormForwardSync(s *cuda.Stream, y, xhat, x, gamma, beta, 
 	if err := k.launch("gd_bn_finalize", s, grid(c.C), rw(6*int64(c.C), 6*int64(c.C)), mi, runMean, runVar, stats, int32(c.C), c.Momentum, c.Eps, b32(train)); err != nil {
 		return err
 	}
-	return k.launch("gd_bn_norm", s, grid64(total), rw(total, 2*total), y, xhat, x, mi, gamma, beta, int32(c.C), int64(inner), total)
+	return k.launch("gd_bn_norm"+idx32(total), s, grid64(total), rw(total, 2*total), y, xhat, x, mi, gamma, beta, int32(c.C), int64(inner), total)
 }
 
 // BatchNormBackward is batch norm's backward after a training forward
@@ -143,7 +143,16 @@ func (k *Kernels) BatchNormBackwardSync(s *cuda.Stream, dx, dgamma, dbeta, dy, x
 			return err
 		}
 	}
-	return k.launch("gd_bn_dx", s, grid64(total), rw(2*total, total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)
+	return k.launch("gd_bn_dx"+idx32(total), s, grid64(total), rw(2*total, total), dx, dy, xhat, sums, mi, stats, gamma, int32(c.C), int64(inner), total)
+}
+
+// idx32 is "32" when an element-wise loop over n elements can index in
+// 32 bits (unsigned: n plus a grid's stride below 2^32), else "".
+func idx32(n int64) string {
+	if n+maxGrid*256 < 1<<32 {
+		return "32"
+	}
+	return ""
 }
 
 // rowsGrid launches a warp per row (8 rows a block), the warps taking

@@ -35,14 +35,27 @@ extern "C" __global__ void gd_bn_finalize(double *mi, float *rm, float *rv, cons
 
 // y = gamma xhat + beta, xhat = (x - mean) / std per channel of
 // (N, C, inner), in float64 rounded once; xhat (float32) kept unless null.
-extern "C" __global__ void gd_bn_norm(float *y, float *xhat, const float *x, const double *mi, const float *gamma,
-				      const float *beta, int C, long long inner, long long total) {
-	GRID_LOOP(i, total) {
-		int c = (int)(i / inner % C);
+// I is the index type: unsigned (32-bit division, several times cheaper)
+// when the launch finds total + the grid's stride below 2^32, else 64-bit.
+template <class I> __device__ void bn_norm(float *y, float *xhat, const float *x, const double *mi, const float *gamma,
+					   const float *beta, int C, long long inner, long long total) {
+	I in = (I)inner, nc = (I)C, n = (I)total;
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+		int c = (int)(i / in % nc);
 		double xh = ((double)x[i] - mi[c]) * mi[C + c];
 		y[i] = (float)((double)gamma[c] * xh + (double)beta[c]);
 		if (xhat) xhat[i] = (float)xh;
 	}
+}
+
+extern "C" __global__ void gd_bn_norm(float *y, float *xhat, const float *x, const double *mi, const float *gamma,
+				      const float *beta, int C, long long inner, long long total) {
+	bn_norm<unsigned long long>(y, xhat, x, mi, gamma, beta, C, inner, total);
+}
+
+extern "C" __global__ void gd_bn_norm32(float *y, float *xhat, const float *x, const double *mi, const float *gamma,
+					const float *beta, int C, long long inner, long long total) {
+	bn_norm<unsigned>(y, xhat, x, mi, gamma, beta, C, inner, total);
 }
 
 // dgamma = sum dy xhat, dbeta = sum dy (from gd_bn_grad_finish), rounded
@@ -55,15 +68,27 @@ extern "C" __global__ void gd_bn_param_grads(float *dgamma, float *dbeta, const 
 	}
 }
 
-// dx = gamma/std ((dy - mean dy) - xhat mean(dy xhat)), in float64 as nn.
-extern "C" __global__ void gd_bn_dx(float *dx, const float *dy, const float *xhat, const double *sums, const double *mi,
-				    const double *stats, const float *gamma, int C, long long inner, long long total) {
+// dx = gamma/std ((dy - mean dy) - xhat mean(dy xhat)), in float64 as nn
+// (I as for bn_norm).
+template <class I> __device__ void bn_dx(float *dx, const float *dy, const float *xhat, const double *sums, const double *mi,
+					 const double *stats, const float *gamma, int C, long long inner, long long total) {
 	double m = stats[2 * C];
-	GRID_LOOP(i, total) {
-		int c = (int)(i / inner % C);
+	I in = (I)inner, nc = (I)C, n = (I)total;
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+		int c = (int)(i / in % nc);
 		double k = (double)gamma[c] * mi[C + c], mdy = sums[c] / m, mdyx = sums[C + c] / m;
 		dx[i] = (float)(k * (((double)dy[i] - mdy) - (double)xhat[i] * mdyx));
 	}
+}
+
+extern "C" __global__ void gd_bn_dx(float *dx, const float *dy, const float *xhat, const double *sums, const double *mi,
+				    const double *stats, const float *gamma, int C, long long inner, long long total) {
+	bn_dx<unsigned long long>(dx, dy, xhat, sums, mi, stats, gamma, C, inner, total);
+}
+
+extern "C" __global__ void gd_bn_dx32(float *dx, const float *dy, const float *xhat, const double *sums, const double *mi,
+				      const double *stats, const float *gamma, int C, long long inner, long long total) {
+	bn_dx<unsigned>(dx, dy, xhat, sums, mi, stats, gamma, C, inner, total);
 }
 
 // ---- GELU (nn.GELU: x Phi(x), the exact form) ----

@@ -2,7 +2,7 @@ package kernels
 
 // The kernels of the layers' programs that Load looks up.
 var (
-	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_param_grads", "gd_bn_dx",
+	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_norm32", "gd_bn_param_grads", "gd_bn_dx", "gd_bn_dx32",
 		"gd_gelu", "gd_gelu_backward",
 		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
 		"gd_adam", "gd_scale_by", "gd_dropout", "gd_add",
