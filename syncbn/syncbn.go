@@ -19,6 +19,12 @@
 // updated from the global statistics, so they are identical on every rank,
 // and eval mode uses them. Convert switches a model's batch-norm layers to
 // SyncBatchNorm, like PyTorch's convert_sync_batchnorm.
+//
+// Device (device.go) is the same for batch norms that run on a GPU
+// (gpu/devmodel), over a Comm that takes device buffers (nccl): the
+// all-gather and all-reduce on the device, the records combined by a
+// kernel with Combine's operations (the same bits), every step ordered
+// with the model's stream by CUDA events, the host not waiting.
 package syncbn
 
 import (

@@ -18,8 +18,11 @@
 // announce the changes, a strategy that writes Params itself calls
 // ParamsChanged, and Casts counts the values cast. Config.SyncBN makes every batch norm a SyncBatchNorm: its
 // statistics span the data-parallel ranks through the hook the strategy
-// provides (SyncBNFunc; HostSyncBN adapts nn's host hook, e.g. package
-// syncbn's over a comm.Comm).
+// provides (SyncBNFunc): syncbn.Device's over NCCL keeps them on the
+// device (an all-gather forward, an all-reduce backward, ordered with
+// the model's stream by events: no host round trip); HostSyncBN adapts
+// nn's host hook (package syncbn's Syncer over any comm.Comm), copying
+// the statistics through host memory. Both give the same bits.
 //
 //	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 32,
 //		Optim: optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9}})

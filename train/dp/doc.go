@@ -43,6 +43,19 @@
 // and zero1 reduce after backward; zero2 and zero3 reduce each unit
 // through host memory as backward reaches it (no overlap).
 //
+// -syncbn on the device (syncbn_device.go): over NCCL the batch norms'
+// statistics stay on the device (syncbn.Device on the training Comm: an
+// all-gather of [sum, M2, count] and a combine kernel forward, an
+// all-reduce backward, each ordered with the model's stream by events,
+// the host never waiting; they take their turn on NCCL's stream after
+// the gradient buckets issued before them, as in PyTorch, where
+// SyncBatchNorm and DDP share a process group; a failed one fails the
+// Comm and so the step). Over a host backend they go through host memory
+// (devmodel.HostSyncBN over the host model's syncbn hook, on syncbn's
+// duplicate of the Comm). The two give the same bits (cmd/train's
+// TestDeviceSyncBN); the summary's syncbn_ms_per_step counts the host
+// hook's time only (0 over NCCL, where nothing waits).
+//
 // On the device zero1 keeps the full parameter and gradient buffers
 // resident and shards the optimizer state; zero2 keeps only the rank's
 // shard of the gradients (devmodel's ShardGrads: backward in units of
