@@ -406,7 +406,7 @@ func TestAudit(t *testing.T) {
 		tab, flagged := auditTable(c.model, c.batch, recs)
 		out.WriteString("### " + c.model + "\n\n" + tab + "\n")
 		if flagged > 0 {
-			t.Logf("%s at batch %d: %d launches per step leave most of an H100 idle (see the table)", c.model, c.batch, flagged)
+			t.Errorf("%s at batch %d: %d launches per step leave most of an H100 idle (see the table)", c.model, c.batch, flagged)
 		}
 	}
 	if f := os.Getenv("GDIST_KERNEL_AUDIT"); f != "" {
