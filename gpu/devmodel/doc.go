@@ -136,7 +136,8 @@
 //   - TestSyncBNMatchesDoubleBatch: cnn-bn with Config.SyncBN on two
 //     ranks (goroutines, one fake device each, HostSyncBN over package
 //     syncbn on an inproc comm) at batch B equals one rank at 2B: loss,
-//     averaged gradients, running statistics.
+//     averaged gradients, running statistics; with syncbn.Device over
+//     NCCL instead, the same bits as HostSyncBN.
 //   - TestEvalMatchesCPU: mlp, cnn-bn, a gpt of 2 layers and a user's
 //     model with BatchNorm1d and Dropout, after 3 steps and a pending
 //     backward, evaluated at the placed batch and shorter ones: the loss
