@@ -353,7 +353,10 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 	if !wb && !reuseB && !keepB && !sharedB {
 		snb = nb
 	}
-	if err := e.grow(2 * int(sna+snb)); err != nil {
+	// B's copy starts on a 256-byte boundary of the scratch, as A's
+	// does: cuBLAS's tensor-core kernels want aligned operands
+	bOff := (2*sna + 255) &^ 255
+	if err := e.grow(int(bOff + 2*snb)); err != nil {
 		return err
 	}
 	if wa || wb {
@@ -395,7 +398,7 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 			return err
 		}
 	default:
-		b16 = e.scratch + uintptr(2*sna)
+		b16 = e.scratch + uintptr(bOff)
 		if err := e.toBF16(b16, b, nb, &e.stats.Operands); err != nil {
 			return err
 		}
