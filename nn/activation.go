@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/internal/vecmath"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -92,9 +93,7 @@ func (op *geluGradOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, fmt.Errorf("nn: gelu gradient of %d values for an input of %d after a forward pass over %d", len(dy), len(x), len(d))
 	}
 	t, dx := op.out.get(shape, x, dy)
-	for i, g := range dy {
-		dx[i] = g * d[i]
-	}
+	vecmath.Mul(dx, dy, d)
 	return t, nil
 }
 

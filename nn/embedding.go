@@ -2,10 +2,10 @@ package nn
 
 import (
 	"fmt"
-	"github.com/gdist/gdist/flat"
 	"math"
 
 	"github.com/chewxy/hm"
+	"github.com/gdist/gdist/internal/vecmath"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -57,6 +57,8 @@ type embedOp struct {
 	baseOp
 	num, dim, dims int
 	back           bool // the gradient op: (ids, dy) -> dweight
+	idx            []int
+	out            outBuf
 }
 
 func (op *embedOp) Arity() int { return 2 }
@@ -80,7 +82,10 @@ func (op *embedOp) ids(v G.Value) ([]int, tensor.Shape, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]int, len(x))
+	if cap(op.idx) < len(x) {
+		op.idx = make([]int, len(x))
+	}
+	out := op.idx[:len(x)]
 	for i, f := range x {
 		id := int(f)
 		if float32(id) != f || id < 0 || id >= op.num || math.IsNaN(float64(f)) {
@@ -102,11 +107,15 @@ func (op *embedOp) Do(v ...G.Value) (G.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		dw := make([]float32, op.num*d)
-		for i, id := range ids {
-			flat.AddTo(dw[id*d:(id+1)*d], dy[i*d:(i+1)*d])
+		if len(dy) < len(ids)*d {
+			return nil, fmt.Errorf("nn: embedding gradient of %d values for %d ids of %d", len(dy), len(ids), d)
 		}
-		return tensor.New(tensor.WithShape(op.num, d), tensor.WithBacking(dw)), nil
+		t, dw := op.out.get(tensor.Shape{op.num, d}, dy)
+		clear(dw)
+		for i, id := range ids { // each row's sum in token order
+			vecmath.AddTo(dw[id*d:(id+1)*d], dy[i*d:(i+1)*d])
+		}
+		return t, nil
 	}
 	w, _, err := f32(v[1])
 	if err != nil {
@@ -115,11 +124,11 @@ func (op *embedOp) Do(v ...G.Value) (G.Value, error) {
 	if len(w) != op.num*d {
 		return nil, fmt.Errorf("nn: embedding weight of %d values, want %d x %d (parameters not fetched?)", len(w), op.num, d)
 	}
-	y := make([]float32, len(ids)*d)
+	t, y := op.out.get(append(shape.Clone(), d), w)
 	for i, id := range ids {
 		copy(y[i*d:(i+1)*d], w[id*d:(id+1)*d])
 	}
-	return tensor.New(tensor.WithShape(append(shape.Clone(), d)...), tensor.WithBacking(y)), nil
+	return t, nil
 }
 
 func (op *embedOp) DiffWRT(int) []bool { return []bool{false, !op.back} }

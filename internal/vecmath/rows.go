@@ -57,6 +57,25 @@ func addGo(dst, a, b []float32) {
 	}
 }
 
+// Mul sets dst[i] = a[i] b[i] for i < len(dst); a and b must be at least
+// as long (dst may be a or b).
+func Mul(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	n := 0
+	if rowAsm {
+		if n = len(dst) &^ 7; n > 0 {
+			mulAVX(rp(dst), rp(a), rp(b), n)
+		}
+	}
+	mulGo(dst[n:], a[n:], b[n:])
+}
+
+func mulGo(dst, a, b []float32) {
+	for i := range dst {
+		dst[i] = a[i] * b[i]
+	}
+}
+
 // AddMulTo sets dst[i] += a[i] b[i] (the product rounded, then the sum)
 // for i < len(dst); a and b must be at least as long.
 func AddMulTo(dst, a, b []float32) {

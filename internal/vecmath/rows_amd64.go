@@ -22,6 +22,9 @@ func addToAVX(d, a *float32, n int)
 func addAVX(d, a, b *float32, n int)
 
 //go:noescape
+func mulAVX(d, a, b *float32, n int)
+
+//go:noescape
 func addMulToAVX(d, a, b *float32, n int)
 
 //go:noescape

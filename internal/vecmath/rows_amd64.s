@@ -87,6 +87,47 @@ addone:
 	VZEROUPPER
 	RET
 
+// func mulAVX(d, a, b *float32, n int)
+TEXT ·mulAVX(SB), NOSPLIT, $0-32
+	MOVQ d+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+mu4:
+	CMPQ CX, $32
+	JB mu1
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VMULPS (DX), Y0, Y0
+	VMULPS 32(DX), Y1, Y1
+	VMULPS 64(DX), Y2, Y2
+	VMULPS 96(DX), Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ $128, SI
+	ADDQ $128, DX
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP mu4
+mu1:
+	TESTQ CX, CX
+	JZ mudone
+	VMOVUPS (SI), Y0
+	VMULPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP mu1
+mudone:
+	VZEROUPPER
+	RET
+
 // func addMulToAVX(d, a, b *float32, n int)
 TEXT ·addMulToAVX(SB), NOSPLIT, $0-32
 	MOVQ d+0(FP), DI

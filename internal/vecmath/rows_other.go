@@ -11,6 +11,7 @@ func unreachable() { panic("vecmath: row kernel assembly without the assembly") 
 
 func addToAVX(d, a *float32, n int)                                           { unreachable() }
 func addAVX(d, a, b *float32, n int)                                          { unreachable() }
+func mulAVX(d, a, b *float32, n int)                                          { unreachable() }
 func addMulToAVX(d, a, b *float32, n int)                                     { unreachable() }
 func dotAVX(a, b *float32, n int, s *[8]float32)                              { unreachable() }
 func sqDevAVX(v *float32, n int, m float32, s *[8]float32)                    { unreachable() }

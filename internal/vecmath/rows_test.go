@@ -66,6 +66,11 @@ func TestRowKernels(t *testing.T) {
 		rowSame(t, "Add in place", n, got[:n], want[:n])
 
 		got, want = rowClone(d), rowClone(d)
+		Mul(got[:n], a, b)
+		mulGo(want[:n], a[:n], b[:n])
+		rowSame(t, "Mul", n, got, want)
+
+		got, want = rowClone(d), rowClone(d)
 		AddMulTo(got[:n], a, b)
 		addMulToGo(want[:n], a[:n], b[:n])
 		rowSame(t, "AddMulTo", n, got, want)
