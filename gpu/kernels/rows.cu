@@ -293,11 +293,24 @@ __device__ float term(int kind, const float *a, const float *b, const float *c, 
 // partial group's terms added to s[0], s[1], ..., and ((s0 + s1) + (s2 +
 // s3)) + ((s4 + s5) + (s6 + s7)). Called by all 32 lanes of a warp
 // together (lanes 0-7 keep one running sum each); every lane gets it.
+// The warp reads 32 terms at a time, one a lane (coalesced), and lane j
+// < 8 takes the terms of lanes j, j + 8, j + 16, j + 24 by shuffles, in
+// that order: the order of Sum32's running sum j, so the same bits.
 __device__ float warp_sum32(int kind, const float *a, const float *b, const float *c, float m, int n) {
-	int lane = threadIdx.x & 31, whole = n & ~7;
+	int lane = threadIdx.x & 31, whole = n & ~7, full = n & ~31;
 	float s = 0.0f;
+	for (int base = 0; base < full; base += 32) {
+		float t0 = term(kind, a, b, c, m, base + lane);
+		float t1 = __shfl_down_sync(FULL, t0, 8), t2 = __shfl_down_sync(FULL, t0, 16), t3 = __shfl_down_sync(FULL, t0, 24);
+		if (lane < 8) {
+			s = s + t0;
+			s = s + t1;
+			s = s + t2;
+			s = s + t3;
+		}
+	}
 	if (lane < 8) {
-		for (int i = lane; i < whole; i += 8) s = s + term(kind, a, b, c, m, i);
+		for (int i = full + lane; i < whole; i += 8) s = s + term(kind, a, b, c, m, i);
 		if (whole + lane < n) s = s + term(kind, a, b, c, m, whole + lane);
 	}
 	float v[8];
