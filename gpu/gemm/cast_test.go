@@ -55,3 +55,48 @@ func TestBF16CastInCUBLAS(t *testing.T) {
 		t.Errorf("$%s=cublas: %q", gemm.EnvBF16Cast, e.BF16Cast())
 	}
 }
+
+// The cast kernel, four values a thread where the operand is 16-byte
+// aligned and one by one where not, for every alignment and every
+// length's remainder mod 4 of the operand: on the fake the same bits as
+// cuBLAS's own rounding (CastInCUBLAS), the values cast counted once
+// each.
+func TestCastKernelAlignments(t *testing.T) {
+	kern := engine(t, gemm.Config{Precision: gemm.BF16, NoWeightCache: true})
+	in := engine(t, gemm.Config{Precision: gemm.BF16, BF16Cast: gemm.CastInCUBLAS})
+	if !kern.CUBLAS() || cudafake.Mode() != "fake" {
+		t.Skip("needs the fake's cuBLAS: ", kern.Backend())
+	}
+	const n = 3
+	for m := 1; m <= 5; m++ {
+		for k := 1; k <= 9; k += 4 { // m k % 4 takes every value
+			a := devtest.Vals(80+m, m*k+3, 1)
+			b := devtest.Vals(90+k, k*n, 1)
+			A, B := devtest.Upload(t, dev, a), devtest.Upload(t, dev, b)
+			for off := 0; off < 4; off++ {
+				c1, c2 := devtest.Alloc(t, dev, m*n, 4), devtest.Alloc(t, dev, m*n, 4)
+				before := kern.Casts()
+				if err := kern.MatMul(false, false, m, n, k, 1, A+uintptr(4*off), B, 0, c1); err != nil {
+					t.Fatal(err)
+				}
+				if got := kern.Casts() - before; got != int64(m*k+k*n) {
+					t.Errorf("m %d k %d offset %d: %d values cast, want %d", m, k, off, got, m*k+k*n)
+				}
+				if err := in.MatMul(false, false, m, n, k, 1, A+uintptr(4*off), B, 0, c2); err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range []*gemm.Engine{kern, in} {
+					if err := e.Stream().Synchronize(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, want := devtest.Floats(t, dev, c1, m*n), devtest.Floats(t, dev, c2, m*n)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("m %d k %d offset %d: [%d] = %v cast by the kernel, %v rounded by cuBLAS", m, k, off, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

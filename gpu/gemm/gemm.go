@@ -108,7 +108,7 @@ type Engine struct {
 	// product (CUBLAS_COMPUTE_32F_FAST_16BF), no casts (BF16Cast)
 	castIn bool
 
-	gemm, cast *rtc.Function
+	gemm, cast, cast4 *rtc.Function
 
 	mu      sync.Mutex
 	scratch uintptr // bf16 copies of the operands (cuBLAS with BF16)
@@ -154,6 +154,9 @@ func New(device int, s *cuda.Stream, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if e.cast, err = m.Function("gd_to_bf16"); err != nil {
+		return nil, err
+	}
+	if e.cast4, err = m.Function("gd_to_bf16x4"); err != nil {
 		return nil, err
 	}
 	if cfg.Tiled {
@@ -518,6 +521,10 @@ func (e *Engine) toBF16(dst, src uintptr, n int64, count *int64) error {
 		return nil
 	}
 	*count += n
+	if src%16 == 0 && dst%8 == 0 && n >= 4 {
+		blocks := min((n/4+255)/256, 1024)
+		return e.cast4.Launch(e.s, rtc.Config{Grid: rtc.Dim(int(blocks)), Block: rtc.Dim(256)}, dst, src, n)
+	}
 	blocks := min((n+255)/256, 1024)
 	return e.cast.Launch(e.s, rtc.Config{Grid: rtc.Dim(int(blocks)), Block: rtc.Dim(256)}, dst, src, n)
 }
