@@ -30,8 +30,11 @@
 // # What bf16 autocast casts, and when
 //
 // Through cuBLAS each operand of a product is read in bf16 from one of
-// three places (the tiled kernel instead rounds each value as it loads
-// its tile, and casts nothing):
+// three places, written by gdist's cast kernel (gemm.cu: four values a
+// thread, 16-byte loads and 8-byte stores, where the operand is 16-byte
+// aligned; one a thread where not; the same bits either way) (the tiled
+// kernel instead rounds each value as it loads its tile, and casts
+// nothing):
 //
 //   - Weights: the parameters registered with Weights (gpu/devmodel
 //     registers a model's flat parameter buffer, or a pipeline stage's,
