@@ -99,7 +99,11 @@ func (k *Kernels) Add(s *cuda.Stream, y, a, b uintptr, n int) error {
 	if err := sizeErr("Add", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_add", s, grid(n), rw(2*int64(n), int64(n)), y, a, b, int64(n))
+	name, g := "gd_add", grid(n)
+	if aligned4([]uintptr{y, a, b}) {
+		name, g = "gd_add4", grid((n+3)/4)
+	}
+	return k.launch(name, s, g, rw(2*int64(n), int64(n)), y, a, b, int64(n))
 }
 
 // Tanh sets y = tanh(x) over n elements (nn's Tanh): the device's tanhf,

@@ -201,20 +201,25 @@ func TestAttention(t *testing.T) {
 }
 
 // Add (nn's Residual) is one float32 add: exact; in place works.
+// Aligned (four values a thread, and the last 1001 % 4 one each) and b
+// 4 bytes off 16-byte alignment (one a thread).
 func TestAdd(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	const n = 1001
-	a, b := devtest.Vals(180, n, 1), devtest.Vals(181, n, 1e-3)
-	da, db := devtest.Upload(t, dev, a), devtest.Upload(t, dev, b)
-	if err := k.Add(s, da, da, db, n); err != nil {
-		t.Fatal(err)
+	for shift := 0; shift < 2; shift++ {
+		a, b := devtest.Vals(180, n, 1), devtest.Vals(181, n, 1e-3)
+		da, db := devtest.Upload(t, dev, a), devtest.Alloc(t, dev, n+shift, 4)+uintptr(4*shift)
+		devtest.Put(t, dev, db, b)
+		if err := k.Add(s, da, da, db, n); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, n)
+		for i := range want {
+			want[i] = a[i] + b[i]
+		}
+		same(t, fmt.Sprintf("a+b (b off by %d)", 4*shift), devtest.Floats(t, dev, da, n), want)
 	}
-	want := make([]float32, n)
-	for i := range want {
-		want[i] = a[i] + b[i]
-	}
-	same(t, "a+b", devtest.Floats(t, dev, da, n), want)
 }
 
 // One transformer layer of models' gpt (two residual blocks: x +

@@ -36,7 +36,11 @@ func (k *Kernels) Adam(s *cuda.Stream, params, grads, m, v uintptr, n int, c Ada
 	stepSize := float32(c.LR / bc1)
 	sqrtBC2 := float32(math.Sqrt(bc2))
 	eps, wd, lr := float32(c.Eps), float32(c.WeightDecay), float32(c.LR)
-	return k.launch("gd_adam", s, grid(n), rw(4*int64(n), 3*int64(n)), params, grads, m, v, int64(n), wd, lr*wd, b1, 1-b1, b2, 1-b2, sqrtBC2, eps, stepSize, b32(c.Decoupled))
+	name, g := "gd_adam", grid(n)
+	if aligned4([]uintptr{params, grads, m, v}) {
+		name, g = "gd_adam4", grid((n+3)/4)
+	}
+	return k.launch(name, s, g, rw(4*int64(n), 3*int64(n)), params, grads, m, v, int64(n), wd, lr*wd, b1, 1-b1, b2, 1-b2, sqrtBC2, eps, stepSize, b32(c.Decoupled))
 }
 
 // clipParts is the blocks of the norm's first level (about 8 per SM of

@@ -14,13 +14,16 @@ import (
 
 // Adam and AdamW are bit for bit optim's (PyTorch's formulas; AdamW as
 // vecmath's kernel), with and without weight decay, over five steps: the
-// parameters and both moments.
+// parameters and both moments. Aligned buffers (four values a thread,
+// 10007 % 4 after them) and the moment v 4 bytes off 16-byte alignment
+// (one a thread).
 func TestAdam(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	for _, name := range []string{"adam", "adamw"} {
+	for i, name := range []string{"adam", "adamw", "adamw"} {
 		for _, wd := range []float64{0, 0.01} {
 			const n = 10007
+			shift := i / 2
 			cfg := optim.Config{Name: name, LR: 3e-3, WeightDecay: wd, Beta1: 0.85, Beta2: 0.995, Eps: 1e-7}
 			opt, err := optim.New(cfg, n)
 			if err != nil {
@@ -28,7 +31,8 @@ func TestAdam(t *testing.T) {
 			}
 			p := devtest.Vals(150, n, 1)
 			dp, dg := devtest.Upload(t, dev, p), devtest.Alloc(t, dev, n, 4)
-			dm, dv := devtest.Upload(t, dev, make([]float32, n)), devtest.Upload(t, dev, make([]float32, n))
+			dm, dv := devtest.Upload(t, dev, make([]float32, n)), devtest.Alloc(t, dev, n+shift, 4)+uintptr(4*shift)
+			devtest.Put(t, dev, dv, make([]float32, n))
 			ac := kernels.AdamConfig{LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: wd, Decoupled: name == "adamw"}
 			for step := int64(1); step <= 5; step++ {
 				g := devtest.Vals(151+int(step), n, 0.5)
@@ -39,7 +43,7 @@ func TestAdam(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			what := fmt.Sprintf("%s wd %v: ", name, wd)
+			what := fmt.Sprintf("%s wd %v (v off by %d): ", name, wd, 4*shift)
 			st, _ := opt.State()
 			same(t, what+"params", devtest.Floats(t, dev, dp, n), p)
 			same(t, what+"exp_avg", devtest.Floats(t, dev, dm, n), st["exp_avg"])

@@ -254,20 +254,60 @@ extern "C" __global__ void gd_heads4(float *dst, const float *src, int N, int T,
 // own: m = b1 m + c1 g; v = b2 v + (c2 g) g; p -= (step m) / (sqrt(v) /
 // sqrtBC2 + eps), c1 = 1 - b1, c2 = 1 - b2, step = lr / (1 - b1^t),
 // sqrtBC2 = sqrt(1 - b2^t), lrwd = lr wd.
-extern "C" __global__ void gd_adam(float *p, const float *g, float *m, float *v, long long n, float wd, float lrwd, float b1,
-				   float c1, float b2, float c2, float sqrtBC2, float eps, float step, int decoupled) {
-	GRID_LOOP(i, n) {
-		float pi = p[i], gi = g[i];
+struct adam_k {
+	float wd, lrwd, b1, c1, b2, c2, sqrtBC2, eps, step;
+	int decoupled;
+	// one element: p, m, v updated from g
+	__device__ void up(float &pi, float gi, float &mi, float &vi) const {
 		if (decoupled)
 			pi = pi - lrwd * pi;
 		else if (wd != 0.0f)
 			gi = gi + wd * pi;
-		float mi = b1 * m[i] + c1 * gi;
-		float vi = b2 * v[i] + (c2 * gi) * gi;
+		mi = b1 * mi + c1 * gi;
+		vi = b2 * vi + (c2 * gi) * gi;
+		float denom = sqrtf(vi) / sqrtBC2 + eps;
+		pi = pi - (step * mi) / denom;
+	}
+};
+
+extern "C" __global__ void gd_adam(float *p, const float *g, float *m, float *v, long long n, float wd, float lrwd, float b1,
+				   float c1, float b2, float c2, float sqrtBC2, float eps, float step, int decoupled) {
+	adam_k k = {wd, lrwd, b1, c1, b2, c2, sqrtBC2, eps, step, decoupled};
+	GRID_LOOP(i, n) {
+		float pi = p[i], mi = m[i], vi = v[i];
+		k.up(pi, g[i], mi, vi);
 		m[i] = mi;
 		v[i] = vi;
-		float denom = sqrtf(vi) / sqrtBC2 + eps;
-		p[i] = pi - (step * mi) / denom;
+		p[i] = pi;
+	}
+}
+
+// gd_adam with float4 accesses (p, g, m, v 16-byte aligned, as the
+// launch checks): the same operations on each element, the same bits;
+// the last n % 4 elements one a thread.
+extern "C" __global__ void gd_adam4(float *p, const float *g, float *m, float *v, long long n, float wd, float lrwd, float b1,
+				    float c1, float b2, float c2, float sqrtBC2, float eps, float step, int decoupled) {
+	adam_k k = {wd, lrwd, b1, c1, b2, c2, sqrtBC2, eps, step, decoupled};
+	long long q = n / 4;
+	float4 *p4 = (float4 *)p, *m4 = (float4 *)m, *v4 = (float4 *)v;
+	const float4 *g4 = (const float4 *)g;
+	GRID_LOOP(i, q) {
+		float4 pi = p4[i], gi = g4[i], mi = m4[i], vi = v4[i];
+		k.up(pi.x, gi.x, mi.x, vi.x);
+		k.up(pi.y, gi.y, mi.y, vi.y);
+		k.up(pi.z, gi.z, mi.z, vi.z);
+		k.up(pi.w, gi.w, mi.w, vi.w);
+		m4[i] = mi;
+		v4[i] = vi;
+		p4[i] = pi;
+	}
+	GRID_LOOP(j, n - 4 * q) {
+		long long i = 4 * q + j;
+		float pi = p[i], mi = m[i], vi = v[i];
+		k.up(pi, g[i], mi, vi);
+		m[i] = mi;
+		v[i] = vi;
+		p[i] = pi;
 	}
 }
 
@@ -306,6 +346,17 @@ extern "C" __global__ void gd_dropout(float *y, const float *x, long long n, dou
 // branch's). y may be a or b.
 extern "C" __global__ void gd_add(float *y, const float *a, const float *b, long long n) {
 	GRID_LOOP(i, n) y[i] = a[i] + b[i];
+}
+
+// gd_add with float4 accesses (y, a, b 16-byte aligned, as the launch
+// checks); the last n % 4 one a thread.
+extern "C" __global__ void gd_add4(float *y, const float *a, const float *b, long long n) {
+	long long q = n / 4;
+	GRID_LOOP(i, q) {
+		float4 u = ((const float4 *)a)[i], w = ((const float4 *)b)[i];
+		((float4 *)y)[i] = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
+	}
+	GRID_LOOP(j, n - 4 * q) y[4 * q + j] = a[4 * q + j] + b[4 * q + j];
 }
 
 // ---- Tanh (nn.Tanh) and a PositionEmbedding on its own ----

@@ -5,7 +5,7 @@ var (
 	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_norm32", "gd_bn_param_grads", "gd_bn_dx", "gd_bn_dx32",
 		"gd_gelu", "gd_gelu_backward",
 		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
-		"gd_adam", "gd_scale_by", "gd_dropout", "gd_add",
+		"gd_adam", "gd_adam4", "gd_scale_by", "gd_dropout", "gd_add", "gd_add4",
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
 	rowsKernels = []string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
