@@ -17,8 +17,8 @@
 //   - kernels_go.go: the "go" set, every kernel in portable Go: the
 //     reference the assembly reproduces, and the only set on other
 //     architectures or with the purego build tag (kernels_other.go).
-//   - kernels_amd64.go and the hand-written gelu_amd64.s, optim_amd64.s,
-//     pool_amd64.s, conv_amd64.s, bn_amd64.s: the "avx2" set (AVX2 and
+//   - kernels_amd64.go and the hand-written gelu_amd64.s, gelu512_amd64.s,
+//     optim_amd64.s, pool_amd64.s, conv_amd64.s, bn_amd64.s: the "avx2" set (AVX2 and
 //     FMA: GELU, AdamW, SGD and Sum32's lanes in assembly, the rest the go
 //     set's) and the "avx512" set (every kernel in assembly).
 //   - copynt.go, copynt_amd64.go/.s, copynt_other.go: CopyNT, a copy

@@ -29,6 +29,7 @@ func archKernelSets() []*kernelSet {
 	}
 	avx512 := avx2
 	avx512.name = "avx512"
+	avx512.gelu = geluAVX512Kernel // gelu512_amd64.s
 	avx512.poolReLUArg = poolReLUArgAVX512Kernel
 	avx512.poolArgGrad = poolArgGradAVX512Kernel
 	avx512.addScalar = addScalarAVX512Kernel

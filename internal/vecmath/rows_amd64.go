@@ -53,3 +53,13 @@ func scaleAVX(v *float32, n int, a float32)
 
 //go:noescape
 func softmaxGradAVX(d, p *float32, n int, dot, scale float32)
+
+// geluAVX512 is geluAVX2 on 16 lanes (gelu512_amd64.s): the avx512 set's
+// GELU, bit for bit the avx2 set's.
+//
+//go:noescape
+func geluAVX512(y, d, x *float32, n int, c *GELUConsts)
+
+func geluAVX512Kernel(y, d, x []float32, c *GELUConsts) {
+	geluAVX512(ptr(y), ptr(d), ptr(x), len(x), c)
+}
