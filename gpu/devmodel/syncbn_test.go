@@ -150,6 +150,12 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 					if err := cuda.CopyHtoD(d.Device(), d.Grads, f32bytes(g0)); err != nil {
 						t.Fatal(err)
 					}
+					// The model's stream is non-blocking: the copy (on
+					// the legacy stream, done later from pageable
+					// memory) lands before Update reads the gradients.
+					if err := cuda.DeviceSynchronize(d.Device()); err != nil {
+						t.Fatal(err)
+					}
 				}
 				for _, d := range append([]*devmodel.Model{one}, ranks...) {
 					if err := d.Update(); err != nil {
