@@ -34,15 +34,17 @@ func (g AttentionGeom) check(op string) error {
 	return nil
 }
 
-// heads copies between (N, T, ld) rows (from column off) and (N H, T, D).
-func (k *Kernels) heads(s *cuda.Stream, dst, src uintptr, g AttentionGeom, ld, off int, toHeads bool) error {
+// heads copies between (N, T, ld) rows holding secs sections of C
+// values from column off (qkv: the queries, keys and values, secs 3) and
+// secs (N H, T, D) arrays one after another: one launch.
+func (k *Kernels) heads(s *cuda.Stream, dst, src uintptr, g AttentionGeom, ld, off, secs int, toHeads bool) error {
 	name, v := "gd_heads", 1
 	if aligned4([]uintptr{dst, src}, g.C/g.H, ld, off) {
 		name, v = "gd_heads4", 4
 	}
-	n := int64(g.N) * int64(g.T) * int64(g.C)
-	return k.launch(name, s, rowGrid(g.N*g.T, g.C, v), rw(n, n), dst, src, int32(g.N), int32(g.T), int32(g.H),
-		int32(g.C/g.H), int32(ld), int32(off), b32(toHeads))
+	n := int64(secs) * int64(g.N) * int64(g.T) * int64(g.C)
+	return k.launch(name, s, rowGrid(g.N*g.T, secs*g.C, v), rw(n, n), dst, src, int32(g.N), int32(g.T), int32(g.H),
+		int32(g.C/g.H), int32(ld), int32(off), int32(secs), b32(toHeads))
 }
 
 // AttentionForward is the core of nn's CausalSelfAttention (its attnOp,
@@ -66,14 +68,8 @@ func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g Attenti
 	q, kk, v, o := ws, ws+uintptr(4*ntc), ws+uintptr(8*ntc), ws+uintptr(12*ntc)
 	td, tt := int64(g.T*d), int64(g.T*g.T)
 	scale := float32(1 / math.Sqrt(float64(d)))
-	for _, e := range []error{
-		k.heads(s, q, qkv, g, 3*g.C, 0, true),
-		k.heads(s, kk, qkv, g, 3*g.C, g.C, true),
-		k.heads(s, v, qkv, g, 3*g.C, 2*g.C, true),
-	} {
-		if e != nil {
-			return e
-		}
+	if err := k.heads(s, q, qkv, g, 3*g.C, 0, 3, true); err != nil { // q, kk, v one after another
+		return err
 	}
 	if err := h.MatMulBatched(false, true, g.T, g.T, d, scale, q, d, td, kk, d, td, 0, p, g.T, tt, b); err != nil {
 		return err
@@ -84,7 +80,7 @@ func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g Attenti
 	if err := h.MatMulBatched(false, false, g.T, d, g.T, 1, p, g.T, tt, v, d, td, 0, o, d, td, b); err != nil {
 		return err
 	}
-	return k.heads(s, out, o, g, g.C, 0, false)
+	return k.heads(s, out, o, g, g.C, 0, 1, false)
 }
 
 // AttentionBackward is the core's backward, nn's attnGradOp: from dout
@@ -109,10 +105,8 @@ func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g
 	// dO and dS are each read by two products in a row: cast once (bf16)
 	keep := func(ptr uintptr) error { keepNext(h, ptr); return nil }
 	for _, e := range []error{
-		k.heads(s, q, qkv, g, 3*g.C, 0, true),
-		k.heads(s, kk, qkv, g, 3*g.C, g.C, true),
-		k.heads(s, v, qkv, g, 3*g.C, 2*g.C, true),
-		k.heads(s, do, dout, g, g.C, 0, true),
+		k.heads(s, q, qkv, g, 3*g.C, 0, 3, true), // q, kk, v one after another
+		k.heads(s, do, dout, g, g.C, 0, 1, true),
 		keep(do),
 		h.MatMulBatched(true, false, g.T, d, g.T, 1, p, g.T, tt, do, d, td, 0, dv, d, td, b),
 		h.MatMulBatched(false, true, g.T, g.T, d, 1, do, d, td, v, d, td, 0, dp, g.T, tt, b),
@@ -120,9 +114,7 @@ func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g
 		keep(dp),
 		h.MatMulBatched(false, false, g.T, d, g.T, 1, dp, g.T, tt, kk, d, td, 0, dq, d, td, b),
 		h.MatMulBatched(true, false, g.T, d, g.T, 1, dp, g.T, tt, q, d, td, 0, dk, d, td, b),
-		k.heads(s, dqkv, dq, g, 3*g.C, 0, false),
-		k.heads(s, dqkv, dk, g, 3*g.C, g.C, false),
-		k.heads(s, dqkv, dv, g, 3*g.C, 2*g.C, false),
+		k.heads(s, dqkv, dq, g, 3*g.C, 0, 3, false), // dq, dk, dv one after another
 	} {
 		if e != nil {
 			return e

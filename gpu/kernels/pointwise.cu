@@ -211,20 +211,23 @@ extern "C" __global__ void gd_pos_backward(float *dpos, const float *dy, int N, 
 
 // ---- attention's heads ----
 
-// Between (N, T, ld) rows holding H heads of D values from column off,
-// and (N H, T, D), one matrix per sequence and head: heads = 1 copies
-// the former's into the latter (x at src), 0 the other way (into dst).
-// The blocks' y index strides over the N T rows, their x threads over a
-// row's C = H D values, V a thread (4: float4 accesses, with D, ld and
-// off multiples of 4 and the buffers 16-byte aligned, as the launch
-// checks); 32-bit indices (AttentionGeom.check keeps them below 2^31).
-template <int V> __device__ void heads_copy(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
-	int C = H * D, rows = N * T;
+// Between (N, T, ld) rows holding secs sections of H heads of D values
+// side by side from column off (attention's queries, keys and values:
+// secs 3), and secs (N H, T, D) arrays one after another, one matrix per
+// sequence and head: heads = 1 copies the former's into the latter (x at
+// src), 0 the other way (into dst). The blocks' y index strides over the
+// N T rows, their x threads over a row's secs C values (C = H D), V a
+// thread (4: float4 accesses, with D, ld and off multiples of 4 and the
+// buffers 16-byte aligned, as the launch checks); 32-bit indices
+// (AttentionGeom.check keeps them below 2^31).
+template <int V> __device__ void heads_copy(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int secs,
+					    int heads) {
+	int C = H * D, rows = N * T, SC = secs * C, NTC = rows * C;
 	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
 		int n = r / T, t = r - n * T;
-		for (int c = (blockIdx.x * blockDim.x + threadIdx.x) * V; c < C; c += gridDim.x * blockDim.x * V) {
-			int h = c / D, d = c - h * D;
-			int j = r * ld + off + c, i = ((n * H + h) * T + t) * D + d;
+		for (int c = (blockIdx.x * blockDim.x + threadIdx.x) * V; c < SC; c += gridDim.x * blockDim.x * V) {
+			int sec = c / C, cc = c - sec * C, h = cc / D, d = cc - h * D;
+			int j = r * ld + off + c, i = sec * NTC + ((n * H + h) * T + t) * D + d;
 			if (V == 4) {
 				if (heads)
 					*(float4 *)(dst + i) = *(const float4 *)(src + j);
@@ -238,12 +241,14 @@ template <int V> __device__ void heads_copy(float *dst, const float *src, int N,
 	}
 }
 
-extern "C" __global__ void gd_heads(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
-	heads_copy<1>(dst, src, N, T, H, D, ld, off, heads);
+extern "C" __global__ void gd_heads(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int secs,
+				    int heads) {
+	heads_copy<1>(dst, src, N, T, H, D, ld, off, secs, heads);
 }
 
-extern "C" __global__ void gd_heads4(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int heads) {
-	heads_copy<4>(dst, src, N, T, H, D, ld, off, heads);
+extern "C" __global__ void gd_heads4(float *dst, const float *src, int N, int T, int H, int D, int ld, int off, int secs,
+				     int heads) {
+	heads_copy<4>(dst, src, N, T, H, D, ld, off, secs, heads);
 }
 
 // ---- optimizers (package optim) ----
