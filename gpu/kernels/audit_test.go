@@ -15,7 +15,9 @@ package kernels
 // moves and its ideal time on an H100 SXM (bytes at 3.35 TB/s; the
 // products also at the tensor cores' peak), and flags a launch of fewer
 // blocks than 2 per SM that moves more than 1 MiB: such a launch leaves
-// most of the GPU idle. TestAudit fails on a flagged launch.
+// most of the GPU idle (its time "at its SMs": the ideal time scaled by
+// the SMs it leaves idle, a lower bound). TestAudit fails on a flagged
+// launch.
 
 import (
 	"fmt"
@@ -56,6 +58,13 @@ func (r auditRec) blocks() int {
 
 func (r auditRec) ideal() float64 { // seconds
 	return float64(r.r+r.w) / auditBandwidth
+}
+
+// bound is a launch's time if it gets no more than the bandwidth of the
+// SMs its blocks occupy (a block per SM at most): the ideal time scaled
+// by the SMs left idle, a lower bound for a launch of few blocks.
+func (r auditRec) bound() float64 {
+	return r.ideal() * auditSMs / float64(min(r.blocks(), auditSMs))
 }
 
 func (r auditRec) flagged() bool {
@@ -323,9 +332,12 @@ func auditTable(name string, batch int, recs []auditRec) (string, int) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, batch %d: %d launches and products per step\n\n", name, batch, len(recs))
-	b.WriteString("| kind | pass | kernel | grid x block | per step | MB each | ideal us each | ideal us per step | flag |\n|---|---|---|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("| kind | pass | kernel | grid x block | per step | MB each | ideal us each | ideal us per step | at its SMs, us per step | flag |\n|---|---|---|---|---:|---:|---:|---:|---:|---|\n")
 	flagged := 0
-	type sum struct{ kern, gemm, gemmBF16 [2]float64 }
+	type sum struct {
+		kern, gemm, gemmBF16 [2]float64
+		bound                float64 // the kernels at their SMs
+	}
 	kinds := map[string]*sum{}
 	var kindOrder []string
 	total := sum{}
@@ -352,7 +364,7 @@ func auditTable(name string, batch int, recs []auditRec) (string, int) {
 			ks.gemmBF16[p] += t16 * float64(r.count)
 			total.gemm[p] += t32 * float64(r.count)
 			total.gemmBF16[p] += t16 * float64(r.count)
-			fmt.Fprintf(&b, "| %s | %s | gemm %s | cuBLAS | %d | %.1f | %.0f (fp32) / %.0f (bf16) | %.0f / %.0f | |\n",
+			fmt.Fprintf(&b, "| %s | %s | gemm %s | cuBLAS | %d | %.1f | %.0f (fp32) / %.0f (bf16) | %.0f / %.0f | | |\n",
 				r.kind, pass, r.shape, r.count, mb, t32*1e6, t16*1e6, t32*1e6*float64(r.count), t16*1e6*float64(r.count))
 			continue
 		}
@@ -363,6 +375,8 @@ func auditTable(name string, batch int, recs []auditRec) (string, int) {
 		}
 		ks.kern[p] += r.ideal() * float64(r.count)
 		total.kern[p] += r.ideal() * float64(r.count)
+		ks.bound += r.bound() * float64(r.count)
+		total.bound += r.bound() * float64(r.count)
 		g := fmt.Sprint(r.grid.X)
 		if r.grid.Y > 1 {
 			g += fmt.Sprintf("x%d", r.grid.Y)
@@ -371,21 +385,21 @@ func auditTable(name string, batch int, recs []auditRec) (string, int) {
 		if r.block.Y > 1 {
 			bl += fmt.Sprintf("x%d", r.block.Y)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s x %s | %d | %.2f | %.1f | %.0f | %s |\n",
-			r.kind, pass, r.kernel, g, bl, r.count, mb, r.ideal()*1e6, r.ideal()*1e6*float64(r.count), flag)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s x %s | %d | %.2f | %.1f | %.0f | %.0f | %s |\n",
+			r.kind, pass, r.kernel, g, bl, r.count, mb, r.ideal()*1e6, r.ideal()*1e6*float64(r.count), r.bound()*1e6*float64(r.count), flag)
 	}
 	sort.SliceStable(kindOrder, func(i, j int) bool {
 		a, c := kinds[kindOrder[i]], kinds[kindOrder[j]]
 		return a.kern[0]+a.kern[1]+a.gemm[0]+a.gemm[1] > c.kern[0]+c.kern[1]+c.gemm[0]+c.gemm[1]
 	})
 	b.WriteString("\nIdeal device time per step by kind (ms; kernels at 3.35 TB/s; products at fp32's 67 and bf16's 989 TFLOP/s or their bytes, whichever is longer):\n\n")
-	b.WriteString("| kind | kernels fwd | kernels bwd | products fwd (fp32 / bf16) | products bwd (fp32 / bf16) |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString("| kind | kernels fwd | kernels bwd | kernels at their SMs | products fwd (fp32 / bf16) | products bwd (fp32 / bf16) |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, kn := range append(kindOrder, "total") {
 		s := kinds[kn]
 		if kn == "total" {
 			s = &total
 		}
-		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.2f / %.3f | %.2f / %.3f |\n", kn, s.kern[0]*1e3, s.kern[1]*1e3,
+		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.3f | %.2f / %.3f | %.2f / %.3f |\n", kn, s.kern[0]*1e3, s.kern[1]*1e3, s.bound*1e3,
 			s.gemm[0]*1e3, s.gemmBF16[0]*1e3, s.gemm[1]*1e3, s.gemmBF16[1]*1e3)
 	}
 	fmt.Fprintf(&b, "\nFlagged launches per step (fewer than %d blocks, moving more than 1 MiB): %d\n", 2*auditSMs, flagged)
