@@ -34,7 +34,10 @@
 // the batch goes up and the loss (4 bytes) comes down. Scratch is the
 // caller's: each layer says how much (ConvGeom.Workspace,
 // BatchNormWorkspace, AttentionGeom.Workspace and Probs, ClipWorkspace)
-// and what it keeps from forward to backward. The tests
+// and what it keeps from forward to backward; only the two-stage sums'
+// partial sums (below) live in scratch that Kernels keeps per stream
+// (512 KiB at a stream's first such launch, grown if ever needed, held
+// while the Kernels lives). The tests
 // TestMLPMatchesCPU and TestCNNMatchesCPU train models' mlp, cnn and
 // cnn-bn this way and follow the CPU path (nn through gorgonia, optim's
 // SGD) step by step; TestGPTBlock composes a transformer layer.
@@ -83,7 +86,8 @@
 //   - Conv2d (im2col, one cuBLAS batched product over the images, the
 //     bias per channel; backward: dy as (Cout, N Ho Wo), dw and dx's
 //     columns one cuBLAS product each over the whole batch, col2im
-//     gathering each input's taps in nn's order, db a tree per channel):
+//     gathering each input's taps in nn's order, db in two stages per
+//     channel):
 //     every element within GemmTol(k) (k+2 roundings of 2^-24) of the
 //     sum of its k terms' magnitudes (k = C K K + 1 for y, Cout K K for
 //     dx, N Ho Wo for dw and db) of the float64 definition, and within
@@ -98,8 +102,10 @@
 //
 //   - BatchNorm2d and BatchNorm1d (training and evaluation, forward and
 //     backward, running statistics with PyTorch's momentum and unbiased
-//     variance): nn.BNLayer's float64 formulas, the per-channel sums a
-//     tree per channel; every output, running statistic and gradient
+//     variance): nn.BNLayer's float64 formulas, the per-channel sums in
+//     two stages (chunks of each channel a block each, each chunk's count,
+//     sum and M2, then the chunks in order, M2 by Chan's formula); every
+//     output, running statistic and gradient
 //     within BatchNormULP (1) float32 step of nn's (the float64 sums
 //     differ in order only). Measured: identical on the fake over 3 steps
 //     of 5 shapes; TestBatchNorm.
@@ -118,8 +124,9 @@
 //
 //   - Embedding and PositionEmbedding, forward and backward: bit for bit
 //     nn's (the weight's gradient sums each row's positions in order, a
-//     thread per element reading every id: deterministic, no atomics; the
-//     position's sums over the batch in order); an id outside the table
+//     warp per table row finding them by ballots: deterministic, no
+//     atomics; the position's sums over the batch in order); an id
+//     outside the table
 //     gives NaNs; TestEmbedding.
 //
 //   - Causal self-attention's core (AttentionForward/Backward between
@@ -187,9 +194,32 @@
 //     1.6e-7 (the CPU path's second convolution runs Winograd).
 //
 // Reductions use __syncthreads over shared memory or warps that meet at
-// shuffles and __syncwarp (never implicit lockstep), and nothing else the
-// fake's emulation (gpu/rtc) cannot run; no atomics: every result is the
-// same from run to run. The tests run on a real GPU when one is there
+// shuffles, ballots and __syncwarp (never implicit lockstep), and nothing
+// else the fake's emulation (gpu/rtc) cannot run; no atomics: every
+// result is the same from run to run.
+//
+// # Launch shapes (for an H100: 132 SMs, 2048 threads each)
+//
+// Every launch that moves more than 1 MiB at the zoo's measured shapes
+// has at least 2 blocks per SM: TestAudit (audit_test.go) walks a
+// training step of gpt-L12-D768-H12-T1024 at batch 8 and mlp, cnn and
+// cnn-bn at 32 as gpu/devmodel's plan runs it, records every launch
+// instead of queueing it and fails on one that does not; with -v (or
+// GDIST_KERNEL_AUDIT=FILE) it prints each launch's grid, block, bytes and
+// ideal time (benchmarks/NOTES.md keeps the tables). Element-wise kernels
+// are grid-stride loops of at most 1024 blocks of 256 threads; row-wise
+// ones (the bias add, the embedding, attention's head copies) a 2-d grid,
+// rows by a row's values, with no division per element; float4 accesses
+// where the launch finds every buffer 16-byte aligned and the widths
+// multiples of 4 (one value a thread otherwise: ZeRO shards sit at any
+// offset); 32-bit index math where the sizes are checked below 2^31 (the
+// convolution's and pooling's kernels, attention's copies; batch norm's
+// where total + the grid's stride < 2^32) and 64-bit otherwise. Column
+// and per-channel sums (BiasGrad, LayerNorm's and batch norm's parameter
+// sums, the convolution's bias gradient) run in two stages: about 1024
+// blocks over chunks of rows, then each column's chunks added in order.
+// The embedding's gradient is a warp per table row and 32 of its values,
+// a ballot over 32 ids at a time finding the rows that name it in order. The tests run on a real GPU when one is there
 // (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
 // TestRealNVRTC compiles every program with a real NVRTC where installed.
 //
@@ -200,8 +230,8 @@
 //
 // Package gpu/devmodel places a whole nn.Model on the device over these
 // kernels (a layer without device kernels refused by name). Not yet here
-// (issue 28): the LR schedule's value per step (a host
-// function of the step: pass it to SGD or Adam), bf16 autocast (GemmEx),
-// fused kernels (conv + bias + ReLU + pool, attention without the T x T
-// probabilities) and their speed: correctness first.
+// (issue 28): the LR schedule's value per step (a host function of the
+// step: pass it to SGD or Adam), fused kernels (conv + bias + ReLU + pool,
+// bias + GELU, attention without the T x T probabilities), timings on a
+// GPU (the audit counts bytes and blocks only).
 package kernels

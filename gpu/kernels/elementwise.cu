@@ -1,6 +1,6 @@
 // gdist's element-wise device kernels (gpu/kernels): grid-stride loops over
-// flat float32 buffers, n elements (a 64-bit count). No thread talks to
-// another, so gpu/cudafake runs them without fibers. The arithmetic uses
+// flat float32 buffers, n elements (a 64-bit count), and the bias add over
+// a 2-d grid of rows by columns. No thread talks to another, so gpu/cudafake runs them without fibers. The arithmetic uses
 // the _rn intrinsics where the CPU path's result must be matched bit for
 // bit: they round each operation, and the compiler may not fuse a
 // multiply and an add into one (as it does by default).
