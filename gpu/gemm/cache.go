@@ -70,13 +70,14 @@ type span64 struct{ lo, hi int64 }
 //
 // The caller promises to call WeightsChanged whenever anything but
 // these products writes the registered values (an optimizer update, a
-// copy from the host, a gather or broadcast into them), after that write
-// is queued and before the next product is, and that the memory stays
+// copy from the host, a gather or broadcast into them), with no product
+// queued between that call and the write (before or after the write is
+// queued, before the next product is), and that the memory stays
 // allocated while registered. A product whose output C overlaps the
 // registered values drops their copies itself. n 0 unregisters; a new
 // registration replaces the last (and forgets its copies). Nothing
-// happens in the other precisions, or with the tiled kernel, or with
-// Config.NoWeightCache.
+// happens in the other precisions, with the tiled kernel, with
+// Config.NoWeightCache, or with BF16Cast CastInCUBLAS (nothing is cast).
 func (e *Engine) Weights(ptr uintptr, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -88,8 +89,8 @@ func (e *Engine) Weights(ptr uintptr, n int) {
 }
 
 // WeightsChanged says that the registered parameters (Weights) were
-// written, or that a write into them is queued: the next product that
-// reads one casts it again. Call it before the next product is queued.
+// written, or are about to be: the next product that reads one casts it
+// again. No product may be queued between this call and the write.
 // Cheap (no device work); safe for concurrent use.
 func (e *Engine) WeightsChanged() {
 	e.mu.Lock()
