@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cublas"
@@ -369,5 +370,53 @@ func TestBadSizes(t *testing.T) {
 	}
 	if err := k.ReLU(s, d, d, 0); err != nil {
 		t.Errorf("n 0: %v", err)
+	}
+}
+
+// The two-stage column sums keep their partial sums in scratch that
+// Kernels holds per stream: goroutines queueing them at once, on one
+// stream and on two, each get their own columns' sums (the same bits as
+// one at a time).
+func TestColumnSumsConcurrent(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	s2 := devtest.Stream(t, dev)
+	const rows, cols, jobs = 300, 70, 8
+	want := make([][]float32, jobs)
+	in := make([]uintptr, jobs)
+	out := make([]uintptr, jobs)
+	for j := range jobs {
+		in[j] = devtest.Upload(t, dev, devtest.Vals(300+j, rows*cols, 1))
+		out[j] = devtest.Alloc(t, dev, cols, 4)
+		if err := k.BiasGrad(s, out[j], in[j], rows, cols, false); err != nil {
+			t.Fatal(err)
+		}
+		want[j] = devtest.Floats(t, dev, out[j], cols)
+		devtest.Put(t, dev, out[j], make([]float32, cols))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, jobs)
+	for j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := s
+			if j%2 == 1 {
+				st = s2
+			}
+			errs[j] = k.BiasGrad(st, out[j], in[j], rows, cols, false)
+		}()
+	}
+	wg.Wait()
+	for j := range jobs {
+		if errs[j] != nil {
+			t.Fatal(errs[j])
+		}
+	}
+	if err := s2.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for j := range jobs {
+		same(t, fmt.Sprintf("job %d", j), devtest.Floats(t, dev, out[j], cols), want[j])
 	}
 }
