@@ -8,7 +8,6 @@ import (
 	"github.com/chewxy/hm"
 	"github.com/gdist/gdist/internal/vecmath"
 	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -213,7 +212,7 @@ func conv2dForward(g convGeom, x, w, b, y []float32, sc *convScratch) {
 		winogradForward(m, g, x, w, b, y, &sc.wg)
 		return
 	}
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	for n := 0; n < g.n; n++ {
 		xn := x[n*hw : (n+1)*hw]
@@ -323,7 +322,7 @@ func conv2dBackwardX(g convGeom, w, dy, dx []float32, sc *convScratch) {
 		winogradBackwardX(m, g, w, dy, dx, &sc.wg)
 		return
 	}
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	for n := 0; n < g.n; n++ {
 		dyn := dy[n*g.cout*howo : (n+1)*g.cout*howo]
@@ -346,7 +345,7 @@ func conv2dBackwardW(g convGeom, x, dy, dw []float32, sc *convScratch) {
 		winogradBackwardW(m, g, x, dy, dw, &sc.wg)
 		return
 	}
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	var beta float32
 	for n := 0; n < g.n; n++ {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/chewxy/hm"
 	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -101,7 +100,7 @@ func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	st.arg = st.arg[:ps.TotalSize()]
 	t, out := op.out.get(ps, x, w, b)
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	pn := ps.TotalSize() / g.n
 	if m := op.conv.sc.winograd(g); m != 0 {
@@ -231,7 +230,7 @@ func (op *convPoolGradW) Do(v ...G.Value) (G.Value, error) {
 	clear(st.db)
 	st.dxSet = false
 	t, dw := op.out.get(op.ws, x, p, dp)
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	ckk, hw, howo := g.ckk(), g.cin*g.hw(), g.howo()
 	pn := len(p) / g.n
 	// poolGrad sets dn to image n's gradient w.r.t. the convolution's

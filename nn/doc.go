@@ -25,7 +25,9 @@
 // assembly where the CPU has it, the same values bit for bit in Go
 // elsewhere (GDIST_KERNELS=go|avx2|avx512 caps the choice, the purego
 // build tag forces Go); the matrix products go to OpenBLAS (the constant
-// BLAS names it; -tags noblas or no cgo: gonum's pure Go). Importing nn has
+// BLAS names it; -tags noblas or no cgo: gonum's pure Go), the
+// convolutions' to its AVX-512 small-matrix kernels where the CPU and the
+// library have them (convgemm.go; GDIST_CONV_GEMM=blas keeps sgemm). Importing nn has
 // no side effect: the BLAS is installed process-wide, for gorgonia and
 // gonum's blas32, at the first graph build, or earlier by an explicit
 // UseBLAS. 3x3 convolutions

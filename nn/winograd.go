@@ -3,7 +3,6 @@ package nn
 import (
 	"github.com/gdist/gdist/internal/winograd"
 	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
 )
 
 // Winograd convolutions: 3x3, pad 1, stride 1, NCHW float32, with the
@@ -37,8 +36,11 @@ import (
 //	conv2's fused block (BenchmarkWinogradConvPool): forward 5.9 / 3.5 /
 //	3.2, backward 11.8 / 7.8 / 7.2.
 //
-// The sgemms run at OpenBLAS's peak (forward ~95 GFLOP/s; the filter
-// gradient's, K = tiles, ~75); the rest is the transforms (input ~0.8 ns,
+// (Those numbers are from OpenBLAS's Haswell sgemm, at its peak: forward
+// ~95 GFLOP/s, the filter gradient's, K = tiles, ~75. The products now
+// go to its AVX-512 small-matrix kernels where they run, convgemm.go:
+// 2.2x faster on the forward's and the input gradient's chunks, 1.5x on
+// the filter gradient's.) The rest is the transforms (input ~0.8 ns,
 // output ~0.45 ns per pixel and channel for F(2x2) with AVX-512; the Go
 // kernels are about 12x slower, and then im2col wins: conv2 forward
 // 15 ms).
@@ -153,7 +155,7 @@ func winogradBackwardX(m int, g convGeom, w, dy, dx []float32, s *winogradScratc
 // run convolves x (n, cin, h, w) with the transformed filters u [A*A]
 // [cout][cin] into y (n, cout, h, w) (+ b).
 func (s *winogradScratch) run(m, n, h, w, cin, cout int, x, u, b, y []float32) {
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	a2 := (m + 2) * (m + 2)
 	hw := h * w
 	nb := winogradChunk(m, h, w, n, cin, cout)
@@ -185,7 +187,7 @@ func (s *winogradScratch) run(m, n, h, w, cin, cout int, x, u, b, y []float32) {
 // tiles (M = output channels, N = input channels), summed over chunks;
 // G^T (that) G is dw.
 func winogradBackwardW(m int, g convGeom, x, dy, dw []float32, s *winogradScratch) {
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	a2 := (m + 2) * (m + 2)
 	hw := g.hw()
 	kc := g.cout * g.cin
@@ -222,7 +224,7 @@ func winogradBackwardW(m int, g convGeom, x, dy, dw []float32, s *winogradScratc
 // (the two take the same chunks), in the same order: dw and dx are theirs
 // bit for bit (TestConvPoolMatchesUnfused).
 func winogradBackward(m int, g convGeom, x, w []float32, dyChunk func(s0, s1 int, dy []float32), dw, dx []float32, s *winogradScratch) {
-	impl := blas32.Implementation()
+	impl := convBLAS()
 	a2 := (m + 2) * (m + 2)
 	hw := g.hw()
 	kc := g.cout * g.cin

@@ -1,0 +1,83 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"gonum.org/v1/gonum/blas"
+)
+
+// TestConvGemm checks convBLAS's products (OpenBLAS's small-matrix kernels
+// where they run) against float64 for NoTrans x NoTrans and NoTrans x
+// Trans, the shapes of the cnn's convolutions and odd ones, leading
+// dimensions past the rows, beta 0 (C, full of NaN, not read), 1 and
+// 0.5: each element within k+2 float32 roundings of sum |a b| (+ |beta
+// c|), and nothing written in C's padding. Other transposes go to blas32.
+func TestConvGemm(t *testing.T) {
+	if !smallGemmOK() {
+		t.Logf("no small-matrix kernels here (%s): convBLAS is blas32", BLAS)
+	}
+	UseBLAS()
+	r := newRNG(61)
+	impl := convBLAS()
+	for _, c := range []struct{ m, n, k int }{
+		{64, 98, 32}, {32, 98, 64}, {64, 32, 98}, {32, 784, 9}, {32, 9, 784},
+		{1, 1, 1}, {1, 17, 3}, {7, 5, 13}, {17, 33, 1}, {33, 130, 70}, {5, 200, 16},
+	} {
+		for _, tb := range []blas.Transpose{blas.NoTrans, blas.Trans} {
+			for _, beta := range []float32{0, 1, 0.5} {
+				name := fmt.Sprintf("%dx%dx%d tb %c beta %g", c.m, c.n, c.k, tb, beta)
+				lda, ldc := c.k+3, c.n+5
+				bRows, bCols := c.k, c.n
+				if tb == blas.Trans {
+					bRows, bCols = c.n, c.k
+				}
+				ldb := bCols + 2
+				a := randSlice(r, (c.m-1)*lda+c.k)
+				b := randSlice(r, (bRows-1)*ldb+bCols)
+				cc := randSlice(r, c.m*ldc)
+				if beta == 0 {
+					for i := range cc {
+						cc[i] = float32(math.NaN())
+					}
+				}
+				old := append([]float32(nil), cc...)
+				const alpha = 0.75
+				impl.Sgemm(blas.NoTrans, tb, c.m, c.n, c.k, alpha, a, lda, b, ldb, beta, cc, ldc)
+				for i := 0; i < c.m; i++ {
+					for j := 0; j < ldc; j++ {
+						got := cc[i*ldc+j]
+						if j >= c.n {
+							if math.Float32bits(got) != math.Float32bits(old[i*ldc+j]) {
+								t.Fatalf("%s: C[%d][%d] past n written", name, i, j)
+							}
+							continue
+						}
+						var s, sabs float64
+						for p := 0; p < c.k; p++ {
+							var bv float32
+							if tb == blas.Trans {
+								bv = b[j*ldb+p]
+							} else {
+								bv = b[p*ldb+j]
+							}
+							prod := float64(a[i*lda+p]) * float64(bv)
+							s += prod
+							sabs += math.Abs(prod)
+						}
+						want := alpha * s
+						bound := alpha * sabs
+						if beta != 0 {
+							want += float64(beta) * float64(old[i*ldc+j])
+							bound += math.Abs(float64(beta) * float64(old[i*ldc+j]))
+						}
+						if tol := float64(c.k+2) * 0x1p-24 * bound * 1.01; math.Abs(float64(got)-want) > tol {
+							t.Fatalf("%s: C[%d][%d] = %g, want %g (tolerance %.3g)", name, i, j, got, want, tol)
+						}
+					}
+				}
+			}
+		}
+	}
+}
