@@ -136,6 +136,12 @@ type Model struct {
 	plan              *plan
 	fixed, live, peak int64 // bytes: placement's, the pool's in use, peak of both
 
+	// forward-only plans by batch size, in one arena of evalCap bytes at
+	// evalMem (evalplan.go)
+	evalPlans map[int]*plan
+	evalMem   uintptr
+	evalCap   int
+
 	// ZeRO-2, 3 (zero.go): Params and Grads between units (the shard's
 	// buffer less Shard.Lo values, with ShardParams / ShardGrads); the
 	// whole parameter buffer while Unshard'd; the units of plan unitsOf
@@ -502,18 +508,9 @@ func (d *Model) forwardBackwardSharded(p *plan) (float32, error) {
 // load checks a batch, plans for its size when the plan is another's
 // (from the pool's cached blocks) and copies it up.
 func (d *Model) load(x []float32, y []int32) (*plan, error) {
-	m := d.Host
-	if len(x) == 0 || len(x)%m.InputSize() != 0 {
-		return nil, fmt.Errorf("devmodel: %s: %d inputs, not a whole number of samples of %d", m.Name, len(x), m.InputSize())
-	}
-	batch := len(x) / m.InputSize()
-	if len(y) != batch*m.LabelsPerSample() {
-		return nil, fmt.Errorf("devmodel: %s: %d labels for %d samples of %d", m.Name, len(y), batch, m.LabelsPerSample())
-	}
-	for i, l := range y {
-		if l < 0 || int(l) >= m.Classes() {
-			return nil, fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
-		}
+	batch, err := d.checkBatch(x, y)
+	if err != nil {
+		return nil, err
 	}
 	if d.plan.batch != batch {
 		d.s.Synchronize()
@@ -524,66 +521,33 @@ func (d *Model) load(x []float32, y []int32) (*plan, error) {
 		}
 		d.plan = p
 	}
-	p := d.plan
-	if err := d.upload([]uintptr{p.in.val, p.labels}, bytesOf(x), bytesOf(y)); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return d.plan, d.putBatch(d.plan, x, y)
 }
 
-// Eval runs the forward pass in evaluation mode on a batch (x, y as for
-// ForwardBackward; any number of samples, planned again from the pool's
-// cached blocks when it is not the last batch's): batch norm normalizes
-// with its running statistics and Dropout passes its input through, as
-// nn's evaluation graphs (Model.NewGraph(batch, false)) do. It returns
-// the mean cross-entropy over the batch's labels (samples times
-// LabelsPerSample) and how many of those labels are the argmax of their
-// logits (the first largest, as train's Evaluate takes it); only those 8
-// bytes come down. Parameters, gradients, batch norm's running statistics
-// and counts, the optimizer's state and Dropout's run count are left as
-// they were, so that training goes on as if Eval had not run.
-func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err error) {
+// checkBatch checks a batch's inputs and labels and returns its samples.
+func (d *Model) checkBatch(x []float32, y []int32) (int, error) {
 	m := d.Host
-	p, err := d.load(x, y)
-	if err != nil {
-		return 0, 0, err
+	if len(x) == 0 || len(x)%m.InputSize() != 0 {
+		return 0, fmt.Errorf("devmodel: %s: %d inputs, not a whole number of samples of %d", m.Name, len(x), m.InputSize())
 	}
-	evalOf := func(o op) func() error {
-		if o.eval != nil {
-			return o.eval
-		}
-		return o.fwd
+	batch := len(x) / m.InputSize()
+	if len(y) != batch*m.LabelsPerSample() {
+		return 0, fmt.Errorf("devmodel: %s: %d labels for %d samples of %d", m.Name, len(y), batch, m.LabelsPerSample())
 	}
-	if d.paramsSharded() {
-		// unit by unit: a collective per unit (see Unshard)
-		if err := d.forwardSharded(p, evalOf, "forward (evaluation)"); err != nil {
-			return 0, 0, err
-		}
-	} else {
-		for _, o := range p.ops {
-			f := evalOf(o)
-			if f == nil {
-				continue
-			}
-			if err := f(); err != nil {
-				return 0, 0, fmt.Errorf("devmodel: %s: layer %s forward (evaluation): %w", m.Name, o.name, err)
-			}
+	for i, l := range y {
+		if l < 0 || int(l) >= m.Classes() {
+			return 0, fmt.Errorf("devmodel: %s: label %d (index %d) out of range [0, %d)", m.Name, l, i, m.Classes())
 		}
 	}
-	out := p.out
-	if err := d.k.CrossEntropy(d.s, p.loss, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
-		return 0, 0, err
-	}
-	// rowLoss is done with: it holds the rows' hits
-	if err := d.k.CountCorrect(d.s, p.loss+4, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
-		return 0, 0, err
-	}
-	var res [2]float32
-	if err := d.download(bytesOf(res[:]), p.loss); err != nil {
-		return 0, 0, err
-	}
-	return res[0], int(math.Float32bits(res[1])), nil
+	return batch, nil
 }
+
+// putBatch copies a batch up into p's input and labels.
+func (d *Model) putBatch(p *plan, x []float32, y []int32) error {
+	return d.upload([]uintptr{p.in.val, p.labels}, bytesOf(x), bytesOf(y))
+}
+
+// Eval: evalplan.go.
 
 // Update clips the gradients (Config.ClipGrad; not with a Config.Shard,
 // whose caller clips with ClipShard) and applies one optimizer step with

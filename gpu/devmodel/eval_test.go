@@ -26,6 +26,7 @@ const evalTol = 2e-5
 // two largest logits are within 2 evalTol of each other.
 func cpuEval(t *testing.T, m *nn.Model, placed int, x []float32, y []int32) (loss float64, correct, ties int) {
 	t.Helper()
+	placed = max(placed, len(x)/m.InputSize()) // a batch larger than the placed one: a graph of its size
 	g, err := m.NewGraph(placed, false)
 	if err != nil {
 		t.Fatal(err)
@@ -174,9 +175,10 @@ func checkEval(t *testing.T, mk func() *nn.Model, cfg devmodel.Config, batch fun
 }
 
 // Eval on the device equals the CPU's evaluation of the same weights
-// (checkEval) for models' mlp and cnn-bn (batch norm on its running
-// statistics), a small gpt (its logits per position) and a user's model
-// with BatchNorm1d and Dropout (off in evaluation).
+// (checkEval) for models' mlp, cnn (evaluated at 4 times the placed
+// batch too: the convolutions' chunked workspace) and cnn-bn (batch norm
+// on its running statistics), a small gpt (its logits per position) and
+// a user's model with BatchNorm1d and Dropout (off in evaluation).
 func TestEvalMatchesCPU(t *testing.T) {
 	sgd := optim.Config{Name: "sgd", LR: 0.03, Momentum: 0.9, WeightDecay: 1e-4}
 	images := func(in int) func(i, n int) ([]float32, []int32) {
@@ -184,6 +186,12 @@ func TestEvalMatchesCPU(t *testing.T) {
 	}
 	t.Run("mlp", func(t *testing.T) {
 		checkEval(t, func() *nn.Model { return zoo(t, "mlp") }, devmodel.Config{Device: dev, Batch: 8, Optim: sgd}, images(784), []int{8, 3, 1})
+	})
+	t.Run("cnn", func(t *testing.T) {
+		if testing.Short() && cudafake.Mode() != "real" {
+			t.Skip("-short: the cnns' emulated convolutions take a while")
+		}
+		checkEval(t, func() *nn.Model { return zoo(t, "cnn") }, devmodel.Config{Device: dev, Batch: 4, Optim: sgd}, images(784), []int{4, 16, 3})
 	})
 	t.Run("cnn-bn", func(t *testing.T) {
 		if testing.Short() && cudafake.Mode() != "real" {

@@ -21,6 +21,9 @@ const Layers = "Sequential, Residual, Linear, Conv2d, BatchNorm1d/2d (SyncBatchN
 type act struct {
 	val, grad uintptr
 	shape     []int
+	// slot, in a forward-only plan (evalplan.go), is the arena span the
+	// values live in, shared by the acts that view it.
+	slot *slot
 }
 
 func (a *act) size() int { return prod(a.shape) }
@@ -57,6 +60,9 @@ type plan struct {
 	rows, classes int
 	blocks        []*cuda.Block
 	convWS, attWS uintptr // shared scratch (reused by every layer)
+	// on, for a forward-only plan, is the training plan whose blocks it
+	// borrows (evalplan.go)
+	on *plan
 }
 
 // compiler walks a model's layers (depth first, nn's parameter order).
@@ -69,6 +75,15 @@ type compiler struct {
 	fake   uintptr
 	convWS int // float32s
 	attWS  int
+
+	// eval: a forward-only plan (evalplan.go): no gradients, nothing kept
+	// for backward, every buffer a span of ar (its regions at bases)
+	// given back once its last reader has been planned; temps are the
+	// current layers' scratch, given back when their layer is planned.
+	eval  bool
+	ar    *arena
+	bases []uintptr
+	temps []extent
 }
 
 // Check reports whether every layer of m has device kernels, refusing the
@@ -136,9 +151,13 @@ func (d *Model) release(p *plan) {
 }
 
 // alloc gets n bytes of the plan's memory from the pool (in a dry run, a
-// made-up address).
+// made-up address; in a forward-only plan, a span of its arena held for
+// the plan's life).
 func (c *compiler) alloc(n int) (uintptr, error) {
 	n = max(n, 1)
+	if c.eval {
+		return c.addr(c.ar.get(n)), nil
+	}
 	if c.d == nil {
 		c.fake += 256
 		return c.fake, nil
@@ -153,9 +172,13 @@ func (c *compiler) alloc(n int) (uintptr, error) {
 	return b.Ptr, nil
 }
 
-// newAct allocates an activation (and its gradient) of shape.
+// newAct allocates an activation (and its gradient, but in a
+// forward-only plan) of shape.
 func (c *compiler) newAct(shape []int) (*act, error) {
 	a := &act{shape: shape}
+	if c.eval {
+		return c.evalAct(shape), nil
+	}
 	var err error
 	if a.val, err = c.alloc(4 * a.size()); err != nil {
 		return nil, err
@@ -204,7 +227,7 @@ func with(shape []int, last int) []int {
 func (c *compiler) elementwise(d *Model, name string, x *act,
 	fwd func(k *kernels.Kernels, s *cuda.Stream, y, x uintptr, n int) error,
 	bwd func(k *kernels.Kernels, s *cuda.Stream, dx, dy, saved uintptr, n int) error, fromOut bool) (*act, error) {
-	out, err := c.newAct(x.shape)
+	out, err := c.outAct(x, true) // y may be x
 	if err != nil {
 		return nil, err
 	}
@@ -222,8 +245,18 @@ func (c *compiler) elementwise(d *Model, name string, x *act,
 	return out, nil
 }
 
-// layer plans l (named name) on input x and returns its output.
+// layer plans l (named name) on input x and returns its output. In a
+// forward-only plan the caller lends x (it gives it back after layer
+// returns, unless it reads it again: see slot) and owns the output; the
+// layer's scratch is given back once it is planned.
 func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
+	mark := len(c.temps)
+	out, err := c.layerOps(l, name, x)
+	c.endTemps(mark)
+	return out, err
+}
+
+func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 	d := c.d
 	if d == nil {
 		d = &Model{} // dry: the closures are never called
@@ -235,24 +268,41 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 	}
 	switch l := l.(type) {
 	case *nn.Sequential:
-		var err error
+		// each child's input is given back after it (forward-only plans)
+		cur := x
+		next := func(y *act) {
+			if cur != x {
+				c.drop(cur)
+			}
+			cur = y
+		}
 		for i := 0; i < len(l.Layers); i++ {
 			cn := child(name, fmt.Sprint(i))
 			if e, ok := l.Layers[i].(*nn.Embedding); ok && i+1 < len(l.Layers) {
 				if pe, ok := l.Layers[i+1].(*nn.PositionEmbedding); ok {
-					if x, err = c.embedding(e, pe, cn, x); err != nil {
+					y, err := c.embedding(e, pe, cn, cur)
+					if err != nil {
 						return nil, err
 					}
+					next(y)
 					i++
 					continue
 				}
 			}
-			if x, err = c.layer(l.Layers[i], cn, x); err != nil {
+			y, err := c.layer(l.Layers[i], cn, cur)
+			if err != nil {
 				return nil, err
 			}
+			next(y)
 		}
-		return x, nil
+		if cur == x {
+			return c.alias(x, nil), nil
+		}
+		return cur, nil
 	case *nn.Residual:
+		if c.eval {
+			return c.residualEval(l, name, x)
+		}
 		fin := &act{val: x.val, shape: x.shape}
 		var err error
 		if x.grad != 0 {
@@ -313,6 +363,9 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		if ho < 1 || wo < 1 {
 			return nil, shapeErr("an image at least as large as the kernel")
 		}
+		if c.eval {
+			return c.convEval(name, x, g, c.param(), c.param())
+		}
 		out, err := c.newAct([]int{g.N, l.Out, ho, wo})
 		if err != nil {
 			return nil, err
@@ -352,11 +405,13 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		if err != nil {
 			return nil, err
 		}
-		xhat, err := c.alloc(4 * x.size())
-		if err != nil {
-			return nil, err
+		var xhat uintptr // not in evaluation
+		if !c.eval {
+			if xhat, err = c.alloc(4 * x.size()); err != nil {
+				return nil, err
+			}
 		}
-		ws, err := c.alloc(kernels.BatchNormWorkspace(st.C))
+		ws, err := c.temp(kernels.BatchNormWorkspace(st.C))
 		if err != nil {
 			return nil, err
 		}
@@ -387,7 +442,7 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		if err != nil {
 			return nil, err
 		}
-		arg, err := c.alloc(out.size())
+		arg, err := c.temp(out.size())
 		if err != nil {
 			return nil, err
 		}
@@ -399,13 +454,13 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 		})
 		return out, nil
 	case nn.Flatten, *nn.Flatten:
-		return &act{val: x.val, grad: x.grad, shape: []int{x.shape[0], x.size() / x.shape[0]}}, nil
+		return c.alias(x, []int{x.shape[0], x.size() / x.shape[0]}), nil
 	case *nn.Dropout:
 		if l.P < 0 || l.P >= 1 {
 			return nil, fmt.Errorf("layer %s (dropout): probability %v not in [0, 1)", quote(name), l.P)
 		}
-		if l.P == 0 {
-			return x, nil
+		if l.P == 0 || c.eval { // evaluation: the identity (nn's eval graph)
+			return c.alias(x, nil), nil
 		}
 		out, err := c.newAct(x.shape)
 		if err != nil {
@@ -436,17 +491,18 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 			eps = 1e-5
 		}
 		rows := x.size() / l.C
-		out, err := c.newAct(x.shape)
+		out, err := c.outAct(x, true) // y may be x
 		if err != nil {
 			return nil, err
 		}
-		xhat, err := c.alloc(4 * x.size())
-		if err != nil {
-			return nil, err
-		}
-		inv, err := c.alloc(4 * rows)
-		if err != nil {
-			return nil, err
+		var xhat, inv uintptr // 0 in evaluation: not kept
+		if !c.eval {
+			if xhat, err = c.alloc(4 * x.size()); err != nil {
+				return nil, err
+			}
+			if inv, err = c.alloc(4 * rows); err != nil {
+				return nil, err
+			}
 		}
 		w, b := c.param(), c.param()
 		c.add(name, func() error {
@@ -486,6 +542,9 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 			return nil, shapeErr(fmt.Sprintf("(N, T, %d)", l.Dim))
 		}
 		g := kernels.AttentionGeom{N: x.shape[0], T: x.shape[1], C: l.Dim, H: l.Heads}
+		if c.eval {
+			return c.attentionEval(name, x, g, [4]uintptr{c.param(), c.param(), c.param(), c.param()})
+		}
 		cc, rows := l.Dim, x.shape[0]*x.shape[1]
 		qkv, err := c.newAct(with(x.shape, 3*cc))
 		if err != nil {
