@@ -140,6 +140,24 @@ func causalIO(rows, t, in int) traffic {
 	return rw(int64(in)*(n+int64(rows))/2, n)
 }
 
+// softmaxRegs is whether the causal softmax keeps rows of up to 1024 in
+// registers (tests turn it off to compare with the row-in-memory kernels).
+var softmaxRegs = true
+
+// softmaxKernel is the causal softmax's kernel (name: its base name) for
+// rows of t: the rows in registers, 32 K values a warp, for t <= 1024.
+func softmaxKernel(name string, t int) string {
+	if !softmaxRegs {
+		return name
+	}
+	for _, k := range []int{2, 4, 8, 16, 32} {
+		if t <= 32*k {
+			return fmt.Sprintf("%s_r%d", name, k)
+		}
+	}
+	return name
+}
+
 // CausalSoftmax turns p, rows of t (row r is position r % t of its
 // sequence: (N H, T, T) scores), into the causal softmax of each row,
 // in place: row i the softmax of its first i+1 entries, zeros after, with
@@ -150,7 +168,7 @@ func (k *Kernels) CausalSoftmax(s *cuda.Stream, p uintptr, rows, t int) error {
 	if err := softmaxCheck("CausalSoftmax", rows, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_causal_softmax", s, rowsGrid(rows), causalIO(rows, t, 1), p, int32(rows), int32(t))
+	return k.launch(softmaxKernel("gd_causal_softmax", t), s, rowsGrid(rows), causalIO(rows, t, 1), p, int32(rows), int32(t))
 }
 
 // CausalSoftmaxBackward turns ds (the gradient of CausalSoftmax's output
@@ -161,5 +179,5 @@ func (k *Kernels) CausalSoftmaxBackward(s *cuda.Stream, ds, p uintptr, rows, t i
 	if err := softmaxCheck("CausalSoftmaxBackward", rows, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_causal_softmax_backward", s, rowsGrid(rows), causalIO(rows, t, 2), ds, p, int32(rows), int32(t), scale)
+	return k.launch(softmaxKernel("gd_causal_softmax_backward", t), s, rowsGrid(rows), causalIO(rows, t, 2), ds, p, int32(rows), int32(t), scale)
 }

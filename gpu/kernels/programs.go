@@ -9,5 +9,8 @@ var (
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
 	rowsKernels = []string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
+		"gd_causal_softmax_r2", "gd_causal_softmax_r4", "gd_causal_softmax_r8", "gd_causal_softmax_r16", "gd_causal_softmax_r32",
+		"gd_causal_softmax_backward_r2", "gd_causal_softmax_backward_r4", "gd_causal_softmax_backward_r8",
+		"gd_causal_softmax_backward_r16", "gd_causal_softmax_backward_r32",
 		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward"}
 )

@@ -423,6 +423,125 @@ extern "C" __global__ void gd_causal_softmax_backward(float *ds, const float *p,
 	}
 }
 
+// ---- the same, a row held in registers (rows of T <= 32 K) ----
+
+// sum32_regs is warp_sum32 over the n (<= 32 K) terms held in registers,
+// term 32 k + lane in v[k] of that lane: the same order (chunks of 32,
+// lane j < 8 taking the terms of lanes j, j + 8, j + 16, j + 24; the last
+// partial chunk's whole groups, then its tail), so the same bits.
+template <int K> __device__ float sum32_regs(const float (&v)[K], int n) {
+	int lane = threadIdx.x & 31, whole = n & ~7, full = n & ~31, kf = full >> 5;
+	float s = 0.0f, c = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		if (k < kf) {
+			float t0 = v[k];
+			float t1 = __shfl_down_sync(FULL, t0, 8), t2 = __shfl_down_sync(FULL, t0, 16), t3 = __shfl_down_sync(FULL, t0, 24);
+			if (lane < 8) {
+				s = s + t0;
+				s = s + t1;
+				s = s + t2;
+				s = s + t3;
+			}
+		}
+		if (k == kf) c = v[k];
+	}
+	// the partial chunk: whole groups from full (at most 3), then the tail
+	float t0 = c, t1 = __shfl_down_sync(FULL, c, 8), t2 = __shfl_down_sync(FULL, c, 16);
+	float tail = __shfl_sync(FULL, c, ((whole - full) + (lane & 7)) & 31);
+	if (lane < 8) {
+		if (full + lane < whole) s = s + t0;
+		if (full + 8 + lane < whole) s = s + t1;
+		if (full + 16 + lane < whole) s = s + t2;
+		if (whole + lane < n) s = s + tail;
+	}
+	float w[8];
+	for (int j = 0; j < 8; j++) w[j] = __shfl_sync(FULL, s, j);
+	return ((w[0] + w[1]) + (w[2] + w[3])) + ((w[4] + w[5]) + (w[6] + w[7]));
+}
+
+// gd_causal_softmax with each row in registers (K per lane, T <= 32 K):
+// the row read once and written once, the same operations in the same
+// order, so the same bits.
+template <int K> __device__ void causal_softmax_regs(float *p, int rows, int T) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		float *row = p + (long long)r * T;
+		int n = r % T + 1;
+		float v[K];
+		float mx = row[0];
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			v[k] = j < n ? row[j] : 0.0f;
+			if (j < n) mx = max_nan(mx, v[k]);
+		}
+		for (int o = 16; o > 0; o >>= 1) mx = max_nan(mx, __shfl_xor_sync(FULL, mx, o));
+#pragma unroll
+		for (int k = 0; k < K; k++)
+			if (32 * k + lane < n) v[k] = exp32(v[k] - mx);
+		float inv = 1.0f / sum32_regs<K>(v, n);
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			if (j < T) row[j] = j < n ? v[k] * inv : 0.0f;
+		}
+		__syncwarp();
+	}
+}
+
+// gd_causal_softmax_backward with each row of p and ds in registers.
+template <int K> __device__ void causal_softmax_backward_regs(float *ds, const float *p, int rows, int T, float scale) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		float *d = ds + (long long)r * T;
+		const float *pr = p + (long long)r * T;
+		int n = r % T + 1;
+		float pv[K], dv[K], t[K];
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			pv[k] = j < n ? pr[j] : 0.0f;
+			dv[k] = j < n ? d[j] : 0.0f;
+			t[k] = pv[k] * dv[k];
+		}
+		float dot = sum32_regs<K>(t, n);
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			if (j < T) d[j] = j < n ? (pv[k] * (dv[k] - dot)) * scale : 0.0f;
+		}
+		__syncwarp();
+	}
+}
+
+// The widths instantiated (each spelled out: the fake finds kernels by
+// their extern "C" __global__ declarations).
+extern "C" __global__ void gd_causal_softmax_r2(float *p, int rows, int T) { causal_softmax_regs<2>(p, rows, T); }
+extern "C" __global__ void gd_causal_softmax_backward_r2(float *ds, const float *p, int rows, int T, float scale) {
+	causal_softmax_backward_regs<2>(ds, p, rows, T, scale);
+}
+
+extern "C" __global__ void gd_causal_softmax_r4(float *p, int rows, int T) { causal_softmax_regs<4>(p, rows, T); }
+extern "C" __global__ void gd_causal_softmax_backward_r4(float *ds, const float *p, int rows, int T, float scale) {
+	causal_softmax_backward_regs<4>(ds, p, rows, T, scale);
+}
+
+extern "C" __global__ void gd_causal_softmax_r8(float *p, int rows, int T) { causal_softmax_regs<8>(p, rows, T); }
+extern "C" __global__ void gd_causal_softmax_backward_r8(float *ds, const float *p, int rows, int T, float scale) {
+	causal_softmax_backward_regs<8>(ds, p, rows, T, scale);
+}
+
+extern "C" __global__ void gd_causal_softmax_r16(float *p, int rows, int T) { causal_softmax_regs<16>(p, rows, T); }
+extern "C" __global__ void gd_causal_softmax_backward_r16(float *ds, const float *p, int rows, int T, float scale) {
+	causal_softmax_backward_regs<16>(ds, p, rows, T, scale);
+}
+
+extern "C" __global__ void gd_causal_softmax_r32(float *p, int rows, int T) { causal_softmax_regs<32>(p, rows, T); }
+extern "C" __global__ void gd_causal_softmax_backward_r32(float *ds, const float *p, int rows, int T, float scale) {
+	causal_softmax_backward_regs<32>(ds, p, rows, T, scale);
+}
+
 // ---- the gradient's global norm (train's clipGrads) ----
 
 // part[b] = the float64 sum of squares of block b's stretch of g: the
