@@ -7,7 +7,8 @@ import "testing"
 // statistics over both ranks' batches on the device, syncbn.Device over
 // NCCL, the gradients averaged by NCCL) ends where one rank at double
 // batch ends and where -syncbn on the CPU (two ranks over shm) ends,
-// within deviceTol; -strategy zero1 with -syncbn likewise. The
+// within deviceTol; -strategy zero1 and zero3 (parameters gathered unit
+// by unit) with -syncbn likewise. The
 // references run on the CPU (the device equals it within deviceTol:
 // TestDeviceMatchesCPU; the fake's cnn-bn is slow), and the CPU without
 // -syncbn ends elsewhere (each rank's statistics its own batch's), so
@@ -39,10 +40,12 @@ func TestDeviceSyncBN(t *testing.T) {
 		t.Errorf("time in the host SyncBN hook per step: %v ms over nccl, %v ms over shm; want 0 (the statistics stay on the device) and more",
 			two.SyncBNMsPerStep, host.SyncBNMsPerStep)
 	}
-	zero := trainEnv(t, ncclSharedEnv(t), append([]string{"-device", "cuda", "-backend", "nccl", "-nproc", "2", "-batch", "8", "-syncbn", "-strategy", "zero1"}, common...)...)
-	checkNear(t, "cuda -syncbn zero1, 2 ranks vs 1 rank at double batch", zero, one)
-	if zero.SyncBNMsPerStep != 0 {
-		t.Errorf("zero1 over nccl spent %v ms a step in the host SyncBN hook: want 0 (on the device)", zero.SyncBNMsPerStep)
+	for _, st := range []string{"zero1", "zero3"} {
+		zero := trainEnv(t, ncclSharedEnv(t), append([]string{"-device", "cuda", "-backend", "nccl", "-nproc", "2", "-batch", "8", "-syncbn", "-strategy", st}, common...)...)
+		checkNear(t, "cuda -syncbn "+st+", 2 ranks vs 1 rank at double batch", zero, one)
+		if zero.SyncBNMsPerStep != 0 {
+			t.Errorf("%s over nccl spent %v ms a step in the host SyncBN hook: want 0 (on the device)", st, zero.SyncBNMsPerStep)
+		}
 	}
 	plain := trainEnv(t, nil, append([]string{"-device", "cpu", "-backend", "shm", "-nproc", "2", "-batch", "8"}, common...)...)
 	if near(plain.EvalLoss, one.EvalLoss, deviceTol) {
