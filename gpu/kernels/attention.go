@@ -140,18 +140,26 @@ func causalIO(rows, t, in int) traffic {
 	return rw(int64(in)*(n+int64(rows))/2, n)
 }
 
-// softmaxRegs is whether the causal softmax keeps rows of up to 1024 in
-// registers (tests turn it off to compare with the row-in-memory kernels).
-var softmaxRegs = true
+// rowsInRegisters is whether the row kernels (the causal softmax, layer
+// norm) keep rows of up to 1024 in registers (tests turn it off to
+// compare with the row-in-memory kernels).
+var rowsInRegisters = true
 
-// softmaxKernel is the causal softmax's kernel (name: its base name) for
-// rows of t: the rows in registers, 32 K values a warp, for t <= 1024.
-func softmaxKernel(name string, t int) string {
-	if !softmaxRegs {
+// regWidths are the register widths the row kernels are instantiated
+// for: K values a lane, rows of up to 32 K.
+var regWidths = map[string][]int{
+	"gd_causal_softmax": {2, 4, 8, 16, 32}, "gd_causal_softmax_backward": {2, 4, 8, 16, 32},
+	"gd_layernorm": {2, 4, 8, 16, 24, 32}, "gd_layernorm_backward": {2, 4, 8, 16, 24, 32},
+}
+
+// rowsKernel is a row kernel's name (name: its base name) for rows of n:
+// the rows in registers, 32 K values a warp, for n <= 1024.
+func rowsKernel(name string, n int) string {
+	if !rowsInRegisters {
 		return name
 	}
-	for _, k := range []int{2, 4, 8, 16, 32} {
-		if t <= 32*k {
+	for _, k := range regWidths[name] {
+		if n <= 32*k {
 			return fmt.Sprintf("%s_r%d", name, k)
 		}
 	}
@@ -168,7 +176,7 @@ func (k *Kernels) CausalSoftmax(s *cuda.Stream, p uintptr, rows, t int) error {
 	if err := softmaxCheck("CausalSoftmax", rows, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch(softmaxKernel("gd_causal_softmax", t), s, rowsGrid(rows), causalIO(rows, t, 1), p, int32(rows), int32(t))
+	return k.launch(rowsKernel("gd_causal_softmax", t), s, rowsGrid(rows), causalIO(rows, t, 1), p, int32(rows), int32(t))
 }
 
 // CausalSoftmaxBackward turns ds (the gradient of CausalSoftmax's output
@@ -179,5 +187,5 @@ func (k *Kernels) CausalSoftmaxBackward(s *cuda.Stream, ds, p uintptr, rows, t i
 	if err := softmaxCheck("CausalSoftmaxBackward", rows, t); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch(softmaxKernel("gd_causal_softmax_backward", t), s, rowsGrid(rows), causalIO(rows, t, 2), ds, p, int32(rows), int32(t), scale)
+	return k.launch(rowsKernel("gd_causal_softmax_backward", t), s, rowsGrid(rows), causalIO(rows, t, 2), ds, p, int32(rows), int32(t), scale)
 }

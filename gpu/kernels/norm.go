@@ -182,7 +182,7 @@ func (k *Kernels) LayerNormForward(s *cuda.Stream, y, xhat, invstd, x, gamma, be
 	if err := lnCheck("LayerNormForward", rows, c); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch("gd_layernorm", s, rowsGrid(rows), rw(int64(rows)*int64(c), 2*int64(rows)*int64(c)+int64(rows)), y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps)
+	return k.launch(rowsKernel("gd_layernorm", c), s, rowsGrid(rows), rw(int64(rows)*int64(c), 2*int64(rows)*int64(c)+int64(rows)), y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps)
 }
 
 // LayerNormBackward is LayerNorm's backward from dy [rows, c] and the
@@ -203,5 +203,5 @@ func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 	if dx == 0 || rows == 0 {
 		return nil
 	}
-	return k.launch("gd_layernorm_backward", s, rowsGrid(rows), rw(2*int64(rows)*int64(c)+int64(rows), int64(rows)*int64(c)), dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c))
+	return k.launch(rowsKernel("gd_layernorm_backward", c), s, rowsGrid(rows), rw(2*int64(rows)*int64(c)+int64(rows), int64(rows)*int64(c)), dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c))
 }

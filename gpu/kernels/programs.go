@@ -8,6 +8,7 @@ var (
 		"gd_adam", "gd_adam4", "gd_scale_by", "gd_dropout", "gd_add", "gd_add4",
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
 	rowsKernels = []string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
+		"gd_layernorm_r2", "gd_layernorm_backward_r2", "gd_layernorm_r4", "gd_layernorm_backward_r4", "gd_layernorm_r8", "gd_layernorm_backward_r8", "gd_layernorm_r16", "gd_layernorm_backward_r16", "gd_layernorm_r24", "gd_layernorm_backward_r24", "gd_layernorm_r32", "gd_layernorm_backward_r32",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
 		"gd_causal_softmax_r2", "gd_causal_softmax_r4", "gd_causal_softmax_r8", "gd_causal_softmax_r16", "gd_causal_softmax_r32",
 		"gd_causal_softmax_backward_r2", "gd_causal_softmax_backward_r4", "gd_causal_softmax_backward_r8",

@@ -542,6 +542,122 @@ extern "C" __global__ void gd_causal_softmax_backward_r32(float *ds, const float
 	causal_softmax_backward_regs<32>(ds, p, rows, T, scale);
 }
 
+// gd_layernorm with each row in registers (K per lane, C <= 32 K): the
+// row read once, the same operations in the same order (the same bits).
+template <int K> __device__ void layernorm_regs(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+						const float *beta, int rows, int C, float invC, double eps) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		const float *row = x + (long long)r * C;
+		float v[K], t[K];
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			v[k] = j < C ? row[j] : 0.0f;
+		}
+		float mean = sum32_regs<K>(v, C) * invC;
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			float d = v[k] - mean;
+			t[k] = d * d;
+		}
+		float var = sum32_regs<K>(t, C) * invC;
+		float inv = (float)(1.0 / sqrt((double)var + eps));
+		if (lane == 0 && invstd) invstd[r] = inv;
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			if (j < C) {
+				float h = (v[k] - mean) * inv;
+				if (xhat) xhat[(long long)r * C + j] = h;
+				y[(long long)r * C + j] = h * gamma[j] + beta[j];
+			}
+		}
+		__syncwarp();
+	}
+}
+
+// gd_layernorm_backward with each row of dy and xhat in registers.
+template <int K> __device__ void layernorm_backward_regs(float *dx, const float *dy, const float *xhat, const float *invstd,
+							 const float *gamma, int rows, int C, float invC) {
+	int lane = threadIdx.x & 31;
+	for (int r = first_row(); r < rows; r += row_step()) {
+		const float *d = dy + (long long)r * C, *xh = xhat + (long long)r * C;
+		float g[K], xv[K], t[K];
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			g[k] = j < C ? d[j] * gamma[j] : 0.0f;
+			xv[k] = j < C ? xh[j] : 0.0f;
+			t[k] = g[k] * xv[k];
+		}
+		float m1 = sum32_regs<K>(g, C) * invC;
+		float m2 = sum32_regs<K>(t, C) * invC;
+		float inv = invstd[r];
+		__syncwarp();
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			if (j < C) dx[(long long)r * C + j] = inv * ((g[k] - m1) - xv[k] * m2);
+		}
+		__syncwarp();
+	}
+}
+
+extern "C" __global__ void gd_layernorm_r2(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					    const float *beta, int rows, int C, float invC, double eps) {
+	layernorm_regs<2>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+}
+extern "C" __global__ void gd_layernorm_backward_r2(float *dx, const float *dy, const float *xhat, const float *invstd,
+						     const float *gamma, int rows, int C, float invC) {
+	layernorm_backward_regs<2>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+}
+
+extern "C" __global__ void gd_layernorm_r4(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					    const float *beta, int rows, int C, float invC, double eps) {
+	layernorm_regs<4>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+}
+extern "C" __global__ void gd_layernorm_backward_r4(float *dx, const float *dy, const float *xhat, const float *invstd,
+						     const float *gamma, int rows, int C, float invC) {
+	layernorm_backward_regs<4>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+}
+
+extern "C" __global__ void gd_layernorm_r8(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					    const float *beta, int rows, int C, float invC, double eps) {
+	layernorm_regs<8>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+}
+extern "C" __global__ void gd_layernorm_backward_r8(float *dx, const float *dy, const float *xhat, const float *invstd,
+						     const float *gamma, int rows, int C, float invC) {
+	layernorm_backward_regs<8>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+}
+
+extern "C" __global__ void gd_layernorm_r16(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					    const float *beta, int rows, int C, float invC, double eps) {
+	layernorm_regs<16>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+}
+extern "C" __global__ void gd_layernorm_backward_r16(float *dx, const float *dy, const float *xhat, const float *invstd,
+						     const float *gamma, int rows, int C, float invC) {
+	layernorm_backward_regs<16>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+}
+
+extern "C" __global__ void gd_layernorm_r24(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					    const float *beta, int rows, int C, float invC, double eps) {
+	layernorm_regs<24>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+}
+extern "C" __global__ void gd_layernorm_backward_r24(float *dx, const float *dy, const float *xhat, const float *invstd,
+						     const float *gamma, int rows, int C, float invC) {
+	layernorm_backward_regs<24>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+}
+
+extern "C" __global__ void gd_layernorm_r32(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
+					    const float *beta, int rows, int C, float invC, double eps) {
+	layernorm_regs<32>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+}
+extern "C" __global__ void gd_layernorm_backward_r32(float *dx, const float *dy, const float *xhat, const float *invstd,
+						     const float *gamma, int rows, int C, float invC) {
+	layernorm_backward_regs<32>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+}
+
 // ---- the gradient's global norm (train's clipGrads) ----
 
 // part[b] = the float64 sum of squares of block b's stretch of g: the
