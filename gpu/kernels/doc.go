@@ -219,7 +219,12 @@
 // sums, the convolution's bias gradient) run in two stages: about 1024
 // blocks over chunks of rows, then each column's chunks added in order.
 // The embedding's gradient is a warp per table row and 32 of its values,
-// a ballot over 32 ids at a time finding the rows that name it in order. The tests run on a real GPU when one is there
+// a ballot over 32 ids at a time finding the rows that name it in order.
+// The row kernels (LayerNorm forward and dx, the causal softmax and its
+// backward: a warp per row) hold a row of up to 1024 values in registers
+// (32 K a warp, K instantiated for 2 to 32), read once and written once;
+// longer rows are read from memory in each pass. Both give the same bits
+// (TestLayerNormRegisters, TestCausalSoftmaxRegisters). The tests run on a real GPU when one is there
 // (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
 // TestRealNVRTC compiles every program with a real NVRTC where installed.
 //
