@@ -62,6 +62,7 @@ type attnOp struct {
 	heads int
 	st    *attnState
 	out   outBuf
+	kt    []float32 // scratch: one head's keys transposed (D x T)
 }
 
 func (op *attnOp) Arity() int       { return 1 }
@@ -90,6 +91,48 @@ func gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []flo
 		return blas.NoTrans
 	}
 	blas32.Implementation().Sgemm(t(ta), t(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// tileGemm is gemm for ta and tb = false (op(a) = a or, with ta, a's
+// transpose), on vecmath.GemmTiles' AVX-512 tiles where they take the
+// shape (m a multiple of 8, n of 32: attention's blocks and heads of 64)
+// and beta is 0, else on the BLAS: for attention's small products, where
+// the BLAS's packing and call cost more than the arithmetic.
+func tileGemm(ta bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	sai, sak := lda, 1
+	if ta {
+		sai, sak = 1, lda
+	}
+	if !attnTiles || !vecmath.GemmTiles(m, n, k, alpha, a, sai, sak, b, ldb, c, ldc) {
+		gemm(ta, false, m, n, k, alpha, a, lda, b, ldb, 0, c, ldc)
+	}
+}
+
+// tilesFit says whether attention's blocks at context t take
+// vecmath.GemmTiles' tiles (which then pays for transposing the keys
+// and values that Q K^T and dO V^T read across).
+func tilesFit(t int) bool {
+	return attnTiles && vecmath.KernelSet() == "avx512" && attnBlock%32 == 0 && t%attnBlock == 0
+}
+
+// attnTiles turns vecmath.GemmTiles on for attention (tests compare with
+// the BLAS alone).
+var attnTiles = true
+
+// headTranspose sets *dst (grown as needed) to the d x r transpose of
+// the r x d matrix src (leading dimension ld) and returns it.
+func headTranspose(dst *[]float32, src []float32, r, d, ld int) []float32 {
+	if cap(*dst) < r*d {
+		*dst = make([]float32, r*d)
+	}
+	out := (*dst)[:r*d]
+	for i := 0; i < r; i++ {
+		row := src[i*ld : i*ld+d]
+		for j, v := range row {
+			out[j*r+i] = v
+		}
+	}
+	return out
 }
 
 // causalSoftmax turns each row i of s (t x t) into the softmax of its
@@ -137,13 +180,21 @@ func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 			}
 			q, k, vv := x[hd*d:], x[c+hd*d:], x[2*c+hd*d:]
 			o := out[b*t*c+hd*d:]
+			var kt []float32
+			if tilesFit(t) {
+				kt = headTranspose(&op.kt, k, t, d, 3*c)
+			}
 			// Row block [i0, i1) attends to keys [0, i1) only: S and O
 			// skip the products that the causal mask zeroes.
 			for i0 := 0; i0 < t; i0 += attnBlock {
 				i1 := min(i0+attnBlock, t)
-				gemm(false, true, i1-i0, i1, d, scale, q[i0*3*c:], 3*c, k, 3*c, 0, p[i0*t:], t)
+				if kt != nil {
+					tileGemm(false, i1-i0, i1, d, scale, q[i0*3*c:], 3*c, kt, t, p[i0*t:], t)
+				} else {
+					gemm(false, true, i1-i0, i1, d, scale, q[i0*3*c:], 3*c, k, 3*c, 0, p[i0*t:], t)
+				}
 				causalSoftmaxRows(p, t, i0, i1)
-				gemm(false, false, i1-i0, d, i1, 1, p[i0*t:], t, vv, 3*c, 0, o[i0*c:], c)
+				tileGemm(false, i1-i0, d, i1, 1, p[i0*t:], t, vv, 3*c, o[i0*c:], c)
 			}
 		}
 	}
@@ -170,6 +221,7 @@ type attnGradOp struct {
 	baseOp
 	fwd *attnOp
 	ds  []float32 // scratch, t x t
+	vt  []float32 // scratch: one head's values transposed (D x T)
 	out outBuf
 }
 
@@ -209,23 +261,31 @@ func (op *attnGradOp) Do(v ...G.Value) (G.Value, error) {
 			q, k, vv := x[hd*d:], x[c+hd*d:], x[2*c+hd*d:]
 			doh := do[hd*d:]
 			dqh, dkh, dvh := dx[hd*d:], dx[c+hd*d:], dx[2*c+hd*d:]
+			var vt []float32
+			if tilesFit(t) {
+				vt = headTranspose(&op.vt, vv, t, d, 3*c)
+			}
 			// P and dS are zero above the diagonal: row block [i0, i1)
 			// of dP, dS and dQ needs keys [0, i1); column block [j0, j1)
 			// of dV and dK needs query rows [j0, T).
 			for i0 := 0; i0 < t; i0 += attnBlock {
 				i1 := min(i0+attnBlock, t)
-				gemm(false, true, i1-i0, i1, d, 1, doh[i0*c:], c, vv, 3*c, 0, ds[i0*t:], t) // dP
+				if vt != nil { // dP
+					tileGemm(false, i1-i0, i1, d, 1, doh[i0*c:], c, vt, t, ds[i0*t:], t)
+				} else {
+					gemm(false, true, i1-i0, i1, d, 1, doh[i0*c:], c, vv, 3*c, 0, ds[i0*t:], t)
+				}
 				for i := i0; i < i1; i++ {
 					pr, dr := p[i*t:i*t+i+1], ds[i*t:(i+1)*t]
 					vecmath.SoftmaxGradRow(dr, pr, scale)
 					clear(dr[i+1:])
 				}
-				gemm(false, false, i1-i0, d, i1, 1, ds[i0*t:], t, k, 3*c, 0, dqh[i0*3*c:], 3*c) // dQ
+				tileGemm(false, i1-i0, d, i1, 1, ds[i0*t:], t, k, 3*c, dqh[i0*3*c:], 3*c) // dQ
 			}
 			for j0 := 0; j0 < t; j0 += attnBlock {
 				j1 := min(j0+attnBlock, t)
-				gemm(true, false, j1-j0, d, t-j0, 1, p[j0*t+j0:], t, doh[j0*c:], c, 0, dvh[j0*3*c:], 3*c)    // dV
-				gemm(true, false, j1-j0, d, t-j0, 1, ds[j0*t+j0:], t, q[j0*3*c:], 3*c, 0, dkh[j0*3*c:], 3*c) // dK
+				tileGemm(true, j1-j0, d, t-j0, 1, p[j0*t+j0:], t, doh[j0*c:], c, dvh[j0*3*c:], 3*c)    // dV
+				tileGemm(true, j1-j0, d, t-j0, 1, ds[j0*t+j0:], t, q[j0*3*c:], 3*c, dkh[j0*3*c:], 3*c) // dK
 			}
 		}
 	}

@@ -36,6 +36,12 @@
 //     and PoolArgGradPlanes, the pooling kernels over whole planes in one
 //     call (the avx512 set's rows in one assembly loop in pool_amd64.s,
 //     the other sets' row kernels row by row: the same values).
+//   - gemm.go, gemm_amd64.go/.s, gemm_other.go: GemmTiles, small matrix
+//     products in 8 x 32 AVX-512 tiles (fused multiply-adds in order, then
+//     alpha: gemm_test.go checks them bit for bit against that
+//     definition), for attention's products, where a BLAS's packing costs
+//     more than the arithmetic; it declines (returns false) off avx512 or
+//     off its shapes, and the caller uses the BLAS.
 //   - kernels_test.go, bn_test.go, conv_test.go, pool_test.go: every set
 //     this machine runs, through the exported functions, against each
 //     kernel's definition bit for bit, on lengths with and without a
