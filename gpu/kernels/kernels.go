@@ -134,14 +134,20 @@ func sizeErr(op string, kv ...any) error {
 	return nil
 }
 
-// rowGrid launches blocks over rows (grid y, striding past 65535 rows)
-// and each row's n values (x threads, v values a thread): no division per
-// element.
+// rowGrid launches blocks over rows (grid y, each block striding over
+// the rows past the grid's) and each row's n values (x threads, v values
+// a thread): no division per element. At most rowBlocks blocks (about 31
+// per SM of an H100: four waves of resident blocks), so that a block
+// does several rows' work rather than a few values.
 func rowGrid(rows, n, v int) rtc.Config {
 	per := (n + v - 1) / v
 	bx := min(256, max(32, (per+31)/32*32))
-	return rtc.Config{Grid: rtc.Dim3{X: max(1, (per+bx-1)/bx), Y: min(max(rows, 1), 65535), Z: 1}, Block: rtc.Dim(bx)}
+	gx := max(1, (per+bx-1)/bx)
+	return rtc.Config{Grid: rtc.Dim3{X: gx, Y: min(max(rows, 1), 65535, max(1, rowBlocks/gx)), Z: 1}, Block: rtc.Dim(bx)}
 }
+
+// rowBlocks caps rowGrid's blocks.
+const rowBlocks = 4096
 
 // aligned4 reports whether float4 accesses fit: every address 16-byte
 // aligned and every count (of float32s) a multiple of 4.
