@@ -246,7 +246,8 @@ __device__ long long embed_row(float id, int num) {
 // takes a table row v (blockIdx.y, striding past the grid) and 32 of its
 // values (its lanes); it reads the ids 32 at a time, and a ballot gives
 // the rows that name v in order, which every lane then adds at its value.
-// The ids are read once per warp, not once per value (num dim times).
+// The ids are read once per warp, not once per value (num dim times);
+// a round's matching values are loaded together before they are added.
 extern "C" __global__ void gd_embed_backward(float *dw, const float *dy, const float *ids, int rows, int num, int dim,
 					     int accumulate) {
 	int lane = threadIdx.x & 31, d = blockIdx.x * blockDim.x + threadIdx.x;
@@ -256,11 +257,16 @@ extern "C" __global__ void gd_embed_backward(float *dw, const float *dy, const f
 		for (int base = 0; base < rows; base += 32) {
 			int r = base + lane;
 			unsigned m = __ballot_sync(FULL, r < rows && embed_row(ids[r], num) == v);
-			while (m) {
-				int j = __ffs((int)m) - 1;
-				m &= m - 1;
-				if (d < dim) s = s + dy[(long long)(base + j) * dim + d];
-			}
+			if (m == 0 || d >= dim) continue;
+			// every matching row's value loaded at once (a frequent id's
+			// rows are one lane's serial sum: its loads should not be),
+			// then added in order
+			float t[32];
+#pragma unroll
+			for (int q = 0; q < 32; q++) t[q] = m >> q & 1 ? dy[(long long)(base + q) * dim + d] : 0.0f;
+#pragma unroll
+			for (int q = 0; q < 32; q++)
+				if (m >> q & 1) s = s + t[q];
 		}
 		if (d < dim) {
 			long long o = (long long)v * dim + d;
