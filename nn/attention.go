@@ -126,12 +126,7 @@ func headTranspose(dst *[]float32, src []float32, r, d, ld int) []float32 {
 		*dst = make([]float32, r*d)
 	}
 	out := (*dst)[:r*d]
-	for i := 0; i < r; i++ {
-		row := src[i*ld : i*ld+d]
-		for j, v := range row {
-			out[j*r+i] = v
-		}
-	}
+	vecmath.Transpose(out, r, src, ld, r, d)
 	return out
 }
 

@@ -63,3 +63,11 @@ func geluAVX512(y, d, x *float32, n int, c *GELUConsts)
 func geluAVX512Kernel(y, d, x []float32, c *GELUConsts) {
 	geluAVX512(ptr(y), ptr(d), ptr(x), len(x), c)
 }
+
+// haveTransposeAsm: rows_amd64.s holds transpose8x8AVX.
+const haveTransposeAsm = true
+
+// transpose8x8AVX transposes one 8 x 8 block (strides in elements).
+//
+//go:noescape
+func transpose8x8AVX(dst *float32, ldd int, src *float32, lds int)

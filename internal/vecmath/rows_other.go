@@ -22,3 +22,7 @@ func maxAVX(v *float32, n int, s *[8]float32)                                 { 
 func expSubSumAVX(r *float32, n int, mx float32, c *expConsts, s *[8]float32) { unreachable() }
 func scaleAVX(v *float32, n int, a float32)                                   { unreachable() }
 func softmaxGradAVX(d, p *float32, n int, dot, scale float32)                 { unreachable() }
+
+const haveTransposeAsm = false
+
+func transpose8x8AVX(dst *float32, ldd int, src *float32, lds int) { unreachable() }

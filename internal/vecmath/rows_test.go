@@ -213,3 +213,31 @@ func TestSoftmaxNaN(t *testing.T) {
 		}
 	}
 }
+
+// TestTranspose: Transpose against its definition on shapes with and
+// without whole 8 x 8 blocks and leading dimensions wider than the
+// matrices, nothing else in dst written.
+func TestTranspose(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	for _, s := range [][2]int{{1, 1}, {8, 8}, {16, 64}, {128, 64}, {13, 21}, {24, 9}, {7, 40}} {
+		r, c := s[0], s[1]
+		lds, ldd := c+3, r+5
+		src := rowVec(rng, r*lds, 1)
+		dst := make([]float32, c*ldd)
+		for i := range dst {
+			dst[i] = rowGuard
+		}
+		Transpose(dst, ldd, src, lds, r, c)
+		for j := 0; j < c; j++ {
+			for i := 0; i < ldd; i++ {
+				want := rowGuard
+				if i < r {
+					want = src[i*lds+j]
+				}
+				if math.Float32bits(dst[j*ldd+i]) != math.Float32bits(want) {
+					t.Fatalf("%dx%d: dst[%d][%d] = %v, want %v", r, c, j, i, dst[j*ldd+i], want)
+				}
+			}
+		}
+	}
+}
