@@ -95,7 +95,10 @@
 // After event, recorded on the caller's (non-blocking) stream, and records
 // its Done event right after itself, at the launch, so that the caller's
 // stream waits for the result on the device (order.go;
-// TestOrderTiesStreams). A Work is a CUDA
+// TestOrderTiesStreams). Send and Recv honour it too, but launch later
+// (once the peer's channel is ready, or the message has come): their
+// After event must not be recorded again until their Work completes. A
+// Work is a CUDA
 // event recorded after the operation; a watcher goroutine per stream waits
 // for the events in order: it polls each briefly (an adaptive spin, up to
 // 100 us after short operations, down to a few polls when they take

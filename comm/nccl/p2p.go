@@ -258,9 +258,9 @@ func (c *Comm) runSend(ctx context.Context, name string, ch *channel, prev <-cha
 		{kind: 0, peer: 1, dt: u8, buf: C.uintptr_t(hdev.Ptr), count: hdrBytes},
 		{kind: 0, peer: 1, dt: u8, buf: dptr(buf), count: C.size_t(buf.Bytes())},
 	}
-	w, err := cc.issue(ctx, cc.coll, name, false, func(h, st, ev C.uintptr_t) C.int {
+	w, err := cc.issue(ctx, cc.coll, name, false, cc.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 		return C.gdnc_group(cc.lib.c, C.int(cc.device), st, ev, h, &ops[0], C.int(len(ops)))
-	}, c.putHeader(hdev, hpin))
+	}), c.putHeader(hdev, hpin))
 	markLaunched()
 	if err != nil {
 		req.Complete(err)
@@ -308,9 +308,9 @@ func (c *Comm) recvLocked(ctx context.Context, name string, ch *channel, buf com
 		cc := ch.c
 		ops := []C.gdnc_p2p{{kind: 2, buf: dptr(buf), src: C.uintptr_t(m.blk.Ptr), bytes: C.size_t(buf.Bytes())}}
 		blk := m.blk
-		return cc.issue(ctx, cc.coll, name, false, func(h, st, ev C.uintptr_t) C.int {
+		return cc.issue(ctx, cc.coll, name, false, cc.ordered(ctx, func(h, st, ev C.uintptr_t) C.int {
 			return C.gdnc_group(cc.lib.c, C.int(cc.device), st, ev, h, &ops[0], 1)
-		}, func(ok bool) {
+		}), func(ok bool) {
 			if ok {
 				c.devPool.Put(blk)
 			}
@@ -454,9 +454,9 @@ func (c *Comm) receiveOne(ch *channel) error {
 		}
 		ops := []C.gdnc_p2p{{kind: 1, peer: 0, dt: u8, buf: dptr(o.buf), count: u8n}}
 		cc.mu.Lock()
-		_, err := cc.issueLocked(o.ctx, cc.coll, o.name, false, func(h, st, ev C.uintptr_t) C.int {
+		_, err := cc.issueLocked(o.ctx, cc.coll, o.name, false, cc.ordered(o.ctx, func(h, st, ev C.uintptr_t) C.int {
 			return C.gdnc_group(cc.lib.c, C.int(cc.device), st, ev, h, &ops[0], 1)
-		}, nil, o.req)
+		}), nil, o.req)
 		cc.mu.Unlock()
 		if err != nil {
 			o.req.Complete(err)

@@ -204,3 +204,18 @@ func NCCLDelay(t testing.TB, d time.Duration) {
 		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
 	}
 }
+
+// KernelDelay makes every later kernel launch and cuBLAS GEMM of the fake
+// start d later on its stream, until called again with 0 (and at the
+// latest when t ends): the compute streams run behind, so that work on
+// another stream (NCCL's, a copy) that does not wait for them reads
+// their buffers too early. A rank run as a process sets
+// FAKE_CUDA_KERNEL_DELAY_MS (and FAKE_NCCL_DELAY_MS for NCCLDelay)
+// instead.
+func KernelDelay(t testing.TB, d time.Duration) {
+	f := sym(t, "fakecudaKernelDelay")
+	C.gdfk_call_int(f, C.int(d.Milliseconds()))
+	if d > 0 {
+		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
+	}
+}

@@ -56,3 +56,6 @@ func StreamDelay(t testing.TB, s *cuda.Stream, d time.Duration) { RequireFake(t)
 
 // NCCLDelay skips t: without cgo there is no fake.
 func NCCLDelay(t testing.TB, d time.Duration) { RequireFake(t) }
+
+// KernelDelay skips t: without cgo there is no fake.
+func KernelDelay(t testing.TB, d time.Duration) { RequireFake(t) }

@@ -60,6 +60,28 @@
 // BNBuffers are batch norm's running statistics on the device, which a
 // strategy broadcasts from rank 0.
 //
+// Streams and events (streams.go): the model's work is queued on its own
+// stream (Stream), a non-blocking one, which nothing orders with the
+// legacy default stream; every dependency is an event or a host wait.
+// A step's batch and labels go up from pinned memory on that stream,
+// its gradients are zeroed there, and its loss comes down into pinned
+// memory there: the host waits for the stream only for the loss (and
+// Eval's counts, GradNorm's norm). Uploads outside a step (CopyFromHost,
+// the optimizer state, Unshard and Reshard, HostSyncBN's result) run on
+// the legacy stream, and the model's stream then waits for an event
+// recorded there; copies down synchronize the stream first. Collectives
+// on the model's buffers run on other streams (NCCL's) and are tied to
+// it with a cuda.Order: OnGradsReady comes when a bucket's gradients
+// are queued (the collective waits for an event recorded then);
+// ReduceGrads and GatherParams get such an event (after) and return how
+// to make the stream wait for their result (an event recorded after the
+// collective, waited for on the device); a unit's block goes back to the
+// spares once its ops are queued, and its next user (a gather on NCCL's
+// stream) waits for the event recorded after them, never the host
+// (TestGatherWaitsForReaders). A caller that reads or writes the
+// buffers with cudaMemcpy synchronizes Stream first, or makes it wait
+// (Stream.WaitDefault) after.
+//
 // Place walks the model's layer tree and maps each nn layer to its
 // kernels (Layers lists them); a layer without device kernels (a user
 // layer type, nn.Func, nn.Adapt; a SyncBatchNorm without Config.SyncBN)

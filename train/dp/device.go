@@ -53,7 +53,8 @@ type deviceBase struct {
 	dc    *devComm
 	m     *models.Model
 	d     *devmodel.Model
-	stale bool // the host model (and optimizer) are behind the device
+	st    streams // the collectives' events and Works (device_order.go)
+	stale bool    // the host model (and optimizer) are behind the device
 }
 
 // place puts s.Model on this rank's GPU (rankdev.Device) for devmodel's
@@ -79,7 +80,10 @@ func (b *deviceBase) place(s train.Setup, first int, dcfg devmodel.Config) error
 	// Dropout's masks: this rank's samples' place in the global batch.
 	d.SampleOffset = s.Comm.Rank() * cfg.Batch
 	b.d = d
-	return nil
+	if err := b.st.open(d.Stream()); err != nil {
+		return fmt.Errorf("train: rank %d: -device %s: %w", s.Comm.Rank(), cfg.Device, err)
+	}
+	return b.dc.bind(d.Stream())
 }
 
 // Device is the placed model (for tests and tools).
@@ -87,8 +91,12 @@ func (b *deviceBase) Device() *devmodel.Model { return b.d }
 
 func (b *deviceBase) DataRank() (rank, world int) { return b.c.Rank(), b.c.Size() }
 
-// sync waits for the model's queued work (before a collective reads or
-// writes its buffers).
+// settle checks the collectives issued so far (device_order.go), before
+// the host reads the model.
+func (b *deviceBase) settle(ctx context.Context) error { return b.st.settle(ctx, b.c.Rank()) }
+
+// sync waits for the model's queued work (before a collective through
+// host memory reads or writes its buffers).
 func (b *deviceBase) sync() error {
 	if err := b.d.Stream().Synchronize(); err != nil {
 		return fmt.Errorf("train: rank %d: the device: %w", b.c.Rank(), err)
@@ -101,6 +109,9 @@ func (b *deviceBase) sync() error {
 // other ranks' statistics are never used but there, so this changes no
 // result. Collective.
 func (b *deviceBase) syncBN(ctx context.Context) error {
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	bufs := b.d.BNBuffers()
 	if len(bufs) == 0 || b.c.Size() == 1 {
 		return nil
@@ -150,19 +161,33 @@ func (b *deviceBase) Report(_ context.Context, sum *train.Summary) error {
 }
 
 // overlapped runs forward and backward with each bucket's collective
-// (launch; buckets last first) started as soon as backward has queued
-// its gradients (devmodel's OnGradsReady), and waits for them all after
-// backward. works is reused for the started collectives and returned;
-// verb ("averaging", "reducing") names what they do in errors.
-func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buckets []devBucket, works []comm.Work, verb string, launch func(devBucket) (comm.Work, error)) (float32, []comm.Work, error) {
+// (launch, with the ctx to issue it with; buckets last first) started as
+// soon as backward has queued its gradients (devmodel's OnGradsReady),
+// NCCL's stream waiting on the device for an event recorded on the
+// model's stream then; after backward the model's stream waits for an
+// event recorded after the last bucket's collective (NCCL runs them in
+// order), so the update reads the reduced gradients; the host waits for
+// none of them (device_order.go). verb ("averaging", "reducing") names
+// what they do in errors.
+func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buckets []devBucket, verb string, launch func(ctx context.Context, b devBucket) (comm.Work, error)) (float32, error) {
+	prev := b.st.pending // the last step's, done on the device once this step's loss is down
+	b.st.pending = nil
+	done, err := b.st.event()
+	if err != nil {
+		return 0, err
+	}
 	next := 0
 	start := func(from int) error {
 		for ; next < len(buckets) && buckets[next].lo >= from; next++ {
-			w, err := launch(buckets[next])
+			octx, err := b.st.ordered(ctx, done)
+			if err != nil {
+				return err
+			}
+			w, err := launch(octx, buckets[next])
 			if err != nil {
 				return fmt.Errorf("train: %s gradient bucket %d on the device: %w", verb, next, err)
 			}
-			works = append(works, w)
+			b.st.track(w)
 		}
 		return nil
 	}
@@ -172,12 +197,25 @@ func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buc
 	if err == nil {
 		err = start(0) // every bucket is ready by now
 	}
-	for _, w := range works {
-		if werr := w.Wait(ctx); werr != nil && err == nil {
-			err = fmt.Errorf("train: %s the gradients on the device: %w", verb, werr)
-		}
+	if jerr := b.st.join(done); err == nil {
+		err = jerr
 	}
-	return loss, works, err
+	b.st.pending = append(prev, b.st.pending...)
+	if err != nil {
+		return loss, err
+	}
+	return loss, b.settlePrevious(ctx, len(prev))
+}
+
+// settlePrevious checks the first n pending collectives, the last step's
+// (this step's loss came down: the device has done them), and keeps the
+// rest.
+func (b *deviceBase) settlePrevious(ctx context.Context, n int) error {
+	rest := append([]comm.Work(nil), b.st.pending[n:]...)
+	b.st.pending = b.st.pending[:n]
+	err := b.settle(ctx)
+	b.st.pending = rest
+	return err
 }
 
 // copyDown copies the device's parameters, batch-norm statistics and
@@ -224,7 +262,6 @@ type deviceDDP struct {
 	deviceBase
 	opt     optim.Optimizer // the host's copy of the device's state, for saves
 	buckets []devBucket     // with overlap: the gradient buckets, last first
-	works   []comm.Work     // the step's bucket all-reduces
 }
 
 // devBucket is a range [lo, hi) of the flat gradient buffer, all-reduced
@@ -272,10 +309,11 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 	// Over NCCL the gradients are averaged in buckets while backward
 	// runs (unless -no-overlap): a bucket's all-reduce starts once
 	// backward has queued its last gradient (devmodel's OnGradsReady);
-	// NCCL's stream waits for the work queued before it on the model's
-	// (blocking) stream, and the rest of backward goes on meanwhile. A
-	// GPU reduces with resources of its own, so unlike the CPU's, this
-	// overlap is on whatever the host's cores.
+	// NCCL's stream waits for an event recorded on the model's
+	// (non-blocking) stream then, and the rest of backward goes on
+	// meanwhile (device_order.go). A GPU reduces with resources of its
+	// own, so unlike the CPU's, this overlap is on whatever the host's
+	// cores.
 	o := cfg.Options.(*DDPOptions)
 	if off, set := o.NoOverlap.Get(); st.dc.direct && s.Comm.Size() > 1 && !(set && off) {
 		st.buckets = devBuckets(st.d.N, o.FirstMB, o.MB)
@@ -290,6 +328,10 @@ func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, 
 	if len(s.buckets) > 0 {
 		return s.stepOverlapped(ctx, x, y)
 	}
+	if s.dc.direct && s.c.Size() > 1 {
+		// one bucket after backward: ordered as overlapped's
+		return s.overlapped(ctx, x, y, []devBucket{{0, s.d.N}}, "averaging", s.allReduce)
+	}
 	loss, err := s.d.ForwardBackward(x, y)
 	if err != nil || s.c.Size() == 1 {
 		return loss, err
@@ -303,14 +345,15 @@ func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, 
 	return loss, nil
 }
 
+// allReduce starts averaging bucket b of the gradients over NCCL.
+func (s *deviceDDP) allReduce(ctx context.Context, b devBucket) (comm.Work, error) {
+	return s.c.AllReduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg)
+}
+
 // stepOverlapped starts each bucket's all-reduce as soon as backward has
 // queued its gradients, and waits for them all after backward.
 func (s *deviceDDP) stepOverlapped(ctx context.Context, x []float32, y []int32) (float32, error) {
-	loss, works, err := s.overlapped(ctx, x, y, s.buckets, s.works[:0], "averaging", func(b devBucket) (comm.Work, error) {
-		return s.c.AllReduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg)
-	})
-	s.works = works
-	return loss, err
+	return s.overlapped(ctx, x, y, s.buckets, "averaging", s.allReduce)
 }
 
 // Report: peak device memory; the buckets overlapped with backward, if
@@ -406,5 +449,5 @@ func (s *deviceDDP) Memory() (train.MemoryBytes, int64) {
 }
 
 func (s *deviceDDP) Close() error {
-	return errors.Join(s.d.Close())
+	return errors.Join(s.d.Close(), s.st.close(), s.dc.close())
 }

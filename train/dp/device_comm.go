@@ -16,14 +16,35 @@ import (
 // backend (shm, tcp, inproc) they are copied down into a host buffer,
 // reduced there and copied back up: correct, and slower than NCCL by two
 // copies of the buffer per collective. Every call is blocking and
-// collective. The caller synchronizes the stream that wrote the device
-// buffers before a call (the copies and NCCL's stream wait on the legacy
-// default stream only).
+// collective. The caller synchronizes the model's stream (bind's) before
+// a call (the copies down and NCCL's stream wait on the legacy default
+// stream only, which the model's non-blocking stream is not ordered
+// with), and the model's stream waits for the copies up (an event
+// recorded on the legacy default stream after them: unstage).
 type devComm struct {
 	c      comm.Comm
 	dev    int
 	direct bool      // c takes device buffers
 	host   []float32 // staging for a host backend, grown on demand
+	s      *cuda.Stream
+	up     *cuda.Event // marks the legacy stream after unstage's copy
+}
+
+// close destroys bind's event.
+func (x *devComm) close() error {
+	if x.up == nil {
+		return nil
+	}
+	err := x.up.Destroy()
+	x.up = nil
+	return err
+}
+
+// bind makes s, the model's stream, wait for unstage's copies.
+func (x *devComm) bind(s *cuda.Stream) (err error) {
+	x.s = s
+	x.up, err = cuda.NewEvent(x.dev)
+	return err
 }
 
 // checkNCCLDevice refuses -device cuda:N (N > 0) with -backend nccl,
@@ -75,6 +96,9 @@ func (x *devComm) unstage(p uintptr, h []float32) error {
 	}
 	if err := cuda.CopyHtoD(x.dev, p, f32bytes(h)); err != nil {
 		return fmt.Errorf("train: rank %d: copying %d values to the device: %w", x.c.Rank(), len(h), err)
+	}
+	if x.s != nil {
+		return x.s.WaitDefault(x.up)
 	}
 	return nil
 }

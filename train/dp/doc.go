@@ -35,9 +35,10 @@
 // a GPU without NCCL. DDP over NCCL averages the gradients in buckets
 // (-first-bucket-mb, -bucket-mb) during backward: a bucket's all-reduce
 // starts once backward has queued its last gradient
-// (devmodel.Model.OnGradsReady) and NCCL's stream waits for the work
-// queued before it, so it overlaps the rest of backward (-no-overlap:
-// after backward, as one); ZeRO over NCCL likewise reduces each bucket
+// (devmodel.Model.OnGradsReady) and NCCL's stream waits for an event
+// recorded then on the model's stream, so it overlaps the rest of
+// backward (-no-overlap: after backward, as one); ZeRO over NCCL
+// likewise reduces each bucket
 // (split at the shards' edges) to its shard's owner during backward;
 // the summary's overlap and buckets say which. Over a host backend DDP
 // and zero1 reduce after backward; zero2 and zero3 reduce each unit
@@ -69,6 +70,29 @@
 // for an evaluation's duration. peak_device_bytes reports what is held
 // (zero_device.go; cmd/train's TestDeviceZeroMemory: zero3 < zero2 <
 // zero1 < ddp).
+//
+// Streams and events on the device (device_order.go): the model
+// computes on its own non-blocking stream (devmodel's Stream), NCCL on
+// its communicators' streams, and nothing is ordered through the legacy
+// default stream. Every collective on the model's buffers carries a
+// cuda.Order: NCCL's stream waits for an event recorded on the model's
+// stream when the collective is issued (a bucket's or unit's gradients
+// written; a ZeRO-3 block's last readers queued and the shard updated;
+// the update queued, before zero1/2's all-gather), and the model's
+// stream waits for an event recorded after it before the work that reads
+// its result (the update after the last bucket's reduction; adding a
+// unit's reduced gradients into the shard, each unit with its own event
+// so that the next unit's reduction stays overlapped; a unit's forward
+// or backward after its gather, the next unit's gather issued while
+// this unit computes; the next forward after zero1/2's all-gather).
+// Within a step the host waits only for the loss to come down: the
+// collectives' Works are checked after the next step's loss (done on the
+// device by then) and before saves and evaluations. Over a host backend
+// the host waits for the model's stream before copying buffers down, and
+// the stream waits for an event recorded on the legacy default stream
+// after the results are copied up. cmd/train's TestDeviceStreamOrdering
+// slows the fake's kernels, or its NCCL, and gets the same bits for ddp
+// (overlapped and not), zero1, zero2, zero3 and the pipeline.
 //
 // Evaluation runs on the device (train.BatchEvaluator: devmodel.Eval),
 // every rank with rank 0's batch-norm statistics, broadcast on the

@@ -52,8 +52,9 @@ import (
 // again before its backward, and given back after, as FSDP does with a
 // unit per layer; over NCCL the next unit's gather is started before
 // this unit's ops are queued (on NCCL's stream: a prefetch overlapping
-// them, two units' blocks held), and waited for (on the host) before
-// its own. Evaluations gather
+// them, two units' blocks held), and the model's stream waits for an
+// event recorded after it before its ops (no host wait: device_order.go).
+// Evaluations gather
 // the whole parameter buffer for their duration (devmodel.Unshard: the
 // ranks may evaluate different numbers of batches, so per-unit
 // collectives cannot run per batch) and free it after; saves gather the
@@ -96,7 +97,6 @@ type deviceZero struct {
 	lo, s    int         // this rank's shard [lo, lo+s)
 	gathered bool        // the full parameter buffer holds every shard's latest
 	buckets  []devBucket // over NCCL: the gradient buckets, last first
-	works    []comm.Work // the step's bucket reductions
 	pieces   int         // stages 2, 3: the reductions per step
 }
 
@@ -164,16 +164,39 @@ type flatOnly struct{ fp *flat.Params }
 func (f flatOnly) FlatParams() *flat.Params { return f.fp }
 
 // gather all-gathers the parameters' shards into the full buffer, if an
-// update changed them since. Collective.
+// update changed them since. Collective. Over NCCL it is ordered with
+// the model's stream by events (after the update, before the next
+// forward), with no host wait.
 func (s *deviceZero) gather(ctx context.Context) error {
 	if s.gathered || s.stage == 3 {
 		return nil
 	}
-	if err := s.sync(); err != nil {
-		return err
-	}
-	if err := s.dc.allGather(ctx, s.d.Params, s.s); err != nil {
-		return fmt.Errorf("train: gathering the parameters %s: %w", s.dc.backendNote(), err)
+	if s.dc.direct && s.c.Size() > 1 {
+		done, err := s.st.event()
+		if err != nil {
+			return err
+		}
+		octx, err := s.st.ordered(ctx, done)
+		if err != nil {
+			return err
+		}
+		r := s.c.Rank()
+		all := s.dc.buf(s.d.Params, s.c.Size()*s.s)
+		w, err := s.c.AllGather(octx, all, all.Slice(r*s.s, (r+1)*s.s))
+		if err != nil {
+			return fmt.Errorf("train: gathering the parameters on the device: %w", err)
+		}
+		s.st.track(w)
+		if err := s.st.join(done); err != nil {
+			return err
+		}
+	} else {
+		if err := s.sync(); err != nil {
+			return err
+		}
+		if err := s.dc.allGather(ctx, s.d.Params, s.s); err != nil {
+			return fmt.Errorf("train: gathering the parameters %s: %w", s.dc.backendNote(), err)
+		}
 	}
 	s.gathered, s.stale = true, true
 	return nil
@@ -191,6 +214,14 @@ func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32,
 	}
 	if len(s.buckets) > 0 {
 		return s.stepOverlapped(ctx, x, y)
+	}
+	if s.dc.direct && s.c.Size() > 1 {
+		// one reduce-scatter after backward, ordered as overlapped's
+		return s.overlapped(ctx, x, y, []devBucket{{0, s.d.N}}, "reduce-scattering", func(ctx context.Context, _ devBucket) (comm.Work, error) {
+			r := s.c.Rank()
+			all := s.dc.buf(s.d.Grads, s.c.Size()*s.s)
+			return s.c.ReduceScatter(ctx, all.Slice(r*s.s, (r+1)*s.s), all, comm.Avg)
+		})
 	}
 	loss, err := s.d.ForwardBackward(x, y)
 	if err != nil || s.c.Size() == 1 {
@@ -211,11 +242,9 @@ func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32,
 // shard of the gradient buffer then holds the average, as after the
 // reduce-scatter.
 func (s *deviceZero) stepOverlapped(ctx context.Context, x []float32, y []int32) (float32, error) {
-	loss, works, err := s.overlapped(ctx, x, y, s.buckets, s.works[:0], "reducing", func(b devBucket) (comm.Work, error) {
+	return s.overlapped(ctx, x, y, s.buckets, "reducing", func(ctx context.Context, b devBucket) (comm.Work, error) {
 		return s.c.Reduce(ctx, s.dc.buf(s.d.Grads+uintptr(4*b.lo), b.hi-b.lo), comm.Avg, b.lo/s.s)
 	})
-	s.works = works
-	return loss, err
 }
 
 // split splits [lo, hi) of the flat buffers at the shards' edges.
@@ -237,36 +266,45 @@ func (s *deviceZero) split(lo, hi int) []devBucket {
 // before its backward (a broadcast of each owner's piece).
 func (s *deviceZero) stepSharded(ctx context.Context, x []float32, y []int32) (float32, error) {
 	if s.c.Size() > 1 {
-		s.d.ReduceGrads = func(lo, hi int, g uintptr) (func() error, error) { return s.reduceUnit(ctx, lo, hi, g) }
+		s.d.ReduceGrads = func(lo, hi int, g uintptr, after *cuda.Event) (func() error, error) {
+			return s.reduceUnit(ctx, lo, hi, g, after)
+		}
 		if s.stage == 3 {
-			s.d.GatherParams = func(lo, hi int, dst uintptr) (func() error, error) { return s.gatherUnit(ctx, lo, hi, dst) }
+			s.d.GatherParams = func(lo, hi int, dst uintptr, _ *cuda.Event) (func() error, error) {
+				return s.gatherUnit(ctx, lo, hi, dst)
+			}
 		}
 	}
+	prev := len(s.st.pending) // the last step's: done on the device once this step's loss is down
 	loss, err := s.d.ForwardBackward(x, y)
 	s.d.ReduceGrads, s.d.GatherParams = nil, nil
-	return loss, err
+	if err != nil {
+		return loss, err
+	}
+	return loss, s.settlePrevious(ctx, prev)
 }
 
 // reduceUnit averages the gradients [lo, hi) at g (a unit's block) into
-// each piece's owner.
-func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr) (func() error, error) {
+// each piece's owner: over NCCL after after (recorded on the model's
+// stream once the unit's gradients were queued), returning how to make
+// the model's stream wait for the result (an event recorded after the
+// unit's last piece: its own, so that the next unit's reduction stays
+// overlapped with backward).
+func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr, after *cuda.Event) (func() error, error) {
 	if s.dc.direct {
-		var works []comm.Work
+		done, err := s.st.event()
+		if err != nil {
+			return nil, err
+		}
+		octx := cuda.WithOrder(ctx, cuda.Order{After: after, Done: done})
 		for _, b := range s.split(lo, hi) {
-			w, err := s.c.Reduce(ctx, s.dc.buf(g+uintptr(4*(b.lo-lo)), b.hi-b.lo), comm.Avg, b.lo/s.s)
+			w, err := s.c.Reduce(octx, s.dc.buf(g+uintptr(4*(b.lo-lo)), b.hi-b.lo), comm.Avg, b.lo/s.s)
 			if err != nil {
 				return nil, fmt.Errorf("train: reducing gradients [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
-			works = append(works, w)
+			s.st.track(w)
 		}
-		return func() error {
-			for _, w := range works {
-				if err := w.Wait(ctx); err != nil {
-					return fmt.Errorf("train: reducing the gradients on the device: %w", err)
-				}
-			}
-			return nil
-		}, nil
+		return func() error { return s.st.join(done) }, nil
 	}
 	if err := s.sync(); err != nil {
 		return nil, err
@@ -287,9 +325,12 @@ func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr) (fun
 }
 
 // gatherUnit starts filling dst with the parameters [lo, hi): this
-// rank's piece copied from its shard, every piece broadcast from its
-// owner (over NCCL: returning how to wait for them; through host
-// memory: at once).
+// rank's piece copied from its shard (on the model's stream), every
+// piece broadcast from its owner (over NCCL after an event recorded on
+// the model's stream after that copy, which also orders the broadcasts
+// after the block's last readers and the shard's update; returning how
+// to make the model's stream wait for them: an event recorded after the
+// unit's last piece; through host memory: at once).
 func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (func() error, error) {
 	if a, b := max(lo, s.lo), min(hi, s.lo+s.s); a < b {
 		if err := s.d.Stream().CopyAsync(dst+uintptr(4*(a-lo)), s.d.ParamShard()+uintptr(4*(a-s.lo)), 4*(b-a), cuda.DeviceToDevice); err != nil {
@@ -297,22 +338,22 @@ func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (f
 		}
 	}
 	if s.dc.direct {
-		var works []comm.Work
+		done, err := s.st.event()
+		if err != nil {
+			return nil, err
+		}
+		octx, err := s.st.ordered(ctx, done)
+		if err != nil {
+			return nil, err
+		}
 		for _, b := range s.split(lo, hi) {
-			w, err := s.c.Broadcast(ctx, s.dc.buf(dst+uintptr(4*(b.lo-lo)), b.hi-b.lo), b.lo/s.s)
+			w, err := s.c.Broadcast(octx, s.dc.buf(dst+uintptr(4*(b.lo-lo)), b.hi-b.lo), b.lo/s.s)
 			if err != nil {
 				return nil, fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
-			works = append(works, w)
+			s.st.track(w)
 		}
-		return func() error {
-			for _, w := range works {
-				if err := w.Wait(ctx); err != nil {
-					return fmt.Errorf("train: gathering the parameters on the device: %w", err)
-				}
-			}
-			return nil
-		}, nil
+		return func() error { return s.st.join(done) }, nil
 	}
 	if err := s.sync(); err != nil {
 		return nil, err
@@ -508,5 +549,5 @@ func (s *deviceZero) Report(ctx context.Context, sum *train.Summary) error {
 }
 
 func (s *deviceZero) Close() error {
-	return errors.Join(s.d.Close(), s.e.Close())
+	return errors.Join(s.d.Close(), s.st.close(), s.dc.close(), s.e.Close())
 }

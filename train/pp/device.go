@@ -27,18 +27,19 @@ import (
 // at its end (one copy of M floats).
 //
 // The host does not wait for the device between ops: the stage's work is
-// queued on its stream (a blocking one), and every hand-over is ordered
-// by the stream semantics alone. A buffer sent is written on the stream
-// before the send is issued, and both NCCL (its stream waits for the
-// legacy default stream) and comm/staging (cudaMemcpy on the legacy
-// default stream) see the work queued before on blocking streams. A
+// queued on its stream (a non-blocking one, not ordered with the legacy
+// default stream), and every hand-over is ordered by events. A buffer
+// sent is written on the stream before the send is issued with a
+// cuda.Order whose After event is recorded on the stream then: NCCL's
+// stream waits for it on the device, comm/staging's host before it
+// copies the buffer down. A receive is issued likewise (its buffer's
+// last readers on the stream are done before it is written), and a
 // buffer received is ready when its Work is done (NCCL: its event;
-// staging: queued on the legacy default stream), which the host waits
-// for before queueing the ops that read it, and a later receive into it
-// is ordered after those reads likewise. Host memory is read by
-// cudaMemcpy from pageable memory (the batch, the labels: read before it
-// returns) and written by it (the losses: after the stream's work), the
-// step's one wait for the device, on the last stage. Each op is timed on
+// staging: copied up from pinned memory, synchronously), which the host
+// waits for before queueing the ops that read it. The batch and labels
+// go up on the stream from pinned memory (below); the losses come down
+// after the host waited for the stream, the step's one wait for the
+// device, on the last stage. Each op is timed on
 // the device by timing events (busy: the ops' device time; idle: the
 // rest of the span from the step's start on the stream to its last op's
 // end), read a step later so as not to wait for them, so the summary's
@@ -86,10 +87,17 @@ type devicePipe struct {
 	hx, hy   []byte
 	up       *cuda.Event
 	upQueued bool
-	losses   uintptr
-	owned    []uintptr
-	fixed    int64 // bytes of owned
-	stats    pipeline.Stats
+	// the After events of the step's sends and receives, by tag (a
+	// receive's at tag + evRecv), each recorded once a step: the host
+	// waits for every send and receive of a step before the next
+	// (comm/nccl's Send and Recv launch later than they are issued);
+	// legacy marks the legacy default stream (evaluation's upload)
+	evs    map[int]*cuda.Event
+	legacy *cuda.Event
+	losses uintptr
+	owned  []uintptr
+	fixed  int64 // bytes of owned
+	stats  pipeline.Stats
 	// timers of the last two steps, alternately (a step's are read when
 	// they are reused, two steps later, or by Stats)
 	timers  [2]*opTimer
@@ -172,6 +180,9 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 		}
 	}
 	if p.up, err = cuda.NewEvent(dev); err != nil {
+		return nil, fmt.Errorf("pipeline: stage %d: an event on cuda:%d: %w", s, dev, err)
+	}
+	if p.legacy, err = cuda.NewEvent(dev); err != nil {
 		return nil, fmt.Errorf("pipeline: stage %d: an event on cuda:%d: %w", s, dev, err)
 	}
 	// pair allocates an activation's buffer and its gradient's, of floats
@@ -275,10 +286,12 @@ func (p *devicePipe) Close() error {
 		}
 	}
 	p.hx, p.hy = nil, nil
-	if p.up != nil {
-		p.up.Destroy()
-		p.up = nil
+	for _, e := range append([]*cuda.Event{p.up, p.legacy}, mapValues(p.evs)...) {
+		if e != nil {
+			e.Destroy()
+		}
 	}
+	p.up, p.legacy, p.evs = nil, nil, nil
 	for j, t := range p.timers {
 		if t != nil {
 			for _, e := range append([]**cuda.Event{&t.begin}, t.events()...) {
@@ -392,7 +405,11 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 		if p.stage == 0 || i >= M {
 			return nil
 		}
-		w, err := p.c.Recv(ctx, p.buf(p.recvF[i], st.InSize(p.sizes[i])), p.stage-1, tagF(i))
+		octx, err := p.ordered(ctx, evRecv+tagF(i))
+		if err != nil {
+			return err
+		}
+		w, err := p.c.Recv(octx, p.buf(p.recvF[i], st.InSize(p.sizes[i])), p.stage-1, tagF(i))
 		if err != nil {
 			return err
 		}
@@ -400,7 +417,11 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 		return nil
 	}
 	send := func(ptr uintptr, n, peer, tag int) error {
-		w, err := p.c.Send(ctx, p.buf(ptr, n), peer, tag)
+		octx, err := p.ordered(ctx, tag)
+		if err != nil {
+			return err
+		}
+		w, err := p.c.Send(octx, p.buf(ptr, n), peer, tag)
 		if err != nil {
 			return err
 		}
@@ -501,7 +522,11 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err := send(p.sendF[i], st.OutSize(b), p.stage+1, tagF(i)); err != nil {
 				return 0, err
 			}
-			w, err := p.c.Recv(ctx, p.buf(p.recvB[i], st.OutSize(b)), p.stage+1, tagB(i))
+			octx, err := p.ordered(ctx, evRecv+tagB(i))
+			if err != nil {
+				return 0, err
+			}
+			w, err := p.c.Recv(octx, p.buf(p.recvB[i], st.OutSize(b)), p.stage+1, tagB(i))
 			if err != nil {
 				return 0, err
 			}
@@ -548,6 +573,9 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 	lb := []float64{0}
 	if p.last() {
 		ls := make([]float32, M)
+		if err := s.Synchronize(); err != nil { // the step's one wait for the device
+			return 0, err
+		}
 		if err := cuda.CopyDtoH(p.dev, floatBytes(ls), p.losses); err != nil {
 			return 0, err
 		}
@@ -573,6 +601,43 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 }
 
 func (p *devicePipe) stream() *cuda.Stream { return p.st.Stream() }
+
+// evRecv sets the After events of receives apart from those of sends;
+// evGrads is the key of the replicas' all-reduce of the gradients.
+const (
+	evRecv  = 1 << 31
+	evGrads = -1
+)
+
+// ordered records the After event of the send or receive key (its tag,
+// plus evRecv for a receive) on the stage's stream and returns ctx
+// carrying it (cuda.Order): the operation waits for the work queued on
+// the stream so far, on the device (nccl) or on the host (staging).
+func (p *devicePipe) ordered(ctx context.Context, key int) (context.Context, error) {
+	e := p.evs[key]
+	if e == nil {
+		var err error
+		if e, err = cuda.NewEvent(p.dev); err != nil {
+			return nil, err
+		}
+		if p.evs == nil {
+			p.evs = map[int]*cuda.Event{}
+		}
+		p.evs[key] = e
+	}
+	if err := e.Record(p.stream()); err != nil {
+		return nil, err
+	}
+	return cuda.WithOrder(ctx, cuda.Order{After: e}), nil
+}
+
+func mapValues(m map[int]*cuda.Event) []*cuda.Event {
+	var out []*cuda.Event
+	for _, e := range m {
+		out = append(out, e)
+	}
+	return out
+}
 
 // tagEval is the tag of evaluation's activations (no step's).
 const tagEval = 1 << 30
@@ -606,11 +671,21 @@ func (p *devicePipe) evalBatch(ctx context.Context, x []float32, y []int32) (flo
 	}
 	in := eb.x
 	if p.stage == 0 {
+		if err := p.stream().Synchronize(); err != nil { // the last batch's reads of eb.x
+			return 0, 0, err
+		}
 		if err := cuda.CopyHtoD(p.dev, eb.x, floatBytes(x[:b*p.in])); err != nil {
 			return 0, 0, err
 		}
+		if err := p.stream().WaitDefault(p.legacy); err != nil { // the copy ran on the legacy stream
+			return 0, 0, err
+		}
 	} else {
-		if err := comm.Run(ctx)(p.c.Recv(ctx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)); err != nil {
+		octx, err := p.ordered(ctx, evRecv+tagEval)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := comm.Run(ctx)(p.c.Recv(octx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)); err != nil {
 			return 0, 0, err
 		}
 		in = eb.in
@@ -625,7 +700,11 @@ func (p *devicePipe) evalBatch(ctx context.Context, x []float32, y []int32) (flo
 		if err := p.stream().CopyAsync(eb.out, out, 4*st.OutSize(b), cuda.DeviceToDevice); err != nil {
 			return 0, 0, err
 		}
-		if err := comm.Run(ctx)(p.c.Send(ctx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval)); err != nil {
+		octx, err := p.ordered(ctx, tagEval)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := comm.Run(ctx)(p.c.Send(octx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval)); err != nil {
 			return 0, 0, err
 		}
 	} else {
@@ -634,6 +713,9 @@ func (p *devicePipe) evalBatch(ctx context.Context, x []float32, y []int32) (flo
 		}
 		k := st.Host.Classes()
 		logits := make([]float32, st.OutSize(b))
+		if err := p.stream().Synchronize(); err != nil {
+			return 0, 0, err
+		}
 		if err := cuda.CopyDtoH(p.dev, floatBytes(logits), out); err != nil {
 			return 0, 0, err
 		}

@@ -236,7 +236,13 @@ func (s *pipelineStrategy) Step(ctx context.Context, x []float32, y []int32) (fl
 		return float32(loss), err
 	}
 	if s.d > 1 {
-		if err := comm.Run(ctx)(s.dp.AllReduce(ctx, s.grads(), comm.Avg)); err != nil {
+		actx := ctx
+		if s.dev != nil { // the stage's (non-blocking) stream wrote them: the all-reduce waits for it
+			if actx, err = s.dev.ordered(ctx, evGrads); err != nil {
+				return 0, err
+			}
+		}
+		if err := comm.Run(ctx)(s.dp.AllReduce(actx, s.grads(), comm.Avg)); err != nil {
 			return 0, fmt.Errorf("train: averaging stage gradients over replicas: %w", err)
 		}
 	}

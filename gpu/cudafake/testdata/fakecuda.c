@@ -21,9 +21,10 @@
 //     to device and cudaMemset are asynchronous (queued there); to the host
 //     it waits for the legacy and blocking streams. cudaMemcpyAsync reads
 //     its source when its stream runs it. Non-blocking streams are not
-//     ordered with the legacy stream at all. fakecudaStreamDelay and
-//     fakecudaNCCLDelay start a stream's (NCCL's) work late, so that a
-//     missing cross-stream wait is caught.
+//     ordered with the legacy stream at all. fakecudaStreamDelay,
+//     fakecudaNCCLDelay and fakecudaKernelDelay ($FAKE_NCCL_DELAY_MS,
+//     $FAKE_CUDA_KERNEL_DELAY_MS) start a stream's work, NCCL's, or every
+//     kernel and GEMM late, so that a missing cross-stream wait is caught.
 //   - Faults: fakecudaStickyError (a sticky error, as after a kernel
 //     fault), fakecudaMemLimit (device memory per device: out of memory),
 //     FAKE_CUDA_DRIVER_VERSION below the runtime's version
@@ -643,8 +644,23 @@ static void ev_mark(void *a);
 static void ev_wait(void *a);
 
 /* fakecudaNCCLDelay: every NCCL collective and send/recv starts this much
-   later on its stream (ms). */
-static int nccl_delay_ms;
+   later on its stream (ms); fakecudaKernelDelay: every kernel launch and
+   cuBLAS GEMM (the compute streams' work). -1: not set yet, read from
+   $FAKE_NCCL_DELAY_MS and $FAKE_CUDA_KERNEL_DELAY_MS at first use (for
+   tests that run ranks as processes). */
+static int nccl_delay_ms = -1, kernel_delay_ms = -1;
+
+static void delay(int *ms, const char *env) {
+	int v = __atomic_load_n(ms, __ATOMIC_SEQ_CST);
+	if (v < 0) {
+		const char *e = getenv(env);
+		v = e && *e ? atoi(e) : 0;
+		int unset = -1;
+		__atomic_compare_exchange_n(ms, &unset, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		v = __atomic_load_n(ms, __ATOMIC_SEQ_CST);
+	}
+	if (v > 0) usleep((useconds_t)v * 1000);
+}
 
 static void *worker(void *a) {
 	stream *s = a;
@@ -907,6 +923,8 @@ API int fakecudaStreamDelay(void *h, int ms) {
 }
 
 API void fakecudaNCCLDelay(int ms) { __atomic_store_n(&nccl_delay_ms, ms, __ATOMIC_SEQ_CST); }
+
+API void fakecudaKernelDelay(int ms) { __atomic_store_n(&kernel_delay_ms, ms, __ATOMIC_SEQ_CST); }
 
 API int cudaDeviceSynchronize(void) {
 	STICKY();
@@ -1834,8 +1852,7 @@ static void run_coll(void *a) {
 	coll *k = a;
 	ncclComm *c = k->comm;
 	clique *cl = c->cl;
-	int dl = __atomic_load_n(&nccl_delay_ms, __ATOMIC_SEQ_CST);
-	if (dl > 0) usleep((useconds_t)dl * 1000);
+	delay(&nccl_delay_ms, "FAKE_NCCL_DELAY_MS");
 	pthread_mutex_lock(&cl->mu);
 	if (is_vanished(c->dev)) {
 		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
@@ -2219,8 +2236,7 @@ static void run_p2p(void *a) {
 	ncclComm *c = g->comm;
 	clique *cl = c->cl;
 	int me = c->rank;
-	int dl = __atomic_load_n(&nccl_delay_ms, __ATOMIC_SEQ_CST);
-	if (dl > 0) usleep((useconds_t)dl * 1000);
+	delay(&nccl_delay_ms, "FAKE_NCCL_DELAY_MS");
 	pthread_mutex_lock(&cl->mu);
 	if (is_vanished(c->dev)) {
 		while (!c->aborted) pthread_cond_wait(&cl->cv, &cl->mu);
@@ -3428,6 +3444,7 @@ __attribute__((optimize("fp-contract=off"))) static void run_gemm1(struct gemm_t
 
 static void run_gemm(void *arg) {
 	struct gemm_task *g = arg;
+	delay(&kernel_delay_ms, "FAKE_CUDA_KERNEL_DELAY_MS");
 	const unsigned char *a = g->a, *b = g->b;
 	unsigned char *c = g->c;
 	for (int i = 0; i < g->batch; i++) {
@@ -4483,6 +4500,7 @@ struct launch_task {
 
 static void run_launch(void *a) {
 	struct launch_task *l = a;
+	delay(&kernel_delay_ms, "FAKE_CUDA_KERNEL_DELAY_MS");
 	char err[512] = "";
 	pthread_mutex_lock(&kernel_mu);
 	int r = l->f->mod->run(l->f->d, l->grid, l->block, l->shmem, l->args, err, sizeof err);
