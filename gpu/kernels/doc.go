@@ -196,7 +196,9 @@
 // Reductions use __syncthreads over shared memory or warps that meet at
 // shuffles, ballots and __syncwarp (never implicit lockstep), and nothing
 // else the fake's emulation (gpu/rtc) cannot run; no atomics: every
-// result is the same from run to run.
+// result is the same from run to run. The tests run on a real GPU when
+// one is there (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
+// TestRealNVRTC compiles every program with a real NVRTC where installed.
 //
 // # Launch shapes (for an H100: 132 SMs, 2048 threads each)
 //
@@ -224,9 +226,7 @@
 // backward: a warp per row) hold a row of up to 1024 values in registers
 // (32 K a warp, K instantiated for 2 to 32), read once and written once;
 // longer rows are read from memory in each pass. Both give the same bits
-// (TestLayerNormRegisters, TestCausalSoftmaxRegisters). The tests run on a real GPU when one is there
-// (GDIST_CUDA_TEST=real insists), else on gpu/cudafake, and
-// TestRealNVRTC compiles every program with a real NVRTC where installed.
+// (TestLayerNormRegisters, TestCausalSoftmaxRegisters).
 //
 // SyncBatchNorm: BatchNormForwardSync and BatchNormBackwardSync call a
 // BNSync hook between the per-channel sums and their use ([sum x, M2,
