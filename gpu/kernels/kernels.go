@@ -61,7 +61,9 @@ const Block = 256
 const maxGrid = 1024
 
 // Kernels are the kernels loaded on one device. Every method queues work on
-// the stream given (nil: the legacy default stream) and returns at once;
+// the stream given (nil: the legacy default stream) and returns at once
+// (the first two-stage sum on a stream first allocates its scratch:
+// scratch.go);
 // buffers are device addresses of float32 (labels: int32) that must stay
 // allocated until the stream has done the work. Sizes are checked before
 // anything is queued. Kernels is safe for concurrent use.
