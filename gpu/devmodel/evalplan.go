@@ -51,6 +51,15 @@ import (
 // is planned again (host work, from the same sizes: the same layout) when
 // the training plan was (a short training batch): after one evaluation
 // following each training batch size, an evaluation allocates nothing.
+// A batch whose plan would need more than the training plan's blocks and
+// the arena as it is runs in passes of the most samples that fit (its
+// input, labels and logits held whole, so that the loss is the whole
+// batch's, as one kernel computes it; a short last pass zero-padded): the
+// layers compute each sample on its own in evaluation (batch norm on its
+// running statistics; the products per row, image or sequence), so the
+// values are those of one pass, bit for bit on the fake (the pass sizes
+// are a plan's, not the caller's concern). Evaluation then holds little
+// more than training does: the batch's input, labels and logits.
 // A Stage's forward-only plans borrow nothing (a pipeline may evaluate
 // between a Forward and its Backward): all in the stage's arena. At the
 // batch size B planned, the layout holds at most the input, the labels
@@ -328,103 +337,174 @@ func (c *compiler) attentionEval(name string, x *act, g kernels.AttentionGeom, p
 	return out, nil
 }
 
-// compileEval compiles a forward-only plan for batch samples of inShape
-// (walk plans the layers from the input, the compiler's parameter and
-// batch-norm counts starting at pi and bi); with loss, the labels and the
-// loss words are planned too. It borrows the blocks of the training plan
-// on (nil: none) and, beyond them, the model's evaluation arena: it lays
-// the plan out once to learn how much of the arena it needs, grows the
-// arena to that if it is smaller (the other forward-only plans, in the
-// old arena, are dropped: they are planned again on use), and lays it
-// out again (the same walk and sizes: the same layout).
-func (d *Model) compileEval(batch int, inShape []int, pi, bi int, on *plan, walk func(c *compiler, in *act) (*act, error), loss bool) (*plan, error) {
+// evalSpec is what a forward-only plan is for: passes of batch samples
+// of inShape, over batches of full samples (full > batch: a batch is
+// evaluated batch samples at a time); walk plans the layers from the
+// input, the compiler's parameter and batch-norm counts starting at pi
+// and bi; with loss the labels, the loss words and the logits are
+// planned for full samples; the blocks of the training plan on (nil:
+// none) are borrowed.
+type evalSpec struct {
+	batch, full int
+	inShape     []int
+	pi, bi      int
+	on          *plan
+	walk        func(c *compiler, in *act) (*act, error)
+	loss        bool
+}
+
+// layoutEval plans a forward-only plan with the borrowed blocks and the
+// arena at bases (the last: the arena's) and returns it and how much of
+// the arena it needs.
+func (d *Model) layoutEval(s evalSpec, bases []uintptr) (*plan, int, error) {
 	m := d.Host
 	var sizes []int
+	if s.on != nil {
+		for _, b := range s.on.blocks {
+			sizes = append(sizes, int(blockBytes(b.Bytes)))
+		}
+	}
+	c := &compiler{d: d, m: m, p: &plan{batch: s.batch, full: s.full, on: s.on}, pi: s.pi, bi: s.bi, eval: true, ar: newArena(sizes), bases: bases}
+	p := c.p
+	// the batch's buffers go up (or are written) before the ops run: held
+	// throughout
+	inPer := prod(s.inShape) / s.batch
+	rows := s.full * m.LabelsPerSample()
+	if s.full > s.batch {
+		p.fullIn, _ = c.alloc(4 * s.full * inPer)
+	}
+	if s.loss {
+		for _, b := range []struct {
+			to *uintptr
+			n  int
+		}{{&p.labels, 4 * rows}, {&p.rowLoss, 4 * rows}, {&p.loss, 8}} {
+			*b.to, _ = c.alloc(b.n)
+		}
+		if s.full > s.batch {
+			p.logits, _ = c.alloc(4 * rows * m.Classes())
+		}
+	}
+	p.in = c.evalAct(s.inShape)
+	p.in.slot.refs++ // the plan's: never overwritten (the caller's data)
+	out, err := s.walk(c, p.in)
+	if err != nil {
+		return nil, 0, fmt.Errorf("devmodel: %s: %w", m.Name, err)
+	}
+	p.out = out
+	if s.full == s.batch {
+		p.fullIn, p.logits = p.in.val, p.out.val
+	}
+	if s.loss {
+		cl := m.Classes()
+		if len(out.shape) < 2 || out.shape[len(out.shape)-1] != cl || out.size()*s.full != rows*cl*s.batch {
+			return nil, 0, fmt.Errorf("devmodel: %s: the output is %v, not logits of %d classes for %d labels", m.Name, out.shape, cl, rows*s.batch/s.full)
+		}
+		p.classes, p.rows = cl, rows
+	}
+	// forward-only: each op's evaluation work is its forward
+	for i := range p.ops {
+		if o := &p.ops[i]; o.eval != nil {
+			o.fwd = o.eval
+		}
+		p.ops[i].eval, p.ops[i].bwd = nil, nil
+	}
+	return p, c.ar.top, nil
+}
+
+// compileEval compiles a forward-only plan: it lays it out once to learn
+// how much of the evaluation arena it needs, grows the arena to that if
+// it is smaller (the other forward-only plans, in the old arena, are
+// dropped: they are planned again on use), and lays it out again (the
+// same walk and sizes: the same layout).
+func (d *Model) compileEval(s evalSpec) (*plan, error) {
 	var bases []uintptr
-	if on != nil {
-		for _, b := range on.blocks {
-			sizes, bases = append(sizes, int(blockBytes(b.Bytes))), append(bases, b.Ptr)
+	if s.on != nil {
+		for _, b := range s.on.blocks {
+			bases = append(bases, b.Ptr)
 		}
 	}
 	bases = append(bases, 0) // the arena's, once known
-	for pass := 0; ; pass++ {
-		c := &compiler{d: d, m: m, p: &plan{batch: batch, on: on}, pi: pi, bi: bi, eval: true, ar: newArena(sizes), bases: bases}
-		p := c.p
-		// the input and labels go up before the ops run: held throughout
-		p.in = c.evalAct(inShape)
-		p.in.slot.refs++ // the plan's: never overwritten (the caller's data)
-		rows := batch * m.LabelsPerSample()
-		if loss {
-			for _, b := range []struct {
-				to *uintptr
-				n  int
-			}{{&p.labels, 4 * rows}, {&p.rowLoss, 4 * rows}, {&p.loss, 8}} {
-				*b.to, _ = c.alloc(b.n)
-			}
-		}
-		out, err := walk(c, p.in)
-		if err != nil {
-			return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
-		}
-		p.out = out
-		if loss {
-			cl := m.Classes()
-			if len(out.shape) < 2 || out.shape[len(out.shape)-1] != cl || out.size() != rows*cl {
-				return nil, fmt.Errorf("devmodel: %s: the output is %v, not logits of %d classes for %d labels", m.Name, out.shape, cl, rows)
-			}
-			p.classes, p.rows = cl, rows
-		}
-		if pass == 1 {
-			// forward-only: each op's evaluation work is its forward
-			for i := range p.ops {
-				if o := &p.ops[i]; o.eval != nil {
-					o.fwd = o.eval
-				}
-				p.ops[i].eval, p.ops[i].bwd = nil, nil
-			}
-			return p, nil
-		}
-		if c.ar.top > d.evalCap {
-			if d.evalMem != 0 {
-				d.free(d.evalMem, d.evalCap) // after the model's work (free synchronizes)
-				d.evalMem, d.evalCap, d.evalPlans = 0, 0, nil
-			}
-			if d.evalMem, err = d.malloc(c.ar.top); err != nil {
-				return nil, fmt.Errorf("devmodel: %s: %d bytes for evaluation batches of %d: %w", m.Name, c.ar.top, batch, err)
-			}
-			d.evalCap = c.ar.top
-		}
-		bases[len(bases)-1] = d.evalMem
+	_, top, err := d.layoutEval(s, bases)
+	if err != nil {
+		return nil, err
 	}
+	if top > d.evalCap {
+		if d.evalMem != 0 {
+			d.free(d.evalMem, d.evalCap) // after the model's work (free synchronizes)
+			d.evalMem, d.evalCap, d.evalPlans = 0, 0, nil
+		}
+		if d.evalMem, err = d.malloc(top); err != nil {
+			return nil, fmt.Errorf("devmodel: %s: %d bytes for evaluation batches of %d: %w", d.Host.Name, top, s.full, err)
+		}
+		d.evalCap = top
+	}
+	bases[len(bases)-1] = d.evalMem
+	p, _, err := d.layoutEval(s, bases)
+	return p, err
 }
 
-// evalPlan is the forward-only plan for batch samples of the whole model,
-// compiled on first use.
-func (d *Model) evalPlan(batch int) (*plan, error) {
-	if p := d.evalPlans[batch]; p != nil && p.on == d.plan {
+// evalPlan is the forward-only plan for batches of full samples of the
+// whole model, compiled on first use (and again after the training plan
+// it borrows from was). It evaluates them in passes of the most samples
+// whose plan fits in the training plan's blocks and the evaluation arena
+// as it is, when all of them do not (the batch's input, labels and
+// logits are in it at once, for a loss of the whole batch; a pass of one
+// sample that does not fit either: passes of the training batch's size):
+// evaluation then holds little more memory than training. A ZeRO-3 model
+// (Config.ShardParams, not Unshard'd) evaluates a batch in one pass (a
+// pass gathers the parameters: the ranks must agree on the passes).
+func (d *Model) evalPlan(full int) (*plan, error) {
+	if p := d.evalPlans[full]; p != nil && p.on == d.plan {
 		return p, nil
 	}
 	m := d.Host
-	p, err := d.compileEval(batch, append([]int{batch}, m.InputShape()...), 0, 0, d.plan, func(c *compiler, in *act) (*act, error) {
-		out, err := c.layer(m.Net, "", in)
-		if err == nil && (c.pi != len(m.Params) || c.bi != len(m.BNs)) {
-			err = fmt.Errorf("%d of %d parameters and %d of %d batch norms placed", c.pi, len(m.Params), c.bi, len(m.BNs))
+	spec := func(b int) evalSpec {
+		return evalSpec{batch: b, full: full, inShape: append([]int{b}, m.InputShape()...), on: d.plan, loss: true,
+			walk: func(c *compiler, in *act) (*act, error) {
+				out, err := c.layer(m.Net, "", in)
+				if err == nil && (c.pi != len(m.Params) || c.bi != len(m.BNs)) {
+					err = fmt.Errorf("%d of %d parameters and %d of %d batch norms placed", c.pi, len(m.Params), c.bi, len(m.BNs))
+				}
+				return out, err
+			}}
+	}
+	b := full
+	if !d.paramsSharded() {
+		fits := func(b int) bool {
+			_, top, err := d.layoutEval(spec(b), make([]uintptr, len(d.plan.blocks)+1))
+			return err == nil && top <= d.evalCap
 		}
-		return out, err
-	}, true)
+		if !fits(full) {
+			if fits(1) {
+				lo, hi := 1, full // fits(lo), not fits(hi)
+				for hi-lo > 1 {
+					if mid := (lo + hi) / 2; fits(mid) {
+						lo = mid
+					} else {
+						hi = mid
+					}
+				}
+				b = lo
+			} else {
+				b = min(full, d.plan.batch)
+			}
+		}
+	}
+	p, err := d.compileEval(spec(b))
 	if err != nil {
 		return nil, err
 	}
 	if d.evalPlans == nil {
 		d.evalPlans = map[int]*plan{}
 	}
-	d.evalPlans[batch] = p
+	d.evalPlans[full] = p
 	return p, nil
 }
 
-// EvalBytes is the device memory of the model's forward-only plans (one
-// arena, shared by every evaluation batch size; 0 before the first
-// Eval), within PeakBytes.
+// EvalBytes is the device memory evaluation holds beyond the training
+// plan's blocks, which its forward-only plans borrow first: the
+// evaluation arena, shared by every evaluation batch size (0 before an
+// Eval needed one), within PeakBytes.
 func (d *Model) EvalBytes() int64 { return int64(d.evalCap) }
 
 // Eval runs the forward pass in evaluation mode on a batch (x, y as for
@@ -439,45 +519,64 @@ func (d *Model) EvalBytes() int64 { return int64(d.evalCap) }
 // they were, so that training goes on as if Eval had not run.
 //
 // It runs a forward-only plan (evalplan.go), compiled at the first Eval
-// of each batch size into an arena that is allocated at the first Eval
-// (and grown once if a larger batch comes): no gradients, no activations
-// kept, buffers reused as soon as their last reader has run; EvalBytes
-// is its size. The training plan is kept as it is.
+// of each batch size: no gradients, no activations kept, buffers reused
+// as soon as their last reader has run, laid out in the training plan's
+// blocks (kept as they are) and, for what does not fit, an evaluation
+// arena allocated once (EvalBytes); a batch too large for them runs in
+// passes of fewer samples, with the same results.
 func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err error) {
 	m := d.Host
-	batch, err := d.checkBatch(x, y)
+	full, err := d.checkBatch(x, y)
 	if err != nil {
 		return 0, 0, err
 	}
-	p, err := d.evalPlan(batch)
+	p, err := d.evalPlan(full)
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := d.putBatch(p, x, y); err != nil {
+	if err := d.upload([]uintptr{p.fullIn, p.labels}, bytesOf(x), bytesOf(y)); err != nil {
 		return 0, 0, err
 	}
 	fwd := func(o op) func() error { return o.fwd }
-	if d.paramsSharded() {
-		// unit by unit: a collective per unit (see Unshard)
-		if err := d.forwardSharded(p, fwd, "forward (evaluation)"); err != nil {
-			return 0, 0, err
-		}
-	} else {
-		for _, o := range p.ops {
-			if o.fwd == nil {
-				continue
+	inPer, outPer := p.in.size()/p.batch, p.out.size()/p.batch
+	for i := 0; i < full; i += p.batch {
+		n := min(p.batch, full-i)
+		if p.fullIn != p.in.val { // a pass of p.batch samples
+			if n < p.batch { // the rest zeroed (valid ids; rows are independent)
+				if err := d.memset(p.in.val, 4*p.in.size()); err != nil {
+					return 0, 0, err
+				}
 			}
-			if err := o.fwd(); err != nil {
-				return 0, 0, fmt.Errorf("devmodel: %s: layer %s forward (evaluation): %w", m.Name, o.name, err)
+			if err := d.s.CopyAsync(p.in.val, p.fullIn+uintptr(4*i*inPer), 4*n*inPer, cuda.DeviceToDevice); err != nil {
+				return 0, 0, err
+			}
+		}
+		if d.paramsSharded() {
+			// unit by unit: a collective per unit (see Unshard)
+			if err := d.forwardSharded(p, fwd, "forward (evaluation)"); err != nil {
+				return 0, 0, err
+			}
+		} else {
+			for _, o := range p.ops {
+				if o.fwd == nil {
+					continue
+				}
+				if err := o.fwd(); err != nil {
+					return 0, 0, fmt.Errorf("devmodel: %s: layer %s forward (evaluation): %w", m.Name, o.name, err)
+				}
+			}
+		}
+		if p.logits != p.out.val {
+			if err := d.s.CopyAsync(p.logits+uintptr(4*i*outPer), p.out.val, 4*n*outPer, cuda.DeviceToDevice); err != nil {
+				return 0, 0, err
 			}
 		}
 	}
-	out := p.out
-	if err := d.k.CrossEntropy(d.s, p.loss, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
+	if err := d.k.CrossEntropy(d.s, p.loss, p.rowLoss, p.logits, p.labels, p.rows, p.classes); err != nil {
 		return 0, 0, err
 	}
 	// rowLoss is done with: it holds the rows' hits
-	if err := d.k.CountCorrect(d.s, p.loss+4, p.rowLoss, out.val, p.labels, p.rows, p.classes); err != nil {
+	if err := d.k.CountCorrect(d.s, p.loss+4, p.rowLoss, p.logits, p.labels, p.rows, p.classes); err != nil {
 		return 0, 0, err
 	}
 	var res [2]float32
@@ -546,7 +645,7 @@ func (s *Stage) evalPlanFor(batch int) (*plan, error) {
 		}
 	}
 	end, _, _ := m.LayerParamRange(s.To)
-	p, err := d.compileEval(batch, x.shape, dry.pi, dry.bi, nil, func(c *compiler, in *act) (*act, error) {
+	p, err := d.compileEval(evalSpec{batch: batch, full: batch, inShape: x.shape, pi: dry.pi, bi: dry.bi, walk: func(c *compiler, in *act) (*act, error) {
 		out := in
 		for i := s.From; i < s.To; i++ {
 			y, err := c.layer(topLayer(m, i), topName(m, i), out)
@@ -562,7 +661,7 @@ func (s *Stage) evalPlanFor(batch int) (*plan, error) {
 			return nil, fmt.Errorf("stage [%d, %d): parameters %d to %d placed, want up to %d", s.From, s.To, dry.pi, c.pi, end)
 		}
 		return out, nil
-	}, false)
+	}})
 	if err != nil {
 		return nil, err
 	}

@@ -51,11 +51,20 @@ func EvalLogits(d *Model, batch int) ([]float32, error) {
 	if p == nil {
 		return nil, fmt.Errorf("no evaluation plan for %d", batch)
 	}
-	out := make([]float32, p.out.size())
+	out := make([]float32, p.rows*p.classes)
 	if err := d.s.Synchronize(); err != nil {
 		return nil, err
 	}
-	return out, cuda.CopyDtoH(d.dev, bytesOf(out), p.out.val)
+	return out, cuda.CopyDtoH(d.dev, bytesOf(out), p.logits)
+}
+
+// EvalPass is the samples per pass of the forward-only plan for batches
+// of full samples.
+func EvalPass(d *Model, full int) int {
+	if p := d.evalPlans[full]; p != nil {
+		return p.batch
+	}
+	return 0
 }
 
 // TrainPlanBytes is the pool's blocks held by the training plan.

@@ -61,8 +61,12 @@ type plan struct {
 	blocks        []*cuda.Block
 	convWS, attWS uintptr // shared scratch (reused by every layer)
 	// on, for a forward-only plan, is the training plan whose blocks it
-	// borrows (evalplan.go)
-	on *plan
+	// borrows; full is the samples of the batches it evaluates (batch at
+	// a time, through in and out, when batch < full), whose input and
+	// logits are at fullIn and logits (evalplan.go)
+	on             *plan
+	full           int
+	fullIn, logits uintptr
 }
 
 // compiler walks a model's layers (depth first, nn's parameter order).
