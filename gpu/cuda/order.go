@@ -16,7 +16,11 @@ import "context"
 //     (Stream.WaitEvent) sees the operation's results, and may then reuse
 //     its buffers.
 //
-// Both are events of the operation's device. An Order travels in the
+// Both are events of the operation's device. An operation launched
+// after the call returns (comm/nccl's Send and Recv wait for their
+// peer's channel or message) makes its waits and records then: the
+// caller records After again, and waits for Done, only after its Work
+// completes. An Order travels in the
 // operation's context (WithOrder), through wrappers, to the backend that
 // runs it; comm/nccl honours it for device buffers (its collectives still
 // wait for the legacy default stream as well). The Work completes as

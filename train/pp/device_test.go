@@ -123,28 +123,38 @@ func pipeRun(t *testing.T) ([]float64, []float32, [2]pipeline.Stats) {
 // TestDevicePipeOrdering: the device pipeline does not wait for its
 // stream between ops; its hand-overs (the batch and labels up from pinned
 // memory, activations and gradients staged to the other stage, the
-// losses down) are ordered by events and the streams alone. With every
-// copy and memset of the fake slowed by 2 ms (so that a hand-over not
-// ordered reads stale or unfinished data) the losses and parameters are
-// bit for bit those of a run at full speed; the ops are timed on the
-// device (every op's time, a busy time, a bubble within [0, 1]).
+// losses down) are ordered by events and the streams alone (each stage's
+// stream is non-blocking: a send's staging waits for an After event
+// recorded on it). With every copy and memset of the fake slowed by 2 ms,
+// or every kernel and GEMM by 1 ms (the stages' streams far behind the
+// host, so that a hand-over not ordered reads stale or unfinished data),
+// the losses and parameters are bit for bit those of a run at full
+// speed; the ops are timed on the device (every op's time, a busy time,
+// a bubble within [0, 1]).
 func TestDevicePipeOrdering(t *testing.T) {
 	cudafake.RequireFake(t)
 	fastL, fastP, stats := pipeRun(t)
-	cudafake.CopyDelay(t, 2*time.Millisecond)
-	defer cudafake.CopyDelay(t, 0)
-	slowL, slowP, _ := pipeRun(t)
-	if len(fastL) != 4 || len(slowL) != 4 {
-		t.Fatalf("losses: %v, %v", fastL, slowL)
-	}
-	for i := range fastL {
-		if fastL[i] != slowL[i] {
-			t.Errorf("step %d: loss %v with slow copies, %v without", i, slowL[i], fastL[i])
+	for _, slow := range []string{"copies", "kernels"} {
+		if slow == "copies" {
+			cudafake.CopyDelay(t, 2*time.Millisecond)
+		} else {
+			cudafake.KernelDelay(t, time.Millisecond)
 		}
-	}
-	for i := range fastP {
-		if fastP[i] != slowP[i] {
-			t.Fatalf("parameter %d: %v with slow copies, %v without", i, slowP[i], fastP[i])
+		slowL, slowP, _ := pipeRun(t)
+		cudafake.CopyDelay(t, 0)
+		cudafake.KernelDelay(t, 0)
+		if len(fastL) != 4 || len(slowL) != 4 {
+			t.Fatalf("losses: %v, %v", fastL, slowL)
+		}
+		for i := range fastL {
+			if fastL[i] != slowL[i] {
+				t.Errorf("step %d: loss %v with slow %s, %v without", i, slowL[i], slow, fastL[i])
+			}
+		}
+		for i := range fastP {
+			if fastP[i] != slowP[i] {
+				t.Fatalf("parameter %d: %v with slow %s, %v without", i, slowP[i], slow, fastP[i])
+			}
 		}
 	}
 	if fastL[2] >= fastL[0] || fastL[3] >= fastL[1] {
