@@ -20,12 +20,15 @@
 // same values).
 //
 // The convolution's unrolling (im2col) and its adjoint, pooling forward
-// and backward, bias sums and adds, batch norm's per-channel loops, GELU
-// and the float32 sums run as internal/vecmath's kernels: AVX-512 or AVX2
+// and backward, bias sums and adds, batch norm's per-channel loops, GELU,
+// layer norm, attention's softmax, the embedding's gradient and the
+// float32 sums run as internal/vecmath's kernels: AVX-512 or AVX2
 // assembly where the CPU has it, the same values bit for bit in Go
 // elsewhere (GDIST_KERNELS=go|avx2|avx512 caps the choice, the purego
 // build tag forces Go); the matrix products go to OpenBLAS (the constant
-// BLAS names it; -tags noblas or no cgo: gonum's pure Go), the
+// BLAS names it; -tags noblas or no cgo: gonum's pure Go) but for
+// attention's small ones, which skip the causal mask's zero blocks and run
+// as vecmath's AVX-512 tiles where the shapes fit (attention.go), the
 // convolutions' to its AVX-512 small-matrix kernels where the CPU and the
 // library have them (convgemm.go; GDIST_CONV_GEMM=blas keeps sgemm). Importing nn has
 // no side effect: the BLAS is installed process-wide, for gorgonia and
