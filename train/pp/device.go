@@ -644,7 +644,9 @@ const tagEval = 1 << 30
 
 // eval runs one evaluation batch (x on stage 0, y on the last; every
 // stage rank of the replica is given the same batch) forward through the
-// stages on the device: the last stage brings the logits down and
+// stages on the device, in passes of at most a micro-batch's samples
+// (evalPass; the stages' forward-only plans, Stage.EvalForward, of that
+// size): the last stage brings the logits down pass by pass and
 // returns the mean cross-entropy over y and how many labels are the
 // argmax of their logits (the first largest), as train.Evaluate does,
 // and broadcasts them to the other stages, which return them too. No
@@ -665,60 +667,39 @@ func (p *devicePipe) evalBatch(ctx context.Context, x []float32, y []int32) (flo
 		return 0, 0, fmt.Errorf("%d inputs and %d labels are no batch (%d and %d per sample)", len(x), len(y), p.in, p.per)
 	}
 	st := p.st
-	eb, err := p.evalBuffers(b)
-	if err != nil {
-		return 0, 0, err
-	}
-	in := eb.x
-	if p.stage == 0 {
-		if err := p.stream().Synchronize(); err != nil { // the last batch's reads of eb.x
-			return 0, 0, err
-		}
-		if err := cuda.CopyHtoD(p.dev, eb.x, floatBytes(x[:b*p.in])); err != nil {
-			return 0, 0, err
-		}
-		if err := p.stream().WaitDefault(p.legacy); err != nil { // the copy ran on the legacy stream
-			return 0, 0, err
-		}
-	} else {
-		octx, err := p.ordered(ctx, evRecv+tagEval)
-		if err != nil {
-			return 0, 0, err
-		}
-		if err := comm.Run(ctx)(p.c.Recv(octx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)); err != nil {
-			return 0, 0, err
-		}
-		in = eb.in
-	}
-	out, err := st.Forward(in, b)
-	if err != nil {
-		return 0, 0, err
-	}
-	res := []float64{0, 0}
-	if !p.last() {
-		// the send is ordered after the copy (see the top of this file)
-		if err := p.stream().CopyAsync(eb.out, out, 4*st.OutSize(b), cuda.DeviceToDevice); err != nil {
-			return 0, 0, err
-		}
-		octx, err := p.ordered(ctx, tagEval)
-		if err != nil {
-			return 0, 0, err
-		}
-		if err := comm.Run(ctx)(p.c.Send(octx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval)); err != nil {
-			return 0, 0, err
-		}
-	} else {
+	var logits []float32
+	if p.last() {
 		if err := st.CheckLabels(y); err != nil {
 			return 0, 0, err
 		}
+		logits = make([]float32, st.OutSize(b))
+	}
+	// in passes of at most the largest micro-batch, each through every
+	// stage (Stage.EvalForward: a forward-only plan of a pass holds less
+	// than a step's plan): the activations of the whole batch are never
+	// on the device at once; the logits come down pass by pass
+	pass := 1
+	for _, n := range p.sizes {
+		pass = max(pass, n)
+	}
+	pass = min(pass, b)
+	for i := 0; i < b; i += pass {
+		n := min(pass, b-i)
+		var xi []float32
+		if p.stage == 0 {
+			xi = x[i*p.in : (i+n)*p.in]
+		}
+		var li []float32
+		if p.last() {
+			li = logits[st.OutSize(i):st.OutSize(i+n)]
+		}
+		if err := p.evalPass(ctx, xi, n, li); err != nil {
+			return 0, 0, err
+		}
+	}
+	res := []float64{0, 0}
+	if p.last() {
 		k := st.Host.Classes()
-		logits := make([]float32, st.OutSize(b))
-		if err := p.stream().Synchronize(); err != nil {
-			return 0, 0, err
-		}
-		if err := cuda.CopyDtoH(p.dev, floatBytes(logits), out); err != nil {
-			return 0, 0, err
-		}
 		n := len(y)
 		correct := 0
 		for i := 0; i < n; i++ {
@@ -738,6 +719,58 @@ func (p *devicePipe) evalBatch(ctx context.Context, x []float32, y []int32) (flo
 		return 0, 0, err
 	}
 	return res[0], int(res[1]), nil
+}
+
+// evalPass runs b samples of an evaluation batch through the stage: x
+// (stage 0) goes up, the input comes from the stage before or the output
+// goes to the stage after, and the last stage brings its logits down
+// into logits.
+func (p *devicePipe) evalPass(ctx context.Context, x []float32, b int, logits []float32) error {
+	st := p.st
+	eb, err := p.evalBuffers(b)
+	if err != nil {
+		return err
+	}
+	in := eb.x
+	if p.stage == 0 {
+		if err := p.stream().Synchronize(); err != nil { // the last batch's reads of eb.x
+			return err
+		}
+		if err := cuda.CopyHtoD(p.dev, eb.x, floatBytes(x[:b*p.in])); err != nil {
+			return err
+		}
+		if err := p.stream().WaitDefault(p.legacy); err != nil { // the copy ran on the legacy stream
+			return err
+		}
+	} else {
+		octx, err := p.ordered(ctx, evRecv+tagEval)
+		if err != nil {
+			return err
+		}
+		if err := comm.Run(ctx)(p.c.Recv(octx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)); err != nil {
+			return err
+		}
+		in = eb.in
+	}
+	out, err := st.EvalForward(in, b) // a forward-only plan: no training plan at the evaluation batch
+	if err != nil {
+		return err
+	}
+	if !p.last() {
+		// the send is ordered after the copy (see the top of this file)
+		if err := p.stream().CopyAsync(eb.out, out, 4*st.OutSize(b), cuda.DeviceToDevice); err != nil {
+			return err
+		}
+		octx, err := p.ordered(ctx, tagEval)
+		if err != nil {
+			return err
+		}
+		return comm.Run(ctx)(p.c.Send(octx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval))
+	}
+	if err := p.stream().Synchronize(); err != nil {
+		return err
+	}
+	return cuda.CopyDtoH(p.dev, floatBytes(logits), out)
 }
 
 // evalBuffers are the device buffers of evaluation batches of b samples,
