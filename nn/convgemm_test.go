@@ -6,7 +6,11 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
 )
+
+// blasImpl is blas32's implementation (OpenBLAS's sgemm after UseBLAS).
+func blasImpl() sgemmer { return blas32.Implementation() }
 
 // TestConvGemm checks convBLAS's products (OpenBLAS's small-matrix kernels
 // where they run) against float64 for NoTrans x NoTrans and NoTrans x
@@ -78,6 +82,46 @@ func TestConvGemm(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkConvGemm times the convolutions' products of the cnn at batch
+// 64 on blas32 (OpenBLAS's sgemm after UseBLAS) and on convBLAS (its
+// small-matrix kernels where they run). Run with OPENBLAS_NUM_THREADS=1.
+// Names: shape/blas|small.
+func BenchmarkConvGemm(b *testing.B) {
+	UseBLAS()
+	r := newRNG(62)
+	for _, c := range []struct {
+		name    string
+		tb      blas.Transpose
+		m, n, k int
+		beta    float32
+	}{
+		{"winograd-fwd-64x98x32", blas.NoTrans, 64, 98, 32, 0},
+		{"winograd-dx-32x98x64", blas.NoTrans, 32, 98, 64, 0},
+		{"winograd-dw-64x32x98", blas.Trans, 64, 32, 98, 1},
+		{"conv1-fwd-32x784x9", blas.NoTrans, 32, 784, 9, 0},
+		{"conv1-dw-32x9x784", blas.Trans, 32, 9, 784, 1},
+	} {
+		a := randSlice(r, c.m*c.k)
+		bb := randSlice(r, c.k*c.n)
+		cc := randSlice(r, c.m*c.n)
+		ldb := c.n
+		if c.tb == blas.Trans {
+			ldb = c.k
+		}
+		for _, impl := range []struct {
+			name string
+			s    sgemmer
+		}{{"blas", blasImpl()}, {"small", convBLAS()}} {
+			b.Run(c.name+"/"+impl.name, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					impl.s.Sgemm(blas.NoTrans, c.tb, c.m, c.n, c.k, 1, a, c.k, bb, ldb, c.beta, cc, c.n)
+				}
+				b.ReportMetric(2*float64(c.m*c.n*c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		}
 	}
 }
