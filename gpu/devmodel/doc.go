@@ -38,8 +38,30 @@
 // largest, as train's Evaluate counts), and changes nothing: parameters,
 // gradients, running statistics and counts, the optimizer's state and
 // Dropout's run count are as they were, so training goes on bit for bit
-// as without it. A batch of another size (a short last one) is planned
-// again from the pool's cached blocks, as ForwardBackward's is.
+// as without it.
+//
+// Eval runs a forward-only plan (evalplan.go), compiled once per batch
+// size with the compiler's eval flag: no gradients, nothing kept for
+// backward, each buffer given back once its last reader has run so that
+// later ones reuse it (liveness at compile time: a Sequential child's
+// input dies after it unless a Residual holds it; a layer's scratch dies
+// with the layer; in place where the kernel allows it; the convolutions'
+// unrolled input and attention's scores and probabilities in chunks of
+// samples, within the layer's output size). It borrows the training
+// plan's blocks (kept as they are: training goes on without planning
+// again), and what does not fit comes from an evaluation arena allocated
+// once (EvalBytes); a batch too large for both runs in passes of fewer
+// samples, its input, labels and logits whole, the values the same. After
+// the first evaluation at a batch size (and after each training batch
+// size) an evaluation allocates nothing. Stage.EvalForward is the same for
+// a pipeline stage (its own arena; train/pp evaluates a batch in passes of
+// a micro-batch through the stages). Peak device memory on the fake,
+// `train -device cuda -model cnn -batch 16` with the default evaluation
+// batch (500), before (evaluating with a training plan at the evaluation
+// batch: every activation, its gradient and the layers' scratch) and
+// after: 1 rank 736 MB -> 27.9 MB (the same as with -eval-batch 16), a
+// 2-stage pipeline in 3 micro-batches 685 MB -> 16.2 MB
+// (TestDeviceEvalPeak in cmd/train).
 //
 // Data parallelism (train/dp) reduces Grads and Params in place over the
 // ranks (comm.DeviceBuffer over NCCL). For ZeRO, Config.Shard places the
@@ -108,8 +130,8 @@
 // input gradient (parameter gradients accumulate over micro-batches);
 // on the last stage LossBackward takes the labels and a micro-batch's
 // share of the batch instead. GradNorm and ClipGrads clip by a norm
-// over every stage. train/pp runs them as -strategy pipeline -device
-// cuda.
+// over every stage; EvalForward evaluates on a forward-only plan. train/pp
+// runs them as -strategy pipeline -device cuda.
 //
 // The arithmetic is gpu/kernels', within the tolerances its package
 // documentation states per layer. Trained here step by step from the
@@ -160,9 +182,10 @@
 //     syncbn on an inproc comm) at batch B equals one rank at 2B: loss,
 //     averaged gradients, running statistics; with syncbn.Device over
 //     NCCL instead, the same bits as HostSyncBN.
-//   - TestEvalMatchesCPU: mlp, cnn-bn, a gpt of 2 layers and a user's
-//     model with BatchNorm1d and Dropout, after 3 steps and a pending
-//     backward, evaluated at the placed batch and shorter ones: the loss
+//   - TestEvalMatchesCPU: mlp, cnn (also at 4 times the placed batch),
+//     cnn-bn, a gpt of 2 layers and a user's model with BatchNorm1d and
+//     Dropout, after 3 steps and a pending backward, evaluated at the
+//     placed batch and shorter ones: the loss
 //     within 2e-5 of train's evaluation of the same weights on the CPU
 //     (nn's evaluation graph, nn.CrossEntropy; relative to max(1,
 //     loss)), the count of correct predictions exactly where no row's
@@ -170,6 +193,24 @@
 //     the model's state afterwards bit for bit what it was, and the next
 //     step bit for bit that of a copy never evaluated. Measured on the
 //     fake: losses within 1.5e-7, every count exact (no near ties).
+//   - TestEvalPlanSameBits: Eval's forward-only plans equal evaluating
+//     with a training plan at the evaluation batch (what Eval did before
+//     them) bit for bit, loss, count and every logit, for mlp, cnn,
+//     cnn-bn, a gpt of 2 layers and a user's model of Residuals (one
+//     around a Dropout), LayerNorm, GELU, Tanh, BatchNorm1d and Dropout,
+//     at the placed batch, 4 times it (in passes: the cnn's 16 in passes
+//     of 14, the mlp's 32 in 8, the gpt's 8 in 2) and a short one; a step
+//     after Eval equals a step without it. TestStageEvalForward:
+//     EvalForward equals Forward bit for bit and leaves Forward's
+//     activations to Backward. TestEvalAllocatesOnce: no cudaMalloc (the
+//     fake's fails) in Eval or training after the first evaluation at
+//     each size. TestEvalPeakBelowTraining: the cnn placed at 4 and
+//     evaluated at 16 holds nothing beyond its training plan's blocks and
+//     the batch's own buffers (0 bytes here; before, a training plan at 16,
+//     about 4 times the 5.7 MB one at 4); a stage of its convolutions
+//     evaluated at 16, at most the input, conv1's output and half of it
+//     per sample (2.43 MB; its training activations and gradients at 4:
+//     2.71 MB).
 //   - TestUpdateMatchesOptim: the device's updates (clipping, SGD, Adam,
 //     AdamW) on the device's gradients equal optim's on the host within
 //     1e-6 relative.
