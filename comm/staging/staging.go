@@ -327,14 +327,20 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 	// A cuda.Order's After event marks the end of the caller's work on
 	// the device buffers (on a stream the legacy default stream, where
 	// cudaMemcpy runs, does not wait for): the host waits for it before
-	// copying them in, and again before copying results out.
+	// copying them in (only then: a receive does not wait at its issue),
+	// and before copying results out.
 	after := func() error { return nil }
 	if o := cuda.OrderOf(ctx); o.After != nil && s.dir == toHost {
 		after = o.After.Synchronize
 	}
-	if err := after(); err != nil {
-		release(false)
-		return nil, s.poisonLocked(name, fmt.Errorf("staging: %s: waiting for the device buffers' writers: %w", name, err))
+	for i, a := range args {
+		if staged[i] && a.in {
+			if err := after(); err != nil {
+				release(false)
+				return nil, s.poisonLocked(name, fmt.Errorf("staging: %s: waiting for the device buffers' writers: %w", name, err))
+			}
+			break
+		}
 	}
 	for i, a := range args {
 		if staged[i] && a.in {

@@ -1,0 +1,85 @@
+package staging_test
+
+import (
+	"context"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+)
+
+// TestOrderAfter: a host backend given device buffers written on a
+// non-blocking stream (which cudaMemcpy on the legacy default stream does
+// not wait for) reads them after the cuda.Order's After event, recorded
+// on that stream when the all-reduce is issued: with the stream slowed
+// (cudafake.StreamDelay) the sums are of the written values. Without the
+// Order the copy in would read them before the memset ran.
+func TestOrderAfter(t *testing.T) {
+	cudafake.RequireFake(t)
+	const n, count = 2, 64
+	cs := newWorld(t, "inproc", n)
+	type rank struct {
+		s     *cuda.Stream
+		after *cuda.Event
+		buf   uintptr
+	}
+	rs := make([]rank, n)
+	for r := range rs {
+		x := &rs[r]
+		var err error
+		if x.s, err = cuda.NewStream(0, true); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.s.Destroy() })
+		if x.after, err = cuda.NewEvent(0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.after.Destroy() })
+		if x.buf, err = cuda.Malloc(0, 4*count); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cuda.Free(0, x.buf) })
+		if err := cuda.Memset(0, x.buf, 0, 4*count); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cuda.DeviceSynchronize(0); err != nil {
+		t.Fatal(err)
+	}
+	for r := range rs {
+		cudafake.StreamDelay(t, rs[r].s, 50*time.Millisecond)
+	}
+	run(t, cs, func(ctx context.Context, c comm.Comm) error {
+		x := &rs[c.Rank()]
+		if err := x.s.MemsetAsync(x.buf, byte(c.Rank()+1), 4*count); err != nil {
+			return err
+		}
+		if err := x.after.Record(x.s); err != nil {
+			return err
+		}
+		octx := cuda.WithOrder(ctx, cuda.Order{After: x.after})
+		return comm.Run(ctx)(c.AllReduce(octx, comm.DeviceBuffer(x.buf, 0, comm.Float32, count), comm.Sum))
+	})
+	var want float32
+	for r := range rs {
+		b := [4]byte{byte(r + 1), byte(r + 1), byte(r + 1), byte(r + 1)}
+		want += *(*float32)(unsafe.Pointer(&b[0]))
+	}
+	for r := range rs {
+		got := make([]float32, count)
+		if err := cuda.DeviceSynchronize(0); err != nil {
+			t.Fatal(err)
+		}
+		if err := cuda.CopyDtoH(0, unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 4*count), rs[r].buf); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if v != want {
+				t.Fatalf("rank %d element %d: %v, want %v (staged before the stream wrote it)", r, i, v, want)
+			}
+		}
+	}
+}
