@@ -15,6 +15,10 @@
 //
 // Both sides use the tokens x[i] = 7i mod 256 and labels 7i+1 mod 256.
 // -impls gdist with -cpuprofile profiles gdist's timed steps.
+// -openblas-coretype sets OPENBLAS_CORETYPE for both sides: OpenBLAS
+// 0.3.21 runs its Haswell (AVX2) kernels on an AVX-512 CPU it does not
+// know (this machine's Zen 5), at about half the sgemm speed of its
+// SkylakeX kernels there.
 package main
 
 import (
@@ -59,6 +63,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "python with torch")
 	worker := flag.Bool("worker", false, "internal: run gdist's side in this process and print its JSON line")
 	cpuprofile := flag.String("cpuprofile", "", "gdist's side: write a CPU profile of the timed steps here")
+	coretype := flag.String("openblas-coretype", "", "set OPENBLAS_CORETYPE to this for both sides (both use OpenBLAS's sgemm), e.g. SkylakeX where OpenBLAS takes an AVX-512 CPU for Haswell")
 	flag.Parse()
 
 	g, ok := models.ParseGPT(*model)
@@ -90,8 +95,8 @@ func main() {
 	ctx := context.Background()
 	th := strconv.Itoa(*threads)
 	common := []string{"-steps", strconv.Itoa(*steps), "-warmup", strconv.Itoa(*warmup)}
-	fmt.Printf("%s batch %d, %d threads each, optimizer update %v, %d rounds of %d steps after %d; %s\n",
-		*model, *batch, *threads, *useOpt, *rounds, *steps, *warmup, time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("%s batch %d, %d threads each, optimizer update %v, %d rounds of %d steps after %d, OPENBLAS_CORETYPE %q; %s\n",
+		*model, *batch, *threads, *useOpt, *rounds, *steps, *warmup, *coretype, time.Now().UTC().Format(time.RFC3339))
 	med := map[string][][2]float64{}
 	for r := 1; r <= *rounds; r++ {
 		for _, side := range sides {
@@ -109,6 +114,9 @@ func main() {
 				}
 				cmd = exec.CommandContext(ctx, *python, args...)
 				cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+th, "MKL_NUM_THREADS="+th, "OPENBLAS_NUM_THREADS="+th)
+			}
+			if *coretype != "" {
+				cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+*coretype)
 			}
 			load := loadavg()
 			var stderr bytes.Buffer
