@@ -199,8 +199,10 @@
 //     cnn-bn, a gpt of 2 layers and a user's model of Residuals (one
 //     around a Dropout), LayerNorm, GELU, Tanh, BatchNorm1d and Dropout,
 //     at the placed batch, 4 times it (in passes: the cnn's 16 in passes
-//     of 14, the mlp's 32 in 8, the gpt's 8 in 2) and a short one; a step
-//     after Eval equals a step without it. TestStageEvalForward:
+//     of 14, the last zero-padded, the cnn-bn's of 10, the mlp's 32 of 8;
+//     attention a sequence at a time) and a short one; a step after Eval
+//     equals a step without it (on a real GPU, where cuBLAS may choose
+//     other kernels for smaller products, within 2e-5). TestStageEvalForward:
 //     EvalForward equals Forward bit for bit and leaves Forward's
 //     activations to Backward. TestEvalAllocatesOnce: no cudaMalloc (the
 //     fake's fails) in Eval or training after the first evaluation at

@@ -447,10 +447,10 @@ func (d *Model) compileEval(s evalSpec) (*plan, error) {
 // whole model, compiled on first use (and again after the training plan
 // it borrows from was). It evaluates them in passes of the most samples
 // whose plan fits in the training plan's blocks and the evaluation arena
-// as it is, when all of them do not (the batch's input, labels and
-// logits are in it at once, for a loss of the whole batch; a pass of one
-// sample that does not fit either: passes of the training batch's size):
-// evaluation then holds little more memory than training. A ZeRO-3 model
+// as it is (or as a pass of one sample needs it), when all of them do
+// not (the batch's input, labels and logits are in it at once, for a
+// loss of the whole batch): evaluation then holds little more memory
+// than training. A ZeRO-3 model
 // (Config.ShardParams, not Unshard'd) evaluates a batch in one pass (a
 // pass gathers the parameters: the ranks must agree on the passes).
 func (d *Model) evalPlan(full int) (*plan, error) {
@@ -470,24 +470,26 @@ func (d *Model) evalPlan(full int) (*plan, error) {
 	}
 	b := full
 	if !d.paramsSharded() {
-		fits := func(b int) bool {
+		top := func(b int) int {
 			_, top, err := d.layoutEval(spec(b), make([]uintptr, len(d.plan.blocks)+1))
-			return err == nil && top <= d.evalCap
-		}
-		if !fits(full) {
-			if fits(1) {
-				lo, hi := 1, full // fits(lo), not fits(hi)
-				for hi-lo > 1 {
-					if mid := (lo + hi) / 2; fits(mid) {
-						lo = mid
-					} else {
-						hi = mid
-					}
-				}
-				b = lo
-			} else {
-				b = min(full, d.plan.batch)
+			if err != nil {
+				return math.MaxInt
 			}
+			return top
+		}
+		// the arena a pass of one sample needs (the batch's buffers, where
+		// the training plan's blocks cannot hold them) is needed anyway
+		limit := max(d.evalCap, top(1))
+		if top(full) > limit {
+			lo, hi := 1, full // top(lo) <= limit < top(hi)
+			for hi-lo > 1 {
+				if mid := (lo + hi) / 2; top(mid) <= limit {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			b = lo
 		}
 	}
 	p, err := d.compileEval(spec(b))

@@ -15,8 +15,10 @@ import (
 // sameEval checks that Eval's forward-only plan gives what evaluating
 // with the training plan gave before it (EvalViaTrainingPlan: the
 // training plan compiled at the batch's size, its evaluation closures)
-// bit for bit: the loss, the count of correct predictions and every
-// logit.
+// bit for bit on the fake: the loss, the count of correct predictions
+// and every logit. On a real GPU, where cuBLAS may pick other kernels
+// for a pass's smaller products, the loss and logits within evalTol
+// (relative to max(1, |value|)).
 func sameEval(t *testing.T, d *devmodel.Model, x []float32, y []int32) {
 	t.Helper()
 	batch := len(x) / d.Host.InputSize()
@@ -32,17 +34,35 @@ func sameEval(t *testing.T, d *devmodel.Model, x []float32, y []int32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if math.Float32bits(loss) != math.Float32bits(wl) || correct != wc {
-		t.Errorf("batch of %d: loss %v, %d correct; with the training plan %v, %d", batch, loss, correct, wl, wc)
-	}
 	if len(got) != len(want) {
 		t.Fatalf("batch of %d: %d logits; with the training plan %d", batch, len(got), len(want))
 	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("batch of %d: logit %d is %v; with the training plan %v", batch, i, got[i], want[i])
+	if cudafake.Mode() == "real" {
+		if !sameWithin(loss, wl) {
+			t.Errorf("batch of %d: loss %v; with the training plan %v", batch, loss, wl)
+		}
+		for i := range got {
+			if !sameWithin(got[i], want[i]) {
+				t.Fatalf("batch of %d: logit %d is %v; with the training plan %v", batch, i, got[i], want[i])
+			}
+		}
+		return
+	}
+	if math.Float32bits(loss) != math.Float32bits(wl) || correct != wc {
+		t.Errorf("batch of %d: loss %v, %d correct; with the training plan %v, %d", batch, loss, correct, wl, wc)
+	}
+	if !sameFloats(got, want) {
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("batch of %d: logit %d is %v; with the training plan %v", batch, i, got[i], want[i])
+			}
 		}
 	}
+}
+
+// sameWithin: a and b within evalTol relative to max(1, |b|).
+func sameWithin(a, b float32) bool {
+	return math.Abs(float64(a)-float64(b)) <= evalTol*math.Max(1, math.Abs(float64(b)))
 }
 
 // evalCases are the models of the forward-only plan's tests: every
@@ -87,9 +107,9 @@ func evalCases(t *testing.T) []struct {
 	}
 }
 
-// TestEvalPlanSameBits: Eval's forward-only plan equals, bit for bit,
-// evaluating with the training plan at the evaluation's batch size (what
-// Eval did before it), for mlp, cnn, cnn-bn, a gpt of 2 layers and a
+// TestEvalPlanSameBits: Eval's forward-only plan equals, bit for bit on
+// the fake (sameEval), evaluating with the training plan at the
+// evaluation's batch size (what Eval did before it), for mlp, cnn, cnn-bn, a gpt of 2 layers and a
 // user's model of Residuals (one around a Dropout: a view of its input),
 // LayerNorm, GELU, Tanh, BatchNorm1d and Dropout, after 2 steps, at the
 // placed batch, 4 times it and a short batch; and training goes on after
@@ -309,7 +329,8 @@ func TestEvalPeakBelowTraining(t *testing.T) {
 }
 
 // TestStageEvalForward: a stage's EvalForward equals its Forward bit for
-// bit (mlp, cnn and a gpt split in 2), and leaves the activations of the
+// bit on the fake (within evalTol on a real GPU; mlp, cnn and a gpt split
+// in 2), and leaves the activations of the
 // last Forward of the same size for Backward: the input gradient and
 // parameter gradients after a Forward, an EvalForward of another batch
 // and a Backward equal those without the EvalForward.
@@ -364,7 +385,15 @@ func TestStageEvalForward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := read(st[0], eo, st[0].OutSize(n)); !sameFloats(got, want) {
+				got := read(st[0], eo, st[0].OutSize(n))
+				same := sameFloats(got, want)
+				if cudafake.Mode() == "real" { // cuBLAS may pick other kernels for the chunks' products
+					same = len(got) == len(want)
+					for i := range got {
+						same = same && sameWithin(got[i], want[i])
+					}
+				}
+				if !same {
 					t.Errorf("batch %d: EvalForward's output differs from Forward's", n)
 				}
 			}
