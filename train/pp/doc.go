@@ -35,7 +35,10 @@
 // step later, so busy, idle and the bubbles are the device's.
 // Evaluation runs on the device too (train.BatchEvaluator): the test set
 // is split over the replicas (train.EvalSharder), the stage ranks of a
-// replica take the same batches forward through their stages, and the
+// replica take the same batches forward through their stages (in passes
+// of at most a micro-batch, on the stages' forward-only plans,
+// devmodel.Stage.EvalForward: an evaluation batch holds no more device
+// memory than a step), and the
 // last stage's loss and correct count (computed from the logits it
 // brings down, as train.Evaluate does) go to the other stages and are
 // summed over the replicas. Checkpoints go through the host model: each
