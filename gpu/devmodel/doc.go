@@ -196,11 +196,13 @@
 //   - TestEvalPlanSameBits: Eval's forward-only plans equal evaluating
 //     with a training plan at the evaluation batch (what Eval did before
 //     them) bit for bit, loss, count and every logit, for mlp, cnn,
-//     cnn-bn, a gpt of 2 layers and a user's model of Residuals (one
-//     around a Dropout), LayerNorm, GELU, Tanh, BatchNorm1d and Dropout,
-//     at the placed batch, 4 times it (in passes: the cnn's 16 in passes
-//     of 14, the last zero-padded, the cnn-bn's of 10, the mlp's 32 of 8;
-//     attention a sequence at a time) and a short one; a step after Eval
+//     cnn-bn, a gpt of 2 layers, an Embedding/Linear model and a user's
+//     model of Residuals (one around a Dropout), LayerNorm, GELU, Tanh,
+//     BatchNorm1d and Dropout, at the placed batch, 4 and 16 times it
+//     plus 3 (in passes, a short last one zero-padded: the cnn's 67 in
+//     passes of 56, the cnn-bn's of 41, the mlp's 131 of 32, the
+//     Embedding model's 35 of 8; attention a sequence at a time) and a
+//     short one; a step after Eval
 //     equals a step without it (on a real GPU, where cuBLAS may choose
 //     other kernels for smaller products, within 2e-5). TestStageEvalForward:
 //     EvalForward equals Forward bit for bit and leaves Forward's
