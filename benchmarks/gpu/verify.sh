@@ -9,28 +9,35 @@
 #   BUDGET=300 benchmarks/gpu/verify.sh      # seconds for all steps (default 420)
 #   STEPS="inventory nccl kill" benchmarks/gpu/verify.sh   # only these steps
 #
-# Every step runs under its own timeout, in order of value; a step whose
-# usual time no longer fits in what is left of BUDGET is skipped, not
-# started. Nothing changes GPU settings. Steps:
+# Every step runs under its own timeout, in order of value (the order
+# below); a step whose usual time no longer fits in what is left of
+# BUDGET is skipped, not started. Nothing changes GPU settings. Steps:
 #
 #   inventory   nvidia-smi, driver, compute mode; every libcudart, libnccl,
 #               libcublas, libnvrtc found and where; what gdist's loaders
 #               pick by themselves
 #   cuda        gpu/cuda's tests on the real device (GDIST_CUDA_TEST=real)
-#   kernels     gpu/cublas's, gpu/rtc's and gpu/kernels' tests on the device:
-#               cuBLAS GEMMs, NVRTC-compiled kernels, the first device
-#               layers and the mlp trained there against the CPU path;
-#               gpu/devmodel's: whole zoo models placed on the device
-#               and trained there against the CPU path
-#   nccl        comm/nccl's tests on real NCCL
-#   ranks2      two NCCL ranks (processes) on one GPU through the
-#               conformance checks (ncclcheck; each process its own NCCL host)
-#   kill        kill -9 of one of two ranks mid-all-reduce: the other fails
-#               naming it (and says whether the heartbeat, a notice or
-#               ncclCommGetAsyncError caught it)
-#   staging     comm/staging's tests (host backends with device buffers)
-#   sanitizer   compute-sanitizer (memcheck) over one short GPU test
-#   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
+#   kernels     gpu/cublas's, gpu/rtc's, gpu/kernels', gpu/gemm's and
+#               gpu/devmodel's tests on the device: cuBLAS GEMMs,
+#               NVRTC-compiled kernels, every device layer against the
+#               CPU path, the products' precisions and bf16 casts, whole
+#               zoo models trained and evaluated there against the CPU
+#               path (streams, the evaluation plan, SyncBN over NCCL);
+#               gpu/kernels' launch audit into audit.md
+#   gpt         train -device cuda -model gpt-L12-D768-H12-T1024 (GPT-2
+#               small's shape; GPT_MODEL, GPT_BATCH=8, GPT_STEPS=20; the
+#               peer's attention GPT_ATTN=sdpa, or mha) at fp32
+#               and, when train has -precision, bf16 (GPT_PRECISIONS), each
+#               right before PyTorch eager on the same model, batch and
+#               precision: tokens/s, peak memory, MFU, the ratio; bf16's
+#               other cast choices (GPT_BF16_CASTS=cublas; nocache too
+#               if asked) against the default cast's losses and rate;
+#               then a short run of each precision with the device
+#               profile (GDIST_DEVICE_PROFILE: device time by layer kind)
+#               beside the launch audit's prediction per kind
+#   bf16bench   gpu/gemm's BenchmarkBF16Step: a GPT-2-small layer's
+#               products in fp32 and bf16 (cast kernel without and with
+#               the weight cache, rounding inside cuBLAS): TFLOP/s
 #   device      train -device cuda (the model on the GPU) equals -device cpu
 #               (mlp, cnn, cnn-bn), and its samples/s next to PyTorch eager's
 #               on the same model, batch and GPU (benchmarks/peers/
@@ -38,29 +45,35 @@
 #   strategies  the device strategies, each against its reference (1e-4):
 #               2 NCCL ranks sharing the GPU at batch B == 1 rank at 2B
 #               (cuda and cpu); DDP's overlapped small buckets ==
-#               -no-overlap; zero1-3 == ddp; a 2-stage pipeline == the
+#               -no-overlap; SyncBN over NCCL on the device == the host
+#               hook and == 1 rank at 2B on the CPU (cnn-bn, ddp and
+#               zero3); zero1-3 == ddp; a 2-stage pipeline == the
 #               unsplit model on the CPU; ddp and zero3 saved on cuda,
 #               resumed on the CPU (mlp, cnn; STRAT_MODELS, STRAT_SIZE)
-#   gpt         train -device cuda -model gpt-L12-D768-H12-T1024 (GPT-2
-#               small's shape; GPT_MODEL, GPT_BATCH=8, GPT_STEPS=20; the
-#               peer's attention GPT_ATTN=sdpa, or mha) at fp32
-#               and, when train has -precision, bf16 (GPT_PRECISIONS), each
-#               right before PyTorch eager on the same model, batch and
-#               precision: tokens/s, peak memory, MFU, the ratio; then a
-#               short run of each with the device profile
-#               (GDIST_DEVICE_PROFILE: device time by layer kind)
-#   bench       commbench -backend nccl (1 and 2 ranks; BENCH_NP="1 2")
-#               next to torch.distributed's NCCL on the same GPU, and a table
+#   nccl        comm/nccl's tests on real NCCL
+#   staging     comm/staging's tests (host backends with device buffers)
 #   ncu         Nsight Compute (if there) over a few dozen kernels of a
 #               gpt training step (NCU_SKIP, NCU_COUNT): each kernel's time
 #               and its compute and memory throughput against the GPU's
+#   ranks2      two NCCL ranks (processes) on one GPU through the
+#               conformance checks (ncclcheck; each process its own NCCL host)
+#   kill        kill -9 of one of two ranks mid-all-reduce: the other fails
+#               naming it (and says whether the heartbeat, a notice or
+#               ncclCommGetAsyncError caught it)
+#   sanitizer   compute-sanitizer (memcheck) over one short GPU test
+#   train       train -backend nccl -nproc 2 on the GPU(s) equals -backend shm
+#   bench       commbench -backend nccl (1 and 2 ranks; BENCH_NP="1 2")
+#               next to torch.distributed's NCCL on the same GPU, and a table
 #
 # Under $OUT: summary.txt (one line per step: PASS/FAIL/SKIP and why),
 # inventory.txt, results.jsonl (one JSON row per step and per benchmark
 # row), bench.txt (the side-by-side table), train_bench.txt (gdist's
 # training against PyTorch's: rates, step times, memory, MFU),
-# strategies.txt (the strategies step's comparisons, a line each),
-# profile.<precision>.json (the gpt's device profile), ncu.txt,
+# bf16_casts.txt (bf16's cast choices against the default cast),
+# bf16bench.txt (BenchmarkBF16Step), audit.md (gpu/kernels' launch
+# audit), profile_vs_audit.txt (each kind's measured device time beside
+# the audit's), strategies.txt (the strategies step's comparisons, a
+# line each), profile.<precision>.json (the gpt's device profile), ncu.txt,
 # logs.tar.gz (every step's log, each capped). The exit status is non-zero
 # if a step failed.
 #
@@ -81,7 +94,7 @@ fi
 OUT=${OUT:-$B/results}
 BUDGET=${BUDGET:-420}
 DRY=${DRY:-0}
-STEPS=${STEPS:-inventory cuda kernels nccl ranks2 kill staging sanitizer train device strategies gpt bench ncu}
+STEPS=${STEPS:-inventory cuda kernels gpt bf16bench device strategies nccl staging ncu ranks2 kill sanitizer train bench}
 LOGCAP=${LOGCAP:-400000} # bytes kept of each log (head and tail)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gdist-verify.XXXXXX")
@@ -285,10 +298,13 @@ t_cuda() { gotest "$1" gpu/cuda cuda.test; }
 # precisions and tiled kernel (gpu/gemm) and whole models
 # placed on the device (gpu/devmodel), each
 # package's tests in its directory, within what is left of the step.
+# gpu/kernels' TestAudit (no device needed) writes its launch audit to
+# $OUT/audit.md: the gpt step puts its per-kind prediction beside the
+# measured profile.
 t_kernels() {
 	local rc=0 out="" p d
 	for p in cublas rtc kernels gemm devmodel; do
-		d=$(STEP_LIMIT=$(rest) gotest "$1.$p" "gpu/$p" "$p.test") || rc=1
+		d=$(STEP_LIMIT=$(rest) GDIST_KERNEL_AUDIT="$OUT/audit.md" gotest "$1.$p" "gpu/$p" "$p.test") || rc=1
 		cat "$1.$p" >>"$1"
 		rm -f "$1.$p"
 		out="$out$p: $d; "
@@ -297,6 +313,31 @@ t_kernels() {
 	return $rc
 }
 t_nccl() { gotest "$1" comm/nccl nccl.test -test.short; }
+
+# bf16bench: gpu/gemm's BenchmarkBF16Step, the products of one training
+# step of a GPT-2-small layer (the MLP's first Linear at 8192 rows, and
+# attention's P V with its dV) in fp32 and in bf16 three ways: the cast
+# kernel without and with the weight cache, and the fp32 operands
+# rounded inside cuBLAS (GDIST_BF16_CAST=cublas); TFLOP/s and cast GB/s,
+# the median of BF16_COUNT (3) runs of BF16_BENCHTIME (100x) each, in
+# bf16bench.txt. The dry run: the fake's tiny sizes, once.
+t_bf16bench() {
+	local log=$1 bt=${BF16_BENCHTIME:-100x} n=${BF16_COUNT:-3} mode=()
+	# The dry run: the test binary's own fake (GDIST_CUDA_TEST=fake, its
+	# tiny sizes); against the bundle's fake library as if real, it would
+	# emulate GPT-2 small's products thread by thread.
+	[ "$DRY" = 1 ] && bt=2x n=1 mode=(GDIST_CUDA_TEST=fake)
+	(cd "$root/gpu/gemm" && limited "$STEP_LIMIT" -u GDIST_KERNEL_CACHE -u GDIST_BF16_CAST -u GDIST_AUTOCAST_CACHE "${mode[@]}" "$B/gemm.test" \
+		-test.run '^$' -test.bench 'BF16Step' -test.benchtime "$bt" -test.count "$n" -test.timeout "$((STEP_LIMIT - 5))s") >"$LOGS/bf16bench.txt" 2>&1
+	local rc=$?
+	cat "$LOGS/bf16bench.txt" >>"$log"
+	local d
+	d=$(python3 "$root/benchmarks/gpu/trainbench.py" gemmbench "$LOGS/bf16bench.txt" --results "$OUT/results.jsonl" --table "$OUT/bf16bench.txt" $(dry_flag) 2>>"$log")
+	local r=$?
+	cat "$OUT/bf16bench.txt" >>"$log" 2>/dev/null
+	echo "$d$([ $rc = 0 ] || echo " (gemm.test exited $rc)")"
+	[ $rc = 0 ] && [ $r = 0 ]
+}
 t_staging() { gotest "$1" comm/staging staging.test -test.short; }
 
 # gpus: the number of GPUs (1 in a dry run).
@@ -476,9 +517,14 @@ t_device() {
 #   overlap   DDP's bucketed all-reduce overlapping backward (small
 #             buckets: -first-bucket-mb 0.05 -bucket-mb 0.2) == the same
 #             with -no-overlap, and == the CPU at 2B: a bucket's
-#             all-reduce waits for its gradients' kernels only through
-#             the legacy default stream's ordering of blocking streams,
-#             which only a real GPU can show (mlp, cnn)
+#             all-reduce waits on the device for an event recorded on
+#             the model's non-blocking stream after its gradients'
+#             kernels (cuda.Order), and the update for the last
+#             bucket's; a missing wait shows only on a real GPU, which
+#             runs the streams at once (mlp, cnn)
+#   syncbn    -syncbn over NCCL, the statistics combined on the device
+#             (syncbn.Device) == the host hook (-backend shm) and == 1
+#             rank at 2B on the CPU; zero3 too (cnn-bn)
 #   zero      zero1, zero2, zero3 on cuda (2 ranks, nccl, Adam, clipping)
 #             == ddp on cuda; ddp on cuda == ddp on cpu (shm)
 #   pipeline  -strategy pipeline -nproc 2 on cuda (host staging; and the
@@ -492,9 +538,9 @@ t_device() {
 # (the fake emulates each GPU thread of a convolution), 128 samples.
 STOL=1e-4
 t_strategies() {
-	local log=$1 limit=1024 rlimit=1024 models=${STRAT_MODELS:-mlp cnn} B1=16 psteps=40 rc=0 n=0 bad=0 fails="" ovl=""
+	local log=$1 limit=1024 rlimit=1024 models=${STRAT_MODELS:-mlp cnn} B1=16 psteps=40 rc=0 n=0 bad=0 fails="" ovl="" tiny=0
 	if [ "${STRAT_SIZE:-$([ "$DRY" = 1 ] && echo tiny)}" = tiny ]; then
-		limit=128 rlimit=128 models=${STRAT_MODELS:-mlp} B1=8 psteps=10
+		limit=128 rlimit=128 models=${STRAT_MODELS:-mlp} B1=8 psteps=10 tiny=1
 	fi
 	local B2=$((B1 * 2)) ev m
 	ev=$(share_env)
@@ -555,6 +601,27 @@ t_strategies() {
 		s_same "ranks $m: 2 x $B1 == 1 x $B2 (cuda)" "two.$m" "one.$m" "${cuda2[@]}" --expect backend=nccl
 		s_same "ranks $m: 2 x $B1 cuda == 1 x $B2 cpu" "two.$m" "cpu.$m"
 	}
+	# s_syncbn: SyncBatchNorm over NCCL on the device (syncbn.Device: the
+	# ranks' statistics all-gathered and combined by a kernel, nothing
+	# through the host) == the host hook (-backend shm: HostSyncBN) and ==
+	# one rank at twice the batch on the CPU (cnn-bn), ddp and zero3 (the
+	# parameters gathered unit by unit), as cmd/train's TestDeviceSyncBN;
+	# the summaries must say syncbn and no time in the host hook. (That
+	# the data can tell, without -syncbn the eval loss differs:
+	# TestDeviceSyncBN.) The dry run: 32 samples at batch 4 a rank.
+	s_syncbn() {
+		local sl=$limit sb=$B1
+		[ $tiny = 1 ] && sl=32 sb=4
+		local sc=(-model cnn-bn "${common[@]}" -limit $sl)
+		s_run sbn.nccl "$ev" -device cuda -nproc 2 -backend nccl -batch $sb -syncbn "${sc[@]}"
+		s_run sbn.host "" -device cuda -nproc 2 -backend shm -batch $sb -syncbn "${sc[@]}"
+		s_run sbn.cpu "" -device cpu -nproc 1 -batch $((sb * 2)) "${sc[@]}"
+		s_run sbn.zero3 "$ev" -device cuda -nproc 2 -backend nccl -strategy zero3 -batch $sb -syncbn "${sc[@]}"
+		local sx=(--expect syncbn=true --expect "syncbn_ms_per_step<0.001")
+		s_same "syncbn cnn-bn: nccl (device) == shm (host hook)" sbn.nccl sbn.host "${cuda2[@]}" --expect backend=nccl "${sx[@]}"
+		s_same "syncbn cnn-bn: 2 x $sb nccl == cpu 1 x $((sb * 2))" sbn.nccl sbn.cpu
+		s_same "syncbn cnn-bn: zero3 nccl == cpu 1 x $((sb * 2))" sbn.zero3 sbn.cpu "${cuda2[@]}" --expect strategy=zero3 "${sx[@]}"
+	}
 	s_pipeline() {
 		local m=$1
 		s_run "pipe.$m" "" -model $m -device cuda -strategy pipeline -nproc 2 -microbatches 3 -batch $B2 "${common[@]}"
@@ -565,6 +632,7 @@ t_strategies() {
 		fi
 	}
 	for m in $models; do s_overlap $m; done
+	s_syncbn
 	s_ranks mlp
 	# ZeRO: Adam (its state sharded) and clipping by the global norm, as
 	# TestDeviceZeroMatchesDDP (at lr 1e-4: eval loss 1.3 after 32 steps).
@@ -750,7 +818,7 @@ PY
 # trains gpt-L1-D32-H2-T16 at batch 2 on the fake, its peer on the CPU.
 t_gpt() {
 	local log=$1 model=${GPT_MODEL:-gpt-L12-D768-H12-T1024} batch=${GPT_BATCH:-8} steps=${GPT_STEPS:-20}
-	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} note="" rc=0 out="" p
+	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas} note="" rc=0 out="" p
 	if [ "$DRY" = 1 ]; then
 		model=gpt-L1-D32-H2-T16 batch=2 steps=4 psteps=4 pdev=cpu pwarm=1
 	fi
@@ -773,6 +841,44 @@ t_gpt() {
 		[ $pf = 1 ] && extra=(-precision "$p")
 		limited "$(($(rest) / 2))" "$@" "$B/train" -device cuda -nproc 1 -model "$model" -data "$LOGS/corpus" -batch "$batch" \
 			-steps "$n" -warmup 0 -seed 7 -json -progress=false "${extra[@]}"
+	}
+	# gpt_casts: after bf16's pair, each other cast choice of
+	# GPT_BF16_CASTS (cublas: GDIST_BF16_CAST=cublas, the fp32 operands
+	# rounded inside cuBLAS; nocache: GDIST_AUTOCAST_CACHE=0) trains the
+	# same steps: its losses against the default cast's and fp32's
+	# (trainbench.py variant, within 2%: bf16_casts.txt), its rate
+	# against the same PyTorch bf16 run.
+	gpt_casts() {
+		local c ce
+		for c in $casts; do
+			case $c in
+			cublas) ce=GDIST_BF16_CAST=cublas ;;
+			nocache) ce=GDIST_AUTOCAST_CACHE=0 ;;
+			*)
+				out="$out(GPT_BF16_CASTS: $c is not cublas or nocache); "
+				rc=1
+				continue
+				;;
+			esac
+			if [ "$(rest)" -lt 30 ]; then out="$out(no time left for bf16+$c); "; break; fi
+			local gv=$LOGS/gpt.gdist.bf16.$c vc
+			echo "--- gdist $model batch $batch bf16 $ce" >>"$log"
+			gdist_train bf16 "$steps" "$ce" >"$gv" 2>>"$log"
+			local rv=$?
+			cat "$gv" >>"$log"
+			vc=$(python3 "$root/benchmarks/gpu/trainbench.py" variant "bf16+$c" "$gv" "$LOGS/gpt.gdist.bf16" "$LOGS/gpt.gdist.fp32" --tol 0.02 \
+				--results "$OUT/results.jsonl" --table "$OUT/bf16_casts.txt" $(dry_flag) 2>>"$log")
+			local rv2=$?
+			echo "=== $vc" >>"$log"
+			out="$out$vc (exit $rv); "
+			[ $rv = 0 ] && [ $rv2 = 0 ] || rc=1
+			if [ $havetorch = 1 ] && [ -s "$LOGS/gpt.torch.bf16" ]; then
+				vc=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$gv" "$LOGS/gpt.torch.bf16" --precision bf16 --variant "$c" --gpu "$gpu" \
+					--results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$log") || rc=1
+				echo "=== $vc" >>"$log"
+				out="$out$vc; "
+			fi
+		done
 	}
 	for p in $precs; do
 		local g=$LOGS/gpt.gdist.$p tt=$LOGS/gpt.torch.$p r2=0 r3=0 cmp
@@ -799,14 +905,22 @@ t_gpt() {
 		fi
 		out="$out$cmp (exit $r1/$r2); "
 		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
+		[ "$p" = bf16 ] && [ $pf = 1 ] && gpt_casts
 	done
+	# The launch audit (gpu/kernels' TestAudit, no device needed; the
+	# kernels step writes it too) for the profiles' predictions.
+	if [ ! -s "$OUT/audit.md" ]; then
+		(cd "$root/gpu/kernels" && limited 60 GDIST_KERNEL_AUDIT="$OUT/audit.md" "$B/kernels.test" -test.run '^TestAudit$' -test.count=1) >>"$log" 2>&1 ||
+			echo "(the launch audit failed: no prediction beside the profiles)" >>"$log"
+	fi
 	for p in $precs; do
 		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for the $p profile); "; break; fi
 		local pj=$OUT/profile.$p.json
 		echo "--- gdist $model batch $batch $p, profiled" >>"$log"
 		gdist_train "$p" "$psteps" GDIST_DEVICE_PROFILE="$pj" >"$LOGS/gpt.profile.$p" 2>>"$log"
 		local r=$? d
-		d=$(python3 "$root/benchmarks/gpu/trainbench.py" profile "$pj" --precision "$p" --results "$OUT/results.jsonl" 2>>"$log")
+		d=$(python3 "$root/benchmarks/gpu/trainbench.py" profile "$pj" --precision "$p" --audit "$OUT/audit.md" --gpu "$gpu" \
+			--table "$OUT/profile_vs_audit.txt" --results "$OUT/results.jsonl" 2>>"$log")
 		local r2=$?
 		{ echo "=== $d"; cat "$pj"; } >>"$log" 2>/dev/null
 		[ $r = 0 ] && [ $r2 = 0 ] || rc=1
@@ -861,20 +975,25 @@ t_sanitizer() {
 }
 
 echo "gdist GPU verification: budget ${BUDGET}s, bundle $B, results $OUT$([ "$DRY" = 1 ] && echo ', DRY RUN on the fake')"
+# In order of value: the layer tests and the gpt against PyTorch first,
+# then the bf16 products' benchmark, the small models against PyTorch,
+# the strategies, the NCCL and staging packages' tests, ncu, and the
+# checks earlier runs passed.
 step inventory 10 40 inventory
 step cuda 20 90 t_cuda
-step kernels 20 240 t_kernels
+step kernels 20 150 t_kernels
+step gpt 60 300 t_gpt
+step bf16bench 15 60 t_bf16bench
+step device 30 150 t_device
+step strategies 60 200 t_strategies
 step nccl 30 120 t_nccl
+step staging 30 120 t_staging
+step ncu 60 150 t_ncu
 step ranks2 20 90 t_ranks2
 step kill 20 60 t_kill
-step staging 30 120 t_staging
 step sanitizer 30 90 t_sanitizer
 step train 40 150 t_train
-step device 30 150 t_device
-step strategies 60 180 t_strategies
-step gpt 60 300 t_gpt
 step bench 60 180 t_bench
-step ncu 60 150 t_ncu
 
 # Logs, each capped to LOGCAP bytes (head and tail), into one archive.
 mkdir -p "$LOGS/capped"
@@ -892,6 +1011,9 @@ echo "=== summary ($(($(date +%s) - t0))s of ${BUDGET}s)"
 cat "$OUT/summary.txt"
 [ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
 [ -f "$OUT/train_bench.txt" ] && cat "$OUT/train_bench.txt"
+[ -f "$OUT/bf16_casts.txt" ] && cat "$OUT/bf16_casts.txt"
+[ -f "$OUT/profile_vs_audit.txt" ] && cat "$OUT/profile_vs_audit.txt"
+[ -f "$OUT/bf16bench.txt" ] && cat "$OUT/bf16bench.txt"
 [ -f "$OUT/strategies.txt" ] && cat "$OUT/strategies.txt"
 rm -rf "$LOGS"
 exit $failed

@@ -20,10 +20,15 @@ import (
 // gpt on the fake with the device profile on, and, where a python3 has
 // torch, the PyTorch peer on the CPU (a row per model compared). The
 // strategies step compares the device strategies (two NCCL ranks on the
-// one GPU, DDP's overlapped buckets against -no-overlap, zero1-3, the
-// pipeline, resuming on the CPU) with their references: a row per
-// comparison, each within tolerance, the train processes sharing one
-// kernel cache.
+// one GPU, DDP's overlapped buckets against -no-overlap, SyncBN over
+// NCCL, zero1-3, the pipeline, resuming on the CPU) with their
+// references: a row per comparison, each within tolerance, the train
+// processes sharing one kernel cache. The gpt step's bf16 run with
+// GDIST_BF16_CAST=cublas is checked against the default cast's (the
+// fake's cuBLAS rounds as the cast kernel does: the same losses), the
+// bf16bench step summarises BenchmarkBF16Step's rows, and the launch
+// audit the kernels step writes is read back beside a GPT-2-small
+// profile (TestAuditBesideProfile's check, on this run's audit.md).
 func TestVerifyDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the whole bundle (about a minute)")
@@ -52,6 +57,8 @@ func TestVerifyDryRun(t *testing.T) {
 	trainRows := map[string]map[string]any{}
 	stratRows := map[string]map[string]any{}
 	var profile map[string]any
+	variants := map[string]map[string]any{}
+	benchWays := map[string]bool{}
 	f, err := os.Open(filepath.Join(out, "results.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +81,10 @@ func TestVerifyDryRun(t *testing.T) {
 			}
 		} else if r["bench"] == "profile" {
 			profile = r
+		} else if r["bench"] == "bf16variant" {
+			variants[r["variant"].(string)] = r
+		} else if r["bench"] == "bf16step" {
+			benchWays[r["part"].(string)+"/"+r["way"].(string)] = r["tflops"].(float64) > 0
 		} else if r["bench"] == "nccl" {
 			benchRows++
 			if r["correct"] != true {
@@ -81,7 +92,7 @@ func TestVerifyDryRun(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "strategies", "gpt", "bench", "staging"} {
+	for _, name := range []string{"inventory", "cuda", "kernels", "nccl", "ranks2", "kill", "train", "device", "strategies", "gpt", "bf16bench", "bench", "staging"} {
 		r := steps[name]
 		if r == nil {
 			t.Errorf("step %s: no result row", name)
@@ -100,6 +111,19 @@ func TestVerifyDryRun(t *testing.T) {
 	if profile == nil || profile["model"] != "gpt-L1-D32-H2-T16" || profile["steps"].(float64) < 1 {
 		t.Errorf("gpt: no device profile row of the tiny gpt: %v", profile)
 	}
+	if r := variants["bf16+cublas"]; r == nil || r["ok"] != true || r["dry"] != true {
+		t.Errorf("gpt: no passing check of bf16 with GDIST_BF16_CAST=cublas against the default cast: %v", r)
+	} else if d := r["rel_diff"].(map[string]any); d["train_loss"] != 0.0 || d["eval_loss"] != 0.0 {
+		t.Errorf("gpt: bf16+cublas on the fake (whose cuBLAS rounds as the cast kernel): losses %v, want the default cast's exactly", d)
+	}
+	for _, part := range []string{"linear", "attention"} {
+		for _, way := range []string{"fp32", "bf16-kernel-nocache", "bf16-kernel-cache", "bf16-cublas"} {
+			if !benchWays[part+"/"+way] {
+				t.Errorf("bf16bench: no row %s/%s with its TFLOP/s", part, way)
+			}
+		}
+	}
+	auditBesideProfile(t, filepath.Join(out, "audit.md"))
 	if torchPython() != "" {
 		for _, m := range []string{"mlp", "gpt-L1-D32-H2-T16"} {
 			r := trainRows[m]
@@ -110,6 +134,7 @@ func TestVerifyDryRun(t *testing.T) {
 	}
 	for _, c := range []string{"overlap mlp: small buckets == -no-overlap", "ranks mlp: 2 x 8 == 1 x 16 (cuda)", "ranks mlp: 2 x 8 cuda == 1 x 16 cpu",
 		"zero: zero1 cuda == ddp cuda", "zero: zero2 cuda == ddp cuda", "zero: zero3 cuda == ddp cuda", "pipeline mlp: 2 stages cuda == cpu",
+		"syncbn cnn-bn: nccl (device) == shm (host hook)", "syncbn cnn-bn: 2 x 4 nccl == cpu 1 x 8", "syncbn cnn-bn: zero3 nccl == cpu 1 x 8",
 		"pipeline mlp: over nccl == cpu", "resume ddp: cuda -> cpu == cpu", "resume zero3: cuda -> cpu == cpu"} {
 		if stratRows[c] == nil {
 			t.Errorf("strategies: no comparison %q (have %d)", c, len(stratRows))
@@ -127,9 +152,61 @@ func TestVerifyDryRun(t *testing.T) {
 	if benchRows < 20 {
 		t.Errorf("%d benchmark rows in results.jsonl, want every op at 1 and 2 ranks", benchRows)
 	}
-	for _, name := range []string{"summary.txt", "inventory.txt", "bench.txt", "strategies.txt", "logs.tar.gz"} {
+	for _, name := range []string{"summary.txt", "inventory.txt", "bench.txt", "strategies.txt", "bf16_casts.txt", "bf16bench.txt", "audit.md", "logs.tar.gz"} {
 		if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", name, err)
+		}
+	}
+}
+
+// auditBesideProfile checks that trainbench.py reads gpu/kernels' launch
+// audit (as the kernels step wrote it) and puts its prediction beside a
+// GPT-2-small profile's kinds: the gpt step's line on the GPU machine.
+// The profile's times are made up; the predictions are the audit's.
+func auditBesideProfile(t *testing.T, audit string) {
+	t.Helper()
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "profile.json")
+	kinds := `[{"kind":"linear","layers":49,"forward_ms":30,"backward_ms":55,"total_ms":85,"share":0.7},` +
+		`{"kind":"attention","layers":12,"forward_ms":8,"backward_ms":12,"total_ms":20,"share":0.17},` +
+		`{"kind":"gaps","layers":0,"forward_ms":0,"backward_ms":0,"total_ms":15.5,"share":0.13}]`
+	if err := os.WriteFile(prof, []byte(`{"model":"gpt-L12-D768-H12-T1024","batch":8,"steps":6,"warmup_steps":2,"step_ms":120.5,"kinds":`+kinds+`,"layers":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ prec, gpu string }{{"fp32", "NVIDIA H100 80GB HBM3"}, {"bf16", "NVIDIA H200"}} {
+		res, tab := filepath.Join(dir, c.prec+".jsonl"), filepath.Join(dir, "vs.txt")
+		cmd := exec.Command("python3", "trainbench.py", "profile", prof, "--precision", c.prec, "--audit", audit, "--gpu", c.gpu, "--table", tab, "--results", res)
+		b, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(b), "measured/audit: linear") {
+			t.Errorf("trainbench.py profile --audit (%s): %v: %s", c.prec, err, b)
+			continue
+		}
+		raw, err := os.ReadFile(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row struct {
+			Audit []struct {
+				Kind        string   `json:"kind"`
+				MeasuredMs  float64  `json:"measured_ms"`
+				PredictedMs *float64 `json:"predicted_ms"`
+				Ratio       *float64 `json:"ratio"`
+			} `json:"audit"`
+		}
+		if err := json.Unmarshal(raw, &row); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		got := map[string]float64{}
+		for _, k := range row.Audit {
+			if k.PredictedMs != nil {
+				got[k.Kind] = *k.PredictedMs
+			}
+		}
+		// Products dominate linear's prediction: fp32's at 67 TFLOP/s is
+		// tens of ms a step, bf16's a few; gaps have none.
+		lin, att, tot := got["linear"], got["attention"], got["total"]
+		if lin <= 0 || att <= 0 || tot < lin+att || got["gaps"] != 0 || (c.prec == "fp32") != (lin > 20) {
+			t.Errorf("%s: predictions %v (from %s): want linear (over 20 ms at fp32 only), attention, a total above both, none for gaps", c.prec, got, audit)
 		}
 	}
 }
