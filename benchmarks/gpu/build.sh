@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the GPU verification bundle on any Linux amd64 machine with Go and
 # gcc, no CUDA needed: the test binaries of gpu/cuda, gpu/cublas, gpu/rtc,
-# gpu/kernels, gpu/gemm, gpu/devmodel, comm/nccl and comm/staging, commbench, ncclcheck, train, the
+# gpu/kernels (also the launch audit), gpu/gemm (also BenchmarkBF16Step),
+# gpu/devmodel, comm/nccl and comm/staging, commbench, ncclcheck, train
+# (every train run of the device, strategies and gpt steps), the
 # PyTorch peers (torch.distributed's NCCL; eager training: torch_gpu_train.py, gpt.py) and the fake CUDA library (for verify.sh's dry run). The Go programs load CUDA and
 # NCCL with dlopen at run time, so they need only libc (checked here).
+# Build from a tree without uncommitted changes (BUILD_INFO says so if not).
 #
 #   benchmarks/gpu/build.sh [DIR]        # default DIR: bin/gpu (git-ignored); also DIR.tar.xz
 #
