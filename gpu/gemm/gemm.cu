@@ -41,6 +41,43 @@ extern "C" __global__ void gd_to_bf16x4(unsigned short *dst, const float *src, l
 	for (long long i = 4 * n4 + first; i < n; i += stride) dst[i] = to_bf16(src[i]);
 }
 
+// The cast of a strided operand: batch matrices stride values apart, each
+// rows rows of cols values, rows ld apart, into dst with rows dld and
+// matrices dstride apart (dld = cols, dstride = rows cols: a compact copy
+// of only the values a product reads; dld = ld, dstride = stride: a copy
+// at the same index). Row q = z rows + r of the batch's rows along y
+// (grid-stride), its values along x: no division per value. The same
+// bits as gd_to_bf16.
+extern "C" __global__ void gd_to_bf16_2d(unsigned short *dst, const float *src, int rows, int cols, long long ld,
+					 long long stride, int batch, long long dld, long long dstride) {
+	long long all = (long long)batch * rows;
+	for (long long q = blockIdx.y; q < all; q += gridDim.y) {
+		long long z = q / rows, r = q - z * rows;
+		const float *s = src + z * stride + r * ld;
+		unsigned short *d = dst + z * dstride + r * dld;
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) d[c] = to_bf16(s[c]);
+	}
+}
+
+// gd_to_bf16_2d four values a thread (cols, ld, stride, dld, dstride
+// multiples of 4; src 16-byte and dst 8-byte aligned).
+extern "C" __global__ void gd_to_bf16_2dx4(unsigned short *dst, const float *src, int rows, int cols, long long ld,
+					   long long stride, int batch, long long dld, long long dstride) {
+	long long all = (long long)batch * rows;
+	for (long long q = blockIdx.y; q < all; q += gridDim.y) {
+		long long z = q / rows, r = q - z * rows;
+		const float4 *s = (const float4 *)(src + z * stride + r * ld);
+		int2 *d = (int2 *)(dst + z * dstride + r * dld);
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols / 4; c += gridDim.x * blockDim.x) {
+			float4 v = s[c];
+			int2 o;
+			o.x = (int)((unsigned)to_bf16(v.x) | ((unsigned)to_bf16(v.y) << 16));
+			o.y = (int)((unsigned)to_bf16(v.z) | ((unsigned)to_bf16(v.w) << 16));
+			d[c] = o;
+		}
+	}
+}
+
 // One BM x BN (64 x 64) tile of C per block of TS x TS (16 x 16)
 // threads, each thread 4 x 4 elements of it (rows ty + 16 i, columns tx +
 // 16 j), k in steps of BK (16) through shared memory (each operand's

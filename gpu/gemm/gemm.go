@@ -108,7 +108,7 @@ type Engine struct {
 	// product (CUBLAS_COMPUTE_32F_FAST_16BF), no casts (BF16Cast)
 	castIn bool
 
-	gemm, cast, cast4 *rtc.Function
+	gemm, cast, cast4, cast2d, cast2d4 *rtc.Function
 
 	mu      sync.Mutex
 	scratch uintptr // bf16 copies of the operands (cuBLAS with BF16)
@@ -120,14 +120,13 @@ type Engine struct {
 	keepCap  int     // its bytes
 
 	w     weights   // the registered parameters and their bf16 copy (cache.go)
+	holds []hold    // the regions held (Hold, hold.go)
+	slots []slot    // their bf16 copies' buffers, kept across Release
 	stats CastStats // values cast so far
 }
 
-// kept is the bf16 copy, in keepBuf, of the n values from src.
-type kept struct {
-	src uintptr
-	n   int64
-}
+// kept is the operand whose bf16 copy (its cast layout) is in keepBuf.
+type kept struct{ op operand }
 
 // New makes an engine on device whose products go on s (a stream of
 // device). Without cuBLAS (cuda.ErrUnavailable from gpu/cublas: no
@@ -157,6 +156,12 @@ func New(device int, s *cuda.Stream, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if e.cast4, err = m.Function("gd_to_bf16x4"); err != nil {
+		return nil, err
+	}
+	if e.cast2d, err = m.Function("gd_to_bf16_2d"); err != nil {
+		return nil, err
+	}
+	if e.cast2d4, err = m.Function("gd_to_bf16_2dx4"); err != nil {
 		return nil, err
 	}
 	if cfg.Tiled {
@@ -208,7 +213,11 @@ func (e *Engine) Backend() string {
 func (e *Engine) ScratchBytes() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cap + e.keepCap + e.w.cap
+	n := e.cap + e.keepCap + e.w.cap
+	for _, sl := range e.slots {
+		n += sl.cap
+	}
+	return n
 }
 
 // Casts is the number of values cast to bf16 so far (bf16 autocast):
@@ -249,10 +258,14 @@ func (e *Engine) Close() error {
 			e.s.Synchronize()
 		}
 	}
-	if e.w.buf != 0 && e.s != nil {
+	if (e.w.buf != 0 || len(e.slots) > 0) && e.s != nil {
 		e.s.Synchronize()
 	}
-	for _, p := range []*uintptr{&e.scratch, &e.keepBuf, &e.w.buf} {
+	bufs := []*uintptr{&e.scratch, &e.keepBuf, &e.w.buf}
+	for i := range e.slots {
+		bufs = append(bufs, &e.slots[i].buf)
+	}
+	for _, p := range bufs {
 		if *p != 0 {
 			if ferr := cuda.Free(e.dev, *p); err == nil {
 				err = ferr
@@ -262,6 +275,7 @@ func (e *Engine) Close() error {
 	}
 	e.cap, e.keepCap, e.held = 0, 0, kept{}
 	e.w.cap, e.w.valid = 0, nil
+	e.holds, e.slots = nil, nil
 	if e.h != nil {
 		if cerr := e.h.Close(); err == nil {
 			err = cerr
@@ -300,6 +314,9 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 	defer e.mu.Unlock()
 	keep, prev := e.keepNext, e.held // KeepNext's: for this product and the next only
 	e.keepNext, e.held = 0, kept{}
+	if err := e.heldWritten(c, span(m, n, ldc, sc, batch)); err != nil {
+		return err
+	}
 	if e.h == nil {
 		return e.tiled(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch)
 	}
@@ -319,41 +336,50 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 		}
 		return e.h.SgemmStridedBatched(op(tb), op(ta), n, m, k, alpha, b, max(ldb, 1), sb, a, max(lda, 1), sa, beta, c, max(ldc, 1), sc, batch)
 	}
-	// bf16 autocast: each operand's span (same layout) in bf16, from
-	// the weight cache (a registered parameter), from keepBuf (KeepNext's
+	// bf16 autocast: each operand in bf16, from the weight cache (a
+	// registered parameter), a held region (Hold), keepBuf (KeepNext's
 	// operand of the product before), or cast into keepBuf (KeepNext's
-	// now) or the scratch.
-	ar, ac := rowsCols(ta, m, k)
-	br, bc := rowsCols(tb, k, n)
-	na, nb := span(ar, ac, lda, sa, batch), span(br, bc, ldb, sb, batch)
+	// now) or the scratch. A copy in the cache or a held region has the
+	// operand's layout; a cast one is compact (only the values the
+	// product reads) where the operand has gaps (a block of a larger
+	// matrix), else the operand's span.
+	A, B := newOperand(a, ta, m, k, lda, sa, batch), newOperand(b, tb, k, n, ldb, sb, batch)
 	if k == 0 {
-		na, nb = 0, 0
+		A, B = operand{}, operand{}
 	}
-	wa, wb := e.w.holds(a, na), e.w.holds(b, nb)
-	reuseA := !wa && prev.n > 0 && prev == kept{a, na}
-	reuseB := !wb && prev.n > 0 && prev == kept{b, nb}
-	keepA := !wa && !reuseA && !reuseB && keep != 0 && keep == a && na > 0
-	keepB := !wb && !reuseA && !reuseB && !keepA && keep != 0 && keep == b && nb > 0
+	na, nb := A.n(), B.n()
+	wa, wb := e.w.holds(a, A.span()), e.w.holds(b, B.span())
+	ha, hb := uintptr(0), uintptr(0)
+	if !wa {
+		ha = e.heldAt(A)
+	}
+	if !wb {
+		hb = e.heldAt(B)
+	}
+	reuseA := !wa && ha == 0 && na > 0 && prev.op == A
+	reuseB := !wb && hb == 0 && nb > 0 && prev.op == B
+	keepA := !wa && ha == 0 && !reuseA && !reuseB && keep != 0 && keep == a && na > 0
+	keepB := !wb && hb == 0 && !reuseA && !reuseB && !keepA && keep != 0 && keep == b && nb > 0
 	switch {
 	case reuseA && keep == a, reuseB && keep == b:
 		e.held = prev // kept again, still unwritten (the caller's promise)
 	case keepA:
-		e.held = kept{a, na}
+		e.held = kept{A}
 	case keepB:
-		e.held = kept{b, nb}
+		e.held = kept{B}
 	}
 	if keepA || keepB {
-		if err := e.growKeep(2 * int(e.held.n)); err != nil {
+		if err := e.growKeep(2 * int(e.held.op.n())); err != nil {
 			e.held = kept{}
 			return err
 		}
 	}
-	sharedB := reuseA && a == b && na == nb // B is A, kept
-	var sna, snb int64                      // values each casts into the scratch
-	if !wa && !reuseA && !keepA {
+	sharedB := reuseA && A == B // B is A, kept
+	var sna, snb int64          // values each casts into the scratch
+	if !wa && ha == 0 && !reuseA && !keepA {
 		sna = na
 	}
-	if !wb && !reuseB && !keepB && !sharedB {
+	if !wb && hb == 0 && !reuseB && !keepB && !sharedB {
 		snb = nb
 	}
 	// B's copy starts on a 256-byte boundary of the scratch, as A's
@@ -367,54 +393,126 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 			return err
 		}
 	}
-	var a16, b16 uintptr
+	ldA, sA, ldB, sB := lda, sa, ldb, sb // the bf16 copies' layouts
 	switch {
 	case wa:
-		a16 = e.w.at(a)
+		a16 := e.w.at(a)
 		if err := e.w.cast(e, a, na); err != nil {
 			return err
 		}
+		a = a16
+	case ha != 0:
+		a = ha
 	case reuseA:
-		a16 = e.keepBuf
+		a = e.keepBuf
+		ldA, sA = A.layout16(lda, sa)
 	case keepA:
-		a16 = e.keepBuf
-		if err := e.toBF16(a16, a, na, &e.stats.Operands); err != nil {
+		if err := e.cast16(e.keepBuf, A, &e.stats.Operands); err != nil {
 			return err
 		}
+		a = e.keepBuf
+		ldA, sA = A.layout16(lda, sa)
 	default:
-		a16 = e.scratch
-		if err := e.toBF16(a16, a, na, &e.stats.Operands); err != nil {
+		if err := e.cast16(e.scratch, A, &e.stats.Operands); err != nil {
 			return err
 		}
+		a = e.scratch
+		ldA, sA = A.layout16(lda, sa)
 	}
 	switch {
 	case wb:
-		b16 = e.w.at(b)
+		b16 := e.w.at(b)
 		if err := e.w.cast(e, b, nb); err != nil {
 			return err
 		}
+		b = b16
+	case hb != 0:
+		b = hb
 	case reuseB, sharedB:
-		b16 = e.keepBuf
+		b = e.keepBuf
+		ldB, sB = B.layout16(ldb, sb)
 	case keepB:
-		b16 = e.keepBuf
-		if err := e.toBF16(b16, b, nb, &e.stats.Operands); err != nil {
+		if err := e.cast16(e.keepBuf, B, &e.stats.Operands); err != nil {
 			return err
 		}
+		b = e.keepBuf
+		ldB, sB = B.layout16(ldb, sb)
 	default:
-		b16 = e.scratch + uintptr(bOff)
-		if err := e.toBF16(b16, b, nb, &e.stats.Operands); err != nil {
+		if err := e.cast16(e.scratch+uintptr(bOff), B, &e.stats.Operands); err != nil {
 			return err
 		}
+		b = e.scratch + uintptr(bOff)
+		ldB, sB = B.layout16(ldb, sb)
 	}
 	// a product that writes registered parameters makes their copies stale
 	e.w.written(c, span(m, n, ldc, sc, batch))
-	A := cublas.Matrix{Ptr: a16, Type: cublas.BF16, LD: max(lda, 1)}
-	B := cublas.Matrix{Ptr: b16, Type: cublas.BF16, LD: max(ldb, 1)}
+	A16 := cublas.Matrix{Ptr: a, Type: cublas.BF16, LD: max(ldA, 1)}
+	B16 := cublas.Matrix{Ptr: b, Type: cublas.BF16, LD: max(ldB, 1)}
 	C := cublas.Matrix{Ptr: c, Type: cublas.F32, LD: max(ldc, 1)}
 	if batch == 1 {
-		return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B, A, beta, C, cublas.Compute32F)
+		return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B16, A16, beta, C, cublas.Compute32F)
 	}
-	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B, sb, A, sa, beta, C, sc, batch, cublas.Compute32F)
+	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B16, sB, A16, sA, beta, C, sc, batch, cublas.Compute32F)
+}
+
+// operand is a product's operand as stored: batch matrices stride
+// values apart from ptr (one matrix, stride 0, where the product shares
+// it or is one), each rows rows of cols values, rows ld values apart.
+type operand struct {
+	ptr        uintptr
+	rows, cols int
+	ld         int
+	stride     int64
+	batch      int
+}
+
+// newOperand is op(X) [r, c] of a batched product as stored.
+func newOperand(p uintptr, t bool, r, c, ld int, stride int64, batch int) operand {
+	rows, cols := rowsCols(t, r, c)
+	if stride == 0 || batch <= 1 {
+		stride, batch = 0, 1
+	}
+	return operand{p, rows, cols, ld, stride, batch}
+}
+
+// span is the values from the first matrix's start to the last's end.
+func (x operand) span() int64 { return span(x.rows, x.cols, x.ld, x.stride, x.batch) }
+
+// values is the values the product reads.
+func (x operand) values() int64 { return int64(x.batch) * int64(x.rows) * int64(x.cols) }
+
+// compact is whether the operand's cast copy is compact (rows of cols,
+// matrices rows cols apart): where its span has gaps (a block of a
+// larger matrix, padded rows) and so more values than it reads.
+func (x operand) compact() bool { return x.values() < x.span() }
+
+// n is the values a cast of the operand casts.
+func (x operand) n() int64 {
+	if x.compact() {
+		return x.values()
+	}
+	return x.span()
+}
+
+// layout16 is the leading dimension and stride of the operand's cast
+// copy (ld and stride: the product's).
+func (x operand) layout16(ld int, stride int64) (int, int64) {
+	if !x.compact() {
+		return ld, stride
+	}
+	if stride != 0 {
+		stride = int64(x.rows) * int64(x.cols)
+	}
+	return x.cols, stride
+}
+
+// cast16 queues the cast of the operand x into dst (its cast layout),
+// counting the values in *count.
+func (e *Engine) cast16(dst uintptr, x operand, count *int64) error {
+	if !x.compact() {
+		return e.toBF16(dst, x.ptr, x.span(), count)
+	}
+	return e.toBF16Strided(dst, x, x.cols, int64(x.rows)*int64(x.cols), count)
 }
 
 func op(t bool) cublas.Op {
@@ -527,6 +625,26 @@ func (e *Engine) toBF16(dst, src uintptr, n int64, count *int64) error {
 	}
 	blocks := min((n+255)/256, 1024)
 	return e.cast.Launch(e.s, rtc.Config{Grid: rtc.Dim(int(blocks)), Block: rtc.Dim(256)}, dst, src, n)
+}
+
+// toBF16Strided queues the cast of operand x's values into dst, rows
+// dld apart and matrices dstride apart, counting them in *count: one
+// launch, its rows along the grid's y.
+func (e *Engine) toBF16Strided(dst uintptr, x operand, dld int, dstride int64, count *int64) error {
+	if x.rows == 0 || x.cols == 0 {
+		return nil
+	}
+	if x.cols == x.ld && dld == x.ld && (x.batch == 1 || (x.stride == int64(x.rows*x.ld) && dstride == x.stride)) {
+		return e.toBF16(dst, x.ptr, x.values(), count) // dense: one run
+	}
+	*count += x.values()
+	f, v := e.cast2d, 1
+	if x.ptr%16 == 0 && dst%8 == 0 && x.cols%4 == 0 && x.ld%4 == 0 && x.stride%4 == 0 && dld%4 == 0 && dstride%4 == 0 {
+		f, v = e.cast2d4, 4
+	}
+	per := (x.cols/v + 255) / 256
+	cfg := rtc.Config{Grid: rtc.Dim3{X: min(per, 64), Y: min(x.batch*x.rows, 65535), Z: 1}, Block: rtc.Dim(256)}
+	return f.Launch(e.s, cfg, dst, x.ptr, int32(x.rows), int32(x.cols), int64(x.ld), x.stride, int32(x.batch), int64(dld), dstride)
 }
 
 func (e *Engine) tiled(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,

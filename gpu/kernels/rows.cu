@@ -391,20 +391,31 @@ __device__ float exp32(float y) {
 // nn's max: NaN wins.
 __device__ float max_nan(float a, float b) { return a != a || b != b ? a + b : (b > a ? b : a); }
 
+// written is how much of row i (n = i + 1 entries valid) of a T x T
+// score matrix the causal kernels write when the products compute blocks
+// of Tb rows and only the key blocks at or left of the diagonal: up to
+// the end of the row's block (T where Tb >= T: the whole row, zeros
+// above the diagonal). Entries beyond are neither read nor written.
+__device__ int written(int n, int T, int Tb) {
+	int w = ((n - 1) / Tb + 1) * Tb;
+	return w < T ? w : T;
+}
+
 // The causal softmax of each row of p, rows of T: row r is position i = r
 // % T of its sequence, and becomes the softmax of its first i+1 entries
 // (max subtracted, exp32, 1/sum times each, the sum in Sum32's order),
-// zeros after: nn's causalSoftmax, bit for bit. In place; a warp a row.
-extern "C" __global__ void gd_causal_softmax(float *p, int rows, int T) {
+// zeros after up to the end of its block of Tb rows (written): nn's
+// causalSoftmax, bit for bit. In place; a warp a row.
+extern "C" __global__ void gd_causal_softmax(float *p, int rows, int T, int Tb) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		float *row = p + (long long)r * T;
-		int n = r % T + 1;
+		int n = r % T + 1, w = written(n, T, Tb);
 		float mx = row[0];
 		for (int j = lane; j < n; j += 32) mx = max_nan(mx, row[j]);
 		for (int o = 16; o > 0; o >>= 1) mx = max_nan(mx, __shfl_xor_sync(FULL, mx, o));
 		__syncwarp();
-		for (int j = lane; j < T; j += 32) row[j] = j < n ? exp32(row[j] - mx) : 0.0f;
+		for (int j = lane; j < w; j += 32) row[j] = j < n ? exp32(row[j] - mx) : 0.0f;
 		__syncwarp();
 		float inv = 1.0f / warp_sum32(TERM_A, row, 0, 0, 0.0f, n);
 		__syncwarp();
@@ -415,16 +426,17 @@ extern "C" __global__ void gd_causal_softmax(float *p, int rows, int T) {
 
 // The causal softmax's backward, in place on ds (dP in, dS out) from its
 // output p: dS = (p (dP - sum p dP)) scale over the first i+1 entries of
-// row i (the sum in Sum32's order), zeros after: nn's, bit for bit.
-extern "C" __global__ void gd_causal_softmax_backward(float *ds, const float *p, int rows, int T, float scale) {
+// row i (the sum in Sum32's order), zeros after up to the end of its
+// block (written): nn's, bit for bit.
+extern "C" __global__ void gd_causal_softmax_backward(float *ds, const float *p, int rows, int T, int Tb, float scale) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		float *d = ds + (long long)r * T;
 		const float *pr = p + (long long)r * T;
-		int n = r % T + 1;
+		int n = r % T + 1, w = written(n, T, Tb);
 		float dot = warp_sum32(TERM_AB, pr, d, 0, 0.0f, n);
 		__syncwarp();
-		for (int j = lane; j < T; j += 32) d[j] = j < n ? (pr[j] * (d[j] - dot)) * scale : 0.0f;
+		for (int j = lane; j < w; j += 32) d[j] = j < n ? (pr[j] * (d[j] - dot)) * scale : 0.0f;
 		__syncwarp();
 	}
 }
@@ -469,11 +481,11 @@ template <int K> __device__ float sum32_regs(const float (&v)[K], int n) {
 // gd_causal_softmax with each row in registers (K per lane, T <= 32 K):
 // the row read once and written once, the same operations in the same
 // order, so the same bits.
-template <int K> __device__ void causal_softmax_regs(float *p, int rows, int T) {
+template <int K> __device__ void causal_softmax_regs(float *p, int rows, int T, int Tb) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		float *row = p + (long long)r * T;
-		int n = r % T + 1;
+		int n = r % T + 1, w = written(n, T, Tb);
 		float v[K];
 		float mx = row[0];
 #pragma unroll
@@ -490,19 +502,19 @@ template <int K> __device__ void causal_softmax_regs(float *p, int rows, int T) 
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			int j = 32 * k + lane;
-			if (j < T) row[j] = j < n ? v[k] * inv : 0.0f;
+			if (j < w) row[j] = j < n ? v[k] * inv : 0.0f;
 		}
 		__syncwarp();
 	}
 }
 
 // gd_causal_softmax_backward with each row of p and ds in registers.
-template <int K> __device__ void causal_softmax_backward_regs(float *ds, const float *p, int rows, int T, float scale) {
+template <int K> __device__ void causal_softmax_backward_regs(float *ds, const float *p, int rows, int T, int Tb, float scale) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		float *d = ds + (long long)r * T;
 		const float *pr = p + (long long)r * T;
-		int n = r % T + 1;
+		int n = r % T + 1, w = written(n, T, Tb);
 		float pv[K], dv[K], t[K];
 #pragma unroll
 		for (int k = 0; k < K; k++) {
@@ -515,7 +527,7 @@ template <int K> __device__ void causal_softmax_backward_regs(float *ds, const f
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			int j = 32 * k + lane;
-			if (j < T) d[j] = j < n ? (pv[k] * (dv[k] - dot)) * scale : 0.0f;
+			if (j < w) d[j] = j < n ? (pv[k] * (dv[k] - dot)) * scale : 0.0f;
 		}
 		__syncwarp();
 	}
@@ -523,29 +535,29 @@ template <int K> __device__ void causal_softmax_backward_regs(float *ds, const f
 
 // The widths instantiated (each spelled out: the fake finds kernels by
 // their extern "C" __global__ declarations).
-extern "C" __global__ void gd_causal_softmax_r2(float *p, int rows, int T) { causal_softmax_regs<2>(p, rows, T); }
-extern "C" __global__ void gd_causal_softmax_backward_r2(float *ds, const float *p, int rows, int T, float scale) {
-	causal_softmax_backward_regs<2>(ds, p, rows, T, scale);
+extern "C" __global__ void gd_causal_softmax_r2(float *p, int rows, int T, int Tb) { causal_softmax_regs<2>(p, rows, T, Tb); }
+extern "C" __global__ void gd_causal_softmax_backward_r2(float *ds, const float *p, int rows, int T, int Tb, float scale) {
+	causal_softmax_backward_regs<2>(ds, p, rows, T, Tb, scale);
 }
 
-extern "C" __global__ void gd_causal_softmax_r4(float *p, int rows, int T) { causal_softmax_regs<4>(p, rows, T); }
-extern "C" __global__ void gd_causal_softmax_backward_r4(float *ds, const float *p, int rows, int T, float scale) {
-	causal_softmax_backward_regs<4>(ds, p, rows, T, scale);
+extern "C" __global__ void gd_causal_softmax_r4(float *p, int rows, int T, int Tb) { causal_softmax_regs<4>(p, rows, T, Tb); }
+extern "C" __global__ void gd_causal_softmax_backward_r4(float *ds, const float *p, int rows, int T, int Tb, float scale) {
+	causal_softmax_backward_regs<4>(ds, p, rows, T, Tb, scale);
 }
 
-extern "C" __global__ void gd_causal_softmax_r8(float *p, int rows, int T) { causal_softmax_regs<8>(p, rows, T); }
-extern "C" __global__ void gd_causal_softmax_backward_r8(float *ds, const float *p, int rows, int T, float scale) {
-	causal_softmax_backward_regs<8>(ds, p, rows, T, scale);
+extern "C" __global__ void gd_causal_softmax_r8(float *p, int rows, int T, int Tb) { causal_softmax_regs<8>(p, rows, T, Tb); }
+extern "C" __global__ void gd_causal_softmax_backward_r8(float *ds, const float *p, int rows, int T, int Tb, float scale) {
+	causal_softmax_backward_regs<8>(ds, p, rows, T, Tb, scale);
 }
 
-extern "C" __global__ void gd_causal_softmax_r16(float *p, int rows, int T) { causal_softmax_regs<16>(p, rows, T); }
-extern "C" __global__ void gd_causal_softmax_backward_r16(float *ds, const float *p, int rows, int T, float scale) {
-	causal_softmax_backward_regs<16>(ds, p, rows, T, scale);
+extern "C" __global__ void gd_causal_softmax_r16(float *p, int rows, int T, int Tb) { causal_softmax_regs<16>(p, rows, T, Tb); }
+extern "C" __global__ void gd_causal_softmax_backward_r16(float *ds, const float *p, int rows, int T, int Tb, float scale) {
+	causal_softmax_backward_regs<16>(ds, p, rows, T, Tb, scale);
 }
 
-extern "C" __global__ void gd_causal_softmax_r32(float *p, int rows, int T) { causal_softmax_regs<32>(p, rows, T); }
-extern "C" __global__ void gd_causal_softmax_backward_r32(float *ds, const float *p, int rows, int T, float scale) {
-	causal_softmax_backward_regs<32>(ds, p, rows, T, scale);
+extern "C" __global__ void gd_causal_softmax_r32(float *p, int rows, int T, int Tb) { causal_softmax_regs<32>(p, rows, T, Tb); }
+extern "C" __global__ void gd_causal_softmax_backward_r32(float *ds, const float *p, int rows, int T, int Tb, float scale) {
+	causal_softmax_backward_regs<32>(ds, p, rows, T, Tb, scale);
 }
 
 // gd_layernorm with each row in registers (K per lane, C <= 32 K): the
