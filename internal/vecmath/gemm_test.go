@@ -1,6 +1,7 @@
 package vecmath
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -81,5 +82,23 @@ func TestGemmTiles(t *testing.T) {
 	}
 	if c[0] != 1 || c[2] != 3 {
 		t.Fatalf("declined GemmTiles wrote C: %v", c)
+	}
+}
+
+// BenchmarkGemmTiles: attention's shapes at gpt-L4-D256-H4-T128 (heads of
+// 64, blocks of 32 rows; ld 768 as in the (N T, 3C) activations), in
+// GFLOP/s.
+func BenchmarkGemmTiles(b *testing.B) {
+	for _, s := range [][3]int{{32, 128, 64}, {32, 64, 128}, {32, 64, 32}} {
+		m, n, k := s[0], s[1], s[2]
+		a, bb, c := make([]float32, m*768+k), make([]float32, k*768+n), make([]float32, m*768+n)
+		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if !GemmTiles(m, n, k, 1, a, 768, 1, bb, 768, c, 768) {
+					b.Skip("tiles not available")
+				}
+			}
+			b.ReportMetric(float64(2*m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
 }
