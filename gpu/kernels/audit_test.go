@@ -417,6 +417,9 @@ func TestAudit(t *testing.T) {
 		batch int
 	}{{"gpt-L12-D768-H12-T1024", 8}, {"mlp", 32}, {"cnn", 32}, {"cnn-bn", 32}} {
 		recs := auditStep(t, c.model, c.batch)
+		if c.model == "gpt-L12-D768-H12-T1024" {
+			auditAttention(t, recs, 12, AttentionGeom{N: c.batch, T: 1024, C: 768, H: 12})
+		}
 		tab, flagged := auditTable(c.model, c.batch, recs)
 		out.WriteString("### " + c.model + "\n\n" + tab + "\n")
 		if flagged > 0 {
@@ -431,4 +434,47 @@ func TestAudit(t *testing.T) {
 	if testing.Verbose() {
 		t.Log("\n" + out.String())
 	}
+}
+
+// auditAttention checks a gpt step's attention against the block-causal
+// formulas: per layer 6 products of each block row or column (2 nb
+// forward, 4 nb backward, nb = ceil(T / Tb)), 2 D Scores FLOPs each
+// (Scores: the lower blocks' entries, N H T (T + Tb) / 2 where Tb divides
+// T, against N H T^2 without blocks), and the causal softmax and its
+// backward writing Scores values and reading each row's first i+1 (p
+// and dP: twice).
+func auditAttention(t *testing.T, recs []auditRec, layers int, g AttentionGeom) {
+	t.Helper()
+	d, tb := g.C/g.H, g.BlockSize()
+	nb := (g.T + tb - 1) / tb
+	var products int
+	var flops float64
+	var smR, smW int64
+	for _, r := range recs {
+		if r.kind != "attention" {
+			continue
+		}
+		switch {
+		case r.kernel == "gemm":
+			products++
+			flops += r.flops
+		case strings.HasPrefix(r.kernel, "gd_causal_softmax"):
+			smR += r.r
+			smW += r.w
+		}
+	}
+	rows := int64(g.N * g.H * g.T * (g.T + 1) / 2) // the entries at or left of the diagonal
+	scores := int64(g.Scores())
+	if want := layers * 6 * nb; products != want {
+		t.Errorf("attention: %d products a step, want %d layers x 6 x %d blocks", products, layers, nb)
+	}
+	if want := float64(layers) * 6 * 2 * float64(d) * float64(scores); flops != want {
+		t.Errorf("attention products: %.4g FLOPs a step, want 12 D Scores a layer = %.4g", flops, want)
+	}
+	if wantR, wantW := int64(layers)*3*4*rows, int64(layers)*2*4*scores; smR != wantR || smW != wantW {
+		t.Errorf("causal softmax: %d bytes read, %d written a step, want %d and %d", smR, smW, wantR, wantW)
+	}
+	whole := int64(g.N * g.H * g.T * g.T)
+	t.Logf("attention at %+v, blocks of %d: products %.1f GFLOP a step (%.1f without blocks), scores %d of %d",
+		g, tb, flops/1e9, float64(layers)*12*float64(d)*float64(whole)/1e9, scores, whole)
 }
