@@ -9,6 +9,7 @@ import (
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/gpu/kernels"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
@@ -289,13 +290,16 @@ func TestBF16WeightCacheStage(t *testing.T) {
 // the product before: KeepNext): 2 R in + R out activations and
 // gradients, W twice, or once with the cache. A block's Linears are
 // (D, 3D), (D, D), (D, 4D), (4D, D): 23 R D and 12 D^2 weights. Its
-// attention core casts Q and K (S = Q K^T), P and V (P V) forward, and
-// backward P and dO (dV = P^T dO), V (dP = dO V^T, dO kept), dS and K
-// (dQ = dS K), Q (dK = dS^T Q, dS kept): 7 R D + 3 b H T^2. The head is
-// a Linear (D, V).
+// attention core (block-causal, gpu/kernels) casts Q, K and V once
+// forward (held for every block row's S_i = Q_i K^T and O_i = P_i V),
+// each block row of P once (its P_i V), and backward Q, K, V and dO
+// once (held), each block column of P once (dV_j), the lower blocks of
+// dS once (held for dQ_i and dK_j): 7 R D + 3 Scores (the lower blocks'
+// entries, kernels.AttentionGeom.Scores; b H T^2 in one block). The head
+// is a Linear (D, V).
 func gptCasts(g models.GPT, b int, cached bool) (acts, weights int64) {
 	R, D, V := int64(b*g.Context), int64(g.Dim), int64(models.Vocab)
-	L, HT2 := int64(g.Layers), int64(b*g.Heads)*int64(g.Context)*int64(g.Context)
+	L, HT2 := int64(g.Layers), int64(kernels.AttentionGeom{N: b, T: g.Context, C: g.Dim, H: g.Heads}.Scores())
 	acts = L*(30*R*D+3*HT2) + 2*R*D + R*V
 	weights = 2 * (12*L*D*D + D*V)
 	if cached {
@@ -305,19 +309,23 @@ func gptCasts(g models.GPT, b int, cached bool) (acts, weights int64) {
 }
 
 // The casts of a gpt's bf16 step, counted by the engine, are gptCasts'
-// for gpts of several shapes (odd ones included), with the weight cache
-// and without; the formula then gives GPT-2 small's
+// for gpts of several shapes (odd ones included, attention in blocks of
+// 2 and 3 rows by $GDIST_ATTENTION_BLOCK, and whole), with the weight
+// cache and without; the formula then gives GPT-2 small's
 // (gpt-L12-D768-H12-T1024 at batch 8, benchmarks/NOTES.md).
 func TestBF16CastsPerStep(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	for _, c := range []struct {
-		g models.GPT
-		b int
+		g     models.GPT
+		b     int
+		block string
 	}{
-		{bf16Shape, 2},
-		{models.GPT{Layers: 1, Dim: 12, Heads: 3, Context: 5}, 3},
-		{models.GPT{Layers: 3, Dim: 8, Heads: 1, Context: 4}, 1},
+		{bf16Shape, 2, ""},
+		{bf16Shape, 2, "3"},
+		{models.GPT{Layers: 1, Dim: 12, Heads: 3, Context: 5}, 3, "2"},
+		{models.GPT{Layers: 3, Dim: 8, Heads: 1, Context: 4}, 1, ""},
 	} {
+		t.Setenv(kernels.EnvAttentionBlock, c.block)
 		for _, cache := range []bool{true, false} {
 			m, err := models.NewGPT(c.g.Name(), c.g, 4)
 			if err != nil {
@@ -349,9 +357,11 @@ func TestBF16CastsPerStep(t *testing.T) {
 			d.Close()
 		}
 	}
+	t.Setenv(kernels.EnvAttentionBlock, "")
 	small := models.GPT{Layers: 12, Dim: 768, Heads: 12, Context: 1024}
 	acts, w0 := gptCasts(small, 8, false)
 	_, w1 := gptCasts(small, 8, true)
 	t.Logf("%s batch 8: %d values cast a step without the weight cache (%.2f GB moved at 6 bytes a value), %d with (%.2f GB); activations and gradients %d (attention's P and dS %d)",
-		small.Name(), acts+w0, float64(6*(acts+w0))/1e9, acts+w1, float64(6*(acts+w1))/1e9, acts, 3*int64(small.Layers*8*small.Heads*small.Context*small.Context))
+		small.Name(), acts+w0, float64(6*(acts+w0))/1e9, acts+w1, float64(6*(acts+w1))/1e9, acts,
+		3*int64(small.Layers)*int64(kernels.AttentionGeom{N: 8, T: small.Context, C: small.Dim, H: small.Heads}.Scores()))
 }
