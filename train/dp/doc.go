@@ -84,7 +84,9 @@
 // unit's reduced gradients into the shard, each unit with its own event
 // so that the next unit's reduction stays overlapped; a unit's forward
 // or backward after its gather, the next unit's gather issued while
-// this unit computes; the next forward after zero1/2's all-gather).
+// this unit computes, on a Comm split from the training one so that
+// the gathers have NCCL streams of their own and do not queue behind
+// the reductions; the next forward after zero1/2's all-gather).
 // Within a step the host waits only for the loss to come down: the
 // collectives' Works are checked after the next step's loss (done on the
 // device by then) and before saves and evaluations. Over a host backend

@@ -51,9 +51,12 @@ import (
 // piece broadcast) into a cached block before the unit's forward and
 // again before its backward, and given back after, as FSDP does with a
 // unit per layer; over NCCL the next unit's gather is started before
-// this unit's ops are queued (on NCCL's stream: a prefetch overlapping
-// them, two units' blocks held), and the model's stream waits for an
-// event recorded after it before its ops (no host wait: device_order.go).
+// this unit's ops are queued (a prefetch overlapping them, two units'
+// blocks held) on a stream of its own (a Comm split from the training
+// one, gc: NCCL communicators of their own, so a gather does not wait
+// behind the gradients' reductions, as FSDP's all-gather and
+// reduce-scatter streams), and the model's stream waits for an event
+// recorded after it before its ops (no host wait: device_order.go).
 // Evaluations gather
 // the whole parameter buffer for their duration (devmodel.Unshard: the
 // ranks may evaluate different numbers of batches, so per-unit
@@ -98,6 +101,10 @@ type deviceZero struct {
 	gathered bool        // the full parameter buffer holds every shard's latest
 	buckets  []devBucket // over NCCL: the gradient buckets, last first
 	pieces   int         // stages 2, 3: the reductions per step
+	// gc, stage 3 over NCCL: the parameters' gathers' Comm (split from
+	// the training Comm: NCCL communicators of their own, so the gathers
+	// run on a stream of their own, not behind the gradients' reductions)
+	gc comm.Comm
 }
 
 func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.Strategy, error) {
@@ -141,6 +148,12 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	if stage >= 2 {
 		for _, u := range st.d.Units() {
 			st.pieces += len(st.split(u.Lo, u.Hi))
+		}
+	}
+	if st.dc.direct && s.Comm.Size() > 1 && stage == 3 {
+		if st.gc, err = s.Comm.Split(ctx, 0, s.Comm.Rank()); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("train: rank %d: the parameters' gathers' communicator: %w", s.Comm.Rank(), err)
 		}
 	}
 	if st.dc.direct && s.Comm.Size() > 1 && stage == 1 {
@@ -347,7 +360,7 @@ func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (f
 			return nil, err
 		}
 		for _, b := range s.split(lo, hi) {
-			w, err := s.c.Broadcast(octx, s.dc.buf(dst+uintptr(4*(b.lo-lo)), b.hi-b.lo), b.lo/s.s)
+			w, err := s.gc.Broadcast(octx, s.dc.buf(dst+uintptr(4*(b.lo-lo)), b.hi-b.lo), b.lo/s.s)
 			if err != nil {
 				return nil, fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
@@ -549,5 +562,9 @@ func (s *deviceZero) Report(ctx context.Context, sum *train.Summary) error {
 }
 
 func (s *deviceZero) Close() error {
-	return errors.Join(s.d.Close(), s.st.close(), s.dc.close(), s.e.Close())
+	var gerr error
+	if s.gc != nil {
+		gerr = s.gc.Close()
+	}
+	return errors.Join(s.d.Close(), s.st.close(), s.dc.close(), gerr, s.e.Close())
 }
