@@ -23,7 +23,9 @@ import "context"
 // completes. An Order travels in the
 // operation's context (WithOrder), through wrappers, to the backend that
 // runs it; comm/nccl honours it for device buffers (its collectives still
-// wait for the legacy default stream as well). The Work completes as
+// wait for the legacy default stream as well), except for a rank's
+// messages to itself (a copy that runs with the second call's context
+// only), and comm/staging honours After. The Work completes as
 // without it; waiting for Done on the device does not report the
 // operation's failure: check the Work (Err, or Wait) before trusting the
 // results. NCCL ends a failed operation's kernels when it aborts the
