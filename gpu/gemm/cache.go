@@ -19,7 +19,8 @@ const EnvAutocastCache = "GDIST_AUTOCAST_CACHE"
 // readings for a step's.
 type CastStats struct {
 	// Operands: values cast for one product (or, by KeepNext, two in a
-	// row): activations, gradients, and weights outside the cache.
+	// row; by Hold, every product until Release): activations,
+	// gradients, and weights outside the cache.
 	Operands int64
 	// Weights: values of registered parameters cast into the weight
 	// cache (each once after each WeightsChanged, when a product first

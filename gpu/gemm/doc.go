@@ -30,11 +30,15 @@
 // # What bf16 autocast casts, and when
 //
 // Through cuBLAS each operand of a product is read in bf16 from one of
-// three places, written by gdist's cast kernel (gemm.cu: four values a
+// four places, written by gdist's cast kernels (gemm.cu: four values a
 // thread, 16-byte loads and 8-byte stores, where the operand is 16-byte
 // aligned; one a thread where not; the same bits either way) (the tiled
 // kernel instead rounds each value as it loads its tile, and casts
-// nothing):
+// nothing). An operand cast for a product whose span has gaps (a block of
+// a larger matrix, as attention's block products read, padded rows,
+// gaps between a batch's matrices) is cast compactly: only the values
+// the product reads, rows of its columns, one launch with the rows
+// along the grid's y (TestStridedOperands); a dense one as one run.
 //
 //   - Weights: the parameters registered with Weights (gpu/devmodel
 //     registers a model's flat parameter buffer, or a pipeline stage's,
@@ -56,10 +60,19 @@
 //     backward, which the cache could not save a cast of.
 //   - KeepNext's operand: one a caller names, cast into a buffer of its
 //     own and kept for the one product after (the backward passes'
-//     operands that two products in a row read: Linear's dy, Conv2d's D,
-//     attention's dO and dS; TestKeepNext, kernels'
-//     TestBF16KeepsShared).
-//   - Everything else (activations, gradients, attention's Q, K, V and
+//     operands that two products in a row read: Linear's dy, Conv2d's D;
+//     TestKeepNext, kernels' TestBF16KeepsShared).
+//   - Held regions (Hold, until Release): values several products read,
+//     cast once into a copy at the same index (2 bytes a value over the
+//     region's span, a buffer per region kept across Release), which
+//     every product whose operand lies inside reads in place: a dense
+//     region or a staircase (row r's first widths[r] values: a causal
+//     product's lower blocks). Block-causal attention holds Q, K and V
+//     forward, Q, K, V and dO backward, and dS's lower blocks for its
+//     block rows (dQ_i) and columns (dK_j) (TestHold, kernels'
+//     TestAttentionBlocks). The caller promises no writes until Release;
+//     a product writing into a held region is refused.
+//   - Everything else (activations, gradients, attention's blocks of
 //     P): cast for the product into a scratch buffer that grows to the
 //     largest product's operands in the first step and stays. An
 //     activation read by two products far apart (a Linear's input x,
@@ -67,13 +80,14 @@
 //     attention's P, read by P V and by dV = P^T dO) is cast by each:
 //     keeping its bf16 copy from forward to backward would hold 2 bytes
 //     a value of every such activation across the step (about 1.1 GB
-//     for the Linears' inputs, 2.4 GB for P, at gpt-L12-D768-H12-T1024
-//     batch 8), and the engine cannot tell when an activation's memory
-//     is written again (the caching pool reuses blocks across plans,
-//     evaluations and a pipeline's recomputation): the layers that
-//     produce those activations (layer norm, GELU, the causal softmax)
-//     writing a bf16 copy beside their fp32 output is the way to remove
-//     those casts (benchmarks/NOTES.md has the numbers).
+//     for the Linears' inputs, 1.4 GB for P's lower blocks, at
+//     gpt-L12-D768-H12-T1024 batch 8), and the engine cannot tell when
+//     an activation's memory is written again (the caching pool reuses
+//     blocks across plans, evaluations and a pipeline's recomputation):
+//     the layers that produce those activations (layer norm, GELU, the
+//     causal softmax) writing a bf16 copy beside their fp32 output is
+//     the way to remove those casts (benchmarks/NOTES.md has the
+//     numbers).
 //
 // With Config.BF16Cast CastInCUBLAS ($GDIST_BF16_CAST=cublas) nothing is
 // cast: cublasGemmEx reads the fp32 operands with the compute type
@@ -83,6 +97,11 @@
 // a value instead of 2; which is faster on a GPU is to be measured
 // (benchmarks/NOTES.md). On the fake the two give the same bits
 // (TestBF16CastInCUBLAS, cmd/train's TestDeviceBF16CastInCUBLAS).
+//
+// The bf16 memory at gpt-L12-D768-H12-T1024 batch 8: the scratch (the
+// largest product's operands), KeepNext's buffer (a Linear's dy), the
+// held regions (Q, K, V, dO: 50 MB; dS's span: 201 MB) and the weight
+// cache (2 bytes a parameter).
 //
 // CastStats counts the values cast, by kind (Operands, Weights) and the
 // weight reads the cache served (WeightReuses); Bytes is their traffic

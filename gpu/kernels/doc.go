@@ -131,16 +131,30 @@
 //
 //   - Causal self-attention's core (AttentionForward/Backward between
 //     the projections, which are LinearForward/Backward): the heads
-//     copied into (N H, T, D) matrices, every product one cuBLAS strided
-//     batched call over all sequences and heads (cublas.MatMulBatched),
-//     the masked softmax and its backward bit for bit nn's given the same
-//     scores (CausalSoftmax: nn's float32 exponential and Sum32's order,
-//     a warp per row). CausalSoftmax within SoftmaxTol (1e-6 relative) of
-//     float64, its backward within GemmTol of the terms
-//     (TestCausalSoftmax); nn's whole CausalSelfAttention (output and
-//     every gradient) within AttentionTol (1e-5) of the largest value of
-//     each tensor of nn's on the CPU path (TestAttention; measured 3e-7 on
-//     the fake).
+//     copied into (N H, T, D) matrices; the products block-causal: T in
+//     blocks of Tb rows (AttentionGeom.BlockSize: 128 above T = 128,
+//     else T; DefaultAttentionBlock says why), each block row's S_i =
+//     Q_i K_{0..i}^T, O_i = P_i V_{0..i}, dP_i = dO_i V_{0..i}^T and dQ_i
+//     = dS_i K_{0..i}, each block column's dV_j and dK_j from the blocks
+//     at and below the diagonal, each one strided batched product over
+//     all sequences and heads in the (N H, T, T) layout of before; the
+//     blocks above the diagonal (44% of the scores at T = 1024) are
+//     neither computed, written nor read. The masked softmax and its
+//     backward bit for bit nn's given the same scores (CausalSoftmax:
+//     nn's float32 exponential and Sum32's order, a warp per row; in
+//     attention each row written up to its block's end). CausalSoftmax
+//     within SoftmaxTol (1e-6 relative) of float64, its backward within
+//     GemmTol of the terms (TestCausalSoftmax); nn's whole
+//     CausalSelfAttention (output and every gradient) within AttentionTol
+//     (1e-5) of the largest value of each tensor of nn's on the CPU path
+//     (TestAttention; measured 3e-7 on the fake). The blocks leave each
+//     dot product's terms in their order and drop only masked ones
+//     (exact zeros, first or last in the sum): on the fake, whose
+//     products sum in order, blocked attention is bit for bit (a zero's
+//     sign aside) the whole T x T products (fp32 through cuBLAS, the tiled kernel and bf16;
+//     TestAttentionBlocks, T = 13 in blocks of 4 among others); on a GPU
+//     cuBLAS chooses its kernels by shape, and the two agree within
+//     AttentionTol.
 //
 //   - Tanh: within TanhTol (1e-6) of nn's float32 tanh (chewxy/math32)
 //     relative to |y|, and of the float64 tanh (CUDA's tanhf); its
@@ -162,7 +176,10 @@
 //     (bf16) of the CPU's fp32 path relative to max(1, loss), every
 //     gradient within 2e-3 and 2e-2 of its tensor's largest. Under bf16
 //     an operand two products in a row read is cast once
-//     (TestBF16KeepsShared: the same bits).
+//     (TestBF16KeepsShared: the same bits), and attention holds what its
+//     block products read many times (gemm.Engine.Hold: Q, K, V and dO,
+//     dS's lower blocks) cast once: 7 N T C + 3 Scores values a layer
+//     (TestAttentionBlocks).
 //
 //   - gdist's tiled GEMM (gpu/gemm, where cuBLAS is absent): GemmTol(k),
 //     as cuBLAS's fp32 (TestTiled; the mlp and cnn train within the fp32
@@ -226,7 +243,10 @@
 // backward: a warp per row) hold a row of up to 1024 values in registers
 // (32 K a warp, K instantiated for 2 to 32), read once and written once;
 // longer rows are read from memory in each pass. Both give the same bits
-// (TestLayerNormRegisters, TestCausalSoftmaxRegisters).
+// (TestLayerNormRegisters, TestCausalSoftmaxRegisters). TestAudit also
+// checks the gpt's attention against the block-causal formulas: 6
+// products a block row or column a layer, 12 D Scores FLOPs, the softmax
+// writing Scores values.
 //
 // SyncBatchNorm: BatchNormForwardSync and BatchNormBackwardSync call a
 // BNSync hook between the per-channel sums and their use ([sum x, M2,

@@ -9,13 +9,15 @@ import (
 	"github.com/gdist/gdist/gpu/kernels"
 )
 
-// noKeep hides a Products' KeepNext: every product casts its operands.
+// noKeep hides a Products' KeepNext and Hold: every product casts its
+// operands.
 type noKeep struct{ kernels.Products }
 
 // Under bf16 autocast (gpu/gemm through cuBLAS) the layers' backward
 // passes cast an operand that two products in a row read once, not twice
-// (LinearBackward's dy, Conv2dBackward's D, AttentionBackward's dO and
-// dS), and give the same bits as without.
+// (LinearBackward's dy, Conv2dBackward's D by KeepNext;
+// AttentionBackward's dO and dS, held), and give the same bits as
+// without.
 func TestBF16KeepsShared(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
