@@ -221,10 +221,10 @@ func (op *xentOp) Do(v ...G.Value) (G.Value, error) {
 		for _, v := range row {
 			m = max(m, float64(v)) // math.Max's result (NaN, +0 over -0), inline
 		}
+		vecmath.ExpSubF64(e, row, m) // math.Exp's values, 4 at a time
 		var s float64
-		for j, v := range row {
-			e[j] = math.Exp(float64(v) - m)
-			s += e[j]
+		for _, x := range e {
+			s += x
 		}
 		op.sum[i] = s
 		total += m + math.Log(s) - float64(row[int(l)])

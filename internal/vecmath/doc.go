@@ -37,6 +37,9 @@
 //     and PoolArgGradPlanes, the pooling kernels over whole planes in one
 //     call (the avx512 set's rows in one assembly loop in pool_amd64.s,
 //     the other sets' row kernels row by row: the same values).
+//   - xent.go (its assembly in rows_amd64.s): ExpSubF64, a cross-entropy
+//     row's float64 exponentials, math.Exp's amd64 FMA path on 4 lanes,
+//     bit for bit (xent_test.go), math.Exp itself outside [-700, 700].
 //   - gemm.go, gemm_amd64.go/.s, gemm_other.go: GemmTiles, small matrix
 //     products in 8 x 32 AVX-512 tiles (fused multiply-adds in order, then
 //     alpha: gemm_test.go checks them bit for bit against that

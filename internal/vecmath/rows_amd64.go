@@ -71,3 +71,10 @@ const haveTransposeAsm = true
 //
 //go:noescape
 func transpose8x8AVX(dst *float32, ldd int, src *float32, lds int)
+
+// expSubF64AVX does ExpSubF64's groups of 4 (n a positive multiple of 4)
+// until one has an argument outside [-700, 700] or NaN, and returns how
+// many values it did (a multiple of 4).
+//
+//go:noescape
+func expSubF64AVX(e *float64, v *float32, n int, m float64, c *expF64Consts) int

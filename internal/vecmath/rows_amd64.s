@@ -474,3 +474,69 @@ TEXT ·transpose8x8AVX(SB), NOSPLIT, $0-32
 	VMOVUPS Y15, (R11)(R10*1)
 	VZEROUPPER
 	RET
+
+// func expSubF64AVX(e *float64, v *float32, n int, m float64, c *expF64Consts) int
+//
+// e = math.Exp(float64(v) - m), 4 lanes at a time, with the operations of
+// math.Exp's amd64 FMA path (exp_amd64.s: avxfma) in its order: the
+// exponent k = round(x log2e) (CVTSD2SL: to nearest), x - k ln2U - k ln2L
+// by fused negative multiply-adds, times 1/16, the Taylor polynomial by
+// fused multiply-adds, squared four times through (y + 2) y, the last
+// with + 1 fused, times 2^k by its bits. Arguments in [-700, 700] take
+// that path in math.Exp (no overflow, no denormal); a group with any
+// other (or NaN) stops the loop.
+TEXT ·expSubF64AVX(SB), NOSPLIT, $0-48
+	MOVQ e+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSD m+24(FP), Y15
+	MOVQ c+32(FP), R8
+	XORQ AX, AX
+	MOVQ $1023, DX
+	MOVQ DX, X14
+	VPBROADCASTQ X14, Y14 // the exponent bias
+xloop:
+	CMPQ AX, CX
+	JAE xdone
+	VCVTPS2PD (SI)(AX*4), Y0
+	VSUBPD Y15, Y0, Y0 // x
+	VCMPPD $0x1d, 416(R8), Y0, Y1 // x >= -700 (false for NaN)
+	VCMPPD $0x12, 448(R8), Y0, Y2 // x <= 700
+	VANDPD Y2, Y1, Y1
+	VMOVMSKPD Y1, DX
+	CMPQ DX, $15
+	JNE xdone
+	VMULPD 0(R8), Y0, Y1
+	VCVTPD2DQY Y1, X3 // k
+	VCVTDQ2PD X3, Y1
+	VFNMADD231PD 32(R8), Y1, Y0 // x - k ln2U
+	VFNMADD231PD 64(R8), Y1, Y0 // - k ln2L
+	VMULPD 96(R8), Y0, Y0 // / 16
+	VMOVUPD 128(R8), Y1
+	VFMADD213PD 160(R8), Y0, Y1
+	VFMADD213PD 192(R8), Y0, Y1
+	VFMADD213PD 224(R8), Y0, Y1
+	VFMADD213PD 256(R8), Y0, Y1
+	VFMADD213PD 288(R8), Y0, Y1
+	VFMADD213PD 320(R8), Y0, Y1 // + 1/2
+	VFMADD213PD 352(R8), Y0, Y1 // + 1
+	VMULPD Y1, Y0, Y0
+	VADDPD 384(R8), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD 384(R8), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD 384(R8), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD 384(R8), Y0, Y1
+	VFMADD213PD 352(R8), Y1, Y0 // y (y + 2) + 1
+	VPMOVSXDQ X3, Y3
+	VPADDQ Y14, Y3, Y3
+	VPSLLQ $52, Y3, Y3 // 2^k
+	VMULPD Y3, Y0, Y0
+	VMOVUPD Y0, (DI)(AX*8)
+	ADDQ $4, AX
+	JMP xloop
+xdone:
+	MOVQ AX, ret+40(FP)
+	VZEROUPPER
+	RET
