@@ -19,16 +19,18 @@ import (
 // (CastInCUBLAS). linear: the MLP's first Linear (768 -> 3072): y = x W,
 // dW = x^T dy, dx = dy W^T (dy kept), as gpu/kernels runs them.
 // attention: the core's P V (96 products of [1024, 1024] x [1024, 64])
-// and dV = P^T dO. Reported: TFLOP/s of the products and GB/s of the
+// and dV = P^T dO, whole; attention-blocks: the same block-causal in
+// blocks of 128 (gpu/kernels' attention: 8 block rows, 8 block columns,
+// the blocks of P compact-cast under bf16). Reported: TFLOP/s of the products and GB/s of the
 // casts (values cast x 6 bytes over the time). One session, one card:
 // run all the rows together (`go test -c ./gpu/gemm`, then
 // `gemm.test -test.run '^$' -test.bench BF16Step` on the GPU machine).
 func BenchmarkBF16Step(b *testing.B) {
 	cudafake.RequireCUDA(b)
 	R, D, F := 8192, 768, 3072
-	BH, T, d := 96, 1024, 64
+	BH, T, d, tb := 96, 1024, 64, 128
 	if cudafake.Mode() != "real" {
-		R, D, F, BH, T, d = 64, 16, 48, 2, 16, 8
+		R, D, F, BH, T, d, tb = 64, 16, 48, 2, 16, 8, 4
 	}
 	x, dy := devtest.Upload(b, dev, devtest.Vals(1, R*D, 1)), devtest.Upload(b, dev, devtest.Vals(2, R*F, 1))
 	w := devtest.Upload(b, dev, devtest.Vals(3, D*F, 0.05))
@@ -96,6 +98,31 @@ func BenchmarkBF16Step(b *testing.B) {
 					return err
 				}
 				return e.MatMulBatched(true, false, T, d, T, 1, p, T, tt, v, d, td, 0, o, d, td, BH)
+			})
+		})
+		b.Run(fmt.Sprintf("attention-blocks/%s", c.name), func(b *testing.B) {
+			// the same two products block-causal, as gpu/kernels runs them:
+			// P_i V_{0..i} by block rows, dV_j = P_{j..,j}^T dO_{j..} by
+			// block columns, each over the BH heads; TFLOP/s of the FLOPs
+			// computed (56% of the whole products' at T 1024)
+			td, tt := int64(T*d), int64(T*T)
+			f := func(p uintptr, n int) uintptr { return p + uintptr(4*n) }
+			lower := 0
+			for i := 0; i < T; i += tb {
+				lower += min(tb, T-i) * min(i+tb, T)
+			}
+			run(b, 2*2*float64(BH*lower*d), func() error {
+				for i := 0; i < T; i += tb {
+					if err := e.MatMulBatched(false, false, min(tb, T-i), d, min(i+tb, T), 1, f(p, i*T), T, tt, v, d, td, 0, f(o, i*d), d, td, BH); err != nil {
+						return err
+					}
+				}
+				for j := 0; j < T; j += tb {
+					if err := e.MatMulBatched(true, false, min(tb, T-j), d, T-j, 1, f(p, j*T+j), T, tt, f(v, j*d), d, td, 0, f(o, j*d), d, td, BH); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 		})
 		e.Close()

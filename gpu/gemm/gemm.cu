@@ -45,30 +45,33 @@ extern "C" __global__ void gd_to_bf16x4(unsigned short *dst, const float *src, l
 // rows rows of cols values, rows ld apart, into dst with rows dld and
 // matrices dstride apart (dld = cols, dstride = rows cols: a compact copy
 // of only the values a product reads; dld = ld, dstride = stride: a copy
-// at the same index). Row q = z rows + r of the batch's rows along y
-// (grid-stride), its values along x: no division per value. The same
-// bits as gd_to_bf16.
+// at the same index). A block's threads take rows of tpr threads each
+// (tpr a power of two, about a row's values: a short row does not leave
+// most of a block idle); row q = z rows + r of the batch's rows along y
+// (grid-stride), its values along x. The same bits as gd_to_bf16.
 extern "C" __global__ void gd_to_bf16_2d(unsigned short *dst, const float *src, int rows, int cols, long long ld,
-					 long long stride, int batch, long long dld, long long dstride) {
+					 long long stride, int batch, long long dld, long long dstride, int tpr) {
 	long long all = (long long)batch * rows;
-	for (long long q = blockIdx.y; q < all; q += gridDim.y) {
+	int rpb = blockDim.x / tpr, lane = threadIdx.x % tpr;
+	for (long long q = (long long)blockIdx.y * rpb + threadIdx.x / tpr; q < all; q += (long long)gridDim.y * rpb) {
 		long long z = q / rows, r = q - z * rows;
 		const float *s = src + z * stride + r * ld;
 		unsigned short *d = dst + z * dstride + r * dld;
-		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) d[c] = to_bf16(s[c]);
+		for (int c = blockIdx.x * tpr + lane; c < cols; c += gridDim.x * tpr) d[c] = to_bf16(s[c]);
 	}
 }
 
 // gd_to_bf16_2d four values a thread (cols, ld, stride, dld, dstride
 // multiples of 4; src 16-byte and dst 8-byte aligned).
 extern "C" __global__ void gd_to_bf16_2dx4(unsigned short *dst, const float *src, int rows, int cols, long long ld,
-					   long long stride, int batch, long long dld, long long dstride) {
+					   long long stride, int batch, long long dld, long long dstride, int tpr) {
 	long long all = (long long)batch * rows;
-	for (long long q = blockIdx.y; q < all; q += gridDim.y) {
+	int rpb = blockDim.x / tpr, lane = threadIdx.x % tpr;
+	for (long long q = (long long)blockIdx.y * rpb + threadIdx.x / tpr; q < all; q += (long long)gridDim.y * rpb) {
 		long long z = q / rows, r = q - z * rows;
 		const float4 *s = (const float4 *)(src + z * stride + r * ld);
 		int2 *d = (int2 *)(dst + z * dstride + r * dld);
-		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols / 4; c += gridDim.x * blockDim.x) {
+		for (int c = blockIdx.x * tpr + lane; c < cols / 4; c += gridDim.x * tpr) {
 			float4 v = s[c];
 			int2 o;
 			o.x = (int)((unsigned)to_bf16(v.x) | ((unsigned)to_bf16(v.y) << 16));

@@ -642,9 +642,16 @@ func (e *Engine) toBF16Strided(dst uintptr, x operand, dld int, dstride int64, c
 	if x.ptr%16 == 0 && dst%8 == 0 && x.cols%4 == 0 && x.ld%4 == 0 && x.stride%4 == 0 && dld%4 == 0 && dstride%4 == 0 {
 		f, v = e.cast2d4, 4
 	}
-	per := (x.cols/v + 255) / 256
-	cfg := rtc.Config{Grid: rtc.Dim3{X: min(per, 64), Y: min(x.batch*x.rows, 65535), Z: 1}, Block: rtc.Dim(256)}
-	return f.Launch(e.s, cfg, dst, x.ptr, int32(x.rows), int32(x.cols), int64(x.ld), x.stride, int32(x.batch), int64(dld), dstride)
+	// tpr threads a row (a power of two, up to 256, at least a row's
+	// values or 256), 256 / tpr rows a block
+	tpr := 1
+	for tpr < 256 && tpr < x.cols/v {
+		tpr *= 2
+	}
+	rpb := 256 / tpr
+	rows := x.batch * x.rows
+	cfg := rtc.Config{Grid: rtc.Dim3{X: min((x.cols/v+tpr-1)/tpr, 64), Y: min((rows+rpb-1)/rpb, 65535), Z: 1}, Block: rtc.Dim(256)}
+	return f.Launch(e.s, cfg, dst, x.ptr, int32(x.rows), int32(x.cols), int64(x.ld), x.stride, int32(x.batch), int64(dld), dstride, int32(tpr))
 }
 
 func (e *Engine) tiled(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa int64,

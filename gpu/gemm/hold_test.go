@@ -15,34 +15,38 @@ import (
 // ld apart, matrices stride apart, gaps between): attention's block
 // products.
 type block struct {
-	name             string
-	ta, tb           bool
-	m, n, k          int
-	lda, ldb         int
-	sa, sb           int64
-	offA, offB       int // values from the buffer's start
-	batch            int
-	castA, castB     int64 // values each operand's cast reads
-	bufA, bufB, ldc  int
-	sc               int64
-	aligned4, shared bool
+	name            string
+	ta, tb          bool
+	m, n, k         int
+	lda, ldb        int
+	sa, sb          int64
+	offA, offB      int // values from the buffer's start
+	batch           int
+	castA, castB    int64 // values each operand's cast reads
+	bufA, bufB, ldc int
+	sc              int64
 }
 
 func blocks() []block {
 	return []block{
 		// S_i = Q_i K_{0..i}^T: rows 4..8 of 3 heads of 12 x 8, keys 0..8
 		{name: "S block", tb: true, m: 4, n: 8, k: 8, lda: 8, ldb: 8, sa: 96, sb: 96, offA: 32, batch: 3,
-			castA: 3 * 4 * 8, castB: 3 * 8 * 8, bufA: 3 * 96, bufB: 3 * 96, ldc: 12, sc: 144, aligned4: true},
+			castA: 3 * 4 * 8, castB: 3 * 8 * 8, bufA: 3 * 96, bufB: 3 * 96, ldc: 12, sc: 144},
 		// O_i = P_i V_{0..i}: P rows 4..8, keys 0..8 of 12 x 12, V 8 x 4 of 12 x 4
 		{name: "PV block", m: 4, n: 4, k: 8, lda: 12, ldb: 4, sa: 144, sb: 48, offA: 48, batch: 3,
-			castA: 3 * 4 * 8, castB: 3 * 8 * 4, bufA: 3 * 144, bufB: 3 * 48, ldc: 4, sc: 16, aligned4: true},
+			castA: 3 * 4 * 8, castB: 3 * 8 * 4, bufA: 3 * 144, bufB: 3 * 48, ldc: 4, sc: 16},
 		// dK_j = dS_{j..,j}^T Q_{j..}: the block column j = 1 of 13 x 13
 		// (keys 4..8, queries 4..13), odd widths (one value a thread)
 		{name: "block column", ta: true, m: 4, n: 3, k: 9, lda: 13, ldb: 3, sa: 169, sb: 39, offA: 4*13 + 4, offB: 12, batch: 2,
 			castA: 2 * 9 * 4, castB: 2 * 9 * 3, bufA: 2 * 169, bufB: 2 * 39, ldc: 3, sc: 12},
+		// rows longer than a block's threads: 300 one a thread, 1100 four
+		{name: "wide rows", m: 3, n: 2, k: 300, lda: 301, ldb: 2, sa: 3 * 301, sb: 600, batch: 2,
+			castA: 2 * 3 * 300, castB: 2 * 600, bufA: 2 * 3 * 301, bufB: 1200, ldc: 2, sc: 6},
+		{name: "wide rows, aligned", m: 2, n: 2, k: 1100, lda: 1104, ldb: 2, sa: 2 * 1104, sb: 2200, batch: 2,
+			castA: 2 * 2 * 1100, castB: 2 * 2200, bufA: 2 * 2 * 1104, bufB: 4400, ldc: 2, sc: 4},
 		// one matrix shared by the batch (stride 0), padded rows
 		{name: "shared padded", m: 5, n: 6, k: 7, lda: 9, ldb: 6, sa: 0, sb: 42, batch: 2,
-			castA: 5 * 7, castB: 2 * 7 * 6, bufA: 45, bufB: 84, ldc: 6, sc: 30, shared: true},
+			castA: 5 * 7, castB: 2 * 7 * 6, bufA: 45, bufB: 84, ldc: 6, sc: 30},
 	}
 }
 
