@@ -35,10 +35,13 @@ const EnvAttentionBlock = "GDIST_ATTENTION_BLOCK"
 // 128, with no measurement: a smaller block saves little more (64: 53%)
 // for twice the launches (6 nb products a layer, each over all N H
 // heads) and products of 64 rows, half cuBLAS's usual 128-row tiles on
-// an H100; a larger one saves less (256: 62.5%). Each block product is
-// still at least 128 x 128 x N H (96 at GPT-2 small's batch 8) of
-// output, whole tiles of 128 and 64 (cuBLAS's and the tiled kernel's).
-// For T <= 128 the block is T: one product each, as without blocks.
+// an H100; a larger one saves less (256: 62.5%). Each block product
+// still has 128 rows of output a head (128 x 128 scores or more, 128 x D
+// of O, dQ, dK, dV) over all N H heads (96 at GPT-2 small's batch 8):
+// whole tiles of 128 and 64 rows (cuBLAS's and the tiled kernel's). The
+// price: 6 nb products a layer instead of 6 (48 at T = 1024), each a
+// launch (benchmarks/NOTES.md). For T <= 128 the block is T: one
+// product each, as without blocks.
 const DefaultAttentionBlock = 128
 
 // BlockSize is the rows of a block of the block-causal products: Block,
