@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -168,4 +169,24 @@ func byMaxTol(t *testing.T, what string, got, want []float32, tol float64) {
 		w[i] = float64(v)
 	}
 	near(t, what, got, w, tols)
+}
+
+// A bad block is refused before anything is queued, naming the problem:
+// a negative AttentionGeom.Block, a $GDIST_ATTENTION_BLOCK that is not a
+// positive number.
+func TestAttentionBlockBad(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	h := cublasHandle(t, dev, s)
+	g := kernels.AttentionGeom{N: 1, T: 4, C: 4, H: 1, Block: -1}
+	if err := kernels.AttentionForward(h, k, 0, 0, 0, 0, g); err == nil || !strings.Contains(err.Error(), "Block -1") {
+		t.Errorf("Block -1: %v", err)
+	}
+	g.Block = 0
+	for _, v := range []string{"x", "0", "-2"} {
+		t.Setenv(kernels.EnvAttentionBlock, v)
+		if err := kernels.AttentionBackward(h, k, 0, 0, 0, 0, 0, g); err == nil || !strings.Contains(err.Error(), kernels.EnvAttentionBlock) {
+			t.Errorf("$%s=%s: %v", kernels.EnvAttentionBlock, v, err)
+		}
+	}
 }

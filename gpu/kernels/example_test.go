@@ -62,3 +62,23 @@ func Example() {
 	fmt.Println(out)
 	// Output: [0 3.5 0 3.5]
 }
+
+// Attention's products are block-causal: at GPT-2 small's shape (T =
+// 1024) in blocks of 128 rows, each block row computing its scores
+// against the keys of the blocks at or left of the diagonal only.
+// Scores counts what they compute (and the softmax writes), Probs the
+// (N H, T, T) storage. $GDIST_ATTENTION_BLOCK, or Block, sets the rows.
+func ExampleAttentionGeom_BlockSize() {
+	g := kernels.AttentionGeom{N: 8, T: 1024, C: 768, H: 12}
+	fmt.Println("block rows:", g.BlockSize())
+	fmt.Printf("scores computed: %d of %d (%.2f%%)\n", g.Scores(), g.Probs(), 100*float64(g.Scores())/float64(g.Probs()))
+	g.Block = 1024 // one block: the whole T x T products
+	fmt.Println("one block:", g.Scores() == g.Probs())
+	short := kernels.AttentionGeom{N: 8, T: 64, C: 768, H: 12}
+	fmt.Println("T 64:", short.BlockSize())
+	// Output:
+	// block rows: 128
+	// scores computed: 56623104 of 100663296 (56.25%)
+	// one block: true
+	// T 64: 64
+}
