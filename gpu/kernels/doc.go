@@ -133,7 +133,8 @@
 //     the projections, which are LinearForward/Backward): the heads
 //     copied into (N H, T, D) matrices; the products block-causal: T in
 //     blocks of Tb rows (AttentionGeom.BlockSize: 128 above T = 128,
-//     else T; DefaultAttentionBlock says why), each block row's S_i =
+//     else T, unless Block or $GDIST_ATTENTION_BLOCK sets it;
+//     DefaultAttentionBlock says why), each block row's S_i =
 //     Q_i K_{0..i}^T, O_i = P_i V_{0..i}, dP_i = dO_i V_{0..i}^T and dQ_i
 //     = dS_i K_{0..i}, each block column's dV_j and dK_j from the blocks
 //     at and below the diagonal, each one strided batched product over
