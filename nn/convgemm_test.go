@@ -28,6 +28,7 @@ func TestConvGemm(t *testing.T) {
 	for _, c := range []struct{ m, n, k int }{
 		{64, 98, 32}, {32, 98, 64}, {64, 32, 98}, {32, 784, 9}, {32, 9, 784},
 		{1, 1, 1}, {1, 17, 3}, {7, 5, 13}, {17, 33, 1}, {33, 130, 70}, {5, 200, 16},
+		{64, 64, 4200}, // NoTrans x Trans above smallNTMax: blas32
 	} {
 		for _, tb := range []blas.Transpose{blas.NoTrans, blas.Trans} {
 			for _, beta := range []float32{0, 1, 0.5} {
