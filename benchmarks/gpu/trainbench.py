@@ -10,6 +10,7 @@ profile (gpu/devmodel, GDIST_DEVICE_PROFILE) in one line.
     trainbench.py profile PROFILE.json --precision P [--audit AUDIT.md --gpu NAME --table T.txt] --results R.jsonl
     trainbench.py gemmbench BENCH.txt --results R.jsonl --table T.txt [--dry]
     trainbench.py ncu NCU.csv --txt NCU.txt --precision P --results R.jsonl
+    trainbench.py ncuskip AUDIT.md MODEL BATCH PRECISION COUNT
     trainbench.py same CHECK A_OUT B_OUT --tol T [--expect K=V|K>V ...] [--metrics M,...] --results R.jsonl --table T.txt [--dry]
 
 Rates are per step's median on both sides: gdist's global_batch x T /
@@ -343,6 +344,37 @@ def variant(a):
     return 1 if problems else 0
 
 
+def ncuskip(a):
+    """How many launches ncu should skip to centre NCU_COUNT kernels on
+    the second training step's forward/backward boundary, from the
+    audit's launches (kernels and products, a product one launch; bf16:
+    one cast more per product, an estimate): printed, or nothing."""
+    try:
+        text = open(a.audit).read()
+    except OSError:
+        return 1
+    for sec in text.split("### ")[1:]:
+        lines = sec.splitlines()
+        head = next((l for l in lines[1:] if l.strip()), "")
+        if not head.startswith("%s, batch %d:" % (a.model, a.batch)):
+            continue
+        n = {"fwd": 0, "bwd": 0, "gfwd": 0, "gbwd": 0}
+        for line in lines:
+            c = [x.strip() for x in line.strip().strip("|").split("|")]
+            if len(c) >= 9 and c[1] in ("fwd", "bwd") and c[4].isdigit():
+                n[c[1]] += int(c[4])
+                if c[2].startswith("gemm"):
+                    n["g" + c[1]] += int(c[4])
+        if not n["fwd"]:
+            return 1
+        extra = a.precision == "bf16"
+        step = n["fwd"] + n["bwd"] + extra * (n["gfwd"] + n["gbwd"])
+        fwd = n["fwd"] + extra * n["gfwd"]
+        print(max(0, step + fwd - a.count // 2))
+        return 0
+    return 1
+
+
 BENCH_RE = re.compile(r"^Benchmark(\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$")
 
 
@@ -515,6 +547,12 @@ def main():
     p.add_argument("--gpu", default="", help="nvidia-smi's name: the audit's kernel times scaled to its bandwidth")
     p.add_argument("--table", help="the measured-vs-predicted table, appended")
     p.add_argument("--results", required=True)
+    ns = sub.add_parser("ncuskip")
+    ns.add_argument("audit")
+    ns.add_argument("model")
+    ns.add_argument("batch", type=int)
+    ns.add_argument("precision")
+    ns.add_argument("count", type=int)
     gbn = sub.add_parser("gemmbench")
     gbn.add_argument("bench")
     gbn.add_argument("--results", required=True)
@@ -536,7 +574,7 @@ def main():
     s.add_argument("--table", required=True)
     s.add_argument("--dry", action="store_true")
     a = ap.parse_args()
-    return {"compare": compare, "variant": variant, "profile": profile, "gemmbench": gemmbench, "ncu": ncu, "same": same}[a.cmd](a)
+    return {"compare": compare, "variant": variant, "profile": profile, "gemmbench": gemmbench, "ncuskip": ncuskip, "ncu": ncu, "same": same}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -806,6 +806,14 @@ print("corpus %s: %d bytes, one held-out window of %d" % (d, need, t + 1))
 PY
 }
 
+# ensure_audit LOG: gpu/kernels' launch audit in $OUT/audit.md (its
+# TestAudit needs no device; the kernels step writes it as it runs).
+ensure_audit() {
+	[ -s "$OUT/audit.md" ] && return 0
+	(cd "$root/gpu/kernels" && limited 60 GDIST_KERNEL_AUDIT="$OUT/audit.md" "$B/kernels.test" -test.run '^TestAudit$' -test.count=1) >>"$1" 2>&1 ||
+		echo "(the launch audit failed: no prediction from it)" >>"$1"
+}
+
 # gpt: train -device cuda on GPT-2 small's shape (gpt-L12-D768-H12-T1024:
 # 86.2M parameters with gdist's 256-byte vocabulary) at batch 8 for 20
 # steps (train's gpt defaults: AdamW lr 3e-3, weight decay 0.01, clipping
@@ -907,12 +915,7 @@ t_gpt() {
 		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
 		[ "$p" = bf16 ] && [ $pf = 1 ] && gpt_casts
 	done
-	# The launch audit (gpu/kernels' TestAudit, no device needed; the
-	# kernels step writes it too) for the profiles' predictions.
-	if [ ! -s "$OUT/audit.md" ]; then
-		(cd "$root/gpu/kernels" && limited 60 GDIST_KERNEL_AUDIT="$OUT/audit.md" "$B/kernels.test" -test.run '^TestAudit$' -test.count=1) >>"$log" 2>&1 ||
-			echo "(the launch audit failed: no prediction beside the profiles)" >>"$log"
-	fi
+	ensure_audit "$log" # for the profiles' predictions
 	for p in $precs; do
 		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for the $p profile); "; break; fi
 		local pj=$OUT/profile.$p.json
@@ -931,9 +934,12 @@ t_gpt() {
 }
 
 # ncu: Nsight Compute over NCU_COUNT (100) kernels of gpt training after
-# NCU_SKIP (700) launches: GPT-2 small launches about 560 kernels a step
-# (about 45 a layer), so by default the end of the second step's forward
-# pass, the loss and the start of its backward pass. The SpeedOfLight
+# NCU_SKIP launches, by default about the second training step's
+# forward/backward boundary (the end of its forward pass, the loss, the
+# start of its backward pass) as gpu/kernels' launch audit counts them
+# (audit.md; trainbench.py ncuskip: a product one launch, bf16 a cast
+# more each, an estimate; cuBLAS's own extra launches shift it), else 1200.
+# The SpeedOfLight
 # section (time, compute and memory throughput as % of the GPU's peak),
 # summed by kernel into ncu.txt. Skipped where there is no ncu or no
 # permission for the performance counters.
@@ -947,7 +953,12 @@ t_ncu() {
 	t=$(echo "$model" | sed -n 's/.*-T\([0-9]*\)$/\1/p')
 	if train_precision; then p=${NCU_PRECISION:-bf16} extra=(-precision "$p"); fi
 	make_corpus "$LOGS/corpus" "$t" $((8 * batch * t * 2 + 65536)) >>"$log" 2>&1 || { echo "could not build the text corpus"; return 1; }
-	limited "$(rest)" "$ncu" --target-processes all --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-100}" --section SpeedOfLight --csv --print-units base \
+	local count=${NCU_COUNT:-100} skip=${NCU_SKIP:-}
+	[ -n "$skip" ] || ensure_audit "$log"
+	[ -n "$skip" ] || skip=$(python3 "$root/benchmarks/gpu/trainbench.py" ncuskip "$OUT/audit.md" "$model" "$batch" "$p" "$count" 2>>"$log")
+	[ -n "$skip" ] || skip=1200
+	echo "ncu: --launch-skip $skip --launch-count $count ($p)" >>"$log"
+	limited "$(rest)" "$ncu" --target-processes all --launch-skip "$skip" --launch-count "$count" --section SpeedOfLight --csv --print-units base \
 		"$B/train" -device cuda -nproc 1 -model "$model" -data "$LOGS/corpus" -batch "$batch" -steps 6 -warmup 0 -json -progress=false "${extra[@]}" \
 		>"$LOGS/ncu.csv" 2>>"$log"
 	local rc=$?
@@ -959,7 +970,7 @@ t_ncu() {
 	sum=$(python3 "$root/benchmarks/gpu/trainbench.py" ncu "$LOGS/ncu.csv" --txt "$OUT/ncu.txt" --results "$OUT/results.jsonl" --precision "$p" 2>>"$log")
 	local r=$?
 	cat "$OUT/ncu.txt" >>"$log" 2>/dev/null
-	echo "$sum$([ $rc = 0 ] || echo " (ncu exited $rc)")"
+	echo "$sum; launches $skip to $((skip + count))$([ $rc = 0 ] || echo " (ncu exited $rc)")"
 	return $r
 }
 
