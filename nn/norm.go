@@ -58,10 +58,6 @@ func (op *lnOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 // sum32 is the sum of v in float32, over 8 running sums (vecmath.Sum32).
 func sum32(v []float32) float32 { return vecmath.Sum32(v) }
 
-// dot32 is the sum of a[i] b[i] (len(b) >= len(a)), like sum32
-// (vecmath.Dot32).
-func dot32(a, b []float32) float32 { return vecmath.Dot32(a, b) }
-
 // Do normalises each row in float32 (mean, then the mean squared
 // deviation from it: two passes, as PyTorch's float32 layer norm is
 // accurate to float32), keeping xhat and 1/std for the gradients.
