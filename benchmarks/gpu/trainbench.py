@@ -170,10 +170,10 @@ def compare(a):
     new = not os.path.exists(a.table)
     with open(a.table, "a") as f:
         if new:
-            f.write("%-24s %5s %-11s %12s %12s %8s %9s %9s %10s %10s %7s %7s\n" % (
+            f.write("%-24s %5s %-12s %12s %12s %8s %9s %9s %10s %10s %7s %7s\n" % (
                 "model", "batch", "prec", "gdist", "torch", "gd/torch", "gdist ms", "torch ms", "gdist mem", "torch mem", "gd MFU", "to MFU"))
         pct = lambda v: "%6.1f%%" % (100 * v) if v is not None else "      -"  # noqa: E731
-        f.write("%-24s %5d %-11s %12.1f %12.1f %8s %9.2f %9.2f %10s %10s %7s %7s %s%s\n" % (
+        f.write("%-24s %5d %-12s %12.1f %12.1f %8s %9.2f %9.2f %10s %10s %7s %7s %s%s\n" % (
             model, batch, prec_label(a), g_rate, t_rate, "%.2fx" % ratio if ratio else "-", g_ms, t.get("step_ms_p50") or 0,
             gb(g.get("peak_device_bytes")), gb(t.get("peak_memory_bytes")), pct(row["gdist_mfu"]), pct(row["torch_mfu"]),
             unit, " (dry: the fake against torch on the CPU)" if a.dry else ""))

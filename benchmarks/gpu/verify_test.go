@@ -23,9 +23,10 @@ import (
 // one GPU, DDP's overlapped buckets against -no-overlap, SyncBN over
 // NCCL, zero1-3, the pipeline, resuming on the CPU) with their
 // references: a row per comparison, each within tolerance, the train
-// processes sharing one kernel cache. The gpt step's bf16 run with
-// GDIST_BF16_CAST=cublas is checked against the default cast's (the
-// fake's cuBLAS rounds as the cast kernel does: the same losses), the
+// processes sharing one kernel cache. The gpt step's bf16 runs with
+// GDIST_BF16_CAST=cublas and GDIST_AUTOCAST_CACHE=0 are checked against
+// the default cast's (the fake's cuBLAS rounds as the cast kernel does,
+// the cache holds the same values: the same losses), the
 // bf16bench step summarises BenchmarkBF16Step's rows, and the launch
 // audit the kernels step writes is read back beside a GPT-2-small
 // profile (TestAuditBesideProfile's check, on this run's audit.md).
@@ -111,10 +112,12 @@ func TestVerifyDryRun(t *testing.T) {
 	if profile == nil || profile["model"] != "gpt-L1-D32-H2-T16" || profile["steps"].(float64) < 1 {
 		t.Errorf("gpt: no device profile row of the tiny gpt: %v", profile)
 	}
-	if r := variants["bf16+cublas"]; r == nil || r["ok"] != true || r["dry"] != true {
-		t.Errorf("gpt: no passing check of bf16 with GDIST_BF16_CAST=cublas against the default cast: %v", r)
-	} else if d := r["rel_diff"].(map[string]any); d["train_loss"] != 0.0 || d["eval_loss"] != 0.0 {
-		t.Errorf("gpt: bf16+cublas on the fake (whose cuBLAS rounds as the cast kernel): losses %v, want the default cast's exactly", d)
+	for _, v := range []string{"bf16+cublas", "bf16+nocache"} {
+		if r := variants[v]; r == nil || r["ok"] != true || r["dry"] != true {
+			t.Errorf("gpt: no passing check of %s against the default cast: %v", v, r)
+		} else if d := r["rel_diff"].(map[string]any); d["train_loss"] != 0.0 || d["eval_loss"] != 0.0 {
+			t.Errorf("gpt: %s on the fake (whose cuBLAS rounds as the cast kernel; the cache holds the same values): losses %v, want the default cast's exactly", v, d)
+		}
 	}
 	for _, part := range []string{"linear", "attention"} {
 		for _, way := range []string{"fp32", "bf16-kernel-nocache", "bf16-kernel-cache", "bf16-cublas"} {
