@@ -250,10 +250,11 @@ func Softmax(r []float32) {
 		mx = max(mx, v)
 	}
 	s = [8]float32{}
-	if n > 0 {
-		expSubSumAVX(rp(r), n, mx, &expTable, &s)
+	if rowAsm {
+		expSubSumAVX(rp(r), len(r), mx, &expTable, &s) // the tail too, masked
+	} else {
+		expSubSumGo(r, mx, &s)
 	}
-	expSubSumGo(r[n:], mx, &s)
 	inv := 1 / sumLanes32(&s)
 	if n > 0 {
 		scaleAVX(rp(r), n, inv)

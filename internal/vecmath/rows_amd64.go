@@ -45,6 +45,8 @@ func lnGradApplyAVX(dx, gg, xh *float32, n int, m1, m2, inv float32)
 //go:noescape
 func maxAVX(v *float32, n int, s *[8]float32)
 
+// expSubSumAVX takes any n > 0 (the last partial group under a mask).
+//
 //go:noescape
 func expSubSumAVX(r *float32, n int, mx float32, c *expConsts, s *[8]float32)
 

@@ -311,9 +311,22 @@ mxdone:
 	VZEROUPPER
 	RET
 
+// rowmask: 8 lanes of -1 then 8 of 0; the 8 from 8-n on mask n lanes.
+DATA rowmask<>+0(SB)/8, $0xffffffffffffffff
+DATA rowmask<>+8(SB)/8, $0xffffffffffffffff
+DATA rowmask<>+16(SB)/8, $0xffffffffffffffff
+DATA rowmask<>+24(SB)/8, $0xffffffffffffffff
+DATA rowmask<>+32(SB)/8, $0
+DATA rowmask<>+40(SB)/8, $0
+DATA rowmask<>+48(SB)/8, $0
+DATA rowmask<>+56(SB)/8, $0
+GLOBL rowmask<>(SB), RODATA|NOPTR, $64
+
 // func expSubSumAVX(r *float32, n int, mx float32, c *expConsts, s *[8]float32)
 //
-// r = Exp32(r - mx), s its lanes. Exp32's operations in its order:
+// r = Exp32(r - mx), s its lanes, for any n > 0: the whole groups of 8,
+// then the rest under a mask (lane j of the last group gets value j, the
+// others +0, which leaves their sums as they are). Exp32's operations in its order:
 //   y = max(y, -87)  (a NaN y stays: VMAXPS returns its second source,
 //                     which is y, when either is NaN)
 //   nf = (y log2e + round) - round
@@ -334,8 +347,8 @@ TEXT ·expSubSumAVX(SB), NOSPLIT, $0-40
 	VMOVUPS 160(R8), Y15 // 1
 	VXORPS Y8, Y8, Y8
 ex1:
-	TESTQ CX, CX
-	JZ exdone
+	CMPQ CX, $8
+	JB extail
 	VMOVUPS (DI), Y0
 	VSUBPS Y9, Y0, Y0 // y = v - mx
 	VMAXPS Y0, Y10, Y0
@@ -370,6 +383,45 @@ ex1:
 	ADDQ $32, DI
 	SUBQ $8, CX
 	JMP ex1
+extail: // the last 1-7 values under a mask: lane j gets value j, as in Sum32
+	TESTQ CX, CX
+	JZ exdone
+	LEAQ rowmask<>+32(SB), AX
+	SHLQ $2, CX
+	SUBQ CX, AX
+	VMOVUPS (AX), Y15 // -1 in the first n lanes
+	VMASKMOVPS (DI), Y15, Y0
+	VSUBPS Y9, Y0, Y0 // y = v - mx
+	VMAXPS Y0, Y10, Y0
+	VMULPS Y11, Y0, Y1
+	VADDPS Y12, Y1, Y1
+	VSUBPS Y12, Y1, Y1 // nf
+	VMULPS Y13, Y1, Y2
+	VSUBPS Y2, Y0, Y2
+	VMULPS Y14, Y1, Y3
+	VSUBPS Y3, Y2, Y2 // r
+	VMULPS Y2, Y2, Y3 // r2
+	VMULPS Y3, Y3, Y4 // r4
+	VADDPS 160(R8), Y2, Y5 // 1 + r
+	VMULPS 224(R8), Y2, Y6
+	VADDPS 192(R8), Y6, Y6
+	VMULPS Y3, Y6, Y6
+	VADDPS Y6, Y5, Y5 // (1 + r) + (1/2 + r/6) r2
+	VMULPS 288(R8), Y2, Y6
+	VADDPS 256(R8), Y6, Y6 // 1/24 + r/120
+	VMULPS 352(R8), Y2, Y7
+	VADDPS 320(R8), Y7, Y7 // 1/720 + r/5040
+	VMULPS Y3, Y7, Y7
+	VADDPS Y7, Y6, Y6
+	VMULPS Y4, Y6, Y6
+	VADDPS Y6, Y5, Y5 // p
+	VCVTTPS2DQ Y1, Y7
+	VPADDD 384(R8), Y7, Y7
+	VPSLLD $23, Y7, Y7
+	VMULPS Y7, Y5, Y5
+	VMASKMOVPS Y5, Y15, (DI)
+	VANDPS Y15, Y5, Y5 // +0 in the lanes past the row
+	VADDPS Y5, Y8, Y8
 exdone:
 	VMOVUPS Y8, (SI)
 	VZEROUPPER
