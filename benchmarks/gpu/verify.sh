@@ -302,12 +302,13 @@ t_cuda() { gotest "$1" gpu/cuda cuda.test; }
 # $OUT/audit.md: the gpt step puts its per-kind prediction beside the
 # measured profile.
 t_kernels() {
-	local rc=0 out="" p d
+	local rc=0 out="" p d t1
 	for p in cublas rtc kernels gemm devmodel; do
+		t1=$(date +%s)
 		d=$(STEP_LIMIT=$(rest) GDIST_KERNEL_AUDIT="$OUT/audit.md" gotest "$1.$p" "gpu/$p" "$p.test") || rc=1
 		cat "$1.$p" >>"$1"
 		rm -f "$1.$p"
-		out="$out$p: $d; "
+		out="$out$p: $d ($(($(date +%s) - t1)) s); "
 	done
 	echo "${out%; } (cuBLAS ${GDIST_CUBLAS_PATH:-searched}, NVRTC ${GDIST_NVRTC_PATH:-searched})"
 	return $rc
@@ -826,7 +827,7 @@ ensure_audit() {
 # trains gpt-L1-D32-H2-T16 at batch 2 on the fake, its peer on the CPU.
 t_gpt() {
 	local log=$1 model=${GPT_MODEL:-gpt-L12-D768-H12-T1024} batch=${GPT_BATCH:-8} steps=${GPT_STEPS:-20}
-	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas nocache} note="" rc=0 out="" p
+	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas nocache} note="" rc=0 out="" p walls="" w0
 	if [ "$DRY" = 1 ]; then
 		model=gpt-L1-D32-H2-T16 batch=2 steps=4 psteps=4 pdev=cpu pwarm=1
 	fi
@@ -841,6 +842,12 @@ t_gpt() {
 	make_corpus "$LOGS/corpus" "$t" $((steps * batch * t * 2 + 65536)) >>"$log" 2>&1 || { echo "could not build the text corpus"; return 1; }
 	local havetorch=1
 	torch_ok || havetorch=0
+	# walled LABEL: the seconds since w0 into the detail's wall times (the
+	# next run's budget) and the log.
+	walled() {
+		walls="$walls $1 $(($(date +%s) - w0))s,"
+		echo "(wall: $1 $(($(date +%s) - w0)) s)" >>"$log"
+	}
 	# gdist_train P STEPS [VAR=value...]: train's command for precision P
 	gdist_train() {
 		local p=$1 n=$2
@@ -874,8 +881,10 @@ t_gpt() {
 			if [ "$(rest)" -lt 30 ]; then out="$out(no time left for bf16+$c); "; break; fi
 			local gv=$LOGS/gpt.gdist.bf16.$c vc
 			echo "--- gdist $model batch $batch bf16 $ce" >>"$log"
+			w0=$(date +%s)
 			gdist_train bf16 "$steps" "$ce" >"$gv" 2>>"$log"
 			local rv=$?
+			walled "gdist bf16+$c"
 			cat "$gv" >>"$log"
 			vc=$(python3 "$root/benchmarks/gpu/trainbench.py" variant "bf16+$c" "$gv" "$LOGS/gpt.gdist.bf16" "$LOGS/gpt.gdist.fp32" --tol "$ctol" \
 				--results "$OUT/results.jsonl" --table "$OUT/bf16_casts.txt" $(dry_flag) 2>>"$log")
@@ -895,14 +904,18 @@ t_gpt() {
 		local g=$LOGS/gpt.gdist.$p tt=$LOGS/gpt.torch.$p r2=0 r3=0 cmp
 		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for $p); "; rc=1; break; fi
 		echo "--- gdist $model batch $batch $p" >>"$log"
+		w0=$(date +%s)
 		gdist_train "$p" "$steps" >"$g" 2>>"$log"
 		local r1=$?
+		walled "gdist $p"
 		cat "$g" >>"$log"
 		if [ $havetorch = 1 ]; then
 			echo "--- torch $model batch $batch $p" >>"$log"
+			w0=$(date +%s)
 			limited "$(($(rest) / 2))" "$TPY" "$B/torch_gpu_train.py" --model "$model" --batch "$batch" --precision "$p" --attn "${GPT_ATTN:-sdpa}" \
 				--steps $((steps - pwarm)) --warmup $pwarm --profile-steps 3 --device $pdev >"$tt" 2>>"$log"
 			r2=$?
+			walled "torch $p"
 			cat "$tt" >>"$log"
 			cmp=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$g" "$tt" --precision "$p" --gpu "$gpu" \
 				--results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$log")
@@ -923,8 +936,10 @@ t_gpt() {
 		if [ "$(rest)" -lt 30 ]; then out="$out(no time left for the $p profile); "; break; fi
 		local pj=$OUT/profile.$p.json
 		echo "--- gdist $model batch $batch $p, profiled" >>"$log"
+		w0=$(date +%s)
 		gdist_train "$p" "$psteps" GDIST_DEVICE_PROFILE="$pj" >"$LOGS/gpt.profile.$p" 2>>"$log"
 		local r=$? d
+		walled "profile $p"
 		d=$(python3 "$root/benchmarks/gpu/trainbench.py" profile "$pj" --precision "$p" --audit "$OUT/audit.md" --gpu "$gpu" \
 			--table "$OUT/profile_vs_audit.txt" --results "$OUT/results.jsonl" 2>>"$log")
 		local r2=$?
@@ -932,7 +947,7 @@ t_gpt() {
 		[ $r = 0 ] && [ $r2 = 0 ] || rc=1
 		out="$out$d (exit $r); "
 	done
-	echo "${out%; }$note"
+	echo "${out%; }$note; wall times:${walls%,}"
 	return $rc
 }
 
