@@ -275,8 +275,7 @@ type tracker struct {
 	launching *work // being launched (c.mu)
 	wake      chan struct{}
 
-	spin            time.Duration // await's spin (watcher only)
-	queries, blocks atomic.Int64  // await's event polls and blocking waits (tests)
+	waiter cuda.Waiter // await's (watcher only; its Stats for the tests)
 }
 
 func (c *Comm) newTracker() (*tracker, error) {
@@ -289,7 +288,7 @@ func (c *Comm) newTracker() (*tracker, error) {
 		s.Destroy()
 		return nil, err
 	}
-	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1), spin: spinMax}
+	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1)}
 	go t.watch()
 	return t, nil
 }
@@ -553,55 +552,18 @@ func (t *tracker) watch() {
 	}
 }
 
-// The watcher's spin: before it blocks on an event it polls it for a
-// while (cudaEventQuery, yielding the thread between polls), which
-// completes short operations without a thread wake-up. How long adapts
-// per stream, between spinMin and spinMax: after an operation that took
-// at most spinMax to wait for, the spin doubles; after a longer one it
-// halves. On a stream whose operations wait for slow peers, or that
-// shares the GPU and the cores with other ranks, it shrinks to a few
-// polls, and waiting costs (nearly) no CPU.
-const (
-	spinMin = 2 * time.Microsecond
-	spinMax = 100 * time.Microsecond
-)
-
-// await waits for w's event: polling it for t.spin, then blocking in the
-// driver (the event has cudaEventBlockingSync: the thread sleeps until
-// the device signals it, no core spins), and adapts t.spin. Faults are
-// not the watcher's to find: the monitor (ncclCommGetAsyncError), the
-// peer watch (watch.go) and each operation's timer (expire) fail the
-// Comm and abort the communicator, which ends NCCL's kernels, so a
-// blocked wait returns (the failed Work has completed already).
+// await waits for w's event with the tracker's cuda.Waiter: polling it
+// briefly (an adaptive spin, shrinking on a stream whose operations wait
+// for slow peers or share the GPU and the cores with other ranks), then
+// blocking in the driver (the event has cudaEventBlockingSync: the thread
+// sleeps until the device signals it, no core spins). Faults are not the
+// watcher's to find: the monitor (ncclCommGetAsyncError), the peer watch
+// (watch.go) and each operation's timer (expire) fail the Comm and abort
+// the communicator, which ends NCCL's kernels, so a blocked wait returns
+// (the failed Work has completed already).
 func (t *tracker) await(w *work) error {
-	start := time.Now()
-	err := t.poll(w, start)
-	if time.Since(start) <= spinMax {
-		t.spin = min(2*t.spin, spinMax)
-	} else {
-		t.spin = max(t.spin/2, spinMin)
-	}
-	return err
-}
-
-func (t *tracker) poll(w *work, start time.Time) error {
-	for !w.done.Load() {
-		done, err := w.ev.Query()
-		t.queries.Add(1)
-		if err != nil {
-			return fmt.Errorf("nccl: %s: %w", w.name, err)
-		}
-		if done {
-			return nil
-		}
-		if time.Since(start) >= t.spin {
-			t.blocks.Add(1)
-			if err := w.ev.Synchronize(); err != nil {
-				return fmt.Errorf("nccl: %s: %w", w.name, err)
-			}
-			return nil
-		}
-		runtime.Gosched()
+	if err := t.waiter.Wait(w.ev, w.done.Load); err != nil {
+		return fmt.Errorf("nccl: %s: %w", w.name, err)
 	}
 	return nil
 }

@@ -56,7 +56,11 @@
 // Order (WithOrder) carries such events in an operation's context to
 // work that runs on a stream of its own (an NCCL collective: comm/nccl
 // honours it), so that the caller's stream and the operation's wait for
-// each other on the device, not on the host.
+// each other on the device, not on the host. Where the host must wait, a
+// Waiter waits for a blocking-sync event (NewBlockingEvent) by a brief
+// poll and then asleep in the driver: Stream.Synchronize and a plain
+// event's Synchronize spin a host core for the whole wait under CUDA's
+// default scheduling.
 // cudaFree and cudaFreeHost wait for all the work on the device, so Pool
 // never frees in the caller's goroutine (Put and Discard run on completion
 // paths, where the device's work may wait for this rank).

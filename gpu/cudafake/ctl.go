@@ -219,3 +219,23 @@ func KernelDelay(t testing.TB, d time.Duration) {
 		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
 	}
 }
+
+// SpinWaits makes the fake's host waits spin while on is true (and at the
+// latest until t ends), as CUDA's default scheduling does:
+// cudaStreamSynchronize, and the cudaEventSynchronize of an event made
+// without cudaEventBlockingSync (cuda.NewEvent's), keep the waiting thread
+// running for the whole wait, which the process's CPU time then shows; a
+// blocking-sync event's waits (cuda.NewBlockingEvent's) still sleep.
+func SpinWaits(t testing.TB, on bool) {
+	f := sym(t, "fakecudaSpinWaits")
+	v := C.int(0)
+	if on {
+		v = 1
+		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
+	}
+	C.gdfk_call_int(f, v)
+}
+
+// LiveEvents is the number of CUDA events made and not yet destroyed in
+// the process (cudaEventCreate less cudaEventDestroy).
+func LiveEvents(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakecudaLiveEvents"))) }

@@ -59,3 +59,9 @@ func NCCLDelay(t testing.TB, d time.Duration) { RequireFake(t) }
 
 // KernelDelay skips t: without cgo there is no fake.
 func KernelDelay(t testing.TB, d time.Duration) { RequireFake(t) }
+
+// SpinWaits skips t: without cgo there is no fake.
+func SpinWaits(t testing.TB, on bool) { RequireFake(t) }
+
+// LiveEvents skips t: without cgo there is no fake.
+func LiveEvents(t testing.TB) int { RequireFake(t); return 0 }

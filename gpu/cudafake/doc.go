@@ -47,7 +47,11 @@
 // call returns it), MemLimit caps each device's memory (cudaMalloc then
 // fails with cudaErrorMemoryAllocation), FAKE_CUDA_DRIVER_VERSION below the
 // runtime's makes cudaGetDeviceCount fail with cudaErrorInsufficientDriver,
-// and CommInits counts the NCCL communicators made.
+// CommInits counts the NCCL communicators made, LiveEvents the CUDA
+// events not destroyed, and SpinWaits makes cudaStreamSynchronize and a
+// plain event's cudaEventSynchronize spin the waiting thread, as CUDA's
+// default scheduling does (a blocking-sync event's waits sleep), so that
+// a test of CPU time sees a wait that spins.
 // See the C file's header for the details and its environment variables.
 //
 // The fake is also cuBLAS, NVRTC and the CUDA driver API (Use points

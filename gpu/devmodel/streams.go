@@ -17,7 +17,8 @@ import (
 //     the stream itself (CopyAsync), and an event recorded after them is
 //     waited for before that memory is written again; the loss (and
 //     Eval's counts, GradNorm's norm) comes down into pinned memory on
-//     the stream, the step's one host wait. Gradients are zeroed on the
+//     the stream, the step's one host wait (on a blocking-sync event,
+//     spinning only briefly: no host core busy for the step). Gradients are zeroed on the
 //     stream (MemsetAsync).
 //   - Outside a step (placement, CopyFromHost, OptimStateFromHost,
 //     Unshard, Reshard, HostSyncBN's result), data goes up with cudaMemcpy
@@ -39,6 +40,8 @@ type hostIO struct {
 	upEv     *cuda.Event // after the last uploads from up
 	upQueued bool        // upEv was recorded
 	legacy   *cuda.Event // scratch: marks the legacy default stream
+	downEv   *cuda.Event // after a readback (cudaEventBlockingSync)
+	wait     cuda.Waiter // the host's wait for downEv: spins briefly, then sleeps
 }
 
 // openIO makes the model's pinned buffers' pool and events (open).
@@ -48,6 +51,9 @@ func (d *Model) openIO() (err error) {
 		return err
 	}
 	if d.io.legacy, err = cuda.NewEvent(d.dev); err != nil {
+		return err
+	}
+	if d.io.downEv, err = cuda.NewBlockingEvent(d.dev); err != nil {
 		return err
 	}
 	return nil
@@ -68,7 +74,7 @@ func (d *Model) closeIO() {
 		io.pool.Flush()
 		io.pool = nil
 	}
-	for _, e := range []**cuda.Event{&io.upEv, &io.legacy} {
+	for _, e := range []**cuda.Event{&io.upEv, &io.legacy, &io.downEv} {
 		if *e != nil {
 			(*e).Destroy()
 			*e = nil
@@ -132,7 +138,11 @@ func (d *Model) upload(dsts []uintptr, srcs ...[]byte) error {
 
 // download copies len(dst) bytes at device address src into dst after
 // the work queued on the model's stream (through pinned memory, on the
-// stream): the host waits for the stream.
+// stream): the host waits for an event recorded after the copy, with a
+// cuda.Waiter, as comm/nccl's watcher waits for collectives: a brief
+// poll, then asleep in the driver (cudaEventBlockingSync). A step ends
+// here, and cudaStreamSynchronize would spin a host core for the whole
+// step under CUDA's default scheduling (TestStepWaitCostsNoCPU).
 func (d *Model) download(dst []byte, src uintptr) error {
 	if len(dst) == 0 {
 		return nil
@@ -143,7 +153,10 @@ func (d *Model) download(dst []byte, src uintptr) error {
 	if err := d.s.CopyAsync(d.io.down.Ptr, src, len(dst), cuda.DeviceToHost); err != nil {
 		return err
 	}
-	if err := d.s.Synchronize(); err != nil {
+	if err := d.io.downEv.Record(d.s); err != nil {
+		return err
+	}
+	if err := d.io.wait.Wait(d.io.downEv, nil); err != nil {
 		return err
 	}
 	copy(dst, d.io.down.Host[:len(dst)])

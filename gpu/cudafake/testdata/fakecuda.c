@@ -25,6 +25,11 @@
 //     fakecudaNCCLDelay and fakecudaKernelDelay ($FAKE_NCCL_DELAY_MS,
 //     $FAKE_CUDA_KERNEL_DELAY_MS) start a stream's work, NCCL's, or every
 //     kernel and GEMM late, so that a missing cross-stream wait is caught.
+//   - Host waits: fakecudaSpinWaits makes cudaStreamSynchronize and the
+//     cudaEventSynchronize of an event without cudaEventBlockingSync spin
+//     the calling thread (a core busy for the whole wait), as CUDA's
+//     default scheduling does; a blocking-sync event's waits sleep.
+//     fakecudaLiveEvents counts the events created and not destroyed.
 //   - Faults: fakecudaStickyError (a sticky error, as after a kernel
 //     fault), fakecudaMemLimit (device memory per device: out of memory),
 //     FAKE_CUDA_DRIVER_VERSION below the runtime's version
@@ -196,6 +201,40 @@ API void fakecudaGate(int open) {
 static int copy_delay_ms;
 
 API void fakecudaCopyDelay(int ms) { __atomic_store_n(&copy_delay_ms, ms, __ATOMIC_SEQ_CST); }
+
+/* fakecudaSpinWaits(1) makes host waits spin as CUDA's default
+   scheduling (cudaDeviceScheduleAuto, a few contexts per core) does:
+   cudaStreamSynchronize, and cudaEventSynchronize on an event created
+   without cudaEventBlockingSync, poll with the thread running (a core's
+   CPU time for the whole wait); a blocking-sync event's waits still sleep
+   in a condition variable. Off (0, the default), every wait sleeps. Not
+   CUDA: for the tests of who waits how. */
+static int spin_waits;
+
+API void fakecudaSpinWaits(int on) { __atomic_store_n(&spin_waits, on, __ATOMIC_SEQ_CST); }
+
+static void wait_a_while(pthread_cond_t *cv, pthread_mutex_t *mu);
+
+/* host_wait waits a while for cv (mu held), spinning when spin (mu
+   released meanwhile) as the real runtime's spin-wait does. */
+static void host_wait(int spin, pthread_cond_t *cv, pthread_mutex_t *mu) {
+	if (!spin || !__atomic_load_n(&spin_waits, __ATOMIC_SEQ_CST)) {
+		wait_a_while(cv, mu);
+		return;
+	}
+	pthread_mutex_unlock(mu);
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 200000L);
+	pthread_mutex_lock(mu);
+}
+
+/* fakecudaLiveEvents: the events created and not yet destroyed. */
+static int live_events;
+
+API int fakecudaLiveEvents(void) { return __atomic_load_n(&live_events, __ATOMIC_SEQ_CST); }
 
 API void fakecudaResetContexts(void) {
 	__atomic_store_n(&ctx_mask, 0, __ATOMIC_SEQ_CST);
@@ -632,6 +671,7 @@ typedef struct event {
 	uint64_t *extra;
 	int nextra, capextra;
 	int timing; /* not cudaEventDisableTiming: done_at is kept */
+	int blocking; /* cudaEventBlockingSync: waits sleep (fakecudaSpinWaits) */
 	double done_at; /* seconds (CLOCK_MONOTONIC) when mark done was reached */
 } event;
 
@@ -889,7 +929,7 @@ API int cudaStreamSynchronize(void *h) {
 	}
 	pthread_mutex_lock(&s->mu);
 	uint64_t want = s->enq;
-	while (s->done < want && !sticky_err()) wait_a_while(&s->cv, &s->mu);
+	while (s->done < want && !sticky_err()) host_wait(1, &s->cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
 	STICKY();
 	return cudaSuccess;
@@ -1073,6 +1113,8 @@ API int cudaEventCreateWithFlags(void **out, unsigned int flags) {
 	if (!e) return seterr(cudaErrorMemoryAllocation);
 	e->magic = EVENT_MAGIC;
 	e->timing = !(flags & 2); /* cudaEventDisableTiming */
+	e->blocking = flags & 1;  /* cudaEventBlockingSync */
+	__atomic_add_fetch(&live_events, 1, __ATOMIC_SEQ_CST);
 	e->dev = ctx_dev("cudaEventCreateWithFlags");
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
@@ -1184,7 +1226,7 @@ API int cudaEventSynchronize(void *eh) {
 	if (r) return seterr(r);
 	pthread_mutex_lock(&e->mu);
 	uint64_t g = e->rec;
-	while (!gen_done(e, g) && !sticky_err()) wait_a_while(&e->cv, &e->mu);
+	while (!gen_done(e, g) && !sticky_err()) host_wait(!e->blocking, &e->cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
 	STICKY();
 	return cudaSuccess;
@@ -1224,6 +1266,7 @@ API int cudaEventDestroy(void *eh) {
 	int r = check_event("cudaEventDestroy", eh, &e);
 	if (r) return seterr(r);
 	e->magic = 0; /* never freed: queued marks may still point at it */
+	__atomic_sub_fetch(&live_events, 1, __ATOMIC_SEQ_CST);
 	return cudaSuccess;
 }
 
