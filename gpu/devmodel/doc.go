@@ -88,7 +88,9 @@
 // A step's batch and labels go up from pinned memory on that stream,
 // its gradients are zeroed there, and its loss comes down into pinned
 // memory there: the host waits for the stream only for the loss (and
-// Eval's counts, GradNorm's norm). Uploads outside a step (CopyFromHost,
+// Eval's counts, GradNorm's norm), on a blocking-sync event with a
+// cuda.Waiter (a brief poll, then asleep: no host core spins for the
+// step; TestStepWaitCostsNoCPU). Uploads outside a step (CopyFromHost,
 // the optimizer state, Unshard and Reshard, HostSyncBN's result) run on
 // the legacy stream, and the model's stream then waits for an event
 // recorded there; copies down synchronize the stream first. Collectives

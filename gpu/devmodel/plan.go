@@ -2,6 +2,7 @@ package devmodel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -665,9 +666,9 @@ type SyncBNFunc func(s *cuda.Stream, stage string, buf uintptr, n int) error
 // it waits for s, copies the n float64s down, calls fn with ctx (which
 // bounds fn's collectives: the context of the training run) and copies
 // the result up (8 n bytes each way per batch-norm layer and pass). The
-// statistics are then combined exactly as on the CPU path.
+// statistics are then combined exactly as on the CPU path. It holds no
+// device resources between calls: there is nothing to close.
 func HostSyncBN(ctx context.Context, fn nn.SyncFunc) SyncBNFunc {
-	var up *cuda.Event // marks the legacy stream after the result's copy up
 	return func(s *cuda.Stream, stage string, buf uintptr, n int) error {
 		if err := s.Synchronize(); err != nil {
 			return err
@@ -684,14 +685,15 @@ func HostSyncBN(ctx context.Context, fn nn.SyncFunc) SyncBNFunc {
 			return err
 		}
 		// the copy runs on the legacy default stream, which s (a
-		// non-blocking stream) does not wait for unless told
-		if up == nil {
-			var err error
-			if up, err = cuda.NewEvent(s.Device()); err != nil {
-				return err
-			}
+		// non-blocking stream) does not wait for unless told: by an
+		// event of this call's, destroyed once s's wait is queued (the
+		// wait holds the record; this path waits on the host each call
+		// anyway, so an event's making costs nothing that counts)
+		up, err := cuda.NewEvent(s.Device())
+		if err != nil {
+			return err
 		}
-		return s.WaitDefault(up)
+		return errors.Join(s.WaitDefault(up), up.Destroy())
 	}
 }
 

@@ -301,3 +301,56 @@ func TestSyncBNRefusedWithoutHook(t *testing.T) {
 		}
 	}
 }
+
+// HostSyncBN's hook hands the host function the values queued on the
+// stream and leaves its result for the stream's later work (the fake's
+// legacy stream slowed, so that a missing wait reads the old values),
+// and keeps no CUDA event alive after a call (cudafake.LiveEvents).
+func TestHostSyncBNLeavesNoEvents(t *testing.T) {
+	cudafake.RequireFake(t)
+	const n = 5
+	s, err := cuda.NewStream(dev, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	buf, err := cuda.Malloc(dev, 8*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cuda.Free(dev, buf)
+	twice := func(ctx context.Context, stage string, v []float64) error {
+		for i := range v {
+			v[i] = 2*v[i] + 1
+		}
+		return nil
+	}
+	hook := devmodel.HostSyncBN(context.Background(), twice)
+	host := make([]float64, n)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), 8*n)
+	if err := s.MemsetAsync(buf, 0, 8*n); err != nil {
+		t.Fatal(err)
+	}
+	live := cudafake.LiveEvents(t)
+	for call := 0; call < 3; call++ {
+		cudafake.CopyDelay(t, 20*time.Millisecond)
+		if err := hook(s, "forward", buf, n); err != nil {
+			t.Fatal(err)
+		}
+		cudafake.CopyDelay(t, 0)
+		if got := cudafake.LiveEvents(t); got != live {
+			t.Errorf("call %d: %d CUDA events alive, %d before: the hook leaks events", call, got, live)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyDtoH(dev, b, buf); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range host {
+		if v != 7 { // 0 -> 1 -> 3 -> 7
+			t.Fatalf("value %d: %v after three calls, want 7", i, v)
+		}
+	}
+}
