@@ -8,7 +8,10 @@
 // (the same operations on each lane, so the same bits), the constants by
 // embedded broadcast from GELUConsts' first lane; n a multiple of 8, a
 // last group of 8 under a mask. The AVX2 kernel's blend on x's sign and
-// its AND with the exponent's range mask become mask registers.
+// its AND with the exponent's range mask become mask registers. The
+// derivative, which nothing reads until the backward pass, goes out by
+// streaming stores (no read for ownership, no cache pollution) where d
+// is 64-byte aligned, as a large buffer is; an SFENCE ends the call.
 TEXT ·geluAVX512(SB), NOSPLIT, $0-40
 	MOVQ y+0(FP), DI
 	MOVQ d+8(FP), DX
@@ -17,6 +20,14 @@ TEXT ·geluAVX512(SB), NOSPLIT, $0-40
 	MOVQ c+32(FP), R8
 	VBROADCASTSS 416(R8), Z13 // 1
 	VBROADCASTSS 32(R8), Z14 // 20
+	XORQ R9, R9 // d's whole vectors by streaming stores if d is 64-byte aligned
+	TESTQ DX, DX
+	JZ nont
+	MOVQ DX, AX
+	ANDQ $63, AX
+	JNZ nont
+	MOVQ $1, R9
+nont:
 	MOVQ $0xffff, AX
 	KMOVW AX, K3
 loop:
@@ -79,7 +90,15 @@ full:
 	JZ next
 	VMULPS Z6, Z0, Z12 // x e
 	VFMADD231PS.BCST 864(R8), Z12, Z10 // Phi + x e / sqrt(2 pi)
+	TESTQ R9, R9
+	JZ dstore
+	CMPQ CX, $16
+	JB dstore
+	VMOVNTPS Z10, (DX)
+	JMP dnext
+dstore:
 	VMOVUPS Z10, K3, (DX)
+dnext:
 	ADDQ $64, DX
 next:
 	ADDQ $64, SI
@@ -87,5 +106,9 @@ next:
 	SUBQ $16, CX
 	JA loop // more left (CX > 0 and no borrow)
 done:
+	TESTQ R9, R9
+	JZ ret
+	SFENCE // the streaming stores before any later load or store
+ret:
 	VZEROUPPER
 	RET
