@@ -75,7 +75,15 @@ func main() {
 		return
 	}
 	ctx := context.Background()
-	bin := filepath.Join(os.TempDir(), "gdist-ddpbench-train")
+	// train goes into a directory of this run's own: a fixed name in the
+	// shared temp directory let two benchmarks started together run each
+	// other's build.
+	dir, err := os.MkdirTemp("", "gdist-ddpbench-")
+	if err != nil {
+		fail("%v", err)
+	}
+	tmpDir = dir
+	bin := filepath.Join(dir, "train")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/train").CombinedOutput(); err != nil {
 		fail("building train: %v\n%s", err, out)
 	}
@@ -105,6 +113,8 @@ func main() {
 			}
 		}
 	}
+	os.RemoveAll(dir)
+	tmpDir = ""
 	b, _ := json.MarshalIndent(runs, "", " ")
 	if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
 		fail("%v", err)
@@ -173,8 +183,14 @@ func syncReport(runs []run, models, worlds string, batch int, lim map[string]str
 	return b.String()
 }
 
+// tmpDir holds the train binary while the runs go on (fail removes it).
+var tmpDir string
+
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "ddpbench: "+format+"\n", args...)
+	if tmpDir != "" {
+		os.RemoveAll(tmpDir)
+	}
 	os.Exit(1)
 }
 
