@@ -55,6 +55,9 @@ type deviceBase struct {
 	d     *devmodel.Model
 	st    streams // the collectives' events and Works (device_order.go)
 	stale bool    // the host model (and optimizer) are behind the device
+	// syncBNClose frees syncbn.Device's resources (-syncbn over NCCL;
+	// nil otherwise: syncbn_device.go)
+	syncBNClose func() error
 }
 
 // place puts s.Model on this rank's GPU (rankdev.Device) for devmodel's
@@ -300,11 +303,11 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 	}
 	st := &deviceDDP{opt: opt}
 	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), ClipGrad: cfg.ClipGrad, Precision: gemm.Precision(cfg.Precision)}
-	if dcfg.SyncBN, err = deviceSyncBN(ctx, s, dev); err != nil { // -syncbn: over NCCL on the device (syncbn_device.go)
+	if dcfg.SyncBN, err = st.deviceSyncBN(ctx, s, dev); err != nil { // -syncbn: over NCCL on the device (syncbn_device.go)
 		return nil, err
 	}
 	if err := st.place(s, dev, dcfg); err != nil {
-		return nil, err
+		return nil, errors.Join(err, st.closeSyncBN())
 	}
 	// Over NCCL the gradients are averaged in buckets while backward
 	// runs (unless -no-overlap): a bucket's all-reduce starts once
@@ -449,5 +452,5 @@ func (s *deviceDDP) Memory() (train.MemoryBytes, int64) {
 }
 
 func (s *deviceDDP) Close() error {
-	return errors.Join(s.d.Close(), s.st.close(), s.dc.close())
+	return errors.Join(s.d.Close(), s.closeSyncBN(), s.st.close(), s.dc.close())
 }

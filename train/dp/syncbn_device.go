@@ -22,18 +22,40 @@ import (
 // devmodel.HostSyncBN over the host model's hook (syncbn's Syncer on its
 // duplicate of the Comm). Both give the same bits (at 2 ranks the
 // backward sums are in the same order too; TestDeviceSyncBN). The
-// device's memory for it is freed when the strategy is dropped.
-func deviceSyncBN(ctx context.Context, s train.Setup, first int) (devmodel.SyncBNFunc, error) {
+// strategy's Close frees the device's memory and events for it
+// (closeSyncBN).
+func (b *deviceBase) deviceSyncBN(ctx context.Context, s train.Setup, first int) (devmodel.SyncBNFunc, error) {
 	if !s.Config.SyncBN || len(s.Model.BNs) == 0 || s.Model.BNs[0].Sync == nil {
 		return nil, nil
 	}
 	dev, direct := rankdev.Device(s.Comm, first)
 	if !direct {
-		return devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync), nil
+		return devmodel.HostSyncBN(ctx, s.Model.BNs[0].Sync), nil // holds nothing to free
 	}
 	d, err := syncbn.NewDevice(s.Comm, dev)
 	if err != nil {
 		return nil, fmt.Errorf("train: rank %d: -syncbn on the device: %w", s.Comm.Rank(), err)
 	}
+	rank := s.Comm.Rank()
+	b.syncBNClose = func() error {
+		// within the run's context, as the hook's collectives; after
+		// the model's Close, whose stream waited for them all
+		if err := d.Close(ctx); err != nil {
+			return fmt.Errorf("train: rank %d: -syncbn on the device: %w", rank, err)
+		}
+		return nil
+	}
 	return d.Hook(ctx), nil
+}
+
+// closeSyncBN frees the device's memory and events for -syncbn (the
+// strategy's Close, after the model's; and where the strategy is not
+// made after all). It returns a failed collective's error, if any.
+func (b *deviceBase) closeSyncBN() error {
+	f := b.syncBNClose
+	b.syncBNClose = nil
+	if f == nil {
+		return nil
+	}
+	return f()
 }

@@ -133,13 +133,13 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 		dcfg.ShardGrads, dcfg.ShardParams = true, stage == 3
 		dcfg.UnitFloats = max(1, int(o.MB*(1<<20)/4))
 	}
-	if dcfg.SyncBN, err = deviceSyncBN(ctx, s, dev); err != nil { // -syncbn, as DDP's (syncbn_device.go)
+	if dcfg.SyncBN, err = st.deviceSyncBN(ctx, s, dev); err != nil { // -syncbn, as DDP's (syncbn_device.go)
 		e.Close()
 		return nil, err
 	}
 	if err := st.place(s, dev, dcfg); err != nil {
 		e.Close()
-		return nil, err
+		return nil, errors.Join(err, st.closeSyncBN())
 	}
 	if st.d.N != s.Comm.Size()*st.s {
 		st.Close()
@@ -566,5 +566,5 @@ func (s *deviceZero) Close() error {
 	if s.gc != nil {
 		gerr = s.gc.Close()
 	}
-	return errors.Join(s.d.Close(), s.st.close(), s.dc.close(), gerr, s.e.Close())
+	return errors.Join(s.d.Close(), s.closeSyncBN(), s.st.close(), s.dc.close(), gerr, s.e.Close())
 }
