@@ -592,3 +592,105 @@ xdone:
 	MOVQ AX, ret+40(FP)
 	VZEROUPPER
 	RET
+
+// func colAddAVX(out, x, y *float32, n, ld, rows int)
+//
+// For each block of 32 columns (then of 8): the running sums start from
+// out's, add row 0, 1, ... of x (or of x*y, the product rounded) in
+// order, and go back to out: a loop of AddTo (AddMulTo) over the rows,
+// each column's additions in the same order.
+TEXT ·colAddAVX(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+	MOVQ ld+32(FP), R8
+	SHLQ $2, R8 // row stride in bytes
+	MOVQ rows+40(FP), R9
+cb32:
+	CMPQ CX, $32
+	JB cb8
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	MOVQ SI, R10
+	MOVQ DX, R11
+	MOVQ R9, R12
+	TESTQ DX, DX
+	JNZ r32mul
+r32:
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+	ADDQ R8, R10
+	DECQ R12
+	JNZ r32
+	JMP s32
+r32mul:
+	VMOVUPS (R10), Y4
+	VMOVUPS 32(R10), Y5
+	VMOVUPS 64(R10), Y6
+	VMOVUPS 96(R10), Y7
+	VMULPS (R11), Y4, Y4
+	VMULPS 32(R11), Y5, Y5
+	VMULPS 64(R11), Y6, Y6
+	VMULPS 96(R11), Y7, Y7
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VADDPS Y6, Y2, Y2
+	VADDPS Y7, Y3, Y3
+	ADDQ R8, R10
+	ADDQ R8, R11
+	DECQ R12
+	JNZ r32mul
+s32:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ $128, DI
+	ADDQ $128, SI
+	TESTQ DX, DX
+	JZ nx32
+	ADDQ $128, DX
+nx32:
+	SUBQ $32, CX
+	JMP cb32
+cb8:
+	TESTQ CX, CX
+	JZ cdone
+	VMOVUPS (DI), Y0
+	MOVQ SI, R10
+	MOVQ DX, R11
+	MOVQ R9, R12
+	TESTQ DX, DX
+	JNZ r8mul
+r8:
+	VADDPS (R10), Y0, Y0
+	ADDQ R8, R10
+	DECQ R12
+	JNZ r8
+	JMP s8
+r8mul:
+	VMOVUPS (R10), Y4
+	VMULPS (R11), Y4, Y4
+	VADDPS Y4, Y0, Y0
+	ADDQ R8, R10
+	ADDQ R8, R11
+	DECQ R12
+	JNZ r8mul
+s8:
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	TESTQ DX, DX
+	JZ nx8
+	ADDQ $32, DX
+nx8:
+	SUBQ $8, CX
+	JMP cb8
+cdone:
+	VZEROUPPER
+	RET
