@@ -194,18 +194,12 @@ func f32(p uintptr, n int) uintptr { return p + uintptr(4*n) }
 // gemm.Engine.Hold) and each block of P for its one product. On h's
 // stream.
 func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g AttentionGeom) error {
-	if err := sameDevice(h, k); err != nil {
+	z, err := g.dims(h, k, "AttentionForward")
+	if err != nil {
 		return err
 	}
-	if err := g.check("AttentionForward"); err != nil {
-		return err
-	}
-	s := h.Stream()
-	d, ntc, b := g.C/g.H, g.N*g.T*g.C, g.N*g.H
-	q, kk, v, o := ws, f32(ws, ntc), f32(ws, 2*ntc), f32(ws, 3*ntc)
-	T, tb := g.T, g.BlockSize()
-	td, tt := int64(T*d), int64(T*T)
-	scale := float32(1 / math.Sqrt(float64(d)))
+	s, d, b, T, tb, td, tt, scale := h.Stream(), z.d, z.b, g.T, z.tb, z.td, z.tt, z.scale
+	q, kk, v, o := ws, f32(ws, z.ntc), f32(ws, 2*z.ntc), f32(ws, 3*z.ntc)
 	if err := k.heads(s, q, qkv, g, 3*g.C, 0, 3, true); err != nil { // q, kk, v one after another
 		return err
 	}
@@ -244,19 +238,13 @@ func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g Attenti
 // once for both of their products, each block column of P for its
 // product. On h's stream.
 func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g AttentionGeom) error {
-	if err := sameDevice(h, k); err != nil {
+	z, err := g.dims(h, k, "AttentionBackward")
+	if err != nil {
 		return err
 	}
-	if err := g.check("AttentionBackward"); err != nil {
-		return err
-	}
-	s := h.Stream()
-	d, ntc, b := g.C/g.H, g.N*g.T*g.C, g.N*g.H
-	at := func(i int) uintptr { return f32(ws, i*ntc) }
+	s, d, b, T, tb, td, tt, scale := h.Stream(), z.d, z.b, g.T, z.tb, z.td, z.tt, z.scale
+	at := func(i int) uintptr { return f32(ws, i*z.ntc) }
 	q, kk, v, do, dq, dk, dv, dp := at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)
-	T, tb := g.T, g.BlockSize()
-	td, tt := int64(T*d), int64(T*T)
-	scale := float32(1 / math.Sqrt(float64(d)))
 	if err := k.heads(s, q, qkv, g, 3*g.C, 0, 3, true); err != nil { // q, kk, v one after another
 		return err
 	}
@@ -299,6 +287,30 @@ func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g
 	}
 	release(h)
 	return k.heads(s, dqkv, dq, g, 3*g.C, 0, 3, false) // dq, dk, dv one after another
+}
+
+// attnDims are the sizes both passes of attention use: a head's width
+// d, the (N H) matrices b, the values of one of the heads' copies ntc
+// (N T C), the block size tb, a matrix's stride in the heads' copies td
+// (T d) and in p tt (T T), and the scores' scale 1/sqrt(d).
+type attnDims struct {
+	d, b, ntc, tb int
+	td, tt        int64
+	scale         float32
+}
+
+// dims checks op's arguments (h and k of one device, g) and gives its
+// sizes.
+func (g AttentionGeom) dims(h Products, k *Kernels, op string) (attnDims, error) {
+	if err := sameDevice(h, k); err != nil {
+		return attnDims{}, err
+	}
+	if err := g.check(op); err != nil {
+		return attnDims{}, err
+	}
+	d := g.C / g.H
+	return attnDims{d: d, b: g.N * g.H, ntc: g.N * g.T * g.C, tb: g.BlockSize(),
+		td: int64(g.T * d), tt: int64(g.T * g.T), scale: float32(1 / math.Sqrt(float64(d)))}, nil
 }
 
 func softmaxCheck(op string, rows, t int) error {

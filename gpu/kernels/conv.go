@@ -65,6 +65,21 @@ func (g ConvGeom) args() []any {
 	return []any{int32(g.N), int32(g.C), int32(g.H), int32(g.W), int32(g.K), int32(g.Pad), int32(g.stride()), int32(ho), int32(wo)}
 }
 
+// im2col unrolls x into col ([C K K, N Ho Wo]) on s.
+func (k *Kernels) im2col(s *cuda.Stream, col, x uintptr, g ConvGeom) error {
+	n := int64(g.ckk()) * int64(g.cols())
+	return k.launch("gd_im2col", s, grid64(n), rw(g.inSize(), n), append([]any{col, x}, g.args()...)...)
+}
+
+// betaOf is a product's beta: 1 adds to the output (accumulate), 0 sets it.
+func betaOf(accumulate bool) float32 {
+	if accumulate {
+		return 1
+	}
+	return 0
+}
+
+// sameDevice refuses a cuBLAS handle and kernels of different devices.
 func sameDevice(h Products, k *Kernels) error {
 	if h.Device() != k.dev {
 		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
@@ -87,7 +102,7 @@ func Conv2dForward(h Products, k *Kernels, y, x, w, b, ws uintptr, g ConvGeom) e
 	s := h.Stream()
 	ho, wo := g.Out()
 	howo, ckk, cols := ho*wo, g.ckk(), g.cols()
-	if err := k.launch("gd_im2col", s, grid64(int64(ckk)*int64(cols)), rw(g.inSize(), int64(ckk)*int64(cols)), append([]any{ws, x}, g.args()...)...); err != nil {
+	if err := k.im2col(s, ws, x, g); err != nil {
 		return err
 	}
 	if err := h.MatMulBatched(false, false, g.Cout, howo, ckk, 1, w, ckk, 0, ws, cols, int64(howo), 0, y, howo, int64(g.Cout*howo), g.N); err != nil {
@@ -117,17 +132,14 @@ func Conv2dBackward(h Products, k *Kernels, dx, dw, db, x, w, dy, ws uintptr, g 
 	ho, wo := g.Out()
 	howo, ckk, cols := ho*wo, g.ckk(), g.cols()
 	col, d := ws, ws+uintptr(4*ckk*cols)
-	if err := k.launch("gd_im2col", s, grid64(int64(ckk)*int64(cols)), rw(g.inSize(), int64(ckk)*int64(cols)), append([]any{col, x}, g.args()...)...); err != nil {
+	if err := k.im2col(s, col, x, g); err != nil {
 		return err
 	}
 	ny := int64(g.Cout) * int64(cols)
 	if err := k.launch("gd_nchw_to_cnhw", s, grid64(ny), rw(ny, ny), d, dy, int32(g.N), int32(g.Cout), int32(howo)); err != nil {
 		return err
 	}
-	beta := float32(0)
-	if accumulate {
-		beta = 1
-	}
+	beta := betaOf(accumulate)
 	if dx != 0 {
 		keepNext(h, d) // D is read by both products (rowSum only reads it)
 	}

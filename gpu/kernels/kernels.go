@@ -368,8 +368,8 @@ func (k *Kernels) SGD(s *cuda.Stream, params, grads, momentum uintptr, n int, c 
 // transposed), with cuBLAS on h's stream and the bias added there (b 0:
 // none). h and k must be of one device.
 func LinearForward(h Products, k *Kernels, y, x, w, b uintptr, rows, in, out int) error {
-	if h.Device() != k.dev {
-		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
+	if err := sameDevice(h, k); err != nil {
+		return err
 	}
 	if err := h.MatMul(false, false, rows, out, in, 1, x, w, 0, y); err != nil {
 		return err
@@ -386,13 +386,10 @@ func LinearForward(h Products, k *Kernels, y, x, w, b uintptr, rows, in, out int
 // micro-batches), else overwritten. dx 0 skips the input's gradient (the
 // network's first layer), db 0 the bias's. On h's stream.
 func LinearBackward(h Products, k *Kernels, dx, dw, db, x, w, dy uintptr, rows, in, out int, accumulate bool) error {
-	if h.Device() != k.dev {
-		return fmt.Errorf("kernels: a cuBLAS handle of cuda:%d with kernels of cuda:%d", h.Device(), k.dev)
+	if err := sameDevice(h, k); err != nil {
+		return err
 	}
-	beta := float32(0)
-	if accumulate {
-		beta = 1
-	}
+	beta := betaOf(accumulate)
 	if dx != 0 {
 		keepNext(h, dy) // both products read dy: cast it once (bf16)
 	}
