@@ -130,10 +130,12 @@ func (op *lnGradOp) Do(v ...G.Value) (G.Value, error) {
 	if op.which > 0 {
 		t, out := op.out.get(tensor.Shape{c}, dy, gamma)
 		clear(out)
-		if op.which == 1 { // the rows' dy * xhat, summed in row order
-			vecmath.ColAddMulTo(out, dy, st.xhat, len(dy)/c)
-		} else {
-			vecmath.ColAddTo(out, dy, len(dy)/c)
+		for r := 0; r < len(dy); r += c {
+			if op.which == 1 {
+				vecmath.AddMulTo(out, dy[r:r+c], st.xhat[r:r+c])
+			} else {
+				vecmath.AddTo(out, dy[r:r+c])
+			}
 		}
 		return t, nil
 	}

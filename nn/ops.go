@@ -133,7 +133,9 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	clear(out)
 	inner := len(g) / shape[0] / op.c
 	if inner == 1 { // (N, C): sum the rows, in order
-		vecmath.ColAddTo(out, g, len(g)/op.c)
+		for r := 0; r < len(g); r += op.c {
+			vecmath.AddTo(out, g[r:r+op.c])
+		}
 		return t, nil
 	}
 	for i, c := 0, 0; i < len(g); i += inner {

@@ -28,9 +28,8 @@
 //     sets (it has no reference result to differ from); copynt_test.go.
 //   - rows.go, rows_amd64.go/.s, rows_other.go: the row kernels of nn's
 //     transformer ops (AddTo, Add, Mul, AddMulTo, Dot32, SqDev32, LayerNormRow,
-//     LayerNormGradRow, Softmax, SoftmaxGradRow, Exp32; transpose.go's
-//     Transpose, 8 x 8 blocks in registers; colsum.go's ColAddTo and
-//     ColAddMulTo, column sums in row order): each defined by a
+//     LayerNormGradRow, Softmax, SoftmaxGradRow, Exp32; and transpose.go's
+//     Transpose, 8 x 8 blocks in registers): each defined by a
 //     Go loop in rows.go that AVX2 assembly reproduces bit for bit over the
 //     whole groups of 8, used where the active set is avx2 or avx512
 //     (rows_test.go).

@@ -80,10 +80,3 @@ func transpose8x8AVX(dst *float32, ldd int, src *float32, lds int)
 //
 //go:noescape
 func expSubF64AVX(e *float64, v *float32, n int, m float64, c *expF64Consts) int
-
-// colAddAVX adds x's rows (times y's, y not nil) to out's first n
-// columns (n a positive multiple of 8; rows of ld values), in row order,
-// 32 (then 8) columns at a time in registers.
-//
-//go:noescape
-func colAddAVX(out, x, y *float32, n, ld, rows int)

@@ -31,5 +31,3 @@ func expSubF64AVX(e *float64, v *float32, n int, m float64, c *expF64Consts) int
 	unreachable()
 	return 0
 }
-
-func colAddAVX(out, x, y *float32, n, ld, rows int) { unreachable() }

@@ -1,7 +1,6 @@
 package vecmath
 
 import (
-	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -239,31 +238,6 @@ func TestTranspose(t *testing.T) {
 					t.Fatalf("%dx%d: dst[%d][%d] = %v, want %v", r, c, j, i, dst[j*ldd+i], want)
 				}
 			}
-		}
-	}
-}
-
-// TestColAdd: ColAddTo and ColAddMulTo equal loops of their Go
-// definitions over the rows, bit for bit, for row lengths with and
-// without whole blocks of 32 and 8, nothing past out written.
-func TestColAdd(t *testing.T) {
-	rng := rand.New(rand.NewSource(17))
-	for _, c := range []int{1, 7, 8, 9, 31, 32, 33, 40, 64, 70, 256} {
-		for _, rows := range []int{1, 2, 17} {
-			x, y := rowVec(rng, rows*c, 1), rowVec(rng, rows*c, 1)
-			out0 := rowVec(rng, c, 1)
-			got, want := rowClone(out0), rowClone(out0)
-			ColAddTo(got[:c], x, rows)
-			for r := 0; r < rows; r++ {
-				addToGo(want[:c], x[r*c:(r+1)*c])
-			}
-			rowSame(t, fmt.Sprintf("ColAddTo rows %d", rows), c, got, want)
-			got, want = rowClone(out0), rowClone(out0)
-			ColAddMulTo(got[:c], x, y, rows)
-			for r := 0; r < rows; r++ {
-				addMulToGo(want[:c], x[r*c:(r+1)*c], y[r*c:(r+1)*c])
-			}
-			rowSame(t, fmt.Sprintf("ColAddMulTo rows %d", rows), c, got, want)
 		}
 	}
 }
