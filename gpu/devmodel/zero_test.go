@@ -13,6 +13,30 @@ import (
 	"github.com/gdist/gdist/optim"
 )
 
+// placeUnits places c's model for Adam at c's batch size, closed when t
+// ends: whole, or sharded (ShardGrads, and ShardParams with params) in
+// units of an op each (UnitFloats 1) with one rank's shard, the whole
+// buffer.
+func placeUnits(t *testing.T, c zooCase, sharded, params bool) *devmodel.Model {
+	t.Helper()
+	_, y := c.batch(0)
+	m, err := c.model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := devmodel.Config{Device: dev, Batch: len(y) / m.LabelsPerSample(), Optim: optim.Config{Name: "adam", LR: 1e-2}}
+	if sharded {
+		cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
+		cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, params, 1
+	}
+	d, err := devmodel.Place(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // TestShardedUnitsMatchWhole: a model placed with ShardGrads, or with
 // ShardParams, a unit per op (UnitFloats 1: every layer's gradients in
 // a cached block of their own, every layer's parameters gathered into
@@ -29,25 +53,7 @@ func TestShardedUnitsMatchWhole(t *testing.T) {
 				name = c.name + "/params"
 			}
 			t.Run(name, func(t *testing.T) {
-				_, y := c.batch(0)
-				place := func(sharded bool) *devmodel.Model {
-					m, err := c.model()
-					if err != nil {
-						t.Fatal(err)
-					}
-					cfg := devmodel.Config{Device: dev, Batch: len(y) / m.LabelsPerSample(), Optim: optim.Config{Name: "adam", LR: 1e-2}}
-					if sharded {
-						cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
-						cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, params, 1
-					}
-					d, err := devmodel.Place(m, cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { d.Close() })
-					return d
-				}
-				whole, sh := place(false), place(true)
+				whole, sh := placeUnits(t, c, false, false), placeUnits(t, c, true, params)
 				var units [][2]int
 				sh.ReduceGrads = func(lo, hi int, g uintptr, _ *cuda.Event) (func() error, error) {
 					units = append(units, [2]int{lo, hi})
@@ -194,25 +200,7 @@ func TestGatherWaitsForReaders(t *testing.T) {
 		}
 		for _, slow := range []string{"kernels", "gathers"} {
 			t.Run(c.name+"/"+slow, func(t *testing.T) {
-				_, y := c.batch(0)
-				place := func(sharded bool) *devmodel.Model {
-					m, err := c.model()
-					if err != nil {
-						t.Fatal(err)
-					}
-					cfg := devmodel.Config{Device: dev, Batch: len(y) / m.LabelsPerSample(), Optim: optim.Config{Name: "adam", LR: 1e-2}}
-					if sharded {
-						cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
-						cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, true, 1
-					}
-					d, err := devmodel.Place(m, cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { d.Close() })
-					return d
-				}
-				whole, sh := place(false), place(true)
+				whole, sh := placeUnits(t, c, false, false), placeUnits(t, c, true, true)
 				gs, err := cuda.NewStream(dev, true)
 				if err != nil {
 					t.Fatal(err)
