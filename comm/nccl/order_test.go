@@ -34,27 +34,9 @@ func TestOrderTiesStreams(t *testing.T) {
 	rs := make([]rank, n)
 	for r, c := range cs {
 		dev := c.Device()
-		x := &rs[r]
-		var err error
-		if x.s, err = cuda.NewStream(dev, true); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { x.s.Destroy() })
-		if x.after, err = cuda.NewEvent(dev); err != nil {
-			t.Fatal(err)
-		}
-		if x.done, err = cuda.NewEvent(dev); err != nil {
-			t.Fatal(err)
-		}
-		if x.buf, err = cuda.Malloc(dev, 4*count); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cuda.Free(dev, x.buf) })
-		if x.pin, err = cuda.HostAlloc(dev, 4*count); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cuda.FreeHost(dev, x.pin) })
-		cudafake.StreamDelay(t, x.s, 20*time.Millisecond)
+		rs[r] = rank{s: cudafake.NewStream(t, dev, true), after: cudafake.NewEvent(t, dev), done: cudafake.NewEvent(t, dev),
+			buf: cudafake.Malloc(t, dev, 4*count), pin: cudafake.HostAlloc(t, dev, 4*count)}
+		cudafake.StreamDelay(t, rs[r].s, 20*time.Millisecond)
 	}
 	cudafake.NCCLDelay(t, 50*time.Millisecond)
 	ws := make([]comm.Work, n)

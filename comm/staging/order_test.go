@@ -28,21 +28,8 @@ func TestOrderAfter(t *testing.T) {
 	}
 	rs := make([]rank, n)
 	for r := range rs {
-		x := &rs[r]
-		var err error
-		if x.s, err = cuda.NewStream(0, true); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { x.s.Destroy() })
-		if x.after, err = cuda.NewEvent(0); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { x.after.Destroy() })
-		if x.buf, err = cuda.Malloc(0, 4*count); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cuda.Free(0, x.buf) })
-		if err := cuda.Memset(0, x.buf, 0, 4*count); err != nil {
+		rs[r] = rank{s: cudafake.NewStream(t, 0, true), after: cudafake.NewEvent(t, 0), buf: cudafake.Malloc(t, 0, 4*count)}
+		if err := cuda.Memset(0, rs[r].buf, 0, 4*count); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,31 +19,9 @@ import (
 func TestNonBlockingStreamsNeedEvents(t *testing.T) {
 	cudafake.RequireFake(t)
 	const dev, n = 0, 256
-	a, err := cuda.NewStream(dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Destroy()
-	b, err := cuda.NewStream(dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Destroy()
-	ev, err := cuda.NewEvent(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
-	buf, err := cuda.Malloc(dev, 2*n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, buf)
-	pin, err := cuda.HostAlloc(dev, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.FreeHost(dev, pin)
+	a, b := cudafake.NewStream(t, dev, true), cudafake.NewStream(t, dev, true)
+	ev := cudafake.NewEvent(t, dev)
+	buf, pin := cudafake.Malloc(t, dev, 2*n), cudafake.HostAlloc(t, dev, n)
 	host := uintptr(unsafe.Pointer(&pin[0]))
 	run := func(v byte, wait bool) []byte {
 		t.Helper()
@@ -98,31 +76,9 @@ func TestNonBlockingStreamsNeedEvents(t *testing.T) {
 func TestWaitIsForItsRecord(t *testing.T) {
 	cudafake.RequireFake(t)
 	const dev, n = 0, 64
-	var ss [3]*cuda.Stream
-	for i := range ss {
-		s, err := cuda.NewStream(dev, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Destroy()
-		ss[i] = s
-	}
-	slow, waiter, fast := ss[0], ss[1], ss[2]
-	ev, err := cuda.NewEvent(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
-	buf, err := cuda.Malloc(dev, 2*n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, buf)
-	pin, err := cuda.HostAlloc(dev, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.FreeHost(dev, pin)
+	slow, waiter, fast := cudafake.NewStream(t, dev, true), cudafake.NewStream(t, dev, true), cudafake.NewStream(t, dev, true)
+	ev := cudafake.NewEvent(t, dev)
+	buf, pin := cudafake.Malloc(t, dev, 2*n), cudafake.HostAlloc(t, dev, n)
 	if err := cuda.Memset(dev, buf, 0, 2*n); err != nil {
 		t.Fatal(err)
 	}

@@ -29,26 +29,12 @@ func cpuTime(t *testing.T) time.Duration {
 func TestWaiterSleeps(t *testing.T) {
 	cudafake.RequireFake(t)
 	const dev, hold, waits = 0, 50 * time.Millisecond, 4
-	s, err := cuda.NewStream(dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s, plain, buf := cudafake.NewStream(t, dev, true), cudafake.NewEvent(t, dev), cudafake.Malloc(t, dev, 64)
 	blocking, err := cuda.NewBlockingEvent(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocking.Destroy()
-	plain, err := cuda.NewEvent(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Destroy()
-	buf, err := cuda.Malloc(dev, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, buf)
 	var w cuda.Waiter
 	if err := s.MemsetAsync(buf, 1, 64); err != nil { // not delayed: polled
 		t.Fatal(err)

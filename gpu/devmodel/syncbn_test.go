@@ -309,16 +309,7 @@ func TestSyncBNRefusedWithoutHook(t *testing.T) {
 func TestHostSyncBNLeavesNoEvents(t *testing.T) {
 	cudafake.RequireFake(t)
 	const n = 5
-	s, err := cuda.NewStream(dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	buf, err := cuda.Malloc(dev, 8*n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, buf)
+	s, buf := cudafake.NewStream(t, dev, true), cudafake.Malloc(t, dev, 8*n)
 	twice := func(ctx context.Context, stage string, v []float64) error {
 		for i := range v {
 			v[i] = 2*v[i] + 1
