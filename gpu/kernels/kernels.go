@@ -3,6 +3,7 @@ package kernels
 import (
 	_ "embed"
 	"fmt"
+	"strings"
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/rtc"
@@ -11,25 +12,51 @@ import (
 // ElementwiseSource and ReduceSource are the kernels' CUDA C++, compiled
 // at run time by NVRTC (gpu/rtc). Element-wise kernels and reductions are
 // two programs so that the fake CUDA runs the former without fibers.
-var (
-	//go:embed elementwise.cu
-	ElementwiseSource string
-	//go:embed reduce.cu
-	ReduceSource string
-)
-
+//
 // The layers' programs, compiled with --fmad=false (each float operation
 // rounded on its own, as Go computes): ConvSource (im2col, col2im,
 // pooling) and PointwiseSource hold element-wise kernels (no thread talks
 // to another), RowsSource the reductions over rows and channels.
+//
+// Each is whole: the device functions several programs share (block.cuh:
+// the block reductions; embed.cuh: an embedding's row) stand before its
+// own file's text, which a #line directive names for NVRTC's messages.
 var (
-	//go:embed conv.cu
-	ConvSource string
-	//go:embed pointwise.cu
-	PointwiseSource string
-	//go:embed rows.cu
-	RowsSource string
+	ElementwiseSource = elementwiseCU
+	ReduceSource      = withHeaders("reduce.cu", reduceCU, blockCUH)
+	ConvSource        = convCU
+	PointwiseSource   = withHeaders("pointwise.cu", pointwiseCU, embedCUH)
+	RowsSource        = withHeaders("rows.cu", rowsCU, blockCUH, embedCUH)
 )
+
+var (
+	//go:embed elementwise.cu
+	elementwiseCU string
+	//go:embed reduce.cu
+	reduceCU string
+	//go:embed conv.cu
+	convCU string
+	//go:embed pointwise.cu
+	pointwiseCU string
+	//go:embed rows.cu
+	rowsCU string
+	//go:embed block.cuh
+	blockCUH string
+	//go:embed embed.cuh
+	embedCUH string
+)
+
+// withHeaders is src (the file name) after the headers.
+func withHeaders(name, src string, headers ...string) string {
+	var b strings.Builder
+	for _, h := range headers {
+		b.WriteString(h)
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "#line 1 %q\n", name)
+	b.WriteString(src)
+	return b.String()
+}
 
 // Program is one of the kernels' programs: its name for NVRTC, its
 // source and the options it is compiled with.

@@ -154,11 +154,7 @@ extern "C" __global__ void gd_gelu_backward(float *dx, const float *dy, const fl
 
 // ---- embeddings (nn.Embedding, nn.PositionEmbedding) ----
 
-// The row of a table of num rows that id names (nn's ids are float32),
-// or -1 when id is not an integer in [0, num).
-__device__ long long embed_row(float id, int num) {
-	return id >= 0.0f && id < (float)num && id == floorf(id) ? (long long)id : -1;
-}
+// embed_row: embed.cuh.
 
 // y[r] = w[ids[r]] (+ pos[r % T] unless pos is null) over rows of dim; a
 // row of NaNs for an id outside the table. The blocks' y index strides

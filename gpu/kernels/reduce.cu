@@ -3,25 +3,10 @@
 // warp-synchronous code), always in the same order: the results do not
 // change from run to run.
 
-#ifndef BLOCK
-#define BLOCK 256 // threads per block; a power of two
-#endif
+// BLOCK and block_sum: block.cuh.
 
-// The reductions of a block: every thread calls them with its value; all
-// get the result.
-__device__ float block_sum(float v, float *s) {
-	int t = threadIdx.x;
-	s[t] = v;
-	__syncthreads();
-	for (int w = BLOCK / 2; w > 0; w >>= 1) {
-		if (t < w) s[t] = __fadd_rn(s[t], s[t + w]);
-		__syncthreads();
-	}
-	float r = s[0];
-	__syncthreads();
-	return r;
-}
-
+// block_max is the largest of every thread's v over the block (a tree as
+// block_sum's); all threads get it.
 __device__ float block_max(float v, float *s) {
 	int t = threadIdx.x;
 	s[t] = v;

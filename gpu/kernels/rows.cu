@@ -6,27 +6,9 @@
 // computes), so that where a kernel follows the CPU path's order of
 // operations it gives the CPU's bits.
 
-#ifndef BLOCK
-#define BLOCK 256 // threads per block; a power of two
-#endif
+// BLOCK and block_sum: block.cuh; embed_row: embed.cuh.
 
 #define FULL 0xffffffffu
-
-// block_sum is the sum of every thread's v (a float or a double) over
-// the block, a tree over shared memory in a fixed order; all threads get
-// it.
-template <class T> __device__ T block_sum(T v, T *s) {
-	int t = threadIdx.x;
-	s[t] = v;
-	__syncthreads();
-	for (int w = BLOCK / 2; w > 0; w >>= 1) {
-		if (t < w) s[t] = s[t] + s[t + w];
-		__syncthreads();
-	}
-	T r = s[0];
-	__syncthreads();
-	return r;
-}
 
 // ---- row and per-channel sums in two stages (fixed order, no atomics) ----
 
@@ -234,12 +216,6 @@ extern "C" __global__ void gd_col_finish(float *out, float *out2, const float *p
 }
 
 // ---- the embedding's gradient (nn.Embedding) ----
-
-// The row of a table of num rows that id names (nn's ids are float32),
-// or -1 when id is not an integer in [0, num).
-__device__ long long embed_row(float id, int num) {
-	return id >= 0.0f && id < (float)num && id == floorf(id) ? (long long)id : -1;
-}
 
 // dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]
 // (dy [rows, dim]): nn's sum, bit for bit, without atomics. Each warp
