@@ -317,7 +317,8 @@ t_nccl() { gotest "$1" comm/nccl nccl.test -test.short; }
 
 # bf16bench: gpu/gemm's BenchmarkBF16Step, the products of one training
 # step of a GPT-2-small layer (the MLP's first Linear at 8192 rows, and
-# attention's P V with its dV) in fp32 and in bf16 three ways: the cast
+# attention's P V with its dV, whole and block-causal) in fp32 and in
+# bf16 three ways: the cast
 # kernel without and with the weight cache, and the fp32 operands
 # rounded inside cuBLAS (GDIST_BF16_CAST=cublas); TFLOP/s and cast GB/s,
 # the median of BF16_COUNT (3) runs of BF16_BENCHTIME (100x) each, in
