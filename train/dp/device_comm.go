@@ -107,22 +107,29 @@ func f32bytes(v []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
 }
 
-// allReduceAvg averages the n floats at p over the ranks, in place.
-func (x *devComm) allReduceAvg(ctx context.Context, p uintptr, n int) error {
-	if x.c.Size() == 1 || n == 0 {
-		return nil
-	}
+// run runs op on the n floats at p: on that device memory (direct), or
+// on a host copy whose [lo, hi) (what op leaves this rank) is then
+// copied back up.
+func (x *devComm) run(ctx context.Context, p uintptr, n, lo, hi int, op func(b comm.Buffer) (comm.Work, error)) error {
 	if x.direct {
-		return comm.Run(ctx)(x.c.AllReduce(ctx, x.buf(p, n), comm.Avg))
+		return comm.Run(ctx)(op(x.buf(p, n)))
 	}
 	h, err := x.stage(p, n)
 	if err != nil {
 		return err
 	}
-	if err := comm.Run(ctx)(x.c.AllReduce(ctx, comm.FromSlice(h), comm.Avg)); err != nil {
+	if err := comm.Run(ctx)(op(comm.FromSlice(h))); err != nil {
 		return err
 	}
-	return x.unstage(p, h)
+	return x.unstage(p+uintptr(4*lo), h[lo:hi])
+}
+
+// allReduceAvg averages the n floats at p over the ranks, in place.
+func (x *devComm) allReduceAvg(ctx context.Context, p uintptr, n int) error {
+	if x.c.Size() == 1 || n == 0 {
+		return nil
+	}
+	return x.run(ctx, p, n, 0, n, func(b comm.Buffer) (comm.Work, error) { return x.c.AllReduce(ctx, b, comm.Avg) })
 }
 
 // reduceScatterAvg averages the Size()*s floats at p over the ranks and
@@ -133,19 +140,9 @@ func (x *devComm) reduceScatterAvg(ctx context.Context, p uintptr, s int) error 
 	if w == 1 || s == 0 {
 		return nil
 	}
-	if x.direct {
-		all := x.buf(p, w*s)
-		return comm.Run(ctx)(x.c.ReduceScatter(ctx, all.Slice(r*s, (r+1)*s), all, comm.Avg))
-	}
-	h, err := x.stage(p, w*s)
-	if err != nil {
-		return err
-	}
-	all := comm.FromSlice(h)
-	if err := comm.Run(ctx)(x.c.ReduceScatter(ctx, all.Slice(r*s, (r+1)*s), all, comm.Avg)); err != nil {
-		return err
-	}
-	return x.unstage(p+uintptr(4*r*s), h[r*s:(r+1)*s])
+	return x.run(ctx, p, w*s, r*s, (r+1)*s, func(all comm.Buffer) (comm.Work, error) {
+		return x.c.ReduceScatter(ctx, all.Slice(r*s, (r+1)*s), all, comm.Avg)
+	})
 }
 
 // allGather gives every rank every rank's part of the Size()*s floats at
@@ -155,19 +152,9 @@ func (x *devComm) allGather(ctx context.Context, p uintptr, s int) error {
 	if w == 1 || s == 0 {
 		return nil
 	}
-	if x.direct {
-		all := x.buf(p, w*s)
-		return comm.Run(ctx)(x.c.AllGather(ctx, all, all.Slice(r*s, (r+1)*s)))
-	}
-	h, err := x.stage(p, w*s)
-	if err != nil {
-		return err
-	}
-	all := comm.FromSlice(h)
-	if err := comm.Run(ctx)(x.c.AllGather(ctx, all, all.Slice(r*s, (r+1)*s))); err != nil {
-		return err
-	}
-	return x.unstage(p, h)
+	return x.run(ctx, p, w*s, 0, w*s, func(all comm.Buffer) (comm.Work, error) {
+		return x.c.AllGather(ctx, all, all.Slice(r*s, (r+1)*s))
+	})
 }
 
 // broadcast gives every rank root's n floats at p.
@@ -175,15 +162,5 @@ func (x *devComm) broadcast(ctx context.Context, p uintptr, n, root int) error {
 	if x.c.Size() == 1 || n == 0 {
 		return nil
 	}
-	if x.direct {
-		return comm.Run(ctx)(x.c.Broadcast(ctx, x.buf(p, n), root))
-	}
-	h, err := x.stage(p, n)
-	if err != nil {
-		return err
-	}
-	if err := comm.Run(ctx)(x.c.Broadcast(ctx, comm.FromSlice(h), root)); err != nil {
-		return err
-	}
-	return x.unstage(p, h)
+	return x.run(ctx, p, n, 0, n, func(b comm.Buffer) (comm.Work, error) { return x.c.Broadcast(ctx, b, root) })
 }
