@@ -393,56 +393,14 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 			return err
 		}
 	}
-	ldA, sA, ldB, sB := lda, sa, ldb, sb // the bf16 copies' layouts
-	switch {
-	case wa:
-		a16 := e.w.at(a)
-		if err := e.w.cast(e, a, na); err != nil {
-			return err
-		}
-		a = a16
-	case ha != 0:
-		a = ha
-	case reuseA:
-		a = e.keepBuf
-		ldA, sA = A.layout16(lda, sa)
-	case keepA:
-		if err := e.cast16(e.keepBuf, A, &e.stats.Operands); err != nil {
-			return err
-		}
-		a = e.keepBuf
-		ldA, sA = A.layout16(lda, sa)
-	default:
-		if err := e.cast16(e.scratch, A, &e.stats.Operands); err != nil {
-			return err
-		}
-		a = e.scratch
-		ldA, sA = A.layout16(lda, sa)
+	// the bf16 copies and their layouts
+	a, ldA, sA, err := e.bf16(a, A, na, wa, ha, reuseA, keepA, e.scratch, lda, sa)
+	if err != nil {
+		return err
 	}
-	switch {
-	case wb:
-		b16 := e.w.at(b)
-		if err := e.w.cast(e, b, nb); err != nil {
-			return err
-		}
-		b = b16
-	case hb != 0:
-		b = hb
-	case reuseB, sharedB:
-		b = e.keepBuf
-		ldB, sB = B.layout16(ldb, sb)
-	case keepB:
-		if err := e.cast16(e.keepBuf, B, &e.stats.Operands); err != nil {
-			return err
-		}
-		b = e.keepBuf
-		ldB, sB = B.layout16(ldb, sb)
-	default:
-		if err := e.cast16(e.scratch+uintptr(bOff), B, &e.stats.Operands); err != nil {
-			return err
-		}
-		b = e.scratch + uintptr(bOff)
-		ldB, sB = B.layout16(ldb, sb)
+	b, ldB, sB, err := e.bf16(b, B, nb, wb, hb, reuseB || sharedB, keepB, e.scratch+uintptr(bOff), ldb, sb)
+	if err != nil {
+		return err
 	}
 	// a product that writes registered parameters makes their copies stale
 	e.w.written(c, span(m, n, ldc, sc, batch))
@@ -453,6 +411,38 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 		return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B16, A16, beta, C, cublas.Compute32F)
 	}
 	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B16, sB, A16, sA, beta, C, sc, batch, cublas.Compute32F)
+}
+
+// bf16 is where a bf16 product reads its operand X (at x, n values, rows
+// ld and matrices stride apart) and that copy's layout: the registered
+// parameters' cached copy (cached: cast now if stale), a held region
+// (held), keepBuf as the product before left it (reuse), or X cast now
+// into keepBuf (keep, KeepNext's) or at scratch. The cache and a held
+// region have X's layout; a cast copy its compact one (layout16).
+func (e *Engine) bf16(x uintptr, X operand, n int64, cached bool, held uintptr, reuse, keep bool, scratch uintptr, ld int, stride int64) (uintptr, int, int64, error) {
+	switch {
+	case cached:
+		x16 := e.w.at(x)
+		if err := e.w.cast(e, x, n); err != nil {
+			return 0, 0, 0, err
+		}
+		return x16, ld, stride, nil
+	case held != 0:
+		return held, ld, stride, nil
+	case reuse:
+	case keep:
+		if err := e.cast16(e.keepBuf, X, &e.stats.Operands); err != nil {
+			return 0, 0, 0, err
+		}
+	default:
+		if err := e.cast16(scratch, X, &e.stats.Operands); err != nil {
+			return 0, 0, 0, err
+		}
+		ld, stride = X.layout16(ld, stride)
+		return scratch, ld, stride, nil
+	}
+	ld, stride = X.layout16(ld, stride)
+	return e.keepBuf, ld, stride, nil
 }
 
 // operand is a product's operand as stored: batch matrices stride
