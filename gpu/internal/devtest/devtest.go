@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
 )
 
 // Bytes views v's memory as bytes (no copy).
@@ -22,15 +23,7 @@ func Bytes[T float32 | int32 | uint16](v []T) []byte {
 // Alloc allocates n elements of size bytes each on dev, freed when t ends.
 func Alloc(t testing.TB, dev, n, size int) uintptr {
 	t.Helper()
-	if n == 0 {
-		n = 1
-	}
-	p, err := cuda.Malloc(dev, n*size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cuda.Free(dev, p) })
-	return p
+	return cudafake.Malloc(t, dev, max(n, 1)*size)
 }
 
 // Upload copies v to a new device buffer on dev (freed when t ends). The
@@ -93,10 +86,5 @@ func Int32s(t testing.TB, dev int, p uintptr, n int) []int32 {
 // when t ends.
 func Stream(t testing.TB, dev int) *cuda.Stream {
 	t.Helper()
-	s, err := cuda.NewStream(dev, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Destroy() })
-	return s
+	return cudafake.NewStream(t, dev, false)
 }
