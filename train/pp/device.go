@@ -94,10 +94,15 @@ type devicePipe struct {
 	// legacy marks the legacy default stream (evaluation's upload)
 	evs    map[int]*cuda.Event
 	legacy *cuda.Event
-	losses uintptr
-	owned  []uintptr
-	fixed  int64 // bytes of owned
-	stats  pipeline.Stats
+	// the last stage's wait for a step's losses: an event with
+	// cudaEventBlockingSync and a cuda.Waiter (a brief poll, then asleep:
+	// cudaStreamSynchronize would spin a core for the whole step)
+	lossEv   *cuda.Event
+	lossWait cuda.Waiter
+	losses   uintptr
+	owned    []uintptr
+	fixed    int64 // bytes of owned
+	stats    pipeline.Stats
 	// timers of the last two steps, alternately (a step's are read when
 	// they are reused, two steps later, or by Stats)
 	timers  [2]*opTimer
@@ -183,6 +188,9 @@ func newDevicePipe(ctx context.Context, pc comm.Comm, m *models.Model, bounds []
 		return nil, fmt.Errorf("pipeline: stage %d: an event on cuda:%d: %w", s, dev, err)
 	}
 	if p.legacy, err = cuda.NewEvent(dev); err != nil {
+		return nil, fmt.Errorf("pipeline: stage %d: an event on cuda:%d: %w", s, dev, err)
+	}
+	if p.lossEv, err = cuda.NewBlockingEvent(dev); err != nil {
 		return nil, fmt.Errorf("pipeline: stage %d: an event on cuda:%d: %w", s, dev, err)
 	}
 	// pair allocates an activation's buffer and its gradient's, of floats
@@ -286,12 +294,12 @@ func (p *devicePipe) Close() error {
 		}
 	}
 	p.hx, p.hy = nil, nil
-	for _, e := range append([]*cuda.Event{p.up, p.legacy}, mapValues(p.evs)...) {
+	for _, e := range append([]*cuda.Event{p.up, p.legacy, p.lossEv}, mapValues(p.evs)...) {
 		if e != nil {
 			e.Destroy()
 		}
 	}
-	p.up, p.legacy, p.evs = nil, nil, nil
+	p.up, p.legacy, p.lossEv, p.evs = nil, nil, nil, nil
 	for j, t := range p.timers {
 		if t != nil {
 			for _, e := range append([]**cuda.Event{&t.begin}, t.events()...) {
@@ -573,7 +581,10 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 	lb := []float64{0}
 	if p.last() {
 		ls := make([]float32, M)
-		if err := s.Synchronize(); err != nil { // the step's one wait for the device
+		if err := p.lossEv.Record(s); err != nil {
+			return 0, err
+		}
+		if err := p.lossWait.Wait(p.lossEv, nil); err != nil { // the step's one wait for the device
 			return 0, err
 		}
 		if err := cuda.CopyDtoH(p.dev, floatBytes(ls), p.losses); err != nil {
