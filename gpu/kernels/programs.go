@@ -1,5 +1,11 @@
 package kernels
 
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
 // The kernels of the layers' programs that Load looks up.
 var (
 	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_norm32", "gd_bn_param_grads", "gd_bn_dx", "gd_bn_dx32",
@@ -7,11 +13,19 @@ var (
 		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
 		"gd_adam", "gd_adam4", "gd_scale_by", "gd_dropout", "gd_add", "gd_add4",
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
-	rowsKernels = []string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
-		"gd_layernorm_r2", "gd_layernorm_backward_r2", "gd_layernorm_r4", "gd_layernorm_backward_r4", "gd_layernorm_r8", "gd_layernorm_backward_r8", "gd_layernorm_r16", "gd_layernorm_backward_r16", "gd_layernorm_r24", "gd_layernorm_backward_r24", "gd_layernorm_r32", "gd_layernorm_backward_r32",
+	rowsKernels = append([]string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
-		"gd_causal_softmax_r2", "gd_causal_softmax_r4", "gd_causal_softmax_r8", "gd_causal_softmax_r16", "gd_causal_softmax_r32",
-		"gd_causal_softmax_backward_r2", "gd_causal_softmax_backward_r4", "gd_causal_softmax_backward_r8",
-		"gd_causal_softmax_backward_r16", "gd_causal_softmax_backward_r32",
-		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward"}
+		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward"}, regKernels()...)
 )
+
+// regKernels are the row kernels' instantiations with rows in registers
+// (regWidths): name_rK for each width K.
+func regKernels() []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(regWidths)) {
+		for _, k := range regWidths[name] {
+			out = append(out, fmt.Sprintf("%s_r%d", name, k))
+		}
+	}
+	return out
+}
