@@ -13,7 +13,6 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/inproc"
 	_ "github.com/gdist/gdist/comm/nccl"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
@@ -69,7 +68,7 @@ func TestSyncBNMatchesDoubleBatch(t *testing.T) {
 			defer one.Close()
 			var cs []comm.Comm
 			if variant == "device" {
-				cs = ncclPair(t)
+				cs = cudafake.NCCLRanks(t, 2, 1) // GPUs 1 and 2
 				if cudafake.Mode() == "fake" {
 					cudafake.NCCLDelay(t, 5*time.Millisecond)
 				}
@@ -236,45 +235,6 @@ func bitsDiffer(pairs ...any) string {
 		}
 	}
 	return ""
-}
-
-// ncclPair is two ranks of the nccl backend (goroutines) on GPUs 1 and 2.
-func ncclPair(t *testing.T) []comm.Comm {
-	t.Helper()
-	token := []byte("devmodel-syncbn")
-	srv, err := rendezvous.NewServer("127.0.0.1:0", token, func(string, ...any) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cs := make([]comm.Comm, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range cs {
-		wg.Go(func() {
-			st, err := rendezvous.Dial(ctx, srv.Addr(), token)
-			if err == nil {
-				cs[r], err = comm.New(ctx, "nccl", comm.Config{Rank: r, Size: 2, LocalRank: 1 + r, LocalSize: 3, Store: st, Job: t.Name()})
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("nccl rank %d: %v", r, err)
-		}
-	}
-	return cs
 }
 
 func f32bytes(v []float32) []byte {

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gdist/gdist/comm"
 	_ "github.com/gdist/gdist/comm/nccl"
-	"github.com/gdist/gdist/comm/rendezvous"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/syncbn"
@@ -19,39 +17,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
-
-// ncclRanks makes n Comms of the nccl backend, ranks of this process on
-// fake devices 1..n, closed when t ends.
-func ncclRanks(t *testing.T, n int) []comm.Comm {
-	t.Helper()
-	token := []byte("dp-device")
-	srv, err := rendezvous.NewServer("127.0.0.1:0", token, func(string, ...any) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cs := make([]comm.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range cs {
-		wg.Go(func() {
-			st, err := rendezvous.Dial(ctx, srv.Addr(), token)
-			if err == nil {
-				cs[r], err = comm.New(ctx, "nccl", comm.Config{Rank: r, Size: n, LocalRank: 1 + r, LocalSize: n + 1, Store: st, Job: t.Name()})
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("nccl rank %d: %v", r, err)
-		}
-	}
-	return cs
-}
 
 // images is a batch of n 28x28 images and labels, a function of (r, i).
 func images(r, n int) ([]float32, []int32) {
@@ -80,7 +45,7 @@ func TestDeviceCloseFreesSyncBN(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			const ranks, batch = 2, 4
 			live := cudafake.LiveEvents(t)
-			cs := ncclRanks(t, ranks)
+			cs := cudafake.NCCLRanks(t, ranks, 1)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			errs := make([]error, ranks)
