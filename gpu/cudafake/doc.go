@@ -85,4 +85,8 @@
 // skip with the reason ("no CUDA: ...") when the mode does not fit. A child
 // process that a test starts as one rank (environment from ProcessEnv)
 // calls Setup instead of Main.
+//
+// Helpers that serve the fake and a real GPU alike make a test's CUDA
+// objects and free them when it ends: NewStream, NewEvent, Malloc,
+// HostAlloc, and NCCLRanks (ranks of the nccl backend as goroutines).
 package cudafake
