@@ -5,7 +5,6 @@ package nccl_test
 import (
 	"context"
 	"errors"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,16 +13,6 @@ import (
 	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
-
-// cpuTime is the CPU time (user and system) the process has used.
-func cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // Issue 28: waiting for collectives that take long on the device (the
 // fake's NCCL held 200 ms each, as a kernel waits for a slow peer) costs
@@ -60,11 +49,11 @@ func TestWaitCostsNoCPU(t *testing.T) {
 	var polls []int64
 	for i := 0; i < waits; i++ {
 		q0, b0 := nccl.WaitStats(c)
-		cpu0, wall0 := cpuTime(t), time.Now()
+		cpu0, wall0 := cudafake.CPUTime(t), time.Now()
 		if err := comm.Run(ctx)(c.AllReduce(ctx, b, comm.Sum)); err != nil {
 			t.Fatal(err)
 		}
-		cpu += cpuTime(t) - cpu0
+		cpu += cudafake.CPUTime(t) - cpu0
 		w := time.Since(wall0)
 		wall += w
 		q, bl := nccl.WaitStats(c)

@@ -2,22 +2,12 @@ package cuda_test
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
-
-func cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // TestWaiterSleeps: a Waiter's waits for a blocking-sync event behind
 // slow work (the fake's StreamDelay) return once the work is done, each
@@ -56,11 +46,11 @@ func TestWaiterSleeps(t *testing.T) {
 			if err := e.Record(s); err != nil {
 				t.Fatal(err)
 			}
-			cpu0, wall0 := cpuTime(t), time.Now()
+			cpu0, wall0 := cudafake.CPUTime(t), time.Now()
 			if err := wait(); err != nil {
 				t.Fatal(err)
 			}
-			cpu += cpuTime(t) - cpu0
+			cpu += cudafake.CPUTime(t) - cpu0
 			wall += time.Since(wall0)
 			if done, err := e.Query(); err != nil || !done {
 				t.Fatalf("wait %d returned before the work was done (%v)", i, err)

@@ -1,7 +1,9 @@
 package cudafake
 
 import (
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gdist/gdist/gpu/cuda"
 )
@@ -52,4 +54,17 @@ func HostAlloc(t testing.TB, device, n int) []byte {
 	}
 	t.Cleanup(func() { cuda.FreeHost(device, b) })
 	return b
+}
+
+// CPUTime is the CPU time the process has used so far (user and system,
+// every thread): a test of how a wait waits compares it with the wall
+// time of a wait that the fake holds up (KernelDelay, NCCLDelay,
+// StreamDelay), as a busy core shows only there (SpinWaits).
+func CPUTime(t testing.TB) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

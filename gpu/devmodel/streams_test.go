@@ -1,7 +1,6 @@
 package devmodel_test
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,16 +10,6 @@ import (
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/optim"
 )
-
-// cpuTime is the CPU time the process used so far (user and system).
-func cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // Issue 28: the host's wait at a step's end (the loss's readback) costs
 // (nearly) no CPU while the device works, as comm/nccl's watcher's
@@ -48,13 +37,13 @@ func TestStepWaitCostsNoCPU(t *testing.T) {
 	}
 	cudafake.SpinWaits(t, true)
 	cudafake.KernelDelay(t, 20*time.Millisecond)
-	cpu0, wall0 := cpuTime(t), time.Now()
+	cpu0, wall0 := cudafake.CPUTime(t), time.Now()
 	for i := 0; i < steps; i++ {
 		if _, err := d.Step(x, y); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
+	cpu, wall := cudafake.CPUTime(t)-cpu0, time.Since(wall0)
 	cudafake.KernelDelay(t, 0)
 	t.Logf("%d steps in %v: %v of CPU (%.2f%%)", steps, wall.Round(time.Millisecond), cpu, 100*cpu.Seconds()/wall.Seconds())
 	if wall < steps*100*time.Millisecond {
