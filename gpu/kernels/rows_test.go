@@ -5,9 +5,23 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 )
+
+// rowsSetup is the kernels and a stream on dev for a test that switches
+// rowsInRegisters (back on when t ends).
+func rowsSetup(t *testing.T, dev int) (*Kernels, *cuda.Stream) {
+	t.Helper()
+	cudafake.RequireCUDA(t)
+	k, err := Load(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rowsInRegisters = true })
+	return k, devtest.Stream(t, dev)
+}
 
 // The causal softmax and its backward with each row in registers (rows
 // of up to 1024) give the bits of the row-in-memory kernels (Sum32's
@@ -15,14 +29,8 @@ import (
 // 1024), rows shorter than a chunk of 32, chunks with and without whole
 // groups of 8 after them, and rows beyond the width's first row count.
 func TestCausalSoftmaxRegisters(t *testing.T) {
-	cudafake.RequireCUDA(t)
 	const dev = 0
-	k, err := Load(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := devtest.Stream(t, dev)
-	defer func() { rowsInRegisters = true }()
+	k, s := rowsSetup(t, dev)
 	for _, sh := range [][2]int{{2, 1}, {3, 7}, {2, 33}, {1, 64}, {1, 65}, {1, 100}, {1, 250}, {1, 300}, {1, 520}, {1, 1024}} {
 		b, tt := sh[0], sh[1]
 		n := b * tt * tt
@@ -55,14 +63,8 @@ func TestCausalSoftmaxRegisters(t *testing.T) {
 // the row-in-memory kernels: every register width (C up to 64, 128, 256,
 // 512, 768, 1024), rows shorter than a chunk of 32, partial chunks.
 func TestLayerNormRegisters(t *testing.T) {
-	cudafake.RequireCUDA(t)
 	const dev = 0
-	k, err := Load(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := devtest.Stream(t, dev)
-	defer func() { rowsInRegisters = true }()
+	k, s := rowsSetup(t, dev)
 	for _, sh := range [][2]int{{3, 1}, {5, 7}, {4, 37}, {3, 64}, {2, 100}, {2, 200}, {2, 300}, {2, 600}, {2, 768}, {2, 1000}} {
 		rows, c := sh[0], sh[1]
 		n := rows * c
