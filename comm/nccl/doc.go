@@ -100,9 +100,9 @@
 // After event must not be recorded again until their Work completes. A
 // Work is a CUDA
 // event recorded after the operation; a watcher goroutine per stream waits
-// for the events in order: it polls each briefly (an adaptive spin, up to
-// 100 us after short operations, down to a few polls when they take
-// longer) and then blocks in the driver (cudaEventBlockingSync: no core
+// for the events in order with a cuda.Waiter: it polls each briefly (an
+// adaptive spin, up to 100 us after short operations, down to a few polls
+// when they take longer) and then blocks in the driver (cudaEventBlockingSync: no core
 // spins while a collective waits for its peers; TestWaitCostsNoCPU). A
 // monitor polls ncclCommGetAsyncError every 10 ms while operations are
 // pending; its errors fail the Comm. Done means the device memory holds
