@@ -325,10 +325,7 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 		A := cublas.Matrix{Ptr: a, Type: cublas.F32, LD: max(lda, 1)}
 		B := cublas.Matrix{Ptr: b, Type: cublas.F32, LD: max(ldb, 1)}
 		C := cublas.Matrix{Ptr: c, Type: cublas.F32, LD: max(ldc, 1)}
-		if batch == 1 {
-			return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B, A, beta, C, cublas.Compute32FFast16BF)
-		}
-		return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B, sb, A, sa, beta, C, sc, batch, cublas.Compute32FFast16BF)
+		return e.gemmEx(ta, tb, m, n, k, alpha, A, sa, B, sb, beta, C, sc, batch, cublas.Compute32FFast16BF)
 	}
 	if e.prec != BF16 {
 		if batch == 1 {
@@ -407,10 +404,18 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 	A16 := cublas.Matrix{Ptr: a, Type: cublas.BF16, LD: max(ldA, 1)}
 	B16 := cublas.Matrix{Ptr: b, Type: cublas.BF16, LD: max(ldB, 1)}
 	C := cublas.Matrix{Ptr: c, Type: cublas.F32, LD: max(ldc, 1)}
+	return e.gemmEx(ta, tb, m, n, k, alpha, A16, sA, B16, sB, beta, C, sc, batch, cublas.Compute32F)
+}
+
+// gemmEx is cuBLAS's GemmEx (batch 1) or GemmStridedBatchedEx for the
+// row-major product C = alpha op(A) op(B) + beta C (column-major
+// C^T = op(B)^T op(A)^T: the operands swapped).
+func (e *Engine) gemmEx(ta, tb bool, m, n, k int, alpha float32, A cublas.Matrix, sa int64, B cublas.Matrix, sb int64,
+	beta float32, C cublas.Matrix, sc int64, batch int, compute cublas.ComputeType) error {
 	if batch == 1 {
-		return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B16, A16, beta, C, cublas.Compute32F)
+		return e.h.GemmEx(op(tb), op(ta), n, m, k, alpha, B, A, beta, C, compute)
 	}
-	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B16, sB, A16, sA, beta, C, sc, batch, cublas.Compute32F)
+	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B, sb, A, sa, beta, C, sc, batch, compute)
 }
 
 // bf16 is where a bf16 product reads its operand X (at x, n values, rows
