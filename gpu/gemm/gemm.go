@@ -122,6 +122,7 @@ type Engine struct {
 	w     weights   // the registered parameters and their bf16 copy (cache.go)
 	holds []hold    // the regions held (Hold, hold.go)
 	slots []slot    // their bf16 copies' buffers, kept across Release
+	given []hold    // caller-made bf16 copies (Provide, provide.go)
 	stats CastStats // values cast so far
 }
 
@@ -275,7 +276,7 @@ func (e *Engine) Close() error {
 	}
 	e.cap, e.keepCap, e.held = 0, 0, kept{}
 	e.w.cap, e.w.valid = 0, nil
-	e.holds, e.slots = nil, nil
+	e.holds, e.slots, e.given = nil, nil, nil
 	if e.h != nil {
 		if cerr := e.h.Close(); err == nil {
 			err = cerr

@@ -124,6 +124,11 @@ func (e *Engine) heldAt(x operand) uintptr {
 			return p
 		}
 	}
+	for i := range e.given {
+		if p := e.given[i].at(x); p != 0 {
+			return p
+		}
+	}
 	return 0
 }
 
@@ -155,6 +160,11 @@ func (e *Engine) heldWritten(c uintptr, n int64) error {
 	for _, g := range e.holds {
 		if n > 0 && c < g.lo+uintptr(4*g.end) && c+uintptr(4*n) > g.lo {
 			return fmt.Errorf("gemm: a product writes into values held since Hold (at %#x, %d values): Release first", g.lo, g.end)
+		}
+	}
+	for _, g := range e.given {
+		if n > 0 && c < g.lo+uintptr(4*g.end) && c+uintptr(4*n) > g.lo {
+			return fmt.Errorf("gemm: a product writes into values whose bf16 copy was given by Provide (at %#x, %d values): Withdraw first", g.lo, g.end)
 		}
 	}
 	return nil
