@@ -3,8 +3,11 @@
 // our row-major [rows, cols] tensors), batches of products at fixed
 // strides (SgemmStridedBatched; MatMulBatched for row-major views such as
 // attention's heads), mixed-precision products (GemmEx and
-// GemmStridedBatchedEx: bf16 or fp16 inputs, fp32 accumulation) and the
-// TF32 switch (SetMath).
+// GemmStridedBatchedEx: bf16 or fp16 inputs, fp32 accumulation), batches
+// of products anywhere in memory (GemmBatchedEx: arrays of device
+// pointers, for offsets that no single stride gives, such as attention's
+// heads read in place; optional: HasGemmBatchedEx) and the TF32 switch
+// (SetMath).
 // It builds and its tests run on machines with no CUDA at all.
 //
 // # Loading

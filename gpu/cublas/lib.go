@@ -296,3 +296,34 @@ func (h *Handle) GemmStridedBatchedEx(ta, tb Op, m, n, k int, alpha float32, a M
 		C.uintptr_t(b.Ptr), C.int(b.Type), C.int(b.LD), C.longlong(strideB), C.float(beta), C.uintptr_t(c.Ptr), C.int(c.Type),
 		C.int(c.LD), C.longlong(strideC), C.int(batch), C.int(compute)))
 }
+
+// HasGemmBatchedEx reports whether the library has cublasGemmBatchedEx
+// (CUDA 9.1 and later do; a library without it still loads, and
+// GemmBatchedEx then fails with StatusNotSupported).
+func (h *Handle) HasGemmBatchedEx() bool {
+	return h.l != nil && C.gdcb_has_gemm_batched_ex(h.l.c) != 0
+}
+
+// GemmBatchedEx is cublasGemmBatchedEx: GemmEx's product over batch
+// products whose matrices are anywhere: a.Ptr, b.Ptr and c.Ptr are the
+// device addresses of arrays of batch device pointers (8 bytes each),
+// product i's A, B and C the i-th of each. cuBLAS reads the arrays, and
+// the matrices, when the stream runs the product: they must stay
+// allocated and unwritten until then. The C matrices must not overlap.
+// It serves batches whose offsets are not one stride times the index
+// (attention's heads read in place from (N T, 3C) rows: head h of
+// sequence n at n T 3C + h D).
+func (h *Handle) GemmBatchedEx(ta, tb Op, m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix, batch int, compute ComputeType) error {
+	if err := checkInt32("cublasGemmBatchedEx", "m", m, "n", n, "k", k, "lda", a.LD, "ldb", b.LD, "ldc", c.LD, "batch", batch); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.h == 0 {
+		return fmt.Errorf("cublas: GemmBatchedEx on a closed handle")
+	}
+	return h.l.err("cublasGemmBatchedEx", C.gdcb_gemm_batched_ex(h.l.c, C.int(h.dev), h.h, C.int(ta), C.int(tb),
+		C.int(m), C.int(n), C.int(k), C.float(alpha), C.uintptr_t(a.Ptr), C.int(a.Type), C.int(a.LD),
+		C.uintptr_t(b.Ptr), C.int(b.Type), C.int(b.LD), C.float(beta), C.uintptr_t(c.Ptr), C.int(c.Type),
+		C.int(c.LD), C.int(batch), C.int(compute)))
+}

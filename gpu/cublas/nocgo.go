@@ -79,3 +79,11 @@ func (h *Handle) GemmStridedBatchedEx(ta, tb Op, m, n, k int, alpha float32, a M
 	}
 	return errNoCgo
 }
+
+// HasGemmBatchedEx is false without cgo.
+func (h *Handle) HasGemmBatchedEx() bool { return false }
+
+// GemmBatchedEx fails without cgo.
+func (h *Handle) GemmBatchedEx(ta, tb Op, m, n, k int, alpha float32, a, b Matrix, beta float32, c Matrix, batch int, compute ComputeType) error {
+	return errNoCgo
+}

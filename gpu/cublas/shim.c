@@ -26,6 +26,7 @@ gdcb_lib *gdcb_open(const char *path, uintptr_t setDevice, uintptr_t free_, char
 	REQ(sgemmStridedBatched, "cublasSgemmStridedBatched");
 	REQ(gemmEx, "cublasGemmEx");
 	REQ(gemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
+	OPT(gemmBatchedEx, "cublasGemmBatchedEx");
 	OPT(getProperty, "cublasGetProperty");
 	OPT(statusName, "cublasGetStatusName");
 	OPT(statusString, "cublasGetStatusString");
@@ -116,4 +117,16 @@ int gdcb_gemm_strided_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int 
 	if (r) return r;
 	return l->gemmStridedBatchedEx((void *)h, ta, tb, m, n, k, &alpha, (const void *)a, at, lda, sa, (const void *)b, bt,
 				       ldb, sb, &beta, (void *)c, ct, ldc, sc, batch, compute, gdcb_GEMM_DEFAULT);
+}
+
+int gdcb_has_gemm_batched_ex(gdcb_lib *l) { return l->gemmBatchedEx != NULL; }
+
+int gdcb_gemm_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a,
+			 int at, int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int batch,
+			 int compute) {
+	if (!l->gemmBatchedEx) return gdcb_NOT_SUPPORTED;
+	int r = use_device(l, dev);
+	if (r) return r;
+	return l->gemmBatchedEx((void *)h, ta, tb, m, n, k, &alpha, (const void *const *)a, at, lda, (const void *const *)b,
+				bt, ldb, &beta, (void *const *)c, ct, ldc, batch, compute, gdcb_GEMM_DEFAULT);
 }

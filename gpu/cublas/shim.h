@@ -43,6 +43,7 @@
 enum {
 	gdcb_SUCCESS = 0,
 	gdcb_INVALID_VALUE = 7,
+	gdcb_NOT_SUPPORTED = 15,
 	gdcb_OP_N = 0,
 	gdcb_OP_T = 1,
 	gdcb_DEFAULT_MATH = 0,
@@ -83,6 +84,9 @@ typedef struct gdcb_lib {
 					    GDCB_DTYPE, int, long long int, const void *, GDCB_DTYPE, int, long long int,
 					    const void *, void *, GDCB_DTYPE, int, long long int, int, GDCB_COMPUTE, GDCB_ALGO);
 	/* optional (NULL when the library lacks them) */
+	GDCB_STATUS (*gemmBatchedEx)(GDCB_HANDLE, GDCB_OP, GDCB_OP, int, int, int, const void *, const void *const *,
+				     GDCB_DTYPE, int, const void *const *, GDCB_DTYPE, int, const void *, void *const *,
+				     GDCB_DTYPE, int, int, GDCB_COMPUTE, GDCB_ALGO);
 	GDCB_STATUS (*getProperty)(GDCB_PROP, int *);
 	const char *(*statusName)(GDCB_STATUS);
 	const char *(*statusString)(GDCB_STATUS);
@@ -108,5 +112,14 @@ int gdcb_gemm_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n
 int gdcb_gemm_strided_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha,
 				 uintptr_t a, int at, int lda, long long sa, uintptr_t b, int bt, int ldb, long long sb,
 				 float beta, uintptr_t c, int ct, int ldc, long long sc, int batch, int compute);
+int gdcb_has_gemm_batched_ex(gdcb_lib *l);
+int gdcb_gemm_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a,
+			 int at, int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int batch,
+			 int compute);
+
+int gdcb_has_gemm_batched_ex(gdcb_lib *l);
+int gdcb_gemm_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a,
+			 int at, int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int batch,
+			 int compute);
 
 #endif

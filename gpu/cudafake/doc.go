@@ -58,7 +58,9 @@
 // $GDIST_CUBLAS_PATH, $GDIST_NVRTC_PATH and $GDIST_LIBCUDA_PATH at it, for
 // gpu/cublas and gpu/rtc): its GEMMs (cublasSgemm, ...StridedBatched,
 // cublasGemmEx, cublasGemmStridedBatchedEx with fp32, fp16 or bf16
-// inputs) are reference loops run on the handle's stream over its device
+// inputs; cublasGemmBatchedEx, whose pointer arrays and matrices are read
+// in stream order, a bad pointer then a fault: the sticky
+// cudaErrorIllegalAddress) are reference loops run on the handle's stream over its device
 // memory (bounds and arguments checked as cuBLAS does, the inputs rounded
 // to TF32 when the math mode or compute type asks, ties away as the
 // tensor cores' cvt.rna; bf16 and fp16 inputs read exactly, fp32 sums

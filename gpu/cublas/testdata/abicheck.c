@@ -35,6 +35,7 @@ SAME(sizeof(libraryPropertyType), sizeof(int));
 
 SAME(CUBLAS_STATUS_SUCCESS, gdcb_SUCCESS);
 SAME(CUBLAS_STATUS_INVALID_VALUE, gdcb_INVALID_VALUE);
+SAME(CUBLAS_STATUS_NOT_SUPPORTED, gdcb_NOT_SUPPORTED);
 SAME(CUBLAS_OP_N, gdcb_OP_N);
 SAME(CUBLAS_OP_T, gdcb_OP_T);
 SAME(CUBLAS_DEFAULT_MATH, gdcb_DEFAULT_MATH);
@@ -84,6 +85,7 @@ void gdist_abicheck(gdcb_lib *l) {
 	l->sgemmStridedBatched = cublasSgemmStridedBatched;
 	l->gemmEx = cublasGemmEx;
 	l->gemmStridedBatchedEx = cublasGemmStridedBatchedEx;
+	l->gemmBatchedEx = cublasGemmBatchedEx;
 	l->getProperty = cublasGetProperty;
 	l->statusName = cublasGetStatusName;
 	l->statusString = cublasGetStatusString;

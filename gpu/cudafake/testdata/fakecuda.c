@@ -2650,7 +2650,9 @@ API int ncclRecv(void *buf, size_t count, int dt, int peer, ncclComm *c, void *s
    cuBLAS: handles (cublasCreate_v2, ...SetStream_v2, ...SetMathMode), and
    cublasSgemm_v2, cublasSgemmStridedBatched (strides of 0 or more; the
    products' C matrices must not overlap), cublasGemmEx and
-   cublasGemmStridedBatchedEx (fp32, fp16 or bf16 inputs) computed by a
+   cublasGemmStridedBatchedEx (fp32, fp16 or bf16 inputs), and
+   cublasGemmBatchedEx (arrays of device pointers, read in stream order)
+   computed by a
    reference loop on the handle's stream, over the fake's device memory
    (the products of a batch one after another): every matrix is checked
    against its allocation's bounds and device, the arguments as cuBLAS
@@ -3638,6 +3640,132 @@ API int cublasGemmStridedBatchedEx(fk_blas *h, int ta, int tb, int m, int n, int
 	(void)algo;
 	return gemm_ex("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct,
 		       ldc, sc, batch, compute);
+}
+
+/* cublasGemmBatchedEx: the matrices of product i at the i-th device
+   pointer of the arrays A, B and C (device memory of the handle's device,
+   batch pointers each). The arrays and the matrices they point to are
+   read when the stream runs the product, as cuBLAS's kernels read them:
+   at the call only the arrays are checked against their allocations; a
+   pointer that is not a live allocation of the device big enough for its
+   matrix, or two C matrices that overlap, is a fault then (a warning and
+   the sticky cudaErrorIllegalAddress, as a GPU's fault would leave). */
+struct gemm_ptrs_task {
+	struct gemm_task g;       /* the product's sizes and types; a, b, c unset */
+	const unsigned char *pa, *pb, *pc; /* the pointer arrays (host views) */
+	int dev, ar, ac, br, bc;
+};
+
+static void gemm_ptrs_fault(const char *what, int i, uintptr_t p) {
+	warnf("cublasGemmBatchedEx: product %d's %s at %p is not within a live allocation of the handle's device "
+	      "(a fault on a GPU)", i, what, (void *)p);
+	fakecudaStickyError(700); /* cudaErrorIllegalAddress */
+}
+
+static void run_gemm_ptrs(void *arg) {
+	struct gemm_ptrs_task *t = arg;
+	struct gemm_task *g = &t->g;
+	delay(&kernel_delay_ms, "FAKE_CUDA_KERNEL_DELAY_MS");
+	size_t csz = fk_dt_size(g->ct);
+	size_t cbytes = ((size_t)(g->n - 1) * (size_t)g->ldc + (size_t)g->m) * csz;
+	for (int i = 0; i < g->batch && !sticky_err(); i++) {
+		uintptr_t a = 0, b = 0, c;
+		memcpy(&c, t->pc + 8 * (size_t)i, 8);
+		if (g->k) {
+			memcpy(&a, t->pa + 8 * (size_t)i, 8);
+			memcpy(&b, t->pb + 8 * (size_t)i, 8);
+		}
+		/* no two C matrices may overlap (cuBLAS's undefined result) */
+		for (int j = 0; j < i; j++) {
+			uintptr_t cj;
+			memcpy(&cj, t->pc + 8 * (size_t)j, 8);
+			if (c < cj + cbytes && cj < c + cbytes) {
+				warnf("cublasGemmBatchedEx: products %d and %d write overlapping C matrices (%p, %p)", j, i,
+				      (void *)cj, (void *)c);
+				fakecudaStickyError(700);
+				break;
+			}
+		}
+		if (sticky_err()) break;
+		unsigned char *ha = NULL, *hb = NULL, *hc = NULL;
+		if (g->k && gemm_matrix_batch("cublasGemmBatchedEx", "A", (void *)a, t->ar, t->ac, g->lda, g->at, t->dev, 1, 0, &ha)) {
+			gemm_ptrs_fault("A", i, a);
+			break;
+		}
+		if (g->k && gemm_matrix_batch("cublasGemmBatchedEx", "B", (void *)b, t->br, t->bc, g->ldb, g->bt, t->dev, 1, 0, &hb)) {
+			gemm_ptrs_fault("B", i, b);
+			break;
+		}
+		if (gemm_matrix_batch("cublasGemmBatchedEx", "C", (void *)c, g->m, g->n, g->ldc, g->ct, t->dev, 1, 0, &hc)) {
+			gemm_ptrs_fault("C", i, c);
+			break;
+		}
+		g->a = ha;
+		g->b = hb;
+		g->c = hc;
+		run_gemm1(g);
+	}
+	free(t);
+}
+
+API int cublasGemmBatchedEx(fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *const A[], int at,
+			    int lda, const void *const B[], int bt, int ldb, const void *beta, void *const C[], int ct, int ldc,
+			    int batch, int compute, int algo) {
+	(void)algo;
+	const char *call = "cublasGemmBatchedEx";
+	int r = blas_check(call, h);
+	if (r) return r;
+	int round = ROUND_NONE;
+	switch (compute) {
+	case 68: round = (h->math & 0xf) == 3 && at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
+	case 69: break;
+	case 74: round = at == FK_R32F ? ROUND_F16 : ROUND_NONE; break;
+	case 75: round = at == FK_R32F ? ROUND_BF16 : ROUND_NONE; break;
+	case 77: round = at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
+	default:
+		warnf("%s: compute type %d is not supported by the fake", call, compute);
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	if (!fk_dt_size(at) || at != bt || (ct != FK_R32F && ct != at)) {
+		warnf("%s: types A %d, B %d, C %d are not supported", call, at, bt, ct);
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	if (ta < 0 || ta > 2 || tb < 0 || tb > 2 || m < 0 || n < 0 || k < 0 || batch < 0) {
+		warnf("%s: bad operation or size (transa %d, transb %d, m %d, n %d, k %d, batch %d)", call, ta, tb, m, n, k, batch);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+	if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1)) {
+		warnf("%s: leading dimensions lda %d, ldb %d, ldc %d too small for A %dx%d, B %dx%d, C %dx%d", call, lda, ldb, ldc, ar,
+		      ac, br, bc, m, n);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+	float al, be;
+	memcpy(&al, alpha, 4);
+	memcpy(&be, beta, 4);
+	struct gemm_ptrs_task *t = calloc(1, sizeof *t);
+	if (!t) return CUBLAS_STATUS_ALLOC_FAILED;
+	t->g = (struct gemm_task){ta != 0, tb != 0, m, n, al == 0 ? 0 : k, lda, ldb, ldc, at, bt, ct, round, al, be, NULL, NULL,
+				  NULL, 1, 0, 0, 0};
+	t->g.batch = batch;
+	t->dev = h->dev, t->ar = ar, t->ac = ac, t->br = br, t->bc = bc;
+	unsigned char *pa = NULL, *pb = NULL, *pc = NULL;
+	/* the arrays: batch device pointers each (matrices resolved later) */
+	if ((t->g.k && (gemm_matrix_batch(call, "Aarray", A, 2 * batch, 1, 2 * batch, FK_R32F, h->dev, 1, 0, &pa) ||
+			gemm_matrix_batch(call, "Barray", B, 2 * batch, 1, 2 * batch, FK_R32F, h->dev, 1, 0, &pb))) ||
+	    gemm_matrix_batch(call, "Carray", C, 2 * batch, 1, 2 * batch, FK_R32F, h->dev, 1, 0, &pc)) {
+		free(t);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	t->pa = pa, t->pb = pb, t->pc = pc;
+	stream *st = NULL;
+	if (check_stream(call, h->stream, &st)) {
+		free(t);
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	submit(st, run_gemm_ptrs, t);
+	return CUBLAS_STATUS_SUCCESS;
 }
 
 /* ---- NVRTC ---- */
