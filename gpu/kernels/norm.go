@@ -179,10 +179,23 @@ func lnCheck(op string, rows, c int) error {
 // [rows] keep the normalized rows and 1/std for LayerNormBackward (0: not
 // kept). y may be x.
 func (k *Kernels) LayerNormForward(s *cuda.Stream, y, xhat, invstd, x, gamma, beta uintptr, rows, c int, eps float64) error {
+	return k.LayerNormForwardBF16(s, y, 0, xhat, invstd, x, gamma, beta, rows, c, eps)
+}
+
+// LayerNormForwardBF16 is LayerNormForward that also writes y's bf16
+// copy into y16 [rows, c] (2 bytes a value; 0: none) as it goes, the
+// same bits gpu/gemm's cast gives: for gemm.Engine.Provide, so that the
+// Linear reading y (forward, and its weight gradient in backward) casts
+// nothing under bf16 autocast. The fp32 outputs are LayerNormForward's.
+func (k *Kernels) LayerNormForwardBF16(s *cuda.Stream, y, y16, xhat, invstd, x, gamma, beta uintptr, rows, c int, eps float64) error {
 	if err := lnCheck("LayerNormForward", rows, c); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch(rowsKernel("gd_layernorm", c), s, rowsGrid(rows), rw(int64(rows)*int64(c), 2*int64(rows)*int64(c)+int64(rows)), y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps)
+	t := rw(int64(rows)*int64(c), 2*int64(rows)*int64(c)+int64(rows))
+	if y16 != 0 {
+		t.w += 2 * int64(rows) * int64(c)
+	}
+	return k.launch(rowsKernel("gd_layernorm", c), s, rowsGrid(rows), t, y, xhat, invstd, x, gamma, beta, int32(rows), int32(c), 1/float32(c), eps, y16)
 }
 
 // LayerNormBackward is LayerNorm's backward from dy [rows, c] and the

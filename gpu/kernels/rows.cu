@@ -305,12 +305,24 @@ __device__ float warp_sum32(int kind, const float *a, const float *b, const floa
 __device__ int first_row() { return (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5); }
 __device__ int row_step() { return (int)((gridDim.x * (long long)blockDim.x) >> 5); }
 
+// bf16_bits is gpu/gemm's cast of x to bf16 (round to nearest even, NaN
+// kept quiet), as its bits: a kernel that produces a Linear's input
+// writes this copy beside the fp32 value (gemm.Engine.Provide), the same
+// bits the engine's cast would give.
+__device__ unsigned short bf16_bits(float x) {
+	unsigned u = __float_as_uint(x);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (unsigned short)(u >> 16);
+}
+
 // Layer norm over rows of C (nn's lnOp, bit for bit): mean = sum x / C,
 // var = sum (x - mean)^2 / C in float32 (Sum32's order), 1/std =
 // float32(1 / sqrt(float64(var) + eps)); y = xhat gamma + beta with xhat
 // = (x - mean) / std, kept (with 1/std per row) unless null. y may be x.
+// y16, unless null, gets y's bf16 copy (bf16_bits).
 extern "C" __global__ void gd_layernorm(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					const float *beta, int rows, int C, float invC, double eps) {
+					const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		const float *row = x + (long long)r * C;
@@ -322,7 +334,9 @@ extern "C" __global__ void gd_layernorm(float *y, float *xhat, float *invstd, co
 		for (int j = lane; j < C; j += 32) {
 			float h = (row[j] - mean) * inv;
 			if (xhat) xhat[(long long)r * C + j] = h;
-			y[(long long)r * C + j] = h * gamma[j] + beta[j];
+			float o = h * gamma[j] + beta[j];
+			y[(long long)r * C + j] = o;
+			if (y16) y16[(long long)r * C + j] = bf16_bits(o);
 		}
 		__syncwarp();
 	}
@@ -539,7 +553,7 @@ extern "C" __global__ void gd_causal_softmax_backward_r32(float *ds, const float
 // gd_layernorm with each row in registers (K per lane, C <= 32 K): the
 // row read once, the same operations in the same order (the same bits).
 template <int K> __device__ void layernorm_regs(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-						const float *beta, int rows, int C, float invC, double eps) {
+						const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		const float *row = x + (long long)r * C;
@@ -564,7 +578,9 @@ template <int K> __device__ void layernorm_regs(float *y, float *xhat, float *in
 			if (j < C) {
 				float h = (v[k] - mean) * inv;
 				if (xhat) xhat[(long long)r * C + j] = h;
-				y[(long long)r * C + j] = h * gamma[j] + beta[j];
+				float o = h * gamma[j] + beta[j];
+				y[(long long)r * C + j] = o;
+				if (y16) y16[(long long)r * C + j] = bf16_bits(o);
 			}
 		}
 		__syncwarp();
@@ -599,8 +615,8 @@ template <int K> __device__ void layernorm_backward_regs(float *dx, const float 
 }
 
 extern "C" __global__ void gd_layernorm_r2(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					    const float *beta, int rows, int C, float invC, double eps) {
-	layernorm_regs<2>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
+	layernorm_regs<2>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r2(float *dx, const float *dy, const float *xhat, const float *invstd,
 						     const float *gamma, int rows, int C, float invC) {
@@ -608,8 +624,8 @@ extern "C" __global__ void gd_layernorm_backward_r2(float *dx, const float *dy, 
 }
 
 extern "C" __global__ void gd_layernorm_r4(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					    const float *beta, int rows, int C, float invC, double eps) {
-	layernorm_regs<4>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
+	layernorm_regs<4>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r4(float *dx, const float *dy, const float *xhat, const float *invstd,
 						     const float *gamma, int rows, int C, float invC) {
@@ -617,8 +633,8 @@ extern "C" __global__ void gd_layernorm_backward_r4(float *dx, const float *dy, 
 }
 
 extern "C" __global__ void gd_layernorm_r8(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					    const float *beta, int rows, int C, float invC, double eps) {
-	layernorm_regs<8>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
+	layernorm_regs<8>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r8(float *dx, const float *dy, const float *xhat, const float *invstd,
 						     const float *gamma, int rows, int C, float invC) {
@@ -626,8 +642,8 @@ extern "C" __global__ void gd_layernorm_backward_r8(float *dx, const float *dy, 
 }
 
 extern "C" __global__ void gd_layernorm_r16(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					    const float *beta, int rows, int C, float invC, double eps) {
-	layernorm_regs<16>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
+	layernorm_regs<16>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r16(float *dx, const float *dy, const float *xhat, const float *invstd,
 						     const float *gamma, int rows, int C, float invC) {
@@ -635,8 +651,8 @@ extern "C" __global__ void gd_layernorm_backward_r16(float *dx, const float *dy,
 }
 
 extern "C" __global__ void gd_layernorm_r24(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					    const float *beta, int rows, int C, float invC, double eps) {
-	layernorm_regs<24>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
+	layernorm_regs<24>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r24(float *dx, const float *dy, const float *xhat, const float *invstd,
 						     const float *gamma, int rows, int C, float invC) {
@@ -644,8 +660,8 @@ extern "C" __global__ void gd_layernorm_backward_r24(float *dx, const float *dy,
 }
 
 extern "C" __global__ void gd_layernorm_r32(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
-					    const float *beta, int rows, int C, float invC, double eps) {
-	layernorm_regs<32>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps);
+					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
+	layernorm_regs<32>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r32(float *dx, const float *dy, const float *xhat, const float *invstd,
 						     const float *gamma, int rows, int C, float invC) {

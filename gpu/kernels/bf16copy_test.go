@@ -1,0 +1,82 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+)
+
+// bf16Of is gpu/gemm's cast of v to bf16 (round to nearest even, NaN
+// kept quiet), as its bits.
+func bf16Of(v float32) uint16 {
+	u := math.Float32bits(v)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// LayerNormForwardBF16 writes LayerNormForward's fp32 outputs unchanged
+// and y's bf16 copy beside them, the bits gpu/gemm's cast gives (what
+// gemm.Engine.Provide serves to the products that read y): rows in
+// registers (every width) and in memory, a NaN, ties to even.
+func TestLayerNormForwardBF16(t *testing.T) {
+	const dev = 0
+	k, s := rowsSetup(t, dev)
+	for _, sh := range [][2]int{{3, 1}, {5, 7}, {4, 37}, {2, 200}, {2, 768}, {2, 1100}} {
+		rows, c := sh[0], sh[1]
+		n := rows * c
+		x := devtest.Vals(176, n, 3)
+		gamma, beta := devtest.Vals(177, c, 1), devtest.Vals(178, c, 1)
+		if c > 1 {
+			// row 0's y[1] = beta[1] exactly: a tie (halfway between two
+			// bf16 values, rounded to even), and a NaN in the last row
+			gamma[1], beta[1] = 0, math.Float32frombits(0x3f818000)
+			x[n-1] = float32(math.NaN())
+		}
+		dG, dB := devtest.Upload(t, dev, gamma), devtest.Upload(t, dev, beta)
+		for _, regs := range []bool{false, true} {
+			rowsInRegisters = regs
+			dX := devtest.Upload(t, dev, x)
+			run := func(with bool) ([]float32, []uint16) {
+				y, xhat, inv := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, rows, 4)
+				var y16 uintptr
+				if with {
+					y16 = devtest.Alloc(t, dev, n, 2)
+				}
+				if err := k.LayerNormForwardBF16(s, y, y16, xhat, inv, dX, dG, dB, rows, c, 1e-5); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				if !with {
+					return devtest.Floats(t, dev, y, n), nil
+				}
+				b := make([]byte, 2*n)
+				if err := cuda.CopyDtoH(dev, b, y16); err != nil {
+					t.Fatal(err)
+				}
+				h := make([]uint16, n)
+				for i := range h {
+					h[i] = binary.LittleEndian.Uint16(b[2*i:])
+				}
+				return devtest.Floats(t, dev, y, n), h
+			}
+			y0, _ := run(false)
+			y1, h := run(true)
+			for i := range y0 {
+				if math.Float32bits(y0[i]) != math.Float32bits(y1[i]) {
+					t.Fatalf("C %d (%s): y[%d] = %v with the copy, %v without", c, rowsKernel("gd_layernorm", c), i, y1[i], y0[i])
+				}
+				if h[i] != bf16Of(y0[i]) {
+					t.Fatalf("C %d (%s): y16[%d] = %#04x, want gemm's cast of %v: %#04x", c, rowsKernel("gd_layernorm", c), i, h[i], y0[i], bf16Of(y0[i]))
+				}
+			}
+		}
+	}
+}
