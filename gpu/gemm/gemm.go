@@ -124,6 +124,7 @@ type Engine struct {
 	slots []slot    // their bf16 copies' buffers, kept across Release
 	given []hold    // caller-made bf16 copies (Provide, provide.go)
 	stats CastStats // values cast so far
+	ptrs  ptrCache  // MatMulBatched2's pointer arrays (batched2.go)
 }
 
 // kept is the operand whose bf16 copy (its cast layout) is in keepBuf.
@@ -259,9 +260,10 @@ func (e *Engine) Close() error {
 			e.s.Synchronize()
 		}
 	}
-	if (e.w.buf != 0 || len(e.slots) > 0) && e.s != nil {
+	if (e.w.buf != 0 || len(e.slots) > 0 || len(e.ptrs.chunks) > 0) && e.s != nil {
 		e.s.Synchronize()
 	}
+	err = e.ptrs.free(e.dev)
 	bufs := []*uintptr{&e.scratch, &e.keepBuf, &e.w.buf}
 	for i := range e.slots {
 		bufs = append(bufs, &e.slots[i].buf)

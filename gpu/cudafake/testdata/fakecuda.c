@@ -3662,6 +3662,14 @@ static void gemm_ptrs_fault(const char *what, int i, uintptr_t p) {
 	fakecudaStickyError(700); /* cudaErrorIllegalAddress */
 }
 
+/* Whether two m x n column-major matrices (ld elements a column of es
+   bytes) d bytes apart share an element. */
+static int gemm_ptrs_overlap(uintptr_t d, size_t es, int m, int n, int ld) {
+	if (d % es) return 1;
+	uintptr_t e = d / es, q = e / (uintptr_t)ld, r = e % (uintptr_t)ld;
+	return (q < (uintptr_t)n && r < (uintptr_t)m) || (q + 1 < (uintptr_t)n && (uintptr_t)ld - r < (uintptr_t)m);
+}
+
 static void run_gemm_ptrs(void *arg) {
 	struct gemm_ptrs_task *t = arg;
 	struct gemm_task *g = &t->g;
@@ -3675,11 +3683,12 @@ static void run_gemm_ptrs(void *arg) {
 			memcpy(&a, t->pa + 8 * (size_t)i, 8);
 			memcpy(&b, t->pb + 8 * (size_t)i, 8);
 		}
-		/* no two C matrices may overlap (cuBLAS's undefined result) */
+		/* no two C matrices may share an element (cuBLAS's undefined
+		   result); side by side in the columns of one is fine */
 		for (int j = 0; j < i; j++) {
 			uintptr_t cj;
 			memcpy(&cj, t->pc + 8 * (size_t)j, 8);
-			if (c < cj + cbytes && cj < c + cbytes) {
+			if (c < cj + cbytes && cj < c + cbytes && gemm_ptrs_overlap(c > cj ? c - cj : cj - c, csz, g->m, g->n, g->ldc)) {
 				warnf("cublasGemmBatchedEx: products %d and %d write overlapping C matrices (%p, %p)", j, i,
 				      (void *)cj, (void *)c);
 				fakecudaStickyError(700);

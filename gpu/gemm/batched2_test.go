@@ -1,0 +1,143 @@
+package gemm_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/gemm"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+)
+
+// heads2 is attention's products over heads read in place: N sequences
+// of T rows of qkv (N T, 3C) (queries, keys, values side by side), H
+// heads of D, head h of sequence n at n T 3C + h D: offsets linear in
+// neither index alone.
+const hN, hH, hT, hD = 2, 3, 5, 4
+const hC = hH * hD
+
+// heads2Products runs three products on e: S = Q_{1..4} K^T (a block of
+// rows, B transposed, C linear (N H, T, T)), O = S V into (N T, C) in
+// place (A linear, B and C two-level), and dK = S^T Q into dqkv's keys
+// (A transposed): by MatMulBatched2, or (two false) by one product per
+// sequence and head, the reference. It returns S, O and dqkv.
+func heads2Products(t *testing.T, e *gemm.Engine, qkv uintptr, two bool, hold bool) ([]float32, []float32, []float32) {
+	t.Helper()
+	s := devtest.Upload(t, dev, make([]float32, hN*hH*hT*hT))
+	o := devtest.Upload(t, dev, make([]float32, hN*hT*hC))
+	dq := devtest.Upload(t, dev, make([]float32, hN*hT*3*hC))
+	row := gemm.Strides2{Outer: hT * 3 * hC, Inner: hD} // a head of qkv
+	orow := gemm.Strides2{Outer: hT * hC, Inner: hD}    // a head of out
+	lin := gemm.Strides2{Outer: hH * hT * hT, Inner: hT * hT}
+	f := func(p uintptr, n int) uintptr { return p + uintptr(4*n) }
+	type prod struct {
+		ta, tb  bool
+		m, n, k int
+		alpha   float32
+		a       uintptr
+		lda     int
+		sa      gemm.Strides2
+		b       uintptr
+		ldb     int
+		sb      gemm.Strides2
+		c       uintptr
+		ldc     int
+		sc      gemm.Strides2
+	}
+	ps := []prod{
+		{false, true, 4, hT, hD, 0.5, f(qkv, 3*hC), 3 * hC, row, f(qkv, hC), 3 * hC, row, f(s, hT), hT, lin},
+		{false, false, hT, hD, hT, 1, s, hT, lin, f(qkv, 2*hC), 3 * hC, row, o, hC, orow},
+		{true, false, hT, hD, hT, 1, s, hT, lin, qkv, 3 * hC, row, f(dq, hC), 3 * hC, row},
+	}
+	if hold {
+		if err := e.Hold(qkv, 3*hC, hT*3*hC, hN, []int{36, 36, 36, 36, 36}); err != nil {
+			t.Fatal(err)
+		}
+		defer e.Release()
+	}
+	for i, p := range ps {
+		var err error
+		if two {
+			err = e.MatMulBatched2(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a, p.lda, p.sa, p.b, p.ldb, p.sb, 0, p.c, p.ldc, p.sc, hN, hH)
+		} else {
+			for n := 0; n < hN*hH && err == nil; n++ {
+				at := func(x uintptr, s gemm.Strides2) uintptr {
+					return x + uintptr(4*(int64(n/hH)*s.Outer+int64(n%hH)*s.Inner))
+				}
+				err = e.MatMulBatched(p.ta, p.tb, p.m, p.n, p.k, p.alpha, at(p.a, p.sa), p.lda, 0, at(p.b, p.sb), p.ldb, 0,
+					0, at(p.c, p.sc), p.ldc, 0, 1)
+			}
+		}
+		if err != nil {
+			t.Fatalf("product %d: %v", i, err)
+		}
+	}
+	return devtest.Floats(t, dev, s, hN*hH*hT*hT), devtest.Floats(t, dev, o, hN*hT*hC), devtest.Floats(t, dev, dq, hN*hT*3*hC)
+}
+
+// MatMulBatched2 over heads read in place gives, bit for bit on the
+// fake, what one product per sequence and head gives, in every
+// precision and backend: fp32 and bf16 (operands cast, or held by Hold
+// and cast once, or rounded inside cuBLAS) through cuBLAS's pointer
+// batches, and the tiled kernel (one product per sequence). Held
+// operands are not cast again.
+func TestMatMulBatched2Heads(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  gemm.Config
+		hold bool
+	}{
+		{"fp32", gemm.Config{}, false},
+		{"tf32", gemm.Config{Precision: gemm.TF32}, false},
+		{"bf16", gemm.Config{Precision: gemm.BF16, NoWeightCache: true}, false},
+		{"bf16 held", gemm.Config{Precision: gemm.BF16, NoWeightCache: true}, true},
+		{"bf16 in cuBLAS", gemm.Config{Precision: gemm.BF16, BF16Cast: gemm.CastInCUBLAS}, false},
+		{"tiled", gemm.Config{Tiled: true}, false},
+		{"tiled bf16", gemm.Config{Tiled: true, Precision: gemm.BF16}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := engine(t, c.cfg)
+			if c.cfg.Tiled == e.PointerBatches() {
+				t.Fatalf("PointerBatches %v with %s", e.PointerBatches(), e.Backend())
+			}
+			qkv := devtest.Upload(t, dev, devtest.Vals(70, hN*hT*3*hC, 1))
+			s1, o1, d1 := heads2Products(t, e, qkv, false, c.hold)
+			before := e.CastStats()
+			s2, o2, d2 := heads2Products(t, e, qkv, true, c.hold)
+			casts := e.CastStats().Sub(before).Operands
+			for _, r := range []struct {
+				name      string
+				got, want []float32
+			}{{"S", s2, s1}, {"O", o2, o1}, {"dK", d2, d1}} {
+				for i := range r.got {
+					if math.Float32bits(r.got[i]) != math.Float32bits(r.want[i]) {
+						t.Fatalf("%s[%d] = %v, one product per head gives %v", r.name, i, r.got[i], r.want[i])
+					}
+				}
+			}
+			// values read: S reads 4 rows of Q and T of K, O S and V, dK S and Q
+			read := int64(hN * hH * (4*hD + hT*hD + hT*hT + hT*hD + hT*hT + hT*hD))
+			if c.hold {
+				read = 2*hN*hH*hT*hT + hN*hT*3*hC // S twice (not held) and qkv once, by Hold
+			}
+			want := map[bool]int64{true: read, false: 0}[c.cfg.Precision == gemm.BF16 && e.CUBLAS() && c.cfg.BF16Cast == ""]
+			if casts != want {
+				t.Errorf("%d values cast, want %d", casts, want)
+			}
+			if d2[0] != 0 || d2[3*hC-1] != 0 || fmt.Sprint(d2[hC]) == "0" {
+				t.Errorf("dqkv: the queries' and values' columns written, or the keys' not: %v", d2[:3*hC])
+			}
+		})
+	}
+}
+
+// Two-level C matrices that overlap are refused.
+func TestMatMulBatched2Overlap(t *testing.T) {
+	e := engine(t, gemm.Config{})
+	p := devtest.Upload(t, dev, make([]float32, 256))
+	err := e.MatMulBatched2(false, false, 2, 4, 2, 1, p, 2, gemm.Strides2{}, p, 4, gemm.Strides2{}, 0, p+512, 8, gemm.Strides2{Outer: 16, Inner: 2}, 2, 3)
+	if err == nil {
+		t.Fatal("overlapping C matrices were accepted")
+	}
+	t.Log(err)
+}
