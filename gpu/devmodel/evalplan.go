@@ -536,6 +536,9 @@ func (d *Model) Eval(x []float32, y []int32) (loss float32, correct int, err err
 	if err != nil {
 		return 0, 0, err
 	}
+	// a forward without its backward may have left producers' bf16
+	// copies with the engine (copy16); this plan writes those blocks
+	d.h.WithdrawAll()
 	if err := d.upload([]uintptr{p.fullIn, p.labels}, bytesOf(x), bytesOf(y)); err != nil {
 		return 0, 0, err
 	}
@@ -607,6 +610,7 @@ func (s *Stage) EvalForward(x uintptr, batch int) (uintptr, error) {
 		return 0, err
 	}
 	d := s.d
+	d.h.WithdrawAll() // as Eval
 	if x != p.in.val {
 		if err := d.s.CopyAsync(p.in.val, x, 4*p.in.size(), cuda.DeviceToDevice); err != nil {
 			return 0, err

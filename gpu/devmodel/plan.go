@@ -25,6 +25,10 @@ type act struct {
 	// slot, in a forward-only plan (evalplan.go), is the arena span the
 	// values live in, shared by the acts that view it.
 	slot *slot
+	// to16, where the kernel producing val can write its bf16 copy as it
+	// goes (LayerNorm), is where that copy goes: set by the Linear that
+	// reads val (copy16) under bf16 autocast, 0 otherwise
+	to16 *uintptr
 }
 
 func (a *act) size() int { return prod(a.shape) }
@@ -148,6 +152,9 @@ func (d *Model) compile(batch int) (_ *plan, err error) {
 
 // release gives a plan's blocks back to the pool.
 func (d *Model) release(p *plan) {
+	if d.h != nil {
+		d.h.WithdrawAll() // no copy served over blocks given back
+	}
 	for _, b := range p.blocks {
 		d.live -= blockBytes(b.Bytes)
 		d.pool.Put(b)
@@ -199,6 +206,49 @@ func (c *compiler) param() uintptr {
 	p := c.m.Params[c.pi]
 	c.pi++
 	return uintptr(4 * p.Offset)
+}
+
+// copy16 is the bf16 copy of x that x's producer writes as it goes, for
+// a Linear that reads x (2 bytes a value from the pool, the plan's
+// memory), where the producer can write one and the products read bf16
+// copies (gemm.Engine.UsesCopies: bf16 autocast through cuBLAS with the
+// cast kernel) in a training plan; 0 otherwise (fp32, TF32, a producer
+// without one, a forward-only plan, a dry run). The reader gives it to
+// the engine (Provide) before its forward product and withdraws it after
+// its backward, so that x is cast for neither its forward product nor
+// its weight gradient's. A second reader shares the copy.
+func (c *compiler) copy16(x *act) (uintptr, error) {
+	if x.to16 == nil || c.eval || c.d == nil || !c.d.h.UsesCopies() || !producerCopies {
+		return 0, nil
+	}
+	if *x.to16 == 0 {
+		p, err := c.alloc(2 * x.size())
+		if err != nil {
+			return 0, err
+		}
+		*x.to16 = p
+	}
+	return *x.to16, nil
+}
+
+// producerCopies switches copy16 (off: every operand cast by the
+// engine, the path the tests compare with).
+var producerCopies = true
+
+// provide gives the engine x16, the bf16 copy of x's rows of cols values
+// (copy16), if any.
+func (d *Model) provide(x *act, x16 uintptr, cols int) error {
+	if x16 == 0 {
+		return nil
+	}
+	return d.h.Provide(x.val, x16, x.size()/cols, cols)
+}
+
+// withdraw ends provide.
+func (d *Model) withdraw(x *act, x16 uintptr) {
+	if x16 != 0 {
+		d.h.Withdraw(x.val)
+	}
 }
 
 func (c *compiler) add(name string, fwd, bwd func() error) {
@@ -352,10 +402,18 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		if err != nil {
 			return nil, err
 		}
+		x16, err := c.copy16(x)
+		if err != nil {
+			return nil, err
+		}
 		w, b := c.param(), c.param()
 		c.add(name, func() error {
+			if err := d.provide(x, x16, l.In); err != nil {
+				return err
+			}
 			return kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), P(b), rows, l.In, l.Out)
 		}, func() error {
+			defer d.withdraw(x, x16)
 			return kernels.LinearBackward(d.h, d.k, x.grad, G(w), G(b), x.val, P(w), out.grad, rows, l.In, l.Out, true)
 		})
 		return out, nil
@@ -509,9 +567,17 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return nil, err
 			}
 		}
+		if !c.eval {
+			out.to16 = new(uintptr) // its bf16 copy, if a Linear reads it (copy16)
+		}
+		to16 := out.to16
 		w, b := c.param(), c.param()
 		c.add(name, func() error {
-			return d.k.LayerNormForward(d.s, out.val, xhat, inv, x.val, P(w), P(b), rows, l.C, eps)
+			var y16 uintptr
+			if to16 != nil {
+				y16 = *to16
+			}
+			return d.k.LayerNormForwardBF16(d.s, out.val, y16, xhat, inv, x.val, P(w), P(b), rows, l.C, eps)
 		}, func() error {
 			return d.k.LayerNormBackward(d.s, x.grad, G(w), G(b), out.grad, xhat, inv, P(w), rows, l.C, true)
 		})
@@ -568,9 +634,16 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			return nil, err
 		}
 		c.attWS = max(c.attWS, g.Workspace())
+		x16, err := c.copy16(x)
+		if err != nil {
+			return nil, err
+		}
 		win, bin, wout, bout := c.param(), c.param(), c.param(), c.param()
 		p := c.p
 		c.add(name, func() error {
+			if err := d.provide(x, x16, cc); err != nil {
+				return err
+			}
 			if err := kernels.LinearForward(d.h, d.k, qkv.val, x.val, P(win), P(bin), rows, cc, 3*cc); err != nil {
 				return err
 			}
@@ -589,6 +662,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("attention", "linear")
+			defer d.withdraw(x, x16)
 			return kernels.LinearBackward(d.h, d.k, x.grad, G(win), G(bin), x.val, P(win), qkv.grad, rows, cc, 3*cc, true)
 		})
 		return out, nil
