@@ -14,10 +14,22 @@ import (
 // kernel (all but the last len%8 of an op's input, where nn's float64
 // table is within GELUTailTol). y may be x.
 func (k *Kernels) GELU(s *cuda.Stream, y, x uintptr, n int) error {
+	return k.GELUBF16(s, y, 0, x, n)
+}
+
+// GELUBF16 is GELU that also writes y's bf16 copy into y16 (n values of
+// 2 bytes; 0: none) as it goes, the same bits gpu/gemm's cast gives: for
+// gemm.Engine.Provide, so that the Linear reading y casts nothing of it
+// under bf16 autocast. y is GELU's.
+func (k *Kernels) GELUBF16(s *cuda.Stream, y, y16, x uintptr, n int) error {
 	if err := sizeErr("GELU", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_gelu", s, grid(n), rw(int64(n), int64(n)), y, x, int64(n))
+	t := rw(int64(n), int64(n))
+	if y16 != 0 {
+		t.w += 2 * int64(n)
+	}
+	return k.launch("gd_gelu", s, grid(n), t, y, x, int64(n), y16)
 }
 
 // GELUBackward sets dx = dy gelu'(x), the derivative Phi(x) + x phi(x)

@@ -57,15 +57,7 @@ func TestLayerNormForwardBF16(t *testing.T) {
 				if !with {
 					return devtest.Floats(t, dev, y, n), nil
 				}
-				b := make([]byte, 2*n)
-				if err := cuda.CopyDtoH(dev, b, y16); err != nil {
-					t.Fatal(err)
-				}
-				h := make([]uint16, n)
-				for i := range h {
-					h[i] = binary.LittleEndian.Uint16(b[2*i:])
-				}
-				return devtest.Floats(t, dev, y, n), h
+				return devtest.Floats(t, dev, y, n), halves(t, dev, y16, n)
 			}
 			y0, _ := run(false)
 			y1, h := run(true)
@@ -79,4 +71,50 @@ func TestLayerNormForwardBF16(t *testing.T) {
 			}
 		}
 	}
+}
+
+// GELUBF16 writes GELU's y unchanged and its bf16 copy beside it, the
+// bits gpu/gemm's cast gives (a NaN among the values; LayerNorm's test
+// has the tie).
+func TestGELUBF16(t *testing.T) {
+	const dev = 0
+	k, s := rowsSetup(t, dev)
+	const n = 1001
+	x := devtest.Vals(179, n, 4)
+	x[7] = float32(math.NaN())
+	dX := devtest.Upload(t, dev, x)
+	y0, y1, y16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
+	if err := k.GELU(s, y0, dX, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.GELUBF16(s, y1, y16, dX, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := devtest.Floats(t, dev, y0, n), devtest.Floats(t, dev, y1, n)
+	h := halves(t, dev, y16, n)
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("y[%d] = %v with the copy, %v without", i, b[i], a[i])
+		}
+		if h[i] != bf16Of(a[i]) {
+			t.Fatalf("y16[%d] = %#04x, want gemm's cast of %v: %#04x", i, h[i], a[i], bf16Of(a[i]))
+		}
+	}
+}
+
+// halves reads n uint16s at p.
+func halves(t *testing.T, dev int, p uintptr, n int) []uint16 {
+	t.Helper()
+	b := make([]byte, 2*n)
+	if err := cuda.CopyDtoH(dev, b, p); err != nil {
+		t.Fatal(err)
+	}
+	h := make([]uint16, n)
+	for i := range h {
+		h[i] = binary.LittleEndian.Uint16(b[2*i:])
+	}
+	return h
 }

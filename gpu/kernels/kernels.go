@@ -19,14 +19,15 @@ import (
 // to another), RowsSource the reductions over rows and channels.
 //
 // Each is whole: the device functions several programs share (block.cuh:
-// the block reductions; embed.cuh: an embedding's row) stand before its
+// the block reductions; embed.cuh: an embedding's row; bf16.cuh: gemm's
+// bf16 rounding, for the producers' bf16 copies) stand before its
 // own file's text, which a #line directive names for NVRTC's messages.
 var (
 	ElementwiseSource = elementwiseCU
 	ReduceSource      = withHeaders("reduce.cu", reduceCU, blockCUH)
 	ConvSource        = convCU
-	PointwiseSource   = withHeaders("pointwise.cu", pointwiseCU, embedCUH)
-	RowsSource        = withHeaders("rows.cu", rowsCU, blockCUH, embedCUH)
+	PointwiseSource   = withHeaders("pointwise.cu", pointwiseCU, embedCUH, bf16CUH)
+	RowsSource        = withHeaders("rows.cu", rowsCU, blockCUH, embedCUH, bf16CUH)
 )
 
 var (
@@ -44,6 +45,8 @@ var (
 	blockCUH string
 	//go:embed embed.cuh
 	embedCUH string
+	//go:embed bf16.cuh
+	bf16CUH string
 )
 
 // withHeaders is src (the file name) after the headers.

@@ -138,9 +138,14 @@ __device__ float gelu(float xv, float *d) {
 	return xv * phi;
 }
 
-// y = gelu(x); y may be x.
-extern "C" __global__ void gd_gelu(float *y, const float *x, long long n) {
-	GRID_LOOP(i, n) y[i] = gelu(x[i], 0);
+// y = gelu(x); y may be x. y16, unless null, gets y's bf16 copy
+// (bf16_bits).
+extern "C" __global__ void gd_gelu(float *y, const float *x, long long n, unsigned short *y16) {
+	GRID_LOOP(i, n) {
+		float v = gelu(x[i], 0);
+		y[i] = v;
+		if (y16) y16[i] = bf16_bits(v);
+	}
 }
 
 // dx = dy gelu'(x), the derivative computed again from x; dx may be dy.

@@ -6,7 +6,8 @@
 // computes), so that where a kernel follows the CPU path's order of
 // operations it gives the CPU's bits.
 
-// BLOCK and block_sum: block.cuh; embed_row: embed.cuh.
+// BLOCK and block_sum: block.cuh; embed_row: embed.cuh; bf16_bits:
+// bf16.cuh.
 
 #define FULL 0xffffffffu
 
@@ -304,17 +305,6 @@ __device__ float warp_sum32(int kind, const float *a, const float *b, const floa
 // rows; r += row_step()), the same r on every lane of a warp.
 __device__ int first_row() { return (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5); }
 __device__ int row_step() { return (int)((gridDim.x * (long long)blockDim.x) >> 5); }
-
-// bf16_bits is gpu/gemm's cast of x to bf16 (round to nearest even, NaN
-// kept quiet), as its bits: a kernel that produces a Linear's input
-// writes this copy beside the fp32 value (gemm.Engine.Provide), the same
-// bits the engine's cast would give.
-__device__ unsigned short bf16_bits(float x) {
-	unsigned u = __float_as_uint(x);
-	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (unsigned short)(u >> 16);
-}
 
 // Layer norm over rows of C (nn's lnOp, bit for bit): mean = sum x / C,
 // var = sum (x - mean)^2 / C in float32 (Sum32's order), 1/std =
