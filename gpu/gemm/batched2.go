@@ -35,8 +35,8 @@ func (e *Engine) PointerBatches() bool { return e.h != nil && e.h.HasGemmBatched
 // (elements; 0 shares a matrix). Attention's heads read in place are
 // such a batch: head h of sequence n of (N T, 3C) rows at n T 3C + h D
 // (outer N, inner H), offsets no single stride gives. Where every
-// operand's offsets are linear (Outer = inner Inner) it is one
-// MatMulBatched; otherwise, with PointerBatches, one cublasGemmBatchedEx
+// operand's offsets are linear (Outer = inner Inner) and the C matrices
+// lie one after another it is one MatMulBatched; otherwise, with PointerBatches, one cublasGemmBatchedEx
 // whose arrays of pointers the engine keeps on the device (built once
 // for each distinct operand and layout, by a copy from pinned memory on
 // the engine's stream, and kept: a model whose buffers stay put builds
@@ -69,7 +69,13 @@ func (e *Engine) MatMulBatched2(ta, tb bool, m, n, k int, alpha float32, a uintp
 	if m == 0 || n == 0 || outer == 0 || inner == 0 {
 		return nil
 	}
-	if sa.linear(outer, inner) && sb.linear(outer, inner) && sc.linear(outer, inner) {
+	apart := outer*inner == 1 || sc.Inner >= int64(m-1)*int64(ldc)+int64(n) // C matrices one after another
+	// (under bf16 casts through cuBLAS the pointer batch below looks
+	// operands up in held regions either way: a held (N, T, 3C) region
+	// of one sequence holds its heads side by side, which MatMulBatched's
+	// look-up, by the region's stride, does not see)
+	cast := e.prec == BF16 && e.h != nil && !e.castIn && e.PointerBatches()
+	if sa.linear(outer, inner) && sb.linear(outer, inner) && sc.linear(outer, inner) && apart && !cast {
 		return e.MatMulBatched(ta, tb, m, n, k, alpha, a, lda, sa.Inner, b, ldb, sb.Inner, beta, c, ldc, sc.Inner, outer*inner)
 	}
 	if !e.PointerBatches() {
@@ -77,7 +83,7 @@ func (e *Engine) MatMulBatched2(ta, tb bool, m, n, k int, alpha float32, a uintp
 		// by side in its rows (which a strided batch refuses), one
 		// product per (o, i)
 		per := inner
-		if inner > 1 && sc.Inner < int64(m-1)*int64(ldc)+int64(n) {
+		if !apart {
 			per = 1
 		}
 		for o := 0; o < outer; o++ {
@@ -158,6 +164,11 @@ func (x matrix2) band(rows, cols, outer, inner int) (operand, bool) {
 
 // held is where a held region has the operand's bf16 copy (0: none).
 func (x matrix2) held(e *Engine, rows, cols, outer, inner int) uintptr {
+	if x.s.linear(outer, inner) {
+		if p := e.heldAt(newOperand(x.ptr, false, rows, cols, x.ld, x.s.Inner, outer*inner)); p != 0 {
+			return p
+		}
+	}
 	if band, ok := x.band(rows, cols, outer, inner); ok {
 		return e.heldAt(band)
 	}

@@ -198,6 +198,9 @@ func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g Attenti
 	if err != nil {
 		return err
 	}
+	if ip, ok := inPlaceOf(h); ok {
+		return attentionForward2(ip, h, k, out, p, qkv, g, z)
+	}
 	s, d, b, T, tb, td, tt, scale := h.Stream(), z.d, z.b, g.T, z.tb, z.td, z.tt, z.scale
 	q, kk, v, o := ws, f32(ws, z.ntc), f32(ws, 2*z.ntc), f32(ws, 3*z.ntc)
 	if err := k.heads(s, q, qkv, g, 3*g.C, 0, 3, true); err != nil { // q, kk, v one after another
@@ -241,6 +244,9 @@ func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g
 	z, err := g.dims(h, k, "AttentionBackward")
 	if err != nil {
 		return err
+	}
+	if ip, ok := inPlaceOf(h); ok {
+		return attentionBackward2(ip, h, k, dqkv, dout, qkv, p, f32(ws, 7*z.ntc), g, z)
 	}
 	s, d, b, T, tb, td, tt, scale := h.Stream(), z.d, z.b, g.T, z.tb, z.td, z.tt, z.scale
 	at := func(i int) uintptr { return f32(ws, i*z.ntc) }
