@@ -15,7 +15,7 @@ import (
 
 // Under bf16 autocast the kernels that produce a Linear's input write
 // its bf16 copy as they go (LayerNorm: the gpt's attention and MLP
-// inputs and the head's), and the Linear's products read it (gemm's
+// inputs and the head's; GELU: the MLP's second Linear's), and the Linear's products read it (gemm's
 // Provide) instead of casting it: training is bit for bit the path that
 // casts every operand (every loss and parameter over 4 steps of AdamW
 // with clipping, a gpt and the mlp), with 2 R C fewer values cast a
@@ -120,11 +120,12 @@ func (r *copiesRun) step(t *testing.T, x []float32, y []int32) {
 }
 
 // copiesSaved is the values a gpt's bf16 step (batch b) no longer casts
-// with the producers' bf16 copies: each layer's two LayerNorms feed a
-// Linear of D inputs (attention's in-projection, the MLP's first), the
-// last the head: 2 R D each (its forward product and its weight
-// gradient's), R = b T.
+// with the producers' bf16 copies, 2 R C for each Linear of C inputs
+// whose input one writes (its forward product and its weight
+// gradient's; R = b T): each layer's two LayerNorms feed a Linear of D
+// inputs (attention's in-projection, the MLP's first), its GELU one of
+// 4 D (the MLP's second), the last LayerNorm the head: (12 L + 2) R D.
 func copiesSaved(g models.GPT, b int) int64 {
 	R, D := int64(b*g.Context), int64(g.Dim)
-	return (2*int64(g.Layers) + 1) * 2 * R * D
+	return (12*int64(g.Layers) + 2) * R * D
 }

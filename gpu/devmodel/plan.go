@@ -493,7 +493,15 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 	case nn.ReLU, *nn.ReLU:
 		return c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
 	case nn.GELU, *nn.GELU:
-		return c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
+		out, err := c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
+		if err != nil || c.eval {
+			return out, err
+		}
+		// its bf16 copy, if a Linear reads it (copy16)
+		out.to16 = new(uintptr)
+		to16, n := out.to16, x.size()
+		c.p.ops[len(c.p.ops)-1].fwd = func() error { return d.k.GELUBF16(d.s, out.val, *to16, x.val, n) }
+		return out, nil
 	case nn.Tanh, *nn.Tanh:
 		return c.elementwise(d, name, x, (*kernels.Kernels).Tanh, (*kernels.Kernels).TanhBackward, true)
 	case nn.MaxPool2d, *nn.MaxPool2d:
