@@ -27,6 +27,7 @@ import (
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/rtc"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
@@ -118,6 +119,17 @@ func (p auditProducts) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a 
 	p.a.recs = append(p.a.recs, auditRec{kind: p.a.kind, kernel: "gemm", bwd: p.a.bwd, r: r, w: w,
 		flops: 2 * float64(m) * float64(n) * float64(k) * float64(batch), shape: shape})
 	return nil
+}
+
+// PointerBatches and MatMulBatched2 make the audit's products those of a
+// gemm.Engine through a cuBLAS with cublasGemmBatchedEx (attention reads
+// the heads in place; $GDIST_ATTENTION_HEADS=copy audits the copies):
+// one product of outer x inner.
+func (p auditProducts) PointerBatches() bool { return true }
+func (p auditProducts) MatMulBatched2(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa gemm.Strides2,
+	b uintptr, ldb int, sb gemm.Strides2, beta float32, c uintptr, ldc int, sc gemm.Strides2, outer, inner int) error {
+	st := func(s gemm.Strides2) int64 { return s.Outer + s.Inner } // 0: shared
+	return p.MatMulBatched(ta, tb, m, n, k, alpha, a, lda, st(sa), b, ldb, st(sb), beta, c, ldc, st(sc), outer*inner)
 }
 
 // aact is an activation: its shape and whether it has a gradient.
@@ -447,14 +459,17 @@ func auditAttention(t *testing.T, recs []auditRec, layers int, g AttentionGeom) 
 	t.Helper()
 	d, tb := g.C/g.H, g.BlockSize()
 	nb := (g.T + tb - 1) / tb
-	var products int
+	var products, copies int
 	var flops float64
-	var smR, smW int64
+	var smR, smW, copied int64
 	for _, r := range recs {
 		if r.kind != "attention" {
 			continue
 		}
 		switch {
+		case strings.HasPrefix(r.kernel, "gd_heads"):
+			copies++
+			copied += r.r + r.w
 		case r.kernel == "gemm":
 			products++
 			flops += r.flops
@@ -474,6 +489,15 @@ func auditAttention(t *testing.T, recs []auditRec, layers int, g AttentionGeom) 
 	if wantR, wantW := int64(layers)*3*4*rows, int64(layers)*2*4*scores; smR != wantR || smW != wantW {
 		t.Errorf("causal softmax: %d bytes read, %d written a step, want %d and %d", smR, smW, wantR, wantW)
 	}
+	// the heads read in place: no copies (the copy path's 5 a layer,
+	// moving 22 N T C floats: q, k, v in and out back forward, q, k, v
+	// and dO in and dq, dk, dv back backward, each read and written)
+	ntc := int64(g.N * g.T * g.C)
+	inPlace := os.Getenv(EnvAttentionHeads) != "copy"
+	if wantN, wantB := map[bool]int{true: 0, false: 5 * layers}[inPlace], map[bool]int64{true: 0, false: int64(layers) * 2 * 4 * 11 * ntc}[inPlace]; copies != wantN || copied != wantB {
+		t.Errorf("attention's head copies: %d launches moving %d bytes a step, want %d moving %d (in place: %v)", copies, copied, wantN, wantB, inPlace)
+	}
+	t.Logf("attention's head copies: %d launches, %.1f MB a step (in place: %v)", copies, float64(copied)/1e6, inPlace)
 	whole := int64(g.N * g.H * g.T * g.T)
 	t.Logf("attention at %+v, blocks of %d: products %.1f GFLOP a step (%.1f without blocks), scores %d of %d",
 		g, tb, flops/1e9, float64(layers)*12*float64(d)*float64(whole)/1e9, scores, whole)
