@@ -68,7 +68,7 @@
 //     every product whose operand lies inside reads in place: a dense
 //     region or a staircase (row r's first widths[r] values: a causal
 //     product's lower blocks). Block-causal attention holds Q, K and V
-//     forward, Q, K, V and dO backward, and dS's lower blocks for its
+//     forward (qkv, in place), Q, K, V and dO backward, and dS's lower blocks for its
 //     block rows (dQ_i) and columns (dK_j) (TestHold, kernels'
 //     TestAttentionBlocks). The caller promises no writes until Release;
 //     a product writing into a held region is refused.
@@ -119,6 +119,31 @@
 // operand; the fake's cuBLAS (gpu/cudafake) rounds the inputs as the
 // hardware does (bf16: to nearest even; TF32: ties away, cvt.rna).
 // gpu/devmodel's TestPrecisionFollowsCPU trains with each.
+//
+// # Two-level batches (MatMulBatched2)
+//
+// A batch whose matrices are not one stride apart, product (o, i) at
+// Outer o + Inner i (attention's heads read in place: head h of sequence
+// n of (N T, 3C) rows at n T 3C + h D), is one cublasGemmBatchedEx
+// (PointerBatches) over arrays of device pointers. Chosen over one
+// strided product per sequence (N launches for each of attention's 6 nb
+// block products a layer: 8x the launches at batch 8) and over
+// cublasGemmGroupedBatchedEx (CUDA 12.5 and later; its groups of
+// different shapes serve nothing here, every product of a call has one
+// shape): cublasGemmBatchedEx is in every cuBLAS from CUDA 9.1 (11 here,
+// 13 on the GPU machine), one launch a product as the strided call. The
+// arrays are a function of (address, element size, strides, outer,
+// inner) only, so the engine builds each once, by a copy from pinned
+// memory on its stream at the first product that needs it, and keeps it
+// (PointerArrayBytes; a model whose buffers stay put builds them all in
+// its first step: about 1.5 MB at gpt-L12-D768-H12-T1024 batch 8; past
+// 64 MB the engine waits for its stream and starts over). Under bf16 an
+// operand inside a held region is read from the held copy in place; any
+// other is cast compact as MatMulBatched's. Without cublasGemmBatchedEx
+// (the tiled kernel, a library lacking it) it is one product per o (per
+// (o, i) where C's matrices lie side by side in its rows), and
+// gpu/kernels' attention copies the heads instead (TestMatMulBatched2Heads:
+// bit for bit one product per head, every precision and backend).
 //
 // # Without cuBLAS
 //

@@ -100,6 +100,7 @@ func (g AttentionGeom) Probs() int { return g.N * g.H * g.T * g.T }
 // Workspace is the float32s of scratch AttentionForward and
 // AttentionBackward need: the queries, keys, values and output by head
 // (4 N T C), their gradients (3 N T C), the probabilities' (N H T T).
+// With the heads in place (AttentionInPlace) only the last is used.
 func (g AttentionGeom) Workspace() int { return 7*g.N*g.T*g.C + g.Probs() }
 
 func (g AttentionGeom) check(op string) error {
@@ -182,8 +183,11 @@ func f32(p uintptr, n int) uintptr { return p + uintptr(4*n) }
 // between the input and output projections): from qkv (N, T, 3C), the
 // queries, keys and values side by side as nn's in_proj makes them, out
 // (N, T, C) = per sequence and head, P V with P = the causal softmax of
-// Q K^T / sqrt(D). The heads are copied into (N H, T, D) matrices in ws;
-// the products are block-causal: for each block i of g.BlockSize() rows,
+// Q K^T / sqrt(D). Where h batches by pointers (AttentionInPlace: a
+// gemm.Engine through a cuBLAS with cublasGemmBatchedEx) the products
+// read the heads from qkv and write out in place and ws is not used;
+// otherwise the heads are copied into (N H, T, D) matrices in ws (and
+// out's back). The products are block-causal: for each block i of g.BlockSize() rows,
 // S_i = Q_i K_{0..i}^T (alpha 1/sqrt(D), as nn) and O_i = P_i V_{0..i},
 // each one batched product over all sequences and heads with rows T
 // apart in p (p's layout is (N H, T, T) as without blocks); the
@@ -236,8 +240,10 @@ func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g Attenti
 // dS^T Q, block-causal as AttentionForward: dP_i = dO_i V_{0..i}^T and
 // dQ_i = dS_i K_{0..i} by block rows, dV_j = P_{j..,j}^T dO_{j..} and
 // dK_j = dS_{j..,j}^T Q_{j..} by block columns (the blocks at and below
-// the diagonal), each one batched product over all sequences and heads.
-// Under bf16 autocast Q, K, V and dO are cast once (held), dS's blocks
+// the diagonal), each one batched product over all sequences and heads
+// (the heads in place where AttentionInPlace(h), as AttentionForward;
+// the score gradients at ws + 7 N T C either way). Under bf16 autocast
+// Q, K, V and dO are cast once (held: qkv and dout in place), dS's blocks
 // once for both of their products, each block column of P for its
 // product. On h's stream.
 func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g AttentionGeom) error {

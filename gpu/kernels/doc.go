@@ -130,15 +130,22 @@
 //     gives NaNs; TestEmbedding.
 //
 //   - Causal self-attention's core (AttentionForward/Backward between
-//     the projections, which are LinearForward/Backward): the heads
-//     copied into (N H, T, D) matrices; the products block-causal: T in
+//     the projections, which are LinearForward/Backward): the heads read
+//     and written in place in the (N T, 3C) and (N T, C) rows where the
+//     Products batch by pointers (gemm.Engine through a cuBLAS with
+//     cublasGemmBatchedEx: each block product one call over all N H
+//     heads, head h of sequence n at n T 3C + h D; AttentionInPlace),
+//     else copied into (N H, T, D) matrices and back (the tiled kernel,
+//     an older cuBLAS, a plain cublas.Handle, $GDIST_ATTENTION_HEADS=copy;
+//     the two bit for bit alike on the fake, TestAttentionInPlace, and
+//     the same values cast under bf16); the products block-causal: T in
 //     blocks of Tb rows (AttentionGeom.BlockSize: 128 above T = 128,
 //     else T, unless Block or $GDIST_ATTENTION_BLOCK sets it;
 //     DefaultAttentionBlock says why), each block row's S_i =
 //     Q_i K_{0..i}^T, O_i = P_i V_{0..i}, dP_i = dO_i V_{0..i}^T and dQ_i
 //     = dS_i K_{0..i}, each block column's dV_j and dK_j from the blocks
-//     at and below the diagonal, each one strided batched product over
-//     all sequences and heads in the (N H, T, T) layout of before; the
+//     at and below the diagonal, each one batched product over all
+//     sequences and heads, P in the (N H, T, T) layout of before; the
 //     blocks above the diagonal (44% of the scores at T = 1024) are
 //     neither computed, written nor read. The masked softmax and its
 //     backward bit for bit nn's given the same scores (CausalSoftmax:
@@ -228,7 +235,8 @@
 // GDIST_KERNEL_AUDIT=FILE) it prints each launch's grid, block, bytes and
 // ideal time (benchmarks/NOTES.md keeps the tables). Element-wise kernels
 // are grid-stride loops of at most 1024 blocks of 256 threads; row-wise
-// ones (the bias add, the embedding, attention's head copies) a 2-d grid,
+// ones (the bias add, the embedding, attention's head copies where it
+// copies) a 2-d grid,
 // rows by a row's values, with no division per element; float4 accesses
 // where the launch finds every buffer 16-byte aligned and the widths
 // multiples of 4 (one value a thread otherwise: ZeRO shards sit at any
@@ -247,7 +255,8 @@
 // (TestLayerNormRegisters, TestCausalSoftmaxRegisters). TestAudit also
 // checks the gpt's attention against the block-causal formulas: 6
 // products a block row or column a layer, 12 D Scores FLOPs, the softmax
-// writing Scores values.
+// writing Scores values, and no head copies (5 a layer moving 22 N T C
+// floats with GDIST_ATTENTION_HEADS=copy).
 //
 // SyncBatchNorm: BatchNormForwardSync and BatchNormBackwardSync call a
 // BNSync hook between the per-channel sums and their use ([sum x, M2,
