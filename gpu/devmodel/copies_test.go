@@ -15,7 +15,8 @@ import (
 
 // Under bf16 autocast the kernels that produce a Linear's input write
 // its bf16 copy as they go (LayerNorm: the gpt's attention and MLP
-// inputs and the head's; GELU: the MLP's second Linear's), and the Linear's products read it (gemm's
+// inputs and the head's; GELU: the MLP's second Linear's; ReLU: the
+// mlp's), and the Linear's products read it (gemm's
 // Provide) instead of casting it: training is bit for bit the path that
 // casts every operand (every loss and parameter over 4 steps of AdamW
 // with clipping, a gpt and the mlp), with 2 R C fewer values cast a
@@ -36,7 +37,8 @@ func TestBF16ProducerCopies(t *testing.T) {
 	}{
 		{"gpt", func() *nn.Model { return bf16GPT(t) }, func(i int) ([]float32, []int32) { return text(i, 2, bf16Shape.Context) },
 			copiesSaved(bf16Shape, 2)},
-		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, func(i int) ([]float32, []int32) { return devtest.Images(i, 2, 784) }, 0},
+		// its ReLUs feed Linears of 256 and 128 inputs
+		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, func(i int) ([]float32, []int32) { return devtest.Images(i, 2, 784) }, 2 * 2 * (256 + 128)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			place := func(on bool) *copiesRun {

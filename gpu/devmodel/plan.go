@@ -231,6 +231,20 @@ func (c *compiler) copy16(x *act) (uintptr, error) {
 	return *x.to16, nil
 }
 
+// producer makes the element-wise op just planned (out from x) write
+// out's bf16 copy as it goes with fwd16, if a Linear reads out (copy16),
+// in a training plan.
+func (c *compiler) producer(d *Model, out, x *act, err error,
+	fwd16 func(k *kernels.Kernels, s *cuda.Stream, y, y16, x uintptr, n int) error) (*act, error) {
+	if err != nil || c.eval {
+		return out, err
+	}
+	out.to16 = new(uintptr)
+	to16, n := out.to16, x.size()
+	c.p.ops[len(c.p.ops)-1].fwd = func() error { return fwd16(d.k, d.s, out.val, *to16, x.val, n) }
+	return out, nil
+}
+
 // producerCopies switches copy16 (off: every operand cast by the
 // engine, the path the tests compare with).
 var producerCopies = true
@@ -491,17 +505,11 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		}
 		return out, nil
 	case nn.ReLU, *nn.ReLU:
-		return c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
+		out, err := c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
+		return c.producer(d, out, x, err, (*kernels.Kernels).ReLUBF16)
 	case nn.GELU, *nn.GELU:
 		out, err := c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
-		if err != nil || c.eval {
-			return out, err
-		}
-		// its bf16 copy, if a Linear reads it (copy16)
-		out.to16 = new(uintptr)
-		to16, n := out.to16, x.size()
-		c.p.ops[len(c.p.ops)-1].fwd = func() error { return d.k.GELUBF16(d.s, out.val, *to16, x.val, n) }
-		return out, nil
+		return c.producer(d, out, x, err, (*kernels.Kernels).GELUBF16)
 	case nn.Tanh, *nn.Tanh:
 		return c.elementwise(d, name, x, (*kernels.Kernels).Tanh, (*kernels.Kernels).TanhBackward, true)
 	case nn.MaxPool2d, *nn.MaxPool2d:

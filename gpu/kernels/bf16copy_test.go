@@ -73,34 +73,40 @@ func TestLayerNormForwardBF16(t *testing.T) {
 	}
 }
 
-// GELUBF16 writes GELU's y unchanged and its bf16 copy beside it, the
-// bits gpu/gemm's cast gives (a NaN among the values; LayerNorm's test
-// has the tie).
-func TestGELUBF16(t *testing.T) {
+// GELUBF16 and ReLUBF16 write GELU's and ReLU's y unchanged and its
+// bf16 copy beside it, the bits gpu/gemm's cast gives (a NaN among the
+// values; LayerNorm's test has the tie).
+func TestActivationsBF16(t *testing.T) {
 	const dev = 0
 	k, s := rowsSetup(t, dev)
 	const n = 1001
 	x := devtest.Vals(179, n, 4)
 	x[7] = float32(math.NaN())
 	dX := devtest.Upload(t, dev, x)
-	y0, y1, y16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
-	if err := k.GELU(s, y0, dX, n); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.GELUBF16(s, y1, y16, dX, n); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	a, b := devtest.Floats(t, dev, y0, n), devtest.Floats(t, dev, y1, n)
-	h := halves(t, dev, y16, n)
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			t.Fatalf("y[%d] = %v with the copy, %v without", i, b[i], a[i])
+	for _, f := range []struct {
+		name  string
+		plain func(s *cuda.Stream, y, x uintptr, n int) error
+		with  func(s *cuda.Stream, y, y16, x uintptr, n int) error
+	}{{"GELU", k.GELU, k.GELUBF16}, {"ReLU", k.ReLU, k.ReLUBF16}} {
+		y0, y1, y16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
+		if err := f.plain(s, y0, dX, n); err != nil {
+			t.Fatal(err)
 		}
-		if h[i] != bf16Of(a[i]) {
-			t.Fatalf("y16[%d] = %#04x, want gemm's cast of %v: %#04x", i, h[i], a[i], bf16Of(a[i]))
+		if err := f.with(s, y1, y16, dX, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		a, b := devtest.Floats(t, dev, y0, n), devtest.Floats(t, dev, y1, n)
+		h := halves(t, dev, y16, n)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s: y[%d] = %v with the copy, %v without", f.name, i, b[i], a[i])
+			}
+			if h[i] != bf16Of(a[i]) {
+				t.Fatalf("%s: y16[%d] = %#04x, want gemm's cast of %v: %#04x", f.name, i, h[i], a[i], bf16Of(a[i]))
+			}
 		}
 	}
 }

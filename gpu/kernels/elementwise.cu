@@ -31,10 +31,12 @@ extern "C" __global__ void gd_bias_add4(float *y, const float *bias, int rows, i
 }
 
 // y = max(x, 0) (0 for NaN); y may be x.
-extern "C" __global__ void gd_relu(float *y, const float *x, long long n) {
+extern "C" __global__ void gd_relu(float *y, const float *x, long long n, unsigned short *y16) {
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
 		float v = x[i];
-		y[i] = v > 0.0f ? v : 0.0f;
+		v = v > 0.0f ? v : 0.0f;
+		y[i] = v;
+		if (y16) y16[i] = bf16_bits(v);
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // bf16 rounding, for the producers' bf16 copies) stand before its
 // own file's text, which a #line directive names for NVRTC's messages.
 var (
-	ElementwiseSource = elementwiseCU
+	ElementwiseSource = withHeaders("elementwise.cu", elementwiseCU, bf16CUH)
 	ReduceSource      = withHeaders("reduce.cu", reduceCU, blockCUH)
 	ConvSource        = convCU
 	PointwiseSource   = withHeaders("pointwise.cu", pointwiseCU, embedCUH, bf16CUH)
@@ -294,10 +294,20 @@ func (k *Kernels) colSums(s *cuda.Stream, out, out2, a, b uintptr, rows, cols in
 
 // ReLU sets y = max(x, 0) over n elements (0 for NaN); y may be x.
 func (k *Kernels) ReLU(s *cuda.Stream, y, x uintptr, n int) error {
+	return k.ReLUBF16(s, y, 0, x, n)
+}
+
+// ReLUBF16 is ReLU that also writes y's bf16 copy into y16 (n values of
+// 2 bytes; 0: none) as it goes, as GELUBF16.
+func (k *Kernels) ReLUBF16(s *cuda.Stream, y, y16, x uintptr, n int) error {
 	if err := sizeErr("ReLU", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_relu", s, grid(n), rw(int64(n), int64(n)), y, x, int64(n))
+	t := rw(int64(n), int64(n))
+	if y16 != 0 {
+		t.w += 2 * int64(n)
+	}
+	return k.launch("gd_relu", s, grid(n), t, y, x, int64(n), y16)
 }
 
 // ReLUBackward sets dx = dy where ReLU's output y is positive, else 0; dx
