@@ -124,6 +124,11 @@ func (e *Engine) MatMulBatched2(ta, tb bool, m, n, k int, alpha float32, a uintp
 			return err
 		}
 	}
+	// room for the three arrays in one chunk first: a start-over while
+	// getting the second or third would overwrite the first
+	if err := e.ptrs.room(e, 3*((8*outer*inner+255)&^255)); err != nil {
+		return err
+	}
 	pa, err := e.ptrs.get(e, A.ptr, A.typ.Size(), A.s, outer, inner)
 	if err != nil {
 		return err
@@ -268,8 +273,8 @@ type ptrChunk struct {
 
 // ptrChunkBytes is a chunk's size (at least), ptrCacheLimit the most the
 // arrays hold before the cache starts over: GPT-2 small's 12 layers at
-// batch 8 need about 1.5 MB.
-const (
+// batch 8 need about 1.5 MB. (Variables for the tests.)
+var (
 	ptrChunkBytes = 1 << 20
 	ptrCacheLimit = 64 << 20
 )

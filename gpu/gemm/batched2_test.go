@@ -141,3 +141,47 @@ func TestMatMulBatched2Overlap(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// The pointer arrays are kept across products and, past their limit,
+// dropped once the stream is done and built again: many distinct
+// two-level products (each C at another offset) through a cache of 3
+// chunks of 1 KiB give what one product per head gives, bit for bit on
+// the fake, and the arrays' memory stays at the limit.
+func TestMatMulBatched2PointerCache(t *testing.T) {
+	defer gemm.SetPointerCache(1024, 3*1024)()
+	e := engine(t, gemm.Config{})
+	if !e.PointerBatches() {
+		t.Skip(e.Backend())
+	}
+	const N, H, D = 2, 3, 2 // rows of H heads of D and 2 more values, one row a sequence
+	const ld = H*D + 2
+	x := devtest.Upload(t, dev, devtest.Vals(80, N*ld, 1))
+	const outs = 40
+	c := devtest.Upload(t, dev, make([]float32, outs*N*(H+1)))
+	ref := devtest.Upload(t, dev, make([]float32, outs*N*(H+1)))
+	heads := gemm.Strides2{Outer: ld, Inner: D}
+	for round := 0; round < 2; round++ { // the second round: the arrays again, after resets
+		for i := 0; i < outs; i++ {
+			alpha := float32(i + 1)
+			co := c + uintptr(4*i*N*(H+1))
+			if err := e.MatMulBatched2(false, true, 1, 1, D, alpha, x, ld, heads, x, ld, heads, 0, co, 1, gemm.Strides2{Outer: H + 1, Inner: 1}, N, H); err != nil {
+				t.Fatal(err)
+			}
+			for j := 0; j < N*H && round == 0; j++ {
+				xj := x + uintptr(4*(j/H*ld+j%H*D))
+				if err := e.MatMulBatched(false, true, 1, 1, D, alpha, xj, D, 0, xj, D, 0, 0, ref+uintptr(4*(i*N*(H+1)+j/H*(H+1)+j%H)), 1, 0, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if b := e.PointerArrayBytes(); b > 3*1024 {
+			t.Errorf("pointer arrays hold %d bytes, past the limit", b)
+		}
+		got, want := devtest.Floats(t, dev, c, outs*N*(H+1)), devtest.Floats(t, dev, ref, outs*N*(H+1))
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("round %d: C[%d] = %v, one product per head %v", round, i, got[i], want[i])
+			}
+		}
+	}
+}

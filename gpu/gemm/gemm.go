@@ -211,11 +211,12 @@ func (e *Engine) Backend() string {
 // operands (cuBLAS at BF16): the scratch that grows to the largest
 // product's operands in the first step and stays, and the weight cache
 // (2 bytes a registered parameter, from the first product that reads
-// one; see Weights).
+// one; see Weights); and, in any precision, MatMulBatched2's pointer
+// arrays (PointerArrayBytes).
 func (e *Engine) ScratchBytes() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := e.cap + e.keepCap + e.w.cap
+	n := e.cap + e.keepCap + e.w.cap + e.ptrs.bytes
 	for _, sl := range e.slots {
 		n += sl.cap
 	}
