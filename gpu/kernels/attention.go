@@ -320,6 +320,9 @@ func (g AttentionGeom) dims(h Products, k *Kernels, op string) (attnDims, error)
 	if err := g.check(op); err != nil {
 		return attnDims{}, err
 	}
+	if err := headsEnv(op); err != nil {
+		return attnDims{}, err
+	}
 	d := g.C / g.H
 	return attnDims{d: d, b: g.N * g.H, ntc: g.N * g.T * g.C, tb: g.BlockSize(),
 		td: int64(g.T * d), tt: int64(g.T * g.T), scale: float32(1 / math.Sqrt(float64(d)))}, nil

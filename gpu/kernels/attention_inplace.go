@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/gdist/gdist/gpu/gemm"
@@ -9,8 +10,19 @@ import (
 // EnvAttentionHeads set to "copy" makes attention copy the heads into
 // (N H, T, D) matrices and back (the path of before the in-place
 // products, and the one without cublasGemmBatchedEx), for comparisons
-// on a GPU.
+// on a GPU; "" or "inplace" is the default. Another value is refused by
+// AttentionForward and AttentionBackward.
 const EnvAttentionHeads = "GDIST_ATTENTION_HEADS"
+
+// headsEnv checks $GDIST_ATTENTION_HEADS.
+func headsEnv(op string) error {
+	switch v := os.Getenv(EnvAttentionHeads); v {
+	case "", "inplace", "copy":
+		return nil
+	default:
+		return fmt.Errorf("kernels: %s: $%s=%q: want inplace (the default) or copy", op, EnvAttentionHeads, v)
+	}
+}
 
 // inPlace is a Products that computes two-level batches as one product
 // (gemm.Engine through a cuBLAS with cublasGemmBatchedEx): attention's

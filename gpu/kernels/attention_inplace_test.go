@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -79,5 +80,25 @@ func TestAttentionInPlace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A $GDIST_ATTENTION_HEADS other than inplace or copy is refused, naming
+// the variable, before anything is queued.
+func TestAttentionHeadsBad(t *testing.T) {
+	const dev = 0
+	k, s := setup(t, dev)
+	e, err := gemm.New(dev, s, gemm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	t.Setenv(kernels.EnvAttentionHeads, "copies")
+	g := kernels.AttentionGeom{N: 1, T: 4, C: 4, H: 1}
+	if err := kernels.AttentionForward(e, k, 0, 0, 0, 0, g); err == nil || !strings.Contains(err.Error(), kernels.EnvAttentionHeads) {
+		t.Errorf("$%s=copies: %v", kernels.EnvAttentionHeads, err)
+	}
+	if err := kernels.AttentionBackward(e, k, 0, 0, 0, 0, 0, g); err == nil || !strings.Contains(err.Error(), kernels.EnvAttentionHeads) {
+		t.Errorf("$%s=copies: %v", kernels.EnvAttentionHeads, err)
 	}
 }
