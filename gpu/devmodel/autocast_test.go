@@ -299,7 +299,9 @@ func TestBF16WeightCacheStage(t *testing.T) {
 // is a Linear (D, V). The LayerNorms and GELUs write their outputs' bf16
 // copies as they go (devmodel's producer copies, gemm's Provide): the
 // Linears they feed (attention's in-projection, the MLP's first and
-// second, the head) cast nothing of their input (copiesSaved).
+// second, the head) cast nothing of their input, and the MLP's first
+// nothing of its output gradient (GELU's backward writes its copy):
+// copiesSaved.
 func gptCasts(g models.GPT, b int, cached bool) (acts, weights int64) {
 	R, D, V := int64(b*g.Context), int64(g.Dim), int64(models.Vocab)
 	L, HT2 := int64(g.Layers), int64(kernels.AttentionGeom{N: b, T: g.Context, C: g.Dim, H: g.Heads}.Scores())
@@ -365,8 +367,8 @@ func TestBF16CastsPerStep(t *testing.T) {
 	acts, w0 := gptCasts(small, 8, false)
 	_, w1 := gptCasts(small, 8, true)
 	saved := copiesSaved(small, 8)
-	t.Logf("%s batch 8: %d values cast a step without the weight cache (%.2f GB moved at 6 bytes a value), %d with (%.2f GB); activations and gradients %d (attention's P and dS %d); the LayerNorms' and GELUs' bf16 copies save %d values (%.2f GB cast, for %.2f GB written by them: %d values cast before them, %.2f GB)",
+	t.Logf("%s batch 8: %d values cast a step without the weight cache (%.2f GB moved at 6 bytes a value), %d with (%.2f GB); activations and gradients %d (attention's P and dS %d); the producers' bf16 copies save %d values (%.2f GB cast) for %.2f GB written (%d values cast before them, %.2f GB)",
 		small.Name(), acts+w0, float64(6*(acts+w0))/1e9, acts+w1, float64(6*(acts+w1))/1e9, acts,
 		3*int64(small.Layers)*int64(kernels.AttentionGeom{N: 8, T: small.Context, C: small.Dim, H: small.Heads}.Scores()),
-		saved, float64(6*saved)/1e9, float64(2*saved/2)/1e9, acts+w1+saved, float64(6*(acts+w1+saved))/1e9)
+		saved, float64(6*saved)/1e9, float64(2*copiesWritten(small, 8))/1e9, acts+w1+saved, float64(6*(acts+w1+saved))/1e9)
 }

@@ -16,7 +16,8 @@ import (
 // Under bf16 autocast the kernels that produce a Linear's input write
 // its bf16 copy as they go (LayerNorm: the gpt's attention and MLP
 // inputs and the head's; GELU: the MLP's second Linear's; ReLU: the
-// mlp's), and the Linear's products read it (gemm's
+// mlp's), and ReLU's and GELU's backward the output gradient of the
+// Linear before them, and the Linear's products read it (gemm's
 // Provide) instead of casting it: training is bit for bit the path that
 // casts every operand (every loss and parameter over 4 steps of AdamW
 // with clipping, a gpt and the mlp), with 2 R C fewer values cast a
@@ -37,8 +38,9 @@ func TestBF16ProducerCopies(t *testing.T) {
 	}{
 		{"gpt", func() *nn.Model { return bf16GPT(t) }, func(i int) ([]float32, []int32) { return text(i, 2, bf16Shape.Context) },
 			copiesSaved(bf16Shape, 2)},
-		// its ReLUs feed Linears of 256 and 128 inputs
-		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, func(i int) ([]float32, []int32) { return devtest.Images(i, 2, 784) }, 2 * 2 * (256 + 128)},
+		// its ReLUs feed Linears of 256 and 128 inputs (x twice) and
+		// write the gradients of the Linears before (dy once)
+		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, func(i int) ([]float32, []int32) { return devtest.Images(i, 2, 784) }, 3 * 2 * (256 + 128)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			place := func(on bool) *copiesRun {
@@ -124,10 +126,21 @@ func (r *copiesRun) step(t *testing.T, x []float32, y []int32) {
 // copiesSaved is the values a gpt's bf16 step (batch b) no longer casts
 // with the producers' bf16 copies, 2 R C for each Linear of C inputs
 // whose input one writes (its forward product and its weight
-// gradient's; R = b T): each layer's two LayerNorms feed a Linear of D
-// inputs (attention's in-projection, the MLP's first), its GELU one of
-// 4 D (the MLP's second), the last LayerNorm the head: (12 L + 2) R D.
+// gradient's; R = b T), R C' for each of C' outputs whose output
+// gradient one writes (both backward products read the one copy): each
+// layer's two LayerNorms feed a Linear of D inputs (attention's
+// in-projection, the MLP's first), its GELU one of 4 D (the MLP's
+// second) and, backward, writes the MLP's first's output gradient (4 D),
+// the last LayerNorm feeds the head: (16 L + 2) R D.
 func copiesSaved(g models.GPT, b int) int64 {
 	R, D := int64(b*g.Context), int64(g.Dim)
-	return (12*int64(g.Layers) + 2) * R * D
+	return (16*int64(g.Layers) + 2) * R * D
+}
+
+// copiesWritten is the bf16 values the producers write in a gpt's step
+// (2 bytes each): the LayerNorms' outputs ((2 L + 1) R D), the GELUs'
+// (4 L R D) and their input gradients (4 L R D).
+func copiesWritten(g models.GPT, b int) int64 {
+	R, D := int64(b*g.Context), int64(g.Dim)
+	return (10*int64(g.Layers) + 1) * R * D
 }

@@ -27,8 +27,10 @@ type act struct {
 	slot *slot
 	// to16, where the kernel producing val can write its bf16 copy as it
 	// goes (LayerNorm), is where that copy goes: set by the Linear that
-	// reads val (copy16) under bf16 autocast, 0 otherwise
-	to16 *uintptr
+	// reads val (copy16) under bf16 autocast, 0 otherwise; grad16, where
+	// a Linear reads grad as its output gradient, is where the layer whose
+	// backward writes grad (ReLU, GELU) puts grad's bf16 copy
+	to16, grad16 *uintptr
 }
 
 func (a *act) size() int { return prod(a.shape) }
@@ -233,16 +235,47 @@ func (c *compiler) copy16(x *act) (uintptr, error) {
 
 // producer makes the element-wise op just planned (out from x) write
 // out's bf16 copy as it goes with fwd16, if a Linear reads out (copy16),
-// in a training plan.
+// and, if x is a Linear's output, x's gradient's with bwd16 (saved: out
+// or x, as elementwise's), in a training plan.
 func (c *compiler) producer(d *Model, out, x *act, err error,
-	fwd16 func(k *kernels.Kernels, s *cuda.Stream, y, y16, x uintptr, n int) error) (*act, error) {
+	fwd16 func(k *kernels.Kernels, s *cuda.Stream, y, y16, x uintptr, n int) error,
+	bwd16 func(k *kernels.Kernels, s *cuda.Stream, dx, dx16, dy, saved uintptr, n int) error, fromOut bool) (*act, error) {
 	if err != nil || c.eval {
 		return out, err
 	}
 	out.to16 = new(uintptr)
 	to16, n := out.to16, x.size()
-	c.p.ops[len(c.p.ops)-1].fwd = func() error { return fwd16(d.k, d.s, out.val, *to16, x.val, n) }
+	o := &c.p.ops[len(c.p.ops)-1]
+	o.fwd = func() error { return fwd16(d.k, d.s, out.val, *to16, x.val, n) }
+	g16, err := c.grad16(x)
+	if err != nil || g16 == 0 {
+		return out, err
+	}
+	saved := x.val
+	if fromOut {
+		saved = out.val
+	}
+	o.bwd = func() error { return bwd16(d.k, d.s, x.grad, g16, out.grad, saved, n) }
 	return out, nil
+}
+
+// grad16 is the bf16 copy of x's gradient that the layer reading x
+// writes in its backward as it writes the gradient (all of it), for the
+// Linear whose output x is (it reads it as dy in both its backward
+// products): as copy16, 0 where there is none.
+func (c *compiler) grad16(x *act) (uintptr, error) {
+	if x.grad16 == nil || x.grad == 0 || c.eval || c.d == nil || !c.d.h.UsesCopies() || !producerCopies {
+		return 0, nil
+	}
+	if *x.grad16 != 0 {
+		return 0, fmt.Errorf("internal: a second layer writes the gradient of a Linear's output") // a Sequential's output has one reader
+	}
+	p, err := c.alloc(2 * x.size())
+	if err != nil {
+		return 0, err
+	}
+	*x.grad16 = p
+	return p, nil
 }
 
 // producerCopies switches copy16 (off: every operand cast by the
@@ -420,6 +453,10 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		if err != nil {
 			return nil, err
 		}
+		if !c.eval {
+			out.grad16 = new(uintptr) // dy's bf16 copy, if its writer makes one (grad16)
+		}
+		dy16 := out.grad16
 		w, b := c.param(), c.param()
 		c.add(name, func() error {
 			if err := d.provide(x, x16, l.In); err != nil {
@@ -428,6 +465,13 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			return kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), P(b), rows, l.In, l.Out)
 		}, func() error {
 			defer d.withdraw(x, x16)
+			if dy16 != nil && *dy16 != 0 {
+				dy := &act{val: out.grad, shape: out.shape}
+				if err := d.provide(dy, *dy16, l.Out); err != nil {
+					return err
+				}
+				defer d.withdraw(dy, *dy16)
+			}
 			return kernels.LinearBackward(d.h, d.k, x.grad, G(w), G(b), x.val, P(w), out.grad, rows, l.In, l.Out, true)
 		})
 		return out, nil
@@ -506,10 +550,10 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		return out, nil
 	case nn.ReLU, *nn.ReLU:
 		out, err := c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
-		return c.producer(d, out, x, err, (*kernels.Kernels).ReLUBF16)
+		return c.producer(d, out, x, err, (*kernels.Kernels).ReLUBF16, (*kernels.Kernels).ReLUBackwardBF16, true)
 	case nn.GELU, *nn.GELU:
 		out, err := c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
-		return c.producer(d, out, x, err, (*kernels.Kernels).GELUBF16)
+		return c.producer(d, out, x, err, (*kernels.Kernels).GELUBF16, (*kernels.Kernels).GELUBackwardBF16, false)
 	case nn.Tanh, *nn.Tanh:
 		return c.elementwise(d, name, x, (*kernels.Kernels).Tanh, (*kernels.Kernels).TanhBackward, true)
 	case nn.MaxPool2d, *nn.MaxPool2d:

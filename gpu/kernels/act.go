@@ -36,10 +36,20 @@ func (k *Kernels) GELUBF16(s *cuda.Stream, y, y16, x uintptr, n int) error {
 // computed again from GELU's input x as GELU computes it (nn keeps it
 // from the forward pass: the same bits). dx may be dy.
 func (k *Kernels) GELUBackward(s *cuda.Stream, dx, dy, x uintptr, n int) error {
+	return k.GELUBackwardBF16(s, dx, 0, dy, x, n)
+}
+
+// GELUBackwardBF16 is GELUBackward that also writes dx's bf16 copy into
+// dx16 (n values of 2 bytes; 0: none) as it goes, as ReLUBackwardBF16.
+func (k *Kernels) GELUBackwardBF16(s *cuda.Stream, dx, dx16, dy, x uintptr, n int) error {
 	if err := sizeErr("GELUBackward", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_gelu_backward", s, grid(n), rw(2*int64(n), int64(n)), dx, dy, x, int64(n))
+	t := rw(2*int64(n), int64(n))
+	if dx16 != 0 {
+		t.w += 2 * int64(n)
+	}
+	return k.launch("gd_gelu_backward", s, grid(n), t, dx, dy, x, int64(n), dx16)
 }
 
 func embedCheck(op string, rows, num, dim, t int) error {

@@ -75,7 +75,8 @@ func TestLayerNormForwardBF16(t *testing.T) {
 
 // GELUBF16 and ReLUBF16 write GELU's and ReLU's y unchanged and its
 // bf16 copy beside it, the bits gpu/gemm's cast gives (a NaN among the
-// values; LayerNorm's test has the tie).
+// values; LayerNorm's test has the tie); their backwards' BF16 forms
+// likewise dx and its copy.
 func TestActivationsBF16(t *testing.T) {
 	const dev = 0
 	k, s := rowsSetup(t, dev)
@@ -87,7 +88,15 @@ func TestActivationsBF16(t *testing.T) {
 		name  string
 		plain func(s *cuda.Stream, y, x uintptr, n int) error
 		with  func(s *cuda.Stream, y, y16, x uintptr, n int) error
-	}{{"GELU", k.GELU, k.GELUBF16}, {"ReLU", k.ReLU, k.ReLUBF16}} {
+	}{{"GELU", k.GELU, k.GELUBF16}, {"ReLU", k.ReLU, k.ReLUBF16},
+		{"GELUBackward", func(s *cuda.Stream, dx, dy uintptr, n int) error { return k.GELUBackward(s, dx, dy, dX, n) },
+			func(s *cuda.Stream, dx, dx16, dy uintptr, n int) error {
+				return k.GELUBackwardBF16(s, dx, dx16, dy, dX, n)
+			}},
+		{"ReLUBackward", func(s *cuda.Stream, dx, dy uintptr, n int) error { return k.ReLUBackward(s, dx, dy, dX, n) },
+			func(s *cuda.Stream, dx, dx16, dy uintptr, n int) error {
+				return k.ReLUBackwardBF16(s, dx, dx16, dy, dX, n)
+			}}} {
 		y0, y1, y16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
 		if err := f.plain(s, y0, dX, n); err != nil {
 			t.Fatal(err)

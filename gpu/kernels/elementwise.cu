@@ -40,10 +40,14 @@ extern "C" __global__ void gd_relu(float *y, const float *x, long long n, unsign
 	}
 }
 
-// dx = y > 0 ? dy : 0, from ReLU's output y; dx may be dy.
-extern "C" __global__ void gd_relu_backward(float *dx, const float *dy, const float *y, long long n) {
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+// dx = y > 0 ? dy : 0, from ReLU's output y; dx may be dy. dx16, unless
+// null, gets dx's bf16 copy (bf16_bits).
+extern "C" __global__ void gd_relu_backward(float *dx, const float *dy, const float *y, long long n, unsigned short *dx16) {
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		float v = y[i] > 0.0f ? dy[i] : 0.0f;
+		dx[i] = v;
+		if (dx16) dx16[i] = bf16_bits(v);
+	}
 }
 
 // torch.optim.SGD (dampening 0, no Nesterov), as package optim on the CPU:

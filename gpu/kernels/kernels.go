@@ -313,10 +313,22 @@ func (k *Kernels) ReLUBF16(s *cuda.Stream, y, y16, x uintptr, n int) error {
 // ReLUBackward sets dx = dy where ReLU's output y is positive, else 0; dx
 // may be dy.
 func (k *Kernels) ReLUBackward(s *cuda.Stream, dx, dy, y uintptr, n int) error {
+	return k.ReLUBackwardBF16(s, dx, 0, dy, y, n)
+}
+
+// ReLUBackwardBF16 is ReLUBackward that also writes dx's bf16 copy into
+// dx16 (n values of 2 bytes; 0: none) as it goes, the same bits
+// gpu/gemm's cast gives: for gemm.Engine.Provide, where dx is the output
+// gradient of the Linear before (both its backward products read it).
+func (k *Kernels) ReLUBackwardBF16(s *cuda.Stream, dx, dx16, dy, y uintptr, n int) error {
 	if err := sizeErr("ReLUBackward", "n", n); err != nil || n == 0 {
 		return err
 	}
-	return k.launch("gd_relu_backward", s, grid(n), rw(2*int64(n), int64(n)), dx, dy, y, int64(n))
+	t := rw(2*int64(n), int64(n))
+	if dx16 != 0 {
+		t.w += 2 * int64(n)
+	}
+	return k.launch("gd_relu_backward", s, grid(n), t, dx, dy, y, int64(n), dx16)
 }
 
 // CrossEntropy sets loss (one float32) to the mean softmax cross-entropy

@@ -149,11 +149,14 @@ extern "C" __global__ void gd_gelu(float *y, const float *x, long long n, unsign
 }
 
 // dx = dy gelu'(x), the derivative computed again from x; dx may be dy.
-extern "C" __global__ void gd_gelu_backward(float *dx, const float *dy, const float *x, long long n) {
+// dx16, unless null, gets dx's bf16 copy (bf16_bits).
+extern "C" __global__ void gd_gelu_backward(float *dx, const float *dy, const float *x, long long n, unsigned short *dx16) {
 	GRID_LOOP(i, n) {
 		float d;
 		gelu(x[i], &d);
-		dx[i] = dy[i] * d;
+		float v = dy[i] * d;
+		dx[i] = v;
+		if (dx16) dx16[i] = bf16_bits(v);
 	}
 }
 
