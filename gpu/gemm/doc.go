@@ -30,7 +30,7 @@
 // # What bf16 autocast casts, and when
 //
 // Through cuBLAS each operand of a product is read in bf16 from one of
-// four places, written by gdist's cast kernels (gemm.cu: four values a
+// five places, four written by gdist's cast kernels (gemm.cu: four values a
 // thread, 16-byte loads and 8-byte stores, where the operand is 16-byte
 // aligned; one a thread where not; the same bits either way) (the tiled
 // kernel instead rounds each value as it loads its tile, and casts
@@ -72,21 +72,31 @@
 //     block rows (dQ_i) and columns (dK_j) (TestHold, kernels'
 //     TestAttentionBlocks). The caller promises no writes until Release;
 //     a product writing into a held region is refused.
-//   - Everything else (activations, gradients, attention's blocks of
-//     P): cast for the product into a scratch buffer that grows to the
-//     largest product's operands in the first step and stays. An
-//     activation read by two products far apart (a Linear's input x,
-//     read by its forward product and by backward's dW = x^T dy;
-//     attention's P, read by P V and by dV = P^T dO) is cast by each:
-//     keeping its bf16 copy from forward to backward would hold 2 bytes
-//     a value of every such activation across the step (about 1.1 GB
-//     for the Linears' inputs, 1.4 GB for P's lower blocks, at
-//     gpt-L12-D768-H12-T1024 batch 8), and the engine cannot tell when
-//     an activation's memory is written again (the caching pool reuses
-//     blocks across plans, evaluations and a pipeline's recomputation):
-//     the layers that produce those activations (layer norm, GELU, the
-//     causal softmax) writing a bf16 copy beside their fp32 output is
-//     the way to remove those casts (benchmarks/NOTES.md has the
+//   - Given copies (Provide, until Withdraw): a dense region whose bf16
+//     copy the caller wrote (at the same index, bits as the cast's) as
+//     it produced the fp32 values: nothing is cast for an operand inside
+//     it. gpu/kernels' LayerNorm, GELU and ReLU write their outputs'
+//     copies (LayerNormForwardBF16, GELUBF16, ReLUBF16) and GELU's and
+//     ReLU's backwards their input gradients' (GELUBackwardBF16,
+//     ReLUBackwardBF16); gpu/devmodel's plans, under bf16 autocast,
+//     give a Linear's input from forward to its weight-gradient product
+//     in backward, and its output gradient for its two backward
+//     products (TestProvide, devmodel's TestBF16ProducerCopies). The
+//     producer costs 2 bytes written a value where a cast reads 4 and
+//     writes 2 for every product that reads it. Release does not end a
+//     given copy; a product writing into one is refused; the engine
+//     cannot see other writes, so the caller withdraws before the memory
+//     is written again (devmodel: after the Linear's backward, and
+//     WithdrawAll before an evaluation and when a plan's blocks go back
+//     to the pool). UsesCopies says whether the copies are read at all
+//     (not in fp32, TF32, with the tiled kernel or CastInCUBLAS).
+//   - Everything else (other activations and gradients, attention's
+//     blocks of P): cast for the product into a scratch buffer that
+//     grows to the largest product's operands in the first step and
+//     stays. An activation read by two products far apart and produced
+//     by no kernel that writes a copy (attention's output, read by the
+//     out-projection forward and its dW; attention's P, read by P V and
+//     by dV = P^T dO) is cast by each (benchmarks/NOTES.md has the
 //     numbers).
 //
 // With Config.BF16Cast CastInCUBLAS ($GDIST_BF16_CAST=cublas) nothing is
@@ -101,7 +111,9 @@
 // The bf16 memory at gpt-L12-D768-H12-T1024 batch 8: the scratch (the
 // largest product's operands), KeepNext's buffer (a Linear's dy), the
 // held regions (Q, K, V, dO: 50 MB; dS's span: 201 MB) and the weight
-// cache (2 bytes a parameter).
+// cache (2 bytes a parameter) are the engine's; the given copies are the
+// caller's (gpu/devmodel's plan: 2 bytes a value of each LayerNorm's and
+// GELU's output and GELU's input gradient, about 1.5 GB).
 //
 // CastStats counts the values cast, by kind (Operands, Weights) and the
 // weight reads the cache served (WeightReuses); Bytes is their traffic
