@@ -206,9 +206,14 @@ func TestWaitSleepsWhenOversubscribed(t *testing.T) {
 	t.Logf("%d waits of about 5 ms on %d busy cores (%d of %d yields slow): %d yields in %d yielding phases", waits, cores, slow, n, yields, phases)
 	// A phase ends at its first slow yield (quick ones before it while a
 	// processor is free, within spinFor), and after slow ones most waits
-	// have none: about 1 yield a wait here, against 5 to 15 when every
-	// wait yielded until spinFor, 8 yields at least.
-	if yields > 3*waits {
-		t.Errorf("%d yields in %d waits (%d of them yielded): waiters keep yielding to busy threads instead of sleeping until the peer publishes", yields, waits, phases)
+	// have none: about 1 yield a wait on a machine busy with this test's
+	// threads only, against 5 to 15 when every wait yielded until spinFor,
+	// 8 yields at least, and a phase in every wait. When other processes
+	// load the machine too, most yields come back quickly (the scheduler
+	// runs them elsewhere) and a phase runs longer before its first slow
+	// one (188 yields in 9 phases, one CI run at load 8): the number of
+	// waits that yielded at all is what tells sleeping from yielding.
+	if phases > waits/2 {
+		t.Errorf("%d of %d waits yielded (%d yields): waiters keep yielding to busy threads instead of sleeping until the peer publishes", phases, waits, yields)
 	}
 }
