@@ -16,7 +16,17 @@
 // engine's weight cache (autocast.go): each weight is cast to bf16 once
 // per change, not per product; Update and CopyFromHost (a Stage's too)
 // announce the changes, a strategy that writes Params itself calls
-// ParamsChanged, and Casts counts the values cast. Config.SyncBN makes every batch norm a SyncBatchNorm: its
+// ParamsChanged, and Casts counts the values cast. Under bf16 (through
+// cuBLAS with the cast kernel: gemm's UsesCopies) the training plan also
+// has the kernels that produce a Linear's input (LayerNorm, GELU, ReLU)
+// write its bf16 copy as they go, and GELU's and ReLU's backward the
+// output gradient of the Linear before them; the Linear gives the copies
+// to the engine (gemm's Provide) for its forward and weight-gradient
+// products and its two backward products, and withdraws them after its
+// backward (Eval, EvalForward and a plan's release withdraw every copy),
+// so those operands are not cast: the same bits, fewer casts (2 bytes a
+// value of each copy, from the pool, in PeakBytes; none in fp32 and
+// TF32 or in a forward-only plan). Config.SyncBN makes every batch norm a SyncBatchNorm: its
 // statistics span the data-parallel ranks through the hook the strategy
 // provides (SyncBNFunc): syncbn.Device's over NCCL keeps them on the
 // device (an all-gather forward, an all-reduce backward, ordered with
@@ -175,6 +185,11 @@
 //     each Linear weight cast once a step, and the cache follows Update,
 //     CopyFromHost and ParamsChanged; TestBF16CastsPerStep: the values
 //     cast a step equal a formula on three gpt shapes.
+//   - TestBF16ProducerCopies: bf16 with the producers' bf16 copies is
+//     bit for bit bf16 without them (a gpt and the mlp, 4 steps, an
+//     evaluation after a forward without its backward), with the casts
+//     they save (copiesSaved); it fails with a copy written once and
+//     read stale after.
 //   - TestTiledMatchesCPU: without cuBLAS ($GDIST_CUBLAS_PATH naming no
 //     library) the products go through gpu/gemm's tiled kernel; mlp and
 //     cnn follow the CPU path within the fp32 tolerances (measured:
