@@ -187,7 +187,12 @@
 //     (TestBF16KeepsShared: the same bits), and attention holds what its
 //     block products read many times (gemm.Engine.Hold: Q, K, V and dO,
 //     dS's lower blocks) cast once: 7 N T C + 3 Scores values a layer
-//     (TestAttentionBlocks).
+//     (TestAttentionBlocks). LayerNormForwardBF16, GELUBF16, ReLUBF16,
+//     GELUBackwardBF16 and ReLUBackwardBF16 also write their output's
+//     bf16 copy (bf16.cuh's bf16_bits: gemm's cast, the same bits) for
+//     gemm.Engine.Provide; their fp32 outputs are unchanged
+//     (TestLayerNormForwardBF16, TestActivationsBF16: a tie to even, a
+//     NaN).
 //
 //   - gdist's tiled GEMM (gpu/gemm, where cuBLAS is absent): GemmTol(k),
 //     as cuBLAS's fp32 (TestTiled; the mlp and cnn train within the fp32
