@@ -16,8 +16,9 @@ import (
 // Under bf16 autocast the kernels that produce a Linear's input write
 // its bf16 copy as they go (LayerNorm: the gpt's attention and MLP
 // inputs and the head's; GELU: the MLP's second Linear's; ReLU: the
-// mlp's), and ReLU's and GELU's backward the output gradient of the
-// Linear before them, and the Linear's products read it (gemm's
+// mlp's), and ReLU's, GELU's, a Residual's and LayerNorm's backward the
+// output gradient of the Linear before them (directly or ending a
+// Residual's function), and the Linear's products read it (gemm's
 // Provide) instead of casting it: training is bit for bit the path that
 // casts every operand (every loss and parameter over 4 steps of AdamW
 // with clipping, a gpt and the mlp), with 2 R C fewer values cast a
@@ -130,17 +131,21 @@ func (r *copiesRun) step(t *testing.T, x []float32, y []int32) {
 // gradient one writes (both backward products read the one copy): each
 // layer's two LayerNorms feed a Linear of D inputs (attention's
 // in-projection, the MLP's first), its GELU one of 4 D (the MLP's
-// second) and, backward, writes the MLP's first's output gradient (4 D),
-// the last LayerNorm feeds the head: (16 L + 2) R D.
+// second) and, backward, writes the MLP's first's output gradient (4 D);
+// the Residuals' backward sums (and the last LayerNorm's backward) write
+// the output gradients of the Linears that end the Residuals before
+// (attention's out-projection, the MLP's second: D each); the last
+// LayerNorm feeds the head: (18 L + 2) R D.
 func copiesSaved(g models.GPT, b int) int64 {
 	R, D := int64(b*g.Context), int64(g.Dim)
-	return (16*int64(g.Layers) + 2) * R * D
+	return (18*int64(g.Layers) + 2) * R * D
 }
 
 // copiesWritten is the bf16 values the producers write in a gpt's step
 // (2 bytes each): the LayerNorms' outputs ((2 L + 1) R D), the GELUs'
-// (4 L R D) and their input gradients (4 L R D).
+// (4 L R D) and their input gradients (4 L R D), the Linears' output
+// gradients the Residuals and the last LayerNorm write (2 L R D).
 func copiesWritten(g models.GPT, b int) int64 {
 	R, D := int64(b*g.Context), int64(g.Dim)
-	return (10*int64(g.Layers) + 1) * R * D
+	return (12*int64(g.Layers) + 1) * R * D
 }

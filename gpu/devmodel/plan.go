@@ -423,7 +423,10 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		if fmt.Sprint(fout.shape) != fmt.Sprint(x.shape) {
 			return nil, fmt.Errorf("layer %s (residual): fn maps %v to %v; the shapes must agree", quote(name), x.shape, fout.shape)
 		}
-		out := &act{shape: x.shape, grad: fout.grad}
+		// out's gradient is fn's output's: the Linear that ends fn reads
+		// it as dy (its bf16 copy, if the next layer's backward writes one:
+		// grad16)
+		out := &act{shape: x.shape, grad: fout.grad, grad16: fout.grad16}
 		if out.val, err = c.alloc(4 * n); err != nil {
 			return nil, err
 		}
@@ -436,7 +439,11 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			}
 		}
 		if x.grad != 0 {
-			c.p.ops[at].bwd = func() error { return d.k.Add(d.s, x.grad, fin.grad, out.grad, n) }
+			g16, err := c.grad16(x) // x's gradient is the whole sum
+			if err != nil {
+				return nil, err
+			}
+			c.p.ops[at].bwd = func() error { return d.k.AddBF16(d.s, x.grad, g16, fin.grad, out.grad, n) }
 		}
 		c.add(name, func() error { return d.k.Add(d.s, out.val, x.val, fout.val, n) }, nil)
 		return out, nil
@@ -627,8 +634,12 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return nil, err
 			}
 		}
+		var dx16 uintptr // dx's bf16 copy, if x is a Linear's output (grad16)
 		if !c.eval {
 			out.to16 = new(uintptr) // its bf16 copy, if a Linear reads it (copy16)
+			if dx16, err = c.grad16(x); err != nil {
+				return nil, err
+			}
 		}
 		to16 := out.to16
 		w, b := c.param(), c.param()
@@ -639,7 +650,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			}
 			return d.k.LayerNormForwardBF16(d.s, out.val, y16, xhat, inv, x.val, P(w), P(b), rows, l.C, eps)
 		}, func() error {
-			return d.k.LayerNormBackward(d.s, x.grad, G(w), G(b), out.grad, xhat, inv, P(w), rows, l.C, true)
+			return d.k.LayerNormBackwardBF16(d.s, x.grad, dx16, G(w), G(b), out.grad, xhat, inv, P(w), rows, l.C, true)
 		})
 		return out, nil
 	case *nn.Embedding:
@@ -689,6 +700,8 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		if err != nil {
 			return nil, err
 		}
+		out.grad16 = new(uintptr) // the out-projection's dy's bf16 copy, if its writer makes one (grad16)
+		dy16 := out.grad16
 		probs, err := c.alloc(4 * g.Probs())
 		if err != nil {
 			return nil, err
@@ -714,6 +727,13 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			d.profileSplit("attention", "linear")
 			return kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), P(bout), rows, cc, cc)
 		}, func() error {
+			if *dy16 != 0 {
+				dy := &act{val: out.grad, shape: out.shape}
+				if err := d.provide(dy, *dy16, cc); err != nil {
+					return err
+				}
+				defer d.withdraw(dy, *dy16)
+			}
 			if err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), G(bout), att.val, P(wout), out.grad, rows, cc, cc, true); err != nil {
 				return err
 			}

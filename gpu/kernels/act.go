@@ -118,6 +118,14 @@ func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, r
 // its backward the sum of the gradients of its two paths; one float32
 // add, bit for bit nn's. y may be a or b.
 func (k *Kernels) Add(s *cuda.Stream, y, a, b uintptr, n int) error {
+	return k.AddBF16(s, y, 0, a, b, n)
+}
+
+// AddBF16 is Add that also writes y's bf16 copy into y16 (n values of 2
+// bytes; 0: none) as it goes, the same bits gpu/gemm's cast gives: for
+// gemm.Engine.Provide (a Residual's input gradient, which is the output
+// gradient of the Linear that ends the Residual before).
+func (k *Kernels) AddBF16(s *cuda.Stream, y, y16, a, b uintptr, n int) error {
 	if err := sizeErr("Add", "n", n); err != nil || n == 0 {
 		return err
 	}
@@ -125,7 +133,11 @@ func (k *Kernels) Add(s *cuda.Stream, y, a, b uintptr, n int) error {
 	if aligned4([]uintptr{y, a, b}) {
 		name, g = "gd_add4", grid((n+3)/4)
 	}
-	return k.launch(name, s, g, rw(2*int64(n), int64(n)), y, a, b, int64(n))
+	t := rw(2*int64(n), int64(n))
+	if y16 != 0 {
+		t.w += 2 * int64(n)
+	}
+	return k.launch(name, s, g, t, y, a, b, int64(n), y16)
 }
 
 // Tanh sets y = tanh(x) over n elements (nn's Tanh): the device's tanhf,

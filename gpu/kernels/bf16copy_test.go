@@ -21,7 +21,7 @@ func bf16Of(v float32) uint16 {
 }
 
 // LayerNormForwardBF16 writes LayerNormForward's fp32 outputs unchanged
-// and y's bf16 copy beside them, the bits gpu/gemm's cast gives (what
+// and y's bf16 copy beside them (LayerNormBackwardBF16 dx and its copy), the bits gpu/gemm's cast gives (what
 // gemm.Engine.Provide serves to the products that read y): rows in
 // registers (every width) and in memory, a NaN, ties to even.
 func TestLayerNormForwardBF16(t *testing.T) {
@@ -61,6 +61,28 @@ func TestLayerNormForwardBF16(t *testing.T) {
 			}
 			y0, _ := run(false)
 			y1, h := run(true)
+			// backward: dx and its copy
+			dY := devtest.Upload(t, dev, devtest.Vals(181, n, 1))
+			xhat, inv := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, rows, 4)
+			if err := k.LayerNormForward(s, devtest.Alloc(t, dev, n, 4), xhat, inv, dX, dG, dB, rows, c, 1e-5); err != nil {
+				t.Fatal(err)
+			}
+			dx0, dx1, dx16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
+			if err := k.LayerNormBackward(s, dx0, 0, 0, dY, xhat, inv, dG, rows, c, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.LayerNormBackwardBF16(s, dx1, dx16, 0, 0, dY, xhat, inv, dG, rows, c, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			a, b, g := devtest.Floats(t, dev, dx0, n), devtest.Floats(t, dev, dx1, n), halves(t, dev, dx16, n)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) || g[i] != bf16Of(a[i]) {
+					t.Fatalf("C %d backward: dx[%d] = %v with the copy (copy %#04x), %v without (want copy %#04x)", c, i, b[i], g[i], a[i], bf16Of(a[i]))
+				}
+			}
 			for i := range y0 {
 				if math.Float32bits(y0[i]) != math.Float32bits(y1[i]) {
 					t.Fatalf("C %d (%s): y[%d] = %v with the copy, %v without", c, rowsKernel("gd_layernorm", c), i, y1[i], y0[i])
@@ -83,7 +105,7 @@ func TestActivationsBF16(t *testing.T) {
 	const n = 1001
 	x := devtest.Vals(179, n, 4)
 	x[7] = float32(math.NaN())
-	dX := devtest.Upload(t, dev, x)
+	dX, dB := devtest.Upload(t, dev, x), devtest.Upload(t, dev, devtest.Vals(180, n+1, 2))
 	for _, f := range []struct {
 		name  string
 		plain func(s *cuda.Stream, y, x uintptr, n int) error
@@ -96,7 +118,13 @@ func TestActivationsBF16(t *testing.T) {
 		{"ReLUBackward", func(s *cuda.Stream, dx, dy uintptr, n int) error { return k.ReLUBackward(s, dx, dy, dX, n) },
 			func(s *cuda.Stream, dx, dx16, dy uintptr, n int) error {
 				return k.ReLUBackwardBF16(s, dx, dx16, dy, dX, n)
-			}}} {
+			}},
+		// 16-byte aligned: float4 accesses (gd_add4)
+		{"Add", func(s *cuda.Stream, y, x uintptr, n int) error { return k.Add(s, y, x, dB, n) },
+			func(s *cuda.Stream, y, y16, x uintptr, n int) error { return k.AddBF16(s, y, y16, x, dB, n) }},
+		// one value off: one a thread (gd_add)
+		{"Add unaligned", func(s *cuda.Stream, y, x uintptr, n int) error { return k.Add(s, y, x, dB+4, n) },
+			func(s *cuda.Stream, y, y16, x uintptr, n int) error { return k.AddBF16(s, y, y16, x, dB+4, n) }}} {
 		y0, y1, y16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
 		if err := f.plain(s, y0, dX, n); err != nil {
 			t.Fatal(err)

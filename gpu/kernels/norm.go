@@ -205,6 +205,14 @@ func (k *Kernels) LayerNormForwardBF16(s *cuda.Stream, y, y16, xhat, invstd, x, 
 // rows, in row order, of dy xhat and dy, set or with accumulate added to.
 // dx may be dy.
 func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat, invstd, gamma uintptr, rows, c int, accumulate bool) error {
+	return k.LayerNormBackwardBF16(s, dx, 0, dgamma, dbeta, dy, xhat, invstd, gamma, rows, c, accumulate)
+}
+
+// LayerNormBackwardBF16 is LayerNormBackward that also writes dx's bf16
+// copy into dx16 [rows, c] (2 bytes a value; 0: none) as it goes, the
+// same bits gpu/gemm's cast gives: for gemm.Engine.Provide (the output
+// gradient of the Linear before, through a Residual).
+func (k *Kernels) LayerNormBackwardBF16(s *cuda.Stream, dx, dx16, dgamma, dbeta, dy, xhat, invstd, gamma uintptr, rows, c int, accumulate bool) error {
 	if err := lnCheck("LayerNormBackward", rows, c); err != nil {
 		return err
 	}
@@ -216,5 +224,9 @@ func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 	if dx == 0 || rows == 0 {
 		return nil
 	}
-	return k.launch(rowsKernel("gd_layernorm_backward", c), s, rowsGrid(rows), rw(2*int64(rows)*int64(c)+int64(rows), int64(rows)*int64(c)), dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c))
+	t := rw(2*int64(rows)*int64(c)+int64(rows), int64(rows)*int64(c))
+	if dx16 != 0 {
+		t.w += 2 * int64(rows) * int64(c)
+	}
+	return k.launch(rowsKernel("gd_layernorm_backward", c), s, rowsGrid(rows), t, dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c), dx16)
 }

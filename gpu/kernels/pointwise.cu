@@ -354,19 +354,34 @@ extern "C" __global__ void gd_dropout(float *y, const float *x, long long n, dou
 
 // y = a + b (nn's Residual; a residual's gradient is dy plus the
 // branch's). y may be a or b.
-extern "C" __global__ void gd_add(float *y, const float *a, const float *b, long long n) {
-	GRID_LOOP(i, n) y[i] = a[i] + b[i];
+extern "C" __global__ void gd_add(float *y, const float *a, const float *b, long long n, unsigned short *y16) {
+	GRID_LOOP(i, n) {
+		float v = a[i] + b[i];
+		y[i] = v;
+		if (y16) y16[i] = bf16_bits(v);
+	}
 }
 
 // gd_add with float4 accesses (y, a, b 16-byte aligned, as the launch
 // checks); the last n % 4 one a thread.
-extern "C" __global__ void gd_add4(float *y, const float *a, const float *b, long long n) {
+extern "C" __global__ void gd_add4(float *y, const float *a, const float *b, long long n, unsigned short *y16) {
 	long long q = n / 4;
 	GRID_LOOP(i, q) {
 		float4 u = ((const float4 *)a)[i], w = ((const float4 *)b)[i];
-		((float4 *)y)[i] = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
+		float4 v = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
+		((float4 *)y)[i] = v;
+		if (y16) {
+			y16[4 * i] = bf16_bits(v.x);
+			y16[4 * i + 1] = bf16_bits(v.y);
+			y16[4 * i + 2] = bf16_bits(v.z);
+			y16[4 * i + 3] = bf16_bits(v.w);
+		}
 	}
-	GRID_LOOP(j, n - 4 * q) y[4 * q + j] = a[4 * q + j] + b[4 * q + j];
+	GRID_LOOP(j, n - 4 * q) {
+		float v = a[4 * q + j] + b[4 * q + j];
+		y[4 * q + j] = v;
+		if (y16) y16[4 * q + j] = bf16_bits(v);
+	}
 }
 
 // ---- Tanh (nn.Tanh) and a PositionEmbedding on its own ----

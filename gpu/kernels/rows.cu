@@ -334,8 +334,9 @@ extern "C" __global__ void gd_layernorm(float *y, float *xhat, float *invstd, co
 
 // Layer norm's input gradient (nn's lnGradOp, bit for bit): with g = dy
 // gamma, dx = 1/std ((g - mean g) - xhat mean(g xhat)). dx may be dy.
+// dx16, unless null, gets dx's bf16 copy (bf16_bits).
 extern "C" __global__ void gd_layernorm_backward(float *dx, const float *dy, const float *xhat, const float *invstd,
-						 const float *gamma, int rows, int C, float invC) {
+						 const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		const float *d = dy + (long long)r * C, *xh = xhat + (long long)r * C;
@@ -345,7 +346,9 @@ extern "C" __global__ void gd_layernorm_backward(float *dx, const float *dy, con
 		__syncwarp();
 		for (int j = lane; j < C; j += 32) {
 			float g = d[j] * gamma[j];
-			dx[(long long)r * C + j] = inv * ((g - m1) - xh[j] * m2);
+			float v = inv * ((g - m1) - xh[j] * m2);
+			dx[(long long)r * C + j] = v;
+			if (dx16) dx16[(long long)r * C + j] = bf16_bits(v);
 		}
 		__syncwarp();
 	}
@@ -579,7 +582,7 @@ template <int K> __device__ void layernorm_regs(float *y, float *xhat, float *in
 
 // gd_layernorm_backward with each row of dy and xhat in registers.
 template <int K> __device__ void layernorm_backward_regs(float *dx, const float *dy, const float *xhat, const float *invstd,
-							 const float *gamma, int rows, int C, float invC) {
+							 const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
 	int lane = threadIdx.x & 31;
 	for (int r = first_row(); r < rows; r += row_step()) {
 		const float *d = dy + (long long)r * C, *xh = xhat + (long long)r * C;
@@ -598,7 +601,11 @@ template <int K> __device__ void layernorm_backward_regs(float *dx, const float 
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			int j = 32 * k + lane;
-			if (j < C) dx[(long long)r * C + j] = inv * ((g[k] - m1) - xv[k] * m2);
+			if (j < C) {
+				float v = inv * ((g[k] - m1) - xv[k] * m2);
+				dx[(long long)r * C + j] = v;
+				if (dx16) dx16[(long long)r * C + j] = bf16_bits(v);
+			}
 		}
 		__syncwarp();
 	}
@@ -609,8 +616,8 @@ extern "C" __global__ void gd_layernorm_r2(float *y, float *xhat, float *invstd,
 	layernorm_regs<2>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r2(float *dx, const float *dy, const float *xhat, const float *invstd,
-						     const float *gamma, int rows, int C, float invC) {
-	layernorm_backward_regs<2>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+						     const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
+	layernorm_backward_regs<2>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16);
 }
 
 extern "C" __global__ void gd_layernorm_r4(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
@@ -618,8 +625,8 @@ extern "C" __global__ void gd_layernorm_r4(float *y, float *xhat, float *invstd,
 	layernorm_regs<4>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r4(float *dx, const float *dy, const float *xhat, const float *invstd,
-						     const float *gamma, int rows, int C, float invC) {
-	layernorm_backward_regs<4>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+						     const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
+	layernorm_backward_regs<4>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16);
 }
 
 extern "C" __global__ void gd_layernorm_r8(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
@@ -627,8 +634,8 @@ extern "C" __global__ void gd_layernorm_r8(float *y, float *xhat, float *invstd,
 	layernorm_regs<8>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r8(float *dx, const float *dy, const float *xhat, const float *invstd,
-						     const float *gamma, int rows, int C, float invC) {
-	layernorm_backward_regs<8>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+						     const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
+	layernorm_backward_regs<8>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16);
 }
 
 extern "C" __global__ void gd_layernorm_r16(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
@@ -636,8 +643,8 @@ extern "C" __global__ void gd_layernorm_r16(float *y, float *xhat, float *invstd
 	layernorm_regs<16>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r16(float *dx, const float *dy, const float *xhat, const float *invstd,
-						     const float *gamma, int rows, int C, float invC) {
-	layernorm_backward_regs<16>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+						     const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
+	layernorm_backward_regs<16>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16);
 }
 
 extern "C" __global__ void gd_layernorm_r24(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
@@ -645,8 +652,8 @@ extern "C" __global__ void gd_layernorm_r24(float *y, float *xhat, float *invstd
 	layernorm_regs<24>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r24(float *dx, const float *dy, const float *xhat, const float *invstd,
-						     const float *gamma, int rows, int C, float invC) {
-	layernorm_backward_regs<24>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+						     const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
+	layernorm_backward_regs<24>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16);
 }
 
 extern "C" __global__ void gd_layernorm_r32(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
@@ -654,8 +661,8 @@ extern "C" __global__ void gd_layernorm_r32(float *y, float *xhat, float *invstd
 	layernorm_regs<32>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
 }
 extern "C" __global__ void gd_layernorm_backward_r32(float *dx, const float *dy, const float *xhat, const float *invstd,
-						     const float *gamma, int rows, int C, float invC) {
-	layernorm_backward_regs<32>(dx, dy, xhat, invstd, gamma, rows, C, invC);
+						     const float *gamma, int rows, int C, float invC, unsigned short *dx16) {
+	layernorm_backward_regs<32>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16);
 }
 
 // ---- the gradient's global norm (train's clipGrads) ----
