@@ -19,8 +19,10 @@
 // ParamsChanged, and Casts counts the values cast. Under bf16 (through
 // cuBLAS with the cast kernel: gemm's UsesCopies) the training plan also
 // has the kernels that produce a Linear's input (LayerNorm, GELU, ReLU)
-// write its bf16 copy as they go, and GELU's and ReLU's backward the
-// output gradient of the Linear before them; the Linear gives the copies
+// write its bf16 copy as they go, and those that write a Linear's output
+// gradient (GELU's and ReLU's backward after it; a Residual's backward
+// sum and LayerNorm's backward after the Residual it ends) its copy;
+// the Linear gives the copies
 // to the engine (gemm's Provide) for its forward and weight-gradient
 // products and its two backward products, and withdraws them after its
 // backward (Eval, EvalForward and a plan's release withdraw every copy),

@@ -76,9 +76,10 @@
 //     copy the caller wrote (at the same index, bits as the cast's) as
 //     it produced the fp32 values: nothing is cast for an operand inside
 //     it. gpu/kernels' LayerNorm, GELU and ReLU write their outputs'
-//     copies (LayerNormForwardBF16, GELUBF16, ReLUBF16) and GELU's and
-//     ReLU's backwards their input gradients' (GELUBackwardBF16,
-//     ReLUBackwardBF16); gpu/devmodel's plans, under bf16 autocast,
+//     copies (LayerNormForwardBF16, GELUBF16, ReLUBF16) and GELU's,
+//     ReLU's and LayerNorm's backwards and Add (a Residual's backward)
+//     their input gradients' (GELUBackwardBF16, ReLUBackwardBF16,
+//     LayerNormBackwardBF16, AddBF16); gpu/devmodel's plans, under bf16 autocast,
 //     give a Linear's input from forward to its weight-gradient product
 //     in backward, and its output gradient for its two backward
 //     products (TestProvide, devmodel's TestBF16ProducerCopies). The
@@ -113,7 +114,8 @@
 // held regions (Q, K, V, dO: 50 MB; dS's span: 201 MB) and the weight
 // cache (2 bytes a parameter) are the engine's; the given copies are the
 // caller's (gpu/devmodel's plan: 2 bytes a value of each LayerNorm's and
-// GELU's output and GELU's input gradient, about 1.5 GB).
+// GELU's output and of the gradients written for the Linears, about 1.8
+// GB).
 //
 // CastStats counts the values cast, by kind (Operands, Weights) and the
 // weight reads the cache served (WeightReuses); Bytes is their traffic

@@ -188,7 +188,8 @@
 //     block products read many times (gemm.Engine.Hold: Q, K, V and dO,
 //     dS's lower blocks) cast once: 7 N T C + 3 Scores values a layer
 //     (TestAttentionBlocks). LayerNormForwardBF16, GELUBF16, ReLUBF16,
-//     GELUBackwardBF16 and ReLUBackwardBF16 also write their output's
+//     GELUBackwardBF16, ReLUBackwardBF16, LayerNormBackwardBF16 and
+//     AddBF16 also write their output's
 //     bf16 copy (bf16.cuh's bf16_bits: gemm's cast, the same bits) for
 //     gemm.Engine.Provide; their fp32 outputs are unchanged
 //     (TestLayerNormForwardBF16, TestActivationsBF16: a tie to even, a
