@@ -26,10 +26,12 @@ type act struct {
 	// values live in, shared by the acts that view it.
 	slot *slot
 	// to16, where the kernel producing val can write its bf16 copy as it
-	// goes (LayerNorm), is where that copy goes: set by the Linear that
-	// reads val (copy16) under bf16 autocast, 0 otherwise; grad16, where
-	// a Linear reads grad as its output gradient, is where the layer whose
-	// backward writes grad (ReLU, GELU) puts grad's bf16 copy
+	// goes (LayerNorm, GELU, ReLU), is where that copy goes: set by the
+	// Linear that reads val (copy16) under bf16 autocast, 0 otherwise;
+	// grad16, where a Linear reads grad as its output gradient (its
+	// output, or a Residual's whose function it ends), is where the layer
+	// whose backward writes grad (ReLU, GELU, LayerNorm, a Residual's
+	// sum) puts grad's bf16 copy (grad16)
 	to16, grad16 *uintptr
 }
 
@@ -472,7 +474,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			return kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), P(b), rows, l.In, l.Out)
 		}, func() error {
 			defer d.withdraw(x, x16)
-			if dy16 != nil && *dy16 != 0 {
+			if dy16 != nil {
 				dy := &act{val: out.grad, shape: out.shape}
 				if err := d.provide(dy, *dy16, l.Out); err != nil {
 					return err
@@ -727,14 +729,14 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			d.profileSplit("attention", "linear")
 			return kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), P(bout), rows, cc, cc)
 		}, func() error {
-			if *dy16 != 0 {
-				dy := &act{val: out.grad, shape: out.shape}
-				if err := d.provide(dy, *dy16, cc); err != nil {
-					return err
-				}
-				defer d.withdraw(dy, *dy16)
+			defer d.withdraw(x, x16)
+			dy := &act{val: out.grad, shape: out.shape}
+			if err := d.provide(dy, *dy16, cc); err != nil {
+				return err
 			}
-			if err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), G(bout), att.val, P(wout), out.grad, rows, cc, cc, true); err != nil {
+			err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), G(bout), att.val, P(wout), out.grad, rows, cc, cc, true)
+			d.withdraw(dy, *dy16)
+			if err != nil {
 				return err
 			}
 			d.profileSplit("linear", "attention")
@@ -742,7 +744,6 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("attention", "linear")
-			defer d.withdraw(x, x16)
 			return kernels.LinearBackward(d.h, d.k, x.grad, G(win), G(bin), x.val, P(win), qkv.grad, rows, cc, 3*cc, true)
 		})
 		return out, nil
