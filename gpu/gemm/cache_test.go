@@ -182,3 +182,34 @@ func TestWeightCacheEdges(t *testing.T) {
 		t.Errorf("unregistered: %+v", s)
 	}
 }
+
+// A registered weight read as a block of a wider matrix (ldb larger than
+// the columns the product reads: a fused layer's weight, one part of it)
+// is served from the cache with every row it reads cast: the same bits as
+// an engine without the cache.
+func TestWeightCacheBlock(t *testing.T) {
+	t.Setenv(gemm.EnvBF16Cast, "kernel")
+	cached := engine(t, gemm.Config{Precision: gemm.BF16})
+	plain := engine(t, gemm.Config{Precision: gemm.BF16, NoWeightCache: true})
+	if !cached.CUBLAS() {
+		t.Skip(cached.Backend())
+	}
+	const r, k, n, ldw = 3, 8, 4, 12 // W is [k, ldw]; the product reads its first n columns
+	P := devtest.Upload(t, dev, devtest.Vals(80, k*ldw, 1))
+	x := devtest.Upload(t, dev, devtest.Vals(81, r*k, 1))
+	cached.Weights(P, k*ldw)
+	run := func(e *gemm.Engine) []float32 {
+		y := devtest.Alloc(t, dev, r*n, 4)
+		if err := e.MatMulBatched(false, false, r, n, k, 1, x, k, 0, P, ldw, 0, 0, y, n, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Stream().Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		return devtest.Floats(t, dev, y, r*n)
+	}
+	sameBits(t, "y = x W[:, :n] from the cache", run(cached), run(plain))
+	if s := cached.CastStats(); s.Weights == 0 {
+		t.Errorf("the block was not served from the cache: %+v", s)
+	}
+}

@@ -431,8 +431,11 @@ func (e *Engine) gemmEx(ta, tb bool, m, n, k int, alpha float32, A cublas.Matrix
 func (e *Engine) bf16(x uintptr, X operand, n int64, cached bool, held uintptr, reuse, keep bool, scratch uintptr, ld int, stride int64) (uintptr, int, int64, error) {
 	switch {
 	case cached:
+		// the cache's copy has X's layout: the product reads X's whole
+		// span from it (n, a compact cast's count, is less where X is a
+		// block of a wider matrix)
 		x16 := e.w.at(x)
-		if err := e.w.cast(e, x, n); err != nil {
+		if err := e.w.cast(e, x, X.span()); err != nil {
 			return 0, 0, 0, err
 		}
 		return x16, ld, stride, nil
