@@ -28,6 +28,20 @@ import (
 // convolutions use them (Linear and the rest keep blas32, so the mlp's
 // results are unchanged).
 
+// convGemmEnv reads GDIST_CONV_GEMM's value: unset (or empty) lets
+// convBLAS use the small-matrix kernels where they run, "blas" keeps
+// blas32 (for comparisons); any other value is refused, naming it, rather
+// than taken for the default.
+func convGemmEnv(v string) (small bool, err error) {
+	switch v {
+	case "":
+		return true, nil
+	case "blas":
+		return false, nil
+	}
+	return false, fmt.Errorf("nn: GDIST_CONV_GEMM=%q: want \"blas\" (the convolutions on OpenBLAS's sgemm) or unset (on its AVX-512 small-matrix kernels where they run)", v)
+}
+
 // sgemmer is the part of blas32's implementation the convolutions use.
 type sgemmer interface {
 	Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)

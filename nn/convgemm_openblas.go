@@ -48,10 +48,15 @@ import (
 // smallGemmOK says whether convBLAS uses OpenBLAS's AVX-512 small-matrix
 // kernels: the active vecmath kernels are avx512 (the CPU runs AVX-512,
 // GDIST_KERNELS does not cap it lower), GDIST_CONV_GEMM is not "blas"
-// (which keeps blas32, for comparisons), and the OpenBLAS linked has them.
-// Looked up at the first convolution (importing nn does nothing).
+// (which keeps blas32, for comparisons; another value panics, naming it:
+// convGemmEnv), and the OpenBLAS linked has them. Looked up at the first
+// convolution (importing nn does nothing).
 var smallGemmOK = sync.OnceValue(func() bool {
-	return vecmath.KernelSet() == "avx512" && os.Getenv("GDIST_CONV_GEMM") != "blas" && C.gdSmallInit() != 0
+	small, err := convGemmEnv(os.Getenv("GDIST_CONV_GEMM"))
+	if err != nil {
+		panic(err)
+	}
+	return small && vecmath.KernelSet() == "avx512" && C.gdSmallInit() != 0
 })
 
 // smallSgemm runs the kernel; the arguments are checked (smallGemm).

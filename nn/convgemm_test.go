@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/blas"
@@ -123,6 +125,22 @@ func BenchmarkConvGemm(b *testing.B) {
 				}
 				b.ReportMetric(2*float64(c.m*c.n*c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
+		}
+	}
+}
+
+// TestConvGemmEnv: GDIST_CONV_GEMM unset or "blas" is taken; a value it
+// does not know (a typo, another case, "0") is refused naming it, not
+// silently taken for the default small kernels.
+func TestConvGemmEnv(t *testing.T) {
+	for v, small := range map[string]bool{"": true, "blas": false} {
+		if got, err := convGemmEnv(v); err != nil || got != small {
+			t.Errorf("GDIST_CONV_GEMM=%q: small kernels %v, %v; want %v", v, got, err, small)
+		}
+	}
+	for _, v := range []string{"BLAS", "0", "off", "small", " blas"} {
+		if _, err := convGemmEnv(v); err == nil || !strings.Contains(err.Error(), "GDIST_CONV_GEMM="+strconv.Quote(v)) {
+			t.Errorf("GDIST_CONV_GEMM=%q: error %v, want one naming it", v, err)
 		}
 	}
 }
