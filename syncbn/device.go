@@ -107,13 +107,25 @@ extern "C" __global__ void gd_syncbn_combine(double *stats, const double *all, i
 
 // NewDevice makes the SyncBatchNorm of a model on GPU device over c,
 // which must take device buffers on that device (the nccl backend's
-// Comm, or the staging Comm comm.New returns for it). It compiles the combine kernel (NVRTC, once per
-// process) and makes two events; the device memory for the gathered
+// Comm, or the staging Comm comm.New returns for it): it refuses any
+// other (a host backend's, even staged: its collectives would not be
+// ordered with the model's stream). It compiles the combine kernel
+// (NVRTC, once per process) and makes two events; the device memory for the gathered
 // statistics is allocated at the first forward call (and grown once if a
 // later layer has more channels).
 func NewDevice(c comm.Comm, device int) (*Device, error) {
 	if c == nil {
 		return nil, comm.InvalidArgf("syncbn: NewDevice needs a Comm")
+	}
+	if on := commDevice(c); on != device {
+		// a Comm through host memory (a host backend, staged) records no
+		// Done event: the model's stream would read the statistics
+		// before they arrive
+		where := "host memory (a host backend)"
+		if on >= 0 {
+			where = fmt.Sprintf("cuda:%d", on)
+		}
+		return nil, comm.InvalidArgf("syncbn: rank %d: NewDevice on cuda:%d needs a Comm that takes device buffers there (the nccl backend's, on that GPU); this one works on %s: use Syncer's host hook (gpu/devmodel's HostSyncBN) instead", c.Rank(), device, where)
 	}
 	m, err := rtc.Load(device, "gdist_syncbn.cu", combineSource, "--fmad=false")
 	if err != nil {
@@ -204,6 +216,27 @@ func (d *Device) sync(ctx context.Context, s *cuda.Stream, stage string, buf uin
 		return fmt.Errorf("syncbn: rank %d: combining the statistics: %w", rank, err)
 	}
 	return nil
+}
+
+// commDevice is the GPU whose buffers c (or a Comm it wraps, through
+// Unwrap) takes itself, -1 if none: the nccl backend's Comm, and the
+// staging Comm comm.New returns for it, are on their GPU; a host
+// backend's, staged or not, on none.
+func commDevice(c comm.Comm) int {
+	for x := c; x != nil; {
+		if d, ok := x.(interface {
+			Device() int
+			DeviceCapable() bool
+		}); ok && d.DeviceCapable() && d.Device() >= 0 {
+			return d.Device()
+		}
+		u, ok := x.(interface{ Unwrap() comm.Comm })
+		if !ok {
+			break
+		}
+		x = u.Unwrap()
+	}
+	return -1
 }
 
 // grow makes the gather buffer hold at least n float64s. A buffer that

@@ -13,8 +13,10 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
 	_ "github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/comm/rendezvous"
+	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/syncbn"
@@ -351,4 +353,28 @@ func ExampleDevice() {
 	}
 	fmt.Println(res[0], res[1])
 	// Output: [10 10 4] [10 10 4]
+}
+
+// NewDevice refuses a Comm that does not take device buffers on its
+// device: the nccl rank's on another GPU, and a host backend's staged
+// through host memory (whose collectives record no event the model's
+// stream could wait for: the combine would read the statistics before
+// they arrive).
+func TestDeviceRefusesComm(t *testing.T) {
+	cs := ncclRanks(t, 1)
+	if cuda.DeviceCount() < 2 {
+		t.Skip("needs 2 GPUs")
+	}
+	if _, err := syncbn.NewDevice(cs[0], 1); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "cuda:0") || !strings.Contains(err.Error(), "rank 0") {
+		t.Errorf("the nccl rank of cuda:0 on cuda:1: %v, want an invalid argument naming cuda:0 and rank 0", err)
+	}
+	hs, err := inproc.New(1, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs[0].Close()
+	_, err = syncbn.NewDevice(staging.Wrap(hs[0]), 0)
+	if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "host") || !strings.Contains(err.Error(), "HostSyncBN") {
+		t.Errorf("a staged host backend: %v, want an invalid argument pointing to HostSyncBN", err)
+	}
 }
