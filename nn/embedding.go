@@ -107,8 +107,8 @@ func (op *embedOp) Do(v ...G.Value) (G.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(dy) < len(ids)*d {
-			return nil, fmt.Errorf("nn: embedding gradient of %d values for %d ids of %d", len(dy), len(ids), d)
+		if len(dy) != len(ids)*d {
+			return nil, fmt.Errorf("nn: embedding gradient of %d values for %d ids of width %d: want %d, one row per id (the output's gradient, shape (ids..., %d))", len(dy), len(ids), d, len(ids)*d, d)
 		}
 		t, dw := op.out.get(tensor.Shape{op.num, d}, dy)
 		clear(dw)
