@@ -337,6 +337,9 @@ func (d *Model) Close() error {
 	}
 	d.closeIO()
 	d.closeUnits() // ZeRO-3's events (zero.go)
+	if d.k != nil {
+		d.k.Close() // the kernels' scratch
+	}
 	for _, p := range d.owned {
 		cuda.Free(d.dev, p)
 	}

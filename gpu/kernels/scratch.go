@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/gdist/gdist/gpu/cuda"
@@ -11,8 +12,8 @@ import (
 // reductions (partial sums) and the embedding gradient's order of rows.
 // A stream's scratch is allocated at its first such launch (scratchMin
 // bytes, or more), grown when a launch needs more (a new block of twice
-// the size; the old one is left allocated, since freeing would wait for
-// the whole device), and held while the Kernels lives. A launch that
+// the size; the old one is left allocated until Close, since freeing
+// would wait for the whole device), and held until Close. A launch that
 // uses it holds the stream's lock from its first stage to its last, so
 // that work queued on one stream by several goroutines does not
 // interleave inside it; the stream's order does the rest.
@@ -30,6 +31,7 @@ type scratch struct {
 	mu  sync.Mutex
 	ptr uintptr
 	n   int
+	old []uintptr // blocks outgrown, freed by Close
 }
 
 // withScratch calls f with at least n bytes of s's scratch, holding s's
@@ -54,9 +56,36 @@ func (k *Kernels) withScratch(s *cuda.Stream, n int, f func(ws uintptr) error) e
 		size := max(n, 2*sc.n, scratchMin)
 		p, err := cuda.Malloc(k.dev, size)
 		if err != nil {
-			return err
+			return fmt.Errorf("kernels: %d bytes of scratch for a two-stage sum: %w", size, err)
+		}
+		if sc.ptr != 0 {
+			sc.old = append(sc.old, sc.ptr)
 		}
 		sc.ptr, sc.n = p, size
 	}
 	return f(sc.ptr)
+}
+
+// Close frees the device scratch the kernels hold (scratch.go): call it
+// once the work queued through them is done (their streams synchronized),
+// as the Model that loaded them closes. The Kernels stay usable: a later
+// launch that needs scratch allocates it again.
+func (k *Kernels) Close() error {
+	k.scr.mu.Lock()
+	defer k.scr.mu.Unlock()
+	var err error
+	for _, sc := range k.scr.m {
+		sc.mu.Lock()
+		for _, p := range append(sc.old, sc.ptr) {
+			if p == 0 {
+				continue
+			}
+			if ferr := cuda.Free(k.dev, p); ferr != nil && err == nil {
+				err = fmt.Errorf("kernels: Close: %w", ferr)
+			}
+		}
+		sc.ptr, sc.n, sc.old = 0, 0, nil
+		sc.mu.Unlock()
+	}
+	return err
 }
