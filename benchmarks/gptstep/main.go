@@ -171,8 +171,8 @@ func runGdist(g models.GPT, batch, warmup, steps int, useOpt bool, cpuprofile st
 		y[i] = int32((i*7 + 1) % models.Vocab)
 	}
 	var opt optim.Optimizer
-	if useOpt {
-		if opt, err = optim.New(optim.Config{Name: "adamw", LR: 3e-3}, len(m.Flat.Value)); err != nil {
+	if useOpt { // torch.optim.AdamW's defaults: weight decay 0.01 (gdist's is 0)
+		if opt, err = optim.New(optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}, len(m.Flat.Value)); err != nil {
 			return nil, err
 		}
 	}
