@@ -37,7 +37,7 @@
 // and what it keeps from forward to backward; only the two-stage sums'
 // partial sums (below) live in scratch that Kernels keeps per stream
 // (512 KiB at a stream's first such launch, grown if ever needed, held
-// while the Kernels lives). The tests
+// until Kernels.Close). The tests
 // TestMLPMatchesCPU and TestCNNMatchesCPU train models' mlp, cnn and
 // cnn-bn this way and follow the CPU path (nn through gorgonia, optim's
 // SGD) step by step; TestGPTBlock composes a transformer layer.
