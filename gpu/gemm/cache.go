@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"fmt"
+	"os"
 	"sort"
 
 	"github.com/gdist/gdist/gpu/cuda"
@@ -9,8 +10,21 @@ import (
 
 // EnvAutocastCache, set to "0", turns the bf16 weight cache off in every
 // engine made after (as Config.NoWeightCache does for one): for
-// comparisons, PyTorch's torch.autocast(cache_enabled=False).
+// comparisons, PyTorch's torch.autocast(cache_enabled=False). "1" or
+// unset leaves it on; New refuses any other value.
 const EnvAutocastCache = "GDIST_AUTOCAST_CACHE"
+
+// cacheOff reads $GDIST_AUTOCAST_CACHE.
+func cacheOff() (bool, error) {
+	switch v := os.Getenv(EnvAutocastCache); v {
+	case "", "1":
+		return false, nil
+	case "0":
+		return true, nil
+	default:
+		return false, fmt.Errorf("gemm: $%s=%q: want 0 (the bf16 weight cache off) or 1 (on, the default)", EnvAutocastCache, v)
+	}
+}
 
 // CastStats counts the values an engine has cast from fp32 to bf16 under
 // bf16 autocast through cuBLAS (the tiled kernel rounds as it loads its

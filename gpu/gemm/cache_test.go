@@ -2,8 +2,10 @@ package gemm_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 
+	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 )
@@ -211,5 +213,26 @@ func TestWeightCacheBlock(t *testing.T) {
 	sameBits(t, "y = x W[:, :n] from the cache", run(cached), run(plain))
 	if s := cached.CastStats(); s.Weights == 0 {
 		t.Errorf("the block was not served from the cache: %+v", s)
+	}
+}
+
+// A bad $GDIST_AUTOCAST_CACHE is refused by New, naming the variable and
+// the values it takes, rather than read as "on"; 0 and 1 are taken.
+func TestAutocastCacheEnv(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	for _, v := range []string{"off", "false", "no"} {
+		t.Setenv(gemm.EnvAutocastCache, v)
+		e, err := gemm.New(dev, devtest.Stream(t, dev), gemm.Config{Precision: gemm.BF16})
+		if err == nil {
+			e.Close()
+			t.Fatalf("%s=%s: New made an engine", gemm.EnvAutocastCache, v)
+		}
+		if !strings.Contains(err.Error(), gemm.EnvAutocastCache) || !strings.Contains(err.Error(), v) {
+			t.Errorf("%s=%s: %v: want the variable and its value named", gemm.EnvAutocastCache, v, err)
+		}
+	}
+	for _, v := range []string{"0", "1", ""} {
+		t.Setenv(gemm.EnvAutocastCache, v)
+		engine(t, gemm.Config{Precision: gemm.BF16})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 
 	"github.com/gdist/gdist/gpu/cublas"
@@ -143,7 +142,11 @@ func New(device int, s *cuda.Stream, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("gemm: an engine on cuda:%d with a stream of cuda:%d", device, s.Device())
 	}
 	e := &Engine{dev: device, s: s, prec: p}
-	e.w.off = cfg.NoWeightCache || os.Getenv(EnvAutocastCache) == "0"
+	off, err := cacheOff()
+	if err != nil {
+		return nil, err
+	}
+	e.w.off = cfg.NoWeightCache || off
 	if e.castIn, err = castInCUBLAS(cfg.BF16Cast); err != nil {
 		return nil, err
 	}
