@@ -174,25 +174,3 @@ func BenchmarkGELU(b *testing.B) {
 		}
 	})
 }
-
-func TestExp32(t *testing.T) {
-	var maxRel float64
-	for y := -87.0; y <= 0; y += 1.0 / 4096 {
-		y32 := float32(y)
-		want := math.Exp(float64(y32))
-		maxRel = max(maxRel, math.Abs(float64(exp32(y32))-want)/want)
-	}
-	t.Logf("exp32 on [-87, 0]: max relative error %.3g", maxRel)
-	if maxRel > 2.5e-7 { // 2 ulp
-		t.Errorf("exp32: max relative error %.3g, want <= 2.5e-7", maxRel)
-	}
-	if got := exp32(-1000); got < 0 || got > 1e-37 {
-		t.Errorf("exp32(-1000) = %g, want about 0", got)
-	}
-	if got := exp32(0); got != 1 {
-		t.Errorf("exp32(0) = %g, want 1", got)
-	}
-	if got := exp32(float32(math.NaN())); !math.IsNaN(float64(got)) {
-		t.Errorf("exp32(NaN) = %g, want NaN", got)
-	}
-}

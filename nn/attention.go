@@ -131,7 +131,7 @@ func headTranspose(dst *[]float32, src []float32, r, d, ld int) []float32 {
 }
 
 // causalSoftmax turns each row i of s (t x t) into the softmax of its
-// first i+1 entries, zeroing the rest. In float32 throughout (exp32), as
+// first i+1 entries, zeroing the rest. In float32 throughout (vecmath.Exp32), as
 // PyTorch's float32 softmax; vecmath.Softmax's assembly per row.
 func causalSoftmax(s []float32, t int) { causalSoftmaxRows(s, t, 0, t) }
 
@@ -143,10 +143,6 @@ func causalSoftmaxRows(s []float32, t, i0, i1 int) {
 		clear(row[i+1:])
 	}
 }
-
-// exp32 is e^y for y <= 0 in float32, within about 2 ulp (0 below -87):
-// vecmath.Exp32, which the softmax's assembly reproduces.
-func exp32(y float32) float32 { return vecmath.Exp32(y) }
 
 func (op *attnOp) Do(v ...G.Value) (G.Value, error) {
 	qkv, s, err := f32(v[0])
