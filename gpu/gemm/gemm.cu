@@ -7,13 +7,9 @@
 
 #define TS 16
 
-// bf16 rounding of x, round to nearest even (NaN stays NaN), as its bits.
-__device__ unsigned short to_bf16(float x) {
-	unsigned u = __float_as_uint(x);
-	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (unsigned short)(u >> 16);
-}
+// bf16 rounding of x (bf16.cuh's bf16_bits, which Source puts before
+// this file), as its bits.
+#define to_bf16 bf16_bits
 
 __device__ float round_bf16(float x) { return __uint_as_float((unsigned)to_bf16(x) << 16); }
 

@@ -13,10 +13,18 @@ import (
 )
 
 // Source is the CUDA C++ of the tiled GEMM and the bf16 cast, compiled at
-// run time by NVRTC (gpu/rtc).
+// run time by NVRTC (gpu/rtc): BF16Header, then gemm.cu.
+var Source = BF16Header + "\n#line 1 \"gemm.cu\"\n" + gemmCU
+
+// BF16Header is the CUDA C++ of the cast of a float to bf16 (bf16.cuh's
+// bf16_bits): the engine's casts, and gpu/kernels' kernels that write
+// the bf16 copies given by Provide, compile the one definition.
 //
+//go:embed bf16.cuh
+var BF16Header string
+
 //go:embed gemm.cu
-var Source string
+var gemmCU string
 
 // Tile is the side of the tiled kernel's blocks of threads, TileC that
 // of the tile of C a block computes: each thread 4 x 4 of its elements.

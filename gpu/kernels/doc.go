@@ -190,7 +190,7 @@
 //     (TestAttentionBlocks). LayerNormForwardBF16, GELUBF16, ReLUBF16,
 //     GELUBackwardBF16, ReLUBackwardBF16, LayerNormBackwardBF16 and
 //     AddBF16 also write their output's
-//     bf16 copy (bf16.cuh's bf16_bits: gemm's cast, the same bits) for
+//     bf16 copy (gpu/gemm/bf16.cuh's bf16_bits: gemm's cast, the same bits) for
 //     gemm.Engine.Provide; their fp32 outputs are unchanged
 //     (TestLayerNormForwardBF16, TestActivationsBF16: a tie to even, a
 //     NaN).

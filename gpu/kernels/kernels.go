@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/rtc"
 )
 
@@ -19,9 +20,10 @@ import (
 // to another), RowsSource the reductions over rows and channels.
 //
 // Each is whole: the device functions several programs share (block.cuh:
-// the block reductions; embed.cuh: an embedding's row; bf16.cuh: gemm's
-// bf16 rounding, for the producers' bf16 copies) stand before its
-// own file's text, which a #line directive names for NVRTC's messages.
+// the block reductions; embed.cuh: an embedding's row; gpu/gemm's
+// bf16.cuh, gemm.BF16Header: its bf16 rounding, for the producers' bf16
+// copies) stand before its own file's text, which a #line directive
+// names for NVRTC's messages.
 var (
 	ElementwiseSource = withHeaders("elementwise.cu", elementwiseCU, bf16CUH)
 	ReduceSource      = withHeaders("reduce.cu", reduceCU, blockCUH)
@@ -45,8 +47,8 @@ var (
 	blockCUH string
 	//go:embed embed.cuh
 	embedCUH string
-	//go:embed bf16.cuh
-	bf16CUH string
+	// gpu/gemm's bf16 cast (bf16.cuh there): one definition
+	bf16CUH = gemm.BF16Header
 )
 
 // withHeaders is src (the file name) after the headers.
