@@ -53,11 +53,11 @@ func (e *Engine) PointerBatches() bool { return e.h != nil && e.h.HasGemmBatched
 func (e *Engine) MatMulBatched2(ta, tb bool, m, n, k int, alpha float32, a uintptr, lda int, sa Strides2,
 	b uintptr, ldb int, sb Strides2, beta float32, c uintptr, ldc int, sc Strides2, outer, inner int) error {
 	if outer < 0 || inner < 0 {
-		return fmt.Errorf("gemm: MatMulBatched2 of %d x %d products", outer, inner)
+		return fmt.Errorf("gemm: MatMulBatched2 of %d x %d products: want outer and inner >= 0", outer, inner)
 	}
 	for _, s := range []Strides2{sa, sb, sc} {
 		if s.Outer < 0 || s.Inner < 0 {
-			return fmt.Errorf("gemm: MatMulBatched2: negative strides (A %+v, B %+v, C %+v)", sa, sb, sc)
+			return fmt.Errorf("gemm: MatMulBatched2: negative strides (A %+v, B %+v, C %+v): want offsets >= 0 (0 shares a matrix)", sa, sb, sc)
 		}
 	}
 	if err := check(ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0, 1); err != nil {

@@ -267,19 +267,14 @@ func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var err error
-	if e.scratch != 0 || e.keepBuf != 0 {
-		if e.s != nil {
-			e.s.Synchronize()
-		}
-	}
-	if (e.w.buf != 0 || len(e.slots) > 0 || len(e.ptrs.chunks) > 0) && e.s != nil {
-		e.s.Synchronize()
-	}
-	err = e.ptrs.free(e.dev)
 	bufs := []*uintptr{&e.scratch, &e.keepBuf, &e.w.buf}
 	for i := range e.slots {
 		bufs = append(bufs, &e.slots[i].buf)
 	}
+	if e.s != nil && (e.scratch != 0 || e.keepBuf != 0 || e.w.buf != 0 || len(e.slots) > 0 || len(e.ptrs.chunks) > 0) {
+		e.s.Synchronize() // the queued products done with the buffers below
+	}
+	err = e.ptrs.free(e.dev)
 	for _, p := range bufs {
 		if *p != 0 {
 			if ferr := cuda.Free(e.dev, *p); err == nil {
