@@ -370,13 +370,25 @@ func rowsKernel(name string, n int) string {
 	if !rowsInRegisters {
 		return name
 	}
-	for _, k := range regWidths[name] {
+	for i, k := range regWidths[name] {
 		if n <= 32*k {
-			return fmt.Sprintf("%s_r%d", name, k)
+			return regNames[name][i]
 		}
 	}
 	return name
 }
+
+// regNames are the names of regWidths' instantiations (name_rK), made
+// once rather than at each launch.
+var regNames = func() map[string][]string {
+	m := map[string][]string{}
+	for name, ks := range regWidths {
+		for _, k := range ks {
+			m[name] = append(m[name], fmt.Sprintf("%s_r%d", name, k))
+		}
+	}
+	return m
+}()
 
 // CausalSoftmax turns p, rows of t (row r is position r % t of its
 // sequence: (N H, T, T) scores), into the causal softmax of each row,

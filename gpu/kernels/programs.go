@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 )
@@ -22,10 +21,8 @@ var (
 // (regWidths): name_rK for each width K.
 func regKernels() []string {
 	var out []string
-	for _, name := range slices.Sorted(maps.Keys(regWidths)) {
-		for _, k := range regWidths[name] {
-			out = append(out, fmt.Sprintf("%s_r%d", name, k))
-		}
+	for _, name := range slices.Sorted(maps.Keys(regNames)) {
+		out = append(out, regNames[name]...)
 	}
 	return out
 }
