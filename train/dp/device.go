@@ -83,10 +83,18 @@ func (b *deviceBase) place(s train.Setup, first int, dcfg devmodel.Config) error
 	// Dropout's masks: this rank's samples' place in the global batch.
 	d.SampleOffset = s.Comm.Rank() * cfg.Batch
 	b.d = d
-	if err := b.st.open(d.Stream()); err != nil {
+	err = b.st.open(d.Stream())
+	if err == nil {
+		err = b.dc.bind(d.Stream())
+	}
+	if err != nil {
+		// the caller closes nothing of a failed place: free the model
+		// (its device memory, stream) and the events made so far
+		b.d = nil
+		err = errors.Join(err, d.Close(), b.st.close(), b.dc.close())
 		return fmt.Errorf("train: rank %d: -device %s: %w", s.Comm.Rank(), cfg.Device, err)
 	}
-	return b.dc.bind(d.Stream())
+	return nil
 }
 
 // Device is the placed model (for tests and tools).
