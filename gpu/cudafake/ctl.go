@@ -185,7 +185,7 @@ func StreamDelay(t testing.TB, s *cuda.Stream, d time.Duration) {
 	if s != nil {
 		h = C.uintptr_t(s.Handle())
 	}
-	if r := C.gdfk_stream_delay(f, h, C.int(d.Milliseconds())); r != 0 {
+	if r := C.gdfk_stream_delay(f, h, delayMS(t, "StreamDelay", d)); r != 0 {
 		t.Fatalf("cudafake: StreamDelay: cudaError %d", int(r))
 	}
 	if d > 0 {
@@ -199,7 +199,7 @@ func StreamDelay(t testing.TB, s *cuda.Stream, d time.Duration) {
 // event recorded after it) reads the buffers before they hold it.
 func NCCLDelay(t testing.TB, d time.Duration) {
 	f := sym(t, "fakecudaNCCLDelay")
-	C.gdfk_call_int(f, C.int(d.Milliseconds()))
+	C.gdfk_call_int(f, delayMS(t, "NCCLDelay", d))
 	if d > 0 {
 		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
 	}
@@ -214,7 +214,7 @@ func NCCLDelay(t testing.TB, d time.Duration) {
 // instead.
 func KernelDelay(t testing.TB, d time.Duration) {
 	f := sym(t, "fakecudaKernelDelay")
-	C.gdfk_call_int(f, C.int(d.Milliseconds()))
+	C.gdfk_call_int(f, delayMS(t, "KernelDelay", d))
 	if d > 0 {
 		t.Cleanup(func() { C.gdfk_call_int(f, 0) })
 	}
@@ -239,3 +239,13 @@ func SpinWaits(t testing.TB, on bool) {
 // LiveEvents is the number of CUDA events made and not yet destroyed in
 // the process (cudaEventCreate less cudaEventDestroy).
 func LiveEvents(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakecudaLiveEvents"))) }
+
+// delayMS is d in the fake's whole milliseconds: a delay it cannot give
+// (under a millisecond but not 0, which would be no delay at all, or
+// negative) fails t.
+func delayMS(t testing.TB, what string, d time.Duration) C.int {
+	if d < 0 || (d > 0 && d < time.Millisecond) || d > time.Duration(1<<31-1)*time.Millisecond {
+		t.Fatalf("cudafake: %s(%v): want 0 (off) or 1ms or more (the fake delays in whole milliseconds)", what, d)
+	}
+	return C.int(d.Milliseconds())
+}
