@@ -694,7 +694,18 @@ static void delay(int *ms, const char *env) {
 	int v = __atomic_load_n(ms, __ATOMIC_SEQ_CST);
 	if (v < 0) {
 		const char *e = getenv(env);
-		v = e && *e ? atoi(e) : 0;
+		v = 0;
+		if (e && *e) {
+			char *end;
+			long x = strtol(e, &end, 10);
+			if (*end || x < 0 || x > 1000000) {
+				/* refused, not read as 0: a test meant to catch a
+				   missing wait would pass without its delay */
+				fprintf(stderr, "fakecuda: $%s=\"%s\": want a whole number of milliseconds, 0 to 1000000\n", env, e);
+				abort();
+			}
+			v = (int)x;
+		}
 		int unset = -1;
 		__atomic_compare_exchange_n(ms, &unset, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 		v = __atomic_load_n(ms, __ATOMIC_SEQ_CST);
