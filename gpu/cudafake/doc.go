@@ -38,9 +38,9 @@
 // CopyDelay slows copies and memsets (so that a missing synchronization
 // reads stale data), StreamDelay, NCCLDelay and KernelDelay start one
 // stream's work, every NCCL operation, or every kernel and GEMM late
-// (FAKE_NCCL_DELAY_MS and FAKE_CUDA_KERNEL_DELAY_MS, whole ms, for ranks run as
-// processes; another value stops the process naming it), so that a missing cross-stream wait reads unfinished
-// data; an event wait is for the record queued before it, as in CUDA,
+// (FAKE_NCCL_DELAY_MS and FAKE_CUDA_KERNEL_DELAY_MS, whole ms, for
+// ranks run as processes; another value stops the process naming it),
+// so that a missing cross-stream wait reads unfinished data; an event wait is for the record queued before it, as in CUDA,
 // Vanish makes the NCCL ranks of a device vanish with no
 // asynchronous error (as a dead peer over NVLink does), StickyError leaves
 // the CUDA context with a sticky error (as a kernel fault does: every later
