@@ -178,6 +178,9 @@ func f32n(v G.Value) ([]float32, tensor.Shape, error) {
 }
 
 func (op *conv2dOp) Do(v ...G.Value) (G.Value, error) {
+	if err := convGemmCheck(); err != nil {
+		return nil, err
+	}
 	x, xs, err := f32n(v[0])
 	if err != nil {
 		return nil, err

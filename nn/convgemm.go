@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"os"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
@@ -40,6 +41,14 @@ func convGemmEnv(v string) (small bool, err error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("nn: GDIST_CONV_GEMM=%q: want \"blas\" (the convolutions on OpenBLAS's sgemm) or unset (on its AVX-512 small-matrix kernels where they run)", v)
+}
+
+// convGemmCheck is convGemmEnv's error for $GDIST_CONV_GEMM, which the
+// convolutions' forward ops return before any product (smallGemmOK, which
+// takes the value once, panics on it as a last resort).
+func convGemmCheck() error {
+	_, err := convGemmEnv(os.Getenv("GDIST_CONV_GEMM"))
+	return err
 }
 
 // sgemmer is the part of blas32's implementation the convolutions use.

@@ -48,7 +48,8 @@ import (
 // smallGemmOK says whether convBLAS uses OpenBLAS's AVX-512 small-matrix
 // kernels: the active vecmath kernels are avx512 (the CPU runs AVX-512,
 // GDIST_KERNELS does not cap it lower), GDIST_CONV_GEMM is not "blas"
-// (which keeps blas32, for comparisons; another value panics, naming it:
+// (which keeps blas32, for comparisons; another value the forward ops
+// refuse, convGemmCheck, and this panics on as a last resort:
 // convGemmEnv), and the OpenBLAS linked has them. Looked up at the first
 // convolution (importing nn does nothing).
 var smallGemmOK = sync.OnceValue(func() bool {

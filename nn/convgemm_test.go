@@ -9,6 +9,7 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
+	"gorgonia.org/tensor"
 )
 
 // blasImpl is blas32's implementation (OpenBLAS's sgemm after UseBLAS).
@@ -142,5 +143,18 @@ func TestConvGemmEnv(t *testing.T) {
 		if _, err := convGemmEnv(v); err == nil || !strings.Contains(err.Error(), "GDIST_CONV_GEMM="+strconv.Quote(v)) {
 			t.Errorf("GDIST_CONV_GEMM=%q: error %v, want one naming it", v, err)
 		}
+	}
+}
+
+// TestConvGemmEnvRefused: with a GDIST_CONV_GEMM it does not know, the
+// convolution's forward op returns an error naming it (no panic, no
+// product on the kernels the user meant to turn off).
+func TestConvGemmEnvRefused(t *testing.T) {
+	t.Setenv("GDIST_CONV_GEMM", "off")
+	op := newConv2d(3, 1)
+	x := tensor.New(tensor.WithShape(1, 1, 4, 4), tensor.WithBacking(make([]float32, 16)))
+	w := tensor.New(tensor.WithShape(2, 1, 3, 3), tensor.WithBacking(make([]float32, 18)))
+	if _, err := op.Do(x, w); err == nil || !strings.Contains(err.Error(), `GDIST_CONV_GEMM="off"`) {
+		t.Fatalf("conv2d with GDIST_CONV_GEMM=off: error %v, want one naming it", err)
 	}
 }

@@ -69,6 +69,9 @@ func (op *convPoolOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
 func (op *convPoolOp) ReturnsPtr() bool { return false }
 
 func (op *convPoolOp) Do(v ...G.Value) (G.Value, error) {
+	if err := convGemmCheck(); err != nil {
+		return nil, err
+	}
 	x, xs, err := f32n(v[0])
 	if err != nil {
 		return nil, err
