@@ -117,9 +117,4 @@ int gdcb_gemm_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int 
 			 int at, int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int batch,
 			 int compute);
 
-int gdcb_has_gemm_batched_ex(gdcb_lib *l);
-int gdcb_gemm_batched_ex(gdcb_lib *l, int dev, uintptr_t h, int ta, int tb, int m, int n, int k, float alpha, uintptr_t a,
-			 int at, int lda, uintptr_t b, int bt, int ldb, float beta, uintptr_t c, int ct, int ldc, int batch,
-			 int compute);
-
 #endif
