@@ -204,6 +204,9 @@ func (x matrix2) bf16(e *Engine, scratch uintptr, rows, cols, outer, inner int) 
 		}
 		return y, e.toBF16Strided(scratch, X, cols, rc, &e.stats.Operands)
 	}
+	if x.s.Inner == 0 { // one matrix an o, shared by its inner products
+		y.s.Inner = 0
+	}
 	for o := 0; o < outer; o++ {
 		X := newOperand(f32at(x.ptr, x.s.at(o, 0)), false, rows, cols, x.ld, x.s.Inner, inner)
 		if err := e.toBF16Strided(scratch+uintptr(2*int64(o)*y.s.Outer), X, cols, rc, &e.stats.Operands); err != nil {

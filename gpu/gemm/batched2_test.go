@@ -185,3 +185,48 @@ func TestMatMulBatched2PointerCache(t *testing.T) {
 		}
 	}
 }
+
+// An operand shared by a sequence's heads (Inner 0) but not by the
+// sequences (Outer its matrix apart: offsets not linear) gives, through
+// the pointer batches under bf16, what one product per (o, i) gives:
+// every head reads its sequence's cast copy.
+func TestMatMulBatched2SharedInner(t *testing.T) {
+	const outer, inner, m, n, k = 2, 3, 4, 5, 6
+	for _, c := range []struct {
+		name string
+		cfg  gemm.Config
+	}{
+		{"fp32", gemm.Config{}},
+		{"bf16", gemm.Config{Precision: gemm.BF16, NoWeightCache: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := engine(t, c.cfg)
+			a := devtest.Upload(t, dev, devtest.Vals(90, outer*inner*m*k, 1))
+			b := devtest.Upload(t, dev, devtest.Vals(91, outer*k*n, 1)) // one [k, n] a sequence
+			sa := gemm.Strides2{Outer: inner * m * k, Inner: m * k}
+			sb := gemm.Strides2{Outer: k * n, Inner: 0}
+			sc := gemm.Strides2{Outer: inner * m * n, Inner: m * n}
+			c2 := devtest.Alloc(t, dev, outer*inner*m*n, 4)
+			c1 := devtest.Alloc(t, dev, outer*inner*m*n, 4)
+			if err := e.MatMulBatched2(false, false, m, n, k, 1, a, k, sa, b, n, sb, 0, c2, n, sc, outer, inner); err != nil {
+				t.Fatal(err)
+			}
+			f := func(p uintptr, s gemm.Strides2, o, i int) uintptr {
+				return p + uintptr(4*(int64(o)*s.Outer+int64(i)*s.Inner))
+			}
+			for o := range outer {
+				for i := range inner {
+					if err := e.MatMul(false, false, m, n, k, 1, f(a, sa, o, i), f(b, sb, o, i), 0, f(c1, sc, o, i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got, want := devtest.Floats(t, dev, c2, outer*inner*m*n), devtest.Floats(t, dev, c1, outer*inner*m*n)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("C[%d] = %v, one product per (o, i) gives %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
