@@ -41,9 +41,9 @@ precision: the ideal time of its kernels at their SMs (bytes at the
 memory bandwidth, scaled from the audit's H100 SXM 3.35 TB/s to the GPU's
 where --gpu names another) plus its products at the precision's peak.
 
-variant (step gpt) checks a bf16 run with another cast choice
-(GDIST_BF16_CAST=cublas, GDIST_AUTOCAST_CACHE=0) against the default
-cast's run: train and eval loss within --tol relative of the default's,
+variant (step gpt) checks a bf16 run with another choice
+(GDIST_BF16_CAST=cublas, GDIST_AUTOCAST_CACHE=0, GDIST_ATTENTION_HEADS=copy)
+against the default's run: train and eval loss within --tol relative of the default's,
 and no farther from the fp32 run's than twice the default's distance
 plus --tol/2 (a cast that reads the wrong operand or layout moves the
 loss far more); its median step, rate and peak memory beside the
@@ -170,10 +170,10 @@ def compare(a):
     new = not os.path.exists(a.table)
     with open(a.table, "a") as f:
         if new:
-            f.write("%-24s %5s %-12s %12s %12s %8s %9s %9s %10s %10s %7s %7s\n" % (
+            f.write("%-24s %5s %-14s %12s %12s %8s %9s %9s %10s %10s %7s %7s\n" % (
                 "model", "batch", "prec", "gdist", "torch", "gd/torch", "gdist ms", "torch ms", "gdist mem", "torch mem", "gd MFU", "to MFU"))
         pct = lambda v: "%6.1f%%" % (100 * v) if v is not None else "      -"  # noqa: E731
-        f.write("%-24s %5d %-12s %12.1f %12.1f %8s %9.2f %9.2f %10s %10s %7s %7s %s%s\n" % (
+        f.write("%-24s %5d %-14s %12.1f %12.1f %8s %9.2f %9.2f %10s %10s %7s %7s %s%s\n" % (
             model, batch, prec_label(a), g_rate, t_rate, "%.2fx" % ratio if ratio else "-", g_ms, t.get("step_ms_p50") or 0,
             gb(g.get("peak_device_bytes")), gb(t.get("peak_memory_bytes")), pct(row["gdist_mfu"]), pct(row["torch_mfu"]),
             unit, " (dry: the fake against torch on the CPU)" if a.dry else ""))
@@ -530,7 +530,7 @@ def main():
     c.add_argument("--results", required=True)
     c.add_argument("--table", required=True)
     c.add_argument("--dry", action="store_true")
-    c.add_argument("--variant", default="", help="the bf16 cast choice the gdist run used (cublas, nocache)")
+    c.add_argument("--variant", default="", help="the bf16 choice the gdist run used (cublas, nocache, headscopy)")
     v = sub.add_parser("variant")
     v.add_argument("name")
     v.add_argument("var")

@@ -30,7 +30,7 @@
 #               and, when train has -precision, bf16 (GPT_PRECISIONS), each
 #               right before PyTorch eager on the same model, batch and
 #               precision: tokens/s, peak memory, MFU, the ratio; bf16's
-#               other cast choices (GPT_BF16_CASTS="cublas nocache")
+#               other choices (GPT_BF16_CASTS="cublas nocache headscopy")
 #               against the default cast's losses and rate;
 #               then a short run of each precision with the device
 #               profile (GDIST_DEVICE_PROFILE: device time by layer kind)
@@ -828,7 +828,7 @@ ensure_audit() {
 # trains gpt-L1-D32-H2-T16 at batch 2 on the fake, its peer on the CPU.
 t_gpt() {
 	local log=$1 model=${GPT_MODEL:-gpt-L12-D768-H12-T1024} batch=${GPT_BATCH:-8} steps=${GPT_STEPS:-20}
-	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas nocache} note="" rc=0 out="" p walls="" w0
+	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas nocache headscopy} note="" rc=0 out="" p walls="" w0
 	if [ "$DRY" = 1 ]; then
 		model=gpt-L1-D32-H2-T16 batch=2 steps=4 psteps=4 pdev=cpu pwarm=1
 	fi
@@ -866,15 +866,20 @@ t_gpt() {
 	# not by the cast kernel) within 2%; nocache (GDIST_AUTOCAST_CACHE=0:
 	# each weight cast for every product, not once per update: the same
 	# bf16 values) within 1e-4, the weight cache's check on the device
-	# (a stale copy would train on old weights).
+	# (a stale copy would train on old weights); headscopy
+	# (GDIST_ATTENTION_HEADS=copy: attention's heads copied into
+	# matrices and back, strided products, instead of read in place by
+	# cublasGemmBatchedEx's pointer arrays) within 2% (cuBLAS's kernels
+	# may sum in another order), for its speed.
 	gpt_casts() {
 		local c ce ctol
 		for c in $casts; do
 			case $c in
 			cublas) ce=GDIST_BF16_CAST=cublas ctol=0.02 ;;
 			nocache) ce=GDIST_AUTOCAST_CACHE=0 ctol=1e-4 ;;
+			headscopy) ce=GDIST_ATTENTION_HEADS=copy ctol=0.02 ;;
 			*)
-				out="$out(GPT_BF16_CASTS: $c is not cublas or nocache); "
+				out="$out(GPT_BF16_CASTS: $c is not cublas, nocache or headscopy); "
 				rc=1
 				continue
 				;;

@@ -112,6 +112,9 @@ func TestVerifyDryRun(t *testing.T) {
 	if profile == nil || profile["model"] != "gpt-L1-D32-H2-T16" || profile["steps"].(float64) < 1 {
 		t.Errorf("gpt: no device profile row of the tiny gpt: %v", profile)
 	}
+	if r := variants["bf16+headscopy"]; r == nil || r["ok"] != true || r["dry"] != true {
+		t.Errorf("gpt: no passing check of bf16 with GDIST_ATTENTION_HEADS=copy against the default: %v", r)
+	}
 	for _, v := range []string{"bf16+cublas", "bf16+nocache"} {
 		if r := variants[v]; r == nil || r["ok"] != true || r["dry"] != true {
 			t.Errorf("gpt: no passing check of %s against the default cast: %v", v, r)
