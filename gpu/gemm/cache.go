@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-
-	"github.com/gdist/gdist/gpu/cuda"
 )
 
 // EnvAutocastCache, set to "0", turns the bf16 weight cache off in every
@@ -129,25 +127,9 @@ func (w *weights) at(p uintptr) uintptr { return w.buf + (p-w.lo)/2 }
 // alloc makes the cache's buffer hold the registered values.
 func (w *weights) alloc(e *Engine) error {
 	need := int(2 * w.n)
-	if need <= w.cap {
-		return nil
-	}
-	if w.buf != 0 {
-		if e.s != nil {
-			if err := e.s.Synchronize(); err != nil {
-				return err
-			}
-		}
-		if err := cuda.Free(e.dev, w.buf); err != nil {
-			return err
-		}
-		w.buf, w.cap = 0, 0
-	}
-	p, err := cuda.Malloc(e.dev, need)
-	if err != nil {
+	if err := e.regrow(&w.buf, &w.cap, need); err != nil {
 		return fmt.Errorf("gemm: %d bytes for the bf16 copies of %d weights (Config.NoWeightCache or %s=0 turns the cache off): %w", need, w.n, EnvAutocastCache, err)
 	}
-	w.buf, w.cap = p, need
 	return nil
 }
 

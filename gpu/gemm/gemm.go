@@ -573,50 +573,45 @@ func check(ta, tb bool, m, n, k, lda, ldb, ldc int, sa, sb, sc int64, batch int)
 // grow makes the scratch at least n bytes (freeing the old once the
 // stream is done with it).
 func (e *Engine) grow(n int) error {
-	if n <= e.cap {
+	if err := e.regrow(&e.scratch, &e.cap, n); err != nil {
+		return fmt.Errorf("gemm: %d bytes of bf16 scratch: %w", n, err)
+	}
+	return nil
+}
+
+// regrow makes the device buffer *p, of *c bytes, at least n bytes: the
+// old one (its contents lost) freed once the stream is done with it.
+// The scratch, keepBuf, the held regions' slots and the weight cache
+// grow so.
+func (e *Engine) regrow(p *uintptr, c *int, n int) error {
+	if n <= *c {
 		return nil
 	}
-	if e.scratch != 0 {
+	if *p != 0 {
 		if e.s != nil {
 			if err := e.s.Synchronize(); err != nil {
 				return err
 			}
 		}
-		if err := cuda.Free(e.dev, e.scratch); err != nil {
+		if err := cuda.Free(e.dev, *p); err != nil {
 			return err
 		}
-		e.scratch, e.cap = 0, 0
+		*p, *c = 0, 0
 	}
-	p, err := cuda.Malloc(e.dev, n)
+	q, err := cuda.Malloc(e.dev, n)
 	if err != nil {
-		return fmt.Errorf("gemm: %d bytes of bf16 scratch: %w", n, err)
+		return err
 	}
-	e.scratch, e.cap = p, n
+	*p, *c = q, n
 	return nil
 }
 
 // growKeep makes keepBuf at least n bytes (nothing is held in it: the
 // caller sets held after).
 func (e *Engine) growKeep(n int) error {
-	if n <= e.keepCap {
-		return nil
+	if err := e.regrow(&e.keepBuf, &e.keepCap, n); err != nil {
+		return fmt.Errorf("gemm: %d bytes of bf16 scratch for KeepNext's operand: %w", n, err)
 	}
-	if e.keepBuf != 0 {
-		if e.s != nil {
-			if err := e.s.Synchronize(); err != nil {
-				return err
-			}
-		}
-		if err := cuda.Free(e.dev, e.keepBuf); err != nil {
-			return err
-		}
-		e.keepBuf, e.keepCap = 0, 0
-	}
-	p, err := cuda.Malloc(e.dev, n)
-	if err != nil {
-		return fmt.Errorf("gemm: %d bytes of bf16 scratch: %w", n, err)
-	}
-	e.keepBuf, e.keepCap = p, n
 	return nil
 }
 

@@ -1,10 +1,6 @@
 package gemm
 
-import (
-	"fmt"
-
-	"github.com/gdist/gdist/gpu/cuda"
-)
+import "fmt"
 
 // hold is a region of fp32 values whose bf16 copy (at the same index)
 // serves products until Release: batch matrices stride values apart from
@@ -173,24 +169,8 @@ func (e *Engine) heldWritten(c uintptr, n int64) error {
 // growSlot makes a held region's buffer at least n bytes (freeing the
 // old once the stream is done with it).
 func (e *Engine) growSlot(sl *slot, n int) error {
-	if n <= sl.cap {
-		return nil
-	}
-	if sl.buf != 0 {
-		if e.s != nil {
-			if err := e.s.Synchronize(); err != nil {
-				return err
-			}
-		}
-		if err := cuda.Free(e.dev, sl.buf); err != nil {
-			return err
-		}
-		sl.buf, sl.cap = 0, 0
-	}
-	p, err := cuda.Malloc(e.dev, n)
-	if err != nil {
+	if err := e.regrow(&sl.buf, &sl.cap, n); err != nil {
 		return fmt.Errorf("gemm: %d bytes for a held region's bf16 copy: %w", n, err)
 	}
-	sl.buf, sl.cap = p, n
 	return nil
 }
