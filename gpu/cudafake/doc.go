@@ -40,7 +40,8 @@
 // stream's work, every NCCL operation, or every kernel and GEMM late
 // (FAKE_NCCL_DELAY_MS and FAKE_CUDA_KERNEL_DELAY_MS, whole ms, for
 // ranks run as processes; another value stops the process naming it),
-// so that a missing cross-stream wait reads unfinished data; an event wait is for the record queued before it, as in CUDA,
+// so that a missing cross-stream wait reads unfinished data; an event
+// wait is for the record queued before it, as in CUDA,
 // Vanish makes the NCCL ranks of a device vanish with no
 // asynchronous error (as a dead peer over NVLink does), StickyError leaves
 // the CUDA context with a sticky error (as a kernel fault does: every later
@@ -60,7 +61,8 @@
 // cublasGemmEx, cublasGemmStridedBatchedEx with fp32, fp16 or bf16
 // inputs; cublasGemmBatchedEx, whose pointer arrays and matrices are read
 // in stream order, a bad pointer then a fault: the sticky
-// cudaErrorIllegalAddress) are reference loops run on the handle's stream over its device
+// cudaErrorIllegalAddress) are reference loops run on the handle's
+// stream over its device
 // memory (bounds and arguments checked as cuBLAS does, the inputs rounded
 // to TF32 when the math mode or compute type asks, ties away as the
 // tensor cores' cvt.rna; bf16 and fp16 inputs read exactly, fp32 sums
