@@ -401,11 +401,11 @@ func (e *Engine) MatMulBatched(ta, tb bool, m, n, k int, alpha float32, a uintpt
 		}
 	}
 	// the bf16 copies and their layouts
-	a, ldA, sA, err := e.bf16(a, A, na, wa, ha, reuseA, keepA, e.scratch, lda, sa)
+	a, ldA, sA, err := e.bf16(a, A, wa, ha, reuseA, keepA, e.scratch, lda, sa)
 	if err != nil {
 		return err
 	}
-	b, ldB, sB, err := e.bf16(b, B, nb, wb, hb, reuseB || sharedB, keepB, e.scratch+uintptr(bOff), ldb, sb)
+	b, ldB, sB, err := e.bf16(b, B, wb, hb, reuseB || sharedB, keepB, e.scratch+uintptr(bOff), ldb, sb)
 	if err != nil {
 		return err
 	}
@@ -428,18 +428,18 @@ func (e *Engine) gemmEx(ta, tb bool, m, n, k int, alpha float32, A cublas.Matrix
 	return e.h.GemmStridedBatchedEx(op(tb), op(ta), n, m, k, alpha, B, sb, A, sa, beta, C, sc, batch, compute)
 }
 
-// bf16 is where a bf16 product reads its operand X (at x, n values, rows
+// bf16 is where a bf16 product reads its operand X (at x, rows
 // ld and matrices stride apart) and that copy's layout: the registered
 // parameters' cached copy (cached: cast now if stale), a held region
 // (held), keepBuf as the product before left it (reuse), or X cast now
 // into keepBuf (keep, KeepNext's) or at scratch. The cache and a held
 // region have X's layout; a cast copy its compact one (layout16).
-func (e *Engine) bf16(x uintptr, X operand, n int64, cached bool, held uintptr, reuse, keep bool, scratch uintptr, ld int, stride int64) (uintptr, int, int64, error) {
+func (e *Engine) bf16(x uintptr, X operand, cached bool, held uintptr, reuse, keep bool, scratch uintptr, ld int, stride int64) (uintptr, int, int64, error) {
 	switch {
 	case cached:
 		// the cache's copy has X's layout: the product reads X's whole
-		// span from it (n, a compact cast's count, is less where X is a
-		// block of a wider matrix)
+		// span from it (not only X.n(), a compact cast's count, where X
+		// is a block of a wider matrix)
 		x16 := e.w.at(x)
 		if err := e.w.cast(e, x, X.span()); err != nil {
 			return 0, 0, 0, err
