@@ -266,11 +266,16 @@ func open(ctx context.Context, l *library, p params) (*Comm, error) {
 // A tracker is a stream and the Works in flight on it, completed in order by
 // a watcher goroutine that polls their events.
 type tracker struct {
-	c         *Comm
-	lmu       sync.Mutex // serializes issue's launches, in the order of their sequence numbers
-	stream    *cuda.Stream
-	legacy    *cuda.Event // scratch: marks the default stream
-	events    []*cuda.Event
+	c      *Comm
+	lmu    sync.Mutex // serializes issue's launches, in the order of their sequence numbers
+	stream *cuda.Stream
+	legacy *cuda.Event // scratch: marks the default stream
+	events []*cuda.Event
+	// dead are the events of works failed before the watcher saw them
+	// done (a failure, Close): never reused, destroyed by cleanup once
+	// the watcher has exited (it may be waiting for one)
+	dead      []*cuda.Event
+	exited    chan struct{} // closed when watch returns
 	pending   []*work
 	launching *work // being launched (c.mu)
 	wake      chan struct{}
@@ -288,7 +293,7 @@ func (c *Comm) newTracker() (*tracker, error) {
 		s.Destroy()
 		return nil, err
 	}
-	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1)}
+	t := &tracker{c: c, stream: s, legacy: ev, wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	go t.watch()
 	return t, nil
 }
@@ -465,6 +470,7 @@ func (c *Comm) launchedLocked(w *work, t *tracker, ev *cuda.Event, err error) er
 		if !w.done.Load() {
 			go w.finish(c.opErr(w, c.failed))
 		}
+		t.dead = append(t.dead, ev)
 		return nil
 	case err != nil:
 		// The ranks now disagree on what was issued: nothing can be trusted.
@@ -473,6 +479,7 @@ func (c *Comm) launchedLocked(w *work, t *tracker, ev *cuda.Event, err error) er
 		}
 		c.failLocked(err)
 		w.finish(c.opErr(w, err))
+		t.dead = append(t.dead, ev)
 		return c.opErr(w, err)
 	}
 	w.ev = ev
@@ -518,6 +525,7 @@ func (c *Comm) ctxErr(name string, user context.Context) error {
 
 // watch completes t's works in order as their events complete.
 func (t *tracker) watch() {
+	defer close(t.exited)
 	c := t.c
 	for {
 		c.mu.Lock()
@@ -543,6 +551,8 @@ func (t *tracker) watch() {
 		t.pending = t.pending[1:]
 		if err == nil {
 			t.events = append(t.events, w.ev)
+		} else {
+			t.dead = append(t.dead, w.ev)
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -678,6 +688,9 @@ func (c *Comm) failLocked(err error) {
 	for _, t := range []*tracker{c.coll, c.self} {
 		if t != nil {
 			ws = append(ws, t.pending...)
+			for _, w := range t.pending {
+				t.dead = append(t.dead, w.ev)
+			}
 			t.pending = nil
 			if t.launching != nil {
 				ws = append(ws, t.launching)
@@ -790,9 +803,18 @@ func (c *Comm) cleanup(self *tracker) {
 			time.Sleep(time.Millisecond)
 		}
 		ev.Destroy()
+		select { // the watcher may still hold a failed work's event
+		case <-t.exited:
+		case <-time.After(time.Until(deadline)):
+			return
+		}
 	}
 	for _, t := range ts {
-		for _, ev := range t.events {
+		c.mu.Lock()
+		evs := append(t.events, t.dead...)
+		t.events, t.dead = nil, nil
+		c.mu.Unlock()
+		for _, ev := range evs {
 			ev.Destroy()
 		}
 		t.legacy.Destroy()
