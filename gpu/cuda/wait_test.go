@@ -73,7 +73,10 @@ func TestWaiterSleeps(t *testing.T) {
 	}
 	scpu, swall := measure(plain, plain.Synchronize)
 	t.Logf("Synchronize on a plain event: %v of CPU in %v", scpu, swall.Round(time.Millisecond))
-	if scpu < swall/4 {
+	// the bound the Waiter must stay under: a spin above it shows the
+	// fake spins (on a loaded machine a spinning thread gets only its
+	// share of a core, so nothing stricter)
+	if scpu < swall/10 {
 		t.Errorf("with the fake's SpinWaits a plain event's Synchronize used only %v of CPU in %v: the fake does not spin, the test shows nothing", scpu, swall)
 	}
 }
