@@ -22,14 +22,16 @@ func ExampleWithOrder() {
 		n     int
 	)
 	run := func() error {
-		after, err := cuda.NewEvent(dev)
+		after, err := cuda.NewEvent(dev) // made once, at set-up, in a training loop
 		if err != nil {
 			return err
 		}
+		defer after.Destroy()
 		done, err := cuda.NewEvent(dev)
 		if err != nil {
 			return err
 		}
+		defer done.Destroy()
 		// ... backward queued on s writes grads ...
 		if err := after.Record(s); err != nil {
 			return err
