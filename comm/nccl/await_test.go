@@ -29,11 +29,7 @@ func TestWaitCostsNoCPU(t *testing.T) {
 	const hold, waits = 100 * time.Millisecond, 5
 	c := bareWorld(t, 1, comm.Options{Timeout: time.Minute})[0]
 	defer c.Close()
-	b, err := staging.NewBuffer(c.Device(), comm.Float32, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer staging.FreeBuffer(b)
+	b := devBuffer(t, c.Device(), comm.Float32, 64)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := comm.Run(ctx)(c.AllReduce(ctx, b, comm.Sum)); err != nil { // warm

@@ -123,12 +123,7 @@ func TestCollectiveWaitsForDeviceCopies(t *testing.T) {
 	cs := bareWorld(t, n, comm.Options{})
 	bufs := make([]comm.Buffer, n)
 	for r, c := range cs {
-		b, err := staging.NewBuffer(c.Device(), comm.Float32, count)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { staging.FreeBuffer(b) })
-		bufs[r] = b
+		bufs[r] = devBuffer(t, c.Device(), comm.Float32, count)
 	}
 	cudafake.CopyDelay(t, 100*time.Millisecond)
 	defer cudafake.CopyDelay(t, 0)

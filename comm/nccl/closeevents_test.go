@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
@@ -22,11 +21,7 @@ func TestCloseFreesPendingEvents(t *testing.T) {
 	cudafake.RequireFake(t)
 	live := cudafake.LiveEvents(t)
 	c := bareWorld(t, 1, comm.Options{Timeout: time.Minute})[0]
-	b, err := staging.NewBuffer(c.Device(), comm.Float32, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer staging.FreeBuffer(b)
+	b := devBuffer(t, c.Device(), comm.Float32, 64)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cudafake.NCCLDelay(t, 200*time.Millisecond)

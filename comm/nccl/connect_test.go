@@ -11,7 +11,6 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/nccl"
-	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
@@ -39,11 +38,7 @@ func connectedPair(t *testing.T, opts comm.Options) ([]*nccl.Comm, comm.Buffer) 
 			t.Fatal(err)
 		}
 	}
-	b, err := staging.NewBuffer(cs[0].Device(), comm.Float32, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { staging.FreeBuffer(b) })
+	b := devBuffer(t, cs[0].Device(), comm.Float32, 8)
 	return cs, b
 }
 
@@ -99,13 +94,9 @@ func TestLostPeerEndsBlockedLaunch(t *testing.T) {
 // with comm.ErrClosed, and Close returns.
 func TestCloseEndsBlockedLaunch(t *testing.T) {
 	cs, b := connectedPair(t, comm.Options{Timeout: time.Minute, PeerTimeout: time.Minute})
-	dst, err := staging.NewBuffer(cs[0].Device(), comm.Float32, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer staging.FreeBuffer(dst)
+	dst := devBuffer(t, cs[0].Device(), comm.Float32, 16)
 	time.AfterFunc(200*time.Millisecond, func() { cs[0].Close() })
-	err = within(t, 10*time.Second, "a gather whose peer never calls it, after Close", func() error {
+	err := within(t, 10*time.Second, "a gather whose peer never calls it, after Close", func() error {
 		return comm.Run(context.Background())(cs[0].Gather(context.Background(), dst, b, 0))
 	})
 	if !errors.Is(err, comm.ErrClosed) {

@@ -253,11 +253,7 @@ func TestBareComm(t *testing.T) {
 		t.Fatalf("world-size-1 reductions changed the data: %v", got)
 	}
 	if cuda.DeviceCount() > 1 {
-		other, err := staging.NewBuffer(1, comm.Int32, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer staging.FreeBuffer(other)
+		other := devBuffer(t, 1, comm.Int32, 4)
 		if _, err := c.AllReduce(ctx, other, comm.Sum); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "cuda:1") {
 			t.Fatalf("buffer on another GPU: %v", err)
 		}

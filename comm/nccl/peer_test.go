@@ -14,6 +14,18 @@ import (
 	"github.com/gdist/gdist/gpu/cudafake"
 )
 
+// devBuffer is staging.NewBuffer(device, dt, n) for t: it fails t if the
+// buffer cannot be made and frees it when t ends.
+func devBuffer(t testing.TB, device int, dt comm.DType, n int) comm.Buffer {
+	t.Helper()
+	b, err := staging.NewBuffer(device, dt, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { staging.FreeBuffer(b) })
+	return b
+}
+
 // bareWorld builds n bare NCCL Comms (device buffers only), rank r on GPU r.
 func bareWorld(t *testing.T, n int, opts comm.Options) []*nccl.Comm {
 	t.Helper()
@@ -61,13 +73,9 @@ func TestVanishedPeer(t *testing.T) {
 	bufs := make([]comm.Buffer, n)
 	ws := make([]comm.Work, n)
 	for r, c := range cs {
-		b, err := staging.NewBuffer(c.Device(), comm.Float32, 1024)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { staging.FreeBuffer(b) })
-		bufs[r] = b
-		if ws[r], err = c.AllReduce(ctx, b, comm.Sum); err != nil {
+		bufs[r] = devBuffer(t, c.Device(), comm.Float32, 1024)
+		var err error
+		if ws[r], err = c.AllReduce(ctx, bufs[r], comm.Sum); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,11 +109,7 @@ func TestVanishedPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		ws[r] = w
-		sb, err := staging.NewBuffer(c.Device(), comm.Float32, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { staging.FreeBuffer(sb) })
+		sb := devBuffer(t, c.Device(), comm.Float32, 16)
 		if subWork[r], err = subs[r].AllReduce(ctx, sb, comm.Max); err != nil {
 			t.Fatal(err)
 		}
@@ -138,11 +142,7 @@ func TestAbortReachesPeers(t *testing.T) {
 	cs := bareWorld(t, 2, comm.Options{Timeout: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	b, err := staging.NewBuffer(cs[1].Device(), comm.Float32, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer staging.FreeBuffer(b)
+	b := devBuffer(t, cs[1].Device(), comm.Float32, 8)
 	w, err := cs[1].AllReduce(ctx, b, comm.Sum) // rank 0 never joins it
 	if err != nil {
 		t.Fatal(err)
