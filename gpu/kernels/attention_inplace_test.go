@@ -40,11 +40,7 @@ func TestAttentionInPlace(t *testing.T) {
 		{"bf16 in cuBLAS", gemm.Config{Precision: gemm.BF16, BF16Cast: gemm.CastInCUBLAS}},
 		{"tiled", gemm.Config{Tiled: true}},
 	} {
-		e, err := gemm.New(dev, s, c.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
+		e := gemmEngine(t, dev, s, c.cfg)
 		if want := !c.cfg.Tiled; kernels.AttentionInPlace(e) != want {
 			t.Fatalf("%s: AttentionInPlace %v, want %v (%s)", c.name, !want, want, e.Backend())
 		}
@@ -88,11 +84,7 @@ func TestAttentionInPlace(t *testing.T) {
 func TestAttentionHeadsBad(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	e, err := gemm.New(dev, s, gemm.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := gemmEngine(t, dev, s, gemm.Config{})
 	t.Setenv(kernels.EnvAttentionHeads, "copies")
 	g := kernels.AttentionGeom{N: 1, T: 4, C: 4, H: 1}
 	if err := kernels.AttentionForward(e, k, 0, 0, 0, 0, g); err == nil || !strings.Contains(err.Error(), kernels.EnvAttentionHeads) {

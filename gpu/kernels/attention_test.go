@@ -32,14 +32,7 @@ func TestAttentionBlocks(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
 	fp32 := cublasHandle(t, dev, s)
-	eng := func(cfg gemm.Config) kernels.Products {
-		e, err := gemm.New(dev, s, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		return e
-	}
+	eng := func(cfg gemm.Config) kernels.Products { return gemmEngine(t, dev, s, cfg) }
 	t.Setenv(gemm.EnvBF16Cast, "kernel")
 	t.Setenv(gemm.EnvAutocastCache, "1")
 	products := []struct {

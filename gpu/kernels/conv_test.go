@@ -8,6 +8,7 @@ import (
 
 	"github.com/gdist/gdist/gpu/cublas"
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/gpu/kernels"
 	"github.com/gdist/gdist/nn"
@@ -198,6 +199,17 @@ func cublasHandle(t *testing.T, dev int, s *cuda.Stream) *cublas.Handle {
 	}
 	t.Cleanup(func() { h.Close() })
 	return h
+}
+
+// gemmEngine is gemm.New(dev, s, cfg) for t, closed when t ends.
+func gemmEngine(t *testing.T, dev int, s *cuda.Stream, cfg gemm.Config) *gemm.Engine {
+	t.Helper()
+	e, err := gemm.New(dev, s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }
 
 var convGeoms = []kernels.ConvGeom{

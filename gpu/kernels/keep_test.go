@@ -21,19 +21,11 @@ type noKeep struct{ kernels.Products }
 func TestBF16KeepsShared(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	keep, err := gemm.New(dev, s, gemm.Config{Precision: gemm.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keep.Close()
+	keep := gemmEngine(t, dev, s, gemm.Config{Precision: gemm.BF16})
 	if !keep.CUBLAS() {
 		t.Skip(keep.Backend())
 	}
-	plain, err := gemm.New(dev, s, gemm.Config{Precision: gemm.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := gemmEngine(t, dev, s, gemm.Config{Precision: gemm.BF16})
 	ag := kernels.AttentionGeom{N: 2, T: 5, C: 12, H: 3}
 	cg := kernels.ConvGeom{N: 2, C: 3, H: 7, W: 6, Cout: 4, K: 3, Pad: 1}
 	rows, c := ag.N*ag.T, ag.C
