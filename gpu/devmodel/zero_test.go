@@ -37,6 +37,24 @@ func placeUnits(t *testing.T, c zooCase, sharded, params bool) *devmodel.Model {
 	return d
 }
 
+// sameLoss steps whole and sh on c's batch i and fails t unless their
+// losses are equal; how says how sh differs from whole.
+func sameLoss(t *testing.T, i int, c zooCase, whole, sh *devmodel.Model, how string) {
+	t.Helper()
+	x, y := c.batch(i)
+	var loss [2]float32
+	for k, d := range []*devmodel.Model{whole, sh} {
+		l, err := d.Step(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss[k] = l
+	}
+	if loss[0] != loss[1] {
+		t.Fatalf("step %d: loss %v %s, %v whole", i, loss[1], how, loss[0])
+	}
+}
+
 // TestShardedUnitsMatchWhole: a model placed with ShardGrads, or with
 // ShardParams, a unit per op (UnitFloats 1: every layer's gradients in
 // a cached block of their own, every layer's parameters gathered into
@@ -60,19 +78,8 @@ func TestShardedUnitsMatchWhole(t *testing.T) {
 					return nil, nil
 				}
 				for i := 0; i < 3; i++ {
-					x, y := c.batch(i)
 					units = units[:0]
-					var loss [2]float32
-					for k, d := range []*devmodel.Model{whole, sh} {
-						l, err := d.Step(x, y)
-						if err != nil {
-							t.Fatal(err)
-						}
-						loss[k] = l
-					}
-					if loss[0] != loss[1] {
-						t.Fatalf("step %d: loss %v sharded, %v whole", i, loss[1], loss[0])
-					}
+					sameLoss(t, i, c, whole, sh, "sharded")
 					if len(units) < 2 || units[0][1] != sh.N || units[len(units)-1][0] != 0 {
 						t.Fatalf("units %v: want several, from N=%d down to 0", units, sh.N)
 					}
@@ -237,18 +244,7 @@ func TestGatherWaitsForReaders(t *testing.T) {
 					cudafake.StreamDelay(t, gs, 3*time.Millisecond)
 				}
 				for i := 0; i < 3; i++ {
-					x, y := c.batch(i)
-					var loss [2]float32
-					for k, d := range []*devmodel.Model{whole, sh} {
-						l, err := d.Step(x, y)
-						if err != nil {
-							t.Fatal(err)
-						}
-						loss[k] = l
-					}
-					if loss[0] != loss[1] {
-						t.Fatalf("step %d: loss %v with the gathers on another stream, %v whole", i, loss[1], loss[0])
-					}
+					sameLoss(t, i, c, whole, sh, "with the gathers on another stream")
 				}
 				for _, d := range []*devmodel.Model{whole, sh} {
 					if err := d.CopyToHost(); err != nil {
