@@ -3610,21 +3610,18 @@ API int cublasSgemmStridedBatched(fk_blas *h, int ta, int tb, int m, int n, int 
 			    *beta, C, FK_R32F, ldc, sc, batch, tf32 ? ROUND_TF32 : ROUND_NONE);
 }
 
-/* cublasComputeType_t: 32F 68, 32F_PEDANTIC 69, 32F_FAST_16F 74,
-   32F_FAST_16BF 75, 32F_FAST_TF32 77; alpha and beta are floats.
-   gemm_ex is cublasGemmEx and cublasGemmStridedBatchedEx (batch 1 and
-   strides 0 for the former): the input rounding the compute type and
-   math mode ask for, the types checked. */
-static int gemm_ex(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A,
-		   int at, int lda, long long sa, const void *B, int bt, int ldb, long long sb, const void *beta, void *C,
-		   int ct, int ldc, long long sc, int batch, int compute) {
-	int round = ROUND_NONE;
+/* ex_round is the input rounding of the *Ex products' compute type and
+   math mode (TF32 for 68 only in the handle's TF32 mode) into *round, or
+   CUBLAS_STATUS_NOT_SUPPORTED, warned, for a compute type or types A, B,
+   C the fake does not do. */
+static int ex_round(const char *call, fk_blas *h, int at, int bt, int ct, int compute, int *round) {
+	*round = ROUND_NONE;
 	switch (compute) {
-	case 68: round = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3 && at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
+	case 68: *round = h && h->magic == BLAS_MAGIC && (h->math & 0xf) == 3 && at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
 	case 69: break;
-	case 74: round = at == FK_R32F ? ROUND_F16 : ROUND_NONE; break;
-	case 75: round = at == FK_R32F ? ROUND_BF16 : ROUND_NONE; break;
-	case 77: round = at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
+	case 74: *round = at == FK_R32F ? ROUND_F16 : ROUND_NONE; break;
+	case 75: *round = at == FK_R32F ? ROUND_BF16 : ROUND_NONE; break;
+	case 77: *round = at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
 	default:
 		warnf("%s: compute type %d is not supported by the fake", call, compute);
 		return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -3633,6 +3630,20 @@ static int gemm_ex(const char *call, fk_blas *h, int ta, int tb, int m, int n, i
 		warnf("%s: types A %d, B %d, C %d are not supported", call, at, bt, ct);
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	}
+	return 0;
+}
+
+/* cublasComputeType_t: 32F 68, 32F_PEDANTIC 69, 32F_FAST_16F 74,
+   32F_FAST_16BF 75, 32F_FAST_TF32 77; alpha and beta are floats.
+   gemm_ex is cublasGemmEx and cublasGemmStridedBatchedEx (batch 1 and
+   strides 0 for the former): the input rounding the compute type and
+   math mode ask for, the types checked. */
+static int gemm_ex(const char *call, fk_blas *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A,
+		   int at, int lda, long long sa, const void *B, int bt, int ldb, long long sb, const void *beta, void *C,
+		   int ct, int ldc, long long sc, int batch, int compute) {
+	int round;
+	int rs = ex_round(call, h, at, bt, ct, compute, &round);
+	if (rs) return rs;
 	float al, be;
 	memcpy(&al, alpha, 4);
 	memcpy(&be, beta, 4);
@@ -3735,21 +3746,9 @@ API int cublasGemmBatchedEx(fk_blas *h, int ta, int tb, int m, int n, int k, con
 	const char *call = "cublasGemmBatchedEx";
 	int r = blas_check(call, h);
 	if (r) return r;
-	int round = ROUND_NONE;
-	switch (compute) {
-	case 68: round = (h->math & 0xf) == 3 && at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
-	case 69: break;
-	case 74: round = at == FK_R32F ? ROUND_F16 : ROUND_NONE; break;
-	case 75: round = at == FK_R32F ? ROUND_BF16 : ROUND_NONE; break;
-	case 77: round = at == FK_R32F ? ROUND_TF32 : ROUND_NONE; break;
-	default:
-		warnf("%s: compute type %d is not supported by the fake", call, compute);
-		return CUBLAS_STATUS_NOT_SUPPORTED;
-	}
-	if (!fk_dt_size(at) || at != bt || (ct != FK_R32F && ct != at)) {
-		warnf("%s: types A %d, B %d, C %d are not supported", call, at, bt, ct);
-		return CUBLAS_STATUS_NOT_SUPPORTED;
-	}
+	int round;
+	int rs = ex_round(call, h, at, bt, ct, compute, &round);
+	if (rs) return rs;
 	if (ta < 0 || ta > 2 || tb < 0 || tb > 2 || m < 0 || n < 0 || k < 0 || batch < 0) {
 		warnf("%s: bad operation or size (transa %d, transb %d, m %d, n %d, k %d, batch %d)", call, ta, tb, m, n, k, batch);
 		return CUBLAS_STATUS_INVALID_VALUE;
