@@ -20,20 +20,12 @@ func TestCallsSetTheDevice(t *testing.T) {
 	const dev = 3
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	d, err := cuda.Malloc(dev, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, d)
+	d := cudafake.Malloc(t, dev, 64)
 	ev, err := cuda.NewEvent(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cuda.NewStream(dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := cudafake.NewStream(t, dev, true)
 	var pinned []byte
 	steps := []struct {
 		name string
@@ -76,11 +68,7 @@ func TestCallsSetTheDevice(t *testing.T) {
 func TestCopyKeepsHostMemoryAlive(t *testing.T) {
 	cudafake.RequireFake(t)
 	const n = 1 << 20
-	d, err := cuda.Malloc(0, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, d)
+	d := cudafake.Malloc(t, 0, n)
 	cudafake.CopyDelay(t, 300*time.Millisecond)
 	defer cudafake.CopyDelay(t, 0)
 	stop := make(chan struct{})
@@ -132,11 +120,7 @@ func copyTemp(t *testing.T, dir string, d uintptr, n int, freed chan struct{}) {
 func TestPoolNeverWaitsForTheDevice(t *testing.T) {
 	cudafake.RequireFake(t)
 	const dev = 1
-	s, err := cuda.NewStream(dev, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := cudafake.NewStream(t, dev, true)
 	cudafake.Gate(t, false)
 	opened := false
 	open := func() {
@@ -223,21 +207,9 @@ func TestFindsCUDA13Wheel(t *testing.T) {
 func TestDeviceCopiesAreAsynchronous(t *testing.T) {
 	cudafake.RequireFake(t)
 	const dev, n = 2, 4096
-	a, err := cuda.Malloc(dev, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, a)
-	b, err := cuda.Malloc(dev, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(dev, b)
-	ev, err := cuda.NewEvent(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	a := cudafake.Malloc(t, dev, n)
+	b := cudafake.Malloc(t, dev, n)
+	ev := cudafake.NewEvent(t, dev)
 	cudafake.CopyDelay(t, 200*time.Millisecond)
 	defer cudafake.CopyDelay(t, 0)
 	src := make([]byte, n)

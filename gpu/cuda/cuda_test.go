@@ -62,19 +62,11 @@ func TestNoCUDA(t *testing.T) {
 
 func TestPointerInfo(t *testing.T) {
 	cudafake.RequireCUDA(t)
-	p, err := cuda.Malloc(0, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, p)
+	p := cudafake.Malloc(t, 0, 64)
 	if typ, dev, err := cuda.PointerInfo(0, p); err != nil || typ != cuda.DeviceMemory || dev != 0 {
 		t.Fatalf("PointerInfo(device) = %v, %d, %v", typ, dev, err)
 	}
-	h, err := cuda.HostAlloc(0, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.FreeHost(0, h)
+	h := cudafake.HostAlloc(t, 0, 64)
 	if typ, _, err := cuda.PointerInfo(0, uintptr(ptrOf(h))); err != nil || typ != cuda.HostPinned {
 		t.Fatalf("PointerInfo(pinned) = %v, %v", typ, err)
 	}
@@ -99,11 +91,7 @@ func TestFakeCatchesMisuse(t *testing.T) {
 	if err := cuda.CopyHtoD(0, ptr+8, make([]byte, 8)); err != nil {
 		t.Fatalf("copy to the last 8 bytes: %v", err)
 	}
-	s, err := cuda.NewStream(0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := cudafake.NewStream(t, 0, true)
 	g := make([]byte, 16)
 	if err := s.CopyAsync(uintptr(ptrOf(g)), ptr, 16, cuda.DeviceToHost); err == nil {
 		t.Fatal("async copy to pageable memory accepted")
@@ -125,42 +113,18 @@ func TestFakeCatchesMisuse(t *testing.T) {
 func TestStreamsAndEvents(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	const n = 1 << 20
-	s, err := cuda.NewStream(0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	ev, err := cuda.NewEvent(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
-	scratch, err := cuda.NewEvent(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer scratch.Destroy()
+	s := cudafake.NewStream(t, 0, true)
+	ev := cudafake.NewEvent(t, 0)
+	scratch := cudafake.NewEvent(t, 0)
 	if done, err := ev.Query(); !done || err != nil {
 		t.Fatalf("a fresh event: done %v, %v", done, err)
 	}
-	in, err := cuda.HostAlloc(0, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.FreeHost(0, in)
-	out, err := cuda.HostAlloc(0, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.FreeHost(0, out)
+	in := cudafake.HostAlloc(t, 0, n)
+	out := cudafake.HostAlloc(t, 0, n)
 	for i := range in {
 		in[i] = byte(i * 7)
 	}
-	d, err := cuda.Malloc(0, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, d)
+	d := cudafake.Malloc(t, 0, n)
 	if err := s.WaitDefault(scratch); err != nil {
 		t.Fatal(err)
 	}

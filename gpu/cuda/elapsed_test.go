@@ -16,11 +16,7 @@ import (
 func TestEventElapsed(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	const n = 16 << 20
-	s, err := cuda.NewStream(0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := cudafake.NewStream(t, 0, true)
 	a, err := cuda.NewTimingEvent(0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,16 +30,8 @@ func TestEventElapsed(t *testing.T) {
 	if _, err := a.ElapsedMs(b); err == nil {
 		t.Error("ElapsedMs of events never recorded: no error")
 	}
-	src, err := cuda.Malloc(0, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, src)
-	dst, err := cuda.Malloc(0, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, dst)
+	src := cudafake.Malloc(t, 0, n)
+	dst := cudafake.Malloc(t, 0, n)
 	if err := a.Record(s); err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +58,7 @@ func TestEventElapsed(t *testing.T) {
 		t.Errorf("elapsed %v ms forward, %v ms backward; want a time >= 0 and its negative", fwd, back)
 	}
 	t.Logf("4 device copies of %d MiB: %.3f ms", n>>20, fwd)
-	plain, err := cuda.NewEvent(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Destroy()
+	plain := cudafake.NewEvent(t, 0)
 	if err := plain.Record(s); err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,7 @@ func TestCopyGoMemoryWithPointers(t *testing.T) {
 	name := "x"
 	s := &state{name: &name, step: 0x0102030405060708, other: []int{1}}
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&s.step)), 8)
-	d, err := cuda.Malloc(0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, d)
+	d := cudafake.Malloc(t, 0, 8)
 	if err := cuda.CopyHtoD(0, d, b); err != nil {
 		t.Fatal(err)
 	}
