@@ -255,16 +255,8 @@ func TestDeviceRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cuda.NewStream(0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	buf, err := cuda.Malloc(0, 8*9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, buf)
+	s := cudafake.NewStream(t, 0, true)
+	buf := cudafake.Malloc(t, 0, 8*9)
 	hook := d.Hook(ctx)
 	for _, tc := range []struct {
 		stage string

@@ -71,11 +71,7 @@ func TestCopyRoundTrip(t *testing.T) {
 
 func TestCheckDevice(t *testing.T) {
 	cudafake.RequireCUDA(t)
-	p, err := cuda.Malloc(0, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, p)
+	p := cudafake.Malloc(t, 0, 64)
 	if err := staging.CheckDevice(comm.DeviceBuffer(p, 0, comm.Float32, 16)); err != nil {
 		t.Fatal(err)
 	}

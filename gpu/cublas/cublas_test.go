@@ -346,11 +346,7 @@ func TestRunsOnTheStream(t *testing.T) {
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := cuda.NewEvent(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	ev := cudafake.NewEvent(t, dev)
 	cudafake.Gate(t, false)
 	defer cudafake.Gate(t, true)
 	if err := s.LaunchHostFunc(cudafake.HoldFunc(t), 0); err != nil {

@@ -373,11 +373,7 @@ func TestRunsOnTheStream(t *testing.T) {
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := cuda.NewEvent(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Destroy()
+	ev := cudafake.NewEvent(t, dev)
 	cudafake.Gate(t, false)
 	defer cudafake.Gate(t, true)
 	if err := s.LaunchHostFunc(cudafake.HoldFunc(t), 0); err != nil {
@@ -411,11 +407,7 @@ func TestCallsSetTheDevice(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	s := devtest.Stream(t, dev)
 	out := devtest.Alloc(t, dev, 4, 4)
-	p0, err := cuda.Malloc(0, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.Free(0, p0)
+	cudafake.Malloc(t, 0, 16) // device 0 current on this thread
 	cudafake.ResetContexts(t)
 	if _, _, err := rtc.Arch(dev); err != nil {
 		t.Fatal(err)
