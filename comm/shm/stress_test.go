@@ -207,13 +207,14 @@ func TestWaitSleepsWhenOversubscribed(t *testing.T) {
 	// A phase ends at its first slow yield (quick ones before it while a
 	// processor is free, within spinFor), and after slow ones most waits
 	// have none: about 1 yield a wait on a machine busy with this test's
-	// threads only, against 5 to 15 when every wait yielded until spinFor,
-	// 8 yields at least, and a phase in every wait. When other processes
-	// load the machine too, most yields come back quickly (the scheduler
-	// runs them elsewhere) and a phase runs longer before its first slow
-	// one (188 yields in 9 phases, one CI run at load 8): the number of
-	// waits that yielded at all is what tells sleeping from yielding.
-	if phases > waits/2 {
-		t.Errorf("%d of %d waits yielded (%d yields): waiters keep yielding to busy threads instead of sleeping until the peer publishes", phases, waits, yields)
+	// threads only. The behaviour this guards against (every wait yielding
+	// until spinFor) makes a phase of every wait and 8 yields a wait at
+	// least. When other processes load the machine too, yields come back
+	// quickly at times: then a phase runs longer before its first slow yield
+	// (188 yields in 9 phases, one CI run at load 8), or a quick probe lets
+	// more waits yield once (45 yields in 18 phases, another): either count
+	// alone misreads those; both high at once is the old behaviour.
+	if yields > 3*waits && phases > waits/2 {
+		t.Errorf("%d yields in %d waits, %d of them yielded: waiters keep yielding to busy threads instead of sleeping until the peer publishes", yields, waits, phases)
 	}
 }
