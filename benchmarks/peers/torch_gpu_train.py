@@ -222,6 +222,8 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     tf32_setting = set_precision(a.precision)
     if cuda:
+        if dev.index is None:  # "cuda": set_device needs an index (PyTorch 2.11 refuses a bare "cuda")
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
         torch.cuda.reset_peak_memory_stats(dev)
     is_gpt = gpt_shape(a.model) is not None

@@ -46,7 +46,9 @@ func init() {
 
 // PickNCCL reports whether the auto backend uses NCCL: every rank must
 // have CUDA, NCCL and a GPU of its own (nccl.UsableFor its host's
-// LocalSize), and GDIST_AUTO_NCCL must not be "0" on any rank. The ranks
+// LocalSize, and no two ranks naming one GPU by nccl.GPUOf: processes
+// that each see "their one GPU" may all see the same), and
+// GDIST_AUTO_NCCL must not be "0" on any rank. The ranks
 // agree through cfg.Store; when they do not all qualify, why names the
 // first rank that does not and its reason.
 func PickNCCL(ctx context.Context, cfg comm.Config) (use bool, why string, err error) {
@@ -79,13 +81,23 @@ func pickNCCL(ctx context.Context, cfg comm.Config, noNCCL bool) (use bool, why 
 	}
 	ns := fmt.Sprintf("auto-nccl/%s/%d/", cfg.Job, gen)
 	mine := "ok"
-	if !ok {
+	if ok {
+		// the GPU this rank would use: two ranks on one GPU cannot both
+		// use NCCL (a container's NVIDIA_VISIBLE_DEVICES=0 is every
+		// process's, not one process's own)
+		if gpu, err := nccl.GPUOf(cfg); err != nil {
+			mine = "no: " + err.Error()
+		} else {
+			mine = "ok " + gpu
+		}
+	} else {
 		mine = "no: " + reason
 	}
 	if err := cfg.Store.Set(ctx, ns+strconv.Itoa(cfg.Rank), []byte(mine)); err != nil {
 		return false, "", fmt.Errorf("auto: rank %d: publishing GPU availability: %w", cfg.Rank, err)
 	}
 	use = true
+	gpus := map[string]int{} // a GPU named by GPUOf: its first rank
 	for r := range cfg.Size {
 		v := []byte(mine)
 		if r != cfg.Rank {
@@ -93,8 +105,17 @@ func pickNCCL(ctx context.Context, cfg comm.Config, noNCCL bool) (use bool, why 
 				return false, "", fmt.Errorf("auto: rank %d: waiting for rank %d's GPU availability: %w", cfg.Rank, r, err)
 			}
 		}
-		if s := string(v); s != "ok" && use {
+		s := string(v)
+		gpu, isOK := strings.CutPrefix(s, "ok ")
+		switch {
+		case !use:
+		case !isOK:
 			use, why = false, fmt.Sprintf("rank %d: %s", r, strings.TrimPrefix(s, "no: "))
+		default:
+			if first, dup := gpus[gpu]; dup {
+				use, why = false, nccl.SharedGPU(first, r, gpu)
+			}
+			gpus[gpu] = r
 		}
 	}
 	return use, why, nil

@@ -26,24 +26,7 @@ func TestAutoPicksNCCL(t *testing.T) {
 	}
 	noGPUAssignment(t)
 	gpus := cuda.DeviceCount()
-	pick := func(localSize int) ([]bool, []string) {
-		ss := stores(t, 2)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		use, why := make([]bool, 2), make([]string, 2)
-		var wg sync.WaitGroup
-		for r := range 2 {
-			wg.Go(func() {
-				var err error
-				use[r], why[r], err = auto.PickNCCL(ctx, comm.Config{Rank: r, Size: 2, LocalRank: r, LocalSize: localSize, Store: ss[r], Job: t.Name()})
-				if err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		return use, why
-	}
+	pick := func(localSize int) ([]bool, []string) { return pickNCCL(t, localSize) }
 	use, why := pick(2)
 	switch {
 	case gpus >= 2 && (!use[0] || !use[1]):
@@ -83,5 +66,51 @@ func TestAutoPicksNCCL(t *testing.T) {
 		if b[0] != 11 || b[1] != 22 || b[2] != 33 {
 			t.Errorf("rank %d: %v, want [11 22 33]", r, b)
 		}
+	}
+}
+
+// pickNCCL runs auto.PickNCCL for two ranks of one host (local ranks 0
+// and 1 of localSize) and returns each rank's verdict and reason.
+func pickNCCL(t *testing.T, localSize int) ([]bool, []string) {
+	t.Helper()
+	ss := stores(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	use, why := make([]bool, 2), make([]string, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			var err error
+			use[r], why[r], err = auto.PickNCCL(ctx, comm.Config{Rank: r, Size: 2, LocalRank: r, LocalSize: localSize, Store: ss[r], Job: t.Name()})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	return use, why
+}
+
+// A container that shows its one GPU to every process
+// (NVIDIA_VISIBLE_DEVICES=0, as on the lent H200 of 2026-11-27) runs two
+// local ranks on one GPU: each process "sees one GPU", but the ranks
+// name the same one (nccl.GPUOf), so auto stays off NCCL (which would
+// fail with "Duplicate GPU detected") and says why.
+func TestAutoRefusesSharedVisibleGPU(t *testing.T) {
+	cudafake.RequireFake(t)
+	noGPUAssignment(t)
+	swapEnv(t, "FAKE_CUDA_DEVICES", "1", "NVIDIA_VISIBLE_DEVICES", "0")
+	if ok, why := nccl.UsableFor(2); !ok {
+		t.Fatalf("UsableFor(2) with one visible GPU: %s (the check below would not be reached)", why)
+	}
+	use, why := pickNCCL(t, 2)
+	for r := range 2 {
+		if use[r] || !strings.Contains(why[r], "ranks 0 and 1 would both use GPU") || !strings.Contains(why[r], "NCCL needs one GPU per rank") {
+			t.Errorf("rank %d: use nccl %v, why %q", r, use[r], why[r])
+		}
+	}
+	gpu, err := nccl.GPUOf(comm.Config{Rank: 0, Size: 2, LocalRank: 1, LocalSize: 2})
+	if err != nil || !strings.Contains(gpu, "/") {
+		t.Errorf("GPUOf: %q, %v", gpu, err)
 	}
 }

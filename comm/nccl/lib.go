@@ -12,9 +12,11 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"unsafe"
 
+	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/internal/dl"
 )
@@ -137,6 +139,36 @@ func UsableFor(localSize int) (ok bool, reason string) {
 		return why == "", why
 	}
 	return false, fmt.Sprintf("%d ranks on this host but %d GPU(s); %s", localSize, n, oneGPUPerRank)
+}
+
+// GPUOf names the GPU a rank of cfg would use (the device deviceFor
+// gives it): its host, as NCCL tells hosts apart (EnvHostID where set,
+// else the host name), and its PCI bus id. Two ranks with one name would
+// share a GPU, which NCCL refuses ("Duplicate GPU detected"): the auto
+// backend compares them, as a process that sees one GPU through a
+// container-wide NVIDIA_VISIBLE_DEVICES does not have it alone.
+func GPUOf(cfg comm.Config) (string, error) {
+	dev, err := deviceFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	bus, err := cuda.PCIBusID(dev)
+	if err != nil {
+		return "", fmt.Errorf("nccl: rank %d: GPU %d: %w", cfg.Rank, dev, err)
+	}
+	host := strings.TrimSpace(os.Getenv(EnvHostID))
+	if host == "" {
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("nccl: rank %d: host name: %w", cfg.Rank, err)
+		}
+	}
+	return host + "/" + strings.ToLower(bus), nil
+}
+
+// SharedGPU says why ranks a and b cannot both use NCCL: GPUOf gave
+// both gpu.
+func SharedGPU(a, b int, gpu string) string {
+	return fmt.Sprintf("ranks %d and %d would both use GPU %s; %s", a, b, gpu, oneGPUPerRank)
 }
 
 func (l *library) uniqueID(device int) ([]byte, error) {

@@ -36,6 +36,15 @@ func Version() (version, path string, err error) {
 // Usable is false without cgo.
 func Usable() (ok bool, reason string) { return false, noCgo }
 
+// GPUOf fails without cgo.
+func GPUOf(cfg comm.Config) (string, error) { return "", fmt.Errorf("%w: %s", ErrUnavailable, noCgo) }
+
+// SharedGPU says why ranks a and b cannot both use NCCL: GPUOf gave
+// both gpu.
+func SharedGPU(a, b int, gpu string) string {
+	return fmt.Sprintf("ranks %d and %d would both use GPU %s; %s", a, b, gpu, oneGPUPerRank)
+}
+
 // UsableFor is false without cgo.
 func UsableFor(localSize int) (ok bool, reason string) { return false, noCgo }
 

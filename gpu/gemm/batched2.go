@@ -106,7 +106,11 @@ func (e *Engine) MatMulBatched2(ta, tb bool, m, n, k int, alpha float32, a uintp
 	e.w.written(c, cspan)
 	A, B := matrix2{a, cublas.F32, lda, sa}, matrix2{b, cublas.F32, ldb, sb}
 	compute := cublas.Compute32F
-	if e.prec == BF16 && e.castIn {
+	if e.prec == TF32 {
+		// as Sgemm under the handle's TF32 math mode: an explicit compute
+		// type is not changed by the math mode
+		compute = cublas.Compute32FFastTF32
+	} else if e.prec == BF16 && e.castIn {
 		compute = cublas.Compute32FFast16BF
 	} else if e.prec == BF16 && k > 0 {
 		ar, ac := rowsCols(ta, m, k)
