@@ -31,7 +31,11 @@
 // every rank of the communicator), so a host needs a GPU per local rank: a
 // rank whose local rank has none fails at once, saying so, unless the
 // process was given its one GPU (CUDA_VISIBLE_DEVICES or
-// NVIDIA_VISIBLE_DEVICES naming one device). Host backends wrapped by
+// NVIDIA_VISIBLE_DEVICES naming one device). That variable may be every
+// process's, not one process's own (a container that shows its one GPU to
+// all of them sets NVIDIA_VISIBLE_DEVICES=0): the "auto" backend therefore
+// compares the ranks' GPUs by GPUOf (host and PCI bus id) and stays on the
+// host backends when two ranks would share one. Host backends wrapped by
 // package comm/staging let several ranks share a GPU. So does NCCL when
 // each rank's process poses as its own host: with EnvShareGPU
 // (GDIST_NCCL_SHARE_GPU=1) local rank k uses GPU k mod n, and each process
