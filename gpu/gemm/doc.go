@@ -105,9 +105,13 @@
 // CUBLAS_COMPUTE_32F_FAST_16BF and rounds them to bf16 itself as it loads
 // them (cuBLAS "may": the rounding is not guaranteed as autocast's is).
 // It removes every cast pass, at the price of products reading 4 bytes
-// a value instead of 2; which is faster on a GPU is to be measured
-// (benchmarks/NOTES.md). On the fake the two give the same bits
-// (TestBF16CastInCUBLAS, cmd/train's TestDeviceBF16CastInCUBLAS).
+// a value instead of 2. Measured on an H200 (benchmarks/NOTES.md): the
+// Linears' products at half the speed of the cast kernel's, attention's
+// at twice; a GPT-2-small step at 0.84x the default's speed, so it stays
+// opt-in. On the fake the two give the same bits (TestBF16CastInCUBLAS,
+// cmd/train's TestDeviceBF16CastInCUBLAS); on the GPU cuBLAS did not round
+// the small pointer-batched products (their losses still agree within
+// bf16's tolerance).
 //
 // The bf16 memory at gpt-L12-D768-H12-T1024 batch 8: the scratch (the
 // largest product's operands), KeepNext's buffer (a Linear's dy), the
