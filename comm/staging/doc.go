@@ -24,7 +24,9 @@
 // seen; work on other streams must be synchronized by the caller first, or
 // named by a cuda.Order's After event in the operation's context
 // (cuda.WithOrder): the host waits for it before copying the device
-// buffers in and again before copying results out. An Order's Done is not
+// buffers in and again before copying results out (a brief poll, then
+// asleep in the driver on a blocking-sync event recorded on a stream of
+// the wrapper's own that waits for After: no core spins meanwhile). An Order's Done is not
 // recorded (the results are copied out when the Work completes, after
 // the call): wait for the Work. A
 // copy to the device is asynchronous to the host: when the Work completes,

@@ -70,3 +70,52 @@ func TestOrderAfter(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28: the host's wait for a cuda.Order's After event (before the
+// device buffers are copied in and before the results are copied out)
+// costs (nearly) no CPU while the writer's stream works, as comm/nccl's
+// watcher's (TestWaitCostsNoCPU there) and a training step's end
+// (devmodel's TestStepWaitCostsNoCPU). The fake spins a plain event's
+// host wait as CUDA's default scheduling does (cudafake.SpinWaits) and
+// starts the writer's stream's work late (StreamDelay): over five such
+// all-reduces the process used under 10% of a core (a spinning wait, as
+// After.Synchronize was, uses a whole core, or whatever share of one a
+// loaded machine gives it). No wall-clock bound.
+func TestAfterWaitCostsNoCPU(t *testing.T) {
+	cudafake.RequireFake(t)
+	const count, ops, hold = 64, 5, 100 * time.Millisecond
+	c := newWorld(t, "inproc", 1)[0]
+	s, after, buf := cudafake.NewStream(t, 0, true), cudafake.NewEvent(t, 0), cudafake.Malloc(t, 0, 4*count)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	allReduce := func() error {
+		if err := s.MemsetAsync(buf, 0, 4*count); err != nil {
+			return err
+		}
+		if err := after.Record(s); err != nil {
+			return err
+		}
+		octx := cuda.WithOrder(ctx, cuda.Order{After: after})
+		return comm.Run(ctx)(c.AllReduce(octx, comm.DeviceBuffer(buf, 0, comm.Float32, count), comm.Sum))
+	}
+	if err := allReduce(); err != nil { // warm: staging memory, the waits' own resources
+		t.Fatal(err)
+	}
+	cudafake.SpinWaits(t, true)
+	cudafake.StreamDelay(t, s, hold)
+	cpu0, wall0 := cudafake.CPUTime(t), time.Now()
+	for i := 0; i < ops; i++ {
+		if err := allReduce(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpu, wall := cudafake.CPUTime(t)-cpu0, time.Since(wall0)
+	cudafake.StreamDelay(t, s, 0)
+	t.Logf("%d all-reduces waiting for a slowed stream: %v, %v of CPU (%.2f%%)", ops, wall.Round(time.Millisecond), cpu, 100*cpu.Seconds()/wall.Seconds())
+	if wall < ops*hold {
+		t.Fatalf("%d all-reduces took %v, not the stream's delays: the test measures nothing", ops, wall)
+	}
+	if cpu > wall/10 {
+		t.Errorf("the process used %v of CPU during %v of all-reduces: the wait for the After event spins", cpu, wall)
+	}
+}

@@ -68,9 +68,10 @@ func WrapDevice(c comm.Comm, device int) comm.Comm { return wrap(c, toDevice, de
 // one per device (pinned memory is allocated with the device of the
 // buffers it stages current, so that no CUDA context is made on another).
 type pools struct {
-	pinned bool
-	mu     sync.Mutex
-	m      map[int]*cuda.Pool
+	pinned  bool
+	mu      sync.Mutex
+	m       map[int]*cuda.Pool
+	waiters waiters // the host's waits for cuda.Order's After (wait.go)
 }
 
 func (ps *pools) get(device int) *cuda.Pool {
@@ -94,6 +95,7 @@ func (ps *pools) close() {
 	for _, p := range ps.m {
 		p.Close()
 	}
+	ps.waiters.close()
 }
 
 func wrap(c comm.Comm, dir direction, device int, ps *pools) comm.Comm {
@@ -328,10 +330,17 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 	// the device buffers (on a stream the legacy default stream, where
 	// cudaMemcpy runs, does not wait for): the host waits for it before
 	// copying them in (only then: a receive does not wait at its issue),
-	// and before copying results out.
+	// and before copying results out, asleep once a brief poll is over
+	// (wait.go).
 	after := func() error { return nil }
 	if o := cuda.OrderOf(ctx); o.After != nil && s.dir == toHost {
-		after = o.After.Synchronize
+		dev := -1
+		for i, a := range args {
+			if staged[i] && dev < 0 {
+				_, dev = a.b.Device()
+			}
+		}
+		after = func() error { return s.pools.waiters.wait(dev, o.After) }
 	}
 	for i, a := range args {
 		if staged[i] && a.in {
