@@ -178,3 +178,86 @@ func (k *Kernels) PositionEmbedding(s *cuda.Stream, y, x, pos uintptr, rows, dim
 func (k *Kernels) PositionEmbeddingBackward(s *cuda.Stream, dpos, dy uintptr, rows, dim, t int, accumulate bool) error {
 	return k.EmbeddingBackward(s, 0, dpos, dy, 0, rows, 1, dim, t, accumulate)
 }
+
+// BiasGELU sets y [rows, cols] = GELU(x + bias): the bias add of the
+// Linear whose product is x and the GELU after it in one pass, bit for
+// bit BiasAdd then GELU (the same float32 add, the same GELU), moving
+// 2 rows cols values instead of 4. x stays the product without its bias
+// (BiasGELUBackward reads it); y must not be x. y16 (0: none) gets y's
+// bf16 copy as GELUBF16's.
+func (k *Kernels) BiasGELU(s *cuda.Stream, y, y16, x, bias uintptr, rows, cols int) error {
+	if err := sizeErr("BiasGELU", "rows", rows, "cols", cols); err != nil {
+		return err
+	}
+	if y == x {
+		return fmt.Errorf("kernels: BiasGELU: y is x (x, the product without its bias, is read again by BiasGELUBackward: give y its own buffer)")
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	name, v := "gd_bias_gelu", 1
+	if aligned4([]uintptr{y, x, bias}, cols) {
+		name, v = "gd_bias_gelu4", 4
+	}
+	n := int64(rows) * int64(cols)
+	t := rw(n+int64(cols), n)
+	if y16 != 0 {
+		t.w += 2 * n
+	}
+	return k.launch(name, s, rowGrid(rows, cols, v), t, y, x, bias, int32(rows), int32(cols), y16)
+}
+
+// BiasGELUBackward is BiasGELU's backward from dy [rows, cols]: dx =
+// dy GELU'(x + bias) (GELUBackward's, x the product without its bias;
+// bias 0: x is GELU's input as it is) and dbias (0: skipped) the column
+// sums of dx, set or with accumulate added to: the gradients of the GELU
+// and of the Linear's bias in one pass over dy and x, bit for bit
+// GELUBackward then BiasGrad (the column sums in BiasGrad's chunks and
+// order), without reading dx again. dx16 (0: none) gets dx's bf16 copy
+// as GELUBackwardBF16's. dx may be dy.
+func (k *Kernels) BiasGELUBackward(s *cuda.Stream, dx, dx16, dbias, dy, x, bias uintptr, rows, cols int, accumulate bool) error {
+	if err := sizeErr("BiasGELUBackward", "rows", rows, "cols", cols); err != nil {
+		return err
+	}
+	if cols == 0 || (rows == 0 && dbias == 0) {
+		return nil
+	}
+	parts, per := colSplit(rows, cols)
+	cfg := rtc.Config{Grid: rtc.Dim3{X: (cols + 31) / 32, Y: parts, Z: 1}, Block: rtc.Dim3{X: 32, Y: 8, Z: 1}}
+	n := int64(rows) * int64(cols)
+	t := rw(2*n+int64(cols), n)
+	if dx16 != 0 {
+		t.w += 2 * n
+	}
+	if dbias == 0 || parts == 1 {
+		if dbias != 0 {
+			t.w += 4 * int64(cols)
+		}
+		return k.launch("gd_gelu_bias_backward", s, cfg, t, dx, dx16, dbias, dy, x, bias, int32(rows), int32(cols), int32(per), b32(accumulate))
+	}
+	pc := int64(parts) * int64(cols)
+	t.w += 4 * pc
+	return k.withScratch(s, int(4*pc), func(ws uintptr) error {
+		if err := k.launch("gd_gelu_bias_backward", s, cfg, t, dx, dx16, ws, dy, x, bias, int32(rows), int32(cols), int32(per), int32(0)); err != nil {
+			return err
+		}
+		return k.launch("gd_col_finish", s, grid(cols), rw(pc, int64(cols)), dbias, uintptr(0), ws, uintptr(0), int32(parts), int32(cols), b32(accumulate))
+	})
+}
+
+// BiasAddResidual sets y [rows, cols] = x + (f + bias): a Residual's add
+// (x + fn(x)) with the bias of the Linear that ends fn (f its product
+// without the bias) added first, in one pass: bit for bit BiasAdd then
+// Add (the same two float32 adds in their order), moving 3 rows cols
+// values instead of 5. f stays as it is; y may be x.
+func (k *Kernels) BiasAddResidual(s *cuda.Stream, y, x, f, bias uintptr, rows, cols int) error {
+	if err := sizeErr("BiasAddResidual", "rows", rows, "cols", cols); err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	name, v := "gd_bias_residual", 1
+	if aligned4([]uintptr{y, x, f, bias}, cols) {
+		name, v = "gd_bias_residual4", 4
+	}
+	n := int64(rows) * int64(cols)
+	return k.launch(name, s, rowGrid(rows, cols, v), rw(2*n+int64(cols), n), y, x, f, bias, int32(rows), int32(cols))
+}

@@ -94,49 +94,7 @@ extern "C" __global__ void gd_bn_dx32(float *dx, const float *dy, const float *x
 
 // ---- GELU (nn.GELU: x Phi(x), the exact form) ----
 
-// gelu is vecmath's GELU kernel for one element (its "go" set, geluGo,
-// which the AVX2 and AVX-512 sets reproduce bit for bit) with nn's
-// constants: Phi(-|x|) = exp(-x^2/2) u S(u), u = 1/(1 + k|x|), x^2 as
-// hi + lo, exp by Cody-Waite reduction and a degree-7 polynomial, fused
-// multiply-adds where it fuses (fmaf), every other operation rounded on
-// its own. y = x Phi(x); *d = Phi(x) + x phi(x), the derivative. The
-// constants are float32 bit patterns (F): vecmath.NewGELUConsts(millsK,
-// millsS) of nn, TestGELU checks them.
-#define F(bits) __int_as_float(bits)
-__device__ float gelu(float xv, float *d) {
-	const float clamp = 20.0f, mhalf = -0.5f, lowest = -87.0f, log2e = F(0x3fb8aa3b);
-	const float ln2hi = 0.693359375f, ln2lo = F(0xb95e8083), one = 1.0f, half = 0.5f;
-	const float mk = F(0x3e75c28f), invSqrt2Pi = F(0x3ecc422a);
-	const float ex[6] = {F(0x39500d01), F(0x3ab60b61), F(0x3c088889), F(0x3d2aaaab), F(0x3e2aaaab), 0.5f};
-	const float S[10] = {F(0x3dc41457), F(0x3dc45235), F(0x3db618b5), F(0x3db3ea11), F(0x3ce4b83d),
-			     F(0x3e11451e), F(0xbe1437c8), F(0x3e52c235), F(0xbdff8a55), F(0x3cd14f7c)};
-	float t = __int_as_float(__float_as_int(xv) & 0x7fffffff);
-	if (clamp < t) t = clamp; // a NaN stays
-	float hi = t * t;
-	float lo = fmaf(t, t, -hi);
-	float a = hi * mhalf;
-	bool inRange = a >= lowest;
-	if (!(a > lowest)) a = lowest;
-	float n = rintf(a * log2e);
-	float r = fmaf(-n, ln2hi, a);
-	r = fmaf(-n, ln2lo, r);
-	float p = ex[0];
-	for (int j = 1; j < 6; j++) p = fmaf(p, r, ex[j]);
-	p = fmaf(p, r, one);
-	p = fmaf(p, r, one); // e^r
-	int ni = n == n ? (int)n : (int)0x80000000;
-	float pow2 = __int_as_float((int)((unsigned)(ni + 127) << 23));
-	float e = p * pow2;
-	e = fmaf(-e, lo * half, e); // e^(-hi/2) (1 - lo/2)
-	if (!inRange) e = 0.0f;
-	float u = one / fmaf(mk, t, one);
-	float s = S[9];
-	for (int j = 8; j >= 0; j--) s = fmaf(s, u, S[j]);
-	float q = s * u * e; // Phi(-|x|)
-	float phi = __float_as_int(xv) < 0 ? q : one - q;
-	if (d) *d = fmaf(xv * e, invSqrt2Pi, phi);
-	return xv * phi;
-}
+// gelu: embed.cuh (rows.cu's fused backward shares it).
 
 // y = gelu(x); y may be x. y16, unless null, gets y's bf16 copy
 // (bf16_bits).
@@ -158,6 +116,72 @@ extern "C" __global__ void gd_gelu_backward(float *dx, const float *dy, const fl
 		dx[i] = v;
 		if (dx16) dx16[i] = bf16_bits(v);
 	}
+}
+
+// y[r, c] = gelu(x[r, c] + bias[c]) over rows of cols: a Linear's bias
+// add and the GELU after it in one pass (gpu/kernels' BiasGELU), the
+// same float32 add as gd_bias_add, then gelu: bit for bit the two
+// kernels. x (the product without its bias) is left as it is, for
+// gd_gelu_bias_backward. The blocks' y index strides over the rows,
+// their x threads over a row's columns (V a thread: 4 with float4
+// accesses, cols a multiple of 4 and y, x, bias 16-byte aligned, as the
+// launch checks). y16, unless null, gets y's bf16 copy (bf16_bits).
+template <int V> __device__ void bias_gelu(float *y, const float *x, const float *bias, int rows, int cols, unsigned short *y16) {
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+		long long o = (long long)r * cols;
+		for (int c = (blockIdx.x * blockDim.x + threadIdx.x) * V; c < cols; c += gridDim.x * blockDim.x * V) {
+			if (V == 4) {
+				float4 v = *(const float4 *)(x + o + c), b = *(const float4 *)(bias + c);
+				float4 u = make_float4(gelu(v.x + b.x, 0), gelu(v.y + b.y, 0), gelu(v.z + b.z, 0), gelu(v.w + b.w, 0));
+				*(float4 *)(y + o + c) = u;
+				if (y16) {
+					y16[o + c] = bf16_bits(u.x);
+					y16[o + c + 1] = bf16_bits(u.y);
+					y16[o + c + 2] = bf16_bits(u.z);
+					y16[o + c + 3] = bf16_bits(u.w);
+				}
+			} else {
+				float u = gelu(x[o + c] + bias[c], 0);
+				y[o + c] = u;
+				if (y16) y16[o + c] = bf16_bits(u);
+			}
+		}
+	}
+}
+
+extern "C" __global__ void gd_bias_gelu(float *y, const float *x, const float *bias, int rows, int cols, unsigned short *y16) {
+	bias_gelu<1>(y, x, bias, rows, cols, y16);
+}
+
+extern "C" __global__ void gd_bias_gelu4(float *y, const float *x, const float *bias, int rows, int cols, unsigned short *y16) {
+	bias_gelu<4>(y, x, bias, rows, cols, y16);
+}
+
+// y[r, c] = x[r, c] + (f[r, c] + bias[c]): a Residual's add (x + fn(x))
+// with the bias of the Linear that ends fn (f, its product without the
+// bias) added first, the two float32 adds of gd_bias_add and gd_add in
+// their order: bit for bit the two kernels (gpu/kernels'
+// BiasAddResidual). y may be x; f is left as it is. The grid as
+// bias_gelu's (V 4: float4, as the launch checks).
+template <int V> __device__ void bias_residual(float *y, const float *x, const float *f, const float *bias, int rows, int cols) {
+	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+		long long o = (long long)r * cols;
+		for (int c = (blockIdx.x * blockDim.x + threadIdx.x) * V; c < cols; c += gridDim.x * blockDim.x * V) {
+			if (V == 4) {
+				float4 u = *(const float4 *)(x + o + c), v = *(const float4 *)(f + o + c), b = *(const float4 *)(bias + c);
+				*(float4 *)(y + o + c) = make_float4(u.x + (v.x + b.x), u.y + (v.y + b.y), u.z + (v.z + b.z), u.w + (v.w + b.w));
+			} else
+				y[o + c] = x[o + c] + (f[o + c] + bias[c]);
+		}
+	}
+}
+
+extern "C" __global__ void gd_bias_residual(float *y, const float *x, const float *f, const float *bias, int rows, int cols) {
+	bias_residual<1>(y, x, f, bias, rows, cols);
+}
+
+extern "C" __global__ void gd_bias_residual4(float *y, const float *x, const float *f, const float *bias, int rows, int cols) {
+	bias_residual<4>(y, x, f, bias, rows, cols);
 }
 
 // ---- embeddings (nn.Embedding, nn.PositionEmbedding) ----

@@ -11,10 +11,11 @@ var (
 		"gd_gelu", "gd_gelu_backward",
 		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
 		"gd_adam", "gd_adam4", "gd_scale_by", "gd_dropout", "gd_add", "gd_add4",
-		"gd_tanh", "gd_tanh_backward", "gd_add_rows"}
+		"gd_tanh", "gd_tanh_backward", "gd_add_rows",
+		"gd_bias_gelu", "gd_bias_gelu4", "gd_bias_residual", "gd_bias_residual4"}
 	rowsKernels = append([]string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
-		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward"}, regKernels()...)
+		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward", "gd_gelu_bias_backward"}, regKernels()...)
 )
 
 // regKernels are the row kernels' instantiations with rows in registers

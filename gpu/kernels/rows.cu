@@ -216,6 +216,44 @@ extern "C" __global__ void gd_col_finish(float *out, float *out2, const float *p
 	}
 }
 
+// GELU's backward fused with the bias gradient of the Linear before it
+// (gpu/kernels' BiasGELUBackward): dx[r, c] = dy[r, c] gelu'(x[r, c] +
+// bias[c]) (x the Linear's product without its bias; bias null: x as it
+// is), dx16 (unless null) its bf16 copy, and out (unless null) the
+// column sums of dx over the chunk blockIdx.y of per rows, in
+// gd_col_partial's order and grid (32 columns by 8 row lanes, each lane
+// every 8th row, the lanes added in order): the same bits as
+// gd_gelu_backward and then gd_col_partial over dx, without reading dx
+// again. With acc the sums are added to out (a grid of one chunk writing
+// the result).
+extern "C" __global__ void gd_gelu_bias_backward(float *dx, unsigned short *dx16, float *out, const float *dy, const float *x,
+						 const float *bias, int rows, int cols, int per, int acc) {
+	__shared__ float s[8][33];
+	int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+	int lo = blockIdx.y * per, hi = min(lo + per, rows);
+	float v = 0.0f;
+	if (c < cols && lo + ty < hi) {
+		float b = bias ? bias[c] : 0.0f;
+		long long o = (long long)(lo + ty) * cols + c, step = 8LL * cols;
+		for (int r = lo + ty; r < hi; r += 8, o += step) {
+			float d, xv = bias ? x[o] + b : x[o];
+			gelu(xv, &d);
+			float g = dy[o] * d;
+			dx[o] = g;
+			if (dx16) dx16[o] = bf16_bits(g);
+			v = v + g;
+		}
+	}
+	s[ty][tx] = v;
+	__syncthreads();
+	if (out && ty == 0 && c < cols) {
+		float t = s[0][tx];
+		for (int k = 1; k < 8; k++) t = t + s[k][tx];
+		long long o = (long long)blockIdx.y * cols + c;
+		out[o] = acc ? out[o] + t : t;
+	}
+}
+
 // ---- the embedding's gradient (nn.Embedding) ----
 
 // dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]
