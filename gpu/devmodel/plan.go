@@ -704,11 +704,19 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		}
 		out.grad16 = new(uintptr) // the out-projection's dy's bf16 copy, if its writer makes one (grad16)
 		dy16 := out.grad16
-		probs, err := c.alloc(4 * g.Probs())
+		fused, err := g.Fused() // $GDIST_ATTENTION=fused: no T x T probabilities kept
+		if err != nil {
+			return nil, fmt.Errorf("layer %s (attention): %w", quote(name), err)
+		}
+		keep, ws := g.Probs(), g.Workspace()
+		if fused {
+			keep, ws = g.FusedKeep(), g.FusedWorkspace()
+		}
+		probs, err := c.alloc(4 * keep) // P, or the fused path's log-sum-exp rows
 		if err != nil {
 			return nil, err
 		}
-		c.attWS = max(c.attWS, g.Workspace())
+		c.attWS = max(c.attWS, ws)
 		x16, err := c.copy16(x)
 		if err != nil {
 			return nil, err
@@ -723,7 +731,13 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("linear", "attention") // GDIST_DEVICE_PROFILE (profile.go)
-			if err := kernels.AttentionForward(d.h, d.k, att.val, probs, qkv.val, p.attWS, g); err != nil {
+			var err error
+			if fused {
+				err = d.k.AttentionFusedForward(d.s, att.val, probs, qkv.val, g)
+			} else {
+				err = kernels.AttentionForward(d.h, d.k, att.val, probs, qkv.val, p.attWS, g)
+			}
+			if err != nil {
 				return err
 			}
 			d.profileSplit("attention", "linear")
@@ -740,7 +754,12 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("linear", "attention")
-			if err := kernels.AttentionBackward(d.h, d.k, qkv.grad, att.grad, qkv.val, probs, p.attWS, g); err != nil {
+			if fused {
+				err = d.k.AttentionFusedBackward(d.s, qkv.grad, att.grad, qkv.val, att.val, probs, p.attWS, g)
+			} else {
+				err = kernels.AttentionBackward(d.h, d.k, qkv.grad, att.grad, qkv.val, probs, p.attWS, g)
+			}
+			if err != nil {
 				return err
 			}
 			d.profileSplit("attention", "linear")
