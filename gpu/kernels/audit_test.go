@@ -58,7 +58,11 @@ func (r auditRec) blocks() int {
 }
 
 func (r auditRec) ideal() float64 { // seconds
-	return float64(r.r+r.w) / auditBandwidth
+	t := float64(r.r+r.w) / auditBandwidth
+	if r.kernel != "gemm" { // a kernel's arithmetic (the fused attention's) at fp32's peak
+		t = max(t, r.flops/auditFP32)
+	}
+	return t
 }
 
 // bound is a launch's time if it gets no more than the bandwidth of the
@@ -249,14 +253,26 @@ func (a *auditor) layer(l nn.Layer, x aact) aact {
 		a.kind, a.bwd = "linear", false
 		must(LinearForward(h, k, fake, fake, fake, fake, rows, c, 3*c))
 		a.kind = "attention"
-		must(AttentionForward(h, k, fake, fake, fake, fake, g))
+		fused, err := g.Fused()
+		must(err)
+		if fused { // $GDIST_ATTENTION=fused: one kernel, its FLOPs for its ideal time
+			must(k.AttentionFusedForward(nil, fake, fake, fake, g))
+			a.recs[len(a.recs)-1].flops = g.fusedFLOPs(2)
+		} else {
+			must(AttentionForward(h, k, fake, fake, fake, fake, g))
+		}
 		a.kind = "linear"
 		must(LinearForward(h, k, fake, fake, fake, fake, rows, c, c))
 		a.back = append(a.back, func() {
 			a.kind, a.bwd = "linear", true
 			must(LinearBackward(h, k, fake, fake, fake, fake, fake, fake, rows, c, c, true))
 			a.kind = "attention"
-			must(AttentionBackward(h, k, fake, fake, fake, fake, fake, g))
+			if fused {
+				must(k.AttentionFusedBackward(nil, fake, fake, fake, fake, fake, fake, g))
+				a.recs[len(a.recs)-2].flops, a.recs[len(a.recs)-1].flops = g.fusedFLOPs(3), g.fusedFLOPs(4)
+			} else {
+				must(AttentionBackward(h, k, fake, fake, fake, fake, fake, g))
+			}
 			a.kind = "linear"
 			must(LinearBackward(h, k, gradPtr(x), fake, fake, fake, fake, fake, rows, c, 3*c, true))
 		})
@@ -404,7 +420,7 @@ func auditTable(name string, batch int, recs []auditRec) (string, int) {
 		a, c := kinds[kindOrder[i]], kinds[kindOrder[j]]
 		return a.kern[0]+a.kern[1]+a.gemm[0]+a.gemm[1] > c.kern[0]+c.kern[1]+c.gemm[0]+c.gemm[1]
 	})
-	b.WriteString("\nIdeal device time per step by kind (ms; kernels at 3.35 TB/s; products at fp32's 67 and bf16's 989 TFLOP/s or their bytes, whichever is longer):\n\n")
+	b.WriteString("\nIdeal device time per step by kind (ms; kernels at 3.35 TB/s, the fused attention's also at fp32's 67 TFLOP/s; products at fp32's 67 and bf16's 989 TFLOP/s or their bytes, whichever is longer):\n\n")
 	b.WriteString("| kind | kernels fwd | kernels bwd | kernels at their SMs | products fwd (fp32 / bf16) | products bwd (fp32 / bf16) |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, kn := range append(kindOrder, "total") {
 		s := kinds[kn]
@@ -430,7 +446,12 @@ func TestAudit(t *testing.T) {
 	}{{"gpt-L12-D768-H12-T1024", 8}, {"mlp", 32}, {"cnn", 32}, {"cnn-bn", 32}} {
 		recs := auditStep(t, c.model, c.batch)
 		if c.model == "gpt-L12-D768-H12-T1024" {
-			auditAttention(t, recs, 12, AttentionGeom{N: c.batch, T: 1024, C: 768, H: 12})
+			g := AttentionGeom{N: c.batch, T: 1024, C: 768, H: 12}
+			if fused, _ := g.Fused(); fused {
+				auditFused(t, recs, 12, g)
+			} else {
+				auditAttention(t, recs, 12, g)
+			}
 		}
 		tab, flagged := auditTable(c.model, c.batch, recs)
 		out.WriteString("### " + c.model + "\n\n" + tab + "\n")
@@ -501,4 +522,55 @@ func auditAttention(t *testing.T, recs []auditRec, layers int, g AttentionGeom) 
 	whole := int64(g.N * g.H * g.T * g.T)
 	t.Logf("attention at %+v, blocks of %d: products %.1f GFLOP a step (%.1f without blocks), scores %d of %d",
 		g, tb, flops/1e9, float64(layers)*12*float64(d)*float64(whole)/1e9, scores, whole)
+}
+
+// auditFused checks a gpt step's attention under $GDIST_ATTENTION=fused
+// (TestAuditFused): per layer the fused forward and the backward's two
+// kernels, nothing else (no products, no softmax, no copies), their
+// arithmetic 2, 3 and 4 products of D over the N H T (T + 1) / 2 pairs
+// at or below the diagonal (each kernel's ideal time is that at fp32's
+// peak, their bytes' far less), their traffic Q, K, V, dO, O and the
+// rows' log-sum-exp and D_i: no T x T values.
+func auditFused(t *testing.T, recs []auditRec, layers int, g AttentionGeom) {
+	t.Helper()
+	count := map[string]int{}
+	var flops, ideal float64
+	var bytes int64
+	for _, r := range recs {
+		if r.kind != "attention" {
+			continue
+		}
+		count[strings.TrimSuffix(r.kernel, "_d64")]++
+		flops += r.flops
+		ideal += r.ideal()
+		bytes += r.r + r.w
+	}
+	want := map[string]int{"gd_attn_fused_fwd": layers, "gd_attn_fused_dq": layers, "gd_attn_fused_dkdv": layers}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("fused attention: launches %v a step, want %v", count, want)
+	}
+	if w := float64(layers) * g.fusedFLOPs(9); flops != w {
+		t.Errorf("fused attention: %.4g FLOPs a step, want %.4g", flops, w)
+	}
+	ntc, nht := int64(g.N*g.T*g.C), int64(g.FusedKeep())
+	fwd, dq, dkdv := 4*ntc+nht, 6*ntc+2*nht, 6*ntc+2*nht // qkv in, O and L out; +dO, O, L in, dQ and D out; dO, L, D in, dK and dV out
+	if w := int64(layers) * 4 * (fwd + dq + dkdv); bytes != w {
+		t.Errorf("fused attention: %d bytes a step, want %d (no T x T values)", bytes, w)
+	}
+	t.Logf("fused attention at %+v: %.1f GFLOP a step, %.1f MB, ideal %.2f ms a step at fp32's %.0f TFLOP/s", g, flops/1e9, float64(bytes)/1e6, ideal*1e3, auditFP32/1e12)
+}
+
+// TestAuditFused is TestAudit's gpt step with $GDIST_ATTENTION=fused:
+// no launch leaves most of an H100 idle, and auditFused's counts.
+func TestAuditFused(t *testing.T) {
+	t.Setenv(EnvAttention, "fused")
+	recs := auditStep(t, "gpt-L12-D768-H12-T1024", 8)
+	auditFused(t, recs, 12, AttentionGeom{N: 8, T: 1024, C: 768, H: 12})
+	tab, flagged := auditTable("gpt-L12-D768-H12-T1024 (GDIST_ATTENTION=fused)", 8, recs)
+	if flagged > 0 {
+		t.Errorf("%d launches per step leave most of an H100 idle:\n%s", flagged, tab)
+	}
+	if testing.Verbose() {
+		t.Log("\n" + tab)
+	}
 }
