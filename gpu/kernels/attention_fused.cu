@@ -58,16 +58,21 @@ template <int DM, int G> __device__ __forceinline__ void af_row(float (&x)[DM / 
 		}
 }
 
-// af_dot is the thread's part of x . (row r of tile t).
+// af_dot is the thread's part of x . (row r of tile t): four running
+// sums (one per float4 lane), so that its multiply-adds are four short
+// dependency chains rather than one long one.
 template <int DM, int G> __device__ __forceinline__ float af_dot(const float (&x)[DM / G], const float *t, int r, int g) {
 	const float4 *row = (const float4 *)(t + r * DM);
-	float d = 0.0f;
+	float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
 #pragma unroll
 	for (int u = 0; u < DM / G / 4; u++) {
 		float4 v = row[u * G + g];
-		d += x[4 * u] * v.x + x[4 * u + 1] * v.y + x[4 * u + 2] * v.z + x[4 * u + 3] * v.w;
+		d0 += x[4 * u] * v.x;
+		d1 += x[4 * u + 1] * v.y;
+		d2 += x[4 * u + 2] * v.z;
+		d3 += x[4 * u + 3] * v.w;
 	}
-	return d;
+	return (d0 + d1) + (d2 + d3);
 }
 
 // af_axpy adds a times (row r of tile t) to the thread's columns of acc.
