@@ -130,8 +130,9 @@ func (g AttentionGeom) fusedFLOPs(n int) float64 {
 // the scaled scores in base 2 (g.FusedKeep() float32s, kept for
 // AttentionFusedBackward). fp32 arithmetic whatever the precision of the
 // products around it (under bf16 autocast more accurate than autocast
-// needs). Within FusedTol's bound of the exact values, as AttentionForward
-// is (TestAttentionFused). Heads of up to FusedMaxHead values. On s.
+// needs). Each output within a bound derived from float32's rounding of
+// the exact value, as AttentionForward's (TestAttentionFused; the
+// package comment). Heads of up to FusedMaxHead values. On s.
 func (k *Kernels) AttentionFusedForward(s *cuda.Stream, out, lse, qkv uintptr, g AttentionGeom) error {
 	if err := g.fusedCheck("AttentionFusedForward"); err != nil {
 		return err
