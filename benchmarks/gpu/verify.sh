@@ -29,9 +29,10 @@
 #               peer's attention GPT_ATTN=sdpa, or mha) at fp32
 #               and, when train has -precision, bf16 (GPT_PRECISIONS), each
 #               right before PyTorch eager on the same model, batch and
-#               precision: tokens/s, peak memory, MFU, the ratio; bf16's
-#               other choices (GPT_BF16_CASTS="cublas nocache headscopy")
-#               against the default cast's losses and rate;
+#               precision: tokens/s, peak memory, MFU, the ratio; fp32's
+#               and bf16's variants (GPT_FP32_VARIANTS="fused",
+#               GPT_BF16_CASTS="cublas nocache headscopy fused")
+#               against the default run's losses and rate;
 #               then a short run of each precision with the device
 #               profile (GDIST_DEVICE_PROFILE: device time by layer kind)
 #               beside the launch audit's prediction per kind
@@ -69,7 +70,8 @@
 # inventory.txt, results.jsonl (one JSON row per step and per benchmark
 # row), bench.txt (the side-by-side table), train_bench.txt (gdist's
 # training against PyTorch's: rates, step times, memory, MFU),
-# bf16_casts.txt (bf16's cast choices against the default cast),
+# bf16_casts.txt (the variants: bf16's cast choices, fp32 and bf16 with
+# the fused attention, against the default run),
 # bf16bench.txt (BenchmarkBF16Step), audit.md (gpu/kernels' launch
 # audit), profile_vs_audit.txt (each kind's measured device time beside
 # the audit's), strategies.txt (the strategies step's comparisons, a
@@ -835,7 +837,7 @@ ensure_audit() {
 # trains gpt-L1-D32-H2-T16 at batch 2 on the fake, its peer on the CPU.
 t_gpt() {
 	local log=$1 model=${GPT_MODEL:-gpt-L12-D768-H12-T1024} batch=${GPT_BATCH:-8} steps=${GPT_STEPS:-20}
-	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas nocache headscopy} note="" rc=0 out="" p walls="" w0
+	local psteps=${GPT_PROFILE_STEPS:-8} pdev=cuda pwarm=5 precs=${GPT_PRECISIONS:-fp32 bf16} casts=${GPT_BF16_CASTS-cublas nocache headscopy fused} fp32v=${GPT_FP32_VARIANTS-fused} note="" rc=0 out="" p walls="" w0
 	if [ "$DRY" = 1 ]; then
 		model=gpt-L1-D32-H2-T16 batch=2 steps=4 psteps=4 pdev=cpu pwarm=1
 	fi
@@ -865,10 +867,14 @@ t_gpt() {
 		limited "$(($(rest) / 2))" "$@" "$B/train" -device cuda -nproc 1 -model "$model" -data "$LOGS/corpus" -batch "$batch" \
 			-steps "$n" -warmup 0 -seed 7 -json -progress=false "${extra[@]}"
 	}
-	# gpt_casts: after bf16's pair, each other cast choice of
-	# GPT_BF16_CASTS trains the same steps: its losses against the
-	# default cast's and fp32's (trainbench.py variant: bf16_casts.txt),
-	# its rate against the same PyTorch bf16 run. cublas
+	# gpt_casts P: after P's pair, each variant of P (GPT_FP32_VARIANTS
+	# for fp32, GPT_BF16_CASTS for bf16) trains the same steps: its
+	# losses against P's default run's and fp32's (trainbench.py
+	# variant: bf16_casts.txt), its rate against the same PyTorch run of
+	# P. fused (GDIST_ATTENTION=fused: gpu/kernels' fused causal
+	# attention, no T x T probabilities kept, fp32 arithmetic under
+	# bf16 too) within 2% at both precisions (other sums, other
+	# exponentials), for its speed and peak memory. cublas
 	# (GDIST_BF16_CAST=cublas: the fp32 operands rounded inside cuBLAS,
 	# not by the cast kernel) within 2%; nocache (GDIST_AUTOCAST_CACHE=0:
 	# each weight cast for every product, not once per update: the same
@@ -879,34 +885,36 @@ t_gpt() {
 	# cublasGemmBatchedEx's pointer arrays) within 2% (cuBLAS's kernels
 	# may sum in another order), for its speed.
 	gpt_casts() {
-		local c ce ctol
-		for c in $casts; do
-			case $c in
-			cublas) ce=GDIST_BF16_CAST=cublas ctol=0.02 ;;
-			nocache) ce=GDIST_AUTOCAST_CACHE=0 ctol=1e-4 ;;
-			headscopy) ce=GDIST_ATTENTION_HEADS=copy ctol=0.02 ;;
+		local pv=$1 c ce ctol list=$casts what=GPT_BF16_CASTS
+		[ "$pv" = fp32 ] && list=$fp32v what=GPT_FP32_VARIANTS
+		for c in $list; do
+			case $pv/$c in
+			bf16/cublas) ce=GDIST_BF16_CAST=cublas ctol=0.02 ;;
+			bf16/nocache) ce=GDIST_AUTOCAST_CACHE=0 ctol=1e-4 ;;
+			bf16/headscopy) ce=GDIST_ATTENTION_HEADS=copy ctol=0.02 ;;
+			*/fused) ce=GDIST_ATTENTION=fused ctol=0.02 ;;
 			*)
-				out="$out(GPT_BF16_CASTS: $c is not cublas, nocache or headscopy); "
+				out="$out($what: $c is not one of: $([ "$pv" = fp32 ] && echo fused || echo cublas, nocache, headscopy, fused)); "
 				rc=1
 				continue
 				;;
 			esac
-			if [ "$(rest)" -lt 30 ]; then out="$out(no time left for bf16+$c); "; break; fi
-			local gv=$LOGS/gpt.gdist.bf16.$c vc
-			echo "--- gdist $model batch $batch bf16 $ce" >>"$log"
+			if [ "$(rest)" -lt 30 ]; then out="$out(no time left for $pv+$c); "; break; fi
+			local gv=$LOGS/gpt.gdist.$pv.$c vc
+			echo "--- gdist $model batch $batch $pv $ce" >>"$log"
 			w0=$(date +%s)
-			gdist_train bf16 "$steps" "$ce" >"$gv" 2>>"$log"
+			gdist_train "$pv" "$steps" "$ce" >"$gv" 2>>"$log"
 			local rv=$?
-			walled "gdist bf16+$c"
+			walled "gdist $pv+$c"
 			cat "$gv" >>"$log"
-			vc=$(python3 "$root/benchmarks/gpu/trainbench.py" variant "bf16+$c" "$gv" "$LOGS/gpt.gdist.bf16" "$LOGS/gpt.gdist.fp32" --tol "$ctol" \
+			vc=$(python3 "$root/benchmarks/gpu/trainbench.py" variant "$pv+$c" "$gv" "$LOGS/gpt.gdist.$pv" "$LOGS/gpt.gdist.fp32" --tol "$ctol" \
 				--results "$OUT/results.jsonl" --table "$OUT/bf16_casts.txt" $(dry_flag) 2>>"$log")
 			local rv2=$?
 			echo "=== $vc" >>"$log"
 			out="$out$vc (exit $rv); "
 			[ $rv = 0 ] && [ $rv2 = 0 ] || rc=1
-			if [ $havetorch = 1 ] && [ -s "$LOGS/gpt.torch.bf16" ]; then
-				vc=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$gv" "$LOGS/gpt.torch.bf16" --precision bf16 --variant "$c" --gpu "$gpu" \
+			if [ $havetorch = 1 ] && [ -s "$LOGS/gpt.torch.$pv" ]; then
+				vc=$(python3 "$root/benchmarks/gpu/trainbench.py" compare "$gv" "$LOGS/gpt.torch.$pv" --precision "$pv" --variant "$c" --gpu "$gpu" \
 					--results "$OUT/results.jsonl" --table "$OUT/train_bench.txt" $(dry_flag) 2>>"$log") || rc=1
 				echo "=== $vc" >>"$log"
 				out="$out$vc; "
@@ -942,7 +950,8 @@ t_gpt() {
 		fi
 		out="$out$cmp (exit $r1/$r2); "
 		[ $r1 = 0 ] && [ $r2 = 0 ] && [ $r3 = 0 ] || rc=1
-		[ "$p" = bf16 ] && [ $pf = 1 ] && gpt_casts
+		[ "$p" = bf16 ] && [ $pf = 1 ] && gpt_casts bf16
+		[ "$p" = fp32 ] && gpt_casts fp32
 	done
 	ensure_audit "$log" # for the profiles' predictions
 	for p in $precs; do
