@@ -33,6 +33,9 @@ type act struct {
 	// whose backward writes grad (ReLU, GELU, LayerNorm, a Residual's
 	// sum) puts grad's bf16 copy (grad16)
 	to16, grad16 *uintptr
+	// tail, on a Linear's output in a training plan, lets the layer
+	// that reads it next take the Linear's bias (fuse.go)
+	tail *linTail
 }
 
 func (a *act) size() int { return prod(a.shape) }
@@ -447,7 +450,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			}
 			c.p.ops[at].bwd = func() error { return d.k.AddBF16(d.s, x.grad, g16, fin.grad, out.grad, n) }
 		}
-		c.add(name, func() error { return d.k.Add(d.s, out.val, x.val, fout.val, n) }, nil)
+		if !c.biasResidual(d, name, out, x, fout) { // with the bias of the Linear ending fn (fuse.go)
+			c.add(name, func() error { return d.k.Add(d.s, out.val, x.val, fout.val, n) }, nil)
+		}
 		return out, nil
 	case *nn.Linear:
 		if len(x.shape) < 2 || x.shape[len(x.shape)-1] != l.In {
@@ -467,13 +472,17 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		}
 		dy16 := out.grad16
 		w, b := c.param(), c.param()
+		tail := c.linTail(out, b, rows, l.Out) // the next layer may take the bias (fuse.go)
 		c.add(name, func() error {
 			if err := d.provide(x, x16, l.In); err != nil {
 				return err
 			}
-			return kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), P(b), rows, l.In, l.Out)
+			return tail.after(kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), tail.biasOf(P(b)), rows, l.In, l.Out))
 		}, func() error {
 			defer d.withdraw(x, x16)
+			if err := tail.before(); err != nil {
+				return err
+			}
 			if dy16 != nil {
 				dy := &act{val: out.grad, shape: out.shape}
 				if err := d.provide(dy, *dy16, l.Out); err != nil {
@@ -481,7 +490,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				}
 				defer d.withdraw(dy, *dy16)
 			}
-			return kernels.LinearBackward(d.h, d.k, x.grad, G(w), G(b), x.val, P(w), out.grad, rows, l.In, l.Out, true)
+			return kernels.LinearBackward(d.h, d.k, x.grad, G(w), tail.gradOf(G(b)), x.val, P(w), out.grad, rows, l.In, l.Out, true)
 		})
 		return out, nil
 	case *nn.Conv2d:
@@ -561,6 +570,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		out, err := c.elementwise(d, name, x, (*kernels.Kernels).ReLU, (*kernels.Kernels).ReLUBackward, true)
 		return c.producer(d, out, x, err, (*kernels.Kernels).ReLUBF16, (*kernels.Kernels).ReLUBackwardBF16, true)
 	case nn.GELU, *nn.GELU:
+		if out, ok, err := c.biasGELU(d, name, x); ok { // with the Linear's bias (fuse.go)
+			return out, err
+		}
 		out, err := c.elementwise(d, name, x, (*kernels.Kernels).GELU, (*kernels.Kernels).GELUBackward, false)
 		return c.producer(d, out, x, err, (*kernels.Kernels).GELUBF16, (*kernels.Kernels).GELUBackwardBF16, false)
 	case nn.Tanh, *nn.Tanh:
@@ -722,6 +734,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			return nil, err
 		}
 		win, bin, wout, bout := c.param(), c.param(), c.param(), c.param()
+		tail := c.linTail(out, bout, rows, cc) // the Residual may take the out-projection's bias (fuse.go)
 		p := c.p
 		c.add(name, func() error {
 			if err := d.provide(x, x16, cc); err != nil {
@@ -741,7 +754,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("attention", "linear")
-			return kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), P(bout), rows, cc, cc)
+			return tail.after(kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), tail.biasOf(P(bout)), rows, cc, cc))
 		}, func() error {
 			defer d.withdraw(x, x16)
 			dy := &act{val: out.grad, shape: out.shape}
