@@ -84,6 +84,10 @@ type auditor struct {
 	bwd  bool
 	n    int      // parameters
 	back []func() // the backward work, in forward order
+	// resBias is the layer (a Linear, attention) that ends a
+	// Residual's function: the Residual's add takes its bias
+	// (BiasAddResidual), as gpu/devmodel's plan fuses them
+	resBias nn.Layer
 }
 
 func newAuditor() *auditor {
@@ -186,6 +190,11 @@ func (a *auditor) layer(l nn.Layer, x aact) aact {
 					continue
 				}
 			}
+			if lin, ok := l.Layers[i].(*nn.Linear); ok && i+1 < len(l.Layers) && isGELU(l.Layers[i+1]) {
+				x = a.linearGELU(lin, x)
+				i++
+				continue
+			}
 			x = a.layer(l.Layers[i], x)
 		}
 		return x
@@ -195,13 +204,24 @@ func (a *auditor) layer(l nn.Layer, x aact) aact {
 				must(k.Add(nil, fake, fake, fake, n))
 			}
 		})
+		last := lastLayer(l.Fn)
+		switch last.(type) {
+		case *nn.Linear, *nn.CausalSelfAttention:
+			a.resBias = last // its forward adds x and its bias (BiasAddResidual)
+		}
 		out := a.layer(l.Fn, aact{x.shape, x.grad})
-		a.fwd("residual", func() { must(k.Add(nil, fake, fake, fake, n)) }, func() {})
+		if a.resBias == nil {
+			a.fwd("residual", func() { must(k.Add(nil, fake, fake, fake, n)) }, func() {})
+		}
+		a.resBias = nil
 		return aact{out.shape, true}
 	case *nn.Linear:
 		rows := n / l.In
 		a.n += l.In*l.Out + l.Out
-		a.fwd("linear", func() { must(LinearForward(h, k, fake, fake, fake, fake, rows, l.In, l.Out)) },
+		a.fwd("linear", func() {
+			must(LinearForward(h, k, fake, fake, fake, a.bias(l), rows, l.In, l.Out))
+			a.residual(l, rows, l.Out)
+		},
 			func() { must(LinearBackward(h, k, gradPtr(x), fake, fake, fake, fake, fake, rows, l.In, l.Out, true)) })
 		return aact{with(x.shape, l.Out), true}
 	case *nn.Conv2d:
@@ -262,7 +282,8 @@ func (a *auditor) layer(l nn.Layer, x aact) aact {
 			must(AttentionForward(h, k, fake, fake, fake, fake, g))
 		}
 		a.kind = "linear"
-		must(LinearForward(h, k, fake, fake, fake, fake, rows, c, c))
+		must(LinearForward(h, k, fake, fake, fake, a.bias(l), rows, c, c))
+		a.residual(l, rows, c)
 		a.back = append(a.back, func() {
 			a.kind, a.bwd = "linear", true
 			must(LinearBackward(h, k, fake, fake, fake, fake, fake, fake, rows, c, c, true))
@@ -279,6 +300,63 @@ func (a *auditor) layer(l nn.Layer, x aact) aact {
 		return aact{x.shape, true}
 	}
 	panic(fmt.Sprintf("audit: no plan for %T", l))
+}
+
+func isGELU(l nn.Layer) bool {
+	switch l.(type) {
+	case nn.GELU, *nn.GELU:
+		return true
+	}
+	return false
+}
+
+// lastLayer is the layer whose output a Residual's function hands on.
+func lastLayer(l nn.Layer) nn.Layer {
+	if s, ok := l.(*nn.Sequential); ok && len(s.Layers) > 0 {
+		return lastLayer(s.Layers[len(s.Layers)-1])
+	}
+	return l
+}
+
+// bias is the bias a Linear's forward adds: none where the Residual
+// after it takes it.
+func (a *auditor) bias(l nn.Layer) uintptr {
+	if l == a.resBias {
+		return 0
+	}
+	return fake
+}
+
+// residual records the Residual's add with l's bias after l's product,
+// where the Residual takes it.
+func (a *auditor) residual(l nn.Layer, rows, cols int) {
+	if l != a.resBias {
+		return
+	}
+	kind := a.kind
+	a.kind = "residual"
+	must(a.k.BiasAddResidual(nil, fake, fake, fake, fake, rows, cols))
+	a.kind = kind
+}
+
+// linearGELU walks a Linear and the GELU after it as the plan fuses
+// them: the product, then the bias and GELU in one kernel; backward
+// GELU's gradient and the bias's in one kernel, then the products.
+func (a *auditor) linearGELU(l *nn.Linear, x aact) aact {
+	k, h := a.k, auditProducts{a}
+	rows := x.size() / l.In
+	a.n += l.In*l.Out + l.Out
+	a.fwd("linear", func() {
+		must(LinearForward(h, k, fake, fake, fake, 0, rows, l.In, l.Out))
+		a.kind = "gelu"
+		must(k.BiasGELU(nil, fake+256, 0, fake, fake, rows, l.Out))
+	}, func() {
+		a.kind = "gelu"
+		must(k.BiasGELUBackward(nil, fake, 0, fake, fake, fake, fake, rows, l.Out, true))
+		a.kind = "linear"
+		must(LinearBackward(h, k, gradPtr(x), fake, 0, fake, fake, fake, rows, l.In, l.Out, true))
+	})
+	return aact{with(x.shape, l.Out), true}
 }
 
 func with(shape []int, last int) []int {
@@ -446,6 +524,7 @@ func TestAudit(t *testing.T) {
 	}{{"gpt-L12-D768-H12-T1024", 8}, {"mlp", 32}, {"cnn", 32}, {"cnn-bn", 32}} {
 		recs := auditStep(t, c.model, c.batch)
 		if c.model == "gpt-L12-D768-H12-T1024" {
+			auditFusions(t, recs, 12)
 			g := AttentionGeom{N: c.batch, T: 1024, C: 768, H: 12}
 			if fused, _ := g.Fused(); fused {
 				auditFused(t, recs, 12, g)
@@ -466,6 +545,32 @@ func TestAudit(t *testing.T) {
 	}
 	if testing.Verbose() {
 		t.Log("\n" + out.String())
+	}
+}
+
+// auditFusions checks a gpt step's fusions across layers (gpu/devmodel's
+// fuse.go): each layer's MLP Linear and GELU as one bias + GELU kernel
+// forward and one GELU + bias gradient kernel backward (no GELU, no bias
+// add, no column sum of the bias's own), and each Residual's sum adding
+// the bias of the Linear that ends its function (the MLP's second,
+// attention's out-projection): of the bias adds only attention's
+// in-projection's (q, k and v, which the attention kernels read as they
+// are) and the head's are left.
+func auditFusions(t *testing.T, recs []auditRec, layers int) {
+	t.Helper()
+	got := map[string]int{}
+	for _, r := range recs {
+		name := strings.TrimSuffix(r.kernel, "4")
+		if name == "gd_add" && r.bwd {
+			name = "gd_add (backward)"
+		}
+		got[name]++
+	}
+	for name, want := range map[string]int{"gd_bias_gelu": layers, "gd_gelu_bias_backward": layers, "gd_bias_residual": 2 * layers,
+		"gd_gelu": 0, "gd_gelu_backward": 0, "gd_add": 0, "gd_add (backward)": 2 * layers, "gd_bias_add": layers + 1} {
+		if got[name] != want {
+			t.Errorf("fusions: %d launches of %s a step, want %d", got[name], name, want)
+		}
 	}
 }
 
