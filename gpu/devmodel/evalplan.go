@@ -360,9 +360,7 @@ func (d *Model) layoutEval(s evalSpec, bases []uintptr) (*plan, int, error) {
 	m := d.Host
 	var sizes []int
 	if s.on != nil {
-		for _, b := range s.on.blocks {
-			sizes = append(sizes, int(blockBytes(b.Bytes)))
-		}
+		sizes, _ = s.on.borrowed()
 	}
 	c := &compiler{d: d, m: m, p: &plan{batch: s.batch, full: s.full, on: s.on}, pi: s.pi, bi: s.bi, eval: true, ar: newArena(sizes), bases: bases}
 	p := c.p
@@ -419,9 +417,7 @@ func (d *Model) layoutEval(s evalSpec, bases []uintptr) (*plan, int, error) {
 func (d *Model) compileEval(s evalSpec) (*plan, error) {
 	var bases []uintptr
 	if s.on != nil {
-		for _, b := range s.on.blocks {
-			bases = append(bases, b.Ptr)
-		}
+		_, bases = s.on.borrowed()
 	}
 	bases = append(bases, 0) // the arena's, once known
 	_, top, err := d.layoutEval(s, bases)
@@ -471,7 +467,8 @@ func (d *Model) evalPlan(full int) (*plan, error) {
 	b := full
 	if !d.paramsSharded() {
 		top := func(b int) int {
-			_, top, err := d.layoutEval(spec(b), make([]uintptr, len(d.plan.blocks)+1))
+			sizes, _ := d.plan.borrowed()
+			_, top, err := d.layoutEval(spec(b), make([]uintptr, len(sizes)+1))
 			if err != nil {
 				return math.MaxInt
 			}

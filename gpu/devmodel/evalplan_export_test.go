@@ -67,11 +67,12 @@ func EvalPass(d *Model, full int) int {
 	return 0
 }
 
-// TrainPlanBytes is the pool's blocks held by the training plan.
+// TrainPlanBytes is the memory held by the training plan (its region).
 func TrainPlanBytes(d *Model) int64 {
 	var n int64
-	for _, b := range d.plan.blocks {
-		n += blockBytes(b.Bytes)
+	sizes, _ := d.plan.borrowed()
+	for _, b := range sizes {
+		n += int64(b)
 	}
 	return n
 }

@@ -72,6 +72,12 @@ type plan struct {
 	rows, classes int
 	blocks        []*cuda.Block
 	convWS, attWS uintptr // shared scratch (reused by every layer)
+	// region is the training plan's memory (a Model's; memory.go),
+	// regionBytes long, laid out by mem; 0 for a Stage's plans (pool
+	// blocks) and forward-only plans
+	region      uintptr
+	regionBytes int
+	mem         *memPlan
 	// on, for a forward-only plan, is the training plan whose blocks it
 	// borrows; full is the samples of the batches it evaluates (batch at
 	// a time, through in and out, when batch < full), whose input and
@@ -92,6 +98,17 @@ type compiler struct {
 	convWS int // float32s
 	attWS  int
 
+	// mem, for a Model's training plan, records its buffers (the first
+	// pass) or places them in its region (the second; memory.go); copies
+	// stands for the engine's UsesCopies where there is no device
+	// (MemoryPlan); where, whereKind and whereLayer are the layer being
+	// planned
+	mem        *memPlan
+	copies     bool
+	where      string
+	whereKind  string
+	whereLayer nn.Layer
+
 	// eval: a forward-only plan (evalplan.go): no gradients, nothing kept
 	// for backward, every buffer a span of ar (its regions at bases)
 	// given back once its last reader has been planned; temps are the
@@ -110,9 +127,56 @@ func Check(m *nn.Model) error {
 	return err
 }
 
-func (d *Model) compile(batch int) (_ *plan, err error) {
+// compile plans the model at batch samples: on a device in two passes,
+// the first recording the buffers and their lives, the second placing
+// them in the plan's region (memory.go), which is the last plan's where
+// it fits and is allocated again larger where not.
+func (d *Model) compile(batch int) (*plan, error) {
+	if d.k == nil {
+		return d.compileWith(batch, nil, false, false) // Check: a dry run
+	}
+	mp := newMemPlan()
+	if _, err := d.compileWith(batch, mp, false, true); err != nil {
+		return nil, err
+	}
+	region, size := uintptr(0), 0
+	if d.plan != nil {
+		region, size = d.plan.region, d.plan.regionBytes
+		d.plan.region, d.plan.regionBytes = 0, 0
+	}
+	if mp.top > size {
+		if region != 0 {
+			d.free(region, size) // after the model's work (free synchronizes)
+			region, size = 0, 0
+		}
+		var err error
+		if region, err = d.malloc(mp.top); err != nil {
+			return nil, fmt.Errorf("devmodel: %s: %d bytes for the training plan at batch %d: %w", d.Host.Name, mp.top, batch, err)
+		}
+		size = mp.top
+	}
+	mp.placing, mp.base = true, region
+	p, err := d.compileWith(batch, mp, false, false)
+	if err == nil && mp.next != len(mp.bufs) {
+		err = fmt.Errorf("devmodel: %s: internal: the plan's second pass placed %d of %d buffers", d.Host.Name, mp.next, len(mp.bufs))
+	}
+	if err != nil {
+		if d.plan != nil { // kept for the next plan (freed by Close)
+			d.plan.region, d.plan.regionBytes = region, size
+		}
+		return nil, err
+	}
+	p.region, p.regionBytes, p.mem = region, size, mp
+	return p, nil
+}
+
+// compileWith is compile's pass: with mp (recording if record, else
+// placing), the buffers in a region; without, from the pool (or made up,
+// without a device). copies: as the engine's UsesCopies where there is
+// no device.
+func (d *Model) compileWith(batch int, mp *memPlan, copies, record bool) (_ *plan, err error) {
 	m := d.Host
-	c := &compiler{m: m, p: &plan{batch: batch}}
+	c := &compiler{m: m, p: &plan{batch: batch}, mem: mp, copies: copies}
 	if d.k != nil {
 		c.d = d
 	}
@@ -122,7 +186,7 @@ func (d *Model) compile(batch int) (_ *plan, err error) {
 		}
 	}()
 	in := &act{shape: append([]int{batch}, m.InputShape()...)}
-	if in.val, err = c.alloc(4 * in.size()); err != nil {
+	if in.val, err = c.allocAs(roleBatch, in.shape, 4*in.size()); err != nil {
 		return nil, err
 	}
 	c.p.in = in
@@ -140,21 +204,39 @@ func (d *Model) compile(batch int) (_ *plan, err error) {
 	p := c.p
 	p.out, p.classes, p.rows = out, cl, out.size()/cl
 	if out.grad == 0 {
-		if out.grad, err = c.alloc(4 * out.size()); err != nil {
+		if out.grad, err = c.allocAs(roleGrad, out.shape, 4*out.size()); err != nil {
 			return nil, err
 		}
 	}
+	c.mem.pin(in.val, out.val, out.grad) // the batch goes up, the loss reads the logits and writes their gradient
+	c.where, c.whereKind, c.whereLayer = "", "", nil
 	for _, b := range []struct {
-		to *uintptr
-		n  int
-	}{{&p.labels, 4 * p.rows}, {&p.rowLoss, 4 * p.rows}, {&p.loss, 8}, {&p.convWS, 4 * c.convWS}, {&p.attWS, 4 * c.attWS}} {
+		to   *uintptr
+		n    int
+		role memRole
+	}{{&p.labels, 4 * p.rows, roleBatch}, {&p.rowLoss, 4 * p.rows, roleBatch}, {&p.loss, 8, roleBatch}, {&p.convWS, 4 * c.convWS, roleWS}, {&p.attWS, 4 * c.attWS, roleWS}} {
 		if b.n > 0 {
-			if *b.to, err = c.alloc(b.n); err != nil {
+			if *b.to, err = c.allocAs(b.role, nil, b.n); err != nil {
 				return nil, err
 			}
 		}
 	}
+	if record {
+		mp.layout(len(p.ops))
+	}
 	return p, nil
+}
+
+// borrowed are the training plan's memory a forward-only plan lays its
+// buffers in first: the region, else the pool's blocks; sizes in bytes.
+func (p *plan) borrowed() (sizes []int, ptrs []uintptr) {
+	if p.region != 0 {
+		return []int{p.regionBytes}, []uintptr{p.region}
+	}
+	for _, b := range p.blocks {
+		sizes, ptrs = append(sizes, int(blockBytes(b.Bytes))), append(ptrs, b.Ptr)
+	}
+	return sizes, ptrs
 }
 
 // release gives a plan's blocks back to the pool.
@@ -171,11 +253,19 @@ func (d *Model) release(p *plan) {
 
 // alloc gets n bytes of the plan's memory from the pool (in a dry run, a
 // made-up address; in a forward-only plan, a span of its arena held for
-// the plan's life).
-func (c *compiler) alloc(n int) (uintptr, error) {
+// the plan's life; in a Model's training plan, its place in the plan's
+// region: allocAs).
+func (c *compiler) alloc(n int) (uintptr, error) { return c.allocAs(roleScratch, nil, n) }
+
+// allocAs is alloc of a buffer of role (and shape, an activation's), as
+// the breakdown names it (memory.go).
+func (c *compiler) allocAs(role memRole, shape []int, n int) (uintptr, error) {
 	n = max(n, 1)
 	if c.eval {
 		return c.addr(c.ar.get(n)), nil
+	}
+	if c.mem != nil {
+		return c.mem.alloc(c, role, shape, n)
 	}
 	if c.d == nil {
 		c.fake += 256
@@ -199,10 +289,10 @@ func (c *compiler) newAct(shape []int) (*act, error) {
 		return c.evalAct(shape), nil
 	}
 	var err error
-	if a.val, err = c.alloc(4 * a.size()); err != nil {
+	if a.val, err = c.allocAs(roleValue, shape, 4*a.size()); err != nil {
 		return nil, err
 	}
-	if a.grad, err = c.alloc(4 * a.size()); err != nil {
+	if a.grad, err = c.allocAs(roleGrad, shape, 4*a.size()); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -225,11 +315,11 @@ func (c *compiler) param() uintptr {
 // its backward, so that x is cast for neither its forward product nor
 // its weight gradient's. A second reader shares the copy.
 func (c *compiler) copy16(x *act) (uintptr, error) {
-	if x.to16 == nil || c.eval || c.d == nil || !c.d.h.UsesCopies() || !producerCopies {
+	if x.to16 == nil || c.eval || !c.usesCopies() {
 		return 0, nil
 	}
 	if *x.to16 == 0 {
-		p, err := c.alloc(2 * x.size())
+		p, err := c.allocAs(roleCopy, x.shape, 2*x.size())
 		if err != nil {
 			return 0, err
 		}
@@ -269,18 +359,29 @@ func (c *compiler) producer(d *Model, out, x *act, err error,
 // Linear whose output x is (it reads it as dy in both its backward
 // products): as copy16, 0 where there is none.
 func (c *compiler) grad16(x *act) (uintptr, error) {
-	if x.grad16 == nil || x.grad == 0 || c.eval || c.d == nil || !c.d.h.UsesCopies() || !producerCopies {
+	if x.grad16 == nil || x.grad == 0 || c.eval || !c.usesCopies() {
 		return 0, nil
 	}
 	if *x.grad16 != 0 {
 		return 0, fmt.Errorf("internal: a second layer writes the gradient of a Linear's output") // a Sequential's output has one reader
 	}
-	p, err := c.alloc(2 * x.size())
+	p, err := c.allocAs(roleGrad16, x.shape, 2*x.size())
 	if err != nil {
 		return 0, err
 	}
+	c.mem.linked(p, x.grad) // lives as the gradient
 	*x.grad16 = p
 	return p, nil
+}
+
+// usesCopies is whether the products read the producers' bf16 copies
+// (the engine's UsesCopies; without a device, c.copies) in a training
+// plan.
+func (c *compiler) usesCopies() bool {
+	if c.d != nil {
+		return c.d.h.UsesCopies() && producerCopies
+	}
+	return c.copies
 }
 
 // producerCopies switches copy16 (off: every operand cast by the
@@ -358,7 +459,10 @@ func (c *compiler) elementwise(d *Model, name string, x *act,
 // layer's scratch is given back once it is planned.
 func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 	mark := len(c.temps)
+	w, wk, wl := c.where, c.whereKind, c.whereLayer
+	c.where, c.whereKind, c.whereLayer = name, strings.TrimPrefix(fmt.Sprintf("%T", l), "*"), l
 	out, err := c.layerOps(l, name, x)
+	c.where, c.whereKind, c.whereLayer = w, wk, wl
 	c.endTemps(mark)
 	return out, err
 }
@@ -377,8 +481,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 	case *nn.Sequential:
 		// each child's input is given back after it (forward-only plans)
 		cur := x
-		next := func(y *act) {
+		next := func(y *act, by nn.Layer) {
 			if cur != x {
+				c.mem.consumed(cur, by, len(c.p.ops)) // its readers are planned
 				c.drop(cur)
 			}
 			cur = y
@@ -391,7 +496,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 					if err != nil {
 						return nil, err
 					}
-					next(y)
+					next(y, e)
 					i++
 					continue
 				}
@@ -400,7 +505,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			if err != nil {
 				return nil, err
 			}
-			next(y)
+			next(y, l.Layers[i])
 		}
 		if cur == x {
 			return c.alias(x, nil), nil
@@ -413,7 +518,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		fin := &act{val: x.val, shape: x.shape}
 		var err error
 		if x.grad != 0 {
-			if fin.grad, err = c.alloc(4 * x.size()); err != nil {
+			if fin.grad, err = c.allocAs(roleGrad, x.shape, 4*x.size()); err != nil {
 				return nil, err
 			}
 		}
@@ -428,18 +533,22 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		if fmt.Sprint(fout.shape) != fmt.Sprint(x.shape) {
 			return nil, fmt.Errorf("layer %s (residual): fn maps %v to %v; the shapes must agree", quote(name), x.shape, fout.shape)
 		}
+		// fn's input gradient: written by fn's backward, read by the sum;
+		// fn's output gradient (out's) is read by the sum too
+		c.mem.backwardOnly(at, len(c.p.ops)-1, fin.grad)
+		c.mem.touch(fout.grad, at)
 		// out's gradient is fn's output's: the Linear that ends fn reads
 		// it as dy (its bf16 copy, if the next layer's backward writes one:
 		// grad16)
 		out := &act{shape: x.shape, grad: fout.grad, grad16: fout.grad16}
-		if out.val, err = c.alloc(4 * n); err != nil {
+		if out.val, err = c.allocAs(roleValue, x.shape, 4*n); err != nil {
 			return nil, err
 		}
 		if out.grad == 0 && x.grad != 0 {
 			return nil, fmt.Errorf("layer %s (residual): internal: no gradient for fn's output", quote(name))
 		}
 		if out.grad == 0 {
-			if out.grad, err = c.alloc(4 * n); err != nil {
+			if out.grad, err = c.allocAs(roleGrad, x.shape, 4*n); err != nil {
 				return nil, err
 			}
 		}
@@ -453,6 +562,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		if !c.biasResidual(d, name, out, x, fout) { // with the bias of the Linear ending fn (fuse.go)
 			c.add(name, func() error { return d.k.Add(d.s, out.val, x.val, fout.val, n) }, nil)
 		}
+		c.mem.consumed(fout, nil, len(c.p.ops)) // read by the sum, in forward only
 		return out, nil
 	case *nn.Linear:
 		if len(x.shape) < 2 || x.shape[len(x.shape)-1] != l.In {
@@ -546,7 +656,7 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		}
 		var xhat uintptr // not in evaluation
 		if !c.eval {
-			if xhat, err = c.alloc(4 * x.size()); err != nil {
+			if xhat, err = c.allocAs(roleSaved, x.shape, 4*x.size()); err != nil {
 				return nil, err
 			}
 		}
@@ -641,10 +751,10 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 		}
 		var xhat, inv uintptr // 0 in evaluation: not kept
 		if !c.eval {
-			if xhat, err = c.alloc(4 * x.size()); err != nil {
+			if xhat, err = c.allocAs(roleSaved, x.shape, 4*x.size()); err != nil {
 				return nil, err
 			}
-			if inv, err = c.alloc(4 * rows); err != nil {
+			if inv, err = c.allocAs(roleSaved, nil, 4*rows); err != nil {
 				return nil, err
 			}
 		}

@@ -1,0 +1,458 @@
+package devmodel
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gdist/gdist/gpu/gemm"
+	"github.com/gdist/gdist/gpu/kernels"
+	"github.com/gdist/gdist/nn"
+)
+
+// A training plan's memory (Model's; a Stage's plans take pool blocks).
+//
+// The plan's buffers are laid out at compile time in one region of
+// device memory, allocated with its exact size (cudaMalloc, counted in
+// PeakBytes) and kept for the model's life: a later plan (another batch
+// size) reuses it where it fits, else it is allocated again larger. The
+// plan used to take one pool block per buffer, each a power of two: at
+// GPT-2 small's batch 8 a (N, T, C) activation of 25.2 MB took 33.6 MB,
+// a (N, T, 3C) one 134 MB for 75.5 MB, attention's probabilities 537 MB
+// for 403 MB; 6.9 GB of 25.2 GB rounded away.
+//
+// The layout follows each buffer's life over a step: time runs through
+// the n ops' forward passes (op i at time i), the loss (n) and their
+// backward passes in reverse (op i at 2n - i). Two buffers share memory
+// where their lives do not meet (greedy, the largest first, each at the
+// lowest offset free for its life; 256-byte aligned as the pool's
+// blocks). The ops run in order on one stream, so a reuse is ordered
+// after the last use. A buffer lives the whole step unless the compile
+// learns otherwise (memPlan.consumed, at a Sequential's child and a
+// Residual's sum, when the act's last reader has been planned; a
+// buffer's first user is taken to be the op planned before it is
+// allocated, which may do the layer's work: fuse.go):
+//
+//   - an activation's gradient lives in the backward pass only, from the
+//     backward of its last reader (which writes it) to that of its
+//     producer (which reads it): time 2n - hi to 2n - lo, for the ops lo
+//     to hi that use it (a Residual's first op reads its output's
+//     gradient: memPlan.touch);
+//   - an activation's values live in the forward pass only (time lo to
+//     hi) where no backward reads them: neither its producer's (ReLU's,
+//     Tanh's, and attention's own qkv and output, which are never handed
+//     on, keep theirs) nor its reader's (readsInput: a Linear, a
+//     convolution, attention, GELU and an Embedding read their input in
+//     backward; a LayerNorm, batch norm, ReLU, Tanh, max pooling,
+//     Dropout, a PositionEmbedding and a Residual's sum do not);
+//   - a bf16 copy of a gradient (grad16) lives as the gradient;
+//   - attention's qkv and output gradients live in its backward only.
+//
+// The values are the same bits: the same kernels on the same values,
+// only where they are kept differs (TestGPTMatchesCPU and the rest).
+// MemoryBreakdown lays a plan out without a device and says where the
+// bytes go.
+
+// shareMemory switches the sharing (off: every buffer held the whole
+// step, the layout TestSharedPlanSameBits compares with).
+var shareMemory = true
+
+// memRole is what a plan buffer holds.
+type memRole string
+
+const (
+	roleValue   memRole = "values"
+	roleGrad    memRole = "gradients"
+	roleSaved   memRole = "saved for backward" // a layer's own (LayerNorm's xhat and 1/std, batch norm's xhat, attention's P)
+	roleCopy    memRole = "bf16 copies"
+	roleGrad16  memRole = "bf16 gradient copies"
+	roleWS      memRole = "workspace"
+	roleBatch   memRole = "batch and loss"
+	roleScratch memRole = "layer scratch"
+)
+
+// memBuf is a buffer of the plan being recorded.
+type memBuf struct {
+	bytes       int // aligned
+	role        memRole
+	layer, kind string // where it was allocated: the layer's name and type
+	shape       []int  // an activation's, else nil
+	lo, hi      int    // ops that use it
+	scoped      bool   // a gradient whose users are known: backward only
+	dropped     bool   // a value whose readers are known
+	saved       bool   // read in backward by a reader
+	outFree     bool   // its producer's backward does not read it
+	pinned      bool   // held the whole step whatever else is known
+	link        int    // lives as buffer link (grad16: its gradient's); -1 none
+	off         int    // laid out: its offset
+	start, end  int    // laid out: its life (time)
+	whole       bool   // laid out: the whole step
+}
+
+// memPlan records a training plan's buffers (the compile's first pass)
+// and lays them out; the second pass places each at its offset from
+// base, in the same order.
+type memPlan struct {
+	bufs   []memBuf
+	byAddr map[uintptr]int
+	ops    int
+	top    int
+	// placing: the second pass, at base
+	placing bool
+	base    uintptr
+	next    int
+}
+
+// recBase is where the first pass's made-up addresses start (never 0).
+const recBase = uintptr(1) << 40
+
+func newMemPlan() *memPlan { return &memPlan{byAddr: map[uintptr]int{}} }
+
+// alloc records (first pass) or places (second pass) the next buffer.
+func (mp *memPlan) alloc(c *compiler, role memRole, shape []int, n int) (uintptr, error) {
+	n = (max(n, 1) + arenaAlign - 1) / arenaAlign * arenaAlign
+	if mp.placing {
+		if mp.next >= len(mp.bufs) || mp.bufs[mp.next].bytes != n {
+			return 0, fmt.Errorf("internal: the plan's second pass asked for buffer %d of %d bytes; the first laid out %d buffers", mp.next, n, len(mp.bufs))
+		}
+		b := mp.bufs[mp.next]
+		mp.next++
+		return mp.base + uintptr(b.off), nil
+	}
+	// the op planned last may do the layer's work (fuse.go: a GELU or a
+	// Residual's sum in the Linear's op): it counts as a user
+	i, at := len(mp.bufs), max(len(c.p.ops)-1, 0)
+	b := memBuf{bytes: n, role: role, layer: c.where, kind: c.whereKind, shape: shape, lo: at, hi: at, link: -1, outFree: outFree(c.whereLayer)}
+	mp.bufs = append(mp.bufs, b)
+	addr := recBase + uintptr(i)*arenaAlign
+	mp.byAddr[addr] = i
+	return addr, nil
+}
+
+func (mp *memPlan) recording() bool { return mp != nil && !mp.placing }
+
+// buf is the recorded buffer at addr (nil: none, or not recording).
+func (mp *memPlan) buf(addr uintptr) *memBuf {
+	if !mp.recording() || addr == 0 {
+		return nil
+	}
+	if i, ok := mp.byAddr[addr]; ok {
+		return &mp.bufs[i]
+	}
+	return nil
+}
+
+// consumed notes that a's readers have all been planned (ops up to
+// ops-1), by is the one that read it (nil: one that reads it in forward
+// only).
+func (mp *memPlan) consumed(a *act, by nn.Layer, ops int) {
+	if !mp.recording() || a == nil {
+		return
+	}
+	if b := mp.buf(a.val); b != nil {
+		b.hi, b.dropped = max(b.hi, ops-1), true
+		if by != nil && readsInput(by) {
+			b.saved = true
+		}
+	}
+	if b := mp.buf(a.grad); b != nil {
+		b.hi, b.scoped = max(b.hi, ops-1), true
+	}
+}
+
+// touch notes that op uses the buffer at addr.
+func (mp *memPlan) touch(addr uintptr, op int) {
+	if b := mp.buf(addr); mp.recording() && b != nil {
+		b.lo, b.hi = min(b.lo, op), max(b.hi, op)
+	}
+}
+
+// backwardOnly makes the buffers at addrs gradients used by ops lo to hi
+// only.
+func (mp *memPlan) backwardOnly(lo, hi int, addrs ...uintptr) {
+	for _, a := range addrs {
+		if b := mp.buf(a); mp.recording() && b != nil {
+			b.lo, b.hi, b.scoped = min(b.lo, lo), max(b.hi, hi), true
+		}
+	}
+}
+
+// linked makes the buffer at addr live as the one at to.
+func (mp *memPlan) linked(addr, to uintptr) {
+	if !mp.recording() {
+		return
+	}
+	if i, ok := mp.byAddr[to]; ok {
+		if b := mp.buf(addr); b != nil {
+			b.link = i
+		}
+	}
+}
+
+// pin holds the buffers at addrs the whole step (the plan's input,
+// output and its gradient, which work outside the ops uses).
+func (mp *memPlan) pin(addrs ...uintptr) {
+	for _, a := range addrs {
+		if b := mp.buf(a); mp.recording() && b != nil {
+			b.pinned = true
+		}
+	}
+}
+
+// readsInput is whether l's backward reads its input's values.
+func readsInput(l nn.Layer) bool {
+	switch l := l.(type) {
+	case *nn.LayerNorm, *nn.BatchNorm, nn.ReLU, *nn.ReLU, nn.Tanh, *nn.Tanh, nn.MaxPool2d, *nn.MaxPool2d, *nn.Dropout, *nn.PositionEmbedding:
+		return false
+	case *nn.Residual:
+		return readsInput(l.Fn) // the sum reads it in forward only
+	case *nn.Sequential:
+		if len(l.Layers) == 0 {
+			return true
+		}
+		return readsInput(l.Layers[0])
+	}
+	return true // Linear, Conv2d, CausalSelfAttention, GELU, Embedding; a view (Flatten); anything else
+}
+
+// outFree is whether l's backward does not read the values of the
+// activations it allocates and hands on (its output; ReLU and Tanh read
+// theirs).
+func outFree(l nn.Layer) bool {
+	switch l.(type) {
+	case nil, nn.ReLU, *nn.ReLU, nn.Tanh, *nn.Tanh:
+		return false
+	}
+	return true
+}
+
+// layout gives each recorded buffer its life and offset and sets top,
+// the region's size.
+func (mp *memPlan) layout(ops int) {
+	mp.ops = ops
+	n := ops
+	life := func(b *memBuf) (int, int, bool) {
+		switch {
+		case b.pinned || !shareMemory:
+			return 0, 0, true
+		case (b.role == roleGrad || b.role == roleGrad16) && b.scoped:
+			return 2*n - b.hi, 2*n - b.lo, false
+		case b.role == roleValue && b.dropped && !b.saved && b.outFree:
+			return b.lo, b.hi, false
+		}
+		return 0, 0, true
+	}
+	for i := range mp.bufs {
+		b := &mp.bufs[i]
+		b.start, b.end, b.whole = life(b)
+	}
+	for i := range mp.bufs {
+		if b := &mp.bufs[i]; b.link >= 0 {
+			l := mp.bufs[b.link]
+			b.start, b.end, b.whole = l.start, l.end, l.whole || b.pinned
+		}
+	}
+	// the whole step's buffers first, in order; then the rest, largest
+	// first, each at the lowest offset clear of those whose lives meet
+	// its own
+	top := 0
+	var rest []int
+	for i := range mp.bufs {
+		if b := &mp.bufs[i]; b.whole {
+			b.off, top = top, top+b.bytes
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	base := top
+	sort.SliceStable(rest, func(x, y int) bool { return mp.bufs[rest[x]].bytes > mp.bufs[rest[y]].bytes })
+	var placed []int
+	for _, i := range rest {
+		b := &mp.bufs[i]
+		var busy [][2]int
+		for _, j := range placed {
+			o := mp.bufs[j]
+			if o.start <= b.end && b.start <= o.end {
+				busy = append(busy, [2]int{o.off, o.off + o.bytes})
+			}
+		}
+		sort.Slice(busy, func(x, y int) bool { return busy[x][0] < busy[y][0] })
+		off := base
+		for _, r := range busy {
+			if off+b.bytes <= r[0] {
+				break
+			}
+			off = max(off, r[1])
+		}
+		b.off = off
+		top = max(top, off+b.bytes)
+		placed = append(placed, i)
+	}
+	mp.top = top
+}
+
+// MemoryBreakdown is where a model's device memory goes in training at
+// a batch size (MemoryBreakdown; Model.Memory).
+type MemoryBreakdown struct {
+	// Fixed is the placement's buffers by name (parameters, gradients,
+	// optimizer state, ...), bytes.
+	Fixed map[string]int64
+	// Plan is the training plan's region (its laid-out size), and
+	// PlanUnshared the sum of its buffers (what it would be without
+	// sharing).
+	Plan, PlanUnshared int64
+	// Buffers are the plan's buffers in the order the compile asks for
+	// them.
+	Buffers []MemoryBuffer
+	// Peak is Fixed's sum plus Plan (Model.Memory's: PeakBytes after a
+	// training step; MemoryPlan's less the matrix products' scratch,
+	// which is known at run time only).
+	Peak int64
+}
+
+// MemoryBuffer is one buffer of a training plan.
+type MemoryBuffer struct {
+	Layer, Kind string // the layer that allocates it: name (PyTorch prefix) and Go type
+	Role        string // values, gradients, saved for backward, bf16 copies, ...
+	Shape       []int  // an activation's shape, else nil
+	Bytes       int64  // 256-byte aligned
+	Offset      int64  // in the region
+	// Start and End are its life: time t is op t's forward for t < Ops,
+	// the loss at Ops, op 2 Ops - t's backward after; Whole: the whole
+	// step.
+	Start, End int
+	Whole      bool
+}
+
+// Totals sums the plan's buffers by role.
+func (b MemoryBreakdown) Totals() map[string]int64 {
+	t := map[string]int64{}
+	for _, x := range b.Buffers {
+		t[x.Role] += x.Bytes
+	}
+	return t
+}
+
+// String is a table: the fixed buffers, then the plan's by kind of layer
+// and role (count, bytes held the whole step, bytes that share).
+func (b MemoryBreakdown) String() string {
+	var s strings.Builder
+	gb := func(n int64) string { return fmt.Sprintf("%8.3f GB", float64(n)/1e9) }
+	keys := make([]string, 0, len(b.Fixed))
+	for k := range b.Fixed {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var fixed int64
+	for _, k := range keys {
+		fmt.Fprintf(&s, "  fixed %-38s %s\n", k, gb(b.Fixed[k]))
+		fixed += b.Fixed[k]
+	}
+	type key struct{ kind, role string }
+	type sum struct {
+		n            int
+		whole, share int64
+	}
+	by := map[key]*sum{}
+	var ks []key
+	for _, x := range b.Buffers {
+		k := key{x.Kind, x.Role}
+		if by[k] == nil {
+			by[k] = &sum{}
+			ks = append(ks, k)
+		}
+		by[k].n++
+		if x.Whole {
+			by[k].whole += x.Bytes
+		} else {
+			by[k].share += x.Bytes
+		}
+	}
+	sort.SliceStable(ks, func(i, j int) bool {
+		a, c := by[ks[i]], by[ks[j]]
+		return a.whole+a.share > c.whole+c.share
+	})
+	fmt.Fprintf(&s, "  %-20s %-22s %5s %11s %11s\n", "plan: layer", "role", "bufs", "whole step", "shared")
+	for _, k := range ks {
+		fmt.Fprintf(&s, "  %-20s %-22s %5d %s %s\n", k.kind, k.role, by[k].n, gb(by[k].whole), gb(by[k].share))
+	}
+	fmt.Fprintf(&s, "  fixed %s + plan region %s (its buffers unshared %s) = %s\n", gb(fixed), gb(b.Plan), gb(b.PlanUnshared), gb(b.Peak))
+	return s.String()
+}
+
+// breakdown makes mp's MemoryBreakdown with fixed.
+func (mp *memPlan) breakdown(fixed map[string]int64) MemoryBreakdown {
+	b := MemoryBreakdown{Fixed: fixed, Plan: int64(mp.top)}
+	for _, x := range mp.bufs {
+		b.PlanUnshared += int64(x.bytes)
+		b.Buffers = append(b.Buffers, MemoryBuffer{Layer: x.layer, Kind: x.kind, Role: string(x.role), Shape: x.shape,
+			Bytes: int64(x.bytes), Offset: int64(x.off), Start: x.start, End: x.end, Whole: x.whole})
+	}
+	b.Peak = b.Plan
+	for _, v := range fixed {
+		b.Peak += v
+	}
+	return b
+}
+
+// fixedBytes is what Place allocates beside the plan (as Place does):
+// parameters, gradients, the optimizer's state, the clipping workspace,
+// batch norm's running statistics.
+func fixedBytes(m *nn.Model, cfg Config) map[string]int64 {
+	n := int64(max(len(m.Flat.Value), 1))
+	f := map[string]int64{"parameters": 4 * n, "gradients": 4 * n}
+	opt := withDefaults(cfg.Optim)
+	switch {
+	case opt.Name != "sgd":
+		f["optimizer state"] = 8 * n
+	case opt.Momentum != 0:
+		f["optimizer state"] = 4 * n
+	}
+	if cfg.ClipGrad > 0 {
+		f["clipping workspace"] = kernels.ClipWorkspace
+	}
+	var bn int64
+	for _, b := range m.BNs {
+		bn += 8 * int64(b.C)
+	}
+	if bn > 0 {
+		f["batch norm statistics"] = bn
+	}
+	return f
+}
+
+// MemoryPlan lays out m's training plan at batch samples as Place with
+// cfg would (cfg.Batch is ignored; no ZeRO sharding), without a device,
+// and says where the bytes go. bf16 is whether the products read the
+// producers' bf16 copies (Config.Precision "bf16" through cuBLAS with
+// gdist's cast kernel, the GPU's default: gemm.Engine.UsesCopies).
+func MemoryPlan(m *nn.Model, batch int, cfg Config) (MemoryBreakdown, error) {
+	if batch < 1 {
+		return MemoryBreakdown{}, fmt.Errorf("devmodel: %s: MemoryPlan at batch %d: want at least 1", m.Name, batch)
+	}
+	mp := newMemPlan()
+	if _, err := (&Model{Host: m}).compileWith(batch, mp, cfg.Precision == gemm.BF16 && producerCopies, true); err != nil {
+		return MemoryBreakdown{}, err
+	}
+	return mp.breakdown(fixedBytes(m, cfg)), nil
+}
+
+// Memory is where the model's device memory goes: the training plan at
+// its batch size as laid out, the placement's buffers, the evaluation
+// arena and the matrix products' scratch (gpu/gemm: under bf16 the
+// weight cache and the operands' casts; the pointer arrays), as they are
+// now: after a step at the plan's batch size its Peak is PeakBytes
+// (without ZeRO's sharding).
+func (d *Model) Memory() MemoryBreakdown {
+	if d.plan == nil || d.plan.mem == nil {
+		return MemoryBreakdown{}
+	}
+	f := fixedBytes(d.Host, d.cfg)
+	if d.evalCap > 0 {
+		f["evaluation arena"] = int64(d.evalCap)
+	}
+	if d.h != nil && d.h.ScratchBytes() > 0 {
+		f["matrix products' scratch"] = int64(d.h.ScratchBytes())
+	}
+	return d.plan.mem.breakdown(f)
+}
