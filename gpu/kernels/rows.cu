@@ -199,18 +199,32 @@ extern "C" __global__ void gd_col_partial(float *out, float *out2, const float *
 }
 
 // The second stage: out[c] (+)= the sum of part[p cols + c] over the
-// parts in order (out null: skipped), out2 likewise from part2.
+// parts in order (out null: skipped), out2 likewise from part2. A
+// thread's loads go 16 parts at a time, in flight together, and are
+// then added in order: a column of parts waits for about parts / 16
+// loads, not parts (the launch is small, its time the loads' latency).
+__device__ float col_finish(const float *part, int parts, long long cols, long long c) {
+	float t = part[c];
+	for (int p0 = 1; p0 < parts; p0 += 16) {
+		float v[16];
+#pragma unroll
+		for (int j = 0; j < 16; j++) v[j] = p0 + j < parts ? part[(p0 + j) * cols + c] : 0.0f;
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			if (p0 + j < parts) t = t + v[j];
+	}
+	return t;
+}
+
 extern "C" __global__ void gd_col_finish(float *out, float *out2, const float *part, const float *part2, int parts, int cols,
 					 int acc) {
 	for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < cols; c += (long long)gridDim.x * blockDim.x) {
 		if (out) {
-			float t = part[c];
-			for (int p = 1; p < parts; p++) t = t + part[p * (long long)cols + c];
+			float t = col_finish(part, parts, cols, c);
 			out[c] = acc ? out[c] + t : t;
 		}
 		if (out2) {
-			float t = part2[c];
-			for (int p = 1; p < parts; p++) t = t + part2[p * (long long)cols + c];
+			float t = col_finish(part2, parts, cols, c);
 			out2[c] = acc ? out2[c] + t : t;
 		}
 	}
