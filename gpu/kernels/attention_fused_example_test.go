@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/gpu/kernels"
 )
 
@@ -25,4 +28,61 @@ func ExampleAttentionGeom_Fused() {
 	// fused: true <nil>
 	// kept a layer: 98304 floats (0.4 MB), not 100663296 (402.7 MB)
 	// kernels: $GDIST_ATTENTION="flash": want fused, or blocks (the default)
+}
+
+// The fused attention's forward over one sequence of two positions, one
+// head of 2: the second query is 0, so it weighs both values alike. It
+// keeps each row's log-sum-exp (base 2) for the backward, which reads
+// them with the output.
+func ExampleKernels_AttentionFusedForward() {
+	if cudafake.Mode() == "none" {
+		fmt.Println("out [1 2 2 3], lse [0 1]") // no CUDA here: what it prints with one
+		return
+	}
+	const dev = 0
+	k, err := kernels.Load(dev)
+	if err != nil {
+		panic(err)
+	}
+	s, err := cuda.NewStream(dev, false)
+	if err != nil {
+		panic(err)
+	}
+	defer s.Destroy()
+	g := kernels.AttentionGeom{N: 1, T: 2, C: 2, H: 1}
+	put := func(v []float32) uintptr {
+		p, err := cuda.Malloc(dev, 4*len(v))
+		if err != nil {
+			panic(err)
+		}
+		if err := cuda.CopyHtoD(dev, p, devtest.Bytes(v)); err != nil {
+			panic(err)
+		}
+		return p
+	}
+	get := func(p uintptr, n int) []float32 {
+		v := make([]float32, n)
+		if err := cuda.CopyDtoH(dev, devtest.Bytes(v), p); err != nil {
+			panic(err)
+		}
+		return v
+	}
+	qkv := put([]float32{ // (N T, 3C): q, k, v of each position
+		0, 0, 1, 0, 1, 2,
+		0, 0, 0, 1, 3, 4,
+	})
+	out, lse := put(make([]float32, 4)), put(make([]float32, g.FusedKeep()))
+	defer func() {
+		for _, p := range []uintptr{qkv, out, lse} {
+			cuda.Free(dev, p)
+		}
+	}()
+	if err := k.AttentionFusedForward(s, out, lse, qkv, g); err != nil {
+		panic(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		panic(err)
+	}
+	fmt.Printf("out %v, lse %v\n", get(out, 4), get(lse, g.FusedKeep()))
+	// Output: out [1 2 2 3], lse [0 1]
 }
