@@ -107,6 +107,7 @@ func (c *compiler) biasGELU(d *Model, name string, x *act) (out *act, ok bool, e
 		return nil, true, err
 	}
 	out.to16 = new(uintptr) // its bf16 copy, if a Linear reads it (copy16)
+	c.writtenBy(t.op, out.val, out.grad)
 	dx16, err := c.grad16(x)
 	if err != nil {
 		return nil, true, err
@@ -135,6 +136,7 @@ func (c *compiler) biasResidual(d *Model, name string, out, x, fout *act) bool {
 		return false
 	}
 	t.taken = true
+	c.writtenBy(t.op, out.val)
 	rows, cols := t.rows, t.cols
 	t.then = func() error {
 		return d.profileAs(name, "residual", func() error {
@@ -160,4 +162,17 @@ func (d *Model) profileAs(layer, kind string, f func() error) error {
 	p.spans = append(p.spans, span{layer: layer, kind: kind, bwd: p.curBwd, a: a, b: b})
 	p.segStart = b
 	return err
+}
+
+// writtenBy notes in the plan's memory layout (memory.go) that the
+// buffers at addrs, allocated after the Linear's op, are used by that op
+// (op): the fused work writes them there (forward) and reads them there
+// (backward).
+func (c *compiler) writtenBy(op int, addrs ...uintptr) {
+	if c.mem == nil {
+		return
+	}
+	for _, a := range addrs {
+		c.mem.touch(a, op)
+	}
 }
