@@ -14,12 +14,13 @@ import (
 
 // fusedGeoms are the fused kernels' test shapes: heads of 4, 8, 40, 64
 // and 128 values (each instantiation: 16, 32, 64 padded and exact, 128),
-// T shorter than a tile (64 rows), a multiple of it and not (65, 129:
+// T of 1, shorter than a tile (64 rows), a multiple of it and not (65, 129:
 // the last tile of one row; 40 over key tiles of 32 at D 128), several
 // heads and sequences: the causal mask falls on the tiles' edges and
 // inside them.
 var fusedGeoms = []kernels.AttentionGeom{
 	{N: 2, T: 13, C: 12, H: 3},
+	{N: 3, T: 1, C: 4, H: 2},
 	{N: 1, T: 129, C: 16, H: 2},
 	{N: 2, T: 64, C: 64, H: 2},
 	{N: 2, T: 70, C: 40, H: 1},
