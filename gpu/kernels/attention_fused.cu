@@ -195,7 +195,8 @@ __device__ void af_backward_dq(float *dqkv, float *dsum, const float *dout, cons
 		af_load<DM>(kt, base + C + (long long)j0 * ld, ld, kn, D, BK);
 		af_load<DM>(vt, base + 2 * C + (long long)j0 * ld, ld, kn, D, BK);
 		__syncthreads();
-		for (int j = 0; j < kn; j++) {
+#pragma unroll 2
+		for (int j = 0; j < kn; j++) { // two keys in flight
 			float s = af_gsum<G>(af_dot<DM, G>(q, kt, j, g));
 			float dp = af_gsum<G>(af_dot<DM, G>(dO, vt, j, g));
 			float p = j0 + j <= i ? exp2f(s - li) : 0.0f;
@@ -237,7 +238,8 @@ __device__ void af_backward_dkdv(float *dqkv, const float *dout, const float *qk
 			ds[e] = dsum[(long long)nh * T + i0 + e];
 		}
 		__syncthreads();
-		for (int ii = 0; ii < qn; ii++) {
+#pragma unroll 2
+		for (int ii = 0; ii < qn; ii++) { // two queries in flight
 			float s = af_gsum<G>(af_dot<DM, G>(k, qt, ii, g));
 			float dp = af_gsum<G>(af_dot<DM, G>(v, ot, ii, g));
 			float p = j <= i0 + ii ? exp2f(s - ls[ii]) : 0.0f;
