@@ -55,6 +55,9 @@ type deviceBase struct {
 	d     *devmodel.Model
 	st    streams // the collectives' events and Works (device_order.go)
 	stale bool    // the host model (and optimizer) are behind the device
+	// failed is the first failed step's or update's error: Close then
+	// aborts the Comm before it waits for the device (quiesce)
+	failed error
 	// syncBNClose frees syncbn.Device's resources (-syncbn over NCCL;
 	// nil otherwise: syncbn_device.go)
 	syncBNClose func() error
@@ -95,6 +98,32 @@ func (b *deviceBase) place(s train.Setup, first int, dcfg devmodel.Config) error
 		return fmt.Errorf("train: rank %d: -device %s: %w", s.Comm.Rank(), cfg.Device, err)
 	}
 	return nil
+}
+
+// note keeps err, if any, as the failure that Close aborts for, and
+// returns it.
+func (b *deviceBase) note(err error) error {
+	if err != nil && b.failed == nil {
+		b.failed = err
+	}
+	return err
+}
+
+// closeDevice frees the device state of a strategy (the model, -syncbn's
+// memory and events, the collectives' events), after quiesce: if the
+// device is still busy after an abort, nothing is freed (leaked, not
+// freed under an NCCL kernel). comms are those the collectives run on.
+func (b *deviceBase) closeDevice(comms ...comm.Comm) error {
+	if b.d == nil {
+		return nil
+	}
+	free, err := b.quiesce(b.failed, comms...)
+	if !free {
+		return err
+	}
+	err = errors.Join(err, b.d.Close(), b.closeSyncBN(), b.st.close(), b.dc.close())
+	b.d = nil
+	return err
 }
 
 // Device is the placed model (for tests and tools).
@@ -198,7 +227,7 @@ func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buc
 			if err != nil {
 				return fmt.Errorf("train: %s gradient bucket %d on the device: %w", verb, next, err)
 			}
-			b.st.track(w)
+			b.st.track(w, fmt.Sprintf("%s gradient bucket %d [%d, %d)", verb, next, buckets[next].lo, buckets[next].hi))
 		}
 		return nil
 	}
@@ -222,7 +251,7 @@ func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buc
 // (this step's loss came down: the device has done them), and keeps the
 // rest.
 func (b *deviceBase) settlePrevious(ctx context.Context, n int) error {
-	rest := append([]comm.Work(nil), b.st.pending[n:]...)
+	rest := append([]pendingOp(nil), b.st.pending[n:]...)
 	b.st.pending = b.st.pending[:n]
 	err := b.settle(ctx)
 	b.st.pending = rest
@@ -336,6 +365,11 @@ func newDeviceDDP(ctx context.Context, s train.Setup, dev int) (train.Strategy, 
 // gradients over the ranks, in place: in buckets during backward
 // (overlap), or all at once after it.
 func (s *deviceDDP) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	loss, err := s.step(ctx, x, y)
+	return loss, s.note(err)
+}
+
+func (s *deviceDDP) step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	if len(s.buckets) > 0 {
 		return s.stepOverlapped(ctx, x, y)
 	}
@@ -383,9 +417,9 @@ func (s *deviceDDP) Report(ctx context.Context, sum *train.Summary) error {
 func (s *deviceDDP) Update(context.Context) error {
 	s.stale = true
 	if err := s.d.Update(); err != nil {
-		return err
+		return s.note(err)
 	}
-	return s.d.ZeroGrad()
+	return s.note(s.d.ZeroGrad())
 }
 
 func (s *deviceDDP) LastGradNorm() (float64, error) { return s.d.GradNorm() }
@@ -459,6 +493,7 @@ func (s *deviceDDP) Memory() (train.MemoryBytes, int64) {
 	return train.MemoryBytes{Params: int64(s.d.N) * 4, Grads: int64(s.d.N) * 4, Optimizer: train.OptimizerBytes(s.opt)}, 0
 }
 
-func (s *deviceDDP) Close() error {
-	return errors.Join(s.d.Close(), s.closeSyncBN(), s.st.close(), s.dc.close())
-}
+// Close waits for the collectives still pending and frees the device
+// state (closeDevice, quiesce: bounded, aborting the Comm where they do
+// not end).
+func (s *deviceDDP) Close() error { return s.closeDevice(s.c) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/cuda"
@@ -26,7 +27,9 @@ import (
 // down (by then the device has done them), or before anything reads the
 // model on the host (a save, an evaluation, Close): a failure surfaces
 // one step late at most, and NCCL's abort on a failure ends the kernels
-// that the model's stream waits for, so nothing waits forever.
+// that the model's stream waits for, so nothing waits forever. Close
+// waits for them too, bounded, aborting the Comm where they do not end
+// (quiesce, below).
 //
 // Through a host backend (devComm not direct) the collectives run on
 // host copies: the host waits for the model's stream before copying the
@@ -40,7 +43,14 @@ type streams struct {
 	after   *cuda.Event  // recorded on s just before a collective is issued
 	free    []*cuda.Event
 	all     []*cuda.Event
-	pending []comm.Work // collectives issued, not yet checked
+	pending []pendingOp // collectives issued, not yet checked
+}
+
+// pendingOp is a collective issued and what it does (for Close's
+// errors).
+type pendingOp struct {
+	w    comm.Work
+	what string
 }
 
 // open makes the events of s's device.
@@ -84,8 +94,10 @@ func (o *streams) join(done *cuda.Event) error {
 	return err
 }
 
-// track keeps w to be checked by settle.
-func (o *streams) track(w comm.Work) { o.pending = append(o.pending, w) }
+// track keeps w, which does what, to be checked by settle.
+func (o *streams) track(w comm.Work, what string) {
+	o.pending = append(o.pending, pendingOp{w, what})
+}
 
 // settle waits for the pending collectives (done on the device by the
 // time it is called, or about to be) and returns their first error.
@@ -93,8 +105,8 @@ func (o *streams) settle(ctx context.Context, rank int) error {
 	ws := o.pending
 	o.pending = nil
 	var err error
-	for _, w := range ws {
-		if werr := w.Wait(ctx); werr != nil && err == nil {
+	for _, op := range ws {
+		if werr := op.w.Wait(ctx); werr != nil && err == nil {
 			err = fmt.Errorf("train: rank %d: a collective on the device: %w", rank, werr)
 		}
 	}
@@ -109,4 +121,121 @@ func (o *streams) close() error {
 	}
 	o.all, o.free, o.after = nil, nil, nil
 	return errors.Join(errs...)
+}
+
+// deviceCloseWait bounds each of Close's waits for the device: for the
+// collectives still pending, then, after an abort, for them to end.
+var deviceCloseWait = time.Minute
+
+// quiesce readies the device memory of the model and its collectives to
+// be freed (Close): the collectives still pending (the last step's,
+// which the host never waited for, or a failed step's) and the work
+// queued on the model's stream must be done first, or an NCCL kernel
+// would read and write freed memory (the fake's cudaFree, like CUDA's,
+// waits for the device instead: until the Comm's timeout, 30 minutes by
+// default, where a peer never comes). So it waits for them, for
+// deviceCloseWait at most; if they are not done by then, or at once
+// after a failed step or update (failed; a peer may wait for this rank's
+// next collective, or this rank for the peer's), it aborts the Comms
+// (comm.Abort: NCCL's kernels end, and the other ranks learn of it at
+// once instead of waiting for their timeouts) and waits for them again.
+// It returns an error naming the rank and what was pending, and free:
+// whether the device is idle (false: still busy after the abort; its
+// memory must be leaked, not freed).
+func (b *deviceBase) quiesce(failed error, comms ...comm.Comm) (free bool, err error) {
+	rank := b.c.Rank()
+	ops := b.st.pending
+	b.st.pending = nil
+	aborted := false
+	abort := func(cause error) {
+		aborted = true
+		for _, c := range comms {
+			comm.Abort(c, cause)
+		}
+	}
+	if failed != nil {
+		abort(fmt.Errorf("train: rank %d: closed after a failed step: %w", rank, failed))
+	}
+	left := waitOps(ops, deviceCloseWait)
+	if len(left) > 0 {
+		err = fmt.Errorf("train: rank %d: closing: %d collective(s) on the device still pending after %v (the first: %s): aborted the communicator", rank, len(left), deviceCloseWait, left[0].what)
+		if !aborted {
+			abort(err)
+		}
+		if left = waitOps(left, deviceCloseWait); len(left) > 0 {
+			return false, fmt.Errorf("%w; %d still pending %v after the abort (the first: %s): the model's device memory is not freed", err, len(left), deviceCloseWait, left[0].what)
+		}
+	}
+	if err == nil && !aborted {
+		for _, op := range ops { // done: their errors, a step late
+			if werr := op.w.Err(); werr != nil {
+				err = fmt.Errorf("train: rank %d: %s on the device: %w", rank, op.what, werr)
+				break
+			}
+		}
+	}
+	if b.d == nil || b.d.Stream() == nil {
+		return true, err
+	}
+	idle, serr := streamIdle(b.d.Stream(), deviceCloseWait)
+	if serr == nil && !idle && !aborted {
+		// the stream waits for something else (syncbn's collectives)
+		werr := fmt.Errorf("train: rank %d: closing: the model's stream still busy after %v: aborted the communicator", rank, deviceCloseWait)
+		abort(werr)
+		err = errors.Join(err, werr)
+		idle, serr = streamIdle(b.d.Stream(), deviceCloseWait)
+	}
+	switch {
+	case serr != nil:
+		// a sticky error: the device is unusable, and done
+		return true, errors.Join(err, fmt.Errorf("train: rank %d: closing: the device: %w", rank, serr))
+	case !idle:
+		return false, errors.Join(err, fmt.Errorf("train: rank %d: closing: the model's stream still busy %v after the abort: the model's device memory is not freed", rank, deviceCloseWait))
+	}
+	return true, err
+}
+
+// waitOps waits for ops, for d at most, and returns those not done.
+func waitOps(ops []pendingOp, d time.Duration) []pendingOp {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for i, op := range ops {
+		select {
+		case <-op.w.Done():
+		case <-t.C:
+			var left []pendingOp
+			for _, o := range ops[i:] {
+				select {
+				case <-o.w.Done():
+				default:
+					left = append(left, o)
+				}
+			}
+			return left
+		}
+	}
+	return nil
+}
+
+// streamIdle waits, for d at most, for the work queued on s so far,
+// polling an event every millisecond (no host core spins, and unlike
+// cudaStreamSynchronize the wait ends).
+func streamIdle(s *cuda.Stream, d time.Duration) (bool, error) {
+	e, err := cuda.NewEvent(s.Device())
+	if err != nil {
+		return false, err
+	}
+	defer e.Destroy()
+	if err := e.Record(s); err != nil {
+		return false, err
+	}
+	for end := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
+		done, err := e.Query()
+		if err != nil || done {
+			return done, err
+		}
+		if time.Now().After(end) {
+			return false, nil
+		}
+	}
 }

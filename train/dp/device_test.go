@@ -2,18 +2,22 @@ package dp_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
 	_ "github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/syncbn"
 	"github.com/gdist/gdist/train"
-	_ "github.com/gdist/gdist/train/dp"
+	"github.com/gdist/gdist/train/dp"
 )
 
 func TestMain(m *testing.M) { os.Exit(cudafake.Main(m)) }
@@ -100,5 +104,177 @@ func TestDeviceCloseFreesSyncBN(t *testing.T) {
 				t.Errorf("%d CUDA events alive after the strategies, the Syncers and the Comms were closed, %d before", got, live)
 			}
 		})
+	}
+}
+
+// newDeviceRanks builds strategy (ddp, zero1-3) for mlp on n ranks of
+// the fake's NCCL, one goroutine each (NewStrategy is collective).
+func newDeviceRanks(t *testing.T, ctx context.Context, cs []comm.Comm, strategy string, batch int) []train.Strategy {
+	t.Helper()
+	sts := make([]train.Strategy, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() {
+			m, err := models.New("mlp", 4)
+			if err == nil {
+				cfg := train.Config{Model: "mlp", Epochs: 1, Batch: batch, LR: 0.1, Strategy: strategy,
+					Device: "cuda", Backend: "nccl", World: len(cs)}
+				if err = cfg.Validate(); err == nil {
+					sts[r], err = train.NewStrategy(ctx, c, m, cfg)
+				}
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return sts
+}
+
+// within runs f in a goroutine and fails the test if it has not
+// returned after d (a hang), returning f's error otherwise.
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+		return nil
+	}
+}
+
+// Issue 28 follow-up: a device strategy's Close with collectives still
+// pending whose peer never comes (rank 1 stepped alone, its gradients'
+// all-reduces waiting on the device for rank 0's) does not hang until
+// the Comm's timeout (30 minutes by default): it waits DeviceCloseWait
+// for them, then aborts the Comm (which ends the kernels, as comm/nccl
+// does on a failure) and frees the model, returning an error that names
+// the rank and the pending collective; rank 0 learns of the abort at
+// its next collective instead of waiting for rank 1. Before, Close
+// blocked in the model stream's synchronization (the stream waits for
+// the all-reduces) for the Comm's timeout. (ZeRO-2 and 3 cannot be set up
+// so: their step itself waits for the peer, within its ctx, the loss
+// coming after the units' reductions and gathers.)
+func TestDeviceCloseAbortsPendingCollectives(t *testing.T) {
+	cudafake.RequireFake(t)
+	defer dp.SetDeviceCloseWait(time.Second)()
+	for _, strategy := range []string{"ddp", "zero1"} {
+		t.Run(strategy, func(t *testing.T) {
+			const ranks, batch = 2, 4
+			cs := cudafake.NCCLRanks(t, ranks, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			sts := newDeviceRanks(t, ctx, cs, strategy, batch)
+			x, y := images(1, batch)
+			if _, err := sts[1].Step(ctx, x, y); err != nil {
+				t.Fatalf("rank 1's step: %v", err)
+			}
+			err := within(t, 30*time.Second, "rank 1's Close with its collectives pending", sts[1].Close)
+			t.Logf("rank 1's Close: %v", err)
+			if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "pending") {
+				t.Errorf("rank 1's Close: %v, want an error naming rank 1 and the pending collective", err)
+			}
+			// rank 0 learns that rank 1 aborted, and does not wait for it
+			err = within(t, 30*time.Second, "rank 0's all-reduce after rank 1 aborted", func() error {
+				v := []float32{1}
+				return comm.Run(ctx)(cs[0].AllReduce(ctx, comm.FromSlice(v), comm.Sum))
+			})
+			if err == nil {
+				t.Errorf("rank 0's all-reduce after rank 1 closed with collectives pending succeeded")
+			}
+			if err := within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
+				t.Errorf("rank 0's Close (nothing pending): %v", err)
+			}
+		})
+	}
+}
+
+// A good run's Close waits for the last step's collectives, still
+// running on the device (the host never waits for them within a step;
+// the fake's NCCL starts each 100 ms late), and returns no error; the
+// Comm is not aborted (a collective after it succeeds).
+func TestDeviceCloseWaitsForLastStep(t *testing.T) {
+	cudafake.RequireFake(t)
+	for _, strategy := range []string{"ddp", "zero2", "zero3"} {
+		t.Run(strategy, func(t *testing.T) {
+			const ranks, batch = 2, 4
+			cs := cudafake.NCCLRanks(t, ranks, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			sts := newDeviceRanks(t, ctx, cs, strategy, batch)
+			cudafake.NCCLDelay(t, 100*time.Millisecond)
+			errs := make([]error, ranks)
+			var wg sync.WaitGroup
+			for r := range cs {
+				wg.Go(func() {
+					x, y := images(r, batch)
+					if _, err := sts[r].Step(ctx, x, y); err != nil {
+						errs[r] = err
+						sts[r].Close()
+						return
+					}
+					if err := sts[r].Update(ctx); err != nil {
+						errs[r] = err
+						sts[r].Close()
+						return
+					}
+					errs[r] = sts[r].Close()
+				})
+			}
+			wg.Wait()
+			cudafake.NCCLDelay(t, 0)
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			if err := commtest.RunRanks(ctx, cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+				v := []float32{1}
+				return comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Sum))
+			}); err != nil {
+				t.Errorf("an all-reduce after the strategies closed: %v (the Comm was aborted?)", err)
+			}
+		})
+	}
+}
+
+// After a failed step (rank 1's batch has the wrong size), Close aborts
+// the Comm before anything else, as the pipeline's step does on an
+// error: rank 0, which waits in a collective for rank 1, fails at once
+// naming the abort instead of waiting for its timeout (30 minutes by
+// default: before, a closed rank's peers waited for it).
+func TestDeviceCloseAfterFailedStepAborts(t *testing.T) {
+	cudafake.RequireFake(t)
+	const ranks, batch = 2, 4
+	cs := cudafake.NCCLRanks(t, ranks, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sts := newDeviceRanks(t, ctx, cs, "ddp", batch)
+	x, y := images(1, batch)
+	if _, err := sts[1].Step(ctx, x[:len(x)-1], y); err == nil {
+		t.Fatal("rank 1's step on a short batch succeeded")
+	}
+	v := []float32{1}
+	w, err := cs[0].AllReduce(ctx, comm.FromSlice(v), comm.Sum) // rank 1 never joins
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 30*time.Second, "rank 1's Close after its failed step", sts[1].Close); err != nil {
+		t.Logf("rank 1's Close: %v", err)
+	}
+	err = within(t, 30*time.Second, "rank 0's all-reduce", func() error { return w.Wait(ctx) })
+	if !errors.Is(err, comm.ErrAborted) {
+		t.Errorf("rank 0's all-reduce, rank 1 closed after a failed step: %v, want comm.ErrAborted", err)
+	}
+	if err := within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
+		t.Errorf("rank 0's Close: %v", err)
 	}
 }

@@ -96,6 +96,18 @@
 // slows the fake's kernels, or its NCCL, and gets the same bits for ddp
 // (overlapped and not), zero1, zero2, zero3 and the pipeline.
 //
+// Close (device_order.go's quiesce) frees the device memory only once
+// the collectives still pending (the last step's, or a failed step's)
+// and the model's stream are done, waiting a minute at most for them;
+// if they are not done by then, or at once after a failed step or
+// update, it aborts the Comm (and zero3's gathers' Comm): NCCL's kernels
+// end, and the other ranks fail at once, quoting the abort, instead of
+// waiting for their timeouts. It then returns an error naming the rank
+// and the first collective pending; if the device is still busy after
+// the abort, the memory is leaked rather than freed under a kernel
+// (TestDeviceCloseAbortsPendingCollectives,
+// TestDeviceCloseAfterFailedStepAborts, TestDeviceCloseWaitsForLastStep).
+//
 // Evaluation runs on the device (train.BatchEvaluator: devmodel.Eval),
 // every rank with rank 0's batch-norm statistics, broadcast on the
 // device first as train does on the host. Saves copy the parameters,

@@ -199,7 +199,7 @@ func (s *deviceZero) gather(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("train: gathering the parameters on the device: %w", err)
 		}
-		s.st.track(w)
+		s.st.track(w, "gathering the parameters")
 		if err := s.st.join(done); err != nil {
 			return err
 		}
@@ -219,6 +219,11 @@ func (s *deviceZero) gather(ctx context.Context) error {
 // gradients: this rank's shard of the average lands in its shard of the
 // gradient buffer (stages 2 and 3: stepSharded).
 func (s *deviceZero) Step(ctx context.Context, x []float32, y []int32) (float32, error) {
+	loss, err := s.step(ctx, x, y)
+	return loss, s.note(err)
+}
+
+func (s *deviceZero) step(ctx context.Context, x []float32, y []int32) (float32, error) {
 	if err := s.gather(ctx); err != nil {
 		return 0, err
 	}
@@ -315,7 +320,7 @@ func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr, afte
 			if err != nil {
 				return nil, fmt.Errorf("train: reducing gradients [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
-			s.st.track(w)
+			s.st.track(w, fmt.Sprintf("reducing gradients [%d, %d)", b.lo, b.hi))
 		}
 		return func() error { return s.st.join(done) }, nil
 	}
@@ -364,7 +369,7 @@ func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (f
 			if err != nil {
 				return nil, fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
-			s.st.track(w)
+			s.st.track(w, fmt.Sprintf("gathering parameters [%d, %d)", b.lo, b.hi))
 		}
 		return func() error { return s.st.join(done) }, nil
 	}
@@ -398,6 +403,11 @@ func (s *deviceZero) unshard(ctx context.Context) error {
 // ClipGrads clips this rank's shard of the gradient by the whole
 // gradient's norm (the shards' squared norms all-reduced).
 func (s *deviceZero) ClipGrads(ctx context.Context, max float64) (float64, error) {
+	norm, err := s.clipGrads(ctx, max)
+	return norm, s.note(err)
+}
+
+func (s *deviceZero) clipGrads(ctx context.Context, max float64) (float64, error) {
 	return s.d.ClipShard(max, func(local float64) (float64, error) {
 		v := []float64{local * local}
 		if s.c.Size() > 1 {
@@ -412,7 +422,9 @@ func (s *deviceZero) ClipGrads(ctx context.Context, max float64) (float64, error
 // Update updates this rank's shard on the device, zeroes the gradients
 // and (stages 1 and 2) all-gathers the parameters; stage 3 gathers them
 // unit by unit in the next step.
-func (s *deviceZero) Update(ctx context.Context) error {
+func (s *deviceZero) Update(ctx context.Context) error { return s.note(s.update(ctx)) }
+
+func (s *deviceZero) update(ctx context.Context) error {
 	s.stale, s.gathered = true, s.c.Size() == 1
 	if err := s.d.Update(); err != nil {
 		return err
@@ -561,10 +573,19 @@ func (s *deviceZero) Report(ctx context.Context, sum *train.Summary) error {
 	return nil
 }
 
+// Close waits for the collectives still pending (on the training Comm
+// and stage 3's gathers' Comm) and frees the device state (closeDevice,
+// quiesce: bounded, aborting both Comms where they do not end), then
+// closes the gathers' Comm and the host engine.
 func (s *deviceZero) Close() error {
+	comms := []comm.Comm{s.c}
+	if s.gc != nil {
+		comms = append(comms, s.gc)
+	}
+	err := s.closeDevice(comms...)
 	var gerr error
 	if s.gc != nil {
 		gerr = s.gc.Close()
 	}
-	return errors.Join(s.d.Close(), s.closeSyncBN(), s.st.close(), s.dc.close(), gerr, s.e.Close())
+	return errors.Join(err, gerr, s.e.Close())
 }
