@@ -2,6 +2,7 @@ package pp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
@@ -110,6 +111,16 @@ type devicePipe struct {
 	// evaluation's device buffers by batch size: the batch (stage 0),
 	// the received input, the sent output
 	evalBufs map[int]*evalBufs
+	// inflight are the sends and receives on the stage's buffers that a
+	// failed step or evaluation left (the host waits for them all
+	// otherwise): Close waits for them (quiesce)
+	inflight []inflightOp
+}
+
+// inflightOp is a send or receive issued and what it moves.
+type inflightOp struct {
+	w    comm.Work
+	what string
 }
 
 type evalBufs struct{ x, in, out uintptr }
@@ -277,11 +288,110 @@ func (p *devicePipe) Stats() pipeline.Stats {
 	return st
 }
 
-// Close frees the stage and the buffers (not the Comm).
+// track keeps w, the send or receive (what) of tag, until the step or
+// evaluation that issued it succeeds.
+func (p *devicePipe) track(w comm.Work, what string, tag int) {
+	p.inflight = append(p.inflight, inflightOp{w, fmt.Sprintf("%s of tag %d", what, tag)})
+}
+
+// deviceCloseWait bounds each of Close's waits for the device.
+var deviceCloseWait = time.Minute
+
+// quiesce readies the stage's device memory to be freed (Close): the
+// sends and receives a failed step or evaluation left (it aborted the
+// Comm: they fail soon, but a staged receive may be copying its message
+// up, or NCCL's receive loop copying a message into its buffer) and the
+// stage's stream must be done first. It waits for them, for
+// deviceCloseWait at most; if they are not done by then it aborts the
+// Comm (ending NCCL's kernels) and waits again. free is false when they
+// are still not done: the memory must be leaked, not freed under them.
+func (p *devicePipe) quiesce() (free bool, err error) {
+	ops := p.inflight
+	p.inflight = nil
+	aborted := false
+	if left := waitInflight(ops, deviceCloseWait); len(left) > 0 {
+		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s) and receive(s) still pending after %v (the first: %s): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0].what)
+		comm.Abort(p.c, err)
+		aborted = true
+		if left = waitInflight(left, deviceCloseWait); len(left) > 0 {
+			return false, fmt.Errorf("%w; %d still pending %v after the abort: the stage's device memory is not freed", err, len(left), deviceCloseWait)
+		}
+	}
+	if p.st == nil || p.stream() == nil {
+		return true, err
+	}
+	idle, serr := streamIdle(p.stream(), deviceCloseWait)
+	if serr == nil && !idle && !aborted {
+		werr := fmt.Errorf("pipeline: stage %d (cuda:%d): closing: the stage's stream still busy after %v: aborted the communicator", p.stage, p.dev, deviceCloseWait)
+		comm.Abort(p.c, werr)
+		err = errors.Join(err, werr)
+		idle, serr = streamIdle(p.stream(), deviceCloseWait)
+	}
+	switch {
+	case serr != nil: // a sticky error: the device is unusable, and done
+		return true, errors.Join(err, fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %w", p.stage, p.dev, serr))
+	case !idle:
+		return false, errors.Join(err, fmt.Errorf("pipeline: stage %d (cuda:%d): closing: the stage's stream still busy %v after the abort: the stage's device memory is not freed", p.stage, p.dev, deviceCloseWait))
+	}
+	return true, err
+}
+
+// waitInflight waits for ops, for d at most, and returns those not done.
+func waitInflight(ops []inflightOp, d time.Duration) []inflightOp {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for i, op := range ops {
+		select {
+		case <-op.w.Done():
+		case <-t.C:
+			var left []inflightOp
+			for _, o := range ops[i:] {
+				select {
+				case <-o.w.Done():
+				default:
+					left = append(left, o)
+				}
+			}
+			return left
+		}
+	}
+	return nil
+}
+
+// streamIdle waits, for d at most, for the work queued on s so far,
+// polling an event every millisecond (no host core spins, and unlike
+// cudaStreamSynchronize the wait ends).
+func streamIdle(s *cuda.Stream, d time.Duration) (bool, error) {
+	e, err := cuda.NewEvent(s.Device())
+	if err != nil {
+		return false, err
+	}
+	defer e.Destroy()
+	if err := e.Record(s); err != nil {
+		return false, err
+	}
+	for end := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
+		done, err := e.Query()
+		if err != nil || done {
+			return done, err
+		}
+		if time.Now().After(end) {
+			return false, nil
+		}
+	}
+}
+
+// Close frees the stage and the buffers (not the Comm), once the device
+// is done with them (quiesce: bounded, aborting the Comm where it is
+// not; if the device is still busy after that, nothing is freed and the
+// error says so).
 func (p *devicePipe) Close() error {
-	var err error
+	free, err := p.quiesce()
+	if !free {
+		return err
+	}
 	if p.st != nil {
-		err = p.st.Close()
+		err = errors.Join(err, p.st.Close())
 		p.st = nil
 	}
 	for _, ptr := range p.owned {
@@ -383,6 +493,7 @@ func (p *devicePipe) Step(ctx context.Context, x []float32, y []int32) (float64,
 		comm.Abort(p.c, err)
 		return 0, err
 	}
+	p.inflight = p.inflight[:0] // every one waited for
 	p.stats.Steps++
 	return loss, nil
 }
@@ -421,6 +532,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 		if err != nil {
 			return err
 		}
+		p.track(w, "receive", tagF(i))
 		fwd[i] = w
 		return nil
 	}
@@ -433,6 +545,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 		if err != nil {
 			return err
 		}
+		p.track(w, "send", tag)
 		sends = append(sends, w)
 		return nil
 	}
@@ -538,6 +651,7 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			if err != nil {
 				return 0, err
 			}
+			p.track(w, "receive", tagB(i))
 			bwd[i] = w
 		default:
 			w := bwd[i]
@@ -667,6 +781,8 @@ func (p *devicePipe) eval(ctx context.Context, x []float32, y []int32) (float64,
 	if err != nil {
 		err = fmt.Errorf("pipeline: stage %d (cuda:%d): evaluating: %w", p.stage, p.dev, err)
 		comm.Abort(p.c, err)
+	} else {
+		p.inflight = p.inflight[:0]
 	}
 	return loss, correct, err
 }
@@ -758,7 +874,12 @@ func (p *devicePipe) evalPass(ctx context.Context, x []float32, b int, logits []
 		if err != nil {
 			return err
 		}
-		if err := comm.Run(ctx)(p.c.Recv(octx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)); err != nil {
+		w, err := p.c.Recv(octx, p.buf(eb.in, st.InSize(b)), p.stage-1, tagEval)
+		if err != nil {
+			return err
+		}
+		p.track(w, "evaluation's receive", tagEval)
+		if err := w.Wait(ctx); err != nil {
 			return err
 		}
 		in = eb.in
@@ -776,7 +897,12 @@ func (p *devicePipe) evalPass(ctx context.Context, x []float32, b int, logits []
 		if err != nil {
 			return err
 		}
-		return comm.Run(ctx)(p.c.Send(octx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval))
+		w, err := p.c.Send(octx, p.buf(eb.out, st.OutSize(b)), p.stage+1, tagEval)
+		if err != nil {
+			return err
+		}
+		p.track(w, "evaluation's send", tagEval)
+		return w.Wait(ctx)
 	}
 	if err := p.stream().Synchronize(); err != nil {
 		return err

@@ -4,12 +4,14 @@ import (
 	"context"
 	"math/rand"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/inproc"
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/models"
@@ -172,4 +174,73 @@ func TestDevicePipeOrdering(t *testing.T) {
 		}
 	}
 	t.Logf("losses %v; stage 0 busy %v idle %v, stage 1 busy %v idle %v", fastL, stats[0].Busy, stats[0].Idle, stats[1].Busy, stats[1].Idle)
+}
+
+// Issue 28 follow-up: a device stage's Close whose stream does not
+// finish (its work held by the fake, as a kernel waits for a peer that
+// never comes) does not hang: it waits deviceCloseWait, aborts the Comm
+// (which ends NCCL's kernels) and waits again; the stream still busy, it
+// frees nothing (the held work may still touch the stage's memory) and
+// says so, naming the stage. Before, Close synchronized the stream with
+// no bound.
+func TestDevicePipeCloseBounded(t *testing.T) {
+	cudafake.RequireFake(t)
+	if !cuda.HasHostFunc() {
+		t.Skip("no cudaLaunchHostFunc")
+	}
+	defer func(d time.Duration) { deviceCloseWait = d }(deviceCloseWait)
+	deviceCloseWait = 200 * time.Millisecond
+	const batch, micro = 8, 2
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := inproc.New(1, comm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Close()
+	m, err := models.New("mlp", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds, err := pipeline.Split(ctx, cs[0], m, 1, "params", batch/micro+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newDevicePipe(ctx, deviceComm(cs[0]), m, bounds, micro, "1f1b", batch, 0,
+		devmodel.Config{Optim: optim.Config{Name: "sgd", LR: 0.05}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cudafake.Gate(t, false)
+	opened := false
+	defer func() {
+		if !opened {
+			cudafake.Gate(t, true)
+		}
+	}()
+	if err := p.stream().LaunchHostFunc(cudafake.HoldFunc(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		cudafake.Gate(t, true)
+		opened = true
+		<-done
+		t.Fatal("Close with the stage's stream held did not return within 30s")
+	}
+	t.Logf("Close: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "stage 0") || !strings.Contains(err.Error(), "not freed") {
+		t.Errorf("Close with the stage's stream held: %v, want an error naming stage 0 and saying nothing was freed", err)
+	}
+	if _, err := cs[0].Barrier(ctx); err == nil {
+		t.Errorf("a barrier after Close aborted the Comm succeeded")
+	}
+	cudafake.Gate(t, true)
+	opened = true
+	if err := p.stream().Synchronize(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -47,6 +47,12 @@
 // -balance time is refused (it times the layers on the CPU), and so is
 // batch norm, as on the CPU. The summary's peak_device_bytes is the most
 // any stage's GPU held (its stage, activations and message buffers).
+// A failed step or evaluation aborts the Comm; Close frees the stage's
+// device memory only once the sends and receives it left and the
+// stage's stream are done, waiting a minute at most for each, aborting
+// the Comm where they are not, and freeing nothing (an error says so,
+// naming the stage) if the device is still busy after that
+// (TestDevicePipeCloseBounded).
 //
 // Tests on the fake CUDA (cmd/train/pipeline_device_test.go): 2 stages
 // on the device equal the unsplit model on the CPU within 1e-4 (mlp and
