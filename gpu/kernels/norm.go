@@ -199,11 +199,13 @@ func (k *Kernels) LayerNormForwardBF16(s *cuda.Stream, y, y16, xhat, invstd, x, 
 }
 
 // LayerNormBackward is LayerNorm's backward from dy [rows, c] and the
-// forward pass's xhat and invstd, bit for bit nn's: dx (0: skipped) =
-// 1/std ((g - mean g) - xhat mean(g xhat)) with g = dy gamma (a warp per
-// row, Sum32's order); dgamma and dbeta (0 skips one) the sums over the
-// rows, in row order, of dy xhat and dy, set or with accumulate added to.
-// dx may be dy.
+// forward pass's xhat and invstd: dx (0: skipped) = 1/std ((g - mean g)
+// - xhat mean(g xhat)) with g = dy gamma (a warp per row, Sum32's order),
+// bit for bit nn's; dgamma and dbeta (0 skips one) the sums over the rows
+// of dy xhat and dy, set or with accumulate added to, within SumTol of
+// nn's (which sums the rows in order): for rows of up to 1024 summed in
+// dx's pass (layerNormBackwardCols: dy and xhat read once), for longer
+// ones in two stages as BiasGrad's. dx may be dy.
 func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat, invstd, gamma uintptr, rows, c int, accumulate bool) error {
 	return k.LayerNormBackwardBF16(s, dx, 0, dgamma, dbeta, dy, xhat, invstd, gamma, rows, c, accumulate)
 }
@@ -215,6 +217,9 @@ func (k *Kernels) LayerNormBackward(s *cuda.Stream, dx, dgamma, dbeta, dy, xhat,
 func (k *Kernels) LayerNormBackwardBF16(s *cuda.Stream, dx, dx16, dgamma, dbeta, dy, xhat, invstd, gamma uintptr, rows, c int, accumulate bool) error {
 	if err := lnCheck("LayerNormBackward", rows, c); err != nil {
 		return err
+	}
+	if name := lnColsKernel(c); name != "" && rows > 0 && (dgamma != 0 || dbeta != 0) {
+		return k.layerNormBackwardCols(s, name, dx, dx16, dgamma, dbeta, dy, xhat, invstd, gamma, rows, c, accumulate)
 	}
 	if (dgamma != 0 || dbeta != 0) && c > 0 {
 		if err := k.colSums(s, dgamma, dbeta, dy, xhat, rows, c, accumulate); err != nil {
@@ -229,4 +234,66 @@ func (k *Kernels) LayerNormBackwardBF16(s *cuda.Stream, dx, dx16, dgamma, dbeta,
 		t.w += 2 * int64(rows) * int64(c)
 	}
 	return k.launch(rowsKernel("gd_layernorm_backward", c), s, rowsGrid(rows), t, dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c), dx16)
+}
+
+// lnColsWidths are gd_layernorm_backward_cols' register widths: K
+// values a lane, rows of up to 32 K.
+var lnColsWidths = []int{2, 4, 8, 16, 24, 32}
+
+// lnColsKernel is the fused LayerNorm backward for rows of c (its
+// parameters' gradients summed in the row pass), "" where there is none
+// (rows over 1024, or the row kernels told to keep rows in memory).
+func lnColsKernel(c int) string {
+	if !rowsInRegisters {
+		return ""
+	}
+	for _, k := range lnColsWidths {
+		if c <= 32*k {
+			return fmt.Sprintf("gd_layernorm_backward_cols_r%d", k)
+		}
+	}
+	return ""
+}
+
+// lnColsTarget is the chunks (blocks of 8 warps) the fused LayerNorm
+// backward aims at: about 3 a SM of an H100 (132), where the rows allow.
+const lnColsTarget = 384
+
+// lnColsSplit is how the fused LayerNorm backward splits rows: parts
+// chunks of per rows (a multiple of 8: each of a block's 8 warps takes
+// every 8th row of its chunk).
+func lnColsSplit(rows int) (parts, per int) {
+	per = ((rows+lnColsTarget-1)/lnColsTarget + 7) &^ 7
+	return (rows + per - 1) / per, per
+}
+
+// layerNormBackwardCols is LayerNormBackwardBF16 with dgamma and dbeta
+// summed in the row pass (name: gd_layernorm_backward_cols_rK): each
+// block a chunk of rows (lnColsSplit), its 8 warps every 8th row, each
+// lane summing dy xhat and dy over its warp's rows in order, the warps'
+// sums added in order into the chunk's partial sums (scratch: 2 C a
+// chunk), then each column's chunks in a fixed order (gd_col_finish_w:
+// a warp a column). dx (0: skipped, the sums in the same order) bit for
+// bit the row kernel's; dgamma and dbeta within SumTol (another order
+// than BiasGrad's chunks, no longer its bits). dy and xhat are read once,
+// not twice.
+func (k *Kernels) layerNormBackwardCols(s *cuda.Stream, name string, dx, dx16, dgamma, dbeta, dy, xhat, invstd, gamma uintptr, rows, c int, accumulate bool) error {
+	parts, per := lnColsSplit(rows)
+	n, pc := int64(rows)*int64(c), 2*int64(parts)*int64(c)
+	t := rw(2*n+int64(rows)+int64(c), n+pc)
+	if dx == 0 {
+		t = rw(2*n, pc)
+	}
+	if dx16 != 0 {
+		t.w += 2 * n
+	}
+	return k.withScratch(s, int(4*pc), func(ws uintptr) error {
+		cfg := rtc.Config{Grid: rtc.Dim(parts), Block: rtc.Dim(256)}
+		if err := k.launch(name, s, cfg, t, dx, dy, xhat, invstd, gamma, int32(rows), int32(c), 1/float32(c), dx16, ws, int32(per)); err != nil {
+			return err
+		}
+		// a warp a column of the 2 c, two warps a block
+		fin := rtc.Config{Grid: rtc.Dim(c), Block: rtc.Dim(64)}
+		return k.launch("gd_col_finish_w", s, fin, rw(pc, 2*int64(c)), dgamma, dbeta, ws, int32(parts), int32(c), b32(accumulate))
+	})
 }

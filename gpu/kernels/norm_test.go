@@ -149,14 +149,17 @@ func TestBatchNorm(t *testing.T) {
 // LayerNorm's forward and dx, bit for bit nn's (the row sums in
 // vecmath.Sum32's order of eight running sums, 1/std in float64, every
 // float operation rounded on its own), for rows whose length is and is
-// not a multiple of 8; dgamma and dbeta (column sums over the rows in two
-// stages, colSums) within kernels.SumTol of the float64 sums of the
-// float32 products, relative to the sums of magnitudes, and the same
-// bits on a second run. 130 rows make several chunks.
+// not a multiple of 8; dgamma and dbeta (column sums over the rows: in
+// dx's pass over chunks of rows, then over the chunks, for rows of up to
+// 1024; in two stages, colSums, for longer rows) within kernels.SumTol of
+// the float64 sums of the float32 products, relative to the sums of
+// magnitudes, and the same bits on a second run with or without dx. 130,
+// 600 and 3100 rows make 17, 75 and 194 chunks (of 8, 8 and 16 rows);
+// rows of 1100 sum in two stages.
 func TestLayerNorm(t *testing.T) {
 	const dev = 0
 	k, s := setup(t, dev)
-	for _, sh := range [][3]int{{2, 3, 16}, {3, 5, 37}, {1, 1, 1}, {2, 4, 160}, {1, 2, 7}, {2, 65, 3}, {1, 130, 40}} {
+	for _, sh := range [][3]int{{2, 3, 16}, {3, 5, 37}, {1, 1, 1}, {2, 4, 160}, {1, 2, 7}, {2, 65, 3}, {1, 130, 40}, {2, 300, 24}, {1, 3100, 8}, {1, 40, 1100}} {
 		n, tt, c := sh[0], sh[1], sh[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", n, tt, c), func(t *testing.T) {
 			rows, total := n*tt, n*tt*c

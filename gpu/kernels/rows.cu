@@ -685,6 +685,99 @@ template <int K> __device__ void layernorm_backward_regs(float *dx, const float 
 	}
 }
 
+// LayerNorm's backward with its parameters' gradients in the same pass
+// (gpu/kernels' LayerNormBackward, rows in registers): the block
+// blockIdx.x takes the chunk of per rows from blockIdx.x per, its warp w
+// the rows w, w + 8, ... of it, each row's dx as
+// layernorm_backward_regs's (the same bits), and each lane sums, for its
+// columns 32 k + lane, dy xhat (each product rounded) and dy over the
+// warp's rows in order; the 8 warps' sums are then added in order
+// (shared memory, one of the two sums at a time) into part[blockIdx.x]
+// (2 C: the dy xhat sums, then the dy sums), which gd_col_finish_w adds
+// over the chunks. dy and xhat are read once for dx and the sums both.
+// dx null: the sums only, in the same order (the same bits).
+template <int K> __device__ void layernorm_backward_cols(float *dx, const float *dy, const float *xhat, const float *invstd,
+							 const float *gamma, int rows, int C, float invC, unsigned short *dx16,
+							 float *part, int per) {
+	__shared__ float sh[8][32 * K];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	int lo = blockIdx.x * per, hi = min(lo + per, rows);
+	float sg[K], sb[K];
+#pragma unroll
+	for (int k = 0; k < K; k++) sg[k] = sb[k] = 0.0f;
+	for (int r = lo + w; r < hi; r += 8) {
+		const float *d = dy + (long long)r * C, *xh = xhat + (long long)r * C;
+		float g[K], xv[K], t[K];
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			float dv = j < C ? d[j] : 0.0f;
+			xv[k] = j < C ? xh[j] : 0.0f;
+			sg[k] = sg[k] + dv * xv[k];
+			sb[k] = sb[k] + dv;
+			g[k] = j < C ? dv * gamma[j] : 0.0f;
+			t[k] = g[k] * xv[k];
+		}
+		if (!dx) continue; // the sums only (the same for the whole warp)
+		float m1 = sum32_regs<K>(g, C) * invC;
+		float m2 = sum32_regs<K>(t, C) * invC;
+		float inv = invstd[r];
+		__syncwarp();
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int j = 32 * k + lane;
+			if (j < C) {
+				float v = inv * ((g[k] - m1) - xv[k] * m2);
+				dx[(long long)r * C + j] = v;
+				if (dx16) dx16[(long long)r * C + j] = bf16_bits(v);
+			}
+		}
+		__syncwarp();
+	}
+	for (int pass = 0; pass < 2; pass++) {
+#pragma unroll
+		for (int k = 0; k < K; k++) sh[w][32 * k + lane] = pass == 0 ? sg[k] : sb[k];
+		__syncthreads();
+		for (int c = threadIdx.x; c < C; c += blockDim.x) {
+			float v = sh[0][c];
+			for (int q = 1; q < 8; q++) v = v + sh[q][c];
+			part[(long long)blockIdx.x * 2 * C + pass * C + c] = v;
+		}
+		__syncthreads();
+	}
+}
+
+// The sums over the chunks of gd_layernorm_backward_cols: out[c] (+)= the
+// sum over p of part[p 2C + c], out2[c] (+)= that of part[p 2C + C + c]
+// (null: skipped). A warp a column of the 2 C: lane l adds the parts l,
+// l + 32, ... in order (8 loads in flight together), then the lanes'
+// sums are added in lane order: a fixed order, the same bits every run;
+// enough warps to fill the GPU where the parts are many (1 MiB and
+// more), and a column waits for about parts / 256 rounds of loads.
+extern "C" __global__ void gd_col_finish_w(float *out, float *out2, const float *part, int parts, int C, int acc) {
+	int lane = threadIdx.x & 31;
+	long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5, step = (gridDim.x * (long long)blockDim.x) >> 5;
+	for (long long c = warp; c < 2LL * C; c += step) {
+		float *o = c < C ? out : out2;
+		if (!o) continue; // the whole warp
+		float s = 0.0f;
+		for (int p0 = lane; p0 < parts; p0 += 32 * 8) {
+			float v[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++) v[j] = p0 + 32 * j < parts ? part[(long long)(p0 + 32 * j) * 2 * C + c] : 0.0f;
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				if (p0 + 32 * j < parts) s = s + v[j];
+		}
+		float t = __shfl_sync(FULL, s, 0);
+		for (int q = 1; q < 32; q++) t = t + __shfl_sync(FULL, s, q);
+		if (lane == 0) {
+			long long i = c < C ? c : c - C;
+			o[i] = acc ? o[i] + t : t;
+		}
+	}
+}
+
 extern "C" __global__ void gd_layernorm_r2(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
 					    const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
 	layernorm_regs<2>(y, xhat, invstd, x, gamma, beta, rows, C, invC, eps, y16);
@@ -766,4 +859,36 @@ extern "C" __global__ void gd_clip_finish(double *out, const double *part, int p
 		out[0] = norm;
 		out[1] = coef < 1.0 && !isinf(norm) && !isnan(norm) ? (double)(float)coef : 1.0;
 	}
+}
+
+// gd_layernorm_backward_cols's widths (regWidths' of gd_layernorm_backward).
+extern "C" __global__ void gd_layernorm_backward_cols_r2(float *dx, const float *dy, const float *xhat, const float *invstd,
+							  const float *gamma, int rows, int C, float invC, unsigned short *dx16, float *part,
+							  int per) {
+	layernorm_backward_cols<2>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16, part, per);
+}
+extern "C" __global__ void gd_layernorm_backward_cols_r4(float *dx, const float *dy, const float *xhat, const float *invstd,
+							  const float *gamma, int rows, int C, float invC, unsigned short *dx16, float *part,
+							  int per) {
+	layernorm_backward_cols<4>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16, part, per);
+}
+extern "C" __global__ void gd_layernorm_backward_cols_r8(float *dx, const float *dy, const float *xhat, const float *invstd,
+							  const float *gamma, int rows, int C, float invC, unsigned short *dx16, float *part,
+							  int per) {
+	layernorm_backward_cols<8>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16, part, per);
+}
+extern "C" __global__ void gd_layernorm_backward_cols_r16(float *dx, const float *dy, const float *xhat, const float *invstd,
+							  const float *gamma, int rows, int C, float invC, unsigned short *dx16, float *part,
+							  int per) {
+	layernorm_backward_cols<16>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16, part, per);
+}
+extern "C" __global__ void gd_layernorm_backward_cols_r24(float *dx, const float *dy, const float *xhat, const float *invstd,
+							  const float *gamma, int rows, int C, float invC, unsigned short *dx16, float *part,
+							  int per) {
+	layernorm_backward_cols<24>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16, part, per);
+}
+extern "C" __global__ void gd_layernorm_backward_cols_r32(float *dx, const float *dy, const float *xhat, const float *invstd,
+							  const float *gamma, int rows, int C, float invC, unsigned short *dx16, float *part,
+							  int per) {
+	layernorm_backward_cols<32>(dx, dy, xhat, invstd, gamma, rows, C, invC, dx16, part, per);
 }
