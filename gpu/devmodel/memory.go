@@ -46,7 +46,9 @@ import (
 //     backward; a LayerNorm, batch norm, ReLU, Tanh, max pooling,
 //     Dropout, a PositionEmbedding and a Residual's sum do not);
 //   - a bf16 copy of a gradient (grad16) lives as the gradient;
-//   - attention's qkv and output gradients live in its backward only.
+//   - attention's qkv and output gradients live in its backward only,
+//     its workspace (the score gradients dS, with the heads in place or
+//     fused) from the last attention's backward to the first's.
 //
 // The values are the same bits: the same kernels on the same values,
 // only where they are kept differs (TestGPTMatchesCPU and the rest).
@@ -54,8 +56,10 @@ import (
 // bytes go.
 
 // shareMemory switches the sharing (off: every buffer held the whole
-// step, the layout TestSharedPlanSameBits compares with).
-var shareMemory = true
+// step); planRegion the region (off: each buffer a pool block of its
+// own, a power of two, as before: the path TestSharedPlanSameBits
+// compares with, where the fake CUDA checks each buffer's bounds).
+var shareMemory, planRegion = true, true
 
 // memRole is what a plan buffer holds.
 type memRole string
@@ -235,7 +239,7 @@ func (mp *memPlan) layout(ops int) {
 		switch {
 		case b.pinned || !shareMemory:
 			return 0, 0, true
-		case (b.role == roleGrad || b.role == roleGrad16) && b.scoped:
+		case (b.role == roleGrad || b.role == roleGrad16 || b.role == roleWS) && b.scoped:
 			return 2*n - b.hi, 2*n - b.lo, false
 		case b.role == roleValue && b.dropped && !b.saved && b.outFree:
 			return b.lo, b.hi, false
@@ -337,7 +341,15 @@ func (b MemoryBreakdown) Totals() map[string]int64 {
 // and role (count, bytes held the whole step, bytes that share).
 func (b MemoryBreakdown) String() string {
 	var s strings.Builder
-	gb := func(n int64) string { return fmt.Sprintf("%8.3f GB", float64(n)/1e9) }
+	gb := func(n int64) string {
+		switch {
+		case n >= 1e9:
+			return fmt.Sprintf("%8.3f GB", float64(n)/1e9)
+		case n >= 1e6:
+			return fmt.Sprintf("%8.3f MB", float64(n)/1e6)
+		}
+		return fmt.Sprintf("%8.3f kB", float64(n)/1e3)
+	}
 	keys := make([]string, 0, len(b.Fixed))
 	for k := range b.Fixed {
 		keys = append(keys, k)
@@ -423,15 +435,19 @@ func fixedBytes(m *nn.Model, cfg Config) map[string]int64 {
 
 // MemoryPlan lays out m's training plan at batch samples as Place with
 // cfg would (cfg.Batch is ignored; no ZeRO sharding), without a device,
-// and says where the bytes go. bf16 is whether the products read the
-// producers' bf16 copies (Config.Precision "bf16" through cuBLAS with
-// gdist's cast kernel, the GPU's default: gemm.Engine.UsesCopies).
+// and says where the bytes go. It takes the engine to be a GPU's
+// default: cuBLAS with gdist's cast kernel (under Config.Precision
+// "bf16" the products read the producers' bf16 copies:
+// gemm.Engine.UsesCopies) and cublasGemmBatchedEx (attention reads the
+// heads in place: kernels.AttentionInPlace); $GDIST_ATTENTION=fused as
+// set.
 func MemoryPlan(m *nn.Model, batch int, cfg Config) (MemoryBreakdown, error) {
 	if batch < 1 {
 		return MemoryBreakdown{}, fmt.Errorf("devmodel: %s: MemoryPlan at batch %d: want at least 1", m.Name, batch)
 	}
 	mp := newMemPlan()
-	if _, err := (&Model{Host: m}).compileWith(batch, mp, cfg.Precision == gemm.BF16 && producerCopies, true); err != nil {
+	dry := &dryEngine{copies: cfg.Precision == gemm.BF16 && producerCopies, inPlace: true}
+	if _, err := (&Model{Host: m}).compileWith(batch, mp, dry, true); err != nil {
 		return MemoryBreakdown{}, err
 	}
 	return mp.breakdown(fixedBytes(m, cfg)), nil

@@ -1,12 +1,12 @@
 package devmodel
 
-// SetShareMemory switches the training plans' sharing of memory between
-// buffers whose lives do not meet (memory.go) for the plans compiled
-// until restore is called: off, every buffer is held the whole step.
-func SetShareMemory(on bool) (restore func()) {
-	was := shareMemory
-	shareMemory = on
-	return func() { shareMemory = was }
+// SetPlanRegion switches the training plans' region (memory.go) for the
+// plans compiled until restore is called: off, each buffer is a pool
+// block of its own, held the whole step (the layout before the region).
+func SetPlanRegion(on bool) (restore func()) {
+	was := planRegion
+	planRegion = on
+	return func() { planRegion = was }
 }
 
 // BlockBytes is what the pool held for a request of n bytes (the plans'

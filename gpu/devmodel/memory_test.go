@@ -1,6 +1,7 @@
 package devmodel_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -13,8 +14,9 @@ import (
 )
 
 // The training plan's buffers share memory where their lives do not meet
-// (memory.go): training is bit for bit what it is with every buffer held
-// the whole step (each model of the zoo's layer types, a composed model
+// (memory.go): training is bit for bit what it was with each buffer a
+// pool block of its own (where the fake CUDA checks every buffer's
+// bounds), held the whole step (each model of the zoo's layer types, a composed model
 // with Dropout, BatchNorm1d and Tanh; fp32, and the mlp and gpt under
 // bf16 with the producers' copies; 3 steps of SGD with momentum, an
 // evaluation between), and the plan holds less. A layout that shares
@@ -35,7 +37,7 @@ func TestSharedPlanSameBits(t *testing.T) {
 			}
 			t.Run(c.name+"/"+string(prec), func(t *testing.T) {
 				run := func(share bool) (losses, params, evals []float32, plan int64) {
-					defer devmodel.SetShareMemory(share)()
+					defer devmodel.SetPlanRegion(share)()
 					m, err := c.model()
 					if err != nil {
 						t.Fatal(err)
@@ -62,7 +64,7 @@ func TestSharedPlanSameBits(t *testing.T) {
 							evals = append(evals, l)
 						}
 					}
-					return losses, devtest.Floats(t, dev, d.Params, d.N), evals, d.Memory().Plan
+					return losses, devtest.Floats(t, dev, d.Params, d.N), evals, devmodel.TrainPlanBytes(d)
 				}
 				l0, p0, e0, whole := run(false)
 				l1, p1, e1, shared := run(true)
@@ -75,7 +77,7 @@ func TestSharedPlanSameBits(t *testing.T) {
 				if i, ok := bitsEqual(p1, p0); !ok {
 					t.Errorf("parameter %d: %v shared, %v held whole", i, p1[i], p0[i])
 				}
-				t.Logf("training plan %d bytes (every buffer the whole step: %d)", shared, whole)
+				t.Logf("training plan %d bytes (a pool block each, the whole step: %d)", shared, whole)
 				if shared >= whole {
 					t.Errorf("the shared plan holds %d bytes, not less than %d", shared, whole)
 				}
@@ -97,5 +99,102 @@ func TestMemoryGPT2Small(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s:\n%s", p, b)
+	}
+}
+
+// Where a gpt's device memory goes (Model.Memory) adds up to PeakBytes
+// after training steps and an evaluation, fp32 and bf16 (the products'
+// scratch and the evaluation arena as the model holds them); MemoryPlan
+// lays the plan out the same without a device; the buffers held the
+// whole step are the activations the backward reads (per layer: both
+// LayerNorms' outputs, normalized inputs and 1/std, qkv, attention's
+// output and P, the MLP's hidden before and after GELU; under bf16 the
+// copies the Linears read of the LayerNorms' and GELU's outputs), the
+// batch's input, labels and logits; and the layout before the region
+// (each buffer a pool block of a power of two, the whole step: fixed +
+// the sum of BlockBytes + scratch) holds more.
+func TestMemoryIsPeak(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	t.Setenv(gemm.EnvBF16Cast, "kernel")
+	g := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
+	const n = 3
+	for _, prec := range []gemm.Precision{gemm.FP32, gemm.BF16} {
+		t.Run(string(prec), func(t *testing.T) {
+			cfg := devmodel.Config{Device: dev, Batch: n, Precision: prec, Optim: optim.Config{Name: "adamw", LR: 1e-3}}
+			place := func() *devmodel.Model {
+				m, err := models.NewGPT(g.Name(), g, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := devmodel.Place(m, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { d.Close() })
+				for i := 0; i < 2; i++ {
+					x, y := text(i, n, g.Context)
+					if _, err := d.Step(x, y); err != nil {
+						t.Fatal(err)
+					}
+				}
+				x, y := text(5, 2*n, g.Context)
+				if _, _, err := d.Eval(x, y); err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			d := place()
+			if !strings.Contains(d.Products(), "cuBLAS") {
+				t.Skip(d.Products()) // MemoryPlan takes cuBLAS's paths
+			}
+			b := d.Memory()
+			t.Logf("%s", b)
+			if b.Peak != d.PeakBytes() {
+				t.Errorf("the breakdown adds up to %d bytes; PeakBytes %d", b.Peak, d.PeakBytes())
+			}
+			dry, err := devmodel.MemoryPlan(d.Host, n, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dry.Plan != b.Plan || len(dry.Buffers) != len(b.Buffers) {
+				t.Errorf("MemoryPlan lays out %d buffers in %d bytes; the device %d in %d", len(dry.Buffers), dry.Plan, len(b.Buffers), b.Plan)
+			}
+			a := func(floats, size int) int64 { return int64((size*floats + 255) / 256 * 256) }
+			R, C, V := n*g.Context, g.Dim, models.Vocab
+			want := a(R, 4) + 2*a(R*V, 4) + 2*a(R, 4) + a(2, 4) + a(R*C, 4) + a(R*C, 4) + a(R, 4) // ids, logits and gradient, labels, row losses, loss; the last LayerNorm
+			layer := 2*(a(R*C, 4)+a(R*C, 4)+a(R, 4)) + a(3*R*C, 4) + a(R*C, 4) + a(n*g.Heads*g.Context*g.Context, 4) + 2*a(4*R*C, 4)
+			if prec == gemm.BF16 {
+				want += a(R*C, 2)                  // the head's input
+				layer += 2*a(R*C, 2) + a(4*R*C, 2) // attention's and the MLP's inputs, GELU's output
+			}
+			want += int64(g.Layers) * layer
+			var whole, old int64
+			for _, x := range b.Buffers {
+				if x.Whole {
+					whole += x.Bytes
+				}
+				old += devmodel.BlockBytes(x.Bytes)
+			}
+			if whole != want {
+				t.Errorf("%d bytes held the whole step; want %d", whole, want)
+			}
+			t.Logf("region %d bytes: %d held the whole step, %d shared by the rest (%d bytes unshared)", b.Plan, whole, b.Plan-whole, b.PlanUnshared)
+
+			defer devmodel.SetPlanRegion(false)()
+			before := place()
+			var fixed int64
+			for _, v := range b.Fixed {
+				fixed += v
+			}
+			scratch, arena := b.Fixed["matrix products' scratch"], b.Fixed["evaluation arena"]
+			fixed -= scratch + arena
+			if got := before.PeakBytes() - before.EvalBytes(); got != fixed+old+scratch {
+				t.Errorf("before the region: peak %d bytes; want %d (fixed) + %d (blocks) + %d (scratch)", got, fixed, old, scratch)
+			}
+			t.Logf("peak: %d bytes, before the region %d", d.PeakBytes(), before.PeakBytes())
+			if d.PeakBytes() >= before.PeakBytes() {
+				t.Errorf("peak %d bytes, not below the %d before", d.PeakBytes(), before.PeakBytes())
+			}
+		})
 	}
 }

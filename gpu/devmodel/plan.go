@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"unsafe"
 
@@ -99,15 +100,20 @@ type compiler struct {
 	attWS  int
 
 	// mem, for a Model's training plan, records its buffers (the first
-	// pass) or places them in its region (the second; memory.go); copies
-	// stands for the engine's UsesCopies where there is no device
-	// (MemoryPlan); where, whereKind and whereLayer are the layer being
-	// planned
+	// pass) or places them in its region (the second; memory.go); where,
+	// whereKind and whereLayer are the layer being planned
 	mem        *memPlan
-	copies     bool
 	where      string
 	whereKind  string
 	whereLayer nn.Layer
+	// attOps are the first and last attention ops; attFwdWS: the forward
+	// uses the attention workspace (the heads' copies)
+	attOps   [2]int
+	attFwdWS bool
+	// dry, without a device (MemoryPlan), stands for the engine: whether
+	// the products read the producers' bf16 copies and attention reads
+	// the heads in place
+	dry *dryEngine
 
 	// eval: a forward-only plan (evalplan.go): no gradients, nothing kept
 	// for backward, every buffer a span of ar (its regions at bases)
@@ -132,11 +138,11 @@ func Check(m *nn.Model) error {
 // them in the plan's region (memory.go), which is the last plan's where
 // it fits and is allocated again larger where not.
 func (d *Model) compile(batch int) (*plan, error) {
-	if d.k == nil {
-		return d.compileWith(batch, nil, false, false) // Check: a dry run
+	if d.k == nil || !planRegion {
+		return d.compileWith(batch, nil, nil, false) // Check: a dry run; or the pool's blocks
 	}
 	mp := newMemPlan()
-	if _, err := d.compileWith(batch, mp, false, true); err != nil {
+	if _, err := d.compileWith(batch, mp, nil, true); err != nil {
 		return nil, err
 	}
 	region, size := uintptr(0), 0
@@ -156,7 +162,7 @@ func (d *Model) compile(batch int) (*plan, error) {
 		size = mp.top
 	}
 	mp.placing, mp.base = true, region
-	p, err := d.compileWith(batch, mp, false, false)
+	p, err := d.compileWith(batch, mp, nil, false)
 	if err == nil && mp.next != len(mp.bufs) {
 		err = fmt.Errorf("devmodel: %s: internal: the plan's second pass placed %d of %d buffers", d.Host.Name, mp.next, len(mp.bufs))
 	}
@@ -172,11 +178,10 @@ func (d *Model) compile(batch int) (*plan, error) {
 
 // compileWith is compile's pass: with mp (recording if record, else
 // placing), the buffers in a region; without, from the pool (or made up,
-// without a device). copies: as the engine's UsesCopies where there is
-// no device.
-func (d *Model) compileWith(batch int, mp *memPlan, copies, record bool) (_ *plan, err error) {
+// without a device). dry: the engine, where there is no device.
+func (d *Model) compileWith(batch int, mp *memPlan, dry *dryEngine, record bool) (_ *plan, err error) {
 	m := d.Host
-	c := &compiler{m: m, p: &plan{batch: batch}, mem: mp, copies: copies}
+	c := &compiler{m: m, p: &plan{batch: batch}, mem: mp, dry: dry, attOps: [2]int{math.MaxInt, -1}}
 	if d.k != nil {
 		c.d = d
 	}
@@ -220,6 +225,9 @@ func (d *Model) compileWith(batch int, mp *memPlan, copies, record bool) (_ *pla
 				return nil, err
 			}
 		}
+	}
+	if !c.attFwdWS && c.attOps[1] >= 0 { // the attention workspace: the backward's only
+		c.mem.backwardOnly(c.attOps[0], c.attOps[1], p.attWS)
 	}
 	if record {
 		mp.layout(len(p.ops))
@@ -375,14 +383,26 @@ func (c *compiler) grad16(x *act) (uintptr, error) {
 }
 
 // usesCopies is whether the products read the producers' bf16 copies
-// (the engine's UsesCopies; without a device, c.copies) in a training
+// (the engine's UsesCopies; without a device, c.dry's) in a training
 // plan.
 func (c *compiler) usesCopies() bool {
 	if c.d != nil {
 		return c.d.h.UsesCopies() && producerCopies
 	}
-	return c.copies
+	return c.dry != nil && c.dry.copies
 }
+
+// attentionInPlace is whether attention reads the heads in place
+// (kernels.AttentionInPlace; without a device, c.dry's).
+func (c *compiler) attentionInPlace() bool {
+	if c.d != nil {
+		return kernels.AttentionInPlace(c.d.h)
+	}
+	return c.dry != nil && c.dry.inPlace
+}
+
+// dryEngine is what a plan without a device takes the engine to do.
+type dryEngine struct{ copies, inPlace bool }
 
 // producerCopies switches copy16 (off: every operand cast by the
 // engine, the path the tests compare with).
@@ -831,14 +851,29 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			return nil, fmt.Errorf("layer %s (attention): %w", quote(name), err)
 		}
 		keep, ws := g.Probs(), g.Workspace()
-		if fused {
+		inPlace := !fused && c.attentionInPlace() // the workspace holds dS only
+		switch {
+		case fused:
 			keep, ws = g.FusedKeep(), g.FusedWorkspace()
+		case inPlace:
+			ws = g.InPlaceWorkspace()
 		}
-		probs, err := c.alloc(4 * keep) // P, or the fused path's log-sum-exp rows
+		probs, err := c.allocAs(roleSaved, nil, 4*keep) // P, or the fused path's log-sum-exp rows
 		if err != nil {
 			return nil, err
 		}
 		c.attWS = max(c.attWS, ws)
+		if !fused && !inPlace {
+			c.attFwdWS = true // the heads' copies: the forward uses it too
+		}
+		// the heads' path, as planned, when the op runs (the in-place
+		// workspace is too small for the copies)
+		heads := func() error {
+			if inPlace && !kernels.AttentionInPlace(d.h) {
+				return fmt.Errorf("layer %s (attention): planned with the heads in place, now copied ($%s changed since the model was placed?)", quote(name), kernels.EnvAttentionHeads)
+			}
+			return nil
+		}
 		x16, err := c.copy16(x)
 		if err != nil {
 			return nil, err
@@ -854,6 +889,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("linear", "attention") // GDIST_DEVICE_PROFILE (profile.go)
+			if err := heads(); err != nil {
+				return err
+			}
 			var err error
 			if fused {
 				err = d.k.AttentionFusedForward(d.s, att.val, probs, qkv.val, g)
@@ -877,6 +915,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 				return err
 			}
 			d.profileSplit("linear", "attention")
+			if err := heads(); err != nil {
+				return err
+			}
 			if fused {
 				err = d.k.AttentionFusedBackward(d.s, qkv.grad, att.grad, qkv.val, att.val, probs, p.attWS, g)
 			} else {
@@ -888,6 +929,11 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			d.profileSplit("attention", "linear")
 			return kernels.LinearBackward(d.h, d.k, x.grad, G(win), G(bin), x.val, P(win), qkv.grad, rows, cc, 3*cc, true)
 		})
+		// qkv's and the output's gradients, and the workspace (unless the
+		// heads' copies use it), are this op's backward's only (memory.go)
+		at := len(c.p.ops) - 1
+		c.mem.backwardOnly(at, at, qkv.grad, att.grad)
+		c.attOps = [2]int{min(c.attOps[0], at), max(c.attOps[1], at)}
 		return out, nil
 	}
 	what := "has no device kernels"

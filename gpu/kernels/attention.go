@@ -100,8 +100,14 @@ func (g AttentionGeom) Probs() int { return g.N * g.H * g.T * g.T }
 // Workspace is the float32s of scratch AttentionForward and
 // AttentionBackward need: the queries, keys, values and output by head
 // (4 N T C), their gradients (3 N T C), the probabilities' (N H T T).
-// With the heads in place (AttentionInPlace) only the last is used.
+// With the heads in place (AttentionInPlace) InPlaceWorkspace is enough.
 func (g AttentionGeom) Workspace() int { return 7*g.N*g.T*g.C + g.Probs() }
+
+// InPlaceWorkspace is the float32s of scratch attention needs with the
+// heads in place (AttentionInPlace): the probabilities' gradients (N H T
+// T), for AttentionBackward only (AttentionForward reads no workspace
+// then).
+func (g AttentionGeom) InPlaceWorkspace() int { return g.Probs() }
 
 func (g AttentionGeom) check(op string) error {
 	if err := sizeErr(op, "N", g.N, "T", g.T, "C", g.C, "H", g.H); err != nil {
@@ -241,8 +247,9 @@ func AttentionForward(h Products, k *Kernels, out, p, qkv, ws uintptr, g Attenti
 // dQ_i = dS_i K_{0..i} by block rows, dV_j = P_{j..,j}^T dO_{j..} and
 // dK_j = dS_{j..,j}^T Q_{j..} by block columns (the blocks at and below
 // the diagonal), each one batched product over all sequences and heads
-// (the heads in place where AttentionInPlace(h), as AttentionForward;
-// the score gradients at ws + 7 N T C either way). Under bf16 autocast
+// (the heads in place where AttentionInPlace(h), as AttentionForward,
+// the score gradients at ws: g.InPlaceWorkspace() float32s of it are
+// enough; else at ws + 7 N T C, g.Workspace()). Under bf16 autocast
 // Q, K, V and dO are cast once (held: qkv and dout in place), dS's blocks
 // once for both of their products, each block column of P for its
 // product. On h's stream.
@@ -252,7 +259,7 @@ func AttentionBackward(h Products, k *Kernels, dqkv, dout, qkv, p, ws uintptr, g
 		return err
 	}
 	if ip, ok := inPlaceOf(h); ok {
-		return attentionBackward2(ip, h, k, dqkv, dout, qkv, p, f32(ws, 7*z.ntc), g, z)
+		return attentionBackward2(ip, h, k, dqkv, dout, qkv, p, ws, g, z)
 	}
 	s, d, b, T, tb, td, tt, scale := h.Stream(), z.d, z.b, g.T, z.tb, z.td, z.tt, z.scale
 	at := func(i int) uintptr { return f32(ws, i*z.ntc) }

@@ -103,7 +103,11 @@ func attentionRun(t *testing.T, k *kernels.Kernels, h kernels.Products, g kernel
 	}
 	qkv, dout := devtest.Upload(t, dev, devtest.Vals(150, rows*3*c, 1)), devtest.Upload(t, dev, devtest.Vals(151, rows*c, 1))
 	out, dqkv := nan(rows*c), nan(rows*3*c)
-	p, ws := nan(g.Probs()), nan(g.Workspace())
+	wsn := g.Workspace()
+	if kernels.AttentionInPlace(h) {
+		wsn = g.InPlaceWorkspace() // all it may touch
+	}
+	p, ws := nan(g.Probs()), nan(wsn)
 	var casts0 int64
 	e, _ := h.(*gemm.Engine)
 	if e != nil {
@@ -120,7 +124,10 @@ func attentionRun(t *testing.T, k *kernels.Kernels, h kernels.Products, g kernel
 		casts = e.Casts() - casts0
 	}
 	tb, tt := g.BlockSize(), g.T*g.T
-	dp := ws + uintptr(4*7*g.N*g.T*g.C)
+	dp := ws // in place: g.InPlaceWorkspace()
+	if !kernels.AttentionInPlace(h) {
+		dp += uintptr(4 * 7 * g.N * g.T * g.C)
+	}
 	for what, ptr := range map[string]uintptr{"P": p, "dS": dp} {
 		v := devtest.Floats(t, dev, ptr, g.Probs())
 		for z := 0; z < g.N*g.H; z++ {
