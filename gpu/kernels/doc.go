@@ -63,7 +63,8 @@
 //     (1e-5) relative to the sum of magnitudes, for up to about 8000 rows
 //     (two stages: chunks of rows, each summed by 8 lanes taking every
 //     8th row, the lanes' sums then the chunks' added in order; enough
-//     blocks to fill the GPU, no atomics: the same result every run).
+//     blocks to fill the GPU, no atomics: the same result every run;
+//     LayerNorm's, for rows of up to 1024, in its dx pass: below).
 //
 //   - CountCorrect (the rows whose first largest logit is their label,
 //     train's argmax): exact (comparisons only).
@@ -112,9 +113,24 @@
 //
 //   - LayerNorm, forward and dx: bit for bit nn's (a warp per row, the
 //     row sums in vecmath.Sum32's order of eight running sums, 1/std in
-//     float64); dgamma and dbeta, summed over the rows in two stages as
-//     BiasGrad (nn sums the rows in order), within SumTol; TestLayerNorm,
-//     rows of 1 to 160.
+//     float64); dgamma and dbeta (nn sums the rows in order) within
+//     SumTol: for rows of up to 1024 summed in dx's pass, which reads dy
+//     and xhat once (a block a chunk of rows, each of its 8 warps every
+//     8th row, a lane's sums over its warp's rows in order, the warps'
+//     then the chunks' in a fixed order: the same bits every run, with or
+//     without dx), longer rows in two stages as BiasGrad; TestLayerNorm,
+//     rows of 1 to 1100, up to 3100 of them.
+//
+//   - The fusions gpu/devmodel runs across layers (its fuse.go): BiasGELU
+//     (a Linear's bias add and the GELU after it in one pass, the
+//     product x left without its bias), BiasGELUBackward (GELU's gradient
+//     from x and the bias, and the bias's gradient, its column sums in
+//     BiasGrad's chunks and order, in one pass over dy and x) and
+//     BiasAddResidual (a Residual's sum x + (f + bias) with the bias of
+//     the Linear that ends its function): the unfused kernels' float32
+//     operations in their order, bit for bit BiasAdd then GELU,
+//     GELUBackward then BiasGrad, BiasAdd then Add (TestFusedBiasGELU,
+//     TestFusedBiasResidual, the bf16 copies too).
 //
 //   - GELU (the exact form, as nn's) and its gradient: bit for bit nn's
 //     where nn runs vecmath's kernel (its float32 Mills-ratio formula
@@ -124,8 +140,10 @@
 //
 //   - Embedding and PositionEmbedding, forward and backward: bit for bit
 //     nn's (the weight's gradient sums each row's positions in order, a
-//     warp per table row finding them by ballots: deterministic, no
-//     atomics; the position's sums over the batch in order); an id
+//     warp per table row finding them by ballots, 8 rounds of 32 ids at a
+//     time, and loading the matching rows' values 32 rows at a time:
+//     deterministic, no atomics; the position's sums over the batch in
+//     order); an id
 //     outside the table
 //     gives NaNs; TestEmbedding.
 //
@@ -275,11 +293,19 @@
 // offset); 32-bit index math where the sizes are checked below 2^31 (the
 // convolution's and pooling's kernels, attention's copies; batch norm's
 // where total + the grid's stride < 2^32) and 64-bit otherwise. Column
-// and per-channel sums (BiasGrad, LayerNorm's and batch norm's parameter
-// sums, the convolution's bias gradient) run in two stages: about 1024
-// blocks over chunks of rows, then each column's chunks added in order.
-// The embedding's gradient is a warp per table row and 32 of its values,
-// a ballot over 32 ids at a time finding the rows that name it in order.
+// and per-channel sums (BiasGrad, batch norm's parameter sums, the
+// convolution's bias gradient, LayerNorm's for rows over 1024) run in two
+// stages: about 1024 blocks over chunks of rows, then each column's
+// chunks added in order (16 chunks' loads in flight at a time);
+// LayerNorm's backward for rows of up to 1024 sums its parameters'
+// gradients in its row pass, about 384 blocks of 8 warps over chunks of
+// rows, then a warp a column over the chunks. The embedding's gradient
+// is a warp per table row and 32 of its values, ballots over 8 x 32 ids
+// at a time (their loads in flight together) finding the rows that name
+// it in order, listed in shared memory, their values loaded 32 rows at a
+// time: a warp's rounds were a memory latency each (the kernel 23x its
+// bytes' time on an H200), now one latency per 256 ids and per 32
+// matching rows.
 // The row kernels (LayerNorm forward and dx, the causal softmax and its
 // backward: a warp per row) hold a row of up to 1024 values in registers
 // (32 K a warp, K instantiated for 2 to 32), read once and written once;
@@ -288,7 +314,10 @@
 // checks the gpt's attention against the block-causal formulas: 6
 // products a block row or column a layer, 12 D Scores FLOPs, the softmax
 // writing Scores values, and no head copies (5 a layer moving 22 N T C
-// floats with GDIST_ATTENTION_HEADS=copy); TestAuditFused, the fused
+// floats with GDIST_ATTENTION_HEADS=copy); the plan's fusions across
+// layers (auditFusions: per layer one bias + GELU forward, one GELU +
+// bias gradient backward, two Residual sums with their Linear's bias,
+// no GELU, bias add or add of their own); TestAuditFused, the fused
 // attention's three kernels a layer, their ideal time their arithmetic
 // at fp32's peak (10.4 ms a GPT-2 small step at batch 8 on an H100).
 //
@@ -300,8 +329,9 @@
 // Package gpu/devmodel places a whole nn.Model on the device over these
 // kernels (a layer without device kernels refused by name). Not yet here
 // (issue 28): the LR schedule's value per step (a host function of the
-// step: pass it to SGD or Adam), fused kernels (conv + bias + ReLU + pool,
-// bias + GELU; attention without the T x T probabilities is an option,
+// step: pass it to SGD or Adam), fused kernels (conv + bias + ReLU + pool;
+// the bias + GELU and the bias + residual sum are done, above;
+// attention without the T x T probabilities is an option,
 // $GDIST_ATTENTION=fused, not yet measured on a GPU), timings on a
 // GPU (the audit counts bytes and blocks only).
 package kernels
