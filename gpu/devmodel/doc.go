@@ -28,7 +28,15 @@
 // backward (Eval, EvalForward and a plan's release withdraw every copy),
 // so those operands are not cast: the same bits, fewer casts (2 bytes a
 // value of each copy, from the pool, in PeakBytes; none in fp32 and
-// TF32 or in a forward-only plan). Config.SyncBN makes every batch norm a SyncBatchNorm: its
+// TF32 or in a forward-only plan). A training plan fuses the bias add of
+// a Linear into the layer that reads its output next, where that is a
+// GELU (kernels.BiasGELU and BiasGELUBackward: GELU's gradient and the
+// bias's column sums in one pass) or the sum of a Residual whose
+// function the Linear ends (kernels.BiasAddResidual), the fused work in
+// the Linear's op (fuse.go): the same bits, 2 passes over the Linear's
+// output fewer a GELU and a Residual (GPT-2 small at batch 8: 1.45 ms
+// less ideal kernel time a step on an H100, 48 launches fewer; gpu/
+// kernels' TestAudit). Config.SyncBN makes every batch norm a SyncBatchNorm: its
 // statistics span the data-parallel ranks through the hook the strategy
 // provides (SyncBNFunc): syncbn.Device's over NCCL keeps them on the
 // device (an all-gather forward, an all-reduce backward, ordered with
@@ -199,6 +207,13 @@
 //     evaluation after a forward without its backward), with the casts
 //     they save (copiesSaved); it fails with a copy written once and
 //     read stale after.
+//   - TestFusedSameBits: the fusions across layers (fuse.go: a GELU
+//     right after a Linear takes the Linear's bias, forward and backward,
+//     and a Residual whose function ends with a Linear, attention's
+//     out-projection included, adds that bias in its sum) train bit for
+//     bit as the layers on their own: a gpt in fp32, bf16 and ZeRO-3
+//     units of one layer, and a user's model, 4 steps and an evaluation;
+//     it fails with a fused kernel that drops the bias.
 //   - TestTiledMatchesCPU: without cuBLAS ($GDIST_CUBLAS_PATH naming no
 //     library) the products go through gpu/gemm's tiled kernel; mlp and
 //     cnn follow the CPU path within the fp32 tolerances (measured:
