@@ -240,6 +240,15 @@ func SpinWaits(t testing.TB, on bool) {
 // the process (cudaEventCreate less cudaEventDestroy).
 func LiveEvents(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakecudaLiveEvents"))) }
 
+// FreedUses is the number of calls so far (copies, memsets, kernel
+// launches, GEMMs, NCCL operations) that named device memory already
+// freed: uses after free, each also the call's error, which a caller
+// issuing work from a goroutine may drop. (A cudaFree itself waits for
+// the work queued on the device, as CUDA's does: work queued before it
+// never sees its memory freed; work issued after it does, and is
+// counted.)
+func FreedUses(t testing.TB) int { return int(C.gdfk_get(sym(t, "fakecudaFreedUses"))) }
+
 // delayMS is d in the fake's whole milliseconds: a delay it cannot give
 // (under a millisecond but not 0, which would be no delay at all, or
 // negative) fails t.

@@ -65,3 +65,6 @@ func SpinWaits(t testing.TB, on bool) { RequireFake(t) }
 
 // LiveEvents skips t: without cgo there is no fake.
 func LiveEvents(t testing.TB) int { RequireFake(t); return 0 }
+
+// FreedUses skips t: without cgo there is no fake.
+func FreedUses(t testing.TB) int { RequireFake(t); return 0 }

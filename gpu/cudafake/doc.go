@@ -49,7 +49,10 @@
 // fails with cudaErrorMemoryAllocation), FAKE_CUDA_DRIVER_VERSION below the
 // runtime's makes cudaGetDeviceCount fail with cudaErrorInsufficientDriver,
 // CommInits counts the NCCL communicators made, LiveEvents the CUDA
-// events not destroyed, and SpinWaits makes cudaStreamSynchronize and a
+// events not destroyed, FreedUses the calls that named device memory
+// already freed (uses after free: work issued after a cudaFree, which
+// itself waits for the work queued before it, as CUDA's does), and
+// SpinWaits makes cudaStreamSynchronize and a
 // plain event's cudaEventSynchronize spin the waiting thread, as CUDA's
 // default scheduling does (a blocking-sync event's waits sleep), so that
 // a test of CPU time sees a wait that spins.

@@ -431,19 +431,37 @@ static size_t nslots = 1, capslots; /* slot 0 is never used */
 static halloc *pins;
 static size_t npins, cappins;
 
+/* fakecudaFreedUses counts the calls (copies, memsets, kernel launches,
+   GEMMs, NCCL operations, pointer queries) that named an address in an
+   allocation already freed: a use after free, which on a GPU reads or
+   writes memory that may belong to another allocation by then. Each is
+   also the call's error (cudaErrorInvalidValue, ...), which a caller that
+   issues work from a goroutine may drop; the count is for the tests
+   (cudafake.FreedUses). Freed slots are never reused, so every such use
+   is seen. */
+static int freed_uses;
+
+API int fakecudaFreedUses(void) { return __atomic_load_n(&freed_uses, __ATOMIC_SEQ_CST); }
+
 /* 1: [p, p+n) lies in a live device allocation (*host, *dev set);
    0: p is not a fake device address; -1: it is one, but not valid for n bytes. */
 static int dev_lookup(uintptr_t p, size_t n, unsigned char **host, int *dev) {
 	if (p < DEV_BASE) return 0;
 	uint64_t slot = (p - DEV_BASE) >> SLOT_BITS, off = (p - DEV_BASE) & SLOT_MASK;
-	int r = -1;
+	int r = -1, freed = 0;
 	pthread_mutex_lock(&mem_mu);
 	if (slot > 0 && slot < nslots && slots[slot].live && off <= slots[slot].size && n <= slots[slot].size - off) {
 		*host = slots[slot].mem + off;
 		if (dev) *dev = slots[slot].dev;
 		r = 1;
+	} else if (slot > 0 && slot < nslots && !slots[slot].live) {
+		freed = 1;
 	}
 	pthread_mutex_unlock(&mem_mu);
+	if (freed) {
+		__atomic_add_fetch(&freed_uses, 1, __ATOMIC_SEQ_CST);
+		warnf("%#lx: in an allocation already freed (use after free)", (unsigned long)p);
+	}
 	return r;
 }
 
