@@ -140,8 +140,9 @@
 // the forward pass only (the same bits: TestSharedPlanSameBits); a step
 // allocates nothing; PeakBytes reports the most device memory held, and
 // Memory (MemoryPlan without a device) says where it goes. GPT-2 small
-// at batch 8 (fp32, AdamW): 25.2 GB measured before on an H200, 13.2 GB
-// laid out now (benchmarks/NOTES.md, "Device memory of a GPT step").
+// at batch 8 (fp32, AdamW): 25.2 GB measured before on an H200, 11.8 GB
+// laid out now (benchmarks/NOTES.md, "Device memory of a GPT step";
+// TestMemoryIsPeak, TestSharedPlanSameBits).
 //
 // A profile of the device time by layer kind (linear, attention,
 // layernorm, ..., the loss, the optimizer, and the gaps where the device
