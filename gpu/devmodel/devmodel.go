@@ -17,7 +17,7 @@ import (
 type Config struct {
 	Device int // the CUDA device
 	// Batch is the samples per step that Place plans for (a step with
-	// another count plans again, from the pool's cached blocks).
+	// another count plans again, in the plan's region where it fits).
 	Batch int
 	// Optim is the optimizer (optim's names and defaults: sgd with
 	// momentum, adam, adamw).
@@ -69,7 +69,8 @@ func (r Range) Len() int { return r.Hi - r.Lo }
 // buffer each, every tensor at its nn.ParamInfo offset (the host model's
 // Flat.Value and Flat.Grad layout, padding included), batch norm's
 // running statistics beside them, and the layers' activations and
-// scratch from a caching pool. A Model is not safe for concurrent use.
+// scratch in the training plan's region (memory.go). A Model is not safe
+// for concurrent use.
 type Model struct {
 	Host *nn.Model
 	// Params and Grads are device addresses of N float32s.
@@ -364,9 +365,11 @@ func (d *Model) Device() int { return d.dev }
 func (d *Model) Stream() *cuda.Stream { return d.s }
 
 // PeakBytes is the most device memory the model has held at once: the
-// placement's buffers plus the pool's blocks in use (whole power-of-two
-// blocks), plus the matrix products' bf16 scratch under bf16 autocast
-// (gpu/gemm: it grows in the first step and stays).
+// placement's buffers and the training plan's region (and the
+// evaluation arena), plus the pool's blocks in use (ZeRO's units, whole
+// power-of-two blocks), plus the matrix products' scratch (gpu/gemm:
+// under bf16 autocast it grows in the first step and stays). Memory
+// says where it goes.
 func (d *Model) PeakBytes() int64 {
 	if d.h == nil {
 		return d.peak
