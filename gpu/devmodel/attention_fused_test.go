@@ -37,7 +37,8 @@ func fusedGPT(t *testing.T, ctx int) (*nn.Model, models.GPT) {
 // within 3e-3. The fused plan's peak memory is below the default's by at
 // least the probabilities it no longer keeps (layers x N H T^2 floats,
 // less the N H T it keeps instead) and the workspace it no longer needs
-// (7 N T C + N H T^2, less N H T): no T x T buffer is reserved.
+// (dS's N H T^2 with the heads in place, the least the default takes,
+// less N H T): no T x T buffer is reserved.
 func TestFusedAttentionFollowsCPU(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	for _, ctx := range []int{8, 70} {
@@ -93,10 +94,10 @@ func TestFusedAttentionFollowsCPU(t *testing.T) {
 				t.Logf("fused against the default attention: parameters within %.3g after 6 steps", w)
 			}
 			g := kernels.AttentionGeom{N: 2, T: ctx, C: shape.Dim, H: shape.Heads}
-			saved := int64(4 * (shape.Layers*(g.Probs()-g.FusedKeep()) + g.Workspace() - g.FusedWorkspace()))
+			saved := int64(4 * (shape.Layers*(g.Probs()-g.FusedKeep()) + g.InPlaceWorkspace() - g.FusedWorkspace()))
 			t.Logf("peak device memory: %d bytes fused, %d by default (%d less; P and the workspace: %d)", d.PeakBytes(), dd.PeakBytes(), dd.PeakBytes()-d.PeakBytes(), saved)
 			if !(dd.PeakBytes()-d.PeakBytes() >= saved) {
-				t.Errorf("peak %d bytes fused, %d by default: want at least %d less (%d layers' N H T^2 - N H T floats, and 7 N T C + N H T^2 - N H T of workspace)",
+				t.Errorf("peak %d bytes fused, %d by default: want at least %d less (%d layers' N H T^2 - N H T floats, and N H T^2 - N H T of workspace)",
 					d.PeakBytes(), dd.PeakBytes(), saved, shape.Layers)
 			}
 		})
@@ -185,5 +186,49 @@ func TestFusedAttentionRefused(t *testing.T) {
 	}
 	if _, err := devmodel.Place(wide, cfg); err == nil || !strings.Contains(err.Error(), "up to 128") {
 		t.Errorf("heads of 256: %v", err)
+	}
+}
+
+// At GPT-2 small's shape and batch 8 (MemoryPlan: the plan laid out as
+// on a GPU, no device needed) the fused attention's plan holds no
+// buffer of T x T scores (the default's P and dS are N H T^2 floats
+// each, 402.7 MB) and its peak is lower by at least 12 layers' P and
+// dS's workspace less the log-sum-exp rows and D_i it keeps instead:
+// 4 (13 (N H T^2 - N H T)) bytes = 5.23 GB, at fp32 and bf16.
+func TestFusedAttentionMemoryPlan(t *testing.T) {
+	const batch = 8
+	m, err := models.New("gpt-L12-D768-H12-T1024", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := kernels.AttentionGeom{N: batch, T: 1024, C: 768, H: 12}
+	tt := int64(4 * g.Probs())
+	for _, prec := range []gemm.Precision{gemm.FP32, gemm.BF16} {
+		cfg := devmodel.Config{Precision: prec, Optim: optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}, ClipGrad: 1}
+		plan := func(env string) (devmodel.MemoryBreakdown, int) {
+			t.Setenv(kernels.EnvAttention, env)
+			b, err := devmodel.MemoryPlan(m, batch, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, x := range b.Buffers {
+				if x.Bytes >= tt {
+					n++
+				}
+			}
+			return b, n
+		}
+		def, defTT := plan("")
+		fused, fusedTT := plan("fused")
+		saved := int64(4 * 13 * (g.Probs() - g.FusedKeep()))
+		t.Logf("%s: peak %.2f GB by default (%d buffers of T x T scores), %.2f GB fused (%d): %.2f GB less (at least %.2f)",
+			prec, float64(def.Peak)/1e9, defTT, float64(fused.Peak)/1e9, fusedTT, float64(def.Peak-fused.Peak)/1e9, float64(saved)/1e9)
+		if fusedTT != 0 || defTT < 12 {
+			t.Errorf("%s: %d buffers of N H T^2 floats fused, %d by default: want none fused (and P's 12 by default)", prec, fusedTT, defTT)
+		}
+		if !(def.Peak-fused.Peak >= saved) {
+			t.Errorf("%s: peak %d bytes fused, %d by default: want at least %d less", prec, fused.Peak, def.Peak, saved)
+		}
 	}
 }
