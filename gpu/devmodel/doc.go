@@ -33,10 +33,11 @@
 // GELU (kernels.BiasGELU and BiasGELUBackward: GELU's gradient and the
 // bias's column sums in one pass) or the sum of a Residual whose
 // function the Linear ends (kernels.BiasAddResidual), the fused work in
-// the Linear's op (fuse.go): the same bits, 2 passes over the Linear's
-// output fewer a GELU and a Residual (GPT-2 small at batch 8: 1.45 ms
-// less ideal kernel time a step on an H100, 48 launches fewer; gpu/
-// kernels' TestAudit). Config.SyncBN makes every batch norm a SyncBatchNorm: its
+// the Linear's op (fuse.go): the same bits, without the bias add's pass
+// over the Linear's output (a read and a write) and, after a GELU, the
+// bias gradient's second read of the output gradient (GPT-2 small at
+// batch 8: 1.45 ms less ideal kernel time a step on an H100, 48 launches
+// fewer; gpu/kernels' TestAudit). Config.SyncBN makes every batch norm a SyncBatchNorm: its
 // statistics span the data-parallel ranks through the hook the strategy
 // provides (SyncBNFunc): syncbn.Device's over NCCL keeps them on the
 // device (an all-gather forward, an all-reduce backward, ordered with
@@ -108,7 +109,9 @@
 // A step's batch and labels go up from pinned memory on that stream,
 // its gradients are zeroed there, and its loss comes down into pinned
 // memory there: the host waits for the stream only for the loss (and
-// Eval's counts, GradNorm's norm), on a blocking-sync event with a
+// Eval's counts, GradNorm's norm; Update's clipping logs its norm on the
+// device, which GradNorms reads for all the steps at once), on a
+// blocking-sync event with a
 // cuda.Waiter (a brief poll, then asleep: no host core spins for the
 // step; TestStepWaitCostsNoCPU). Uploads outside a step (CopyFromHost,
 // the optimizer state, Unshard and Reshard, HostSyncBN's result) run on
