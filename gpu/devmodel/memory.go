@@ -19,7 +19,7 @@ import (
 // plan used to take one pool block per buffer, each a power of two: at
 // GPT-2 small's batch 8 a (N, T, C) activation of 25.2 MB took 33.6 MB,
 // a (N, T, 3C) one 134 MB for 75.5 MB, attention's probabilities 537 MB
-// for 403 MB; 6.9 GB of 25.2 GB rounded away.
+// for 403 MB; 7.0 GB of 25.2 GB rounded away.
 //
 // The layout follows each buffer's life over a step: time runs through
 // the n ops' forward passes (op i at time i), the loss (n) and their
@@ -51,15 +51,21 @@ import (
 //     fused) from the last attention's backward to the first's.
 //
 // The values are the same bits: the same kernels on the same values,
-// only where they are kept differs (TestGPTMatchesCPU and the rest).
-// MemoryBreakdown lays a plan out without a device and says where the
-// bytes go.
+// only where they are kept differs (TestSharedPlanSameBits against the
+// pool blocks; TestGPTMatchesCPU and the rest). MemoryPlan lays a plan
+// out without a device and says where the bytes go (MemoryBreakdown).
+//
+// Not done, measured by MemoryPlan at GPT-2 small's batch 8: saved
+// activations dying at their producer's backward (time 2n - lo), so that
+// the backward's gradients reuse later layers' dead ones, saves 50 MB
+// (the busiest moment is the last layer's backward, when none is dead
+// yet).
 
-// shareMemory switches the sharing (off: every buffer held the whole
-// step); planRegion the region (off: each buffer a pool block of its
-// own, a power of two, as before: the path TestSharedPlanSameBits
-// compares with, where the fake CUDA checks each buffer's bounds).
-var shareMemory, planRegion = true, true
+// planRegion switches the region (off: each buffer a pool block of its
+// own, a power of two, held the whole step, as before: the path
+// TestSharedPlanSameBits compares with, where the fake CUDA checks each
+// buffer's bounds).
+var planRegion = true
 
 // memRole is what a plan buffer holds.
 type memRole string
@@ -237,7 +243,7 @@ func (mp *memPlan) layout(ops int) {
 	n := ops
 	life := func(b *memBuf) (int, int, bool) {
 		switch {
-		case b.pinned || !shareMemory:
+		case b.pinned:
 			return 0, 0, true
 		case (b.role == roleGrad || b.role == roleGrad16 || b.role == roleWS) && b.scoped:
 			return 2*n - b.hi, 2*n - b.lo, false
