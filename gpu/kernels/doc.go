@@ -202,7 +202,7 @@
 //     row's largest plus GemmTol(2T), each sum's GemmTol(T):
 //     attention_fused_test.go's attnRef), which the block-causal path
 //     meets too, and the two within twice it of each other
-//     (TestAttentionFused: T 13 to 129 across the 64-row tiles, heads of
+//     (TestAttentionFused: T 1 to 129 across the 64-row tiles, heads of
 //     4 to 128; measured at most 0.02 of the bound on the fake). A gpt
 //     with it follows the CPU path within TestGPTMatchesCPU's tolerances
 //     (gpu/devmodel's TestFusedAttentionFollowsCPU). Not the default
