@@ -80,9 +80,10 @@
 // `train -device cuda -model cnn -batch 16` with the default evaluation
 // batch (500), before (evaluating with a training plan at the evaluation
 // batch: every activation, its gradient and the layers' scratch) and
-// after: 1 rank 736 MB -> 27.9 MB (the same as with -eval-batch 16), a
-// 2-stage pipeline in 3 micro-batches 685 MB -> 16.2 MB
-// (TestDeviceEvalPeak in cmd/train).
+// after: 1 rank 736 MB -> 27.9 MB (the same as with -eval-batch 16;
+// 16.3 MB since the training plan's region, memory.go), a 2-stage
+// pipeline in 3 micro-batches 685 MB -> 16.2 MB (TestDeviceEvalPeak in
+// cmd/train).
 //
 // Data parallelism (train/dp) reduces Grads and Params in place over the
 // ranks (comm.DeviceBuffer over NCCL). For ZeRO, Config.Shard places the
