@@ -307,9 +307,10 @@ type MemoryBreakdown struct {
 	// Fixed is the placement's buffers by name (parameters, gradients,
 	// optimizer state, ...), bytes.
 	Fixed map[string]int64
-	// Plan is the training plan's region (its laid-out size), and
-	// PlanUnshared the sum of its buffers (what it would be without
-	// sharing).
+	// Plan is the training plan's region (its laid-out size; Memory's:
+	// the region held, which a larger batch's plan may have made
+	// larger), and PlanUnshared the sum of its buffers (what it would be
+	// without sharing).
 	Plan, PlanUnshared int64
 	// Buffers are the plan's buffers in the order the compile asks for
 	// them.
@@ -476,5 +477,9 @@ func (d *Model) Memory() MemoryBreakdown {
 	if d.h != nil && d.h.ScratchBytes() > 0 {
 		f["matrix products' scratch"] = int64(d.h.ScratchBytes())
 	}
-	return d.plan.mem.breakdown(f)
+	b := d.plan.mem.breakdown(f)
+	if r := int64(d.plan.regionBytes); r > b.Plan { // a larger batch's region, kept
+		b.Peak, b.Plan = b.Peak+r-b.Plan, r
+	}
+	return b
 }

@@ -152,6 +152,15 @@ func TestMemoryIsPeak(t *testing.T) {
 			if b.Peak != d.PeakBytes() {
 				t.Errorf("the breakdown adds up to %d bytes; PeakBytes %d", b.Peak, d.PeakBytes())
 			}
+			defer func() { // a short batch: planned again in the same region
+				x, y := text(7, n-1, g.Context)
+				if _, err := d.Step(x, y); err != nil {
+					t.Fatal(err)
+				}
+				if s := d.Memory(); s.Peak != d.PeakBytes() || s.Plan != b.Plan {
+					t.Errorf("after a batch of %d: the breakdown adds up to %d bytes, its region %d; PeakBytes %d, the region %d", n-1, s.Peak, s.Plan, d.PeakBytes(), b.Plan)
+				}
+			}()
 			dry, err := devmodel.MemoryPlan(d.Host, n, cfg)
 			if err != nil {
 				t.Fatal(err)
