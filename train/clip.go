@@ -33,6 +33,18 @@ type UpdateClipper interface {
 	LastGradNorm() (float64, error)
 }
 
+// GradNormLogger is an UpdateClipper that keeps each Update's norm where
+// it computed it (a GPU's memory) rather than hand it over after each
+// Update (a wait for the device every step): the stepper then does not
+// call LastGradNorm, and takes the run's norms from GradNorms once, for
+// the summary (grad_norm_p50, clipped_steps).
+type GradNormLogger interface {
+	UpdateClipper
+	// GradNorms are the norms of every Update so far, in order: those
+	// LastGradNorm would have returned after each.
+	GradNorms() ([]float64, error)
+}
+
 // ClipGradNorm, for a strategy's ClipGrads, clips by global norm the
 // gradient of which g is this rank's part: norm^2 is the sum over the
 // ranks of over of their parts' sums of squares (each element of the gradient must be in exactly one rank's

@@ -560,6 +560,15 @@ func (r *run) summary(ctx context.Context) (*Summary, error) {
 			byRoute[t] = float64(n) / float64(r.stepsThisRun)
 		}
 	}
+	if r.st.clip > 0 && r.st.upClip != nil && r.st.normLog != nil {
+		norms, err := r.st.normLog.GradNorms() // the steps' norms, never waited for
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range norms {
+			r.st.countNorm(n)
+		}
+	}
 	held, transient := r.strat.Memory()
 	mem := []int64{held.Params, held.Grads, held.Optimizer, peakRSS(), held.Params + held.Grads + held.Optimizer + transient}
 	if err := comm.Run(ctx)(r.c.AllReduce(ctx, comm.FromSlice(mem), comm.Max)); err != nil {
@@ -616,6 +625,7 @@ type stepper struct {
 	setLR   LRSetter    // used when the rate is not constant
 	clipper GradClipper // used with clip > 0, unless upClip
 	upClip  UpdateClipper
+	normLog GradNormLogger // with upClip: its norms read at the end
 	clip    float64
 	traffic comm.TrafficCounter // nil: not counted
 	mover   comm.MovedCounter   // preferred: counts zero-copy collectives too
@@ -650,6 +660,7 @@ func newStepper(r *run, smp data.Sampler, total int64) (*stepper, error) {
 		return nil, fmt.Errorf("%w: -strategy %s cannot change its learning rate (it is no train.LRSetter): drop -warmup and -lr-schedule", ErrConfig, cfg.Strategy)
 	}
 	s.upClip, _ = r.strat.(UpdateClipper)
+	s.normLog, _ = r.strat.(GradNormLogger)
 	if s.clipper, ok = r.strat.(GradClipper); !ok && s.upClip == nil && cfg.ClipGrad > 0 {
 		return nil, fmt.Errorf("%w: -strategy %s cannot clip gradients (it is no train.GradClipper): drop -clip-grad", ErrConfig, cfg.Strategy)
 	}
@@ -699,7 +710,7 @@ func (s *stepper) step(ctx context.Context, epoch, k int, step int64) (float32, 
 	if err := s.strat.Update(ctx); err != nil {
 		return 0, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)
 	}
-	if s.clip > 0 && s.upClip != nil {
+	if s.clip > 0 && s.upClip != nil && s.normLog == nil {
 		norm, err := s.upClip.LastGradNorm()
 		if err != nil {
 			return 0, fmt.Errorf("train: epoch %d batch %d: %w", epoch+1, k, err)

@@ -131,8 +131,14 @@ type Model struct {
 
 	state  [2]uintptr // momentum; or Adam's m and v
 	clipWS uintptr
-	bns    []*bnDev
-	owned  []uintptr // cudaMalloc'd at placement, freed by Close
+	// the norms of Update's clippings, each copied on the stream from
+	// clipWS into the device log after clipWS (normCap float64s; normN
+	// there), read with no step waiting for them: by GradNorms, or when
+	// the log is full, into normHost
+	normN    int
+	normHost []float64
+	bns      []*bnDev
+	owned    []uintptr // cudaMalloc'd at placement, freed by Close
 
 	plan              *plan
 	fixed, live, peak int64 // bytes: placement's, the pool's in use, peak of both
@@ -269,7 +275,11 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 		return nil, err
 	}
 	if cfg.ClipGrad > 0 || ns < n {
-		if d.clipWS, err = d.malloc(kernels.ClipWorkspace); err != nil {
+		ws := kernels.ClipWorkspace
+		if d.clipsInUpdate() {
+			ws += 8 * normCap // the norms' log
+		}
+		if d.clipWS, err = d.malloc(ws); err != nil {
 			return nil, err
 		}
 	}
@@ -567,8 +577,11 @@ func (d *Model) Update() error {
 		d.step++
 		return nil
 	}
-	if d.cfg.ClipGrad > 0 && !d.sharded() {
+	if d.clipsInUpdate() {
 		if err := d.k.ClipGradNorm(d.s, d.Grads, d.N, d.cfg.ClipGrad, d.clipWS); err != nil {
+			return err
+		}
+		if err := d.logNorm(); err != nil {
 			return err
 		}
 	}
@@ -580,6 +593,61 @@ func (d *Model) Update() error {
 	}
 	return d.k.Adam(d.s, d.Params+off, d.Grads+off, d.state[0], d.state[1], sh.Len(),
 		kernels.AdamConfig{LR: d.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Decoupled: o.Name == "adamw"}, d.step)
+}
+
+// clipsInUpdate reports whether Update clips (Config.ClipGrad, no shard).
+func (d *Model) clipsInUpdate() bool { return d.cfg.ClipGrad > 0 && !d.sharded() }
+
+// normCap is the norms the device's log holds: a full log is read (one
+// wait for the device every normCap clipping updates). A variable for
+// the tests.
+var normCap = 512
+
+// logNorm copies the norm Update's clipping left at clipWS into the
+// log, on the stream (no wait), reading the log first if it is full.
+func (d *Model) logNorm() error {
+	if d.normN == normCap {
+		if err := d.readNorms(); err != nil {
+			return err
+		}
+	}
+	log := d.clipWS + kernels.ClipWorkspace
+	if err := d.s.CopyAsync(log+uintptr(8*d.normN), d.clipWS, 8, cuda.DeviceToDevice); err != nil {
+		return err
+	}
+	d.normN++
+	return nil
+}
+
+// readNorms brings the log's norms down into normHost (waiting for the
+// stream) and empties it.
+func (d *Model) readNorms() error {
+	if d.normN == 0 {
+		return nil
+	}
+	v := make([]float64, d.normN)
+	if err := d.download(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 8*len(v)), d.clipWS+kernels.ClipWorkspace); err != nil {
+		return err
+	}
+	d.normHost = append(d.normHost, v...)
+	d.normN = 0
+	return nil
+}
+
+// GradNorms are the global gradient norms (before clipping) of every
+// clipping Update so far (Config.ClipGrad, no shard), in order: those
+// GradNorm read after each, bit for bit. Update leaves each in a log in
+// device memory, so that no step waits for it; GradNorms waits for the
+// model's stream once and brings the log down (so does an Update that
+// finds the log of 512 full).
+func (d *Model) GradNorms() ([]float64, error) {
+	if !d.clipsInUpdate() {
+		return nil, nil
+	}
+	if err := d.readNorms(); err != nil {
+		return nil, err
+	}
+	return append([]float64(nil), d.normHost...), nil
 }
 
 // sharded reports whether the model updates a shard of the flat buffers

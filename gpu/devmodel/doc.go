@@ -110,7 +110,9 @@
 // A step's batch and labels go up from pinned memory on that stream,
 // its gradients are zeroed there, and its loss comes down into pinned
 // memory there: the host waits for the stream only for the loss (and
-// Eval's counts, GradNorm's norm), on a blocking-sync event with a
+// Eval's counts, GradNorm's norm; Update's clipping logs its norm on the
+// device, which GradNorms reads for all the steps at once), on a
+// blocking-sync event with a
 // cuda.Waiter (a brief poll, then asleep: no host core spins for the
 // step; TestStepWaitCostsNoCPU). Uploads outside a step (CopyFromHost,
 // the optimizer state, Unshard and Reshard, HostSyncBN's result) run on

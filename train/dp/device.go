@@ -227,7 +227,7 @@ func (b *deviceBase) overlapped(ctx context.Context, x []float32, y []int32, buc
 			if err != nil {
 				return fmt.Errorf("train: %s gradient bucket %d on the device: %w", verb, next, err)
 			}
-			b.st.track(w, fmt.Sprintf("%s gradient bucket %d [%d, %d)", verb, next, buckets[next].lo, buckets[next].hi))
+			b.st.track(w, verb+" gradients", buckets[next].lo, buckets[next].hi)
 		}
 		return nil
 	}
@@ -292,6 +292,7 @@ func (b *deviceBase) copyUp(opt optim.Optimizer) error {
 var (
 	_ train.Strategy       = (*deviceDDP)(nil)
 	_ train.UpdateClipper  = (*deviceDDP)(nil)
+	_ train.GradNormLogger = (*deviceDDP)(nil)
 	_ train.LRSetter       = (*deviceDDP)(nil)
 	_ train.Snapshotter    = (*deviceDDP)(nil)
 	_ train.StateChecker   = (*deviceDDP)(nil)
@@ -423,6 +424,11 @@ func (s *deviceDDP) Update(context.Context) error {
 }
 
 func (s *deviceDDP) LastGradNorm() (float64, error) { return s.d.GradNorm() }
+
+// GradNorms are every Update's norm (train.GradNormLogger), logged on
+// the device by devmodel's Update and read at once: no step waits for
+// its norm.
+func (s *deviceDDP) GradNorms() ([]float64, error) { return s.d.GradNorms() }
 
 func (s *deviceDDP) SetLR(lr float64) {
 	s.d.SetLR(lr)
