@@ -47,11 +47,14 @@ type streams struct {
 }
 
 // pendingOp is a collective issued and what it does (for Close's
-// errors).
+// errors): verb the floats [lo, hi) of the flat buffers.
 type pendingOp struct {
-	w    comm.Work
-	what string
+	w      comm.Work
+	verb   string
+	lo, hi int
 }
+
+func (op pendingOp) what() string { return fmt.Sprintf("%s [%d, %d)", op.verb, op.lo, op.hi) }
 
 // open makes the events of s's device.
 func (o *streams) open(s *cuda.Stream) (err error) {
@@ -94,9 +97,10 @@ func (o *streams) join(done *cuda.Event) error {
 	return err
 }
 
-// track keeps w, which does what, to be checked by settle.
-func (o *streams) track(w comm.Work, what string) {
-	o.pending = append(o.pending, pendingOp{w, what})
+// track keeps w, which does verb to the floats [lo, hi), to be checked
+// by settle.
+func (o *streams) track(w comm.Work, verb string, lo, hi int) {
+	o.pending = append(o.pending, pendingOp{w, verb, lo, hi})
 }
 
 // settle waits for the pending collectives (done on the device by the
@@ -158,18 +162,18 @@ func (b *deviceBase) quiesce(failed error, comms ...comm.Comm) (free bool, err e
 	}
 	left := waitOps(ops, deviceCloseWait)
 	if len(left) > 0 {
-		err = fmt.Errorf("train: rank %d: closing: %d collective(s) on the device still pending after %v (the first: %s): aborted the communicator", rank, len(left), deviceCloseWait, left[0].what)
+		err = fmt.Errorf("train: rank %d: closing: %d collective(s) on the device still pending after %v (the first: %s): aborted the communicator", rank, len(left), deviceCloseWait, left[0].what())
 		if !aborted {
 			abort(err)
 		}
 		if left = waitOps(left, deviceCloseWait); len(left) > 0 {
-			return false, fmt.Errorf("%w; %d still pending %v after the abort (the first: %s): the model's device memory is not freed", err, len(left), deviceCloseWait, left[0].what)
+			return false, fmt.Errorf("%w; %d still pending %v after the abort (the first: %s): the model's device memory is not freed", err, len(left), deviceCloseWait, left[0].what())
 		}
 	}
 	if err == nil && !aborted {
 		for _, op := range ops { // done: their errors, a step late
 			if werr := op.w.Err(); werr != nil {
-				err = fmt.Errorf("train: rank %d: %s on the device: %w", rank, op.what, werr)
+				err = fmt.Errorf("train: rank %d: %s on the device: %w", rank, op.what(), werr)
 				break
 			}
 		}

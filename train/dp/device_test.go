@@ -173,6 +173,7 @@ func TestDeviceCloseAbortsPendingCollectives(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			sts := newDeviceRanks(t, ctx, cs, strategy, batch)
+			freed := cudafake.FreedUses(t)
 			x, y := images(1, batch)
 			if _, err := sts[1].Step(ctx, x, y); err != nil {
 				t.Fatalf("rank 1's step: %v", err)
@@ -193,6 +194,9 @@ func TestDeviceCloseAbortsPendingCollectives(t *testing.T) {
 			if err := within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
 				t.Errorf("rank 0's Close (nothing pending): %v", err)
 			}
+			if n := cudafake.FreedUses(t) - freed; n != 0 {
+				t.Errorf("%d uses of freed device memory", n)
+			}
 		})
 	}
 }
@@ -210,6 +214,7 @@ func TestDeviceCloseWaitsForLastStep(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			sts := newDeviceRanks(t, ctx, cs, strategy, batch)
+			freed := cudafake.FreedUses(t)
 			cudafake.NCCLDelay(t, 100*time.Millisecond)
 			errs := make([]error, ranks)
 			var wg sync.WaitGroup
@@ -241,6 +246,9 @@ func TestDeviceCloseWaitsForLastStep(t *testing.T) {
 				return comm.Run(ctx)(c.AllReduce(ctx, comm.FromSlice(v), comm.Sum))
 			}); err != nil {
 				t.Errorf("an all-reduce after the strategies closed: %v (the Comm was aborted?)", err)
+			}
+			if n := cudafake.FreedUses(t) - freed; n != 0 {
+				t.Errorf("%d uses of freed device memory", n)
 			}
 		})
 	}

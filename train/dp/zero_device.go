@@ -199,7 +199,7 @@ func (s *deviceZero) gather(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("train: gathering the parameters on the device: %w", err)
 		}
-		s.st.track(w, "gathering the parameters")
+		s.st.track(w, "gathering the parameters", 0, s.c.Size()*s.s)
 		if err := s.st.join(done); err != nil {
 			return err
 		}
@@ -320,7 +320,7 @@ func (s *deviceZero) reduceUnit(ctx context.Context, lo, hi int, g uintptr, afte
 			if err != nil {
 				return nil, fmt.Errorf("train: reducing gradients [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
-			s.st.track(w, fmt.Sprintf("reducing gradients [%d, %d)", b.lo, b.hi))
+			s.st.track(w, "reducing gradients", b.lo, b.hi)
 		}
 		return func() error { return s.st.join(done) }, nil
 	}
@@ -369,7 +369,7 @@ func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (f
 			if err != nil {
 				return nil, fmt.Errorf("train: gathering parameters [%d, %d) on the device: %w", b.lo, b.hi, err)
 			}
-			s.st.track(w, fmt.Sprintf("gathering parameters [%d, %d)", b.lo, b.hi))
+			s.st.track(w, "gathering parameters", b.lo, b.hi)
 		}
 		return func() error { return s.st.join(done) }, nil
 	}

@@ -117,10 +117,11 @@ type devicePipe struct {
 	inflight []inflightOp
 }
 
-// inflightOp is a send or receive issued and what it moves.
+// inflightOp is a send or receive (what) of tag, issued.
 type inflightOp struct {
 	w    comm.Work
 	what string
+	tag  int
 }
 
 type evalBufs struct{ x, in, out uintptr }
@@ -291,7 +292,7 @@ func (p *devicePipe) Stats() pipeline.Stats {
 // track keeps w, the send or receive (what) of tag, until the step or
 // evaluation that issued it succeeds.
 func (p *devicePipe) track(w comm.Work, what string, tag int) {
-	p.inflight = append(p.inflight, inflightOp{w, fmt.Sprintf("%s of tag %d", what, tag)})
+	p.inflight = append(p.inflight, inflightOp{w, what, tag})
 }
 
 // deviceCloseWait bounds each of Close's waits for the device.
@@ -310,7 +311,7 @@ func (p *devicePipe) quiesce() (free bool, err error) {
 	p.inflight = nil
 	aborted := false
 	if left := waitInflight(ops, deviceCloseWait); len(left) > 0 {
-		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s) and receive(s) still pending after %v (the first: %s): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0].what)
+		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s) and receive(s) still pending after %v (the first: %s of tag %d): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0].what, left[0].tag)
 		comm.Abort(p.c, err)
 		aborted = true
 		if left = waitInflight(left, deviceCloseWait); len(left) > 0 {
