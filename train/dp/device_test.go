@@ -13,7 +13,9 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
 	_ "github.com/gdist/gdist/comm/nccl"
+	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/syncbn"
 	"github.com/gdist/gdist/train"
@@ -284,5 +286,38 @@ func TestDeviceCloseAfterFailedStepAborts(t *testing.T) {
 	}
 	if err := within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
 		t.Errorf("rank 0's Close: %v", err)
+	}
+}
+
+// A model's stream that does not finish (its work held by the fake, as a
+// kernel waits for a peer that never comes) does not hang Close either:
+// it waits DeviceCloseWait, aborts the Comm and waits again, and then
+// frees nothing (the held work may still touch the model's memory),
+// saying so and naming the rank. Before, Close synchronized the stream
+// with no bound.
+func TestDeviceCloseLeaksBusyDevice(t *testing.T) {
+	cudafake.RequireFake(t)
+	if !cuda.HasHostFunc() {
+		t.Skip("no cudaLaunchHostFunc")
+	}
+	defer dp.SetDeviceCloseWait(200 * time.Millisecond)()
+	cs := cudafake.NCCLRanks(t, 1, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := newDeviceRanks(t, ctx, cs, "ddp", 4)[0]
+	s := st.(interface{ Device() *devmodel.Model }).Device().Stream()
+	cudafake.Gate(t, false)
+	defer cudafake.Gate(t, true)
+	if err := s.LaunchHostFunc(cudafake.HoldFunc(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	err := within(t, 30*time.Second, "Close with the model's stream held", st.Close)
+	t.Logf("Close: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "not freed") {
+		t.Errorf("Close with the model's stream held: %v, want an error naming rank 0 and saying nothing was freed", err)
+	}
+	cudafake.Gate(t, true)
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
 	}
 }
