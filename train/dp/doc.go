@@ -105,7 +105,7 @@
 // waiting for their timeouts. It then returns an error naming the rank
 // and the first collective pending; if the device is still busy after
 // the abort, the memory is leaked rather than freed under a kernel
-// (TestDeviceCloseAbortsPendingCollectives,
+// (TestDeviceCloseAbortsPendingCollectives, TestDeviceCloseLeaksBusyDevice,
 // TestDeviceCloseAfterFailedStepAborts, TestDeviceCloseWaitsForLastStep).
 //
 // Evaluation runs on the device (train.BatchEvaluator: devmodel.Eval),
