@@ -428,7 +428,7 @@ func fixedBytes(m *nn.Model, cfg Config) map[string]int64 {
 		f["optimizer state"] = 4 * n
 	}
 	if cfg.ClipGrad > 0 {
-		f["clipping workspace"] = kernels.ClipWorkspace
+		f["clipping workspace"] = kernels.ClipWorkspace + 8*int64(normCap) // and the norms' log (clipsInUpdate)
 	}
 	var bn int64
 	for _, b := range m.BNs {
@@ -473,6 +473,13 @@ func (d *Model) Memory() MemoryBreakdown {
 	f := fixedBytes(d.Host, d.cfg)
 	if d.evalCap > 0 {
 		f["evaluation arena"] = int64(d.evalCap)
+	}
+	named := int64(d.plan.regionBytes)
+	for _, v := range f {
+		named += v
+	}
+	if other := d.fixed - named; other != 0 { // what Place holds that fixedBytes does not name (or, sharded, less)
+		f["other placement buffers"] = other
 	}
 	if d.h != nil && d.h.ScratchBytes() > 0 {
 		f["matrix products' scratch"] = int64(d.h.ScratchBytes())

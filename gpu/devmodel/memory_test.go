@@ -168,7 +168,7 @@ func TestMemoryIsPeak(t *testing.T) {
 	const n = 3
 	for _, prec := range []gemm.Precision{gemm.FP32, gemm.BF16} {
 		t.Run(string(prec), func(t *testing.T) {
-			cfg := devmodel.Config{Device: dev, Batch: n, Precision: prec, Optim: optim.Config{Name: "adamw", LR: 1e-3}}
+			cfg := devmodel.Config{Device: dev, Batch: n, Precision: prec, Optim: optim.Config{Name: "adamw", LR: 1e-3}, ClipGrad: 1}
 			place := func() *devmodel.Model {
 				m, err := models.NewGPT(g.Name(), g, 3)
 				if err != nil {
@@ -199,6 +199,9 @@ func TestMemoryIsPeak(t *testing.T) {
 			t.Logf("%s", b)
 			if b.Peak != d.PeakBytes() {
 				t.Errorf("the breakdown adds up to %d bytes; PeakBytes %d", b.Peak, d.PeakBytes())
+			}
+			if o, ok := b.Fixed["other placement buffers"]; ok {
+				t.Errorf("%d bytes of the placement not named", o)
 			}
 			defer func() { // a short batch: planned again in the same region
 				x, y := text(7, n-1, g.Context)
