@@ -26,10 +26,10 @@
 // (cuda.WithOrder): the host waits for it before copying the device
 // buffers in and again before copying results out (a brief poll, then
 // asleep in the driver on a blocking-sync event recorded on a stream of
-// the wrapper's own that waits for After: no core spins meanwhile). An Order's Done is not
-// recorded (the results are copied out when the Work completes, after
-// the call): wait for the Work. A
-// copy to the device is asynchronous to the host: when the Work completes,
+// the wrapper's own that waits for After: no core spins meanwhile;
+// TestAfterWaitCostsNoCPU). An Order's Done is not recorded (the results
+// are copied out when the Work completes, after the call): wait for the
+// Work. A copy to the device is asynchronous to the host: when the Work completes,
 // the results are queued on the default stream, where later work (and any
 // copy back to the host) sees them.
 //
