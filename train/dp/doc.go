@@ -98,8 +98,8 @@
 //
 // Close (device_order.go's quiesce) frees the device memory only once
 // the collectives still pending (the last step's, or a failed step's)
-// and the model's stream are done, waiting a minute at most for them;
-// if they are not done by then, or at once after a failed step or
+// and the model's stream are done, waiting a minute at most for each
+// (and as long again after an abort); if they are not done by then, or at once after a failed step or
 // update, it aborts the Comm (and zero3's gathers' Comm): NCCL's kernels
 // end, and the other ranks fail at once, quoting the abort, instead of
 // waiting for their timeouts. It then returns an error naming the rank
