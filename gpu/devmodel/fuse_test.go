@@ -41,6 +41,16 @@ func TestFusedSameBits(t *testing.T) {
 		}
 		return m
 	}
+	// attention whose out-projection a GELU follows: the GELU takes that
+	// bias too, so attention's backward must run the GELU's backward
+	// first and leave the bias's gradient to it
+	attnGELU := func() *nn.Model {
+		m, err := nn.New("attn-gelu", nn.Seq(&nn.CausalSelfAttention{Dim: 8, Heads: 2}, nn.GELU{}, nn.Flatten{}, &nn.Linear{In: 32, Out: 10}), []int{4, 8}, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
 	text2 := func(i int) ([]float32, []int32) { return text(i, 2, bf16Shape.Context) }
 	adamw := optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}
 	for _, c := range []struct {
@@ -61,6 +71,9 @@ func TestFusedSameBits(t *testing.T) {
 		{"composed", composed, func(int) devmodel.Config {
 			return devmodel.Config{Device: dev, Batch: 6, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
 		}, func(i int) ([]float32, []int32) { return devtest.Images(i, 6, 40) }},
+		{"attention-gelu", attnGELU, func(int) devmodel.Config {
+			return devmodel.Config{Device: dev, Batch: 3, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
+		}, func(i int) ([]float32, []int32) { return devtest.Images(i, 3, 32) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			place := func(on bool) *devmodel.Model {

@@ -905,11 +905,14 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			return tail.after(kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), tail.biasOf(P(bout)), rows, cc, cc))
 		}, func() error {
 			defer d.withdraw(x, x16)
+			if err := tail.before(); err != nil { // a GELU's that took the out-projection's bias (fuse.go): it writes dy
+				return err
+			}
 			dy := &act{val: out.grad, shape: out.shape}
 			if err := d.provide(dy, *dy16, cc); err != nil {
 				return err
 			}
-			err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), G(bout), att.val, P(wout), out.grad, rows, cc, cc, true)
+			err := kernels.LinearBackward(d.h, d.k, att.grad, G(wout), tail.gradOf(G(bout)), att.val, P(wout), out.grad, rows, cc, cc, true)
 			d.withdraw(dy, *dy16)
 			if err != nil {
 				return err
