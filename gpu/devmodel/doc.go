@@ -68,7 +68,9 @@
 // input dies after it unless a Residual holds it; a layer's scratch dies
 // with the layer; in place where the kernel allows it; the convolutions'
 // unrolled input and attention's scores and probabilities in chunks of
-// samples, within the layer's output size). It borrows the training
+// samples, within the layer's output size; with $GDIST_ATTENTION=fused
+// the fused attention forward, as training: no scores or probabilities,
+// TestEvalFusedAttention). It borrows the training
 // plan's blocks (kept as they are: training goes on without planning
 // again), and what does not fit comes from an evaluation arena allocated
 // once (EvalBytes); a batch too large for both runs in passes of fewer

@@ -36,7 +36,13 @@ import (
 // at a time, so that a layer's scratch stays within its output's size
 // (half of it for a convolution; at least one sample): the batched
 // products are per image and per sequence and head, so the values are
-// the unchunked ones (bit for bit on the fake's GEMM).
+// the unchunked ones (bit for bit on the fake's GEMM). With
+// $GDIST_ATTENTION=fused, as the training plan, attention is the fused
+// forward: no scores, probabilities or workspace, a sequence's scratch
+// 4 T C + H T floats against 11 T C + 2 H T^2 (GPT-2 small at one
+// sample a pass: 22.1 MB of arena against 144.7 MB,
+// TestEvalFusedAttentionPeak; the values those of the fused training
+// plan's forward, TestEvalFusedAttention).
 //
 // Evaluation runs between training steps, when the training plan's
 // activations are dead (a step's values are all in Params, Grads and the
@@ -296,20 +302,36 @@ func (c *compiler) convEval(name string, x *act, g kernels.ConvGeom, w, b uintpt
 // heads, scores and probabilities, output) within the layer's output
 // size (one sequence at least), given back after the layer. p are the
 // offsets of in_proj's weight and bias, out_proj's weight and bias.
+//
+// With $GDIST_ATTENTION=fused (kernels.AttentionGeom.Fused, as the
+// training plan) attention is kernels.AttentionFusedForward: no scores,
+// probabilities or workspace, only the chunk's q, k, v, output and its
+// rows' log-sum-exp (N H T floats, which evaluation reads no more: given
+// back with the rest), 4 T C + H T floats a sequence against the
+// default's 11 T C + 2 H T^2 (evalAttentionScratch).
 func (c *compiler) attentionEval(name string, x *act, g kernels.AttentionGeom, p [4]uintptr) (*act, error) {
 	d := c.d
+	fused, err := g.Fused()
+	if err != nil {
+		return nil, fmt.Errorf("layer %s (attention): %w", quote(name), err)
+	}
 	out := c.evalAct(x.shape) // never x: the projection reads it
-	one := g
-	one.N = 1
 	tc := g.T * g.C
-	nc := chunk(g.N, 4*tc+one.Probs()+one.Workspace(), g.N*tc)
+	nc := chunk(g.N, evalAttentionScratch(g, 1, fused), g.N*tc)
 	gc := g
 	gc.N = nc
 	var qkv, att, probs, ws uintptr
-	for _, t := range []struct {
+	scratch := []struct {
 		at     *uintptr
 		floats int
-	}{{&qkv, 3 * nc * tc}, {&att, nc * tc}, {&probs, gc.Probs()}, {&ws, gc.Workspace()}} {
+	}{{&qkv, 3 * nc * tc}, {&att, nc * tc}, {&probs, gc.Probs()}, {&ws, gc.Workspace()}}
+	if fused {
+		scratch = append(scratch[:2], struct {
+			at     *uintptr
+			floats int
+		}{&probs, gc.FusedKeep()}) // the log-sum-exp rows
+	}
+	for _, t := range scratch {
 		var err error
 		if *t.at, err = c.temp(4 * t.floats); err != nil {
 			return nil, err
@@ -325,7 +347,13 @@ func (c *compiler) attentionEval(name string, x *act, g kernels.AttentionGeom, p
 			if err := kernels.LinearForward(d.h, d.k, qkv, x.val+at, P(p[0]), P(p[1]), rows, cc, 3*cc); err != nil {
 				return err
 			}
-			if err := kernels.AttentionForward(d.h, d.k, att, probs, qkv, ws, gi); err != nil {
+			var err error
+			if fused {
+				err = d.k.AttentionFusedForward(d.s, att, probs, qkv, gi)
+			} else {
+				err = kernels.AttentionForward(d.h, d.k, att, probs, qkv, ws, gi)
+			}
+			if err != nil {
 				return err
 			}
 			if err := kernels.LinearForward(d.h, d.k, out.val+at, att, P(p[2]), P(p[3]), rows, cc, cc); err != nil {
@@ -335,6 +363,18 @@ func (c *compiler) attentionEval(name string, x *act, g kernels.AttentionGeom, p
 		return nil
 	}, nil)
 	return out, nil
+}
+
+// evalAttentionScratch is the float32s of scratch attentionEval takes
+// for a chunk of n sequences of g: q, k, v and the output (4 n T C),
+// and the default's probabilities and workspace (2 n H T^2 + 7 n T C) or
+// the fused kernel's log-sum-exp rows (n H T).
+func evalAttentionScratch(g kernels.AttentionGeom, n int, fused bool) int {
+	g.N = n
+	if fused {
+		return 4*n*g.T*g.C + g.FusedKeep()
+	}
+	return 4*n*g.T*g.C + g.Probs() + g.Workspace()
 }
 
 // evalSpec is what a forward-only plan is for: passes of batch samples

@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/kernels"
+	"github.com/gdist/gdist/nn"
 )
 
 // EvalViaTrainingPlan is Eval as it ran before forward-only plans (the
@@ -75,4 +77,20 @@ func TrainPlanBytes(d *Model) int64 {
 		n += int64(b)
 	}
 	return n
+}
+
+// EvalLayoutBytes is the arena a forward-only plan of the whole of m for
+// batches of batch samples lays out in one pass, borrowing nothing (as
+// compileEval sizes it; no device: the layout only).
+func EvalLayoutBytes(m *nn.Model, batch int) (int, error) {
+	d := &Model{Host: m}
+	_, top, err := d.layoutEval(evalSpec{batch: batch, full: batch, inShape: append([]int{batch}, m.InputShape()...), loss: true,
+		walk: func(c *compiler, in *act) (*act, error) { return c.layer(m.Net, "", in) }}, make([]uintptr, 1))
+	return top, err
+}
+
+// EvalAttentionScratch is the float32s of scratch a forward-only plan's
+// attention takes for n sequences of g.
+func EvalAttentionScratch(g kernels.AttentionGeom, n int, fused bool) int {
+	return evalAttentionScratch(g, n, fused)
 }
