@@ -533,6 +533,11 @@ func (d *Model) load(x []float32, y []int32) (*plan, error) {
 		d.release(d.plan)
 		p, err := d.compile(batch)
 		if err != nil {
+			// the old plan's memory may be gone (its region freed for a
+			// larger one that could not be had): it never runs again, nor
+			// do forward-only plans borrow it; the next batch is planned
+			// afresh in the region kept (TestPlanAfterFailedGrowth)
+			d.plan = &plan{region: d.plan.region, regionBytes: d.plan.regionBytes}
 			return nil, err
 		}
 		d.plan = p
