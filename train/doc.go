@@ -89,7 +89,10 @@
 // loop (epochs of steps, every step agreed on by every rank: a finite
 // loss, a stop asked for, the saves under way; evaluations; saves) and
 // the finish (the last evaluation and save, the summary gathered over
-// the ranks). What rank 0 shows goes through a Reporter (step, eval,
+// the ranks); then the strategy is closed, and a Close that fails (a
+// device strategy that aborted a pending collective, or could not free
+// its memory) fails the run, joined after the run's own error if any:
+// the checkpoint saved before stays (TestRunFailsWhenCloseFails). What rank 0 shows goes through a Reporter (step, eval,
 // epoch, summary): text lines, or JSON lines with Config.JSON, on
 // Config.Out and the progress bar on Config.Progress, unless
 // Config.Reporter is another.

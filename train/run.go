@@ -25,9 +25,17 @@ import (
 
 // Run trains on c. Every rank calls it with the same cfg; rank 0 writes the
 // progress, events and checkpoints. It returns the summary (on every rank).
-func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
+//
+// A strategy that fails to close (Strategy.Close: a collective still
+// pending on its device aborted, device memory not freed) fails the run
+// even when everything before went well: Run then returns the summary,
+// already reported, with Close's error, which says that the run itself
+// ended well and where its checkpoint is (saved before Close, never
+// touched by it). When the run failed too, the error is both, joined
+// (errors.Join), the run's first.
+func Run(ctx context.Context, c comm.Comm, cfg Config) (s *Summary, err error) {
 	r := &run{c: c, lead: c.Rank() == 0}
-	defer r.close()
+	defer func() { err = r.close(err) }()
 	if err := r.setUp(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -42,11 +50,12 @@ func Run(ctx context.Context, c comm.Comm, cfg Config) (*Summary, error) {
 
 // run is one rank's training run: what Run's phases share.
 type run struct {
-	c     comm.Comm
-	cfg   Config // validated: cfg.World is c's size
-	lead  bool   // rank 0: reports, commits the saves
-	start time.Time
-	undo  []func() // what close releases, in reverse order
+	c        comm.Comm
+	cfg      Config // validated: cfg.World is c's size
+	lead     bool   // rank 0: reports, commits the saves
+	start    time.Time
+	undo     []func() // what close releases, in reverse order
+	closeErr error    // the strategy's Close's (closeStrategy)
 
 	// Set up.
 	train, test Samples
@@ -90,12 +99,40 @@ type tally struct {
 // atClose has close call f.
 func (r *run) atClose(f func()) { r.undo = append(r.undo, f) }
 
-// close releases what the phases took, the last first.
-func (r *run) close() {
+// close releases what the phases took, the last first, and returns the
+// run's error, runErr, joined with the strategy's Close error (runErr
+// first), or either alone. The strategy's error names the rank and,
+// after a run that ended well, says so and where its checkpoint is.
+func (r *run) close(runErr error) error {
 	for i := len(r.undo) - 1; i >= 0; i-- {
 		r.undo[i]()
 	}
+	if r.closeErr == nil {
+		return runErr
+	}
+	if runErr != nil {
+		return errors.Join(runErr, fmt.Errorf("train: rank %d: closing -strategy %s: %w", r.c.Rank(), r.cfg.Strategy, r.closeErr))
+	}
+	note := "nothing was saved (no -save)"
+	if r.cfg.Save != "" {
+		note = fmt.Sprintf("its checkpoint at %s is complete", r.cfg.Save)
+	}
+	return fmt.Errorf("train: rank %d: the run ended well (step %d; %s), but closing -strategy %s failed: %w",
+		r.c.Rank(), r.steps, note, r.cfg.Strategy, r.closeErr)
 }
+
+// closeStrategy closes the strategy, keeping its error for close.
+func (r *run) closeStrategy() {
+	if testHookClose != nil {
+		r.closeErr = testHookClose(r.c.Rank(), r.strat)
+		return
+	}
+	r.closeErr = r.strat.Close()
+}
+
+// testHookClose, when a test sets it, closes each rank's strategy in
+// place of Strategy.Close (a test's Close that fails).
+var testHookClose func(rank int, s Strategy) error
 
 // setUp validates cfg, loads the data, builds the model and checks, with
 // every rank, that they all run the same settings; rank 0 locks the save
@@ -141,7 +178,7 @@ func (r *run) setUp(ctx context.Context, cfg Config) (err error) {
 	if r.strat, err = NewStrategy(ctx, r.c, r.m, r.cfg); err != nil {
 		return err
 	}
-	r.atClose(func() { r.strat.Close() })
+	r.atClose(r.closeStrategy)
 	return nil
 }
 
