@@ -166,8 +166,11 @@
 // input gradient (parameter gradients accumulate over micro-batches);
 // on the last stage LossBackward takes the labels and a micro-batch's
 // share of the batch instead. GradNorm and ClipGrads clip by a norm
-// over every stage; EvalForward evaluates on a forward-only plan. train/pp
-// runs them as -strategy pipeline -device cuda.
+// over every stage; EvalForward evaluates on a forward-only plan. Each
+// micro-batch size's training plan is laid out in a region of its own
+// as a Model's (memory.go; the same bits as pool blocks and their
+// rounding, TestStageSharedPlanSameBits). train/pp runs them as
+// -strategy pipeline -device cuda.
 //
 // The arithmetic is gpu/kernels', within the tolerances its package
 // documentation states per layer. Trained here step by step from the

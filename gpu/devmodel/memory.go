@@ -10,7 +10,7 @@ import (
 	"github.com/gdist/gdist/nn"
 )
 
-// A training plan's memory (Model's; a Stage's plans take pool blocks).
+// A training plan's memory (a Model's, and each of a Stage's: laidOut).
 //
 // The plan's buffers are laid out at compile time in one region of
 // device memory, allocated with its exact size (cudaMalloc, counted in
@@ -19,7 +19,13 @@ import (
 // plan used to take one pool block per buffer, each a power of two: at
 // GPT-2 small's batch 8 a (N, T, C) activation of 25.2 MB took 33.6 MB,
 // a (N, T, 3C) one 134 MB for 75.5 MB, attention's probabilities 537 MB
-// for 403 MB; 7.0 GB of 25.2 GB rounded away.
+// for 403 MB; 7.0 GB of 25.2 GB rounded away. A Stage's plans (one a
+// micro-batch size, each holding its micro-batch's activations while
+// the others run) have a region each, kept for the stage's life; its
+// input and output and their gradients, which go in and out between
+// the ops, live the whole step (TestStageSharedPlanSameBits: the same
+// bits as pool blocks, each stage's peak lower by the blocks' bytes
+// less the regions').
 //
 // The layout follows each buffer's life over a step: time runs through
 // the n ops' forward passes (op i at time i), the loss (n) and their
@@ -212,17 +218,44 @@ func (mp *memPlan) pin(addrs ...uintptr) {
 // readsInput is whether l's backward reads its input's values.
 func readsInput(l nn.Layer) bool {
 	switch l := l.(type) {
-	case *nn.LayerNorm, *nn.BatchNorm, nn.ReLU, *nn.ReLU, nn.Tanh, *nn.Tanh, nn.MaxPool2d, *nn.MaxPool2d, *nn.Dropout, *nn.PositionEmbedding:
+	case *nn.LayerNorm, *nn.BatchNorm, nn.ReLU, *nn.ReLU, nn.Tanh, *nn.Tanh, nn.MaxPool2d, *nn.MaxPool2d, *nn.PositionEmbedding:
 		return false
+	case *nn.Dropout:
+		return view(l) // of 0, the identity: a view, read as its reader reads it
 	case *nn.Residual:
 		return readsInput(l.Fn) // the sum reads it in forward only
 	case *nn.Sequential:
-		if len(l.Layers) == 0 {
-			return true
+		// its first layer that is not a view of its input (a view's
+		// reader reads the input: a Sequential does not note it as read
+		// by the layers inside)
+		for _, c := range l.Layers {
+			if !view(c) {
+				return readsInput(c)
+			}
 		}
-		return readsInput(l.Layers[0])
+		return true
 	}
 	return true // Linear, Conv2d, CausalSelfAttention, GELU, Embedding; a view (Flatten); anything else
+}
+
+// view is whether l in a training plan is a view of its input (its
+// output the input's memory): Flatten, a Dropout of 0, a Sequential of
+// views.
+func view(l nn.Layer) bool {
+	switch l := l.(type) {
+	case nn.Flatten, *nn.Flatten:
+		return true
+	case *nn.Dropout:
+		return l.P == 0
+	case *nn.Sequential:
+		for _, c := range l.Layers {
+			if !view(c) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // outFree is whether l's backward does not read the values of the
@@ -489,4 +522,40 @@ func (d *Model) Memory() MemoryBreakdown {
 		b.Peak, b.Plan = b.Peak+r-b.Plan, r
 	}
 	return b
+}
+
+// laidOut compiles a training plan (a Model's or a Stage's) in its
+// region: build's first pass (record) records the buffers and lays them
+// out (layout), then the region is made ready (region, size: the memory
+// of an earlier plan, reused where the layout fits, else freed once the
+// model's work is done and allocated again at the layout's size) and
+// build's second pass places the buffers in it. It returns the plan,
+// which holds its region, and the region, which on an error the caller
+// keeps (it may be the one given, a new one or none) or leaves to Close.
+func (d *Model) laidOut(what string, region uintptr, size int, build func(mp *memPlan, record bool) (*plan, error)) (*plan, uintptr, int, error) {
+	mp := newMemPlan()
+	if _, err := build(mp, true); err != nil {
+		return nil, region, size, err
+	}
+	if mp.top > size {
+		if region != 0 {
+			d.free(region, size) // after the model's work (free synchronizes)
+			region, size = 0, 0
+		}
+		var err error
+		if region, err = d.malloc(mp.top); err != nil {
+			return nil, 0, 0, fmt.Errorf("devmodel: %s: %d bytes for %s: %w", d.Host.Name, mp.top, what, err)
+		}
+		size = mp.top
+	}
+	mp.placing, mp.base = true, region
+	p, err := build(mp, false)
+	if err == nil && mp.next != len(mp.bufs) {
+		err = fmt.Errorf("devmodel: %s: internal: the plan's second pass placed %d of %d buffers", d.Host.Name, mp.next, len(mp.bufs))
+	}
+	if err != nil {
+		return nil, region, size, err
+	}
+	p.region, p.regionBytes, p.mem = region, size, mp
+	return p, region, size, nil
 }

@@ -73,9 +73,9 @@ type plan struct {
 	rows, classes int
 	blocks        []*cuda.Block
 	convWS, attWS uintptr // shared scratch (reused by every layer)
-	// region is the training plan's memory (a Model's; memory.go),
-	// regionBytes long, laid out by mem; 0 for a Stage's plans (pool
-	// blocks) and forward-only plans
+	// region is the training plan's memory (a Model's or a Stage's;
+	// memory.go), regionBytes long, laid out by mem; 0 for forward-only
+	// plans (and pool blocks: planRegion off)
 	region      uintptr
 	regionBytes int
 	mem         *memPlan
@@ -141,39 +141,18 @@ func (d *Model) compile(batch int) (*plan, error) {
 	if d.k == nil || !planRegion {
 		return d.compileWith(batch, nil, nil, false) // Check: a dry run; or the pool's blocks
 	}
-	mp := newMemPlan()
-	if _, err := d.compileWith(batch, mp, nil, true); err != nil {
-		return nil, err
-	}
 	region, size := uintptr(0), 0
 	if d.plan != nil {
 		region, size = d.plan.region, d.plan.regionBytes
 		d.plan.region, d.plan.regionBytes = 0, 0
 	}
-	if mp.top > size {
-		if region != 0 {
-			d.free(region, size) // after the model's work (free synchronizes)
-			region, size = 0, 0
-		}
-		var err error
-		if region, err = d.malloc(mp.top); err != nil {
-			return nil, fmt.Errorf("devmodel: %s: %d bytes for the training plan at batch %d: %w", d.Host.Name, mp.top, batch, err)
-		}
-		size = mp.top
+	p, region, size, err := d.laidOut(fmt.Sprintf("the training plan at batch %d", batch), region, size, func(mp *memPlan, record bool) (*plan, error) {
+		return d.compileWith(batch, mp, nil, record)
+	})
+	if err != nil && d.plan != nil { // kept for the next plan (freed by Close)
+		d.plan.region, d.plan.regionBytes = region, size
 	}
-	mp.placing, mp.base = true, region
-	p, err := d.compileWith(batch, mp, nil, false)
-	if err == nil && mp.next != len(mp.bufs) {
-		err = fmt.Errorf("devmodel: %s: internal: the plan's second pass placed %d of %d buffers", d.Host.Name, mp.next, len(mp.bufs))
-	}
-	if err != nil {
-		if d.plan != nil { // kept for the next plan (freed by Close)
-			d.plan.region, d.plan.regionBytes = region, size
-		}
-		return nil, err
-	}
-	p.region, p.regionBytes, p.mem = region, size, mp
-	return p, nil
+	return p, err
 }
 
 // compileWith is compile's pass: with mp (recording if record, else

@@ -36,8 +36,10 @@ import (
 // or draw another mask.
 //
 // Each micro-batch size is planned once (the first at placement, others
-// on first use, from the pool's cached blocks). A Stage is not safe for
-// concurrent use.
+// on first use), in a region of device memory of its own, of the exact
+// size its buffers need as laid out by their lives in a forward and
+// backward pass (as a Model's training plan: memory.go), kept for the
+// stage's life. A Stage is not safe for concurrent use.
 type Stage struct {
 	Host     *nn.Model
 	From, To int
@@ -188,8 +190,27 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 }
 
 // compile plans the stage for batch samples (a dry run when s.d has no
-// kernels): layers [0, From) are walked dry for the input's shape.
-func (s *Stage) compile(batch int) (_ *plan, err error) {
+// kernels): on a device in the two passes of a region of its own
+// (memory.go's layout, as a Model's training plan; the plans of other
+// micro-batch sizes keep their activations meanwhile).
+func (s *Stage) compile(batch int) (*plan, error) {
+	d := s.d
+	if d.k == nil || !planRegion {
+		return s.compileWith(batch, nil, false) // CheckStage; or the pool's blocks
+	}
+	p, region, size, err := d.laidOut(fmt.Sprintf("stage [%d, %d) at micro-batch %d", s.From, s.To, batch), 0, 0, func(mp *memPlan, record bool) (*plan, error) {
+		return s.compileWith(batch, mp, record)
+	})
+	if err != nil && region != 0 {
+		d.free(region, size)
+	}
+	return p, err
+}
+
+// compileWith is compile's pass: with mp (recording if record, else
+// placing) the buffers in a region, without from the pool. Layers [0,
+// From) are walked dry for the input's shape.
+func (s *Stage) compileWith(batch int, mp *memPlan, record bool) (_ *plan, err error) {
 	m, d := s.Host, s.d
 	dry := &compiler{m: m, p: &plan{batch: batch}}
 	x := &act{shape: append([]int{batch}, m.InputShape()...)}
@@ -198,7 +219,7 @@ func (s *Stage) compile(batch int) (_ *plan, err error) {
 			return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
 		}
 	}
-	c := &compiler{m: m, p: &plan{batch: batch}, pi: dry.pi, bi: dry.bi}
+	c := &compiler{m: m, p: &plan{batch: batch}, pi: dry.pi, bi: dry.bi, mem: mp, attOps: [2]int{math.MaxInt, -1}}
 	if d.k != nil {
 		c.d = d
 	}
@@ -208,20 +229,25 @@ func (s *Stage) compile(batch int) (_ *plan, err error) {
 		}
 	}()
 	in := &act{shape: x.shape}
-	if in.val, err = c.alloc(4 * in.size()); err != nil {
+	if in.val, err = c.allocAs(roleBatch, in.shape, 4*in.size()); err != nil {
 		return nil, err
 	}
 	if s.From > 0 { // the gradient to send back
-		if in.grad, err = c.alloc(4 * in.size()); err != nil {
+		if in.grad, err = c.allocAs(roleGrad, in.shape, 4*in.size()); err != nil {
 			return nil, err
 		}
 	}
 	c.p.in = in
 	out := in
 	for i := s.From; i < s.To; i++ {
-		if out, err = c.layer(topLayer(m, i), topName(m, i), out); err != nil {
+		y, err := c.layer(topLayer(m, i), topName(m, i), out)
+		if err != nil {
 			return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
 		}
+		if out != in { // its readers are planned (as a Sequential's child)
+			c.mem.consumed(out, topLayer(m, i), len(c.p.ops))
+		}
+		out = y
 	}
 	end, _, _ := m.LayerParamRange(s.To)
 	if c.pi != end {
@@ -230,10 +256,14 @@ func (s *Stage) compile(batch int) (_ *plan, err error) {
 	p := c.p
 	p.out = out
 	if out.grad == 0 {
-		if out.grad, err = c.alloc(4 * out.size()); err != nil {
+		if out.grad, err = c.allocAs(roleGrad, out.shape, 4*out.size()); err != nil {
 			return nil, err
 		}
 	}
+	// the input comes in and its gradient goes out, the output goes out
+	// and its gradient comes in (or the loss writes it), outside the ops
+	c.mem.pin(in.val, in.grad, out.val, out.grad)
+	c.where, c.whereKind, c.whereLayer = "", "", nil
 	if s.Last {
 		cl := m.Classes()
 		if len(out.shape) < 2 || out.shape[len(out.shape)-1] != cl {
@@ -244,7 +274,7 @@ func (s *Stage) compile(batch int) (_ *plan, err error) {
 			to *uintptr
 			n  int
 		}{{&p.labels, 4 * p.rows}, {&p.rowLoss, 4 * p.rows}, {&p.loss, 8}} {
-			if *b.to, err = c.alloc(b.n); err != nil {
+			if *b.to, err = c.allocAs(roleBatch, nil, b.n); err != nil {
 				return nil, err
 			}
 		}
@@ -254,10 +284,16 @@ func (s *Stage) compile(batch int) (_ *plan, err error) {
 		n  int
 	}{{&p.convWS, 4 * c.convWS}, {&p.attWS, 4 * c.attWS}} {
 		if b.n > 0 {
-			if *b.to, err = c.alloc(b.n); err != nil {
+			if *b.to, err = c.allocAs(roleWS, nil, b.n); err != nil {
 				return nil, err
 			}
 		}
+	}
+	if !c.attFwdWS && c.attOps[1] >= 0 { // the attention workspace: the backward's only
+		c.mem.backwardOnly(c.attOps[0], c.attOps[1], p.attWS)
+	}
+	if record {
+		mp.layout(len(p.ops))
 	}
 	return p, nil
 }
@@ -295,7 +331,7 @@ func (s *Stage) Device() int { return s.d.dev }
 func (s *Stage) Stream() *cuda.Stream { return s.d.s }
 
 // PeakBytes is the most device memory the stage has held at once (its
-// buffers plus the pool's blocks in use).
+// buffers, its plans' regions and its evaluation arena).
 func (s *Stage) PeakBytes() int64 { return s.d.peak }
 
 // Forward runs the stage's layers on the input activation of batch

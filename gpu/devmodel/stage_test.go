@@ -26,8 +26,9 @@ import (
 // recomputed); with clip > 0 the global norm from every stage's
 // GradNorm and ClipGrads on each; then Update and ZeroGrad. It returns
 // each step's mean loss over the batch (the micro-batches' losses
-// weighted by their sizes) and leaves the parameters in m.
-func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micro []int, steps int, clip float64, batch func(i int) ([]float32, []int32)) []float64 {
+// weighted by their sizes) and leaves the parameters in m. Each inspect
+// is called with the stages after the last step, before they close.
+func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micro []int, steps int, clip float64, batch func(i int) ([]float32, []int32), inspect ...func(st []*devmodel.Stage)) []float64 {
 	t.Helper()
 	k := len(bounds) - 1
 	st := make([]*devmodel.Stage, k)
@@ -176,6 +177,9 @@ func stageRun(t *testing.T, m *nn.Model, bounds []int, cfg devmodel.Config, micr
 		if err := s.CopyToHost(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, f := range inspect {
+		f(st)
 	}
 	return losses
 }
