@@ -30,7 +30,17 @@ func TestSharedPlanSameBits(t *testing.T) {
 		block := nn.Residual{Fn: nn.Seq(&nn.LayerNorm{C: 24}, &nn.Linear{In: 24, Out: 48}, nn.GELU{}, &nn.Dropout{P: 0.2, Seed: 9}, &nn.Linear{In: 48, Out: 24})}
 		return nn.New("composed", nn.Seq(&nn.Linear{In: 40, Out: 24}, nn.BatchNorm1d(24), nn.ReLU{}, &block, nn.Tanh{}, &nn.Linear{In: 24, Out: 10}), []int{40}, 4)
 	}
-	cases := append(everyLayer(), zooCase{"composed", composed, func(i int) ([]float32, []int32) { return devtest.Images(i, 6, 40) }})
+	// views first in a function: a Dropout of 0 (the identity) before a
+	// Linear that reads its input in backward, in a Residual's function
+	// and in a Sequential of its own, over LayerNorms' outputs (which
+	// nothing else reads in backward)
+	views := func() (*nn.Model, error) {
+		return nn.New("views", nn.Seq(&nn.Linear{In: 40, Out: 24}, &nn.LayerNorm{C: 24},
+			&nn.Residual{Fn: nn.Seq(&nn.Dropout{}, &nn.Linear{In: 24, Out: 24})}, &nn.LayerNorm{C: 24},
+			nn.Seq(&nn.Dropout{}, &nn.Linear{In: 24, Out: 24}), nn.ReLU{}, &nn.Linear{In: 24, Out: 10}), []int{40}, 4)
+	}
+	cases := append(everyLayer(), zooCase{"composed", composed, func(i int) ([]float32, []int32) { return devtest.Images(i, 6, 40) }},
+		zooCase{"views", views, func(i int) ([]float32, []int32) { return devtest.Images(i, 6, 40) }})
 	for _, c := range cases {
 		for _, prec := range []gemm.Precision{gemm.FP32, gemm.BF16} {
 			if prec == gemm.BF16 && c.name != "gpt" && c.name != "mlp" {
