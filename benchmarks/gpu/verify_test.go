@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +30,11 @@ import (
 // the cache holds the same values: the same losses), the
 // bf16bench step summarises BenchmarkBF16Step's rows, and the launch
 // audit the kernels step writes is read back beside a GPT-2-small
-// profile (TestAuditBesideProfile's check, on this run's audit.md).
+// profile (TestAuditBesideProfile's check, on this run's audit.md). The
+// gpt step's fp32+fused and bf16+fused variants (GDIST_ATTENTION=fused)
+// train and are compared with the default attention's runs, within
+// their tolerance; a comparison they fail fails the step
+// (fusedMismatchFails).
 func TestVerifyDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the whole bundle (about a minute)")
@@ -122,6 +127,25 @@ func TestVerifyDryRun(t *testing.T) {
 			t.Errorf("gpt: %s on the fake (whose cuBLAS rounds as the cast kernel; the cache holds the same values): losses %v, want the default cast's exactly", v, d)
 		}
 	}
+	// the fused attention's variants: each trained (its wall time in the
+	// step's detail) and compared with its precision's default run
+	for _, v := range []string{"fp32+fused", "bf16+fused"} {
+		r := variants[v]
+		if r == nil || r["ok"] != true || r["dry"] != true {
+			t.Errorf("gpt: no passing check of %s (GDIST_ATTENTION=fused) against the default attention: %v", v, r)
+			continue
+		}
+		d, _ := r["rel_diff"].(map[string]any)
+		for _, m := range []string{"train_loss", "eval_loss"} {
+			if x, ok := d[m].(float64); !ok || !(x <= r["tol"].(float64)) {
+				t.Errorf("gpt: %s: %s compared %v, want within %v of the default run's", v, m, d[m], r["tol"])
+			}
+		}
+		if d, _ := steps["gpt"]["detail"].(string); !strings.Contains(d, "gdist "+v+" ") {
+			t.Errorf("gpt: the detail has no wall time of %s: %q", v, d)
+		}
+	}
+	fusedMismatchFails(t, bundle)
 	for _, part := range []string{"linear", "attention"} {
 		for _, way := range []string{"fp32", "bf16-kernel-nocache", "bf16-kernel-cache", "bf16-cublas"} {
 			if !benchWays[part+"/"+way] {
@@ -162,6 +186,82 @@ func TestVerifyDryRun(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", name, err)
 		}
+	}
+}
+
+// fusedMismatchFails runs verify.sh's gpt step again (DRY=1, STEPS=gpt,
+// the fused variants only) on a copy of the bundle whose train reports
+// an eval_loss 10% off when GDIST_ATTENTION=fused: both fused variants'
+// comparisons must fail, naming eval_loss, and so must the step (and
+// verify.sh's exit status), while the default runs still pass.
+func fusedMismatchFails(t *testing.T, bundle string) {
+	t.Helper()
+	dir := t.TempDir()
+	broken, out := filepath.Join(dir, "gpu"), filepath.Join(dir, "out")
+	if err := os.Mkdir(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() != "train" {
+			if err := os.Symlink(filepath.Join(bundle, e.Name()), filepath.Join(broken, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wrapper := `#!/usr/bin/env bash
+[ "${GDIST_ATTENTION:-}" = fused ] || exec "` + filepath.Join(bundle, "train") + `" "$@"
+"` + filepath.Join(bundle, "train") + `" "$@" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        sys.stdout.write(line)
+        continue
+    if isinstance(r, dict) and isinstance(r.get("eval_loss"), (int, float)):
+        r["eval_loss"] *= 1.1
+    print(json.dumps(r), flush=True)
+'
+exit ${PIPESTATUS[0]}
+`
+	if err := os.WriteFile(filepath.Join(broken, "train"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	verify := exec.Command("bash", "verify.sh")
+	verify.Env = append(os.Environ(), "DRY=1", "BUNDLE="+broken, "OUT="+out, "BUDGET=300", "STEPS=gpt", "GPT_FP32_VARIANTS=fused", "GPT_BF16_CASTS=fused")
+	b, err := verify.CombinedOutput()
+	if err == nil {
+		t.Errorf("verify.sh (dry run, the fused runs' eval_loss 10%% off) exited 0:\n%s", tail(string(b), 3000))
+	}
+	raw, rerr := os.ReadFile(filepath.Join(out, "results.jsonl"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("results.jsonl: %q: %v", line, err)
+		}
+		switch {
+		case r["step"] == "gpt":
+			if r["status"] != "FAIL" {
+				t.Errorf("gpt with the fused runs' eval_loss 10%% off: %v: %v", r["status"], r["detail"])
+			}
+		case r["bench"] == "bf16variant":
+			v, _ := r["variant"].(string)
+			seen[v] = true
+			if r["ok"] != false || !strings.Contains(fmt.Sprint(r["problems"]), "eval_loss") {
+				t.Errorf("%s with its eval_loss 10%% off: ok %v, problems %v: want the eval_loss comparison failed", v, r["ok"], r["problems"])
+			}
+		}
+	}
+	if !seen["fp32+fused"] || !seen["bf16+fused"] {
+		t.Errorf("the fused variants compared: %v, want fp32+fused and bf16+fused:\n%s", seen, tail(string(b), 3000))
 	}
 }
 
