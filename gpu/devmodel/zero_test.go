@@ -264,3 +264,76 @@ func TestGatherWaitsForReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestShardedSharedPlanSameBits: with ZeRO-2 and ZeRO-3 on the device
+// (ShardGrads, ShardParams; a unit per layer, UnitFloats 1; one rank's
+// shard, the whole buffer), the training plan in its region (memory.go)
+// trains and evaluates bit for bit as with a pool block a buffer held
+// the whole step (the fake checking each buffer's bounds) while the
+// units' blocks come and go: mlp, cnn-bn and a gpt of 2 blocks, 3 steps
+// of Adam, an evaluation: every loss, parameter and the evaluation. The
+// peak is lower by exactly the rounding and sharing formula: the pool's
+// blocks of the plan's buffers (each a power of two: BlockBytes) less
+// the region.
+func TestShardedSharedPlanSameBits(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	for _, c := range everyLayer() {
+		for _, params := range []bool{false, true} {
+			name := c.name + "/zero2"
+			if params {
+				name = c.name + "/zero3"
+			}
+			t.Run(name, func(t *testing.T) {
+				type result struct {
+					losses, params []float32
+					eval           float32
+					peak, plan     int64
+					blocks         int64 // the region's buffers' pool blocks
+				}
+				run := func(share bool) (r result) {
+					defer devmodel.SetPlanRegion(share)()
+					d := placeUnits(t, c, true, params)
+					for i := 0; i < 3; i++ {
+						x, y := c.batch(i)
+						l, err := d.Step(x, y)
+						if err != nil {
+							t.Fatal(err)
+						}
+						r.losses = append(r.losses, l)
+					}
+					r.peak, r.plan = d.PeakBytes(), devmodel.TrainPlanBytes(d)
+					for _, b := range d.Memory().Buffers {
+						r.blocks += devmodel.BlockBytes(b.Bytes)
+					}
+					ex, ey := c.batch(7)
+					var err error
+					if r.eval, _, err = d.Eval(ex, ey); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.CopyToHost(); err != nil {
+						t.Fatal(err)
+					}
+					r.params = d.Host.Flat.Value
+					return r
+				}
+				pool, region := run(false), run(true)
+				if i, ok := bitsEqual(region.losses, pool.losses); !ok {
+					t.Errorf("step %d: loss %v in the region, %v in pool blocks", i, region.losses[i], pool.losses[i])
+				}
+				if i, ok := bitsEqual(region.params, pool.params); !ok {
+					t.Errorf("parameter %d: %v in the region, %v in pool blocks", i, region.params[i], pool.params[i])
+				}
+				if region.eval != pool.eval {
+					t.Errorf("evaluation loss %v in the region, %v in pool blocks", region.eval, pool.eval)
+				}
+				t.Logf("peak %d bytes, %d with pool blocks: the plan's region %d, its buffers' blocks %d", region.peak, pool.peak, region.plan, pool.plan)
+				if region.blocks != pool.plan {
+					t.Errorf("the region's buffers in pool blocks: %d bytes; the pool path held %d", region.blocks, pool.plan)
+				}
+				if got, want := pool.peak-region.peak, pool.plan-region.plan; got != want || want <= 0 {
+					t.Errorf("peak %d bytes in the region, %d in pool blocks: %d lower; want %d (blocks %d - region %d), above 0", region.peak, pool.peak, got, want, pool.plan, region.plan)
+				}
+			})
+		}
+	}
+}
