@@ -12,12 +12,12 @@ import (
 	"github.com/gdist/gdist/gpu/kernels"
 )
 
-// fusedGeoms are the fused kernels' test shapes: heads of 4, 8, 40, 64
-// and 128 values (each instantiation: 16, 32, 64 padded and exact, 128),
-// T of 1, shorter than a tile (64 rows), a multiple of it and not (65, 129:
-// the last tile of one row; 40 over key tiles of 32 at D 128), several
-// heads and sequences: the causal mask falls on the tiles' edges and
-// inside them.
+// fusedGeoms are the fused kernels' test shapes: heads of 2, 4, 8, 24,
+// 32, 40, 64, 72 and 128 values (each instantiation, 16, 32, 64 and
+// 128, padded and exact), T of 1, shorter than a tile (64 rows), a
+// multiple of it and not (65, 129: the last tile of one row; 40 and 70
+// over key tiles of 32 at D over 64), several heads and sequences: the
+// causal mask falls on the tiles' edges and inside them.
 var fusedGeoms = []kernels.AttentionGeom{
 	{N: 2, T: 13, C: 12, H: 3},
 	{N: 3, T: 1, C: 4, H: 2},
@@ -26,6 +26,8 @@ var fusedGeoms = []kernels.AttentionGeom{
 	{N: 2, T: 70, C: 40, H: 1},
 	{N: 1, T: 65, C: 128, H: 2},
 	{N: 1, T: 40, C: 128, H: 1},
+	{N: 2, T: 33, C: 48, H: 2},
+	{N: 1, T: 70, C: 144, H: 2},
 }
 
 // The fused attention (AttentionFusedForward, AttentionFusedBackward)
@@ -33,7 +35,8 @@ var fusedGeoms = []kernels.AttentionGeom{
 // AttentionBackward through the default gemm.Engine): each element of
 // out, dQ, dK and dV is within a bound derived from float32's rounding
 // (attnRef) of the float64 attention of the same inputs, for both
-// paths, and the two within twice the bound of each other. Every output
+// paths (so the two are within twice the bound of each other: their
+// difference is logged, not asserted, as it follows). Every output
 // is written (out and dqkv filled with NaN before), lse and the
 // workspace not beyond their sizes, and two runs give the same bits.
 // Queries scaled by 3 so that the scores span several units (the online
@@ -66,11 +69,11 @@ func TestAttentionFused(t *testing.T) {
 			for i, what := range []string{"out", "dqkv"} {
 				near(t, "fused "+what, fused[i], ref.val[i], ref.tol[i])
 				near(t, "blocks "+what, blocks[i], ref.val[i], ref.tol[i])
-				twice := make([]float64, len(ref.tol[i]))
+				worst := 0.0
 				for j, v := range ref.tol[i] {
-					twice[j] = 2 * v
+					worst = math.Max(worst, math.Abs(float64(fused[i][j])-float64(blocks[i][j]))/math.Max(v, 1e-300))
 				}
-				near(t, "fused against blocks "+what, fused[i], f32to64(blocks[i]), twice)
+				t.Logf("fused against blocks %s: differ by at most %.3g of the bound", what, worst)
 			}
 		})
 	}
@@ -156,12 +159,16 @@ type attnResult struct {
 // sequence and head:
 //
 //   - a score s_ij = scale q_i . k_j: es_ij = GemmTol(D) scale sum |q_i||k_j|;
-//   - P_ij = exp(s_ij - L_i): relative error relP_i = 2 max_j es_ij
+//   - P_ij = exp(s_ij - L_i): relative error relP_ij = 2 max_j es_ij
 //     (the exponent's error: its score's and the log-sum-exp's) +
 //     GemmTol(2T) (the sum of at most T exponentials, each rounded, and
 //     the online softmax's at most T/16 rescalings) + 8u (exp, log,
-//     the divisions);
-//   - out_ic = sum_j P_ij v_jc: (relP_i + GemmTol(T)) sum_j P_ij |v_jc|;
+//     the divisions) + 4u (|s_ij - L_i| + ln(i+1)) (the scale rounded
+//     to float32, times log2(e) rounded, their product rounded: every
+//     score of the row off by one factor, which moves P_ij by that
+//     factor times s_ij - sum_k P_ik s_ik, at most |s_ij - L_i| + ln(i+1)
+//     away; and s - m rounded before the exponential);
+//   - out_ic = sum_j P_ij v_jc: sum_j (eP_ij + GemmTol(T) P_ij) |v_jc|;
 //   - dP_ij = dO_i . v_j: edP = GemmTol(D) sum |dO_i||v_j|;
 //   - D_i = dO_i . O_i (fused) or sum_j P_ij dP_ij (the blocks): the
 //     sum of both bounds (GemmTol(D) sum |dO||O| + sum |dO| eO; sum_j
@@ -208,18 +215,18 @@ func attnRef(g kernels.AttentionGeom, qkv, dout []float32) attnResult {
 				for j := range s {
 					l += math.Exp(s[j] - mx)
 				}
-				rel := 2*emx + gt(2*T) + 8*u
+				rel, lse, ent := 2*emx+gt(2*T)+8*u, mx+math.Log(l), math.Log(float64(i+1))
 				for j := 0; j <= i; j++ {
 					P[i*T+j] = math.Exp(s[j]-mx) / l
-					eP[i*T+j] = P[i*T+j] * rel
+					eP[i*T+j] = P[i*T+j] * (rel + 4*u*(math.Abs(s[j]-lse)+ent))
 				}
 				for c := 0; c < D; c++ {
-					var v, a float64
+					var v, e float64
 					for j := 0; j <= i; j++ {
 						v += P[i*T+j] * x(2, j, c)
-						a += P[i*T+j] * math.Abs(x(2, j, c))
+						e += (eP[i*T+j] + gt(T)*P[i*T+j]) * math.Abs(x(2, j, c))
 					}
-					out[oat(i, c)], eOut[oat(i, c)] = v, (rel+gt(T))*a
+					out[oat(i, c)], eOut[oat(i, c)] = v, e
 				}
 				// dP, D_i
 				var d1, a1, e1 float64
