@@ -21,9 +21,11 @@ func bf16Of(v float32) uint16 {
 }
 
 // LayerNormForwardBF16 writes LayerNormForward's fp32 outputs unchanged
-// and y's bf16 copy beside them (LayerNormBackwardBF16 dx and its copy), the bits gpu/gemm's cast gives (what
-// gemm.Engine.Provide serves to the products that read y): rows in
-// registers (every width) and in memory, a NaN, ties to even.
+// and y's bf16 copy beside them (LayerNormBackwardBF16 dx and its copy,
+// with and without dgamma and dbeta: rows of up to 1024 in registers sum
+// them in dx's pass, gd_layernorm_backward_cols), the bits gpu/gemm's
+// cast gives (what gemm.Engine.Provide serves to the products that read
+// y): rows in registers (every width) and in memory, a NaN, ties to even.
 func TestLayerNormForwardBF16(t *testing.T) {
 	const dev = 0
 	k, s := rowsSetup(t, dev)
@@ -68,19 +70,29 @@ func TestLayerNormForwardBF16(t *testing.T) {
 				t.Fatal(err)
 			}
 			dx0, dx1, dx16 := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2)
+			dx2, dx216, dgb := devtest.Alloc(t, dev, n, 4), devtest.Alloc(t, dev, n, 2), devtest.Alloc(t, dev, 2*c, 4)
 			if err := k.LayerNormBackward(s, dx0, 0, 0, dY, xhat, inv, dG, rows, c, false); err != nil {
 				t.Fatal(err)
 			}
 			if err := k.LayerNormBackwardBF16(s, dx1, dx16, 0, 0, dY, xhat, inv, dG, rows, c, false); err != nil {
 				t.Fatal(err)
 			}
+			if err := k.LayerNormBackwardBF16(s, dx2, dx216, dgb, dgb+uintptr(4*c), dY, xhat, inv, dG, rows, c, false); err != nil {
+				t.Fatal(err)
+			}
 			if err := s.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
-			a, b, g := devtest.Floats(t, dev, dx0, n), devtest.Floats(t, dev, dx1, n), halves(t, dev, dx16, n)
-			for i := range a {
-				if math.Float32bits(a[i]) != math.Float32bits(b[i]) || g[i] != bf16Of(a[i]) {
-					t.Fatalf("C %d backward: dx[%d] = %v with the copy (copy %#04x), %v without (want copy %#04x)", c, i, b[i], g[i], a[i], bf16Of(a[i]))
+			a := devtest.Floats(t, dev, dx0, n)
+			for _, w := range []struct {
+				what    string
+				dx, d16 uintptr
+			}{{"", dx1, dx16}, {" with dgamma and dbeta", dx2, dx216}} {
+				b, g := devtest.Floats(t, dev, w.dx, n), halves(t, dev, w.d16, n)
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) || g[i] != bf16Of(a[i]) {
+						t.Fatalf("C %d backward%s: dx[%d] = %v with the copy (copy %#04x), %v without (want copy %#04x)", c, w.what, i, b[i], g[i], a[i], bf16Of(a[i]))
+					}
 				}
 			}
 			for i := range y0 {
