@@ -453,12 +453,8 @@ func (mp *memPlan) breakdown(fixed map[string]int64) MemoryBreakdown {
 func fixedBytes(m *nn.Model, cfg Config) map[string]int64 {
 	n := int64(max(len(m.Flat.Value), 1))
 	f := map[string]int64{"parameters": 4 * n, "gradients": 4 * n}
-	opt := withDefaults(cfg.Optim)
-	switch {
-	case opt.Name != "sgd":
-		f["optimizer state"] = 8 * n
-	case opt.Momentum != 0:
-		f["optimizer state"] = 4 * n
+	if st := optimStateBytes(n, cfg); st > 0 {
+		f["optimizer state"] = st
 	}
 	if cfg.ClipGrad > 0 {
 		f["clipping workspace"] = kernels.ClipWorkspace + 8*int64(normCap) // and the norms' log (clipsInUpdate)
@@ -471,6 +467,24 @@ func fixedBytes(m *nn.Model, cfg Config) map[string]int64 {
 		f["batch norm statistics"] = bn
 	}
 	return f
+}
+
+// optimStateBytes is the optimizer state's bytes for n values (Adam's
+// two moments, SGD's momentum buffer, if any).
+func optimStateBytes(n int64, cfg Config) int64 {
+	switch opt := withDefaults(cfg.Optim); {
+	case opt.Name != "sgd":
+		return 8 * n
+	case opt.Momentum != 0:
+		return 4 * n
+	}
+	return 0
+}
+
+// defaultEngine is what a plan without a device takes the engine to be
+// (MemoryPlan's, StageMemoryPlan's): a GPU's default.
+func defaultEngine(cfg Config) *dryEngine {
+	return &dryEngine{copies: cfg.Precision == gemm.BF16 && producerCopies, inPlace: true}
 }
 
 // MemoryPlan lays out m's training plan at batch samples as Place with
@@ -486,8 +500,7 @@ func MemoryPlan(m *nn.Model, batch int, cfg Config) (MemoryBreakdown, error) {
 		return MemoryBreakdown{}, fmt.Errorf("devmodel: %s: MemoryPlan at batch %d: want at least 1", m.Name, batch)
 	}
 	mp := newMemPlan()
-	dry := &dryEngine{copies: cfg.Precision == gemm.BF16 && producerCopies, inPlace: true}
-	if _, err := (&Model{Host: m}).compileWith(batch, mp, dry, true); err != nil {
+	if _, err := (&Model{Host: m}).compileWith(batch, mp, defaultEngine(cfg), true); err != nil {
 		return MemoryBreakdown{}, err
 	}
 	return mp.breakdown(fixedBytes(m, cfg)), nil

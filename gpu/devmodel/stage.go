@@ -76,6 +76,34 @@ func CheckStage(m *nn.Model, from, to int) error {
 	return err
 }
 
+// StageMemoryPlan lays out the training plan of layers [from, to) of m
+// at micro-batches of batch samples as PlaceStage with cfg would
+// (cfg.Batch is ignored), without a device, and says where the bytes
+// go: the stage's fixed buffers (its range of the parameters and
+// gradients, the optimizer's state, the gradient norm's workspace) and
+// its plan's region, laid out as MemoryPlan's (memory.go; the engine a
+// GPU's default). A pipeline's stage holds one such plan for each
+// micro-batch size it runs.
+func StageMemoryPlan(m *nn.Model, from, to, batch int, cfg Config) (MemoryBreakdown, error) {
+	s := &Stage{Host: m, From: from, To: to, Last: to == m.NumLayers(), d: &Model{Host: m}}
+	if batch < 1 {
+		return MemoryBreakdown{}, fmt.Errorf("devmodel: %s: StageMemoryPlan at micro-batch %d: want at least 1", m.Name, batch)
+	}
+	if err := s.check(); err != nil {
+		return MemoryBreakdown{}, err
+	}
+	mp := newMemPlan()
+	if _, err := s.compileWith(batch, mp, defaultEngine(cfg), true); err != nil {
+		return MemoryBreakdown{}, err
+	}
+	_, n := m.StageRange(from, to)
+	f := map[string]int64{"parameters": 4 * int64(max(n, 1)), "gradients": 4 * int64(max(n, 1)), "gradient norm's workspace": kernels.ClipWorkspace}
+	if st := optimStateBytes(int64(max(n, 1)), cfg); st > 0 {
+		f["optimizer state"] = st
+	}
+	return mp.breakdown(f), nil
+}
+
 // check validates the range and refuses the layers a stage cannot hold.
 func (s *Stage) check() error {
 	m := s.Host
@@ -196,10 +224,10 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 func (s *Stage) compile(batch int) (*plan, error) {
 	d := s.d
 	if d.k == nil || !planRegion {
-		return s.compileWith(batch, nil, false) // CheckStage; or the pool's blocks
+		return s.compileWith(batch, nil, nil, false) // CheckStage; or the pool's blocks
 	}
 	p, region, size, err := d.laidOut(fmt.Sprintf("stage [%d, %d) at micro-batch %d", s.From, s.To, batch), 0, 0, func(mp *memPlan, record bool) (*plan, error) {
-		return s.compileWith(batch, mp, record)
+		return s.compileWith(batch, mp, nil, record)
 	})
 	if err != nil && region != 0 {
 		d.free(region, size)
@@ -209,17 +237,18 @@ func (s *Stage) compile(batch int) (*plan, error) {
 
 // compileWith is compile's pass: with mp (recording if record, else
 // placing) the buffers in a region, without from the pool. Layers [0,
-// From) are walked dry for the input's shape.
-func (s *Stage) compileWith(batch int, mp *memPlan, record bool) (_ *plan, err error) {
+// From) are walked dry for the input's shape. dry: the engine, where
+// there is no device (StageMemoryPlan).
+func (s *Stage) compileWith(batch int, mp *memPlan, dry *dryEngine, record bool) (_ *plan, err error) {
 	m, d := s.Host, s.d
-	dry := &compiler{m: m, p: &plan{batch: batch}}
+	before := &compiler{m: m, p: &plan{batch: batch}}
 	x := &act{shape: append([]int{batch}, m.InputShape()...)}
 	for i := 0; i < s.From; i++ {
-		if x, err = dry.layer(topLayer(m, i), topName(m, i), x); err != nil {
+		if x, err = before.layer(topLayer(m, i), topName(m, i), x); err != nil {
 			return nil, fmt.Errorf("devmodel: %s: %w", m.Name, err)
 		}
 	}
-	c := &compiler{m: m, p: &plan{batch: batch}, pi: dry.pi, bi: dry.bi, mem: mp, attOps: [2]int{math.MaxInt, -1}}
+	c := &compiler{m: m, p: &plan{batch: batch}, pi: before.pi, bi: before.bi, mem: mp, dry: dry, attOps: [2]int{math.MaxInt, -1}}
 	if d.k != nil {
 		c.d = d
 	}
@@ -251,7 +280,7 @@ func (s *Stage) compileWith(batch int, mp *memPlan, record bool) (_ *plan, err e
 	}
 	end, _, _ := m.LayerParamRange(s.To)
 	if c.pi != end {
-		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d): parameters %d to %d placed, want up to %d", m.Name, s.From, s.To, dry.pi, c.pi, end)
+		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d): parameters %d to %d placed, want up to %d", m.Name, s.From, s.To, before.pi, c.pi, end)
 	}
 	p := c.p
 	p.out = out
