@@ -84,7 +84,8 @@
 // batch: every activation, its gradient and the layers' scratch) and
 // after: 1 rank 736 MB -> 27.9 MB (the same as with -eval-batch 16;
 // 16.3 MB since the training plan's region, memory.go), a 2-stage
-// pipeline in 3 micro-batches 685 MB -> 16.2 MB (TestDeviceEvalPeak in
+// pipeline in 3 micro-batches 685 MB -> 16.2 MB (11.3 MB since the
+// stages' plans are laid out in regions too) (TestDeviceEvalPeak in
 // cmd/train).
 //
 // Data parallelism (train/dp) reduces Grads and Params in place over the
