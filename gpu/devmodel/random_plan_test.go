@@ -108,8 +108,9 @@ func (g *randomNet) layer(depth int) nn.Layer {
 
 // TestSharedPlanRandomModels: random compositions of the device's layers
 // train bit for bit as with each buffer a pool block of its own held the
-// whole step, and as without the fusions across layers (3 steps of SGD
-// with momentum, an evaluation between; fp32, some under bf16 autocast):
+// whole step, and as without the fusions across layers, and half of them
+// as ZeRO-3 units of one layer on one rank too (3 steps of SGD with
+// momentum, an evaluation between; fp32, some under bf16 autocast):
 // a buffer's life computed too short, or a fusion where its pattern does
 // not hold, changes the bits.
 func TestSharedPlanRandomModels(t *testing.T) {
@@ -143,15 +144,18 @@ func TestSharedPlanRandomModels(t *testing.T) {
 		}
 		desc := strings.Join(g.s, " ")
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
-			run := func(region, fuse bool) (losses, params []float32) {
+			run := func(region, fuse, zero3 bool) (losses, params []float32) {
 				defer devmodel.SetPlanRegion(region)()
 				defer devmodel.SetFuse(fuse)()
 				m, err := nn.New("random", nn.Seq(ls...), in, int64(i))
 				if err != nil {
 					t.Fatalf("%s: %v", desc, err)
 				}
-				d, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: 5, Precision: prec,
-					Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}})
+				cfg := devmodel.Config{Device: dev, Batch: 5, Precision: prec, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
+				if zero3 { // units of one layer: a unit's ops and buffers on their own
+					cfg.Shard, cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}, true, true, 1
+				}
+				d, err := devmodel.Place(m, cfg)
 				if err != nil {
 					t.Fatalf("%s: %v", desc, err)
 				}
@@ -171,16 +175,16 @@ func TestSharedPlanRandomModels(t *testing.T) {
 						losses = append(losses, l)
 					}
 				}
-				return losses, devtest.Floats(t, dev, d.Params, d.N)
+				return losses, devtest.Floats(t, dev, d.ParamShard(), d.N)
 			}
-			l0, p0 := run(false, false)
-			for _, c := range []struct{ region, fuse bool }{{true, false}, {false, true}, {true, true}} {
-				l1, p1 := run(c.region, c.fuse)
+			l0, p0 := run(false, false, false)
+			for _, c := range []struct{ region, fuse, zero3 bool }{{true, false, false}, {false, true, false}, {true, true, false}, {true, true, i%2 == 0}} {
+				l1, p1 := run(c.region, c.fuse, c.zero3)
 				if j, ok := bitsEqual(l1, l0); !ok {
-					t.Fatalf("%s (%s): region %v, fused %v: loss %d %v; each buffer whole, unfused: %v", desc, prec, c.region, c.fuse, j, l1[j], l0[j])
+					t.Fatalf("%s (%s): region %v, fused %v, zero3 %v: loss %d %v; each buffer whole, unfused: %v", desc, prec, c.region, c.fuse, c.zero3, j, l1[j], l0[j])
 				}
 				if j, ok := bitsEqual(p1, p0); !ok || math.IsNaN(float64(p0[0])) {
-					t.Fatalf("%s (%s): region %v, fused %v: parameter %d %v; each buffer whole, unfused: %v", desc, prec, c.region, c.fuse, j, p1[j], p0[j])
+					t.Fatalf("%s (%s): region %v, fused %v, zero3 %v: parameter %d %v; each buffer whole, unfused: %v", desc, prec, c.region, c.fuse, c.zero3, j, p1[j], p0[j])
 				}
 			}
 			t.Logf("%s (%s): bit for bit", desc, prec)
