@@ -7,6 +7,7 @@ import (
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/gpu/kernels"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
@@ -340,7 +341,8 @@ func TestEvalPeakBelowTraining(t *testing.T) {
 
 // TestStageEvalForward: a stage's EvalForward equals its Forward bit for
 // bit on the fake (within evalTol on a real GPU; mlp, cnn and a gpt split
-// in 2), and leaves the activations of the
+// in 2, and the embeddings and first attention of a gpt of context 70
+// with $GDIST_ATTENTION=fused: the fused forward in both), and leaves the activations of the
 // last Forward of the same size for Backward: the input gradient and
 // parameter gradients after a Forward, an EvalForward of another batch
 // and a Backward equal those without the EvalForward.
@@ -353,18 +355,25 @@ func TestStageEvalForward(t *testing.T) {
 		at    int
 		batch int
 		data  func(i, n int) ([]float32, []int32)
+		env   string // $GDIST_ATTENTION
 	}{
-		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, 2, 4, func(i, n int) ([]float32, []int32) { return devtest.Images(i, n, 784) }},
-		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, 3, 2, func(i, n int) ([]float32, []int32) { return devtest.Images(i, n, 784) }},
+		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, 2, 4, func(i, n int) ([]float32, []int32) { return devtest.Images(i, n, 784) }, ""},
+		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, 3, 2, func(i, n int) ([]float32, []int32) { return devtest.Images(i, n, 784) }, ""},
 		{"gpt", func() *nn.Model {
 			m, err := models.NewGPT(shape.Name(), shape, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return m
-		}, 2, 2, func(i, n int) ([]float32, []int32) { return text(i, n, shape.Context) }},
+		}, 2, 2, func(i, n int) ([]float32, []int32) { return text(i, n, shape.Context) }, ""},
+		// layers [0, 3): the embeddings and the first attention, fused
+		// (its 64-row tiles' edge): EvalForward's output the fused
+		// Forward's, the log-sum-exp rows Forward kept for Backward left
+		// alone
+		{"gpt-fused", func() *nn.Model { m, _ := fusedGPT(t, 70); return m }, 3, 2, func(i, n int) ([]float32, []int32) { return text(i, n, 70) }, "fused"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(kernels.EnvAttention, c.env)
 			m := c.m()
 			cfg := devmodel.Config{Device: dev, Batch: c.batch, Optim: optim.Config{Name: "sgd", LR: 0.01}}
 			var st [2]*devmodel.Stage
