@@ -130,6 +130,11 @@ func (c *Comm) Rank() int { return c.rank }
 // Size is the number of ranks in the Comm.
 func (c *Comm) Size() int { return len(c.members) }
 
+// OpTimeout is the bound on each operation that its Options give (0:
+// none), for wrappers that bound their own waits for an operation alike
+// (comm/staging).
+func (c *Comm) OpTimeout() time.Duration { return c.opts.OpTimeout() }
+
 // WorldRank maps a rank of this Comm to its rank in the transport's world.
 func (c *Comm) WorldRank(r int) int { return c.members[r] }
 
