@@ -27,7 +27,13 @@
 // buffers in and again before copying results out (a brief poll, then
 // asleep in the driver on a blocking-sync event recorded on a stream of
 // the wrapper's own that waits for After: no core spins meanwhile;
-// TestAfterWaitCostsNoCPU). An Order's Done is not recorded (the results
+// TestAfterWaitCostsNoCPU). Each such wait ends, too, with the
+// operation's ctx or after the wrapped Comm's operation timeout (its
+// OpTimeout method: comm/algo's Comms give their Options'; others
+// comm.DefaultTimeout): an After that never completes (its stream stuck
+// behind a peer that is gone) fails the operation, naming it and the
+// rank, and the Comm with it (TestAfterWaitBounded); the host's CUDA
+// wait goes on in the background. An Order's Done is not recorded (the results
 // are copied out when the Work completes, after the call): wait for the
 // Work. A copy to the device is asynchronous to the host: when the Work completes,
 // the results are queued on the default stream, where later work (and any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gdist/gdist/comm"
@@ -179,6 +180,16 @@ func (s *Comm) Close() error {
 	return err
 }
 
+// opTimeout bounds the host's waits for a cuda.Order's After event, as
+// the wrapped Comm bounds its operations: its OpTimeout when it says
+// (comm/algo's Comms: their Options'), comm.DefaultTimeout otherwise.
+func (s *Comm) opTimeout() time.Duration {
+	if t, ok := s.inner.(interface{ OpTimeout() time.Duration }); ok {
+		return t.OpTimeout()
+	}
+	return comm.DefaultTimeout
+}
+
 // arg is one buffer of an operation and what the operation does with it on
 // this rank.
 type arg struct {
@@ -340,7 +351,7 @@ func (s *Comm) op(ctx context.Context, name string, coll bool, args []arg, call 
 				_, dev = a.b.Device()
 			}
 		}
-		after = func() error { return s.pools.waiters.wait(dev, o.After) }
+		after = func() error { return s.pools.waiters.wait(ctx, s.opTimeout(), dev, o.After) }
 	}
 	for i, a := range args {
 		if staged[i] && a.in {

@@ -1,8 +1,12 @@
 package staging
 
 import (
+	"context"
+	"fmt"
 	"sync"
+	"time"
 
+	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/cuda"
 )
 
@@ -14,7 +18,9 @@ import (
 // a cuda.Waiter waits for that event (a brief poll, then asleep in the
 // driver), as comm/nccl's watcher and a training step's end wait
 // (TestAfterWaitCostsNoCPU). The stream is non-blocking: it waits for
-// After and nothing else.
+// After and nothing else. The host waits on a goroutine of its own, so
+// that the operation's ctx and the Comm's operation timeout bound the
+// wait (TestAfterWaitBounded).
 
 // waiters are the streams and events of those waits, one stream per
 // device, shared by a world Comm and its sub-groups (in pools).
@@ -38,12 +44,16 @@ type waitSlot struct {
 }
 
 // wait returns once the work recorded before after, an event of device
-// dev, is done.
-func (ws *waiters) wait(dev int, after *cuda.Event) error {
+// dev, is done, or with an error once ctx ends or timeout (if > 0)
+// passes first: a stream stuck behind a peer that is gone never
+// completes After. The host's wait then goes on in the background (a
+// CUDA wait cannot be interrupted), holding its slot until After
+// completes, if ever.
+func (ws *waiters) wait(ctx context.Context, timeout time.Duration, dev int, after *cuda.Event) error {
 	ws.mu.Lock()
 	if ws.closed {
 		ws.mu.Unlock()
-		return after.Synchronize()
+		return bounded(ctx, timeout, after.Synchronize, nil)
 	}
 	if ws.m == nil {
 		ws.m = map[int]*devWaiter{}
@@ -76,18 +86,54 @@ func (ws *waiters) wait(dev int, after *cuda.Event) error {
 	}
 	d.users++
 	ws.mu.Unlock()
-	if err == nil {
-		err = slot.w.Wait(slot.ev, nil)
+	put := func() {
+		ws.mu.Lock()
+		d.users--
+		d.free = append(d.free, slot)
+		if ws.closed && d.users == 0 {
+			d.destroy()
+			delete(ws.m, dev)
+		}
+		ws.mu.Unlock()
 	}
-	ws.mu.Lock()
-	d.users--
-	d.free = append(d.free, slot)
-	if ws.closed && d.users == 0 {
-		d.destroy()
-		delete(ws.m, dev)
+	if err != nil {
+		put()
+		return err
 	}
-	ws.mu.Unlock()
-	return err
+	return bounded(ctx, timeout, func() error { return slot.w.Wait(slot.ev, nil) }, put)
+}
+
+// bounded runs wait, a CUDA wait, on a goroutine of its own and returns
+// its error, or an error once ctx ends or timeout (if > 0) passes first;
+// done (if not nil) runs when wait returns, whenever that is.
+func bounded(ctx context.Context, timeout time.Duration, wait func() error, done func()) error {
+	res := make(chan error, 1)
+	go func() {
+		err := wait()
+		if done != nil {
+			done()
+		}
+		res <- err
+	}()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case err := <-res:
+		return err
+	default:
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("the cuda.Order's After event is not done (a stream stuck behind a peer that is gone?): %w", context.Cause(ctx))
+	case <-expired:
+		return fmt.Errorf("%w: the cuda.Order's After event was not done within %v, the Comm's operation timeout (a stream stuck behind a peer that is gone?)", comm.ErrTimeout, timeout)
+	}
 }
 
 // close destroys the streams and events that no wait uses, and the
