@@ -4,11 +4,12 @@ package devmodel
 // over the Linear's bias, so that the bias add joins the next kernel
 // instead of a pass of its own over the Linear's output:
 //
-//   - a GELU right after a Linear: forward, one kernel adds the bias and
-//     applies GELU (kernels.BiasGELU); backward, one kernel computes
-//     GELU's gradient and sums it into the bias's gradient
-//     (kernels.BiasGELUBackward), so the Linear's backward sums no bias
-//     gradient (GPT's MLP);
+//   - a GELU right after a Linear (or after attention, whose
+//     out-projection is one: TestFusedSameBits/attention-gelu): forward,
+//     one kernel adds the bias and applies GELU (kernels.BiasGELU);
+//     backward, one kernel computes GELU's gradient and sums it into the
+//     bias's gradient (kernels.BiasGELUBackward), so the Linear's
+//     backward sums no bias gradient (GPT's MLP);
 //   - a Residual whose function ends with a Linear (the MLP's second
 //     Linear, attention's out-projection): the Residual's add adds the
 //     bias first (kernels.BiasAddResidual: x + (f + b)).

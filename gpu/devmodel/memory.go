@@ -50,7 +50,11 @@ import (
 //     on, keep theirs) nor its reader's (readsInput: a Linear, a
 //     convolution, attention, GELU and an Embedding read their input in
 //     backward; a LayerNorm, batch norm, ReLU, Tanh, max pooling,
-//     Dropout, a PositionEmbedding and a Residual's sum do not);
+//     Dropout, a PositionEmbedding and a Residual's sum do not; a view,
+//     Flatten or a Dropout of 0, is read as its reader reads it: a
+//     Sequential or a Residual's function that starts with one reads
+//     its input as the first layer after the views does,
+//     TestSharedPlanSameBits/views);
 //   - a bf16 copy of a gradient (grad16) lives as the gradient;
 //   - attention's qkv and output gradients live in its backward only,
 //     its workspace (the score gradients dS, with the heads in place or
