@@ -109,7 +109,7 @@ func (g *randomNet) layer(depth int) nn.Layer {
 // TestSharedPlanRandomModels: random compositions of the device's layers
 // train bit for bit as with each buffer a pool block of its own held the
 // whole step, and as without the fusions across layers, and half of them
-// as ZeRO-3 units of one layer on one rank too (3 steps of SGD with
+// as ZeRO-3 units of one layer on one rank too (4 steps of SGD with
 // momentum, a short batch among them, an evaluation between; fp32, some
 // under bf16 autocast):
 // a buffer's life computed too short, or a fusion where its pattern does
