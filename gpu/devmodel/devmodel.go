@@ -156,8 +156,8 @@ type Model struct {
 	full                uintptr
 	unitsOf             *plan
 	unitList            []Unit
-	spare               map[int][]uintptr // units' free blocks, by size
-	unitEv              *cuda.Event       // zero.go's mark
+	umem                unitMem     // the units' blocks
+	unitEv              *cuda.Event // zero.go's mark
 }
 
 // open loads the kernels on d.dev and makes the model's stream, GEMM

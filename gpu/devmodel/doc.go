@@ -126,8 +126,8 @@
 // are queued (the collective waits for an event recorded then);
 // ReduceGrads and GatherParams get such an event (after) and return how
 // to make the stream wait for their result (an event recorded after the
-// collective, waited for on the device); a unit's block goes back to the
-// spares once its ops are queued, and its next user (a gather on NCCL's
+// collective, waited for on the device); a unit's block is another's
+// once its ops are queued (zero.go's unitMem), and its next user (a gather on NCCL's
 // stream) waits for the event recorded after them, never the host
 // (TestGatherWaitsForReaders). A caller that reads or writes the
 // buffers with cudaMemcpy synchronizes Stream first, or makes it wait

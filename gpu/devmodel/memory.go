@@ -299,26 +299,31 @@ func (mp *memPlan) layout(ops int) {
 			b.start, b.end, b.whole = l.start, l.end, l.whole || b.pinned
 		}
 	}
-	// the whole step's buffers first, in order; then the rest, largest
-	// first, each at the lowest offset clear of those whose lives meet
-	// its own
+	mp.top = pack(mp.bufs)
+}
+
+// pack gives each of bufs, whose lives (start, end, whole) are set, its
+// offset and returns the region's size: the whole step's buffers first,
+// in order; then the rest, largest first, each at the lowest offset
+// clear of those whose lives meet its own.
+func pack(bufs []memBuf) int {
 	top := 0
 	var rest []int
-	for i := range mp.bufs {
-		if b := &mp.bufs[i]; b.whole {
+	for i := range bufs {
+		if b := &bufs[i]; b.whole {
 			b.off, top = top, top+b.bytes
 		} else {
 			rest = append(rest, i)
 		}
 	}
 	base := top
-	sort.SliceStable(rest, func(x, y int) bool { return mp.bufs[rest[x]].bytes > mp.bufs[rest[y]].bytes })
+	sort.SliceStable(rest, func(x, y int) bool { return bufs[rest[x]].bytes > bufs[rest[y]].bytes })
 	var placed []int
 	for _, i := range rest {
-		b := &mp.bufs[i]
+		b := &bufs[i]
 		var busy [][2]int
 		for _, j := range placed {
-			o := mp.bufs[j]
+			o := bufs[j]
 			if o.start <= b.end && b.start <= o.end {
 				busy = append(busy, [2]int{o.off, o.off + o.bytes})
 			}
@@ -335,7 +340,7 @@ func (mp *memPlan) layout(ops int) {
 		top = max(top, off+b.bytes)
 		placed = append(placed, i)
 	}
-	mp.top = top
+	return top
 }
 
 // MemoryBreakdown is where a model's device memory goes in training at
@@ -523,6 +528,9 @@ func (d *Model) Memory() MemoryBreakdown {
 	f := fixedBytes(d.Host, d.cfg)
 	if d.evalCap > 0 {
 		f["evaluation arena"] = int64(d.evalCap)
+	}
+	if d.umem.size > 0 {
+		f["ZeRO units' blocks"] = int64(d.umem.size) // zero.go's unitMem
 	}
 	named := int64(d.plan.regionBytes)
 	for _, v := range f {

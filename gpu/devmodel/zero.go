@@ -24,8 +24,9 @@ import (
 // once the next unit's backward is queued, ForwardBackward waits for that
 // reduction (the function ReduceGrads returned), adds the unit's part of
 // this rank's shard into the shard's gradients and gives the block back:
-// at most two units' gradient blocks are held at once, the reduction of
-// one overlapping the backward of the next.
+// at most two units' gradient blocks are in use at once, the reduction
+// of one overlapping the backward of the next. The blocks are laid out
+// by their lives in one region of their exact sizes (unitMem).
 //
 // With ShardParams (which implies ShardGrads) the parameter buffer holds
 // the shard only between steps too. Before a unit's forward, and again
@@ -42,8 +43,8 @@ import (
 // GatherParams and ReduceGrads gets an event recorded on the model's
 // stream just before it (after): a reduction waits for it (the unit's
 // gradients written), and so does a gather, whose block was last read
-// by ops queued before it (a block goes back to the spares once its
-// unit's ops are queued; whoever takes it next is ordered after them by
+// by ops queued before it (a block's memory is another's once its
+// unit's ops are queued; whoever uses it next is ordered after them by
 // that event, never by the host: TestGatherWaitsForReaders) and whose
 // shard the last update wrote. The model's stream waits for the
 // gather's or reduction's completion with the wait function they return
@@ -54,8 +55,9 @@ import (
 // together (ZeRO-2, 3 on the device).
 type Unit struct {
 	Lo, Hi int
-	// first and last are the unit's ops (backward runs last to first).
-	first, last int
+	// first and last are the unit's ops (backward runs last to first);
+	// k is the unit's place in the plan's units (last first)
+	first, last, k int
 }
 
 // units splits p's ops into units, last first (backward's order).
@@ -79,7 +81,7 @@ func (d *Model) units(p *plan) []Unit {
 			lo = off(p.ops[i-1].params)
 		}
 		if i == 0 || (lo < cur.Hi && cur.Hi-lo >= least) {
-			cur.Lo, cur.first = lo, i
+			cur.Lo, cur.first, cur.k = lo, i, len(out)
 			out = append(out, cur)
 			cur = Unit{Hi: lo, last: i - 1}
 		}
@@ -104,35 +106,107 @@ type unitBlock struct {
 	Bytes int
 }
 
-// get takes a block of exactly n bytes for a unit, counted in the peak
-// while in use: a unit's blocks are of a few sizes, allocated in the
-// first step and kept for the next (not the pool's power-of-two blocks,
-// which would hold up to twice a unit's size).
-func (d *Model) get(n int) (*unitBlock, error) {
-	n = max(n, 1)
-	if d.spare == nil {
-		d.spare = map[int][]uintptr{}
-	}
-	var p uintptr
-	if l := d.spare[n]; len(l) > 0 {
-		p, d.spare[n] = l[len(l)-1], l[:len(l)-1]
-	} else {
-		var err error
-		if p, err = cuda.Malloc(d.dev, n); err != nil {
-			return nil, err
-		}
-		d.owned = append(d.owned, p)
-	}
-	d.live += int64(n)
-	d.peak = max(d.peak, d.fixed+d.live)
-	return &unitBlock{p, n}, nil
+// unitMem is where the units' blocks live: one region of device memory
+// of the exact size (malloc: placement memory, in PeakBytes), laid out
+// for a plan's units by the blocks' lives over a step, as the training
+// plan's buffers (memory.go's pack). Time runs through the units'
+// forward passes (the unit at j of K, first unit first, at time j) and
+// their backward passes (the unit at k of the units, last first, at K +
+// k). A parameter block lives from the time before its unit's (its
+// gather is started, after an event recorded on the model's stream,
+// before the previous unit's ops are queued: a prefetch) to its unit's
+// (released once its ops are queued); the first backward one from K
+// (gathered after the forward pass); a gradient block from its unit's
+// backward (zeroed, written) to that of the next unit with parameters,
+// whose turn waits for the block's reduction and adds it into the shard
+// (the last, to the step's end). Blocks whose lives do not meet share
+// memory: whoever writes a block next is ordered after its last readers
+// by the model's stream, or by the event a gather waits for; the
+// reductions are waited for before their block's life ends. A block a
+// failed step left to a collective still under way (drop) is never
+// reused: the region is left held (until Close) and the next step lays
+// out another. The region is laid out again for another plan (an
+// evaluation's forward passes, another batch size), reused where it
+// fits, else allocated again larger; Unshard frees it (an evaluation
+// holds the whole parameter buffer, no unit's blocks).
+type unitMem struct {
+	region       uintptr
+	size         int
+	of           *plan     // the plan laid out for
+	fwd, bwd, gr []uintptr // each unit's blocks (units' order; 0: none)
+	abandoned    bool      // a block may still be written: never reuse the region
 }
 
-// put gives a block from get back (the model's stream orders its later
-// users after its earlier ones).
-func (d *Model) put(b *unitBlock) {
-	d.live -= int64(b.Bytes)
-	d.spare[b.Bytes] = append(d.spare[b.Bytes], b.Ptr)
+// freeUnits frees the units' blocks' region (Unshard: no unit is
+// gathered or reduced until Reshard; the next sharded pass lays it out
+// again), unless a collective may still write it.
+func (d *Model) freeUnits() {
+	if um := &d.umem; um.region != 0 && !um.abandoned {
+		d.free(um.region, um.size) // after the model's work and the collectives it waited for
+		*um = unitMem{}
+	}
+}
+
+// unitBlocks lays out p's units' blocks (unitMem), if not laid out.
+func (d *Model) unitBlocks(p *plan) (*unitMem, error) {
+	um := &d.umem
+	if um.abandoned {
+		*um = unitMem{} // left held (freed by Close)
+	}
+	if um.of == p && um.region != 0 {
+		return um, nil
+	}
+	us := d.units(p)
+	n := len(us)
+	um.fwd, um.bwd, um.gr = make([]uintptr, n), make([]uintptr, n), make([]uintptr, n)
+	var bufs []memBuf
+	var to []*uintptr
+	add := func(at *uintptr, bytes, start, end int) {
+		bufs = append(bufs, memBuf{bytes: (bytes + arenaAlign - 1) / arenaAlign * arenaAlign, start: start, end: end})
+		to = append(to, at)
+	}
+	for k, u := range us {
+		if u.Hi <= u.Lo {
+			continue
+		}
+		bytes := 4 * (u.Hi - u.Lo)
+		if d.cfg.ShardParams {
+			j := n - 1 - k // its forward turn
+			add(&um.fwd[k], bytes, max(j-1, 0), j)
+			start := n + k - 1
+			if k == 0 {
+				start = n
+			}
+			add(&um.bwd[k], bytes, start, n+k)
+		}
+		if d.gradsSharded() {
+			end := 2 * n
+			for k2 := k + 1; k2 < n; k2++ {
+				if us[k2].Hi > us[k2].Lo {
+					end = n + k2
+					break
+				}
+			}
+			add(&um.gr[k], bytes, n+k, end)
+		}
+	}
+	top := max(pack(bufs), 1)
+	if top > um.size {
+		if um.region != 0 {
+			d.free(um.region, um.size) // after the model's work and the collectives it waited for
+		}
+		um.region, um.size, um.of = 0, 0, nil
+		r, err := d.malloc(top)
+		if err != nil {
+			return nil, fmt.Errorf("devmodel: %s: %d bytes for the units' blocks: %w", d.Host.Name, top, err)
+		}
+		um.region, um.size = r, top
+	}
+	for i, at := range to {
+		*at = um.region + uintptr(bufs[i].off)
+	}
+	um.of = p
+	return um, nil
 }
 
 // gathered is a unit's parameter block, being filled (ZeRO-3).
@@ -142,16 +216,14 @@ type gathered struct {
 	wait func() error
 }
 
-// startGather takes a block for u's parameters and starts filling it
-// (nil: nothing to gather).
-func (d *Model) startGather(u Unit) (*gathered, error) {
+// startGather starts filling u's parameter block at[u.k] (nil: nothing
+// to gather).
+func (d *Model) startGather(u Unit, at []uintptr) (*gathered, error) {
 	if !d.paramsSharded() || u.Hi <= u.Lo {
 		return nil, nil
 	}
-	b, err := d.get(4 * (u.Hi - u.Lo))
-	if err != nil {
-		return nil, err
-	}
+	b := &unitBlock{at[u.k], 4 * (u.Hi - u.Lo)}
+	var err error
 	g := &gathered{u: u, b: b}
 	if d.GatherParams == nil {
 		// one rank: the shard is the whole model
@@ -195,25 +267,23 @@ func (d *Model) ungather(g *gathered) {
 	d.Params = d.paramBase
 	if g.wait != nil {
 		d.drop(g.b)
-		return
 	}
-	d.put(g.b)
 }
 
-// drop releases b without reusing it (freed by Close): something may
-// still write it.
-func (d *Model) drop(b *unitBlock) { d.live -= int64(b.Bytes) }
+// drop gives up b's region (left held until Close, never reused):
+// something may still write b.
+func (d *Model) drop(b *unitBlock) { d.umem.abandoned = true }
 
 // withParams runs run for each unit of order with its parameters
 // gathered (ZeRO-3; without ShardParams, run alone): the gather of the
 // next unit starts before this unit's ops are queued, so that it
 // overlaps them (a prefetch: two units' parameter blocks are held at
 // once), and is waited for before the next unit's are.
-func (d *Model) withParams(order []Unit, run func(u Unit) error) (err error) {
+func (d *Model) withParams(order []Unit, at []uintptr, run func(u Unit) error) (err error) {
 	var next *gathered
 	defer func() { d.ungather(next) }()
 	if len(order) > 0 {
-		if next, err = d.startGather(order[0]); err != nil {
+		if next, err = d.startGather(order[0], at); err != nil {
 			return err
 		}
 	}
@@ -225,7 +295,7 @@ func (d *Model) withParams(order []Unit, run func(u Unit) error) (err error) {
 			return err
 		}
 		if k+1 < len(order) {
-			if next, err = d.startGather(order[k+1]); err != nil {
+			if next, err = d.startGather(order[k+1], at); err != nil {
 				d.ungather(cur)
 				return err
 			}
@@ -265,9 +335,9 @@ func (d *Model) finish(pg *pendingGrads) error {
 	if pg == nil || pg.b == nil {
 		return nil
 	}
-	defer d.put(pg.b)
 	if pg.wait != nil {
 		if err := pg.wait(); err != nil {
+			d.drop(pg.b) // the reduction may still read it
 			return err
 		}
 	}
@@ -283,12 +353,16 @@ func (d *Model) finish(pg *pendingGrads) error {
 // forwardSharded runs p's forward ops, unit by unit (first unit first),
 // gathering each unit's parameters (ZeRO-3). f picks the op's function.
 func (d *Model) forwardSharded(p *plan, f func(o op) func() error, what string) error {
+	um, err := d.unitBlocks(p)
+	if err != nil {
+		return err
+	}
 	us := d.units(p)
 	order := make([]Unit, len(us))
 	for k, u := range us {
 		order[len(us)-1-k] = u
 	}
-	return d.withParams(order, func(u Unit) error {
+	return d.withParams(order, um.fwd, func(u Unit) error {
 		for i := u.first; i <= u.last; i++ {
 			if fn := f(p.ops[i]); fn != nil {
 				if err := fn(); err != nil {
@@ -311,23 +385,22 @@ func (d *Model) backwardSharded(p *plan) (err error) {
 		}
 		d.Grads = d.gradBase
 	}()
-	return d.withParams(d.units(p), func(u Unit) error {
+	um, err := d.unitBlocks(p)
+	if err != nil {
+		return err
+	}
+	return d.withParams(d.units(p), um.bwd, func(u Unit) error {
 		if u.Hi <= u.Lo {
 			return d.backwardOps(p, u)
 		}
-		gb, err := d.get(4 * (u.Hi - u.Lo))
-		if err != nil {
-			return err
-		}
+		gb := &unitBlock{um.gr[u.k], 4 * (u.Hi - u.Lo)}
 		if err := d.memset(gb.Ptr, 4*(u.Hi-u.Lo)); err != nil {
-			d.put(gb)
 			return err
 		}
 		d.Grads = gb.Ptr - uintptr(4*u.Lo)
-		err = d.backwardOps(p, u)
+		err := d.backwardOps(p, u)
 		d.Grads = d.gradBase
 		if err != nil {
-			d.put(gb)
 			return err
 		}
 		next := &pendingGrads{u: u, b: gb}
@@ -377,6 +450,7 @@ func (d *Model) Unshard(fill func(full uintptr) error) error {
 	if err != nil {
 		return err
 	}
+	d.freeUnits() // no unit is gathered while whole
 	d.free(d.ParamShard(), 4*max(sh.Len(), 1))
 	full, err := d.malloc(4 * max(d.N, 1))
 	if err != nil {

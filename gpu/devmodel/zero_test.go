@@ -337,3 +337,94 @@ func TestShardedSharedPlanSameBits(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitBlocksLaidOut: ZeRO-2's and ZeRO-3's unit blocks (a unit per
+// layer, one rank's shard) are laid out in one region of their exact
+// sizes by their lives (zero.go's unitMem), held from the first step and
+// counted in PeakBytes (Memory names them; its Peak is PeakBytes): the
+// region is at least the blocks in use at once at the busiest turn (a
+// gradient block and the next unit's, and under ZeRO-3 that unit's
+// parameter block and the prefetched one: each size 256-byte aligned)
+// and less than all of a step's blocks (ZeRO-3: two parameter blocks
+// and a gradient block a unit); an evaluation and a shorter batch (other
+// plans, laid out again in the region) hold no more.
+func TestUnitBlocksLaidOut(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	for _, c := range everyLayer() {
+		if c.name == "cnn-bn" {
+			continue
+		}
+		for _, params := range []bool{false, true} {
+			name := c.name + "/zero2"
+			if params {
+				name = c.name + "/zero3"
+			}
+			t.Run(name, func(t *testing.T) {
+				d := placeUnits(t, c, true, params)
+				step := func(i, n int) {
+					x, y := c.batch(i)
+					per := len(x) / len(y) * d.Host.LabelsPerSample()
+					if _, err := d.Step(x[:n*per], y[:n*d.Host.LabelsPerSample()]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, y := c.batch(0)
+				full := len(y) / d.Host.LabelsPerSample()
+				step(0, full)
+				mem := d.Memory()
+				held := mem.Fixed["ZeRO units' blocks"]
+				if mem.Peak != d.PeakBytes() {
+					t.Errorf("Memory's peak %d, PeakBytes %d:\n%s", mem.Peak, d.PeakBytes(), mem)
+				}
+				a := func(floats int) int64 { return int64((4*floats + 255) / 256 * 256) }
+				us := d.Units()
+				var busiest, all int64
+				for k, u := range us {
+					if u.Hi <= u.Lo {
+						continue
+					}
+					per := int64(1)
+					if params {
+						per = 3
+					}
+					all += per * a(u.Hi-u.Lo)
+					// this unit's gradient block, the next's (with its
+					// parameters and the prefetched unit's, ZeRO-3)
+					for k2 := k + 1; k2 < len(us); k2++ {
+						if v := us[k2]; v.Hi > v.Lo {
+							in := a(u.Hi-u.Lo) + a(v.Hi-v.Lo)
+							if params {
+								in += a(v.Hi - v.Lo)
+								for k3 := k2 + 1; k3 < len(us); k3++ {
+									if w := us[k3]; w.Hi > w.Lo {
+										in += a(w.Hi - w.Lo)
+										break
+									}
+								}
+							}
+							busiest = max(busiest, in)
+							break
+						}
+					}
+				}
+				t.Logf("%d units: blocks' region %d bytes; in use at once at most %d, all of a step's %d", len(us), held, busiest, all)
+				if held < busiest || held >= all {
+					t.Errorf("the units' blocks hold %d bytes; want at least %d (in use at once) and below %d (every block of a step)", held, busiest, all)
+				}
+				peak := d.PeakBytes()
+				x, y := c.batch(7)
+				if _, _, err := d.Eval(x, y); err != nil {
+					t.Fatal(err)
+				}
+				step(1, full-1)
+				step(2, full)
+				if got := d.Memory().Fixed["ZeRO units' blocks"]; got != held {
+					t.Errorf("after an evaluation and a shorter batch the units' blocks hold %d bytes, %d before", got, held)
+				}
+				if after := d.PeakBytes(); after > peak+d.EvalBytes() {
+					t.Errorf("peak %d after an evaluation and a shorter batch; %d before (evaluation arena %d)", after, peak, d.EvalBytes())
+				}
+			})
+		}
+	}
+}
