@@ -128,7 +128,9 @@ type unitBlock struct {
 // out another. The region is laid out again for another plan (an
 // evaluation's forward passes, another batch size), reused where it
 // fits, else allocated again larger; Unshard frees it (an evaluation
-// holds the whole parameter buffer, no unit's blocks).
+// holds the whole parameter buffer, no unit's blocks). TestUnitBlocksLaidOut;
+// TestGatherWaitsForReaders and TestShardedUnitsMatchWhole fail with
+// the lives a turn short.
 type unitMem struct {
 	region       uintptr
 	size         int
