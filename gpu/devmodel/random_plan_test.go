@@ -20,10 +20,11 @@ import (
 // Sequentials, views (Flatten, a Dropout of 0) anywhere, Linears followed
 // by GELUs (the fusions) or not, ending in a Linear to 10 classes.
 type randomNet struct {
-	r   *rand.Rand
-	seq bool // (N, T, C) input: attention, no batch norm
-	c   int
-	s   []string // the layers, for the failure message
+	r     *rand.Rand
+	seq   bool // (N, T, C) input: attention, no batch norm
+	stage bool // neither batch norm nor Dropout (a pipeline stage's)
+	c     int
+	s     []string // the layers, for the failure message
 }
 
 func (g *randomNet) layers(depth, n int) []nn.Layer {
@@ -64,9 +65,17 @@ func (g *randomNet) layer(depth int) nn.Layer {
 		g.s = append(g.s, fmt.Sprintf("LayerNorm(%d)", c))
 		return &nn.LayerNorm{C: c}
 	case 5:
+		if g.stage {
+			g.s = append(g.s, "Flatten")
+			return nn.Flatten{}
+		}
 		g.s = append(g.s, "Dropout(0)")
 		return &nn.Dropout{}
 	case 6:
+		if g.stage {
+			g.s = append(g.s, "GELU")
+			return nn.GELU{}
+		}
 		if !g.seq && g.r.Intn(2) == 0 {
 			g.s = append(g.s, fmt.Sprintf("BatchNorm1d(%d)", c))
 			return nn.BatchNorm1d(c)
@@ -192,6 +201,50 @@ func TestSharedPlanRandomModels(t *testing.T) {
 				}
 			}
 			t.Logf("%s (%s): bit for bit", desc, prec)
+		})
+	}
+}
+
+// TestStagesRandomModels: random models without batch norm or Dropout
+// split into two pipeline stages at each top-level boundary (between a
+// Linear and the GELU after it among them: no fusion across a stage's
+// edge) train as the whole model on the device (micro-batches 2, 2, 1 of
+// 5; 3 steps of SGD with momentum; within TestStagesMatchWhole's
+// tolerances: the micro-batches sum the gradients in another order).
+func TestStagesRandomModels(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	r := rand.New(rand.NewSource(29))
+	cfg := devmodel.Config{Device: dev, Batch: 5, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
+	batch := func(k int) ([]float32, []int32) { return devtest.Images(k, 5, 8) }
+	for i := 0; i < 12; i++ {
+		g := &randomNet{r: r, stage: true, c: 8}
+		ls := g.layers(0, 2+r.Intn(4))
+		ls = append(ls, &nn.Linear{In: g.c, Out: 10})
+		g.s = append(g.s, fmt.Sprintf("Linear(%d,10)", g.c))
+		desc := strings.Join(g.s, " ")
+		mk := func() *nn.Model {
+			m, err := nn.New("random", nn.Seq(ls...), []int{8}, int64(i))
+			if err != nil {
+				t.Fatalf("%s: %v", desc, err)
+			}
+			return m
+		}
+		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
+			whole := mk()
+			wl := wholeRun(t, whole, cfg, 3, 0, batch)
+			for b := 1; b < len(ls); b++ {
+				m := mk()
+				sl := stageRun(t, m, []int{0, b, len(ls)}, cfg, []int{2, 2, 1}, 3, 0, batch)
+				for k := range sl {
+					if d := math.Abs(sl[k] - wl[k]); !(d <= 2e-5*math.Max(1, math.Abs(wl[k]))) {
+						t.Fatalf("%s split at %d: step %d: loss %v; the whole model %v", desc, b, k, sl[k], wl[k])
+					}
+				}
+				if w, at := worst(m.Flat.Value, whole.Flat.Value, 1); !(w <= 2e-5) {
+					t.Fatalf("%s split at %d: parameter %d: %v; the whole model %v", desc, b, at, m.Flat.Value[at], whole.Flat.Value[at])
+				}
+			}
+			t.Logf("%s: every split as the whole model", desc)
 		})
 	}
 }
