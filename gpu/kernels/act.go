@@ -92,19 +92,20 @@ func (k *Kernels) Embedding(s *cuda.Stream, y, ids, w, pos uintptr, rows, num, d
 // EmbeddingBackward is their backward from dy [rows, dim]: dw [num, dim]
 // (0: skipped) each row the sum of dy over the rows whose id names it, in
 // order, and dpos [t, dim] (0: skipped) the sum of dy over the batch, in
-// order, set or with accumulate added to; bit for bit nn's. No atomics:
-// a warp per table row and 32 of its values finds the rows naming it
-// (a ballot over 32 ids at a time, rows num dim / 32 comparisons in all)
-// and adds them in order. The rows of the most frequent id are one
-// thread's serial sum (nn's order), so a skewed batch waits for it.
+// order, set or with accumulate added to; bit for bit nn's. No atomics,
+// and work in rows dim + num dim (not rows num): the rows are sorted by
+// id first (a stable radix sort on the device, embedSortPasses passes of
+// embedRadixBits bits, in the stream's scratch: embedScratch bytes), then
+// a warp per table row and 32 of its values adds that row's dy rows in
+// increasing order (rows.cu). A row whose id names no table row adds to
+// none (Embedding gives it NaNs). The rows of the most frequent id are
+// one thread's serial sum (nn's order), so a skewed batch waits for it.
 func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, rows, num, dim, t int, accumulate bool) error {
 	if err := embedCheck("EmbeddingBackward", rows, num, dim, t); err != nil {
 		return err
 	}
 	if dw != 0 {
-		// a warp per table row and 32 of its values (64 a block)
-		cfg := rtc.Config{Grid: rtc.Dim3{X: (dim + 63) / 64, Y: min(num, 65535), Z: 1}, Block: rtc.Dim(64)}
-		if err := k.launch("gd_embed_backward", s, cfg, rw(int64(rows)*int64(dim)+int64(rows), int64(num)*int64(dim)), dw, dy, ids, int32(rows), int32(num), int32(dim), b32(accumulate)); err != nil {
+		if err := k.embedWeightGrad(s, dw, dy, ids, rows, num, dim, accumulate); err != nil {
 			return err
 		}
 	}
@@ -112,6 +113,81 @@ func (k *Kernels) EmbeddingBackward(s *cuda.Stream, dw, dpos, dy, ids uintptr, r
 		return nil
 	}
 	return k.launch("gd_pos_backward", s, grid64(int64(t)*int64(dim)), rw(int64(rows)*int64(dim), int64(t)*int64(dim)), dpos, dy, int32(rows/t), int32(t), int32(dim), b32(accumulate))
+}
+
+// embedRadixBits is the digit of the embedding gradient's sort
+// (EMBED_RADIX_BITS in rows.cu, which Programs defines from it): a
+// block's counts of each digit for each of its warps are in shared
+// memory (Block / 32 x 2^embedRadixBits ints).
+const embedRadixBits = 8
+
+// embedSortPasses is the sort's passes for a table of num rows: one a
+// digit of num - 1 (at least one).
+func embedSortPasses(num int) int {
+	p := 0
+	for v := num - 1; v > 0; v >>= embedRadixBits {
+		p++
+	}
+	return max(p, 1)
+}
+
+// embedScratch is the bytes of the sort's scratch for rows rows: two
+// key and position arrays (each pass reads one pair, writes the other)
+// and the blocks' digit counts.
+func embedScratch(rows int) int64 {
+	return 4 * (4*int64(rows) + embedHist(rows))
+}
+
+// embedHist is the blocks' digit counts (ints): a block of Block rows.
+func embedHist(rows int) int64 {
+	return int64((rows+Block-1)/Block) << embedRadixBits
+}
+
+// embedWeightGrad is EmbeddingBackward's dw: the sort, then the sums.
+func (k *Kernels) embedWeightGrad(s *cuda.Stream, dw, dy, ids uintptr, rows, num, dim int, accumulate bool) error {
+	r, n := int64(rows), int64(num)*int64(dim)
+	// the sums: dy once, the sorted positions and keys (each table row's
+	// bounds searched in the keys: cached, counted once), dw (read too
+	// when accumulating)
+	sums := rw(r*int64(dim)+2*r, n)
+	if accumulate {
+		sums.r += 4 * n
+	}
+	rowsCfg := rtc.Config{Grid: rtc.Dim3{X: (dim + 31) / 32, Y: min((num+Block/32-1)/(Block/32), 65535), Z: 1}, Block: rtc.Dim3{X: 32, Y: Block / 32, Z: 1}}
+	if rows == 0 {
+		return k.launch("gd_embed_rows", s, rowsCfg, sums, dw, dy, ids, uintptr(0), uintptr(0), int32(0), int32(num), int32(dim), b32(accumulate))
+	}
+	blocks, hist := (rows+Block-1)/Block, embedHist(rows)
+	cfg := rtc.Config{Grid: rtc.Dim(blocks), Block: rtc.Dim(Block)}
+	return k.withScratch(s, int(embedScratch(rows)), func(ws uintptr) error {
+		a, b := [2]uintptr{ws, ws + uintptr(4*r)}, [2]uintptr{ws + uintptr(8*r), ws + uintptr(12*r)} // keys, positions
+		h := ws + uintptr(16*r)
+		in := [2]uintptr{} // pass 0 reads the ids
+		out := a
+		for p := range embedSortPasses(num) {
+			shift := int32(p * embedRadixBits)
+			inR := r // the ids, or the keys and positions
+			if p > 0 {
+				inR = 2 * r
+			}
+			if err := k.launch("gd_embed_hist", s, cfg, rw(r, hist), h, ids, in[0], int32(rows), int32(num), shift); err != nil {
+				return err
+			}
+			if err := k.launch("gd_embed_scan", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, rw(hist, hist), h, int32(hist)); err != nil {
+				return err
+			}
+			if err := k.launch("gd_embed_scatter", s, cfg, rw(inR+hist, 2*r), out[0], out[1], h, ids, in[0], in[1], int32(rows), int32(num), shift); err != nil {
+				return err
+			}
+			in = out
+			if out == a {
+				out = b
+			} else {
+				out = a
+			}
+		}
+		return k.launch("gd_embed_rows", s, rowsCfg, sums, dw, dy, ids, in[0], in[1], int32(rows), int32(num), int32(dim), b32(accumulate))
+	})
 }
 
 // Add sets y = a + b over n elements: nn's Residual (x + fn(x)), and in

@@ -679,3 +679,85 @@ func TestAuditFused(t *testing.T) {
 		t.Log("\n" + tab)
 	}
 }
+
+// auditEmbeddingGrad checks the embedding weight gradient's launches
+// (EmbeddingBackward's dw, accumulated as gpu/devmodel's plan runs it)
+// for rows positions and a table of num x dim: per pass of the sort (one
+// a byte of num - 1) a histogram, a scan and a scatter, then the sums;
+// the bytes each moves: the sort the ids (or the keys and positions) and
+// the blocks' digit counts, the sums dy once, the sorted keys and
+// positions once and the table read and written. Nothing in
+// rows x num: the old kernel read every id once per table row and 32
+// values (rows num dim / 32 ids). It returns the bytes and launches.
+func auditEmbeddingGrad(t *testing.T, recs []auditRec, rows, num, dim int) (bytes int64, launches int) {
+	t.Helper()
+	passes := 0
+	for v := num - 1; v > 0; v >>= 8 {
+		passes++
+	}
+	passes = max(passes, 1)
+	r, hist := int64(rows), int64((rows+255)/256)*256
+	want := map[string][2]int64{}
+	add := func(name string, rd, wr int64) {
+		w := want[name]
+		want[name] = [2]int64{w[0] + 4*rd, w[1] + 4*wr}
+	}
+	for p := range passes {
+		in := r
+		if p > 0 {
+			in = 2 * r
+		}
+		add("gd_embed_hist", r, hist)
+		add("gd_embed_scan", hist, hist)
+		add("gd_embed_scatter", in+hist, 2*r)
+	}
+	nd := int64(num) * int64(dim)
+	add("gd_embed_rows", r*int64(dim)+2*r+nd, nd)
+	got, count := map[string][2]int64{}, map[string]int{}
+	for _, rec := range recs {
+		if rec.kind != "embedding" || !rec.bwd || rec.kernel == "gd_pos_backward" {
+			continue
+		}
+		g := got[rec.kernel]
+		got[rec.kernel] = [2]int64{g[0] + rec.r, g[1] + rec.w}
+		count[rec.kernel]++
+		bytes += rec.r + rec.w
+		launches++
+		if rec.flagged() {
+			t.Errorf("embedding gradient (%d positions, table %d x %d): %s in %d blocks moves %d bytes", rows, num, dim, rec.kernel, rec.blocks(), rec.r+rec.w)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("embedding gradient (%d positions, table %d x %d): bytes read, written %v, want %v", rows, num, dim, got, want)
+	}
+	if wantN := map[string]int{"gd_embed_hist": passes, "gd_embed_scan": passes, "gd_embed_scatter": passes, "gd_embed_rows": 1}; fmt.Sprint(count) != fmt.Sprint(wantN) {
+		t.Errorf("embedding gradient (%d positions, table %d x %d): launches %v, want %v", rows, num, dim, count, wantN)
+	}
+	return bytes, launches
+}
+
+// TestAuditEmbedding: the embedding gradient's launches and bytes at the
+// zoo gpt's byte vocabulary (TestAudit's GPT-2 small step at batch 8)
+// and at GPT-2's vocabulary (50257) at the same batch: 4 and 7 launches,
+// the bytes dy, the table and O(rows) for the sort, against the old
+// kernel's id reads (rows num dim / 32 ids from L2: 0.2 GB and 40 GB).
+func TestAuditEmbedding(t *testing.T) {
+	const rows, dim = 8 * 1024, 768
+	recs := auditStep(t, "gpt-L12-D768-H12-T1024", 8)
+	b256, n256 := auditEmbeddingGrad(t, recs, rows, 256, dim)
+	a := newAuditor()
+	a.kind, a.bwd = "embedding", true
+	must(a.k.EmbeddingBackward(nil, fake, fake, fake, fake, rows, 50257, dim, 1024, true))
+	bGPT2, nGPT2 := auditEmbeddingGrad(t, a.recs, rows, 50257, dim)
+	if n256 != 4 || nGPT2 != 7 {
+		t.Errorf("embedding gradient: %d and %d launches, want 4 and 7", n256, nGPT2)
+	}
+	for _, c := range []struct {
+		num   int
+		bytes int64
+	}{{256, b256}, {50257, bGPT2}} {
+		old := 4 * float64(rows) * float64(c.num) * dim / 32
+		t.Logf("embedding gradient, %d positions, table %d x %d: %.1f MB, ideal %.1f us at an H100's bandwidth (the old kernel's id reads alone: %.2f GB)",
+			rows, c.num, dim, float64(c.bytes)/1e6, float64(c.bytes)/auditBandwidth*1e6, old/1e9)
+	}
+}

@@ -16,11 +16,11 @@ import (
 // use each row in order (no atomics), the position's over the batch in
 // order. An id outside the table gives a row of NaNs (nn refuses it).
 // Widths 12 (four values a thread), 5 and 12 into an output 4 bytes off
-// 16-byte alignment (one a thread); 15 rows, and 45 (the gradient's
-// warps read the ids in two rounds of 32) with widths of 12 and 70 (a
-// block of two warps, the second with no values); 600 rows (the
-// gradient's warps read the ids in 3 rounds of 256, an id matching 40
-// and more rows of a round: loaded in groups of 32).
+// 16-byte alignment (one a thread); 15 rows, and 45 with widths of 12
+// and 70 (the gradient's warps of 32 values, the third part-filled); 600
+// rows (the gradient's sort in 3 blocks of 256 positions, an id naming
+// 40 and more rows: their values loaded in groups of 32).
+// TestEmbeddingGradVocab: larger tables.
 func TestEmbedding(t *testing.T) {
 	for _, c := range []struct{ n, dim, shift int }{{3, 12, 0}, {3, 5, 0}, {3, 12, 1}, {9, 12, 0}, {9, 70, 0}, {120, 12, 0}} {
 		t.Run(fmt.Sprintf("%dx%d+%d", c.n, c.dim, c.shift), func(t *testing.T) { testEmbedding(t, c.n, c.dim, c.shift) })

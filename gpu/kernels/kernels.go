@@ -80,7 +80,7 @@ func Programs() []Program {
 		{"gdist_conv.cu", ConvSource, []string{"--fmad=false"},
 			[]string{"gd_im2col", "gd_col2im", "gd_nchw_to_cnhw", "gd_channel_bias", "gd_maxpool2x2", "gd_maxpool2x2_backward"}},
 		{"gdist_pointwise.cu", PointwiseSource, []string{"--fmad=false"}, pointwiseKernels},
-		{"gdist_rows.cu", RowsSource, []string{"--fmad=false", block}, rowsKernels},
+		{"gdist_rows.cu", RowsSource, []string{"--fmad=false", block, fmt.Sprintf("-DEMBED_RADIX_BITS=%d", embedRadixBits)}, rowsKernels},
 		fusedProgram(), // attention_fused.go
 	}
 }

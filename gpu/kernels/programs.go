@@ -15,7 +15,7 @@ var (
 		"gd_bias_gelu", "gd_bias_gelu4", "gd_bias_residual", "gd_bias_residual4"}
 	rowsKernels = append([]string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
 		"gd_causal_softmax", "gd_causal_softmax_backward",
-		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_backward", "gd_gelu_bias_backward", "gd_col_finish_w",
+		"gd_sumsq", "gd_clip_finish", "gd_col_partial", "gd_col_finish", "gd_embed_hist", "gd_embed_scan", "gd_embed_scatter", "gd_embed_rows", "gd_gelu_bias_backward", "gd_col_finish_w",
 		"gd_layernorm_backward_cols_r2", "gd_layernorm_backward_cols_r4", "gd_layernorm_backward_cols_r8",
 		"gd_layernorm_backward_cols_r16", "gd_layernorm_backward_cols_r24", "gd_layernorm_backward_cols_r32"}, regKernels()...)
 )

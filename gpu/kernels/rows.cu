@@ -271,53 +271,171 @@ extern "C" __global__ void gd_gelu_bias_backward(float *dx, unsigned short *dx16
 // ---- the embedding's gradient (nn.Embedding) ----
 
 // dw[v] (+)= the sum over the rows r with ids[r] = v, in order, of dy[r]
-// (dy [rows, dim]): nn's sum, bit for bit, without atomics. Each warp
-// takes a table row v (blockIdx.y, striding past the grid) and 32 of its
-// values (its lanes; two warps a block). It reads the ids EMBED_R rounds
-// of 32 at a time (the rounds' loads independent, in flight together),
-// ballots give the rows that name v in order, which the warp lists in
-// shared memory; then it loads the listed rows' values 32 rows at a time
-// (a lane's 32 loads in flight together) and adds them in order. A round
-// of the warp's loop used to be one id load, a ballot and, where a row
-// matched, a load from memory waited for before the next round: about a
-// memory latency a round, rows / 32 rounds one after another, so the
-// kernel took the latency of its slowest warp's rounds (0.36 ms a step
-// of GPT-2 small on an H200, against its bytes' 0.005 ms); now a round
-// of EMBED_R x 32 rows waits for one id load and a load of each 32
-// matching rows.
-#define EMBED_R 8
-extern "C" __global__ void gd_embed_backward(float *dw, const float *dy, const float *ids, int rows, int num, int dim,
-					     int accumulate) {
-	__shared__ int list[2][32 * EMBED_R]; // each warp's matching rows of a round, in order
-	int lane = threadIdx.x & 31, d = blockIdx.x * blockDim.x + threadIdx.x;
-	if (d - lane >= dim) return; // the whole warp: none of its values exist
-	int *li = list[(threadIdx.x >> 5) & 1];
-	for (int v = blockIdx.y; v < num; v += gridDim.y) {
+// (dy [rows, dim]): nn's sum, bit for bit, without atomics, in
+// O(rows dim + num dim) work: a stable sort of the rows by id, then a
+// warp per table row and 32 of its values adding that row's dy rows in
+// the sorted (increasing) order. The sort is an LSD radix sort of the
+// keys (the id; a row whose id is not an integer in [0, num) gets key 0
+// and is skipped by table row 0's warps, as nn's forward gives it NaNs)
+// by EMBED_RADIX_BITS-bit digits, a pass a digit of num - 1 (one pass for
+// a byte vocabulary, two for GPT-2's 50257): per pass gd_embed_hist (each
+// block's digit counts, a block of BLOCK rows), gd_embed_scan (their
+// exclusive sums, digit-major: every block's place for each digit) and
+// gd_embed_scatter (each row to its place; within a block the warps'
+// rows in order and each warp's lanes in order: stable). No atomics:
+// a warp finds its lanes of one digit by EMBED_RADIX_BITS ballots.
+// Then gd_embed_rows: the table row v's rows are [lower_bound(v),
+// lower_bound(v + 1)) of the sorted keys, in increasing row order.
+
+#ifndef EMBED_RADIX_BITS
+#define EMBED_RADIX_BITS 8
+#endif
+#define EMBED_RADIX (1 << EMBED_RADIX_BITS)
+#if BLOCK % 32 != 0 || BLOCK < 32
+#error "the embedding sort's blocks (BLOCK) must be whole warps"
+#endif
+#if EMBED_RADIX_BITS < 1 || EMBED_RADIX_BITS > 10
+#error "EMBED_RADIX_BITS: a block's digit counts for each warp are in shared memory"
+#endif
+
+// The key of row r: ids[r] when it names a row, else 0 (pass 0), or
+// the key the previous pass placed at r.
+__device__ int embed_key(const float *ids, const int *kin, int r, int num) {
+	if (kin) return kin[r];
+	long long v = embed_row(ids[r], num);
+	return v < 0 ? 0 : (int)v;
+}
+
+// The lanes of this warp with this lane's digit (in: this lane has a
+// row): the mask of them, over EMBED_RADIX_BITS ballots.
+__device__ unsigned embed_peers(int digit, bool in) {
+	unsigned m = __ballot_sync(FULL, in);
+#pragma unroll
+	for (int b = 0; b < EMBED_RADIX_BITS; b++) {
+		unsigned o = __ballot_sync(FULL, (digit >> b) & 1);
+		m &= (digit >> b & 1) ? o : ~o;
+	}
+	return in ? m : 0u;
+}
+
+// cnt[w][d]: the rows of warp w of this block with digit d (w < BLOCK /
+// 32); each warp's lowest lane of a digit writes it.
+__device__ void embed_warp_counts(int (*cnt)[EMBED_RADIX], int digit, bool in, unsigned *peers) {
+	for (int i = threadIdx.x; i < (BLOCK / 32) * EMBED_RADIX; i += BLOCK) cnt[i / EMBED_RADIX][i % EMBED_RADIX] = 0;
+	__syncthreads();
+	int lane = threadIdx.x & 31;
+	unsigned m = embed_peers(digit, in);
+	if (in && (m & ((1u << lane) - 1u)) == 0) cnt[threadIdx.x >> 5][digit] = __popc(m);
+	*peers = m;
+	__syncthreads();
+}
+
+// hist[d B + b] = the rows of block b (rows [b BLOCK, (b + 1) BLOCK))
+// whose key has digit d at shift; B = gridDim.x.
+extern "C" __global__ void gd_embed_hist(int *hist, const float *ids, const int *kin, int rows, int num, int shift) {
+	__shared__ int cnt[BLOCK / 32][EMBED_RADIX];
+	int r = blockIdx.x * BLOCK + threadIdx.x;
+	bool in = r < rows;
+	int digit = in ? embed_key(ids, kin, r, num) >> shift & (EMBED_RADIX - 1) : 0;
+	unsigned m;
+	embed_warp_counts(cnt, digit, in, &m);
+	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) {
+		int s = 0;
+		for (int w = 0; w < BLOCK / 32; w++) s += cnt[w][d];
+		hist[(long long)d * gridDim.x + blockIdx.x] = s;
+	}
+}
+
+// hist[0..n) becomes its exclusive prefix sums, in place: one block, a
+// thread a contiguous segment of it.
+extern "C" __global__ void gd_embed_scan(int *hist, int n) {
+	__shared__ int warps[BLOCK / 32];
+	int t = threadIdx.x, lane = t & 31, per = (n + BLOCK - 1) / BLOCK;
+	int lo = min(n, t * per), hi = min(n, lo + per);
+	int s = 0;
+	for (int i = lo; i < hi; i++) s += hist[i];
+	int x = s; // the warp's inclusive sums, then the block's
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		int y = __shfl_up_sync(FULL, x, o);
+		if (lane >= o) x += y;
+	}
+	if (lane == 31) warps[t >> 5] = x;
+	__syncthreads();
+	int base = 0;
+	for (int w = 0; w < (t >> 5); w++) base += warps[w];
+	int run = base + x - s; // before this thread's segment
+	for (int i = lo; i < hi; i++) {
+		int c = hist[i];
+		hist[i] = run;
+		run += c;
+	}
+}
+
+// Every row of block b to its place: off[d B + b] (gd_embed_scan's) plus
+// the rows of digit d before it in the block (earlier warps, then
+// earlier lanes); kout, pout get its key and its row (pin's, or r).
+extern "C" __global__ void gd_embed_scatter(int *kout, int *pout, const int *off, const float *ids, const int *kin,
+					    const int *pin, int rows, int num, int shift) {
+	__shared__ int cnt[BLOCK / 32][EMBED_RADIX];
+	int r = blockIdx.x * BLOCK + threadIdx.x, lane = threadIdx.x & 31;
+	bool in = r < rows;
+	int key = in ? embed_key(ids, kin, r, num) : 0, digit = key >> shift & (EMBED_RADIX - 1);
+	unsigned m;
+	embed_warp_counts(cnt, digit, in, &m);
+	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) {
+		int run = off[(long long)d * gridDim.x + blockIdx.x];
+		for (int w = 0; w < BLOCK / 32; w++) {
+			int c = cnt[w][d];
+			cnt[w][d] = run;
+			run += c;
+		}
+	}
+	__syncthreads();
+	if (in) {
+		int to = cnt[threadIdx.x >> 5][digit] + __popc(m & ((1u << lane) - 1u));
+		kout[to] = key;
+		pout[to] = pin ? pin[r] : r;
+	}
+}
+
+// The first of keys[0..n) (sorted) not below v.
+__device__ int embed_lower(const int *keys, int n, int v) {
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = (lo + hi) >> 1;
+		if (keys[mid] < v) lo = mid + 1;
+		else hi = mid;
+	}
+	return lo;
+}
+
+// dw[v, d] (+)= the sum of dy[pos[i], d] over the sorted rows i of key v,
+// in order: a warp (threadIdx.y) per table row v and 32 values (its
+// lanes: d = blockIdx.x 32 + lane), BLOCK / 32 table rows a block,
+// striding past the grid. It loads 32 of the row's positions at a time,
+// then their 32 values (a lane's loads in flight together), then adds
+// them in order. Table row 0's warps skip the rows whose id names no row
+// (their key is 0 too).
+extern "C" __global__ void gd_embed_rows(float *dw, const float *dy, const float *ids, const int *keys, const int *pos, int rows,
+					 int num, int dim, int accumulate) {
+	int lane = threadIdx.x, d = blockIdx.x * 32 + lane;
+	for (int v = blockIdx.y * (BLOCK / 32) + threadIdx.y; v < num; v += gridDim.y * (BLOCK / 32)) {
+		int lo = embed_lower(keys, rows, v), hi = embed_lower(keys, rows, v + 1);
 		float s = 0.0f;
-		for (int base = 0; base < rows; base += 32 * EMBED_R) {
-			float id[EMBED_R];
+		for (int g = lo; g < hi; g += 32) {
+			int cnt = min(32, hi - g);
+			int p = lane < cnt ? pos[g + lane] : 0;
+			unsigned ok = __ballot_sync(FULL, lane < cnt && (v != 0 || embed_row(ids[p], num) == 0));
+			float t[32];
 #pragma unroll
-			for (int j = 0; j < EMBED_R; j++) {
-				int r = base + 32 * j + lane;
-				id[j] = r < rows ? ids[r] : -1.0f;
+			for (int q = 0; q < 32; q++) {
+				long long rq = __shfl_sync(FULL, p, q);
+				t[q] = (ok >> q & 1) && d < dim ? dy[rq * dim + d] : 0.0f;
 			}
-			int cnt = 0;
 #pragma unroll
-			for (int j = 0; j < EMBED_R; j++) {
-				unsigned m = __ballot_sync(FULL, embed_row(id[j], num) == v);
-				if (m >> lane & 1) li[cnt + __popc(m & ((1u << lane) - 1u))] = base + 32 * j + lane;
-				cnt += __popc(m);
-			}
-			__syncwarp();
-			for (int g = 0; g < cnt; g += 32) {
-				float t[32];
-#pragma unroll
-				for (int q = 0; q < 32; q++) t[q] = g + q < cnt && d < dim ? dy[(long long)li[g + q] * dim + d] : 0.0f;
-#pragma unroll
-				for (int q = 0; q < 32; q++)
-					if (g + q < cnt) s = s + t[q];
-			}
-			__syncwarp(); // the list read before the next round writes it
+			for (int q = 0; q < 32; q++)
+				if (ok >> q & 1) s = s + t[q];
 		}
 		if (d < dim) {
 			long long o = (long long)v * dim + d;
