@@ -35,9 +35,10 @@
 // caller's: each layer says how much (ConvGeom.Workspace,
 // BatchNormWorkspace, AttentionGeom.Workspace and Probs, ClipWorkspace)
 // and what it keeps from forward to backward; only the two-stage sums'
-// partial sums (below) live in scratch that Kernels keeps per stream
-// (512 KiB at a stream's first such launch, grown if ever needed, held
-// until Kernels.Close). The tests
+// partial sums and the embedding gradient's sort (below; 16 bytes a
+// position and 1 KiB a block of 256: 160 KiB at 8192 positions) live in
+// scratch that Kernels keeps per stream (512 KiB at a stream's first
+// such launch, grown if ever needed, held until Kernels.Close). The tests
 // TestMLPMatchesCPU and TestCNNMatchesCPU train models' mlp, cnn and
 // cnn-bn this way and follow the CPU path (nn through gorgonia, optim's
 // SGD) step by step; TestGPTBlock composes a transformer layer.
