@@ -286,6 +286,12 @@ extern "C" __global__ void gd_gelu_bias_backward(float *dx, unsigned short *dx16
 // a warp finds its lanes of one digit by EMBED_RADIX_BITS ballots.
 // Then gd_embed_rows: the table row v's rows are [lower_bound(v),
 // lower_bound(v + 1)) of the sorted keys, in increasing row order.
+// It replaced gd_embed_backward, whose warps each scanned all the ids
+// (rows num dim / 32 id reads: 0.2 GB a GPT-2 small b8 step at a byte
+// vocabulary, 40 GB at GPT-2's); not kept for small tables: there its
+// warps waited rows / 256 rounds of id loads before their sums, which
+// gd_embed_rows does without, against the sort's three small launches
+// (an estimate: no GPU timed either).
 
 #ifndef EMBED_RADIX_BITS
 #define EMBED_RADIX_BITS 8
@@ -347,7 +353,9 @@ extern "C" __global__ void gd_embed_hist(int *hist, const float *ids, const int 
 }
 
 // hist[0..n) becomes its exclusive prefix sums, in place: one block, a
-// thread a contiguous segment of it.
+// thread a contiguous segment of it. n is EMBED_RADIX a block of BLOCK rows
+// (8192 at 8192 rows: 32 KiB); past about 130000 rows (1 MiB moved)
+// one block is too few (TestAudit would flag it): a multi-block scan.
 extern "C" __global__ void gd_embed_scan(int *hist, int n) {
 	__shared__ int warps[BLOCK / 32];
 	int t = threadIdx.x, lane = t & 31, per = (n + BLOCK - 1) / BLOCK;
