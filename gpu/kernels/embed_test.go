@@ -13,7 +13,8 @@ import (
 // of the rows by id on the device, then each table row's dy rows added
 // in increasing order) is nn's bit for bit, set and accumulated, at a
 // byte vocabulary (256: one pass of the sort) and at GPT-2's (50257: two
-// passes; 70000: three), with ids repeated many times (one id a third of
+// passes; 70000: three; 524300: three, and more table rows than the
+// sums' grid covers), with ids repeated many times (one id a third of
 // the rows, a 1000-row run of one id), ids never used (rows of zeros, or
 // left as they were when accumulating), rows in several blocks of the
 // sort (600: 3 blocks of 256) and widths with a part-filled warp (33).
@@ -24,6 +25,7 @@ func TestEmbeddingGradVocab(t *testing.T) {
 	}{
 		{256, 120, 5, 12, false}, {256, 20, 30, 33, true}, {256, 1, 1000, 3, true},
 		{50257, 2, 37, 5, false}, {50257, 10, 60, 3, true}, {70000, 3, 11, 2, false}, {1, 4, 3, 2, false},
+		{8*65535 + 20, 1, 7, 1, false}, // the sums' grid strides: table rows past 65535 blocks of 8
 	} {
 		t.Run(fmt.Sprintf("V%d-%dx%dx%d-skew%v", c.num, c.n, c.tt, c.dim, c.skew), func(t *testing.T) {
 			ids := make([]float32, c.n*c.tt)
