@@ -131,6 +131,20 @@ func embedSortPasses(num int) int {
 	return max(p, 1)
 }
 
+// embedSortBlocks caps the sort's blocks: past it a block takes several
+// rounds of Block rows, so that the blocks' digit counts, which one block
+// scans, stay at most embedSortBlocks x 2^embedRadixBits ints (512 KiB,
+// read and written: the audit's 1 MiB) however many the rows, while a
+// sort of that many rows still has about 4 blocks an SM of an H100.
+const embedSortBlocks = 512
+
+// embedSortGrid is the sort's blocks for rows rows and its rounds of
+// Block rows (rows.cu's embed_rounds shares them out).
+func embedSortGrid(rows int) (blocks, rounds int) {
+	rounds = max(1, (rows+Block-1)/Block)
+	return min(rounds, embedSortBlocks), rounds
+}
+
 // embedScratch is the bytes of the sort's scratch for rows rows: two
 // key and position arrays (each pass reads one pair, writes the other)
 // and the blocks' digit counts.
@@ -138,9 +152,10 @@ func embedScratch(rows int) int64 {
 	return 4 * (4*int64(rows) + embedHist(rows))
 }
 
-// embedHist is the blocks' digit counts (ints): a block of Block rows.
+// embedHist is the blocks' digit counts (ints).
 func embedHist(rows int) int64 {
-	return int64((rows+Block-1)/Block) << embedRadixBits
+	blocks, _ := embedSortGrid(rows)
+	return int64(blocks) << embedRadixBits
 }
 
 // embedWeightGrad is EmbeddingBackward's dw: the sort, then the sums.
@@ -157,7 +172,8 @@ func (k *Kernels) embedWeightGrad(s *cuda.Stream, dw, dy, ids uintptr, rows, num
 	if rows == 0 {
 		return k.launch("gd_embed_rows", s, rowsCfg, sums, dw, dy, ids, uintptr(0), uintptr(0), int32(0), int32(num), int32(dim), b32(accumulate))
 	}
-	blocks, hist := (rows+Block-1)/Block, embedHist(rows)
+	blocks, rounds := embedSortGrid(rows)
+	hist := embedHist(rows)
 	cfg := rtc.Config{Grid: rtc.Dim(blocks), Block: rtc.Dim(Block)}
 	return k.withScratch(s, int(embedScratch(rows)), func(ws uintptr) error {
 		a, b := [2]uintptr{ws, ws + uintptr(4*r)}, [2]uintptr{ws + uintptr(8*r), ws + uintptr(12*r)} // keys, positions
@@ -170,13 +186,13 @@ func (k *Kernels) embedWeightGrad(s *cuda.Stream, dw, dy, ids uintptr, rows, num
 			if p > 0 {
 				inR = 2 * r
 			}
-			if err := k.launch("gd_embed_hist", s, cfg, rw(r, hist), h, ids, in[0], int32(rows), int32(num), shift); err != nil {
+			if err := k.launch("gd_embed_hist", s, cfg, rw(r, hist), h, ids, in[0], int32(rows), int32(num), shift, int32(rounds)); err != nil {
 				return err
 			}
 			if err := k.launch("gd_embed_scan", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(Block)}, rw(hist, hist), h, int32(hist)); err != nil {
 				return err
 			}
-			if err := k.launch("gd_embed_scatter", s, cfg, rw(inR+hist, 2*r), out[0], out[1], h, ids, in[0], in[1], int32(rows), int32(num), shift); err != nil {
+			if err := k.launch("gd_embed_scatter", s, cfg, rw(inR+hist, 2*r), out[0], out[1], h, ids, in[0], in[1], int32(rows), int32(num), shift, int32(rounds)); err != nil {
 				return err
 			}
 			in = out

@@ -689,14 +689,15 @@ func TestAuditFused(t *testing.T) {
 // positions once and the table read and written. Nothing in
 // rows x num: the old kernel read every id once per table row and 32
 // values (rows num dim / 32 ids). It returns the bytes and launches.
-func auditEmbeddingGrad(t *testing.T, recs []auditRec, rows, num, dim int) (bytes int64, launches int) {
+func auditEmbeddingGrad(t *testing.T, recs []auditRec, rows, num, dim int, accumulate bool) (bytes int64, launches int) {
 	t.Helper()
 	passes := 0
 	for v := num - 1; v > 0; v >>= 8 {
 		passes++
 	}
 	passes = max(passes, 1)
-	r, hist := int64(rows), int64((rows+255)/256)*256
+	blocks := min((rows+255)/256, 512) // rounds of 256 rows a block past 512 blocks
+	r, hist := int64(rows), int64(blocks)*256
 	want := map[string][2]int64{}
 	add := func(name string, rd, wr int64) {
 		w := want[name]
@@ -712,7 +713,10 @@ func auditEmbeddingGrad(t *testing.T, recs []auditRec, rows, num, dim int) (byte
 		add("gd_embed_scatter", in+hist, 2*r)
 	}
 	nd := int64(num) * int64(dim)
-	add("gd_embed_rows", r*int64(dim)+2*r+nd, nd)
+	add("gd_embed_rows", r*int64(dim)+2*r, nd)
+	if accumulate {
+		add("gd_embed_rows", nd, 0)
+	}
 	got, count := map[string][2]int64{}, map[string]int{}
 	for _, rec := range recs {
 		if rec.kind != "embedding" || !rec.bwd || rec.kernel == "gd_pos_backward" {
@@ -744,11 +748,22 @@ func auditEmbeddingGrad(t *testing.T, recs []auditRec, rows, num, dim int) (byte
 func TestAuditEmbedding(t *testing.T) {
 	const rows, dim = 8 * 1024, 768
 	recs := auditStep(t, "gpt-L12-D768-H12-T1024", 8)
-	b256, n256 := auditEmbeddingGrad(t, recs, rows, 256, dim)
+	b256, n256 := auditEmbeddingGrad(t, recs, rows, 256, dim, true)
 	a := newAuditor()
 	a.kind, a.bwd = "embedding", true
 	must(a.k.EmbeddingBackward(nil, fake, fake, fake, fake, rows, 50257, dim, 1024, true))
-	bGPT2, nGPT2 := auditEmbeddingGrad(t, a.recs, rows, 50257, dim)
+	bGPT2, nGPT2 := auditEmbeddingGrad(t, a.recs, rows, 50257, dim, true)
+	// batch 256: the sort's blocks take rounds (1024 blocks of 256 rows
+	// would be 1024 x 256 counts for one block to scan): 512 blocks of 2
+	a = newAuditor()
+	a.kind, a.bwd = "embedding", true
+	must(a.k.EmbeddingBackward(nil, fake, fake, fake, fake, 32*rows, 50257, dim, 1024, false))
+	auditEmbeddingGrad(t, a.recs, 32*rows, 50257, dim, false)
+	for _, r := range a.recs {
+		if r.kernel == "gd_embed_hist" && r.grid.X != 512 {
+			t.Errorf("embedding gradient at %d positions: the sort in %d blocks, want 512 of 2 rounds", 32*rows, r.grid.X)
+		}
+	}
 	if n256 != 4 || nGPT2 != 7 {
 		t.Errorf("embedding gradient: %d and %d launches, want 4 and 7", n256, nGPT2)
 	}

@@ -17,7 +17,8 @@ import (
 // sums' grid covers), with ids repeated many times (one id a third of
 // the rows, a 1000-row run of one id), ids never used (rows of zeros, or
 // left as they were when accumulating), rows in several blocks of the
-// sort (600: 3 blocks of 256) and widths with a part-filled warp (33).
+// sort (600: 3 blocks of 256; 140000: 512 blocks of 1 or 2 rounds of
+// 256) and widths with a part-filled warp (33).
 func TestEmbeddingGradVocab(t *testing.T) {
 	for _, c := range []struct {
 		num, n, tt, dim int
@@ -26,6 +27,7 @@ func TestEmbeddingGradVocab(t *testing.T) {
 		{256, 120, 5, 12, false}, {256, 20, 30, 33, true}, {256, 1, 1000, 3, true},
 		{50257, 2, 37, 5, false}, {50257, 10, 60, 3, true}, {70000, 3, 11, 2, false}, {1, 4, 3, 2, false},
 		{8*65535 + 20, 1, 7, 1, false}, // the sums' grid strides: table rows past 65535 blocks of 8
+		{300, 1, 140000, 1, true},      // 547 rounds of 256 rows: the sort's 512 blocks take 1 or 2
 	} {
 		t.Run(fmt.Sprintf("V%d-%dx%dx%d-skew%v", c.num, c.n, c.tt, c.dim, c.skew), func(t *testing.T) {
 			ids := make([]float32, c.n*c.tt)

@@ -279,7 +279,8 @@ extern "C" __global__ void gd_gelu_bias_backward(float *dx, unsigned short *dx16
 // and is skipped by table row 0's warps, as nn's forward gives it NaNs)
 // by EMBED_RADIX_BITS-bit digits, a pass a digit of num - 1 (one pass for
 // a byte vocabulary, two for GPT-2's 50257): per pass gd_embed_hist (each
-// block's digit counts, a block of BLOCK rows), gd_embed_scan (their
+// block's digit counts, a block of BLOCK rows or, past embedSortBlocks
+// (act.go) of them, of several rounds of BLOCK), gd_embed_scan (their
 // exclusive sums, digit-major: every block's place for each digit) and
 // gd_embed_scatter (each row to its place; within a block the warps'
 // rows in order and each warp's lanes in order: stable). No atomics:
@@ -336,26 +337,38 @@ __device__ void embed_warp_counts(int (*cnt)[EMBED_RADIX], int digit, bool in, u
 	__syncthreads();
 }
 
-// hist[d B + b] = the rows of block b (rows [b BLOCK, (b + 1) BLOCK))
-// whose key has digit d at shift; B = gridDim.x.
-extern "C" __global__ void gd_embed_hist(int *hist, const float *ids, const int *kin, int rows, int num, int shift) {
+// Block b's rows are the rounds [b R / B, (b + 1) R / B) of BLOCK rows
+// (R = rounds, the rows' BLOCKs; B = gridDim.x): one each, or as evenly
+// as whole rounds go when R > B.
+__device__ void embed_rounds(int rounds, long long *lo, long long *hi) {
+	*lo = (long long)blockIdx.x * rounds / gridDim.x;
+	*hi = (long long)(blockIdx.x + 1) * rounds / gridDim.x;
+}
+
+// hist[d B + b] = the rows of block b whose key has digit d at shift.
+extern "C" __global__ void gd_embed_hist(int *hist, const float *ids, const int *kin, int rows, int num, int shift, int rounds) {
 	__shared__ int cnt[BLOCK / 32][EMBED_RADIX];
-	int r = blockIdx.x * BLOCK + threadIdx.x;
-	bool in = r < rows;
-	int digit = in ? embed_key(ids, kin, r, num) >> shift & (EMBED_RADIX - 1) : 0;
-	unsigned m;
-	embed_warp_counts(cnt, digit, in, &m);
-	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) {
-		int s = 0;
-		for (int w = 0; w < BLOCK / 32; w++) s += cnt[w][d];
-		hist[(long long)d * gridDim.x + blockIdx.x] = s;
+	__shared__ int tot[EMBED_RADIX]; // entry d: thread d % BLOCK's
+	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) tot[d] = 0;
+	long long lo, hi;
+	embed_rounds(rounds, &lo, &hi);
+	for (long long k = lo; k < hi; k++) {
+		long long r = k * BLOCK + threadIdx.x;
+		bool in = r < rows;
+		int digit = in ? embed_key(ids, kin, (int)r, num) >> shift & (EMBED_RADIX - 1) : 0;
+		unsigned m;
+		embed_warp_counts(cnt, digit, in, &m);
+		for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK)
+			for (int w = 0; w < BLOCK / 32; w++) tot[d] += cnt[w][d];
+		__syncthreads(); // the counts read before the next round clears them
 	}
+	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) hist[(long long)d * gridDim.x + blockIdx.x] = tot[d];
 }
 
 // hist[0..n) becomes its exclusive prefix sums, in place: one block, a
-// thread a contiguous segment of it. n is EMBED_RADIX a block of BLOCK rows
-// (8192 at 8192 rows: 32 KiB); past about 130000 rows (1 MiB moved)
-// one block is too few (TestAudit would flag it): a multi-block scan.
+// thread a contiguous segment of it. n is EMBED_RADIX a block: at most
+// embedSortBlocks (act.go) x EMBED_RADIX ints, 512 KiB, at any number
+// of rows.
 extern "C" __global__ void gd_embed_scan(int *hist, int n) {
 	__shared__ int warps[BLOCK / 32];
 	int t = threadIdx.x, lane = t & 31, per = (n + BLOCK - 1) / BLOCK;
@@ -381,29 +394,39 @@ extern "C" __global__ void gd_embed_scan(int *hist, int n) {
 }
 
 // Every row of block b to its place: off[d B + b] (gd_embed_scan's) plus
-// the rows of digit d before it in the block (earlier warps, then
-// earlier lanes); kout, pout get its key and its row (pin's, or r).
+// the rows of digit d before it in the block (earlier rounds, earlier
+// warps, then earlier lanes); kout, pout get its key and its row (pin's,
+// or r).
 extern "C" __global__ void gd_embed_scatter(int *kout, int *pout, const int *off, const float *ids, const int *kin,
-					    const int *pin, int rows, int num, int shift) {
+					    const int *pin, int rows, int num, int shift, int rounds) {
 	__shared__ int cnt[BLOCK / 32][EMBED_RADIX];
-	int r = blockIdx.x * BLOCK + threadIdx.x, lane = threadIdx.x & 31;
-	bool in = r < rows;
-	int key = in ? embed_key(ids, kin, r, num) : 0, digit = key >> shift & (EMBED_RADIX - 1);
-	unsigned m;
-	embed_warp_counts(cnt, digit, in, &m);
-	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) {
-		int run = off[(long long)d * gridDim.x + blockIdx.x];
-		for (int w = 0; w < BLOCK / 32; w++) {
-			int c = cnt[w][d];
-			cnt[w][d] = run;
-			run += c;
+	__shared__ int base[EMBED_RADIX]; // the next place of digit d: thread d % BLOCK's
+	for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) base[d] = off[(long long)d * gridDim.x + blockIdx.x];
+	int lane = threadIdx.x & 31;
+	long long lo, hi;
+	embed_rounds(rounds, &lo, &hi);
+	for (long long k = lo; k < hi; k++) {
+		long long r = k * BLOCK + threadIdx.x;
+		bool in = r < rows;
+		int key = in ? embed_key(ids, kin, (int)r, num) : 0, digit = key >> shift & (EMBED_RADIX - 1);
+		unsigned m;
+		embed_warp_counts(cnt, digit, in, &m);
+		for (int d = threadIdx.x; d < EMBED_RADIX; d += BLOCK) {
+			int run = base[d];
+			for (int w = 0; w < BLOCK / 32; w++) {
+				int c = cnt[w][d];
+				cnt[w][d] = run;
+				run += c;
+			}
+			base[d] = run;
 		}
-	}
-	__syncthreads();
-	if (in) {
-		int to = cnt[threadIdx.x >> 5][digit] + __popc(m & ((1u << lane) - 1u));
-		kout[to] = key;
-		pout[to] = pin ? pin[r] : r;
+		__syncthreads();
+		if (in) {
+			int to = cnt[threadIdx.x >> 5][digit] + __popc(m & ((1u << lane) - 1u));
+			kout[to] = key;
+			pout[to] = pin ? pin[r] : (int)r;
+		}
+		__syncthreads(); // the places read before the next round clears them
 	}
 }
 
