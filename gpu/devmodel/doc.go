@@ -95,7 +95,11 @@
 // gradients by the whole gradient's norm, which the caller combines
 // over the ranks (TestShardsMatchWhole: two halves clipped and updated
 // apart, then gathered, hold the whole model's parameters and AdamW
-// state; measured bit for bit). Config.ShardGrads (ZeRO-2) keeps only
+// state; measured bit for bit), and ClipShardQueued does the same with
+// no host read (the square summed on the device by the caller's
+// collective, the factor computed there, the norm logged for
+// GradNorms), bit for bit ClipShard's (train/dp's
+// TestDeviceZeroClipOnDevice). Config.ShardGrads (ZeRO-2) keeps only
 // the shard's gradients: backward runs in units of layers (at least
 // Config.UnitFloats parameters), each unit's gradients in a cached block
 // that ReduceGrads reduces over the ranks and that is released
@@ -225,6 +229,12 @@
 //     bit as the layers on their own: a gpt in fp32, bf16 and ZeRO-3
 //     units of one layer, and a user's model, 4 steps and an evaluation;
 //     it fails with a fused kernel that drops the bias.
+//   - TestSharedPlanRandomModels: 60 random compositions of the layers
+//     (nested Sequentials and Residuals, views such as a Dropout of 0,
+//     Linears with and without a GELU after, attention; fp32 and bf16;
+//     a short batch; half as ZeRO-3 units) train bit for bit with the
+//     region and the fusions on and off; TestStagesRandomModels splits
+//     such models into two pipeline stages at every boundary.
 //   - TestTiledMatchesCPU: without cuBLAS ($GDIST_CUBLAS_PATH naming no
 //     library) the products go through gpu/gemm's tiled kernel; mlp and
 //     cnn follow the CPU path within the fp32 tolerances (measured:
