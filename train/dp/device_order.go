@@ -8,6 +8,7 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/train/internal/closewait"
 )
 
 // Streams and events of the device strategies (-backend nccl).
@@ -53,6 +54,8 @@ type pendingOp struct {
 	verb   string
 	lo, hi int
 }
+
+func (op pendingOp) work() comm.Work { return op.w }
 
 func (op pendingOp) what() string { return fmt.Sprintf("%s [%d, %d)", op.verb, op.lo, op.hi) }
 
@@ -160,13 +163,13 @@ func (b *deviceBase) quiesce(failed error, comms ...comm.Comm) (free bool, err e
 	if failed != nil {
 		abort(fmt.Errorf("train: rank %d: closed after a failed step: %w", rank, failed))
 	}
-	left := waitOps(ops, deviceCloseWait)
+	left := closewait.Works(ops, pendingOp.work, deviceCloseWait)
 	if len(left) > 0 {
 		err = fmt.Errorf("train: rank %d: closing: %d collective(s) on the device still pending after %v (the first: %s): aborted the communicator", rank, len(left), deviceCloseWait, left[0].what())
 		if !aborted {
 			abort(err)
 		}
-		if left = waitOps(left, deviceCloseWait); len(left) > 0 {
+		if left = closewait.Works(left, pendingOp.work, deviceCloseWait); len(left) > 0 {
 			return false, fmt.Errorf("%w; %d still pending %v after the abort (the first: %s): the model's device memory is not freed", err, len(left), deviceCloseWait, left[0].what())
 		}
 	}
@@ -181,65 +184,7 @@ func (b *deviceBase) quiesce(failed error, comms ...comm.Comm) (free bool, err e
 	if b.d == nil || b.d.Stream() == nil {
 		return true, err
 	}
-	idle, serr := streamIdle(b.d.Stream(), deviceCloseWait)
-	if serr == nil && !idle && !aborted {
-		// the stream waits for something else (syncbn's collectives)
-		werr := fmt.Errorf("train: rank %d: closing: the model's stream still busy after %v: aborted the communicator", rank, deviceCloseWait)
-		abort(werr)
-		err = errors.Join(err, werr)
-		idle, serr = streamIdle(b.d.Stream(), deviceCloseWait)
-	}
-	switch {
-	case serr != nil:
-		// a sticky error: the device is unusable, and done
-		return true, errors.Join(err, fmt.Errorf("train: rank %d: closing: the device: %w", rank, serr))
-	case !idle:
-		return false, errors.Join(err, fmt.Errorf("train: rank %d: closing: the model's stream still busy %v after the abort: the model's device memory is not freed", rank, deviceCloseWait))
-	}
-	return true, err
-}
-
-// waitOps waits for ops, for d at most, and returns those not done.
-func waitOps(ops []pendingOp, d time.Duration) []pendingOp {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for i, op := range ops {
-		select {
-		case <-op.w.Done():
-		case <-t.C:
-			var left []pendingOp
-			for _, o := range ops[i:] {
-				select {
-				case <-o.w.Done():
-				default:
-					left = append(left, o)
-				}
-			}
-			return left
-		}
-	}
-	return nil
-}
-
-// streamIdle waits, for d at most, for the work queued on s so far,
-// polling an event every millisecond (no host core spins, and unlike
-// cudaStreamSynchronize the wait ends).
-func streamIdle(s *cuda.Stream, d time.Duration) (bool, error) {
-	e, err := cuda.NewEvent(s.Device())
-	if err != nil {
-		return false, err
-	}
-	defer e.Destroy()
-	if err := e.Record(s); err != nil {
-		return false, err
-	}
-	for end := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
-		done, err := e.Query()
-		if err != nil || done {
-			return done, err
-		}
-		if time.Now().After(end) {
-			return false, nil
-		}
-	}
+	// the stream waits for something else (syncbn's collectives)
+	free, serr := closewait.Stream(b.d.Stream(), deviceCloseWait, aborted, abort, fmt.Sprintf("train: rank %d", rank), "the model's")
+	return free, errors.Join(err, serr)
 }

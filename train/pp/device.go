@@ -13,6 +13,7 @@ import (
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/pipeline"
+	"github.com/gdist/gdist/train/internal/closewait"
 )
 
 // The pipeline on GPUs (-device cuda): each rank's stage is a
@@ -123,6 +124,8 @@ type inflightOp struct {
 	what string
 	tag  int
 }
+
+func (op inflightOp) work() comm.Work { return op.w }
 
 type evalBufs struct{ x, in, out uintptr }
 
@@ -310,76 +313,20 @@ func (p *devicePipe) quiesce() (free bool, err error) {
 	ops := p.inflight
 	p.inflight = nil
 	aborted := false
-	if left := waitInflight(ops, deviceCloseWait); len(left) > 0 {
+	if left := closewait.Works(ops, inflightOp.work, deviceCloseWait); len(left) > 0 {
 		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s) and receive(s) still pending after %v (the first: %s of tag %d): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0].what, left[0].tag)
 		comm.Abort(p.c, err)
 		aborted = true
-		if left = waitInflight(left, deviceCloseWait); len(left) > 0 {
+		if left = closewait.Works(left, inflightOp.work, deviceCloseWait); len(left) > 0 {
 			return false, fmt.Errorf("%w; %d still pending %v after the abort: the stage's device memory is not freed", err, len(left), deviceCloseWait)
 		}
 	}
 	if p.st == nil || p.stream() == nil {
 		return true, err
 	}
-	idle, serr := streamIdle(p.stream(), deviceCloseWait)
-	if serr == nil && !idle && !aborted {
-		werr := fmt.Errorf("pipeline: stage %d (cuda:%d): closing: the stage's stream still busy after %v: aborted the communicator", p.stage, p.dev, deviceCloseWait)
-		comm.Abort(p.c, werr)
-		err = errors.Join(err, werr)
-		idle, serr = streamIdle(p.stream(), deviceCloseWait)
-	}
-	switch {
-	case serr != nil: // a sticky error: the device is unusable, and done
-		return true, errors.Join(err, fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %w", p.stage, p.dev, serr))
-	case !idle:
-		return false, errors.Join(err, fmt.Errorf("pipeline: stage %d (cuda:%d): closing: the stage's stream still busy %v after the abort: the stage's device memory is not freed", p.stage, p.dev, deviceCloseWait))
-	}
-	return true, err
-}
-
-// waitInflight waits for ops, for d at most, and returns those not done.
-func waitInflight(ops []inflightOp, d time.Duration) []inflightOp {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for i, op := range ops {
-		select {
-		case <-op.w.Done():
-		case <-t.C:
-			var left []inflightOp
-			for _, o := range ops[i:] {
-				select {
-				case <-o.w.Done():
-				default:
-					left = append(left, o)
-				}
-			}
-			return left
-		}
-	}
-	return nil
-}
-
-// streamIdle waits, for d at most, for the work queued on s so far,
-// polling an event every millisecond (no host core spins, and unlike
-// cudaStreamSynchronize the wait ends).
-func streamIdle(s *cuda.Stream, d time.Duration) (bool, error) {
-	e, err := cuda.NewEvent(s.Device())
-	if err != nil {
-		return false, err
-	}
-	defer e.Destroy()
-	if err := e.Record(s); err != nil {
-		return false, err
-	}
-	for end := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
-		done, err := e.Query()
-		if err != nil || done {
-			return done, err
-		}
-		if time.Now().After(end) {
-			return false, nil
-		}
-	}
+	abort := func(cause error) { comm.Abort(p.c, cause) }
+	free, serr := closewait.Stream(p.stream(), deviceCloseWait, aborted, abort, fmt.Sprintf("pipeline: stage %d (cuda:%d)", p.stage, p.dev), "the stage's")
+	return free, errors.Join(err, serr)
 }
 
 // Close frees the stage and the buffers (not the Comm), once the device
