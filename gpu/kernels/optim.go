@@ -78,6 +78,35 @@ func (k *Kernels) ClipGradNorm(s *cuda.Stream, grads uintptr, n int, max float64
 	return k.launch("gd_scale_by", s, grid(n), rw(int64(n), int64(n)), grads, int64(n), ws)
 }
 
+// ClipSquare leaves at sq (a float64) the square of the norm that
+// ClipGradNorm left at ws: a shard's part of the global norm's square,
+// for the ranks to sum on the device (ZeRO's clipping: ClipGlobal
+// follows).
+func (k *Kernels) ClipSquare(s *cuda.Stream, sq, ws uintptr) error {
+	return k.launch("gd_clip_square", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(1)}, rw(2, 2), sq, ws)
+}
+
+// ClipGlobal clips grads [n], a shard whose norm ClipGradNorm left at ws,
+// by the global norm sqrt(sq) (sq: the shards' squares, ClipSquare's,
+// summed over the ranks): ws then holds that norm, and the factor
+// applied after it, the one a ClipGradNorm of the shard with the bound
+// max / (norm + 1e-6) * (its norm + 1e-6) applies (devmodel's
+// ClipShard's, bit for bit), or 1 when max / (norm + 1e-6) is not below
+// 1, the norm is not finite or the shard's is 0. No host round trip: all
+// on s.
+func (k *Kernels) ClipGlobal(s *cuda.Stream, grads uintptr, n int, max float64, ws, sq uintptr) error {
+	if err := sizeErr("ClipGlobal", "n", n); err != nil {
+		return err
+	}
+	if err := k.launch("gd_clip_global", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(1)}, rw(6, 4), ws, sq, max); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	return k.launch("gd_scale_by", s, grid(n), rw(int64(n), int64(n)), grads, int64(n), ws)
+}
+
 // Dropout is nn's Dropout in a training graph on n elements: y = x
 // float32(1/(1-p)) where nn's mask keeps the element, else 0. The mask
 // is nn's, a hash of (seed, run, the element's index in the global

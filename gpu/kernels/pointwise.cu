@@ -352,6 +352,32 @@ extern "C" __global__ void gd_scale_by(float *g, long long n, const double *f) {
 	GRID_LOOP(i, n) g[i] = g[i] * s;
 }
 
+// sq[0] = ws[0]^2: the square of a shard's norm (gd_clip_finish's, in
+// ws[0]), the shard's part of the global norm's square that the ranks
+// sum (ZeRO's clipping on the device).
+extern "C" __global__ void gd_clip_square(double *sq, const double *ws) {
+	if (blockIdx.x == 0 && threadIdx.x == 0) sq[0] = ws[0] * ws[0];
+}
+
+// The global norm, sqrt(sq[0]) (sq: the shards' squares summed), into
+// ws[0], and into ws[1] the factor to scale the shard by, for gd_scale_by:
+// with local the shard's norm (ws[0] on entry) and coef = max / (norm +
+// 1e-6), when coef is below 1, the norm finite and local not 0, what
+// gd_clip_finish gives for a bound of coef * (local + 1e-6) (the host's
+// devmodel ClipShard's rounding: that bound over local + 1e-6, as a
+// float32 when below 1), else 1.
+extern "C" __global__ void gd_clip_global(double *ws, const double *sq, double max) {
+	if (blockIdx.x != 0 || threadIdx.x != 0) return;
+	double local = ws[0], norm = sqrt(sq[0]), coef = max / (norm + 1e-6), f = 1.0;
+	if (coef < 1.0 && !isinf(norm) && !isnan(norm) && local != 0.0) {
+		double bound = coef * (local + 1e-6);
+		double c = bound / (local + 1e-6);
+		if (c < 1.0 && !isinf(local) && !isnan(local)) f = (double)(float)c;
+	}
+	ws[0] = norm;
+	ws[1] = f;
+}
+
 // ---- dropout (nn.Dropout) ----
 
 // nn's rng: splitmix64's step from the state s.

@@ -10,7 +10,7 @@ var (
 	pointwiseKernels = []string{"gd_bn_finalize", "gd_bn_norm", "gd_bn_norm32", "gd_bn_param_grads", "gd_bn_dx", "gd_bn_dx32",
 		"gd_gelu", "gd_gelu_backward",
 		"gd_embed", "gd_embed4", "gd_pos_backward", "gd_heads", "gd_heads4",
-		"gd_adam", "gd_adam4", "gd_scale_by", "gd_dropout", "gd_add", "gd_add4",
+		"gd_adam", "gd_adam4", "gd_scale_by", "gd_clip_square", "gd_clip_global", "gd_dropout", "gd_add", "gd_add4",
 		"gd_tanh", "gd_tanh_backward", "gd_add_rows",
 		"gd_bias_gelu", "gd_bias_gelu4", "gd_bias_residual", "gd_bias_residual4"}
 	rowsKernels = append([]string{"gd_row_partial", "gd_bn_partial", "gd_bn_finish", "gd_bn_grad_partial", "gd_bn_grad_finish", "gd_layernorm", "gd_layernorm_backward",
