@@ -131,6 +131,9 @@ type Model struct {
 
 	state  [2]uintptr // momentum; or Adam's m and v
 	clipWS uintptr
+	// Config.Shard was given (ZeRO, even a rank's whole-model shard at
+	// one rank): Update does not clip, the caller does (ClipShard)
+	shardGiven bool
 	// the norms of Update's clippings, each copied on the stream from
 	// clipWS into the device log after clipWS (normCap float64s; normN
 	// there), read with no step waiting for them: by GradNorms, or when
@@ -236,10 +239,11 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	if (cfg.ShardGrads || cfg.ShardParams) && cfg.Shard == (Range{}) {
 		return nil, fmt.Errorf("devmodel: %s: ShardGrads and ShardParams need a Shard", m.Name)
 	}
-	if cfg.Shard == (Range{}) {
+	shardGiven := cfg.Shard != (Range{})
+	if !shardGiven {
 		cfg.Shard = Range{0, len(m.Flat.Value)}
 	}
-	d := &Model{Host: m, N: len(m.Flat.Value), dev: cfg.Device, cfg: cfg, opt: withDefaults(cfg.Optim), lr: cfg.Optim.LR}
+	d := &Model{Host: m, N: len(m.Flat.Value), dev: cfg.Device, cfg: cfg, opt: withDefaults(cfg.Optim), lr: cfg.Optim.LR, shardGiven: shardGiven}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -276,8 +280,8 @@ func Place(m *nn.Model, cfg Config) (_ *Model, err error) {
 	}
 	if cfg.ClipGrad > 0 || ns < n {
 		ws := kernels.ClipWorkspace
-		if d.clipsInUpdate() {
-			ws += 8 * normCap // the norms' log
+		if d.cfg.ClipGrad > 0 {
+			ws += 8 * normCap // the norms' log (Update's, or ClipShardQueued's)
 		}
 		if d.clipWS, err = d.malloc(ws); err != nil {
 			return nil, err
@@ -600,8 +604,9 @@ func (d *Model) Update() error {
 		kernels.AdamConfig{LR: d.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Decoupled: o.Name == "adamw"}, d.step)
 }
 
-// clipsInUpdate reports whether Update clips (Config.ClipGrad, no shard).
-func (d *Model) clipsInUpdate() bool { return d.cfg.ClipGrad > 0 && !d.sharded() }
+// clipsInUpdate reports whether Update clips (Config.ClipGrad, no
+// Shard given).
+func (d *Model) clipsInUpdate() bool { return d.cfg.ClipGrad > 0 && !d.shardGiven }
 
 // normCap is the norms the device's log holds: a full log is read (one
 // wait for the device every normCap clipping updates). A variable for
@@ -640,13 +645,14 @@ func (d *Model) readNorms() error {
 }
 
 // GradNorms are the global gradient norms (before clipping) of every
-// clipping Update so far (Config.ClipGrad, no shard), in order: those
-// GradNorm read after each, bit for bit. Update leaves each in a log in
+// clipping Update so far (Config.ClipGrad, no shard), or of every
+// ClipShardQueued (with a shard), in order: those GradNorm read after
+// each, bit for bit. Update leaves each in a log in
 // device memory, so that no step waits for it; GradNorms waits for the
 // model's stream once and brings the log down (so does an Update that
 // finds the log of 512 full).
 func (d *Model) GradNorms() ([]float64, error) {
-	if !d.clipsInUpdate() {
+	if d.cfg.ClipGrad <= 0 || d.clipWS == 0 {
 		return nil, nil
 	}
 	if err := d.readNorms(); err != nil {
@@ -705,6 +711,39 @@ func (d *Model) ClipShard(max float64, global func(local float64) (float64, erro
 		return 0, err
 	}
 	return norm, nil
+}
+
+// ClipShardQueued clips the shard's gradients as ClipShard does, bit
+// for bit, with nothing read on the host: the shard's norm is squared
+// on the device into the float64 at sq, sum (the caller's: an
+// all-reduce of that float64 over the ranks, in place, ordered with the
+// model's stream, which must wait for its result) sums it over the
+// ranks, and kernels compute the global norm and the factor and scale
+// the shard (kernels.ClipGlobal). The norm goes into the log that
+// GradNorms reads, as Update's own clipping's does (the model placed
+// with Config.ClipGrad); GradNorm reads it too.
+func (d *Model) ClipShardQueued(max float64, sum func(sq uintptr) error) error {
+	sh := d.cfg.Shard
+	if d.clipWS == 0 || d.cfg.ClipGrad <= 0 {
+		return fmt.Errorf("devmodel: %s: ClipShardQueued on a model placed without Config.ClipGrad", d.Host.Name)
+	}
+	g := d.Grads + uintptr(4*sh.Lo)
+	// The shard's norm, nothing scaled (an infinite bound never clips).
+	if err := d.k.ClipGradNorm(d.s, g, sh.Len(), math.Inf(1), d.clipWS); err != nil {
+		return err
+	}
+	// The partial sums are read: their first float64 holds the square.
+	sq := d.clipWS + 16
+	if err := d.k.ClipSquare(d.s, sq, d.clipWS); err != nil {
+		return err
+	}
+	if err := sum(sq); err != nil {
+		return err
+	}
+	if err := d.k.ClipGlobal(d.s, g, sh.Len(), max, d.clipWS, sq); err != nil {
+		return err
+	}
+	return d.logNorm()
 }
 
 // GradNorm reads the global gradient norm of the last Update (before

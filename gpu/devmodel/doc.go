@@ -95,7 +95,11 @@
 // gradients by the whole gradient's norm, which the caller combines
 // over the ranks (TestShardsMatchWhole: two halves clipped and updated
 // apart, then gathered, hold the whole model's parameters and AdamW
-// state; measured bit for bit). Config.ShardGrads (ZeRO-2) keeps only
+// state; measured bit for bit), and ClipShardQueued does the same with
+// no host read (the square summed on the device by the caller's
+// collective, the factor computed there, the norm logged for
+// GradNorms), bit for bit ClipShard's (train/dp's
+// TestDeviceZeroClipOnDevice). Config.ShardGrads (ZeRO-2) keeps only
 // the shard's gradients: backward runs in units of layers (at least
 // Config.UnitFloats parameters), each unit's gradients in a cached block
 // that ReduceGrads reduces over the ranks and that is released
