@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/flat"
@@ -21,9 +22,14 @@ import (
 // padded to N*S as package zero pads them (S = ceil(P/N): rank r owns
 // [r*S, (r+1)*S)), and the optimizer state on the device for this
 // rank's shard only (devmodel.Config.Shard). -clip-grad clips the shard
-// by the global norm (each rank's shard norm, squared and all-reduced:
-// devmodel.ClipShard); the update changes this rank's shard of the
-// parameters with its shard of the state.
+// by the global norm in Update, on the device (each rank's shard norm
+// squared there and all-reduced over NCCL, ordered with the model's
+// stream, the factor computed by a kernel: devmodel.ClipShardQueued, no
+// wait for the device in the step; the norms logged on the device and
+// read once for the summary: train.GradNormLogger), bit for bit what
+// ClipGrads gives, which reads the shard's norm on the host
+// (TestDeviceZeroClipOnDevice); the update changes this rank's shard of
+// the parameters with its shard of the state.
 //
 // Stage 1 keeps the full parameter and gradient buffers on the device:
 // backward writes the whole flat gradient and each shard of it is
@@ -105,6 +111,9 @@ type deviceZero struct {
 	// the training Comm: NCCL communicators of their own, so the gathers
 	// run on a stream of their own, not behind the gradients' reductions)
 	gc comm.Comm
+	// clip is -clip-grad: Update clips the shard first, on the device
+	// (clipQueued)
+	clip float64
 }
 
 func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.Strategy, error) {
@@ -125,7 +134,9 @@ func newDeviceZero(ctx context.Context, s train.Setup, stage, dev int) (train.St
 	}
 	lo, hi := e.Shard()
 	st := &deviceZero{name: cfg.Strategy, stage: stage, e: e, opt: cfg.OptimConfig(), lo: lo, s: hi - lo, gathered: true}
-	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision)}
+	st.clip = cfg.ClipGrad
+	dcfg := devmodel.Config{Batch: cfg.Batch, Optim: cfg.OptimConfig(), Shard: devmodel.Range{Lo: lo, Hi: hi}, Precision: gemm.Precision(cfg.Precision),
+		ClipGrad: cfg.ClipGrad} // with a Shard, the norms' log; Update does not clip
 	o := cfg.Options.(*ZeroOptions)
 	if stage >= 2 {
 		// the gradients (and, stage 3, the parameters) in units of
@@ -419,6 +430,66 @@ func (s *deviceZero) clipGrads(ctx context.Context, max float64) (float64, error
 	})
 }
 
+// clipQueued clips this rank's shard of the gradients by the whole
+// gradient's norm with no wait for the device over NCCL
+// (devmodel.ClipShardQueued: the shard's norm squared on the device, the
+// squares all-reduced there, ordered with the model's stream as the
+// gradients' collectives are, the factor computed there): the same bits
+// as ClipGrads, which reads the shard's norm on the host and sums the
+// squares there. Through a host backend the square comes down, is summed
+// and goes back up. The norm goes to the log GradNorms reads.
+// Collective.
+func (s *deviceZero) clipQueued(ctx context.Context) error {
+	return s.d.ClipShardQueued(s.clip, func(sq uintptr) error {
+		if s.c.Size() == 1 {
+			return nil
+		}
+		if !s.dc.direct {
+			return s.sumOnHost(ctx, sq)
+		}
+		done, err := s.st.event()
+		if err != nil {
+			return err
+		}
+		octx, err := s.st.ordered(ctx, done)
+		if err != nil {
+			return err
+		}
+		w, err := s.c.AllReduce(octx, comm.DeviceBuffer(sq, s.dc.dev, comm.Float64, 1), comm.Sum)
+		if err != nil {
+			return fmt.Errorf("train: summing the gradient norm over the ranks on the device: %w", err)
+		}
+		s.st.track(w, "summing the gradient norm's square of", s.lo, s.lo+s.s)
+		return s.st.join(done)
+	})
+}
+
+// sumOnHost sums the float64 at sq over the ranks through host memory
+// (a host backend): the model's stream waits for nothing else.
+func (s *deviceZero) sumOnHost(ctx context.Context, sq uintptr) error {
+	if err := s.sync(); err != nil {
+		return err
+	}
+	h, err := s.dc.stage(sq, 2) // a float64's bytes
+	if err != nil {
+		return err
+	}
+	v := []float64{*(*float64)(unsafe.Pointer(&h[0]))}
+	if err := comm.Run(ctx)(s.c.AllReduce(ctx, comm.FromSlice(v), comm.Sum)); err != nil {
+		return fmt.Errorf("train: summing the gradient norm over the ranks: %w", err)
+	}
+	return s.dc.unstage(sq, unsafe.Slice((*float32)(unsafe.Pointer(&v[0])), 2))
+}
+
+// LastGradNorm is the global norm of the gradient the last Update
+// clipped, before clipping (train.UpdateClipper): 8 bytes down, a wait
+// for the device.
+func (s *deviceZero) LastGradNorm() (float64, error) { return s.d.GradNorm() }
+
+// GradNorms are every Update's norm (train.GradNormLogger), logged on
+// the device.
+func (s *deviceZero) GradNorms() ([]float64, error) { return s.d.GradNorms() }
+
 // Update updates this rank's shard on the device, zeroes the gradients
 // and (stages 1 and 2) all-gathers the parameters; stage 3 gathers them
 // unit by unit in the next step.
@@ -426,6 +497,11 @@ func (s *deviceZero) Update(ctx context.Context) error { return s.note(s.update(
 
 func (s *deviceZero) update(ctx context.Context) error {
 	s.stale, s.gathered = true, s.c.Size() == 1
+	if s.clip > 0 {
+		if err := s.clipQueued(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.d.Update(); err != nil {
 		return err
 	}
