@@ -6,7 +6,6 @@ import (
 
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
-	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/gpu/kernels"
 )
 
@@ -50,28 +49,11 @@ func ExampleKernels_AttentionFusedForward() {
 	}
 	defer s.Destroy()
 	g := kernels.AttentionGeom{N: 1, T: 2, C: 2, H: 1}
-	put := func(v []float32) uintptr {
-		p, err := cuda.Malloc(dev, 4*len(v))
-		if err != nil {
-			panic(err)
-		}
-		if err := cuda.CopyHtoD(dev, p, devtest.Bytes(v)); err != nil {
-			panic(err)
-		}
-		return p
-	}
-	get := func(p uintptr, n int) []float32 {
-		v := make([]float32, n)
-		if err := cuda.CopyDtoH(dev, devtest.Bytes(v), p); err != nil {
-			panic(err)
-		}
-		return v
-	}
-	qkv := put([]float32{ // (N T, 3C): q, k, v of each position
+	qkv := put(dev, []float32{ // (N T, 3C): q, k, v of each position
 		0, 0, 1, 0, 1, 2,
 		0, 0, 0, 1, 3, 4,
 	})
-	out, lse := put(make([]float32, 4)), put(make([]float32, g.FusedKeep()))
+	out, lse := put(dev, make([]float32, 4)), put(dev, make([]float32, g.FusedKeep()))
 	defer func() {
 		for _, p := range []uintptr{qkv, out, lse} {
 			cuda.Free(dev, p)
@@ -83,6 +65,6 @@ func ExampleKernels_AttentionFusedForward() {
 	if err := s.Synchronize(); err != nil {
 		panic(err)
 	}
-	fmt.Printf("out %v, lse %v\n", get(out, 4), get(lse, g.FusedKeep()))
+	fmt.Printf("out %v, lse %v\n", get(dev, out, 4), get(dev, lse, g.FusedKeep()))
 	// Output: out [1 2 2 3], lse [0 1]
 }

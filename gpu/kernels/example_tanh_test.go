@@ -3,9 +3,7 @@ package kernels_test
 import (
 	"fmt"
 
-	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
-	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/gpu/kernels"
 )
 
@@ -21,31 +19,14 @@ func ExampleKernels_Tanh() {
 	if err != nil {
 		panic(err)
 	}
-	put := func(v []float32) uintptr {
-		p, err := cuda.Malloc(dev, 4*len(v))
-		if err != nil {
-			panic(err)
-		}
-		if err := cuda.CopyHtoD(dev, p, devtest.Bytes(v)); err != nil {
-			panic(err)
-		}
-		return p
-	}
-	x, dy := put([]float32{-1, 0, 2}), put([]float32{1, 1, 1})
-	y, dx := put(make([]float32, 3)), put(make([]float32, 3))
+	x, dy := put(dev, []float32{-1, 0, 2}), put(dev, []float32{1, 1, 1})
+	y, dx := put(dev, make([]float32, 3)), put(dev, make([]float32, 3))
 	if err := k.Tanh(nil, y, x, 3); err != nil {
 		panic(err)
 	}
 	if err := k.TanhBackward(nil, dx, dy, y, 3); err != nil {
 		panic(err)
 	}
-	gy, gdx := make([]float32, 3), make([]float32, 3)
-	if err := cuda.CopyDtoH(dev, devtest.Bytes(gy), y); err != nil {
-		panic(err)
-	}
-	if err := cuda.CopyDtoH(dev, devtest.Bytes(gdx), dx); err != nil {
-		panic(err)
-	}
-	fmt.Printf("%.4f %.4f\n", gy, gdx)
+	fmt.Printf("%.4f %.4f\n", get(dev, y, 3), get(dev, dx, 3))
 	// Output: [-0.7616 0.0000 0.9640] [0.4200 1.0000 0.0707]
 }

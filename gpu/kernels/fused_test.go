@@ -144,20 +144,10 @@ func ExampleKernels_BiasGELU() {
 	if err != nil {
 		panic(err)
 	}
-	put := func(v []float32) uintptr {
-		p, err := cuda.Malloc(dev, 4*len(v))
-		if err != nil {
-			panic(err)
-		}
-		if err := cuda.CopyHtoD(dev, p, devtest.Bytes(v)); err != nil {
-			panic(err)
-		}
-		return p
-	}
-	x := put([]float32{-1, 0, 1, 2, -2, 0.5}) // the product x W, (2, 3)
-	b := put([]float32{0, 0, 1})              // the bias
-	dy := put([]float32{1, 1, 1, 1, 1, 1})
-	y, dx, db := put(make([]float32, 6)), put(make([]float32, 6)), put(make([]float32, 3))
+	x := put(dev, []float32{-1, 0, 1, 2, -2, 0.5}) // the product x W, (2, 3)
+	b := put(dev, []float32{0, 0, 1})              // the bias
+	dy := put(dev, []float32{1, 1, 1, 1, 1, 1})
+	y, dx, db := put(dev, make([]float32, 6)), put(dev, make([]float32, 6)), put(dev, make([]float32, 3))
 	if err := k.BiasGELU(nil, y, 0, x, b, rows, cols); err != nil { // y = GELU(x + b)
 		panic(err)
 	}
@@ -165,13 +155,6 @@ func ExampleKernels_BiasGELU() {
 	if err := k.BiasGELUBackward(nil, dx, 0, db, dy, x, b, rows, cols, false); err != nil {
 		panic(err)
 	}
-	gy, gdb := make([]float32, 6), make([]float32, 3)
-	if err := cuda.CopyDtoH(dev, devtest.Bytes(gy), y); err != nil {
-		panic(err)
-	}
-	if err := cuda.CopyDtoH(dev, devtest.Bytes(gdb), db); err != nil {
-		panic(err)
-	}
-	fmt.Printf("%.4f %.4f\n", gy, gdb)
+	fmt.Printf("%.4f %.4f\n", get(dev, y, 6), get(dev, db, 3))
 	// Output: [-0.1587 0.0000 1.9545 1.9545 -0.0455 1.3998] [1.0019 0.4148 2.2127]
 }
