@@ -46,6 +46,17 @@ template <int DM> __device__ void af_load(float *t, const float *src, long long 
 	}
 }
 
+// af_kv_tile reads the tile of keys and values [j0, j0 + kn) of a head
+// (base: its first query column, rows ld apart) into kt and vt, between
+// two barriers (the last tile's readers done; the tile there for all).
+template <int DM, int BK>
+__device__ __forceinline__ void af_kv_tile(float *kt, float *vt, const float *base, int C, long long ld, int j0, int kn, int D) {
+	__syncthreads();
+	af_load<DM>(kt, base + C + (long long)j0 * ld, ld, kn, D, BK);
+	af_load<DM>(vt, base + 2 * C + (long long)j0 * ld, ld, kn, D, BK);
+	__syncthreads();
+}
+
 // af_row reads the thread's columns of a row (D values at src; none
 // where !valid) into x, times mul: chunk u of x is columns 4 (u G + g).
 template <int DM, int G> __device__ __forceinline__ void af_row(float (&x)[DM / G], const float *src, bool valid, int D, int g, float mul) {
@@ -123,10 +134,7 @@ __device__ void af_forward(float *out, float *lse, const float *qkv, int T, int 
 	int ci = min(i0 + AF_ROWS, T); // the keys of the block's rows
 	for (int j0 = 0; j0 < ci; j0 += BK) {
 		int kn = min(BK, ci - j0);
-		__syncthreads(); // the last tile read
-		af_load<DM>(kt, base + C + (long long)j0 * ld, ld, kn, D, BK);
-		af_load<DM>(vt, base + 2 * C + (long long)j0 * ld, ld, kn, D, BK);
-		__syncthreads();
+		af_kv_tile<DM, BK>(kt, vt, base, C, ld, j0, kn, D);
 		for (int j = 0; j < kn; j += AF_CHUNK) {
 			float s[AF_CHUNK], cm = af_neg_inf();
 #pragma unroll
@@ -191,10 +199,7 @@ __device__ void af_backward_dq(float *dqkv, float *dsum, const float *dout, cons
 	int ci = min(i0 + AF_ROWS, T);
 	for (int j0 = 0; j0 < ci; j0 += BK) {
 		int kn = min(BK, ci - j0);
-		__syncthreads();
-		af_load<DM>(kt, base + C + (long long)j0 * ld, ld, kn, D, BK);
-		af_load<DM>(vt, base + 2 * C + (long long)j0 * ld, ld, kn, D, BK);
-		__syncthreads();
+		af_kv_tile<DM, BK>(kt, vt, base, C, ld, j0, kn, D);
 #pragma unroll 2
 		for (int j = 0; j < kn; j++) { // two keys in flight
 			float s = af_gsum<G>(af_dot<DM, G>(q, kt, j, g));
