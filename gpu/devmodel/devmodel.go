@@ -157,6 +157,7 @@ type Model struct {
 	// whole parameter buffer while Unshard'd; the units of plan unitsOf
 	paramBase, gradBase uintptr
 	full                uintptr
+	parked              []float32 // the shard's values when its buffer could not be had back (zero.go's unpark)
 	unitsOf             *plan
 	unitList            []Unit
 	umem                unitMem     // the units' blocks
@@ -579,6 +580,9 @@ func (d *Model) putBatch(p *plan, x []float32, y []int32) error {
 // the current learning rate, as package optim does, to the parameters of
 // the shard (the whole model without one).
 func (d *Model) Update() error {
+	if err := d.parkedErr(); err != nil {
+		return err
+	}
 	defer d.profileUpdate()()
 	d.ParamsChanged()
 	sh := d.cfg.Shard
@@ -767,7 +771,7 @@ func (d *Model) CopyToHost() error {
 	}
 	if d.paramsSharded() {
 		sh := d.cfg.Shard
-		if err := cuda.CopyDtoH(d.dev, bytesOf(d.Host.Flat.Value[sh.Lo:sh.Hi]), d.ParamShard()); err != nil {
+		if err := d.paramShardDown(d.Host.Flat.Value[sh.Lo:sh.Hi]); err != nil {
 			return err
 		}
 	} else if err := cuda.CopyDtoH(d.dev, bytesOf(d.Host.Flat.Value), d.Params); err != nil {
@@ -796,7 +800,7 @@ func (d *Model) CopyFromHost() error {
 	}
 	if d.paramsSharded() {
 		sh := d.cfg.Shard
-		if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(d.Host.Flat.Value[sh.Lo:sh.Hi])); err != nil {
+		if err := d.paramShardUp(d.Host.Flat.Value[sh.Lo:sh.Hi]); err != nil {
 			return err
 		}
 	} else if err := cuda.CopyHtoD(d.dev, d.Params, bytesOf(d.Host.Flat.Value)); err != nil {

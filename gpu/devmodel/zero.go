@@ -1,6 +1,7 @@
 package devmodel
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gdist/gdist/gpu/cuda"
@@ -151,6 +152,9 @@ func (d *Model) freeUnits() {
 
 // unitBlocks lays out p's units' blocks (unitMem), if not laid out.
 func (d *Model) unitBlocks(p *plan) (*unitMem, error) {
+	if err := d.parkedErr(); err != nil {
+		return nil, err
+	}
 	um := &d.umem
 	if um.abandoned {
 		*um = unitMem{} // left held (freed by Close)
@@ -443,72 +447,166 @@ func (d *Model) backwardOps(p *plan, u Unit) error {
 // then point at the whole buffer until Reshard. The shard goes through
 // host memory so that the two buffers are never held at once. Without
 // Config.ShardParams, or when already whole, it does nothing.
+//
+// When the whole buffer cannot be had (out of device memory), the shard
+// is put back from its host copy (a buffer of the size just freed) and
+// the error names the model, device, shard and bytes asked: the model
+// is as before the call (its values; the shard's address may differ),
+// and training, CopyToHost or a later Unshard go on as if it had not
+// been called. When fill fails, the whole buffer is left held until
+// Close (a collective may still write it) and the shard put back alike.
+// Should the shard's own memory not be had back either (another
+// allocation took it meanwhile), its values stay in host memory: the
+// error says so, ForwardBackward, Eval and Update refuse until Reshard
+// puts them back, CopyToHost and CopyFromHost use the host copy
+// (TestUnshardOutOfMemory).
 func (d *Model) Unshard(fill func(full uintptr) error) error {
-	if !d.paramsSharded() {
+	if !d.paramsSharded() || d.parked != nil {
+		if d.parked != nil {
+			return d.parkedErr()
+		}
 		return nil
 	}
-	sh := d.cfg.Shard
 	host, err := d.paramShardToHost()
 	if err != nil {
 		return err
 	}
 	d.freeUnits() // no unit is gathered while whole
-	d.free(d.ParamShard(), 4*max(sh.Len(), 1))
-	full, err := d.malloc(4 * max(d.N, 1))
+	d.free(d.ParamShard(), d.shardBytes())
+	bytes := 4 * max(d.N, 1)
+	full, err := d.malloc(bytes)
 	if err != nil {
-		return err
+		err = fmt.Errorf("devmodel: %s: Unshard: %d bytes for the whole parameter buffer: %w", d.where(), bytes, err)
+		return d.unpark(host, err)
 	}
 	d.full, d.Params = full, full
 	if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host)); err != nil {
-		return err
+		return d.backToShard(host, false, err)
 	}
 	if err := d.afterLegacy(); err != nil {
-		return err
+		return d.backToShard(host, false, err)
 	}
 	if fill != nil {
 		if err := fill(full); err != nil {
-			return fmt.Errorf("devmodel: %s: gathering the parameters: %w", d.Host.Name, err)
+			return d.backToShard(host, true, fmt.Errorf("devmodel: %s: gathering the parameters: %w", d.where(), err))
 		}
 	}
 	return nil
+}
+
+// where names the model, its device and its shard (the rank's) in
+// Unshard's and Reshard's errors.
+func (d *Model) where() string {
+	return fmt.Sprintf("%s (device %d, shard [%d, %d))", d.Host.Name, d.dev, d.cfg.Shard.Lo, d.cfg.Shard.Hi)
+}
+
+// shardBytes is the size of the shard's parameter buffer (ZeRO-3).
+func (d *Model) shardBytes() int { return 4 * max(d.cfg.Shard.Len(), 1) }
+
+// backToShard undoes an Unshard that failed (cause) once the whole
+// buffer was allocated: the buffer is freed, or left held until Close
+// when a collective may still write it (held), and the shard put back
+// from host.
+func (d *Model) backToShard(host []float32, held bool, cause error) error {
+	if !held {
+		d.free(d.full, 4*max(d.N, 1))
+	}
+	d.full = 0
+	return d.unpark(host, cause)
+}
+
+// unpark puts the shard's values (host) back in a buffer of its own and
+// points Params at it; cause (nil: none) is the failure that brought
+// them to the host, returned with, should the buffer not be had, the
+// values left parked in host memory (parkedErr) for Reshard to put back.
+func (d *Model) unpark(host []float32, cause error) error {
+	sh := d.cfg.Shard
+	d.parked, d.paramBase, d.Params = host, 0, 0
+	p, err := d.malloc(d.shardBytes())
+	if err != nil {
+		err = fmt.Errorf("devmodel: %s: %d bytes for the parameters' shard: %w; its values are kept in host memory until Reshard puts them back (ForwardBackward, Eval and Update refuse until then)", d.where(), d.shardBytes(), err)
+		if cause != nil {
+			return fmt.Errorf("%w; then %w", cause, err)
+		}
+		return err
+	}
+	d.paramBase = p - uintptr(4*sh.Lo)
+	d.Params = d.paramBase
+	if err := cuda.CopyHtoD(d.dev, p, bytesOf(host)); err != nil {
+		d.free(p, d.shardBytes())
+		d.paramBase, d.Params = 0, 0
+		err = fmt.Errorf("devmodel: %s: putting the parameters' shard back: %w; its values are kept in host memory until Reshard puts them back", d.where(), err)
+		if cause != nil {
+			return fmt.Errorf("%w; then %w", cause, err)
+		}
+		return err
+	}
+	d.parked = nil
+	d.ParamsChanged()
+	if err := d.afterLegacy(); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// parkedErr is the error of a model whose shard of the parameters is
+// parked in host memory (see Unshard), nil if it is not.
+func (d *Model) parkedErr() error {
+	if d.parked == nil {
+		return nil
+	}
+	return fmt.Errorf("devmodel: %s: the parameters' shard is in host memory after a failed allocation: call Reshard to put it back on the device", d.where())
+}
+
+// paramShardDown copies this rank's shard of the parameters into dst
+// (Shard.Len() values) once the model's queued work is done: from the
+// device, or from host memory where it is parked.
+func (d *Model) paramShardDown(dst []float32) error {
+	if d.parked != nil {
+		copy(dst, d.parked)
+		return nil
+	}
+	if err := d.s.Synchronize(); err != nil {
+		return err
+	}
+	return cuda.CopyDtoH(d.dev, bytesOf(dst), d.ParamShard())
+}
+
+// paramShardUp copies src (Shard.Len() values) into this rank's shard
+// of the parameters: on the device, or into host memory where it is
+// parked (Reshard puts it up).
+func (d *Model) paramShardUp(src []float32) error {
+	if d.parked != nil {
+		copy(d.parked, src)
+		return nil
+	}
+	return cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(src))
 }
 
 // paramShardToHost copies this rank's shard of the parameters down, once
 // the model's queued work is done (Unshard, Reshard).
 func (d *Model) paramShardToHost() ([]float32, error) {
 	host := make([]float32, d.cfg.Shard.Len())
-	if err := d.s.Synchronize(); err != nil {
-		return nil, err
-	}
-	if err := cuda.CopyDtoH(d.dev, bytesOf(host), d.ParamShard()); err != nil {
-		return nil, err
-	}
-	return host, nil
+	return host, d.paramShardDown(host)
 }
 
 // Reshard keeps this rank's shard of the parameters Unshard gathered and
-// frees the whole buffer (the shard through host memory again).
+// frees the whole buffer (the shard through host memory again). Should
+// the shard's buffer not be had (another allocation took the memory
+// freed), the shard's values stay in host memory, as when Unshard fails
+// so: the error says so, and Reshard, called again, puts them back.
 func (d *Model) Reshard() error {
+	if d.parked != nil {
+		return d.unpark(d.parked, nil)
+	}
 	if d.full == 0 {
 		return nil
 	}
-	sh := d.cfg.Shard
 	host, err := d.paramShardToHost()
 	if err != nil {
 		return err
 	}
-	d.free(d.full, 4*max(d.N, 1))
-	d.full = 0
-	p, err := d.malloc(4 * max(sh.Len(), 1))
-	if err != nil {
-		return err
-	}
-	d.paramBase = p - uintptr(4*sh.Lo)
-	d.Params = d.paramBase
-	if err := cuda.CopyHtoD(d.dev, d.ParamShard(), bytesOf(host)); err != nil {
-		return err
-	}
-	return d.afterLegacy()
+	return d.backToShard(host, false, nil)
 }
 
 // mark records the model's scratch event at the current end of its
