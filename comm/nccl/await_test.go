@@ -12,6 +12,7 @@ import (
 	"github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/internal/hangtest"
 )
 
 // Issue 28: waiting for collectives that take long on the device (the
@@ -96,14 +97,14 @@ func TestCtxEndsBlockedWait(t *testing.T) {
 		}
 	}
 	ocancel()
-	if err := within(t, 20*time.Second, "the Work of a cancelled all_reduce", func() error { return w.Wait(ctx) }); !errors.Is(err, context.Canceled) {
+	if err := hangtest.Within(t, 20*time.Second, "the Work of a cancelled all_reduce", func() error { return w.Wait(ctx) }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the all_reduce after its ctx was cancelled: %v, want context.Canceled", err)
 	}
 	if err := comm.Run(ctx)(c.AllReduce(ctx, b, comm.Sum)); err == nil {
 		t.Fatal("an all_reduce after the cancelled one succeeded: the Comm should be poisoned")
 	}
 	for r, c := range cs {
-		if err := within(t, 20*time.Second, "Close", c.Close); err != nil {
+		if err := hangtest.Within(t, 20*time.Second, "Close", c.Close); err != nil {
 			t.Errorf("rank %d: Close: %v", r, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/nccl"
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/internal/hangtest"
 )
 
 // Issue 26: NCCL connects on demand, inside the launch: the first
@@ -42,20 +43,6 @@ func connectedPair(t *testing.T, opts comm.Options) ([]*nccl.Comm, comm.Buffer) 
 	return cs, b
 }
 
-// within runs f and fails t unless it returns within limit.
-func within(t *testing.T, limit time.Duration, what string, f func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		t.Fatalf("%s still blocked after %v", what, limit)
-		return nil
-	}
-}
-
 // A send whose receiver never posts a receive times out (the timeout
 // started before the launch, which was blocked connecting), naming the
 // receiver.
@@ -63,7 +50,7 @@ func TestSendTimesOutConnecting(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	cs, b := connectedPair(t, comm.Options{Timeout: timeout, PeerTimeout: time.Minute})
 	start := time.Now()
-	err := within(t, 20*timeout, "a send to a rank that never receives", func() error {
+	err := hangtest.Within(t, 20*timeout, "a send to a rank that never receives", func() error {
 		return comm.Run(context.Background())(cs[0].Send(context.Background(), b, 1, 0))
 	})
 	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "rank 1 never launched") {
@@ -79,7 +66,7 @@ func TestLostPeerEndsBlockedLaunch(t *testing.T) {
 	cs, b := connectedPair(t, comm.Options{Timeout: time.Minute, PeerTimeout: peerTimeout})
 	nccl.StopHeartbeat(cs[1])
 	start := time.Now()
-	err := within(t, 20*peerTimeout, "a send to a lost rank", func() error {
+	err := hangtest.Within(t, 20*peerTimeout, "a send to a lost rank", func() error {
 		return comm.Run(context.Background())(cs[0].Send(context.Background(), b, 1, 0))
 	})
 	var pe *comm.PeerError
@@ -96,13 +83,13 @@ func TestCloseEndsBlockedLaunch(t *testing.T) {
 	cs, b := connectedPair(t, comm.Options{Timeout: time.Minute, PeerTimeout: time.Minute})
 	dst := devBuffer(t, cs[0].Device(), comm.Float32, 16)
 	time.AfterFunc(200*time.Millisecond, func() { cs[0].Close() })
-	err := within(t, 10*time.Second, "a gather whose peer never calls it, after Close", func() error {
+	err := hangtest.Within(t, 10*time.Second, "a gather whose peer never calls it, after Close", func() error {
 		return comm.Run(context.Background())(cs[0].Gather(context.Background(), dst, b, 0))
 	})
 	if !errors.Is(err, comm.ErrClosed) {
 		t.Fatalf("gather after Close: %v, want comm.ErrClosed", err)
 	}
-	if err := within(t, 10*time.Second, "Close", cs[0].Close); err != nil {
+	if err := hangtest.Within(t, 10*time.Second, "Close", cs[0].Close); err != nil {
 		t.Fatal(err)
 	}
 }

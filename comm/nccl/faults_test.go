@@ -14,6 +14,7 @@ import (
 	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/internal/hangtest"
 )
 
 // Issue 26: faults of the CUDA runtime that the fake now stages.
@@ -45,7 +46,7 @@ func TestStickyError(t *testing.T) {
 		t.Fatalf("all_reduce after a sticky CUDA error: %v, want an error", err)
 	}
 	for r, c := range cs {
-		if err := within(t, 10*time.Second, "Close after a sticky CUDA error", c.Close); err != nil {
+		if err := hangtest.Within(t, 10*time.Second, "Close after a sticky CUDA error", c.Close); err != nil {
 			t.Errorf("rank %d: Close: %v", r, err)
 		}
 	}

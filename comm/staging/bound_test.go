@@ -12,6 +12,7 @@ import (
 	"github.com/gdist/gdist/comm/staging"
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/internal/hangtest"
 )
 
 // heldAfter returns an event recorded on a stream that the fake holds
@@ -43,21 +44,6 @@ func heldAfter(t *testing.T) (after *cuda.Event, release func()) {
 	return after, release
 }
 
-// within runs f, failing t if it has not returned after limit (a hang:
-// the test then goes on, leaving f blocked).
-func within(t *testing.T, limit time.Duration, what string, f func() error) error {
-	t.Helper()
-	res := make(chan error, 1)
-	go func() { res <- f() }()
-	select {
-	case err := <-res:
-		return err
-	case <-time.After(limit):
-		t.Fatalf("%s did not return within %v: it hangs", what, limit)
-		return nil
-	}
-}
-
 // Issue 28 follow-up: a collective whose cuda.Order's After event never
 // completes (its stream stuck behind a peer that is gone) does not block
 // forever: the host's wait for it ends with the operation's ctx, or with
@@ -81,7 +67,7 @@ func TestAfterWaitBounded(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		octx := cuda.WithOrder(ctx, cuda.Order{After: after})
-		err := within(t, time.Minute, "an all-reduce after a held stream", func() error {
+		err := hangtest.Within(t, time.Minute, "an all-reduce after a held stream", func() error {
 			return comm.Run(ctx)(c.AllReduce(octx, dbuf, comm.Sum))
 		})
 		t.Logf("all-reduce: %v", err)
@@ -104,7 +90,7 @@ func TestAfterWaitBounded(t *testing.T) {
 		after, _ := heldAfter(t)
 		ctx := context.Background() // no deadline: the Comm's timeout bounds the wait
 		octx := cuda.WithOrder(ctx, cuda.Order{After: after})
-		err = within(t, time.Minute, "an all-reduce after a held stream", func() error {
+		err = hangtest.Within(t, time.Minute, "an all-reduce after a held stream", func() error {
 			return comm.Run(ctx)(c.AllReduce(octx, dbuf, comm.Sum))
 		})
 		t.Logf("all-reduce: %v", err)
@@ -134,7 +120,7 @@ func TestAfterWaitBounded(t *testing.T) {
 		if err := w0.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
-		err = within(t, time.Minute, "a broadcast received after a held stream", func() error {
+		err = hangtest.Within(t, time.Minute, "a broadcast received after a held stream", func() error {
 			<-w1.Done() // the Work itself, not Wait's ctx, ends
 			return w1.Err()
 		})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/internal/hangtest"
 	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/train/dp"
 )
@@ -31,7 +32,7 @@ func TestDeviceRunJoinsCloseError(t *testing.T) {
 				cudafake.StickyError(t, 0)
 			}
 		}
-		err := within(t, time.Minute, "a run whose device fails", func() error {
+		err := hangtest.Within(t, time.Minute, "a run whose device fails", func() error {
 			_, err := train.Run(ctx, cs[0], cfg)
 			return err
 		})

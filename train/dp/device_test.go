@@ -16,6 +16,7 @@ import (
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/internal/hangtest"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/syncbn"
 	"github.com/gdist/gdist/train"
@@ -138,21 +139,6 @@ func newDeviceRanks(t *testing.T, ctx context.Context, cs []comm.Comm, strategy 
 	return sts
 }
 
-// within runs f in a goroutine and fails the test if it has not
-// returned after d (a hang), returning f's error otherwise.
-func within(t *testing.T, d time.Duration, what string, f func() error) error {
-	t.Helper()
-	ch := make(chan error, 1)
-	go func() { ch <- f() }()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s did not return within %v", what, d)
-		return nil
-	}
-}
-
 // Issue 28 follow-up: a device strategy's Close with collectives still
 // pending whose peer never comes (rank 1 stepped alone, its gradients'
 // all-reduces waiting on the device for rank 0's) does not hang until
@@ -180,20 +166,20 @@ func TestDeviceCloseAbortsPendingCollectives(t *testing.T) {
 			if _, err := sts[1].Step(ctx, x, y); err != nil {
 				t.Fatalf("rank 1's step: %v", err)
 			}
-			err := within(t, 30*time.Second, "rank 1's Close with its collectives pending", sts[1].Close)
+			err := hangtest.Within(t, 30*time.Second, "rank 1's Close with its collectives pending", sts[1].Close)
 			t.Logf("rank 1's Close: %v", err)
 			if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "pending") {
 				t.Errorf("rank 1's Close: %v, want an error naming rank 1 and the pending collective", err)
 			}
 			// rank 0 learns that rank 1 aborted, and does not wait for it
-			err = within(t, 30*time.Second, "rank 0's all-reduce after rank 1 aborted", func() error {
+			err = hangtest.Within(t, 30*time.Second, "rank 0's all-reduce after rank 1 aborted", func() error {
 				v := []float32{1}
 				return comm.Run(ctx)(cs[0].AllReduce(ctx, comm.FromSlice(v), comm.Sum))
 			})
 			if err == nil {
 				t.Errorf("rank 0's all-reduce after rank 1 closed with collectives pending succeeded")
 			}
-			if err := within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
+			if err := hangtest.Within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
 				t.Errorf("rank 0's Close (nothing pending): %v", err)
 			}
 			if n := cudafake.FreedUses(t) - freed; n != 0 {
@@ -277,14 +263,14 @@ func TestDeviceCloseAfterFailedStepAborts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := within(t, 30*time.Second, "rank 1's Close after its failed step", sts[1].Close); err != nil {
+	if err := hangtest.Within(t, 30*time.Second, "rank 1's Close after its failed step", sts[1].Close); err != nil {
 		t.Logf("rank 1's Close: %v", err)
 	}
-	err = within(t, 30*time.Second, "rank 0's all-reduce", func() error { return w.Wait(ctx) })
+	err = hangtest.Within(t, 30*time.Second, "rank 0's all-reduce", func() error { return w.Wait(ctx) })
 	if !errors.Is(err, comm.ErrAborted) {
 		t.Errorf("rank 0's all-reduce, rank 1 closed after a failed step: %v, want comm.ErrAborted", err)
 	}
-	if err := within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
+	if err := hangtest.Within(t, 30*time.Second, "rank 0's Close", sts[0].Close); err != nil {
 		t.Errorf("rank 0's Close: %v", err)
 	}
 }
@@ -311,7 +297,7 @@ func TestDeviceCloseLeaksBusyDevice(t *testing.T) {
 	if err := s.LaunchHostFunc(cudafake.HoldFunc(t), 0); err != nil {
 		t.Fatal(err)
 	}
-	err := within(t, 30*time.Second, "Close with the model's stream held", st.Close)
+	err := hangtest.Within(t, 30*time.Second, "Close with the model's stream held", st.Close)
 	t.Logf("Close: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "rank 0") || !strings.Contains(err.Error(), "not freed") {
 		t.Errorf("Close with the model's stream held: %v, want an error naming rank 0 and saying nothing was freed", err)
