@@ -20,12 +20,20 @@ func (k *Kernels) GELU(s *cuda.Stream, y, x uintptr, n int) error {
 // GELUBF16 is GELU that also writes y's bf16 copy into y16 (n values of
 // 2 bytes; 0: none) as it goes, the same bits gpu/gemm's cast gives: for
 // gemm.Engine.Provide, so that the Linear reading y casts nothing of it
-// under bf16 autocast. y is GELU's.
+// under bf16 autocast. y is GELU's; y 0 writes the copy alone (a y that
+// only bf16 products read: gpu/devmodel keeps no fp32 value of it); y
+// and y16 may not both be 0.
 func (k *Kernels) GELUBF16(s *cuda.Stream, y, y16, x uintptr, n int) error {
 	if err := sizeErr("GELU", "n", n); err != nil || n == 0 {
 		return err
 	}
-	t := rw(int64(n), int64(n))
+	if y == 0 && y16 == 0 {
+		return fmt.Errorf("kernels: GELU with neither y nor its bf16 copy y16: give it one to write")
+	}
+	t := rw(int64(n), 0)
+	if y != 0 {
+		t.w += 4 * int64(n)
+	}
 	if y16 != 0 {
 		t.w += 2 * int64(n)
 	}
@@ -276,10 +284,13 @@ func (k *Kernels) PositionEmbeddingBackward(s *cuda.Stream, dpos, dy uintptr, ro
 // bit BiasAdd then GELU (the same float32 add, the same GELU), moving
 // 2 rows cols values instead of 4. x stays the product without its bias
 // (BiasGELUBackward reads it); y must not be x. y16 (0: none) gets y's
-// bf16 copy as GELUBF16's.
+// bf16 copy as GELUBF16's; y 0 writes the copy alone, as GELUBF16's.
 func (k *Kernels) BiasGELU(s *cuda.Stream, y, y16, x, bias uintptr, rows, cols int) error {
 	if err := sizeErr("BiasGELU", "rows", rows, "cols", cols); err != nil {
 		return err
+	}
+	if y == 0 && y16 == 0 {
+		return fmt.Errorf("kernels: BiasGELU with neither y nor its bf16 copy y16: give it one to write")
 	}
 	if y == x {
 		return fmt.Errorf("kernels: BiasGELU: y is x (x, the product without its bias, is read again by BiasGELUBackward: give y its own buffer)")
@@ -292,7 +303,10 @@ func (k *Kernels) BiasGELU(s *cuda.Stream, y, y16, x, bias uintptr, rows, cols i
 		name, v = "gd_bias_gelu4", 4
 	}
 	n := int64(rows) * int64(cols)
-	t := rw(n+int64(cols), n)
+	t := rw(n+int64(cols), 0)
+	if y != 0 {
+		t.w += 4 * n
+	}
 	if y16 != 0 {
 		t.w += 2 * n
 	}

@@ -187,11 +187,20 @@ func (k *Kernels) LayerNormForward(s *cuda.Stream, y, xhat, invstd, x, gamma, be
 // same bits gpu/gemm's cast gives: for gemm.Engine.Provide, so that the
 // Linear reading y (forward, and its weight gradient in backward) casts
 // nothing under bf16 autocast. The fp32 outputs are LayerNormForward's.
+// y 0 writes the copy alone (and xhat, invstd): for a y that only bf16
+// products read (gpu/devmodel keeps no fp32 value of it); y and y16 may
+// not both be 0.
 func (k *Kernels) LayerNormForwardBF16(s *cuda.Stream, y, y16, xhat, invstd, x, gamma, beta uintptr, rows, c int, eps float64) error {
 	if err := lnCheck("LayerNormForward", rows, c); err != nil || rows == 0 {
 		return err
 	}
-	t := rw(int64(rows)*int64(c), 2*int64(rows)*int64(c)+int64(rows))
+	if y == 0 && y16 == 0 {
+		return fmt.Errorf("kernels: LayerNormForward with neither y nor its bf16 copy y16: give it one to write")
+	}
+	t := rw(int64(rows)*int64(c), int64(rows)*int64(c)+int64(rows)) // x; xhat, invstd
+	if y != 0 {
+		t.w += 4 * int64(rows) * int64(c)
+	}
 	if y16 != 0 {
 		t.w += 2 * int64(rows) * int64(c)
 	}

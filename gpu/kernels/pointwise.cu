@@ -97,11 +97,11 @@ extern "C" __global__ void gd_bn_dx32(float *dx, const float *dy, const float *x
 // gelu: embed.cuh (rows.cu's fused backward shares it).
 
 // y = gelu(x); y may be x. y16, unless null, gets y's bf16 copy
-// (bf16_bits).
+// (bf16_bits); y null writes the copy alone.
 extern "C" __global__ void gd_gelu(float *y, const float *x, long long n, unsigned short *y16) {
 	GRID_LOOP(i, n) {
 		float v = gelu(x[i], 0);
-		y[i] = v;
+		if (y) y[i] = v;
 		if (y16) y16[i] = bf16_bits(v);
 	}
 }
@@ -125,7 +125,8 @@ extern "C" __global__ void gd_gelu_backward(float *dx, const float *dy, const fl
 // gd_gelu_bias_backward. The blocks' y index strides over the rows,
 // their x threads over a row's columns (V a thread: 4 with float4
 // accesses, cols a multiple of 4 and y, x, bias 16-byte aligned, as the
-// launch checks). y16, unless null, gets y's bf16 copy (bf16_bits).
+// launch checks). y16, unless null, gets y's bf16 copy (bf16_bits); y
+// null writes the copy alone.
 template <int V> __device__ void bias_gelu(float *y, const float *x, const float *bias, int rows, int cols, unsigned short *y16) {
 	for (int r = blockIdx.y; r < rows; r += gridDim.y) {
 		long long o = (long long)r * cols;
@@ -133,7 +134,7 @@ template <int V> __device__ void bias_gelu(float *y, const float *x, const float
 			if (V == 4) {
 				float4 v = *(const float4 *)(x + o + c), b = *(const float4 *)(bias + c);
 				float4 u = make_float4(gelu(v.x + b.x, 0), gelu(v.y + b.y, 0), gelu(v.z + b.z, 0), gelu(v.w + b.w, 0));
-				*(float4 *)(y + o + c) = u;
+				if (y) *(float4 *)(y + o + c) = u;
 				if (y16) {
 					y16[o + c] = bf16_bits(u.x);
 					y16[o + c + 1] = bf16_bits(u.y);
@@ -142,7 +143,7 @@ template <int V> __device__ void bias_gelu(float *y, const float *x, const float
 				}
 			} else {
 				float u = gelu(x[o + c] + bias[c], 0);
-				y[o + c] = u;
+				if (y) y[o + c] = u;
 				if (y16) y16[o + c] = bf16_bits(u);
 			}
 		}

@@ -533,7 +533,8 @@ __device__ int row_step() { return (int)((gridDim.x * (long long)blockDim.x) >> 
 // var = sum (x - mean)^2 / C in float32 (Sum32's order), 1/std =
 // float32(1 / sqrt(float64(var) + eps)); y = xhat gamma + beta with xhat
 // = (x - mean) / std, kept (with 1/std per row) unless null. y may be x.
-// y16, unless null, gets y's bf16 copy (bf16_bits).
+// y16, unless null, gets y's bf16 copy (bf16_bits); y null writes the
+// copy alone (a Linear's input that only bf16 products read).
 extern "C" __global__ void gd_layernorm(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
 					const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
 	int lane = threadIdx.x & 31;
@@ -548,7 +549,7 @@ extern "C" __global__ void gd_layernorm(float *y, float *xhat, float *invstd, co
 			float h = (row[j] - mean) * inv;
 			if (xhat) xhat[(long long)r * C + j] = h;
 			float o = h * gamma[j] + beta[j];
-			y[(long long)r * C + j] = o;
+			if (y) y[(long long)r * C + j] = o;
 			if (y16) y16[(long long)r * C + j] = bf16_bits(o);
 		}
 		__syncwarp();
@@ -767,7 +768,8 @@ extern "C" __global__ void gd_causal_softmax_backward_r32(float *ds, const float
 }
 
 // gd_layernorm with each row in registers (K per lane, C <= 32 K): the
-// row read once, the same operations in the same order (the same bits).
+// row read once, the same operations in the same order (the same bits);
+// y null as gd_layernorm's.
 template <int K> __device__ void layernorm_regs(float *y, float *xhat, float *invstd, const float *x, const float *gamma,
 						const float *beta, int rows, int C, float invC, double eps, unsigned short *y16) {
 	int lane = threadIdx.x & 31;
@@ -795,7 +797,7 @@ template <int K> __device__ void layernorm_regs(float *y, float *xhat, float *in
 				float h = (v[k] - mean) * inv;
 				if (xhat) xhat[(long long)r * C + j] = h;
 				float o = h * gamma[j] + beta[j];
-				y[(long long)r * C + j] = o;
+				if (y) y[(long long)r * C + j] = o;
 				if (y16) y16[(long long)r * C + j] = bf16_bits(o);
 			}
 		}
