@@ -92,7 +92,8 @@ func deviceUsed(t *testing.T) int64 {
 // parked"), the shard's values are kept in host memory: the error says
 // so, ForwardBackward, Eval, Update and Unshard refuse naming Reshard,
 // CopyToHost gives the values, and Reshard, once memory is free, puts
-// them back; training then goes on bit for bit too. Without the fix the
+// them back; training then goes on bit for bit too, as it does after a
+// fill (the all-gather) that failed. Without the fix the
 // shard's buffer was freed and left dangling: the steps after a failed
 // Unshard used freed memory.
 func TestUnshardOutOfMemory(t *testing.T) {
@@ -168,6 +169,13 @@ func TestUnshardOutOfMemory(t *testing.T) {
 				t.Fatalf("the shard's buffer was not had back: %v", err)
 			}
 		}
+		if fail == "fill" {
+			err := d.Unshard(func(uintptr) error { return fmt.Errorf("the peer is gone") })
+			t.Logf("%s: %v", fail, err)
+			if want := where + ": gathering the parameters: the peer is gone"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Unshard with fill failing: %v; want an error with %q", err, want)
+			}
+		}
 		step(2)
 		step(3)
 		if err := d.Unshard(fill); err != nil {
@@ -211,7 +219,7 @@ func TestUnshardOutOfMemory(t *testing.T) {
 	if ref.params == nil {
 		t.FailNow()
 	}
-	for _, fail := range []string{"unshard", "unshard parked", "reshard parked"} {
+	for _, fail := range []string{"unshard", "unshard parked", "reshard parked", "fill"} {
 		t.Run(fail, func(t *testing.T) {
 			r := run(t, fail)
 			if i, ok := bitsEqual(r.losses, ref.losses); !ok {
