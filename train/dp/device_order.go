@@ -91,6 +91,17 @@ func (o *streams) ordered(ctx context.Context, done *cuda.Event) (context.Contex
 	return cuda.WithOrder(ctx, cuda.Order{After: o.after, Done: done}), nil
 }
 
+// orderedNew is ordered with a new done event (event), which it returns
+// for the collectives' join.
+func (o *streams) orderedNew(ctx context.Context) (context.Context, *cuda.Event, error) {
+	done, err := o.event()
+	if err != nil {
+		return nil, nil, err
+	}
+	octx, err := o.ordered(ctx, done)
+	return octx, done, err
+}
+
 // join makes the model's stream wait for done (recorded after the
 // collectives it follows) and gives the event back: a later record does
 // not change the wait already queued.

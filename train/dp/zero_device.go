@@ -196,11 +196,7 @@ func (s *deviceZero) gather(ctx context.Context) error {
 		return nil
 	}
 	if s.dc.direct && s.c.Size() > 1 {
-		done, err := s.st.event()
-		if err != nil {
-			return err
-		}
-		octx, err := s.st.ordered(ctx, done)
+		octx, done, err := s.st.orderedNew(ctx)
 		if err != nil {
 			return err
 		}
@@ -367,11 +363,7 @@ func (s *deviceZero) gatherUnit(ctx context.Context, lo, hi int, dst uintptr) (f
 		}
 	}
 	if s.dc.direct {
-		done, err := s.st.event()
-		if err != nil {
-			return nil, err
-		}
-		octx, err := s.st.ordered(ctx, done)
+		octx, done, err := s.st.orderedNew(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -447,11 +439,7 @@ func (s *deviceZero) clipQueued(ctx context.Context) error {
 		if !s.dc.direct {
 			return s.sumOnHost(ctx, sq)
 		}
-		done, err := s.st.event()
-		if err != nil {
-			return err
-		}
-		octx, err := s.st.ordered(ctx, done)
+		octx, done, err := s.st.orderedNew(ctx)
 		if err != nil {
 			return err
 		}
