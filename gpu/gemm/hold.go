@@ -133,6 +133,9 @@ func (g *hold) at(x operand) uintptr {
 		return 0
 	}
 	o := int64(x.ptr-g.lo) / 4
+	if o < 0 { // 2^63 bytes or more above lo (a region given at a host address, x on the fake's devices)
+		return 0
+	}
 	var z int64
 	if g.stride > 0 {
 		z = o / g.stride
