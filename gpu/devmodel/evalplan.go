@@ -465,12 +465,24 @@ func (d *Model) compileEval(s evalSpec) (*plan, error) {
 		return nil, err
 	}
 	if top > d.evalCap {
+		old := d.evalCap
 		if d.evalMem != 0 {
 			d.free(d.evalMem, d.evalCap) // after the model's work (free synchronizes)
 			d.evalMem, d.evalCap, d.evalPlans = 0, 0, nil
 		}
 		if d.evalMem, err = d.malloc(top); err != nil {
-			return nil, fmt.Errorf("devmodel: %s: %d bytes for evaluation batches of %d: %w", d.Host.Name, top, s.full, err)
+			err = fmt.Errorf("devmodel: %s: %d bytes for evaluation batches of %d: %w", d.Host.Name, top, s.full, err)
+			// the old arena back (the memory just freed), so that the
+			// batches that fitted it evaluate as before (their plans
+			// are planned again on use: TestEvalAfterFailedArenaGrowth)
+			if old > 0 {
+				if p, rerr := d.malloc(old); rerr == nil {
+					d.evalMem, d.evalCap = p, old
+				} else {
+					err = fmt.Errorf("%w; the evaluation arena's %d bytes could not be had back either: %w", err, old, rerr)
+				}
+			}
+			return nil, err
 		}
 		d.evalCap = top
 	}

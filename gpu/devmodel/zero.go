@@ -198,13 +198,22 @@ func (d *Model) unitBlocks(p *plan) (*unitMem, error) {
 	}
 	top := max(pack(bufs), 1)
 	if top > um.size {
+		old := um.size
 		if um.region != 0 {
 			d.free(um.region, um.size) // after the model's work and the collectives it waited for
 		}
 		um.region, um.size, um.of = 0, 0, nil
 		r, err := d.malloc(top)
 		if err != nil {
-			return nil, fmt.Errorf("devmodel: %s: %d bytes for the units' blocks: %w", d.Host.Name, top, err)
+			err = fmt.Errorf("devmodel: %s: %d bytes for the units' blocks: %w", d.Host.Name, top, err)
+			// the old region back (the memory just freed), laid out again
+			// on use, so that the plans that fitted it run as before
+			if old > 0 {
+				if r, rerr := d.malloc(old); rerr == nil {
+					um.region, um.size = r, old
+				}
+			}
+			return nil, err
 		}
 		um.region, um.size = r, top
 	}

@@ -1,0 +1,134 @@
+package devmodel_test
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/cuda"
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// TestEvalAfterFailedArenaGrowth: an evaluation at a batch whose
+// evaluation arena must grow (the old one is freed first) and cannot
+// (cudafake.MemLimit at the device's use: the old arena's bytes fit
+// again, the larger ones not) fails naming the bytes and keeps its
+// arena; under the same limit, whatever memory is free taken by another
+// user of the device, the model then evaluates at the smaller batch (64 samples, batch 8's training plan: an arena of its own) and trains as one
+// that never tried (the same bits), and, the limit lifted, evaluates
+// the larger batch too, with no use of freed device memory
+// (cudafake.FreedUses). The mlp placed whole and under ZeRO-3 (one
+// rank's shard, a unit per layer: a batch in one pass). Before the fix
+// the old arena was gone: the evaluation that backed off to the
+// smaller batch needed it again and failed out of memory.
+func TestEvalAfterFailedArenaGrowth(t *testing.T) {
+	cudafake.RequireFake(t)
+	for _, zero3 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("zero3=%v", zero3), func(t *testing.T) {
+			place := func() *devmodel.Model {
+				m, err := models.New("mlp", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg := devmodel.Config{Device: dev, Batch: 8, Optim: optim.Config{Name: "adam", LR: 1e-2}}
+				if zero3 {
+					cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
+					cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, true, 1
+				}
+				d, err := devmodel.Place(m, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { d.Close() })
+				return d
+			}
+			type result struct {
+				evals  []float64 // loss bits, correct: small, small after a step, large
+				losses []float32
+			}
+			x, y := devtest.Images(0, 8, 784)
+			sx, sy := devtest.Images(1, 64, 784)
+			lx, ly := devtest.Images(2, 512, 784)
+			eval := func(d *devmodel.Model, r *result, x []float32, y []int32) error {
+				l, c, err := d.Eval(x, y)
+				if err == nil {
+					r.evals = append(r.evals, float64(math.Float32bits(l)), float64(c))
+				}
+				return err
+			}
+			run := func(fail bool) (r result) {
+				d := place()
+				freed := cudafake.FreedUses(t)
+				if l, err := d.Step(x, y); err != nil {
+					t.Fatal(err)
+				} else {
+					r.losses = append(r.losses, l)
+				}
+				if err := eval(d, &r, sx, sy); err != nil {
+					t.Fatal(err)
+				}
+				arena := d.EvalBytes()
+				if arena == 0 {
+					t.Fatal("no evaluation arena after evaluating 64 samples: nothing to lose")
+				}
+				var hog uintptr
+				if fail {
+					limit := deviceUsed(t)
+					cudafake.MemLimit(t, limit)
+					_, _, err := d.Eval(lx, ly)
+					t.Logf("arena %d bytes; evaluating 512 samples under the limit: %v", arena, err)
+					if err == nil || !strings.Contains(err.Error(), "bytes for evaluation batches of 512") {
+						t.Fatalf("Eval of 512 samples over the memory limit: %v; want an error naming the bytes asked", err)
+					}
+					if got := d.EvalBytes(); got != arena {
+						t.Fatalf("EvalBytes %d after the failed growth; %d before", got, arena)
+					}
+					// another user of the device takes what is free
+					if free := limit - deviceUsed(t); free > 0 {
+						var err error
+						if hog, err = cuda.Malloc(dev, int(free)); err != nil {
+							t.Fatal(err)
+						}
+						t.Logf("%d bytes free after the failed growth, taken", free)
+					}
+					cudafake.MemLimit(t, limit)
+				}
+				// under the limit still: the smaller batch evaluates, the model trains
+				if err := eval(d, &r, sx, sy); err != nil {
+					t.Fatalf("Eval of the smaller batch after a failed growth: %v", err)
+				}
+				if l, err := d.Step(x, y); err != nil {
+					t.Fatal(err)
+				} else {
+					r.losses = append(r.losses, l)
+				}
+				if err := eval(d, &r, sx, sy); err != nil {
+					t.Fatal(err)
+				}
+				cudafake.MemLimit(t, 0)
+				if hog != 0 {
+					cuda.Free(dev, hog)
+				}
+				if err := eval(d, &r, lx, ly); err != nil {
+					t.Fatal(err)
+				}
+				if got := cudafake.FreedUses(t) - freed; got != 0 {
+					t.Fatalf("%d uses of freed device memory", got)
+				}
+				return r
+			}
+			ref, got := run(false), run(true)
+			if i, ok := bitsEqual(got.losses, ref.losses); !ok {
+				t.Errorf("step %d: loss %v, %v never failed", i, got.losses[i], ref.losses[i])
+			}
+			if fmt.Sprint(got.evals) != fmt.Sprint(ref.evals) {
+				t.Errorf("evaluations (loss bits, correct) %v; %v never failed", got.evals, ref.evals)
+			}
+		})
+	}
+}
