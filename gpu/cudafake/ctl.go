@@ -17,6 +17,7 @@ static void gdfk_call(uintptr_t f) { ((gdfk_void_fn)f)(); }
 static void gdfk_call_int(uintptr_t f, int v) { ((gdfk_int_fn)f)(v); }
 static int gdfk_get(uintptr_t f) { return ((gdfk_get_fn)f)(); }
 static void gdfk_call_ll(uintptr_t f, long long v) { ((void (*)(long long))f)(v); }
+static int gdfk_failure(uintptr_t f, char *buf, int n) { return ((int (*)(char *, int))f)(buf, n); }
 static int gdfk_stream_delay(uintptr_t f, uintptr_t s, int ms) { return ((int (*)(void *, int))f)((void *)s, ms); }
 */
 import "C"
@@ -148,6 +149,23 @@ func StickyError(t testing.TB, code int) {
 	}
 	C.gdfk_call_int(f, C.int(code))
 	t.Cleanup(func() { C.gdfk_call_int(f, 0) })
+}
+
+// KernelFailure says why the last kernel launch that failed on the fake
+// failed ("kernel NAME failed: ...": a divergent barrier, a divergent
+// warp matrix call, ...), "" when none failed since the last call, and
+// forgets it. A failed launch leaves the context with the sticky
+// CUDA_ERROR_LAUNCH_FAILED, as a fault on a GPU does (synchronizations
+// return it); when KernelFailure reports one it also repairs the context,
+// so that the test goes on (a real process never recovers).
+func KernelFailure(t testing.TB) string {
+	f := sym(t, "fakecudaKernelFailure")
+	var buf [640]C.char
+	if C.gdfk_failure(f, &buf[0], C.int(len(buf))) == 0 {
+		return ""
+	}
+	C.gdfk_call_int(sym(t, "fakecudaStickyError"), 0)
+	return C.GoString(&buf[0])
 }
 
 // MemLimit caps the device memory each fake device may have allocated at

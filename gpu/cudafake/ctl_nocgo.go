@@ -42,6 +42,9 @@ func ResetCommInits(t testing.TB) { RequireFake(t) }
 // Vanish skips t: without cgo there is no fake.
 func Vanish(t testing.TB, dev int) { RequireFake(t) }
 
+// KernelFailure skips t: without cgo there is no fake.
+func KernelFailure(t testing.TB) string { RequireFake(t); return "" }
+
 // StickyError skips t: without cgo there is no fake.
 func StickyError(t testing.TB, code int) { RequireFake(t) }
 

@@ -491,7 +491,8 @@ API int cudaMalloc(void **out, size_t n) {
 		warnf("cudaMalloc(%zu) on device %d: over the limit of %lld bytes (fakecudaMemLimit)", n, dev, lim);
 		return seterr(cudaErrorMemoryAllocation);
 	}
-	unsigned char *m = malloc(n);
+	unsigned char *m = NULL; /* 256-byte aligned, as cudaMalloc's (wmma's loads check 32) */
+	if (posix_memalign((void **)&m, 256, n)) m = NULL;
 	if (!m) {
 		__atomic_sub_fetch(&mem_used[dev & 63], (long long)n, __ATOMIC_SEQ_CST);
 		return seterr(cudaErrorMemoryAllocation);
@@ -2887,7 +2888,7 @@ static const char fk_kernel_h[] =
 	"	template <void (*F)(A...)> static void block(void **a, int n) { unpack<F>(a, n, std::index_sequence_for<A...>{}); }\n"
 	"};\n"
 	"\n"
-	"enum { READY, BAR, WARP, DONE };\n"
+	"enum { READY, BAR, WARP, DONE, FAILED };\n"
 	"static const size_t STACK = 256 * 1024;\n"
 	"#ifndef GDFK_FIBERS\n"
 	"#define GDFK_FIBERS 0\n"
@@ -3004,6 +3005,16 @@ static const char fk_kernel_h[] =
 	"	abort();\n"
 	"}\n"
 	"\n"
+	"/* Fails the launch with msg (the block stops: its threads are not\n"
+	"   resumed), as a fault does on a GPU. */\n"
+	"__attribute__((noreturn)) static void trap(const char *msg) {\n"
+	"	need_fibers(msg);\n"
+	"	if (!fail) fail = msg; /* the block's first failure */\n"
+	"	state[cur] = FAILED;\n"
+	"	fiber_yield();\n"
+	"	abort(); /* a failed thread is never resumed */\n"
+	"}\n"
+	"\n"
 	"/* Block barrier: returns how many threads passed p != 0. */\n"
 	"static int barrier(int p) {\n"
 	"	need_fibers(\"__syncthreads\");\n"
@@ -3042,6 +3053,7 @@ static const char fk_kernel_h[] =
 	"		}\n"
 	"		int done = 0, bar = 0;\n"
 	"		for (int t = 0; t < nthreads; t++) {\n"
+	"			if (state[t] == FAILED) return -1; /* fail says why */\n"
 	"			done += state[t] == DONE;\n"
 	"			bar += state[t] == BAR;\n"
 	"		}\n"
@@ -3143,7 +3155,7 @@ static const char fk_kernel_h[] =
 	"	fail = 0;\n"
 	"	if (shmem > dyn_len) {\n"
 	"		free(dyn);\n"
-	"		dyn = (unsigned char *)malloc(shmem);\n"
+	"		dyn = (unsigned char *)aligned_alloc(128, (shmem + 127) & ~(size_t)127); /* aligned as a GPU's */\n"
 	"		dyn_len = dyn ? shmem : 0;\n"
 	"		if (!dyn) {\n"
 	"			snprintf(err, errlen, \"out of memory for %zu bytes of shared memory\", shmem);\n"
@@ -3205,6 +3217,297 @@ static const char fk_kernel_h[] =
 	"		return &d;                                                                             \\\n"
 	"	}\n"
 	"\n";
+
+/* The headers the fake NVRTC puts first on a kernel's include path (in
+   its build directory, before the -I options): its emulations of CUDA's
+   mma.h (nvcuda::wmma), cuda_bf16.h and cuda_fp16.h (gpu/rtc's package
+   comment says what they model). */
+static const char fk_fp16_h[] =
+	"// The fake NVRTC's cuda_fp16.h: __half as 16 bits with the conversions to\n"
+	"// and from float (float to half rounds to nearest even, overflow to\n"
+	"// infinity, subnormals kept; a NaN stays a NaN). Arithmetic on half values\n"
+	"// is not emulated: the operators between two __half are deleted.\n"
+	"#ifndef GDFK_CUDA_FP16_H\n"
+	"#define GDFK_CUDA_FP16_H\n"
+	"static inline unsigned short gdfk_f2h(float f) {\n"
+	"	unsigned u;\n"
+	"	memcpy(&u, &f, 4);\n"
+	"	unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
+	"	if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));\n"
+	"	if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); /* 65520 and up: infinity */\n"
+	"	if (a >= 0x38800000u) { /* a normal half: rebias, round to nearest even */\n"
+	"		unsigned r = a - 0x38000000u;\n"
+	"		r += 0xfffu + ((r >> 13) & 1u);\n"
+	"		return (unsigned short)(sign | (r >> 13));\n"
+	"	}\n"
+	"	float af;\n"
+	"	memcpy(&af, &a, 4);\n"
+	"	return (unsigned short)(sign | (unsigned)nearbyintf(af * 16777216.0f)); /* in units of 2^-24 */\n"
+	"}\n"
+	"static inline float gdfk_h2f(unsigned short h) {\n"
+	"	unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;\n"
+	"	if (e == 0) {\n"
+	"		float v = (float)m * (1.0f / 16777216.0f);\n"
+	"		return sign ? -v : v;\n"
+	"	}\n"
+	"	u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));\n"
+	"	float f;\n"
+	"	memcpy(&f, &u, 4);\n"
+	"	return f;\n"
+	"}\n"
+	"struct __align__(2) __half {\n"
+	"	unsigned short __x;\n"
+	"	__half() = default;\n"
+	"	__half(float f) : __x(gdfk_f2h(f)) {}\n"
+	"	operator float() const { return gdfk_h2f(__x); }\n"
+	"};\n"
+	"typedef __half half;\n"
+	"#ifndef GDFK_DELETE_OPS\n"
+	"#define GDFK_DELETE_OPS(T)                 \\\n"
+	"	T operator+(const T &, const T &) = delete; \\\n"
+	"	T operator-(const T &, const T &) = delete; \\\n"
+	"	T operator*(const T &, const T &) = delete; \\\n"
+	"	T operator/(const T &, const T &) = delete;\n"
+	"#endif\n"
+	"GDFK_DELETE_OPS(__half)\n"
+	"static inline __half __float2half(float f) { return __half(f); }\n"
+	"static inline __half __float2half_rn(float f) { return __half(f); }\n"
+	"static inline float __half2float(__half h) { return gdfk_h2f(h.__x); }\n"
+	"static inline __half __ushort_as_half(unsigned short u) { __half h; h.__x = u; return h; }\n"
+	"static inline unsigned short __half_as_ushort(__half h) { return h.__x; }\n"
+	"#endif\n";
+
+static const char fk_bf16_h[] =
+	"// The fake NVRTC's cuda_bf16.h: __nv_bfloat16 as 16 bits with the\n"
+	"// conversions to and from float (float to bf16 rounds to nearest even; a\n"
+	"// NaN stays a NaN). Arithmetic on bf16 values is not emulated: the\n"
+	"// operators between two __nv_bfloat16 are deleted, so a kernel that uses\n"
+	"// them fails to compile here rather than compute something else.\n"
+	"#ifndef GDFK_CUDA_BF16_H\n"
+	"#define GDFK_CUDA_BF16_H\n"
+	"static inline unsigned short gdfk_f2bf(float f) {\n"
+	"	unsigned u;\n"
+	"	memcpy(&u, &f, 4);\n"
+	"	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n"
+	"	u += 0x7fffu + ((u >> 16) & 1u);\n"
+	"	return (unsigned short)(u >> 16);\n"
+	"}\n"
+	"static inline float gdfk_bf2f(unsigned short h) {\n"
+	"	unsigned u = (unsigned)h << 16;\n"
+	"	float f;\n"
+	"	memcpy(&f, &u, 4);\n"
+	"	return f;\n"
+	"}\n"
+	"struct __align__(2) __nv_bfloat16 {\n"
+	"	unsigned short __x;\n"
+	"	__nv_bfloat16() = default;\n"
+	"	__nv_bfloat16(float f) : __x(gdfk_f2bf(f)) {}\n"
+	"	operator float() const { return gdfk_bf2f(__x); }\n"
+	"};\n"
+	"typedef __nv_bfloat16 nv_bfloat16;\n"
+	"#define GDFK_DELETE_OPS(T)                 \\\n"
+	"	T operator+(const T &, const T &) = delete; \\\n"
+	"	T operator-(const T &, const T &) = delete; \\\n"
+	"	T operator*(const T &, const T &) = delete; \\\n"
+	"	T operator/(const T &, const T &) = delete;\n"
+	"GDFK_DELETE_OPS(__nv_bfloat16)\n"
+	"static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }\n"
+	"static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }\n"
+	"static inline float __bfloat162float(__nv_bfloat16 h) { return gdfk_bf2f(h.__x); }\n"
+	"static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 h; h.__x = u; return h; }\n"
+	"static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }\n"
+	"#endif\n";
+
+static const char fk_mma_h[] =
+	"// The fake NVRTC's mma.h: nvcuda::wmma's fragments and warp matrix\n"
+	"// functions for the shapes m16n16k16, m32n8k16 and m8n32k16 with __half\n"
+	"// or __nv_bfloat16 matrix_a and matrix_b and float accumulators.\n"
+	"//\n"
+	"// A fragment holds num_elements = rows x cols / 32 elements in each lane:\n"
+	"// element i of lane l is element p = 32 i + l of the matrix in row-major\n"
+	"// order (row p / cols, column p % cols). CUDA leaves this layout\n"
+	"// unspecified; a GPU's differs, so a kernel that depends on it fails here\n"
+	"// or there.\n"
+	"//\n"
+	"// load_matrix_sync, store_matrix_sync and mma_sync are warp-collective:\n"
+	"// every lane of the warp (32 threads, none returned) must call the same\n"
+	"// function with the same arguments at the same point, or the launch fails\n"
+	"// naming the call, the warp and the lanes. The pointer must be 32-byte\n"
+	"// aligned and ldm a multiple of 16 bytes, as CUDA requires. mma_sync\n"
+	"// computes each element of D in fp32 as\n"
+	"//   d = c; for k = 0 .. K-1: d = d + a[i][k] * b[k][j]\n"
+	"// each product exact (bf16 and half inputs are read exactly and their\n"
+	"// products fit a float), each sum rounded to nearest even, in that order;\n"
+	"// a GPU's tensor cores sum in an order (and with a rounding) they do not\n"
+	"// specify. fill_fragment fills the lane's own elements (no sync).\n"
+	"#ifndef GDFK_MMA_H\n"
+	"#define GDFK_MMA_H\n"
+	"#include <stdarg.h>\n"
+	"#include <cuda_fp16.h>\n"
+	"#include <cuda_bf16.h>\n"
+	"\n"
+	"namespace nvcuda {\n"
+	"namespace wmma {\n"
+	"struct row_major;\n"
+	"struct col_major;\n"
+	"struct matrix_a;\n"
+	"struct matrix_b;\n"
+	"struct accumulator;\n"
+	"enum layout_t { mem_row_major, mem_col_major };\n"
+	"\n"
+	"namespace gdfk_wmma {\n"
+	"template <class Use, int M, int N, int K> struct dims;\n"
+	"template <int M, int N, int K> struct dims<matrix_a, M, N, K> { enum { R = M, C = K }; };\n"
+	"template <int M, int N, int K> struct dims<matrix_b, M, N, K> { enum { R = K, C = N }; };\n"
+	"template <int M, int N, int K> struct dims<accumulator, M, N, K> { enum { R = M, C = N }; };\n"
+	"template <int M, int N, int K> struct shape {\n"
+	"	static const bool ok = K == 16 && ((M == 16 && N == 16) || (M == 32 && N == 8) || (M == 8 && N == 32));\n"
+	"};\n"
+	"template <class T> struct input { static const bool ok = std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value; };\n"
+	"template <class L> struct layout { static const bool ok = std::is_same<L, row_major>::value || std::is_same<L, col_major>::value; };\n"
+	"\n"
+	"/* Each warp's matrices of an mma_sync, two rounds' worth (as the shuffles'\n"
+	"   exchange slots): A (M x K), B (K x N) and C (M x N), as floats. */\n"
+	"enum { MAXE = 512 };\n"
+	"static float bufs[32][2][3][MAXE];\n"
+	"\n"
+	"static char msg[512];\n"
+	"static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));\n"
+	"static void fail(const char *fmt, ...) {\n"
+	"	if (!gdfk::fail) { /* the block's first failure is the one told */\n"
+	"		va_list ap;\n"
+	"		va_start(ap, fmt);\n"
+	"		vsnprintf(msg, sizeof msg, fmt, ap);\n"
+	"		va_end(ap);\n"
+	"	}\n"
+	"	gdfk::trap(msg);\n"
+	"}\n"
+	"\n"
+	"static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ULL; }\n"
+	"\n"
+	"/* The warp meets: every one of its 32 lanes must arrive with the same key\n"
+	"   (the call and its arguments; the round's number mixed in, so that a lane\n"
+	"   at another warp operation, which leaves its slot as it was, is seen). */\n"
+	"static void collective(const char *call, uint64_t key) {\n"
+	"	int w = gdfk::cur >> 5, lane = gdfk::cur & 31;\n"
+	"	if (w * 32 + 32 > gdfk::nthreads)\n"
+	"		fail(\"wmma::%s in warp %d, of %d threads: the warp matrix functions need full warps of 32 threads (a block of \"\n"
+	"		     \"%d threads)\", call, w, gdfk::nthreads - w * 32, gdfk::nthreads);\n"
+	"	key = mix(key, gdfk::warp_gen[w]);\n"
+	"	unsigned part;\n"
+	"	const uint64_t *s = gdfk::warp_sync(&key, sizeof key, &part);\n"
+	"	if (part != 0xffffffffu)\n"
+	"		fail(\"wmma::%s: lanes 0x%08x of warp %d did not call it (they returned or took another branch): it is \"\n"
+	"		     \"warp-collective, all 32 lanes must call it together (a divergent call)\", call, ~part, w);\n"
+	"	for (int l = 0; l < 32; l++)\n"
+	"		if (s[l] != key)\n"
+	"			fail(\"wmma::%s (lane %d of warp %d): lane %d is not making the same call (it made another warp matrix \"\n"
+	"			     \"call or warp operation, or passed other arguments: pointer, ldm, layout, fragment type): a \"\n"
+	"			     \"divergent call; all 32 lanes must make the same call together\", call, lane, w, l);\n"
+	"}\n"
+	"\n"
+	"template <class T> static void check_ptr(const char *call, const T *p, unsigned ldm) {\n"
+	"	if ((uintptr_t)p % 32)\n"
+	"		fail(\"wmma::%s: the pointer is %u bytes past a 32-byte boundary: it must be 256-bit aligned\", call,\n"
+	"		     (unsigned)((uintptr_t)p % 32));\n"
+	"	if (ldm * sizeof(T) % 16)\n"
+	"		fail(\"wmma::%s: ldm %u (elements of %u bytes) is not a multiple of 16 bytes\", call, ldm, (unsigned)sizeof(T));\n"
+	"}\n"
+	"} // namespace gdfk_wmma\n"
+	"\n"
+	"template <class Use, int M, int N, int K, class T, class Layout = void> class fragment {\n"
+	"	static_assert(gdfk_wmma::shape<M, N, K>::ok, \"the fake's wmma has the shapes m16n16k16, m32n8k16 and m8n32k16\");\n"
+	"	static_assert(!std::is_same<Use, accumulator>::value || std::is_same<T, float>::value,\n"
+	"		      \"the fake's wmma has float accumulators only\");\n"
+	"	static_assert(std::is_same<Use, accumulator>::value || gdfk_wmma::input<T>::ok,\n"
+	"		      \"the fake's wmma has __half and __nv_bfloat16 matrix_a and matrix_b\");\n"
+	"	static_assert(std::is_same<Use, accumulator>::value ? std::is_void<Layout>::value : gdfk_wmma::layout<Layout>::ok,\n"
+	"		      \"matrix_a and matrix_b take row_major or col_major; an accumulator no layout\");\n"
+	"\n"
+	"      public:\n"
+	"	enum { rows = gdfk_wmma::dims<Use, M, N, K>::R, cols = gdfk_wmma::dims<Use, M, N, K>::C };\n"
+	"	enum { num_elements = rows * cols / 32 };\n"
+	"	typedef T element_type;\n"
+	"	typedef T storage_element_type;\n"
+	"	T x[num_elements];\n"
+	"};\n"
+	"\n"
+	"template <class Use, int M, int N, int K, class T, class L, class V>\n"
+	"static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v) {\n"
+	"	for (int i = 0; i < fragment<Use, M, N, K, T, L>::num_elements; i++) f.x[i] = T(v);\n"
+	"}\n"
+	"\n"
+	"namespace gdfk_wmma {\n"
+	"/* Where element i of this lane's fragment lies in memory, ldm apart in the\n"
+	"   major dimension. */\n"
+	"template <class F> static inline size_t at(int i, unsigned ldm, bool row) {\n"
+	"	int p = 32 * i + (gdfk::cur & 31), r = p / F::cols, c = p % F::cols;\n"
+	"	return row ? (size_t)r * ldm + c : (size_t)c * ldm + r;\n"
+	"}\n"
+	"template <class F> static inline uint64_t key(int call, const void *p, unsigned ldm, int layout) {\n"
+	"	uint64_t h = mix(mix(mix(mix(1469598103934665603ULL, call), (uintptr_t)p), ldm), layout);\n"
+	"	return mix(mix(mix(h, F::rows), F::cols), sizeof(typename F::element_type) * 2 + std::is_same<typename F::element_type, __half>::value);\n"
+	"}\n"
+	"} // namespace gdfk_wmma\n"
+	"\n"
+	"template <class Use, int M, int N, int K, class T, class L>\n"
+	"static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm) {\n"
+	"	typedef fragment<Use, M, N, K, T, L> F;\n"
+	"	static_assert(!std::is_same<Use, accumulator>::value, \"an accumulator's load_matrix_sync takes a layout_t\");\n"
+	"	bool row = std::is_same<L, row_major>::value;\n"
+	"	gdfk_wmma::collective(\"load_matrix_sync\", gdfk_wmma::key<F>(1, p, ldm, row));\n"
+	"	gdfk_wmma::check_ptr(\"load_matrix_sync\", p, ldm);\n"
+	"	for (int i = 0; i < F::num_elements; i++) f.x[i] = p[gdfk_wmma::at<F>(i, ldm, row)];\n"
+	"}\n"
+	"\n"
+	"template <int M, int N, int K>\n"
+	"static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {\n"
+	"	typedef fragment<accumulator, M, N, K, float> F;\n"
+	"	gdfk_wmma::collective(\"load_matrix_sync\", gdfk_wmma::key<F>(2, p, ldm, l));\n"
+	"	gdfk_wmma::check_ptr(\"load_matrix_sync\", p, ldm);\n"
+	"	for (int i = 0; i < F::num_elements; i++) f.x[i] = p[gdfk_wmma::at<F>(i, ldm, l == mem_row_major)];\n"
+	"}\n"
+	"\n"
+	"template <int M, int N, int K>\n"
+	"static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {\n"
+	"	typedef fragment<accumulator, M, N, K, float> F;\n"
+	"	gdfk_wmma::collective(\"store_matrix_sync\", gdfk_wmma::key<F>(3, p, ldm, l));\n"
+	"	gdfk_wmma::check_ptr(\"store_matrix_sync\", p, ldm);\n"
+	"	for (int i = 0; i < F::num_elements; i++) p[gdfk_wmma::at<F>(i, ldm, l == mem_row_major)] = f.x[i];\n"
+	"}\n"
+	"\n"
+	"/* D = A B + C: the lanes put their elements of A, B and C in the warp's\n"
+	"   buffers of this round, meet, and each computes its own elements of D. */\n"
+	"template <int M, int N, int K, class T, class LA, class LB>\n"
+	"static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,\n"
+	"			    const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c,\n"
+	"			    bool satf = false) {\n"
+	"	typedef fragment<matrix_a, M, N, K, T, LA> FA;\n"
+	"	typedef fragment<matrix_b, M, N, K, T, LB> FB;\n"
+	"	typedef fragment<accumulator, M, N, K, float> FC;\n"
+	"	int w = gdfk::cur >> 5, lane = gdfk::cur & 31;\n"
+	"	float(*buf)[gdfk_wmma::MAXE] = gdfk_wmma::bufs[w & 31][gdfk::warp_gen[w] & 1];\n"
+	"	for (int i = 0; i < FA::num_elements; i++) buf[0][32 * i + lane] = (float)a.x[i];\n"
+	"	for (int i = 0; i < FB::num_elements; i++) buf[1][32 * i + lane] = (float)b.x[i];\n"
+	"	for (int i = 0; i < FC::num_elements; i++) buf[2][32 * i + lane] = c.x[i];\n"
+	"	gdfk_wmma::collective(\"mma_sync\", gdfk_wmma::key<FA>(4, 0, M * 10000 + N * 100 + K, satf) ^ gdfk_wmma::key<FB>(5, 0, 0, 0));\n"
+	"	if (satf) gdfk_wmma::fail(\"wmma::mma_sync: satf (saturation to finite values) is not emulated\");\n"
+	"	const float *A = buf[0], *B = buf[1], *C = buf[2];\n"
+	"	for (int i = 0; i < FC::num_elements; i++) {\n"
+	"		int p = 32 * i + lane, r = p / N, j = p % N;\n"
+	"		float s = C[p];\n"
+	"		for (int k = 0; k < K; k++) s = s + A[r * K + k] * B[k * N + j];\n"
+	"		d.x[i] = s;\n"
+	"	}\n"
+	"}\n"
+	"} // namespace wmma\n"
+	"} // namespace nvcuda\n"
+	"#endif\n";
+
+static const struct {
+	const char *name, *text;
+} fk_headers[] = {{"mma.h", fk_mma_h}, {"cuda_bf16.h", fk_bf16_h}, {"cuda_fp16.h", fk_fp16_h}};
+#define FK_NHEADERS (int)(sizeof fk_headers / sizeof *fk_headers)
 
 /* ---- cuBLAS ---- */
 
@@ -4005,7 +4308,8 @@ static int transform(const char *s, const char *fname, sbuf *out, char ***kernel
 			const char *w = s + i;
 #define IS(lit) (n == sizeof lit - 1 && !memcmp(w, lit, n))
 			if ((n >= 13 && !memcmp(w, "__syncthreads", 13)) || IS("__syncwarp") || (n > 6 && !memcmp(w, "__shfl", 6)) ||
-			    IS("__ballot_sync") || IS("__any_sync") || IS("__all_sync") || IS("__activemask"))
+			    IS("__ballot_sync") || IS("__any_sync") || IS("__all_sync") || IS("__activemask") ||
+			    IS("load_matrix_sync") || IS("store_matrix_sync") || IS("mma_sync"))
 				*fibers = 1;
 			if (IS("extern")) {
 				size_t k = skip_ws(s, j);
@@ -4234,6 +4538,11 @@ static int compile_program(fk_prog *p, int nopt, const char *const *opts, char *
 	for (int i = 0; fixed[i]; i++) argv[argc++] = fixed[i];
 	const char *env_uc = getenv("FAKE_NVRTC_UCONTEXT");
 	if (env_uc && *env_uc == '1') argv[argc++] = "-DGDFK_UCONTEXT";
+	/* the build directory (its headers: the emulations of fk_headers and
+	   the program's) before the options' include paths, so that a CUDA
+	   include directory given with -I does not hide them */
+	int incpos = argc;
+	argv[argc++] = "";
 	for (int i = 0; i < nopt; i++) {
 		const char *o = opts[i], *arch = NULL;
 		if (!strncmp(o, "--gpu-architecture=", 19)) arch = o + 19;
@@ -4299,6 +4608,7 @@ static int compile_program(fk_prog *p, int nopt, const char *const *opts, char *
 	uint64_t h = 1469598103934665603ULL;
 	h = fnv(h, tu.p, tu.n);
 	for (int i = 0; i < argc; i++) h = fnv(h, argv[i], strlen(argv[i]) + 1);
+	for (int i = 0; i < FK_NHEADERS; i++) h = fnv(h, fk_headers[i].text, strlen(fk_headers[i].text) + 1);
 	for (int i = 0; i < p->nh; i++) {
 		h = fnv(h, p->hnames[i], strlen(p->hnames[i]) + 1);
 		h = fnv(h, p->hdrs[i], strlen(p->hdrs[i]) + 1);
@@ -4327,12 +4637,17 @@ static int compile_program(fk_prog *p, int nopt, const char *const *opts, char *
 	snprintf(inc, sizeof inc, "-I%s", tmpl);
 	int werr = write_file(src, tu.p, tu.n);
 	free(tu.p);
+	for (int i = 0; i < FK_NHEADERS && !werr; i++) {
+		char hp[4400];
+		snprintf(hp, sizeof hp, "%s/%s", tmpl, fk_headers[i].name);
+		werr = write_file(hp, fk_headers[i].text, strlen(fk_headers[i].text));
+	}
 	for (int i = 0; i < p->nh && !werr; i++) {
 		char hp[4400];
 		snprintf(hp, sizeof hp, "%s/%s", tmpl, p->hnames[i]);
 		werr = write_file(hp, p->hdrs[i], strlen(p->hdrs[i]));
 	}
-	argv[argc++] = inc;
+	argv[incpos] = inc;
 	argv[argc++] = "-o";
 	argv[argc++] = out;
 	argv[argc++] = src;
@@ -4378,6 +4693,11 @@ static int compile_program(fk_prog *p, int nopt, const char *const *opts, char *
 	for (int i = 0; i < p->nh; i++) {
 		char hp[4400];
 		snprintf(hp, sizeof hp, "%s/%s", tmpl, p->hnames[i]);
+		unlink(hp);
+	}
+	for (int i = 0; i < FK_NHEADERS; i++) {
+		char hp[4400];
+		snprintf(hp, sizeof hp, "%s/%s", tmpl, fk_headers[i].name);
 		unlink(hp);
 	}
 	rmdir(tmpl);
@@ -4706,6 +5026,20 @@ struct launch_task {
 	unsigned char *buf;
 };
 
+/* Why the last launch that failed failed (fakecudaKernelFailure). */
+static char kernel_failure[640];
+
+/* Copies the last launch failure's message into buf (n bytes) and forgets
+   it; returns its length (0: none since the last call). */
+API int fakecudaKernelFailure(char *buf, int n) {
+	pthread_mutex_lock(&kernel_mu);
+	int len = (int)strlen(kernel_failure);
+	if (buf && n > 0) snprintf(buf, (size_t)n, "%s", kernel_failure);
+	kernel_failure[0] = 0;
+	pthread_mutex_unlock(&kernel_mu);
+	return len;
+}
+
 static void run_launch(void *a) {
 	struct launch_task *l = a;
 	delay(&kernel_delay_ms, "FAKE_CUDA_KERNEL_DELAY_MS");
@@ -4716,6 +5050,9 @@ static void run_launch(void *a) {
 	if (r) {
 		warnf("kernel %s failed: %s", l->f->d->name, err);
 		fprintf(stderr, "fakecuda: kernel %s failed: %s (the context now has a sticky error)\n", l->f->d->name, err);
+		pthread_mutex_lock(&kernel_mu);
+		snprintf(kernel_failure, sizeof kernel_failure, "kernel %s failed: %s", l->f->d->name, err);
+		pthread_mutex_unlock(&kernel_mu);
 		__atomic_store_n(&sticky, CUDA_ERROR_LAUNCH_FAILED, __ATOMIC_SEQ_CST);
 	}
 	free(l->args);

@@ -1,0 +1,189 @@
+package rtc_test
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/gpu/rtc"
+)
+
+// wmmaSource is the warp matrix test kernels: products of 64 x 64 tiles
+// by nvcuda::wmma (#include <mma.h>), bf16 and half inputs, float
+// accumulators.
+//
+//go:embed testdata/wmma_gemm.cu
+var wmmaSource string
+
+// loadWMMA compiles and loads wmmaSource on device 0, on a GPU of compute
+// capability 8.0 or later (bf16 tensor cores) or on the fake.
+func loadWMMA(t *testing.T) *rtc.Module {
+	t.Helper()
+	cudafake.RequireCUDA(t)
+	if major, minor, err := rtc.Arch(0); err != nil {
+		t.Fatal(err)
+	} else if major < 8 {
+		t.Skipf("cuda:0 has compute capability %d.%d: bf16 wmma needs 8.0", major, minor)
+	}
+	m, err := rtc.Load(0, "wmma_gemm.cu", wmmaSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// wmmaInputs is n values as 16-bit floats (bf16 when bf is set, else
+// half) with full significands (random bits) and magnitudes from 2^-4 to
+// 2^2 of either sign, and their values.
+func wmmaInputs(seed, n int, bf bool) ([]uint16, []float32) {
+	bits, vals := make([]uint16, n), make([]float32, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range bits {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		sign, e := uint16(x>>31)<<15, int(x>>8%7)-4 // exponent -4 .. 2
+		if bf {
+			bits[i] = sign | uint16(127+e)<<7 | uint16(x&0x7f)
+			vals[i] = math.Float32frombits(uint32(bits[i]) << 16)
+		} else {
+			m := x & 0x3ff
+			bits[i] = sign | uint16(15+e)<<10 | uint16(m)
+			v := float32(math.Ldexp(float64(1024+m), e-10))
+			if sign != 0 {
+				v = -v
+			}
+			vals[i] = v
+		}
+	}
+	return bits, vals
+}
+
+// TestWMMAGEMM multiplies by wmma (a 64 x 64 tile a block, 4 warps, B
+// through shared memory, barriers between): on a GPU its tensor cores, on
+// the fake its emulation (gpu/rtc's package comment). Each element of D =
+// A B + C is checked against float64 within the bound of any order of
+// summation in fp32 whose additions each err by at most 2 ulps (rounding
+// or truncation, as tensor cores do): |d - exact| <= K 2^-22 (|c| +
+// sum |a b|), the products being exact (bf16 and half significands of 8
+// and 11 bits: 22 bits fit a float's 24). On the fake the result is also
+// bit for bit the emulation's stated order, d = c + a0 b0 + a1 b1 + ...
+// summed one product at a time (rounded to nearest); on a GPU the test logs
+// how many elements match that order.
+func TestWMMAGEMM(t *testing.T) {
+	mod := loadWMMA(t)
+	s := devtest.Stream(t, 0)
+	for _, c := range []struct {
+		kernel  string
+		bf      bool
+		m, n, k int
+		bcol    bool // B column-major (else row-major)
+		withC   bool
+	}{
+		{"wmma_gemm_bf16", true, 64, 64, 64, true, false},
+		{"wmma_gemm_bf16", true, 128, 64, 32, true, true},
+		{"wmma_gemm_half", false, 64, 128, 48, false, true},
+	} {
+		t.Run(fmt.Sprintf("%s_%dx%dx%d_c%v", c.kernel, c.m, c.n, c.k, c.withC), func(t *testing.T) {
+			ab, av := wmmaInputs(1, c.m*c.k, c.bf)
+			bb, bv := wmmaInputs(2, c.k*c.n, c.bf)
+			cv := make([]float32, c.m*c.n) // column-major
+			if c.withC {
+				_, cv = wmmaInputs(3, c.m*c.n, true)
+				for i := range cv {
+					cv[i] *= 8
+				}
+			}
+			da, db, dd := devtest.Upload(t, 0, ab), devtest.Upload(t, 0, bb), devtest.Alloc(t, 0, c.m*c.n, 4)
+			dc := uintptr(0)
+			if c.withC {
+				dc = devtest.Upload(t, 0, cv)
+			}
+			err := fn(t, mod, c.kernel).Launch(s, rtc.Config{Grid: rtc.Dim3{X: c.n / 64, Y: c.m / 64}, Block: rtc.Dim(128)},
+				da, db, dc, dd, int32(c.m), int32(c.n), int32(c.k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := devtest.Floats(t, 0, dd, c.m*c.n)
+			b := func(p, j int) float32 { // B's row p, column j
+				if c.bcol {
+					return bv[j*c.k+p]
+				}
+				return bv[p*c.n+j]
+			}
+			same, worst := 0, 0.0
+			for i := 0; i < c.m; i++ {
+				for j := 0; j < c.n; j++ {
+					c0 := cv[j*c.m+i]
+					model, exact, abs := c0, float64(c0), math.Abs(float64(c0))
+					for p := 0; p < c.k; p++ {
+						prod := float32(av[i*c.k+p] * b(p, j))
+						model += prod
+						exact += float64(av[i*c.k+p]) * float64(b(p, j))
+						abs += math.Abs(float64(prod))
+					}
+					d := got[i*c.n+j]
+					bound := float64(c.k) * 0x1p-22 * abs
+					if e := math.Abs(float64(d) - exact); e > bound {
+						t.Fatalf("D[%d][%d] = %v, float64 %v: error %.3g over the bound %.3g", i, j, d, exact, e, bound)
+					} else if bound > 0 {
+						worst = max(worst, e/bound)
+					}
+					if math.Float32bits(d) == math.Float32bits(model) {
+						same++
+					} else if cudafake.Mode() == "fake" {
+						t.Fatalf("D[%d][%d] = %v (%#08x), the emulation's order gives %v (%#08x)", i, j, d,
+							math.Float32bits(d), model, math.Float32bits(model))
+					}
+				}
+			}
+			t.Logf("%s: error at most %.3f of the bound; %d of %d elements bit for bit the fake's order of summation",
+				cudafake.Mode(), worst, same, c.m*c.n)
+		})
+	}
+}
+
+// TestWMMAMisuse: on the fake, a warp matrix call that not every lane of
+// the warp makes (a divergent call: undefined on a GPU), one in a warp of
+// fewer than 32 threads, or one from a pointer that is not 32-byte
+// aligned fails the launch, saying why; the same kernels used right run.
+func TestWMMAMisuse(t *testing.T) {
+	cudafake.RequireFake(t)
+	mod := loadWMMA(t)
+	s := devtest.Stream(t, 0)
+	a := devtest.Upload(t, 0, make([]uint16, 16*16+64))
+	d := devtest.Alloc(t, 0, 16*16, 4)
+	for _, c := range []struct {
+		kernel   string
+		block    int
+		arg, ret int32
+		want     string // "": it runs
+	}{
+		{"wmma_diverge", 64, 32, 0, ""},
+		{"wmma_diverge", 64, 16, 0, "load_matrix_sync (lane 0 of warp 0): lane 16 is not making the same call"},
+		{"wmma_diverge", 64, 16, 1, "lanes 0xffff0000 of warp 0 did not call it"},
+		{"wmma_diverge", 48, 32, 0, "full warps of 32 threads"},
+		{"wmma_offset", 32, 16, 0, ""},
+		{"wmma_offset", 32, 8, 0, "16 bytes past a 32-byte boundary"},
+	} {
+		err := fn(t, mod, c.kernel).Launch(s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(c.block)}, a, d, c.arg, c.ret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serr := s.Synchronize()
+		why := cudafake.KernelFailure(t)
+		if c.want == "" {
+			if serr != nil || why != "" {
+				t.Errorf("%s, block %d, %d %d: %v (%s); want it to run", c.kernel, c.block, c.arg, c.ret, serr, why)
+			}
+			continue
+		}
+		if serr == nil || !strings.Contains(why, c.want) || !strings.Contains(why, c.kernel) {
+			t.Errorf("%s, block %d, %d %d: synchronize %v, failure %q; want a failed launch saying %q", c.kernel, c.block, c.arg, c.ret, serr, why, c.want)
+		}
+	}
+}
