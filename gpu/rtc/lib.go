@@ -29,6 +29,16 @@ type nvrtcLib struct {
 	path         string
 	major, minor int
 	archs        []int // nil: it cannot say
+
+	incOnce     sync.Once
+	include     []string // CUDA's include directories given to every compilation
+	includeNote string   // why none, or what is odd about them
+}
+
+// includes finds the CUDA include directories once (includeSearch).
+func (l *nvrtcLib) includes() ([]string, string) {
+	l.incOnce.Do(func() { l.include, l.includeNote = includeSearch(l.path, l.major) })
+	return l.include, l.includeNote
 }
 
 type driverLib struct {
@@ -181,7 +191,15 @@ func Available() (ok bool, reason string) {
 func Info() string {
 	var parts []string
 	if s := nvrtcLoaded.Get(); s.lib != nil {
-		parts = append(parts, fmt.Sprintf("NVRTC %d.%d (%s)", s.lib.major, s.lib.minor, s.lib.path))
+		inc, note := s.lib.includes()
+		headers := "CUDA headers " + strings.Join(inc, ":")
+		if inc == nil {
+			headers = "no CUDA headers"
+		}
+		if note != "" {
+			headers += ": " + note
+		}
+		parts = append(parts, fmt.Sprintf("NVRTC %d.%d (%s; %s)", s.lib.major, s.lib.minor, s.lib.path, headers))
 	} else {
 		parts = append(parts, "no NVRTC: "+s.reason)
 	}
@@ -248,6 +266,18 @@ func (c *Compiler) Path() string { return c.l.path }
 // Version is NVRTC's version (12, 4).
 func (c *Compiler) Version() (major, minor int) { return c.l.major, c.l.minor }
 
+// Include is CUDA's include directories that every compilation gets
+// (--include-path, after the caller's options), so that kernels can
+// #include <mma.h> (nvcuda::wmma), <cuda_fp16.h> and <cuda_bf16.h>, which
+// NVRTC does not have built in: EnvInclude, else the directories found
+// beside the library or in the usual places (see the package
+// documentation). dirs is nil when none was found; note then says why,
+// or else anything odd about them (another CUDA version than NVRTC's).
+func (c *Compiler) Include() (dirs []string, note string) {
+	d, n := c.l.includes()
+	return append([]string(nil), d...), n
+}
+
 // Archs are the architectures it compiles for (50 for sm_50 ...), nil when
 // it cannot say (before CUDA 11.2).
 func (c *Compiler) Archs() []int { return append([]int(nil), c.l.archs...) }
@@ -274,6 +304,10 @@ func (c *Compiler) Compile(name, src, arch string, opts ...string) (*Image, erro
 		return nil, fmt.Errorf("rtc: %s cannot make cubins (NVRTC before 11.1): compile for compute_%d", c.l.path, n)
 	}
 	all := append([]string{"--gpu-architecture=" + arch}, opts...)
+	inc, note := c.l.includes()
+	for _, d := range inc {
+		all = append(all, "--include-path="+d)
+	}
 	copts := make([]*C.char, len(all))
 	for i, o := range all {
 		copts[i] = C.CString(o)
@@ -301,8 +335,12 @@ func (c *Compiler) Compile(name, src, arch string, opts ...string) (*Image, erro
 		if stage == 2 && !cubin {
 			call = "nvrtcGetPTX"
 		}
-		return nil, &CompileError{Program: name, Arch: arch, Call: call, Code: int(r),
+		ce := &CompileError{Program: name, Arch: arch, Call: call, Code: int(r),
 			Msg: C.GoString(C.gdrt_nvrtc_error(c.l.c, r)), Log: img.Log}
+		if inc == nil && strings.Contains(img.Log, "source file") {
+			ce.Hint = note // a header not found, and no CUDA include directory
+		}
+		return nil, ce
 	}
 	img.Data = C.GoBytes(unsafe.Pointer(out), C.int(outLen))
 	return img, nil
@@ -335,7 +373,8 @@ var (
 
 func imageKey(c *Compiler, arch, name, src string, opts []string) string {
 	h := sha256.New()
-	for _, s := range append([]string{c.l.path, fmt.Sprint(c.l.major, c.l.minor), arch, name, src}, opts...) {
+	inc, _ := c.l.includes()
+	for _, s := range append(append([]string{c.l.path, fmt.Sprint(c.l.major, c.l.minor), arch, name, src}, opts...), inc...) {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}

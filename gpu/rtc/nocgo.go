@@ -46,6 +46,9 @@ func (c *Compiler) Version() (major, minor int) { return 0, 0 }
 // Archs is nil without cgo.
 func (c *Compiler) Archs() []int { return nil }
 
+// Include is nil without cgo.
+func (c *Compiler) Include() (dirs []string, note string) { return nil, noCgo }
+
 // Target picks sm_XY without cgo (nothing compiles anyway).
 func (c *Compiler) Target(major, minor int) string { return target(major, minor, nil, true) }
 

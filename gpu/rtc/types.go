@@ -81,10 +81,16 @@ type CompileError struct {
 	Code    int    // its nvrtcResult
 	Msg     string // nvrtcGetErrorString
 	Log     string // the compiler's messages
+	// Hint says why a header may not have been found: no CUDA include
+	// directory (Compiler.Include), and how to give one.
+	Hint string
 }
 
 func (e *CompileError) Error() string {
 	s := fmt.Sprintf("rtc: compiling %s for %s: %s: %s", e.Program, e.Arch, e.Call, e.Msg)
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
 	if l := strings.TrimSpace(e.Log); l != "" {
 		s += "\n" + l
 	}

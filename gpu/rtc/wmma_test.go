@@ -187,3 +187,38 @@ func TestWMMAMisuse(t *testing.T) {
 		}
 	}
 }
+
+// TestWMMARealNVRTC compiles the warp matrix test kernels with the real
+// NVRTC where one is installed (no GPU needed), for sm_80 and sm_90, the
+// CUDA include directory found for it (Compiler.Include) on its path, and
+// checks with ptxas's report (--ptxas-options=-v) that no kernel spills
+// registers.
+func TestWMMARealNVRTC(t *testing.T) {
+	c, lib := devtest.RealNVRTC(t)
+	major, minor := c.Version()
+	inc, note := c.Include()
+	if inc == nil {
+		t.Fatalf("NVRTC %d.%d (%s): %s", major, minor, lib, note)
+	}
+	t.Logf("NVRTC %d.%d (%s), CUDA headers %v %s", major, minor, lib, inc, note)
+	for _, cc := range [][2]int{{8, 0}, {9, 0}} {
+		arch := c.Target(cc[0], cc[1])
+		var opts []string
+		if strings.HasPrefix(arch, "sm_") {
+			opts = []string{"--ptxas-options=-v"}
+		}
+		img, err := c.Compile("wmma_gemm.cu", wmmaSource, arch, opts...)
+		if err != nil {
+			t.Fatalf("NVRTC %d.%d, %s: %v", major, minor, arch, err)
+		}
+		if opts == nil {
+			t.Logf("%s: PTX (NVRTC %d.%d makes no cubin for it): no ptxas report", arch, major, minor)
+			continue
+		}
+		entries, clean := strings.Count(img.Log, "Compiling entry function"), strings.Count(img.Log, "0 bytes spill stores, 0 bytes spill loads")
+		if entries != 4 || clean != entries {
+			t.Errorf("%s: %d kernels compiled, %d without spills; want 4 and 4:\n%s", arch, entries, clean, img.Log)
+		}
+		t.Logf("%s: %d bytes\n%s", arch, len(img.Data), strings.TrimSpace(img.Log))
+	}
+}
