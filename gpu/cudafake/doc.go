@@ -76,10 +76,16 @@
 // $CXX or g++; results cached under ~/.cache/gdist/fakenvrtc or
 // $FAKE_NVRTC_CACHE) and an emulation of blocks, threads, barriers and
 // warps (each thread a fiber that yields at barriers; gpu/rtc's package
-// comment says what it does not model); its driver API loads such modules
+// comment says what it does not model), and of CUDA's mma.h (the warp
+// matrix API nvcuda::wmma, warp-collective, bf16 and half inputs, fp32
+// sums in a stated order), cuda_bf16.h and cuda_fp16.h, which come first
+// on a kernel's include path (gpu/rtc's package comment says what they
+// model); its driver API loads such modules
 // and runs each launch in stream order, translating the pointer parameters
-// from device addresses. FAKE_CUDA_CC sets the compute capability it
-// reports (default 9.0).
+// from device addresses; a launch that fails (a divergent barrier or warp
+// matrix call, ...) leaves the sticky CUDA_ERROR_LAUNCH_FAILED, and
+// KernelFailure says why (and repairs the context). FAKE_CUDA_CC sets the
+// compute capability it reports (default 9.0).
 //
 // A test package opts in with
 //

@@ -22,10 +22,26 @@
 // OpenCompiler) compiles for any architecture without a GPU: the tests use
 // it to check the kernels with the real NVRTC on machines with none.
 //
+// Every compilation also gets CUDA's include directory (--include-path,
+// after the caller's options), as nvcc has it, so that kernels can
+// #include <mma.h> (nvcuda::wmma, the tensor cores' warp matrix API),
+// <cuda_bf16.h> and <cuda_fp16.h>, which NVRTC does not have built in:
+// $GDIST_CUDA_INCLUDE alone when set (':' between several), else the first
+// directory holding CUDAHeaders of NVRTC's CUDA version (cuda_runtime_api.h
+// says) among, from the library's directory D, D/../include (a toolkit's
+// lib64 or targets/*/lib; CUDA 13's pip wheel, nvidia/cu13), CUDA 12's
+// pip wheels (nvidia/cuda_runtime/include with nvidia/cuda_nvcc/include,
+// which holds crt/mma.h), D/../../include (Debian's /usr/lib/<triplet>:
+// /usr/include), $CUDA_HOME/include, $CUDA_PATH/include and
+// /usr/local/cuda/include; else the first of another version (noted).
+// Compiler.Include and Info name it; a header not found, with no
+// directory, is a CompileError that says how to give one.
+//
 // Kernels must be extern "C" (found by name, unmangled) and must only use
 // what the fake below can run: no templates as kernels, no textures, no
 // warp-synchronous code without __syncwarp or a shuffle, no reliance on
-// shared memory's initial contents.
+// shared memory's initial contents; of CUDA's headers, the fake has mma.h,
+// cuda_bf16.h and cuda_fp16.h (the subsets below).
 //
 // # Launching
 //
@@ -79,4 +95,41 @@
 // math functions are the host's libm (expf, tanhf, ...: within an ulp or
 // two of the device's). TestRealNVRTC compiles the same test kernels with
 // a real NVRTC (no GPU needed) where one is installed.
+//
+// # Tensor cores on the fake
+//
+// The fake's mma.h emulates nvcuda::wmma for the shapes m16n16k16,
+// m32n8k16 and m8n32k16 with __nv_bfloat16 or __half matrix_a and
+// matrix_b (row_major or col_major) and float accumulators: fragment
+// (num_elements, x[]), fill_fragment, load_matrix_sync (an accumulator's
+// with a layout_t), store_matrix_sync and mma_sync. A fragment holds
+// rows x cols / 32 elements in each lane, element i of lane l being
+// element 32 i + l of the matrix in row-major order; CUDA leaves this
+// layout unspecified and a GPU's differs, so a kernel that depends on it
+// is wrong here or there (element-wise work on x[], the same for every
+// element, is fine). The _sync calls are warp-collective as CUDA requires:
+// every one of the 32 lanes of a full warp must make the same call with
+// the same arguments together, else the launch fails (a sticky launch
+// failure, as a fault), saying which call, warp and lanes: lanes that
+// returned or branched around it, another call or warp operation at the
+// same time, other arguments, a warp of fewer than 32 threads. Pointers
+// must be 32-byte aligned and ldm a multiple of 16 bytes (checked; the
+// fake's cudaMalloc aligns 256 bytes, its dynamic shared memory 128, a
+// static __shared__ array needs __align__(32)). mma_sync reads the bf16
+// and half inputs exactly (their products are exact in fp32) and computes
+// each element of D in fp32 as d = c, then d = d + a[i][k] b[k][j] for
+// k = 0, 1, ..., K-1, each addition rounded to nearest even: a defined
+// order, so the fake's results are bit for bit those of that loop. A
+// GPU's tensor cores sum in an order, and with a rounding (truncation on
+// some), that NVIDIA does not specify: compare a GPU's results within a
+// bound that holds for any order, such as K 2^-22 (|c| + sum |a b|) (each
+// addition erring by at most 2 ulps of a partial sum), as TestWMMAGEMM
+// does on both. cuda_bf16.h and cuda_fp16.h give the types (2 bytes,
+// conversions to and from float rounding to nearest even, __float2bfloat16,
+// __bfloat162float, __float2half, __half2float, __ushort_as_bfloat16, ...);
+// arithmetic between two of them is deleted (a compile error here, not a
+// different result). Not modelled: other shapes and types (tf32, int8,
+// double, half accumulators), satf, the element types' arithmetic and
+// vector types (__nv_bfloat162, __half2), the newer mma.sync / wgmma PTX
+// instructions, and the speed of tensor cores.
 package rtc

@@ -2698,7 +2698,9 @@ API int ncclRecv(void *buf, size_t count, int dt, int peer, ncclComm *c, void *s
    prepends an emulation header (fk_kernel_h below: __global__, __shared__,
    blockIdx/threadIdx/blockDim/gridDim, __syncthreads(_count/_and/_or),
    warp shuffles, votes and __syncwarp, atomics, the device math functions
-   mapped to libm), finds the extern "C" __global__ functions, and runs the
+   mapped to libm; and, first on the include path, its own mma.h,
+   cuda_bf16.h and cuda_fp16.h: fk_headers below), finds the extern "C"
+   __global__ functions, and runs the
    host's C++ compiler ($FAKE_NVRTC_CXX, else $CXX, else g++) into a shared
    library, cached by the hash of what it compiles in $FAKE_NVRTC_CACHE
    (else $XDG_CACHE_HOME or ~/.cache, under gdist/fakenvrtc). The "cubin"
@@ -4510,7 +4512,8 @@ static int ignored_option(const char *o) {
 				    "--prec-div=", "-prec-sqrt=", "--prec-sqrt=", "--extra-device-vectorization", "-dw",
 				    "--disable-warnings", "-w", "--restrict", "-restrict", "--device-as-default-execution-space",
 				    "-dlto", "--dlink-time-opt", "-rdc=", "--relocatable-device-code=", "-dopt=", "--dopt=",
-				    "-time=", "--time=", "-Werror", "--Werror", "-split-compile=", "--split-compile=", NULL};
+				    "-time=", "--time=", "-Werror", "--Werror", "-split-compile=", "--split-compile=",
+				    "--ptxas-options=", "-Xptxas=", NULL};
 	for (int i = 0; pre[i]; i++) {
 		size_t n = strlen(pre[i]);
 		if (!strncmp(o, pre[i], n) && (pre[i][n - 1] == '=' || o[n] == 0)) return 1;
