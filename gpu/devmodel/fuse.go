@@ -113,11 +113,12 @@ func (c *compiler) biasGELU(d *Model, name string, x *act) (out *act, ok bool, e
 	if err != nil {
 		return nil, true, err
 	}
-	to16, rows, cols := out.to16, t.rows, t.cols
+	c.canDrop32(out) // its backward reads x, not out
+	to16, rows, cols, y := out.to16, t.rows, t.cols, c.val32(out)
 	t.taken, t.noGrad = true, true
 	t.then = func() error {
 		return d.profileAs(name, "gelu", func() error {
-			return d.k.BiasGELU(d.s, out.val, *to16, x.val, d.Params+t.bias, rows, cols)
+			return d.k.BiasGELU(d.s, y, *to16, x.val, d.Params+t.bias, rows, cols)
 		})
 	}
 	t.first = func() error {

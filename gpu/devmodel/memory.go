@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"syscall"
+	"unsafe"
 
 	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/kernels"
@@ -56,6 +58,16 @@ import (
 //     its input as the first layer after the views does,
 //     TestSharedPlanSameBits/views);
 //   - a bf16 copy of a gradient (grad16) lives as the gradient;
+//   - under bf16 autocast with the producers' copies (copy16), a
+//     LayerNorm's or GELU's output (BiasGELU's too) that only a Linear's
+//     bf16 products read (its forward and weight gradient, through the
+//     copy; attention's in-projection among them) keeps no fp32 value
+//     (copyOnly): its kernel writes the bf16 copy alone, and its address
+//     is a key the engine serves the copy for, in address space reserved
+//     without memory (keyRange), never a device buffer's; a value that
+//     anything else reads (a Residual's sum, a layer without products,
+//     the loss) or whose producer's backward reads it (ReLU) is kept
+//     (TestCopyOnlyValues; GPT-2 small at batch 8: 1.84 GB less);
 //   - attention's qkv and output gradients live in its backward only,
 //     its workspace (the score gradients dS, with the heads in place or
 //     fused) from the last attention's backward to the first's.
@@ -89,6 +101,9 @@ const (
 	roleWS      memRole = "workspace"
 	roleBatch   memRole = "batch and loss"
 	roleScratch memRole = "layer scratch"
+	// values that only bf16 products read, kept as their copy alone (no
+	// memory: copyOnly)
+	roleNotKept memRole = "values (bf16 copy only)"
 )
 
 // memBuf is a buffer of the plan being recorded.
@@ -104,6 +119,7 @@ type memBuf struct {
 	outFree     bool   // its producer's backward does not read it
 	pinned      bool   // held the whole step whatever else is known
 	link        int    // lives as buffer link (grad16: its gradient's); -1 none
+	keyOnly     bool   // values read as their bf16 copy only: a key, not in the region (copyOnly)
 	off         int    // laid out: its offset
 	start, end  int    // laid out: its life (time)
 	whole       bool   // laid out: the whole step
@@ -121,6 +137,10 @@ type memPlan struct {
 	placing bool
 	base    uintptr
 	next    int
+	// keys: the keyOnly buffers' addresses, keyBytes from keyBase (a
+	// keyRange's), each at its off
+	keyBase  uintptr
+	keyBytes int
 }
 
 // recBase is where the first pass's made-up addresses start (never 0).
@@ -137,6 +157,9 @@ func (mp *memPlan) alloc(c *compiler, role memRole, shape []int, n int) (uintptr
 		}
 		b := mp.bufs[mp.next]
 		mp.next++
+		if b.keyOnly {
+			return mp.keyBase + uintptr(b.off), nil
+		}
 		return mp.base + uintptr(b.off), nil
 	}
 	// the op planned last may do the layer's work (fuse.go: a GELU or a
@@ -195,6 +218,23 @@ func (mp *memPlan) backwardOnly(lo, hi int, addrs ...uintptr) {
 			b.lo, b.hi, b.scoped = min(b.lo, lo), max(b.hi, hi), true
 		}
 	}
+}
+
+// copyOnly makes the values at addr, which only bf16 products read
+// (through the copy their producer writes: copy16), a key: an address
+// the engine serves the copy for (gemm.Engine.Provide) and no device
+// buffer has, so that a value or operand elsewhere can never be taken
+// for it; no memory of the region holds them (the producer writes the
+// copy alone: compiler.val32).
+func (mp *memPlan) copyOnly(addr uintptr) {
+	if b := mp.buf(addr); mp.recording() && b != nil && b.role == roleValue && !b.pinned {
+		b.keyOnly = true
+	}
+}
+
+// keyed is whether addr, in the plan being placed, is a key (copyOnly).
+func (mp *memPlan) keyed(addr uintptr) bool {
+	return mp != nil && mp.placing && mp.keyBytes > 0 && addr >= mp.keyBase && addr < mp.keyBase+uintptr(mp.keyBytes)
 }
 
 // linked makes the buffer at addr live as the one at to.
@@ -289,9 +329,14 @@ func (mp *memPlan) layout(ops int) {
 		}
 		return 0, 0, true
 	}
+	mp.keyBytes = 0
 	for i := range mp.bufs {
 		b := &mp.bufs[i]
 		b.start, b.end, b.whole = life(b)
+		if b.keyOnly { // its own key, for the plan's life
+			b.off, b.start, b.end, b.whole = mp.keyBytes, 0, 2*n, false
+			mp.keyBytes += b.bytes
+		}
 	}
 	for i := range mp.bufs {
 		if b := &mp.bufs[i]; b.link >= 0 {
@@ -310,7 +355,9 @@ func pack(bufs []memBuf) int {
 	top := 0
 	var rest []int
 	for i := range bufs {
-		if b := &bufs[i]; b.whole {
+		if b := &bufs[i]; b.keyOnly {
+			continue // not in the region
+		} else if b.whole {
 			b.off, top = top, top+b.bytes
 		} else {
 			rest = append(rest, i)
@@ -368,8 +415,12 @@ type MemoryBuffer struct {
 	Layer, Kind string // the layer that allocates it: name (PyTorch prefix) and Go type
 	Role        string // values, gradients, saved for backward, bf16 copies, ...
 	Shape       []int  // an activation's shape, else nil
-	Bytes       int64  // 256-byte aligned
-	Offset      int64  // in the region
+	// Bytes is its size, 256-byte aligned; of Role "values (bf16 copy
+	// only)", the fp32 values no memory holds (their readers, bf16
+	// products, read the bf16 copy): what they would take, not in the
+	// region (Offset -1), nor in the table's sums or PlanUnshared
+	Bytes  int64
+	Offset int64 // in the region
 	// Start and End are its life: time t is op t's forward for t < Ops,
 	// the loss at Ops, op 2 Ops - t's backward after; Whole: the whole
 	// step.
@@ -423,6 +474,9 @@ func (b MemoryBreakdown) String() string {
 			ks = append(ks, k)
 		}
 		by[k].n++
+		if x.Role == string(roleNotKept) {
+			continue // not held
+		}
 		if x.Whole {
 			by[k].whole += x.Bytes
 		} else {
@@ -445,9 +499,14 @@ func (b MemoryBreakdown) String() string {
 func (mp *memPlan) breakdown(fixed map[string]int64) MemoryBreakdown {
 	b := MemoryBreakdown{Fixed: fixed, Plan: int64(mp.top)}
 	for _, x := range mp.bufs {
-		b.PlanUnshared += int64(x.bytes)
-		b.Buffers = append(b.Buffers, MemoryBuffer{Layer: x.layer, Kind: x.kind, Role: string(x.role), Shape: x.shape,
-			Bytes: int64(x.bytes), Offset: int64(x.off), Start: x.start, End: x.end, Whole: x.whole})
+		role, off := x.role, int64(x.off)
+		if x.keyOnly {
+			role, off = roleNotKept, -1
+		} else {
+			b.PlanUnshared += int64(x.bytes)
+		}
+		b.Buffers = append(b.Buffers, MemoryBuffer{Layer: x.layer, Kind: x.kind, Role: string(role), Shape: x.shape,
+			Bytes: int64(x.bytes), Offset: off, Start: x.start, End: x.end, Whole: x.whole})
 	}
 	b.Peak = b.Plan
 	for _, v := range fixed {
@@ -562,13 +621,18 @@ func (d *Model) laidOut(what string, region uintptr, size int, build func(mp *me
 	if _, err := build(mp, true); err != nil {
 		return nil, region, size, err
 	}
+	keys, err := reserveKeys(mp.keyBytes)
+	if err != nil {
+		return nil, region, size, fmt.Errorf("devmodel: %s: %s: %w", d.Host.Name, what, err)
+	}
+	mp.keyBase = keys.base()
 	if mp.top > size {
 		if region != 0 {
 			d.free(region, size) // after the model's work (free synchronizes)
 			region, size = 0, 0
 		}
-		var err error
 		if region, err = d.malloc(mp.top); err != nil {
+			keys.free()
 			return nil, 0, 0, fmt.Errorf("devmodel: %s: %d bytes for %s: %w", d.Host.Name, mp.top, what, err)
 		}
 		size = mp.top
@@ -579,8 +643,44 @@ func (d *Model) laidOut(what string, region uintptr, size int, build func(mp *me
 		err = fmt.Errorf("devmodel: %s: internal: the plan's second pass placed %d of %d buffers", d.Host.Name, mp.next, len(mp.bufs))
 	}
 	if err != nil {
+		keys.free()
 		return nil, region, size, err
 	}
-	p.region, p.regionBytes, p.mem = region, size, mp
+	p.region, p.regionBytes, p.mem, p.keys = region, size, mp, keys
 	return p, region, size, nil
+}
+
+// keyRange is address space reserved, with no access and no memory
+// behind it, for a plan's keys (copyOnly): device memory (cudaMalloc's,
+// the fake's) is mapped in the process's address space too (CUDA's
+// unified addressing), so no device buffer lies in it; a kernel that
+// read a key would fault rather than read another buffer.
+type keyRange struct{ m []byte }
+
+// reserveKeys reserves n bytes of keys (none, nil, for n 0).
+func reserveKeys(n int) (*keyRange, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	m, err := syscall.Mmap(-1, 0, n, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("%d bytes of address space for the keys of the values kept as bf16 copies only: %w", n, err)
+	}
+	return &keyRange{m: m}, nil
+}
+
+func (k *keyRange) base() uintptr {
+	if k == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(k.m)))
+}
+
+// free gives the range back (nil: nothing), once nothing can serve a
+// copy for its keys (release: the engine's copies withdrawn).
+func (k *keyRange) free() {
+	if k != nil && k.m != nil {
+		syscall.Munmap(k.m)
+		k.m = nil
+	}
 }

@@ -37,6 +37,11 @@ type act struct {
 	// tail, on a Linear's output in a training plan, lets the layer
 	// that reads it next take the Linear's bias (fuse.go)
 	tail *linTail
+	// plain: a layer reads val other than through its bf16 copy (copy16)
+	// in a training plan: a Residual's sum, a view's reader, a layer
+	// without products, a Linear without the copy; set as its readers
+	// are planned (compiler.layer)
+	plain bool
 }
 
 func (a *act) size() int { return prod(a.shape) }
@@ -86,6 +91,9 @@ type plan struct {
 	on             *plan
 	full           int
 	fullIn, logits uintptr
+	// keys are the addresses of the values kept as bf16 copies only
+	// (memory.go's copyOnly), reserved for the plan's life
+	keys *keyRange
 }
 
 // compiler walks a model's layers (depth first, nn's parameter order).
@@ -110,6 +118,13 @@ type compiler struct {
 	// uses the attention workspace (the heads' copies)
 	attOps   [2]int
 	attFwdWS bool
+	// viaCopy: the layer being planned reads its input through the
+	// input's bf16 copy (copy16); only16 are the outputs whose producer
+	// can write the bf16 copy alone (LayerNorm, GELU: their backward does
+	// not read them): where only bf16 products read one, no fp32 value is
+	// kept (memory.go's copyOnly)
+	viaCopy bool
+	only16  []*act
 	// dry, without a device (MemoryPlan), stands for the engine: whether
 	// the products read the producers' bf16 copies and attention reads
 	// the heads in place
@@ -208,6 +223,11 @@ func (d *Model) compileWith(batch int, mp *memPlan, dry *dryEngine, record bool)
 	if !c.attFwdWS && c.attOps[1] >= 0 { // the attention workspace: the backward's only
 		c.mem.backwardOnly(c.attOps[0], c.attOps[1], p.attWS)
 	}
+	for _, a := range c.only16 { // read by bf16 products only: the copy alone
+		if a.to16 != nil && *a.to16 != 0 && !a.plain {
+			c.mem.copyOnly(a.val)
+		}
+	}
 	if record {
 		mp.layout(len(p.ops))
 	}
@@ -226,11 +246,13 @@ func (p *plan) borrowed() (sizes []int, ptrs []uintptr) {
 	return sizes, ptrs
 }
 
-// release gives a plan's blocks back to the pool.
+// release gives a plan's blocks back to the pool (and its keys: after
+// the engine's copies are withdrawn).
 func (d *Model) release(p *plan) {
 	if d.h != nil {
 		d.h.WithdrawAll() // no copy served over blocks given back
 	}
+	p.keys.free()
 	for _, b := range p.blocks {
 		d.live -= blockBytes(b.Bytes)
 		d.pool.Put(b)
@@ -300,7 +322,11 @@ func (c *compiler) param() uintptr {
 // without one, a forward-only plan, a dry run). The reader gives it to
 // the engine (Provide) before its forward product and withdraws it after
 // its backward, so that x is cast for neither its forward product nor
-// its weight gradient's. A second reader shares the copy.
+// its weight gradient's. A second reader shares the copy. Where only
+// such products read x and its producer can write the copy alone
+// (compiler.only16), x keeps no fp32 value in a region's plan: x.val is
+// then a key (memory.go's copyOnly), an address the engine serves the
+// copy for and no device buffer has.
 func (c *compiler) copy16(x *act) (uintptr, error) {
 	if x.to16 == nil || c.eval || !c.usesCopies() {
 		return 0, nil
@@ -312,7 +338,26 @@ func (c *compiler) copy16(x *act) (uintptr, error) {
 		}
 		*x.to16 = p
 	}
+	c.viaCopy = true
 	return *x.to16, nil
+}
+
+// canDrop32 makes out, the output of the op just planned whose kernel
+// can write out's bf16 copy alone (its backward reads no out), a
+// candidate for keeping no fp32 value (compileWith), in a training plan.
+func (c *compiler) canDrop32(out *act) {
+	if !c.eval {
+		c.only16 = append(c.only16, out)
+	}
+}
+
+// val32 is where a's producer writes its fp32 values: a.val, or 0 where
+// none is kept (a key: copyOnly) and it writes the bf16 copy alone.
+func (c *compiler) val32(a *act) uintptr {
+	if c.mem.keyed(a.val) {
+		return 0
+	}
+	return a.val
 }
 
 // producer makes the element-wise op just planned (out from x) write
@@ -326,9 +371,12 @@ func (c *compiler) producer(d *Model, out, x *act, err error,
 		return out, err
 	}
 	out.to16 = new(uintptr)
-	to16, n := out.to16, x.size()
+	to16, n, y := out.to16, x.size(), c.val32(out)
+	if !fromOut { // its backward reads its input: the copy may be all it writes
+		c.canDrop32(out)
+	}
 	o := &c.p.ops[len(c.p.ops)-1]
-	o.fwd = func() error { return fwd16(d.k, d.s, out.val, *to16, x.val, n) }
+	o.fwd = func() error { return fwd16(d.k, d.s, y, *to16, x.val, n) }
 	g16, err := c.grad16(x)
 	if err != nil || g16 == 0 {
 		return out, err
@@ -460,7 +508,15 @@ func (c *compiler) layer(l nn.Layer, name string, x *act) (*act, error) {
 	mark := len(c.temps)
 	w, wk, wl := c.where, c.whereKind, c.whereLayer
 	c.where, c.whereKind, c.whereLayer = name, strings.TrimPrefix(fmt.Sprintf("%T", l), "*"), l
+	via := c.viaCopy
+	c.viaCopy = false
 	out, err := c.layerOps(l, name, x)
+	if _, seq := l.(*nn.Sequential); !seq && !c.viaCopy && out != x {
+		// l read x's values (a Sequential's children note their reads;
+		// a view that is x itself hands it on to its reader)
+		x.plain = true
+	}
+	c.viaCopy = via
 	c.where, c.whereKind, c.whereLayer = w, wk, wl
 	c.endTemps(mark)
 	return out, err
@@ -763,15 +819,16 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			if dx16, err = c.grad16(x); err != nil {
 				return nil, err
 			}
+			c.canDrop32(out) // its backward reads xhat and 1/std, not y
 		}
-		to16 := out.to16
+		to16, y := out.to16, c.val32(out)
 		w, b := c.param(), c.param()
 		c.add(name, func() error {
 			var y16 uintptr
 			if to16 != nil {
 				y16 = *to16
 			}
-			return d.k.LayerNormForwardBF16(d.s, out.val, y16, xhat, inv, x.val, P(w), P(b), rows, l.C, eps)
+			return d.k.LayerNormForwardBF16(d.s, y, y16, xhat, inv, x.val, P(w), P(b), rows, l.C, eps)
 		}, func() error {
 			return d.k.LayerNormBackwardBF16(d.s, x.grad, dx16, G(w), G(b), out.grad, xhat, inv, P(w), rows, l.C, true)
 		})
