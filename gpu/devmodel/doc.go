@@ -27,8 +27,11 @@
 // products and its two backward products, and withdraws them after its
 // backward (Eval, EvalForward and a plan's release withdraw every copy),
 // so those operands are not cast: the same bits, fewer casts (2 bytes a
-// value of each copy, from the pool, in PeakBytes; none in fp32 and
-// TF32 or in a forward-only plan). A training plan fuses the bias add of
+// value of each copy, in the plan's memory and PeakBytes; none in fp32
+// and TF32 or in a forward-only plan). A LayerNorm's or GELU's output
+// that only those products read keeps no fp32 value at all: its kernel
+// writes the copy alone (memory.go's copyOnly; TestCopyOnlyValues). A
+// training plan fuses the bias add of
 // a Linear into the layer that reads its output next, where that is a
 // GELU (kernels.BiasGELU and BiasGELUBackward: GELU's gradient and the
 // bias's column sums in one pass) or the sum of a Residual whose
