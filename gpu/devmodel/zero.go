@@ -128,7 +128,8 @@ type unitBlock struct {
 // reused: the region is left held (until Close) and the next step lays
 // out another. The region is laid out again for another plan (an
 // evaluation's forward passes, another batch size), reused where it
-// fits, else allocated again larger; Unshard frees it (an evaluation
+// fits, else allocated again larger (the old one taken back if that
+// fails, so that the plans it fitted run on); Unshard frees it (an evaluation
 // holds the whole parameter buffer, no unit's blocks). TestUnitBlocksLaidOut;
 // TestGatherWaitsForReaders and TestShardedUnitsMatchWhole fail with
 // the lives a turn short.
