@@ -27,10 +27,7 @@ func TestAttentionEnvChangedAfterPlacing(t *testing.T) {
 	g := models.GPT{Layers: 1, Dim: 16, Heads: 2, Context: 8}
 	cfg := devmodel.Config{Device: dev, Batch: 2, Optim: optim.Config{Name: "adamw", LR: 3e-3}}
 	place := func(t *testing.T) *devmodel.Model {
-		m, err := models.NewGPT(g.Name(), g, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := gptModel(t, g, 3)
 		d, err := devmodel.Place(m, cfg)
 		if err != nil {
 			t.Fatal(err)

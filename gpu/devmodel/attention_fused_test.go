@@ -21,10 +21,7 @@ import (
 func fusedGPT(t *testing.T, ctx int) (*nn.Model, models.GPT) {
 	t.Helper()
 	shape := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: ctx}
-	m, err := models.NewGPT(shape.Name(), shape, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := gptModel(t, shape, 3)
 	return m, shape
 }
 
@@ -152,11 +149,7 @@ func TestFusedAttentionPrecisions(t *testing.T) {
 				worstG := 0.0
 				for _, p := range m.Params {
 					rg, fg := ref.g[p.Offset:p.Offset+p.Size], gf[p.Offset:p.Offset+p.Size]
-					big := 0.0
-					for _, v := range rg {
-						big = math.Max(big, math.Abs(float64(v)))
-					}
-					w, at := worst(fg, rg, big)
+					w, at := worstOfLargest(fg, rg)
 					worstG = math.Max(worstG, w)
 					if !(w <= c.gradTol) {
 						t.Errorf("%s: gradient [%d] %v fused, %v %s", p.Name, at, fg[at], rg[at], what)

@@ -19,11 +19,7 @@ var bf16Shape = models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
 
 func bf16GPT(t *testing.T) *nn.Model {
 	t.Helper()
-	m, err := models.NewGPT(bf16Shape.Name(), bf16Shape, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return gptModel(t, bf16Shape, 3)
 }
 
 // matrixWeights is the number of parameters the model's matrix products
@@ -332,10 +328,7 @@ func TestBF16CastsPerStep(t *testing.T) {
 	} {
 		t.Setenv(kernels.EnvAttentionBlock, c.block)
 		for _, cache := range []bool{true, false} {
-			m, err := models.NewGPT(c.g.Name(), c.g, 4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := gptModel(t, c.g, 4)
 			v := map[bool]string{true: "1", false: "0"}[cache]
 			t.Setenv(gemm.EnvAutocastCache, v)
 			t.Setenv(gemm.EnvBF16Cast, "kernel") // the casts counted here

@@ -47,6 +47,16 @@ func worst(a, b []float32, floor float64) (float64, int) {
 	return w, at
 }
 
+// worstOfLargest is worst relative to b's largest magnitude: a tensor's
+// error measured against its scale.
+func worstOfLargest(a, b []float32) (float64, int) {
+	big := 0.0
+	for _, v := range b {
+		big = math.Max(big, math.Abs(float64(v)))
+	}
+	return worst(a, b, big)
+}
+
 // follow trains cpu on the CPU path (nn's training graphs through
 // gorgonia, optim's optimizer on the host) and the same model placed on
 // the device from the same weights and batches, steps steps, and checks
@@ -125,6 +135,16 @@ func zoo(t *testing.T, name string) *nn.Model {
 	return m
 }
 
+// gptModel is models' GPT of shape g, its parameters drawn from seed.
+func gptModel(t testing.TB, g models.GPT, seed int64) *nn.Model {
+	t.Helper()
+	m, err := models.NewGPT(g.Name(), g, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // models' mlp, cnn and cnn-bn placed on the device train as on the CPU
 // path (SGD with momentum and weight decay; batch 8, 8 steps): the
 // tolerances of gpu/kernels' TestMLPMatchesCPU and TestCNNMatchesCPU
@@ -168,11 +188,7 @@ func TestGPTMatchesCPU(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mk := func() *nn.Model {
-				m, err := models.NewGPT(shape.Name(), shape, 3)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return m
+				return gptModel(t, shape, 3)
 			}
 			cfg := devmodel.Config{Device: dev, Batch: 2, Optim: c.opt, ClipGrad: c.clip}
 			d := follow(t, mk(), mk(), cfg, 6, func(i int) ([]float32, []int32) { return text(i, 2, shape.Context) }, 2e-5, c.paramTol)
@@ -336,10 +352,7 @@ func TestUpdateMatchesOptim(t *testing.T) {
 		{optim.Config{Name: "adam", LR: 1e-2, WeightDecay: 1e-2}, 0},
 		{optim.Config{Name: "adamw", LR: 1e-2, WeightDecay: 0.1}, 0.5},
 	} {
-		m, err := models.NewGPT(shape.Name(), shape, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := gptModel(t, shape, 3)
 		d, err := devmodel.Place(m, devmodel.Config{Device: dev, Batch: 2, Optim: c.opt, ClipGrad: c.clip})
 		if err != nil {
 			t.Fatal(err)

@@ -202,11 +202,7 @@ func TestEvalMatchesCPU(t *testing.T) {
 	t.Run("gpt", func(t *testing.T) {
 		shape := models.GPT{Layers: 2, Dim: 16, Heads: 2, Context: 8}
 		mk := func() *nn.Model {
-			m, err := models.NewGPT(shape.Name(), shape, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
+			return gptModel(t, shape, 3)
 		}
 		cfg := devmodel.Config{Device: dev, Batch: 4, Optim: optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}, ClipGrad: 1}
 		checkEval(t, mk, cfg, func(i, n int) ([]float32, []int32) { return text(i, n, shape.Context) }, []int{4, 1})

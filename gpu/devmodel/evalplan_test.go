@@ -90,11 +90,7 @@ func evalCases(t *testing.T) []struct {
 		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, 4, images(784)},
 		{"cnn-bn", func() *nn.Model { return zoo(t, "cnn-bn") }, 4, images(784)},
 		{"gpt", func() *nn.Model {
-			m, err := models.NewGPT(shape.Name(), shape, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
+			return gptModel(t, shape, 3)
 		}, 2, func(i, n int) ([]float32, []int32) { return text(i, n, shape.Context) }},
 		{"embedding", func() *nn.Model { // ids in: a short last pass is zero-padded with id 0
 			m, err := nn.New("embedding", nn.Seq(&nn.Embedding{Num: 128, Dim: 32}, &nn.Linear{In: 32, Out: 1024}, nn.ReLU{},
@@ -360,11 +356,7 @@ func TestStageEvalForward(t *testing.T) {
 		{"mlp", func() *nn.Model { return zoo(t, "mlp") }, 2, 4, func(i, n int) ([]float32, []int32) { return devtest.Images(i, n, 784) }, ""},
 		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, 3, 2, func(i, n int) ([]float32, []int32) { return devtest.Images(i, n, 784) }, ""},
 		{"gpt", func() *nn.Model {
-			m, err := models.NewGPT(shape.Name(), shape, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
+			return gptModel(t, shape, 3)
 		}, 2, 2, func(i, n int) ([]float32, []int32) { return text(i, n, shape.Context) }, ""},
 		// layers [0, 3): the embeddings and the first attention, fused
 		// (its 64-row tiles' edge): EvalForward's output the fused

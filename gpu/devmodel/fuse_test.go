@@ -9,7 +9,6 @@ import (
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/internal/devtest"
-	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 )
@@ -25,11 +24,7 @@ import (
 func TestFusedSameBits(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	gpt := func() *nn.Model {
-		m, err := models.NewGPT(bf16Shape.Name(), bf16Shape, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
+		return gptModel(t, bf16Shape, 3)
 	}
 	composed := func() *nn.Model {
 		block := func(c int) nn.Layer {

@@ -140,10 +140,7 @@ func gptWholeStep(g models.GPT, n int, prec gemm.Precision) int64 {
 func TestMemoryGPT2Small(t *testing.T) {
 	t.Setenv(kernels.EnvAttention, "") // the default attention's P and dS
 	g := models.GPT{Layers: 12, Dim: 768, Heads: 12, Context: 1024}
-	m, err := models.NewGPT(g.Name(), g, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := gptModel(t, g, 1)
 	for _, c := range []struct {
 		p    gemm.Precision
 		most int64
@@ -184,10 +181,7 @@ func TestMemoryIsPeak(t *testing.T) {
 		t.Run(string(prec), func(t *testing.T) {
 			cfg := devmodel.Config{Device: dev, Batch: n, Precision: prec, Optim: optim.Config{Name: "adamw", LR: 1e-3}, ClipGrad: 1}
 			place := func() *devmodel.Model {
-				m, err := models.NewGPT(g.Name(), g, 3)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := gptModel(t, g, 3)
 				d, err := devmodel.Place(m, cfg)
 				if err != nil {
 					t.Fatal(err)

@@ -86,11 +86,7 @@ func TestPrecisionFollowsCPU(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	shape := models.GPT{Layers: 1, Dim: 16, Heads: 2, Context: 8}
 	gpt := func() *nn.Model {
-		m, err := models.NewGPT(shape.Name(), shape, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
+		return gptModel(t, shape, 3)
 	}
 	type model struct {
 		name  string
@@ -142,11 +138,7 @@ func TestPrecisionFollowsCPU(t *testing.T) {
 								break
 							}
 							cg, dg := cpu.Flat.Grad[p.Offset:p.Offset+p.Size], grads[p.Offset:p.Offset+p.Size]
-							big := 0.0
-							for _, v := range cg {
-								big = math.Max(big, math.Abs(float64(v)))
-							}
-							w, at := worst(dg, cg, big)
+							w, at := worstOfLargest(dg, cg)
 							worstG = math.Max(worstG, w)
 							if !(w <= c.gradTol) {
 								t.Errorf("%s: gradient [%d] %v, CPU %v (%.3g of the tensor's largest)", p.Name, at, dg[at], cg[at], w)

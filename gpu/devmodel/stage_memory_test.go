@@ -37,11 +37,7 @@ func TestStageSharedPlanSameBits(t *testing.T) {
 		batch  func(i int) ([]float32, []int32)
 	}{
 		{"gpt", func() *nn.Model {
-			m, err := models.NewGPT(gpt.Name(), gpt, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
+			return gptModel(t, gpt, 3)
 		}, nil, optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}, 1,
 			func(i int) ([]float32, []int32) { return text(i, 5, gpt.Context) }},
 		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, nil, optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9}, 0,
@@ -113,11 +109,7 @@ func TestStageMemoryPlanIsPeak(t *testing.T) {
 		batch func(i int) ([]float32, []int32)
 	}{
 		{"gpt", func() *nn.Model {
-			m, err := models.NewGPT(gpt.Name(), gpt, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
+			return gptModel(t, gpt, 3)
 		}, optim.Config{Name: "adamw", LR: 3e-3}, func(i int) ([]float32, []int32) { return text(i, 3, gpt.Context) }},
 		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9},
 			func(i int) ([]float32, []int32) { return devtest.Images(i, 3, 784) }},
@@ -194,10 +186,7 @@ func TestStageMemoryPlanIsPeak(t *testing.T) {
 func TestStageMemoryGPT2Small(t *testing.T) {
 	t.Setenv(kernels.EnvAttention, "") // the default attention's P and dS
 	g := models.GPT{Layers: 12, Dim: 768, Heads: 12, Context: 1024}
-	m, err := models.NewGPT(g.Name(), g, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := gptModel(t, g, 1)
 	bounds, err := pipelineBalance(m)
 	if err != nil {
 		t.Fatal(err)

@@ -251,11 +251,7 @@ func TestStagesMatchWhole(t *testing.T) {
 		{"cnn", func() *nn.Model { return zoo(t, "cnn") }, nil, optim.Config{Name: "sgd", LR: 0.1, Momentum: 0.9}, 0, 2e-5,
 			func(i int) ([]float32, []int32) { return devtest.Images(i, 8, 784) }},
 		{"gpt", func() *nn.Model {
-			m, err := models.NewGPT(gpt.Name(), gpt, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
+			return gptModel(t, gpt, 3)
 		}, nil, optim.Config{Name: "adamw", LR: 3e-3, WeightDecay: 0.01}, 1, 3e-3,
 			func(i int) ([]float32, []int32) { return text(i, 8, gpt.Context) }},
 	} {
