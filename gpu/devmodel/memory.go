@@ -428,7 +428,8 @@ type MemoryBuffer struct {
 	Whole      bool
 }
 
-// Totals sums the plan's buffers by role.
+// Totals sums the plan's buffers by role (that of the values kept as
+// bf16 copies only, "values (bf16 copy only)", is bytes not held).
 func (b MemoryBreakdown) Totals() map[string]int64 {
 	t := map[string]int64{}
 	for _, x := range b.Buffers {
