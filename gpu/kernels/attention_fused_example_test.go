@@ -39,14 +39,8 @@ func ExampleKernels_AttentionFusedForward() {
 		return
 	}
 	const dev = 0
-	k, err := kernels.Load(dev)
-	if err != nil {
-		panic(err)
-	}
-	s, err := cuda.NewStream(dev, false)
-	if err != nil {
-		panic(err)
-	}
+	k := load(dev)
+	s := newStream(dev)
 	defer s.Destroy()
 	g := kernels.AttentionGeom{N: 1, T: 2, C: 2, H: 1}
 	qkv := put(dev, []float32{ // (N T, 3C): q, k, v of each position

@@ -3,10 +3,30 @@ package kernels_test
 import (
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/gpu/kernels"
 )
 
-// The examples' device buffers (an example has no *testing.T for
-// devtest.Upload: it panics on an error).
+// The examples' set-up and device buffers (an example has no
+// *testing.T for devtest's helpers: these panic on an error).
+
+// load loads the kernels on dev (kernels.Load).
+func load(dev int) *kernels.Kernels {
+	k, err := kernels.Load(dev)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// newStream is a blocking stream on dev (cuda.NewStream); the caller
+// destroys it.
+func newStream(dev int) *cuda.Stream {
+	s, err := cuda.NewStream(dev, false)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
 
 // put copies v to a new buffer on dev (cudaMalloc, then the copy).
 func put(dev int, v []float32) uintptr {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/gpu/cudafake"
-	"github.com/gdist/gdist/gpu/kernels"
 )
 
 // Tanh and its backward on device 0 (nn.Tanh): y = tanh(x), then dx =
@@ -15,10 +14,7 @@ func ExampleKernels_Tanh() {
 		return
 	}
 	const dev = 0
-	k, err := kernels.Load(dev)
-	if err != nil {
-		panic(err)
-	}
+	k := load(dev)
 	x, dy := put(dev, []float32{-1, 0, 2}), put(dev, []float32{1, 1, 1})
 	y, dx := put(dev, make([]float32, 3)), put(dev, make([]float32, 3))
 	if err := k.Tanh(nil, y, x, 3); err != nil {

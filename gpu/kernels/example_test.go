@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/gpu/cublas"
-	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/kernels"
 )
@@ -17,14 +16,8 @@ func Example() {
 		return
 	}
 	const dev = 0
-	k, err := kernels.Load(dev)
-	if err != nil {
-		panic(err)
-	}
-	s, err := cuda.NewStream(dev, false)
-	if err != nil {
-		panic(err)
-	}
+	k := load(dev)
+	s := newStream(dev)
 	defer s.Destroy()
 	h, err := cublas.New(dev, s)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/gdist/gdist/gpu/cuda"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/internal/devtest"
-	"github.com/gdist/gdist/gpu/kernels"
 )
 
 // fusedShapes: one chunk of rows and several (the column sums in two
@@ -140,10 +139,7 @@ func ExampleKernels_BiasGELU() {
 		return
 	}
 	const dev, rows, cols = 0, 2, 3
-	k, err := kernels.Load(dev)
-	if err != nil {
-		panic(err)
-	}
+	k := load(dev)
 	x := put(dev, []float32{-1, 0, 1, 2, -2, 0.5}) // the product x W, (2, 3)
 	b := put(dev, []float32{0, 0, 1})              // the bias
 	dy := put(dev, []float32{1, 1, 1, 1, 1, 1})
