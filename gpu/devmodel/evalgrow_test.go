@@ -132,3 +132,71 @@ func TestEvalAfterFailedArenaGrowth(t *testing.T) {
 		})
 	}
 }
+
+// TestStageEvalAfterFailedArenaGrowth: as TestEvalAfterFailedArenaGrowth
+// for a Stage (the mlp's layers [0, 2)): an EvalForward of 512 samples
+// whose arena cannot grow fails naming the bytes and keeps the arena
+// (EvalBytes); whatever memory is free then taken, EvalForward of the
+// 64 samples that fitted gives the same bits as before, and, the limit
+// lifted, the 512 samples evaluate, with no use of freed memory.
+func TestStageEvalAfterFailedArenaGrowth(t *testing.T) {
+	cudafake.RequireFake(t)
+	m, err := models.New("mlp", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := devmodel.PlaceStage(m, 0, 2, devmodel.Config{Device: dev, Batch: 8, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	xs, _ := devtest.Images(2, 512, 784)
+	x := devtest.Upload(t, dev, xs)
+	freed := cudafake.FreedUses(t)
+	evalOut := func(batch int) ([]float32, error) {
+		out, err := s.EvalForward(x, batch)
+		if err != nil {
+			return nil, err
+		}
+		return devtest.Floats(t, dev, out, s.OutSize(batch)), nil
+	}
+	before, err := evalOut(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arena := s.EvalBytes()
+	limit := deviceUsed(t)
+	cudafake.MemLimit(t, limit)
+	_, err = evalOut(512)
+	t.Logf("arena %d bytes; 512 samples under the limit: %v", arena, err)
+	if err == nil || !strings.Contains(err.Error(), "bytes for evaluation batches of 512") {
+		t.Fatalf("EvalForward of 512 samples over the memory limit: %v; want an error naming the bytes asked", err)
+	}
+	if got := s.EvalBytes(); got != arena {
+		t.Fatalf("EvalBytes %d after the failed growth; %d before", got, arena)
+	}
+	var hog uintptr
+	if free := limit - deviceUsed(t); free > 0 { // another user of the device takes it
+		if hog, err = cuda.Malloc(dev, int(free)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cudafake.MemLimit(t, limit)
+	again, err := evalOut(64)
+	if err != nil {
+		t.Fatalf("EvalForward of 64 samples after a failed growth: %v", err)
+	}
+	if i, ok := bitsEqual(again, before); !ok {
+		t.Errorf("output %d: %v after the failed growth, %v before", i, again[i], before[i])
+	}
+	cudafake.MemLimit(t, 0)
+	if hog != 0 {
+		cuda.Free(dev, hog)
+	}
+	if _, err := evalOut(512); err != nil {
+		t.Fatal(err)
+	}
+	if got := cudafake.FreedUses(t) - freed; got != 0 {
+		t.Fatalf("%d uses of freed device memory", got)
+	}
+}
