@@ -110,6 +110,17 @@ func TestDeviceCloseFreesSyncBN(t *testing.T) {
 	}
 }
 
+// deviceWorld is ranks NCCL ranks on the fake (one GPU each) with the
+// device strategy at batch each (newDeviceRanks), and a ctx of 2 minutes
+// that ends with t.
+func deviceWorld(t *testing.T, ranks int, strategy string, batch int) (context.Context, []comm.Comm, []train.Strategy) {
+	t.Helper()
+	cs := cudafake.NCCLRanks(t, ranks, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, cs, newDeviceRanks(t, ctx, cs, strategy, batch)
+}
+
 // newDeviceRanks builds strategy (ddp, zero1-3) for mlp on n ranks of
 // the fake's NCCL, one goroutine each (NewStrategy is collective).
 func newDeviceRanks(t *testing.T, ctx context.Context, cs []comm.Comm, strategy string, batch int) []train.Strategy {
@@ -157,10 +168,7 @@ func TestDeviceCloseAbortsPendingCollectives(t *testing.T) {
 	for _, strategy := range []string{"ddp", "zero1"} {
 		t.Run(strategy, func(t *testing.T) {
 			const ranks, batch = 2, 4
-			cs := cudafake.NCCLRanks(t, ranks, 1)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			sts := newDeviceRanks(t, ctx, cs, strategy, batch)
+			ctx, cs, sts := deviceWorld(t, ranks, strategy, batch)
 			freed := cudafake.FreedUses(t)
 			x, y := images(1, batch)
 			if _, err := sts[1].Step(ctx, x, y); err != nil {
@@ -198,10 +206,7 @@ func TestDeviceCloseWaitsForLastStep(t *testing.T) {
 	for _, strategy := range []string{"ddp", "zero2", "zero3"} {
 		t.Run(strategy, func(t *testing.T) {
 			const ranks, batch = 2, 4
-			cs := cudafake.NCCLRanks(t, ranks, 1)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			sts := newDeviceRanks(t, ctx, cs, strategy, batch)
+			ctx, cs, sts := deviceWorld(t, ranks, strategy, batch)
 			freed := cudafake.FreedUses(t)
 			cudafake.NCCLDelay(t, 100*time.Millisecond)
 			errs := make([]error, ranks)
@@ -250,10 +255,7 @@ func TestDeviceCloseWaitsForLastStep(t *testing.T) {
 func TestDeviceCloseAfterFailedStepAborts(t *testing.T) {
 	cudafake.RequireFake(t)
 	const ranks, batch = 2, 4
-	cs := cudafake.NCCLRanks(t, ranks, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	sts := newDeviceRanks(t, ctx, cs, "ddp", batch)
+	ctx, cs, sts := deviceWorld(t, ranks, "ddp", batch)
 	x, y := images(1, batch)
 	if _, err := sts[1].Step(ctx, x[:len(x)-1], y); err == nil {
 		t.Fatal("rank 1's step on a short batch succeeded")
@@ -287,10 +289,8 @@ func TestDeviceCloseLeaksBusyDevice(t *testing.T) {
 		t.Skip("no cudaLaunchHostFunc")
 	}
 	defer dp.SetDeviceCloseWait(200 * time.Millisecond)()
-	cs := cudafake.NCCLRanks(t, 1, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st := newDeviceRanks(t, ctx, cs, "ddp", 4)[0]
+	_, _, sts := deviceWorld(t, 1, "ddp", 4)
+	st := sts[0]
 	s := st.(interface{ Device() *devmodel.Model }).Device().Stream()
 	cudafake.Gate(t, false)
 	defer cudafake.Gate(t, true)
