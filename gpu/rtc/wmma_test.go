@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"testing"
 
@@ -216,9 +217,132 @@ func TestWMMARealNVRTC(t *testing.T) {
 			continue
 		}
 		entries, clean := strings.Count(img.Log, "Compiling entry function"), strings.Count(img.Log, "0 bytes spill stores, 0 bytes spill loads")
-		if entries != 4 || clean != entries {
-			t.Errorf("%s: %d kernels compiled, %d without spills; want 4 and 4:\n%s", arch, entries, clean, img.Log)
+		if entries != 5 || clean != entries {
+			t.Errorf("%s: %d kernels compiled, %d without spills; want 5 and 5:\n%s", arch, entries, clean, img.Log)
 		}
 		t.Logf("%s: %d bytes\n%s", arch, len(img.Data), strings.TrimSpace(img.Log))
 	}
+}
+
+// TestWMMAConversions converts floats to bf16 and half and back
+// (cuda_bf16.h's and cuda_fp16.h's __float2bfloat16, __float2half,
+// __bfloat162float, __half2float: on a GPU its own, on the fake the
+// emulation) against a reference that looks each value up among all
+// 16-bit values (nearest, ties to the even one, past the largest finite
+// one to infinity): ties, subnormals of each format and of float,
+// overflow, signed zeros; a NaN only needs to stay a NaN (a GPU writes
+// 0x7fff, the fake keeps the float's payload).
+func TestWMMAConversions(t *testing.T) {
+	mod := loadWMMA(t)
+	s := devtest.Stream(t, 0)
+	x := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 1 + 0x1p-8, 1 + 3*0x1p-8, 1 + 0x1p-11, 1 + 3*0x1p-11, 1 + 0x1p-12,
+		65504, 65519.996, 65520, -65520, 70000, 0x1p-14, 0x1p-24, 0x1p-25, 3 * 0x1p-25, 0x1p-26, 0x1.8p-24, 6.0975552e-05,
+		0x1p-126, 0x1p-127, 0x1p-133, 0x1p-134, 0x1.8p-133, 1e-45, math.MaxFloat32, -3.3961776e38, 3.3961775e38,
+		3.3895314e38, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0.1, -2.7182817, 3.1415927}
+	_, r := wmmaInputs(9, 64, true)
+	for i, v := range r {
+		x = append(x, v*float32(math.Ldexp(1.0000123, i%40-20)))
+	}
+	n := len(x)
+	dx := devtest.Upload(t, 0, x)
+	dbf, dh, dbfx, dhx := devtest.Alloc(t, 0, n+1, 2), devtest.Alloc(t, 0, n+1, 2), devtest.Alloc(t, 0, n, 4), devtest.Alloc(t, 0, n, 4)
+	if err := fn(t, mod, "wmma_convert").Launch(s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(256)}, dx, dbf, dh, dbfx, dhx, int32(n)); err != nil {
+		t.Fatal(err)
+	}
+	bfx, hx := devtest.Floats(t, 0, dbfx, n), devtest.Floats(t, 0, dhx, n)
+	raw := devtest.Floats(t, 0, dbf, (n+1)/2)
+	rawh := devtest.Floats(t, 0, dh, (n+1)/2)
+	bits := func(raw []float32, i int) uint16 { return uint16(math.Float32bits(raw[i/2]) >> (16 * (i % 2))) }
+	bfTable, hTable := table(0x7f80, bf16Value), table(0x7c00, halfValue)
+	for i, v := range x {
+		for _, c := range []struct {
+			name  string
+			got   uint16
+			back  float32
+			tab   []float64
+			value func(uint16) float64
+			nan   func(uint16) bool
+		}{
+			{"bf16", bits(raw, i), bfx[i], bfTable, bf16Value, func(b uint16) bool { return b&0x7f80 == 0x7f80 && b&0x7f != 0 }},
+			{"half", bits(rawh, i), hx[i], hTable, halfValue, func(b uint16) bool { return b&0x7c00 == 0x7c00 && b&0x3ff != 0 }},
+		} {
+			if v != v {
+				if !c.nan(c.got) || c.back == c.back {
+					t.Errorf("%s(NaN) = %#04x, back %v; want a NaN", c.name, c.got, c.back)
+				}
+				continue
+			}
+			want := nearest(v, c.tab)
+			back := c.value(want) * sign(want)
+			if int(want&0x7fff) == len(c.tab)-1 {
+				back = math.Inf(int(sign(want)))
+			}
+			if c.got != want || float64(c.back) != back {
+				t.Errorf("%s(%g) = %#04x, back %v; want %#04x (%v)", c.name, v, c.got, c.back, want, back)
+			}
+		}
+	}
+}
+
+func sign(b uint16) float64 {
+	if b&0x8000 != 0 {
+		return -1
+	}
+	return 1
+}
+
+// bf16Value and halfValue are the magnitude of a bf16 or half (bits of
+// an infinity: the power of two past the largest finite value).
+func bf16Value(b uint16) float64 {
+	e, m := int(b>>7&0xff), float64(b&0x7f)
+	if e == 0 {
+		return math.Ldexp(m, -133)
+	}
+	return math.Ldexp(128+m, e-134)
+}
+
+func halfValue(b uint16) float64 {
+	e, m := int(b>>10&0x1f), float64(b&0x3ff)
+	if e == 0 {
+		return math.Ldexp(m, -24)
+	}
+	return math.Ldexp(1024+m, e-25)
+}
+
+// table is the magnitudes of bits 0 .. last (last: infinity).
+func table(last uint16, value func(uint16) float64) []float64 {
+	out := make([]float64, last+1)
+	for b := range out {
+		out[b] = value(uint16(b))
+	}
+	return out
+}
+
+// nearest is v's 16-bit value in tab's format: the nearest magnitude, a
+// tie to the even bits, infinity (tab's last) past the largest finite
+// value by half its ulp or more, with v's sign.
+func nearest(v float32, tab []float64) uint16 {
+	a := math.Abs(float64(v))
+	var b uint16
+	if a >= tab[len(tab)-1] {
+		b = uint16(len(tab) - 1)
+	} else {
+		i := sort.SearchFloat64s(tab, a) // tab[i-1] < a <= tab[i]
+		switch {
+		case tab[i] == a || i == 0:
+			b = uint16(i)
+		case a-tab[i-1] < tab[i]-a:
+			b = uint16(i - 1)
+		case a-tab[i-1] > tab[i]-a:
+			b = uint16(i)
+		case i%2 == 0:
+			b = uint16(i)
+		default:
+			b = uint16(i - 1)
+		}
+	}
+	if math.Signbit(float64(v)) {
+		b |= 0x8000
+	}
+	return b
 }

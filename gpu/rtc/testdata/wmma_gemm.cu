@@ -84,3 +84,18 @@ extern "C" __global__ void wmma_offset(const __nv_bfloat16 *a, float *d, int off
 	wmma::fill_fragment(acc, (float)fa.x[0] * 0.0f);
 	wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
 }
+
+// wmma_convert: each of n floats to bf16 and half (__float2bfloat16,
+// __float2half: round to nearest even) as bits, and back to float.
+extern "C" __global__ void wmma_convert(const float *x, unsigned short *bf, unsigned short *h, float *bfx, float *hx,
+					int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) {
+		__nv_bfloat16 b = __float2bfloat16(x[i]);
+		__half q = __float2half(x[i]);
+		bf[i] = __bfloat16_as_ushort(b);
+		h[i] = __half_as_ushort(q);
+		bfx[i] = __bfloat162float(b);
+		hx[i] = __half2float(q);
+	}
+}
