@@ -37,8 +37,7 @@ func TestEvalAfterFailedArenaGrowth(t *testing.T) {
 				}
 				cfg := devmodel.Config{Device: dev, Batch: 8, Optim: optim.Config{Name: "adam", LR: 1e-2}}
 				if zero3 {
-					cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
-					cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, true, 1
+					cfg = shardAll(cfg, m, true)
 				}
 				d, err := devmodel.Place(m, cfg)
 				if err != nil {

@@ -163,7 +163,7 @@ func TestSharedPlanRandomModels(t *testing.T) {
 				}
 				cfg := devmodel.Config{Device: dev, Batch: 5, Precision: prec, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
 				if zero3 { // units of one layer: a unit's ops and buffers on their own
-					cfg.Shard, cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}, true, true, 1
+					cfg = shardAll(cfg, m, true)
 				}
 				d, err := devmodel.Place(m, cfg)
 				if err != nil {

@@ -10,8 +10,18 @@ import (
 	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 )
+
+// shardAll is cfg with ZeRO's units on one rank: the whole model the
+// rank's shard, gradients sharded (ZeRO-2; parameters too where params:
+// ZeRO-3), units of 1 float (an op each).
+func shardAll(cfg devmodel.Config, m *nn.Model, params bool) devmodel.Config {
+	cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
+	cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, params, 1
+	return cfg
+}
 
 // placeUnits places c's model for Adam at c's batch size, closed when t
 // ends: whole, or sharded (ShardGrads, and ShardParams with params) in
@@ -26,8 +36,7 @@ func placeUnits(t *testing.T, c zooCase, sharded, params bool) *devmodel.Model {
 	}
 	cfg := devmodel.Config{Device: dev, Batch: len(y) / m.LabelsPerSample(), Optim: optim.Config{Name: "adam", LR: 1e-2}}
 	if sharded {
-		cfg.Shard = devmodel.Range{Lo: 0, Hi: len(m.Flat.Value)}
-		cfg.ShardGrads, cfg.ShardParams, cfg.UnitFloats = true, params, 1
+		cfg = shardAll(cfg, m, params)
 	}
 	d, err := devmodel.Place(m, cfg)
 	if err != nil {
