@@ -33,7 +33,9 @@
 // pip wheels (nvidia/cuda_runtime/include with nvidia/cuda_nvcc/include,
 // which holds crt/mma.h), D/../../include (Debian's /usr/lib/<triplet>:
 // /usr/include), $CUDA_HOME/include, $CUDA_PATH/include and
-// /usr/local/cuda/include; else the first of another version (noted).
+// /usr/local/cuda/include; else the first of another version (noted);
+// a cccl directory in it (CUDA 13's libcu++, which its fp16 and bf16
+// headers may include) comes after it.
 // Compiler.Include and Info name it; a header not found, with no
 // directory, is a CompileError that says how to give one.
 //
@@ -107,7 +109,8 @@
 // element 32 i + l of the matrix in row-major order; CUDA leaves this
 // layout unspecified and a GPU's differs, so a kernel that depends on it
 // is wrong here or there (element-wise work on x[], the same for every
-// element, is fine). The _sync calls are warp-collective as CUDA requires:
+// element, is fine; work by rows, such as a softmax's maximum and sum,
+// goes through memory: store_matrix_sync, then the threads' own code). The _sync calls are warp-collective as CUDA requires:
 // every one of the 32 lanes of a full warp must make the same call with
 // the same arguments together, else the launch fails (a sticky launch
 // failure, as a fault), saying which call, warp and lanes: lanes that

@@ -28,15 +28,16 @@ var CUDAHeaders = []string{"mma.h", "crt/mma.h", "crt/mma.hpp", "cuda_fp16.h", "
 // /usr/lib/<triplet>: /usr/include); then $CUDA_HOME/include,
 // $CUDA_PATH/include and /usr/local/cuda/include. The first that holds
 // CUDAHeaders and whose CUDA (cuda_runtime_api.h's CUDART_VERSION) is
-// major's wins, else the first that holds them (note says so). With none,
-// dirs is nil and note says why.
+// major's wins, else the first that holds them (note says so); a cccl
+// directory in one (CUDA 13's libcu++) comes after it. With none, dirs is
+// nil and note says why.
 func includeSearch(lib string, major int) (dirs []string, note string) {
 	if v := os.Getenv(EnvInclude); v != "" {
 		group := filepath.SplitList(v)
 		if miss := missing(group); miss != "" {
 			return nil, fmt.Sprintf("%s=%s lacks %s", EnvInclude, v, miss)
 		}
-		return group, ""
+		return withCCCL(group), ""
 	}
 	var groups [][]string
 	seen := map[string]bool{}
@@ -76,6 +77,7 @@ func includeSearch(lib string, major int) (dirs []string, note string) {
 		if missing(g) != "" {
 			continue
 		}
+		g = withCCCL(g)
 		v := cudartVersion(g)
 		if v/1000 == major {
 			return g, ""
@@ -99,6 +101,19 @@ func includeSearch(lib string, major int) (dirs []string, note string) {
 	return nil, fmt.Sprintf("no CUDA include directory with %s found for %s (%s): set %s to one "+
 		"(a CUDA toolkit's include; for pip's CUDA 12, nvidia-cuda-runtime-cu12's and nvidia-cuda-nvcc-cu12's)",
 		strings.Join(CUDAHeaders, ", "), lib, where, EnvInclude)
+}
+
+// withCCCL is dirs and, after them, the cccl directory of each that has
+// one: CUDA 13 moved libcu++ (nv/target, cuda/std, which its cuda_fp16.h
+// and cuda_bf16.h may include) to include/cccl.
+func withCCCL(dirs []string) []string {
+	out := dirs
+	for _, d := range dirs {
+		if st, err := os.Stat(filepath.Join(d, "cccl")); err == nil && st.IsDir() {
+			out = append(out[:len(out):len(out)], filepath.Join(d, "cccl"))
+		}
+	}
+	return out
 }
 
 // missing names the CUDAHeaders none of dirs holds ("" when none is

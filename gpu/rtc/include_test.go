@@ -49,10 +49,11 @@ func TestIncludeSearch(t *testing.T) {
 	if _, err := os.Stat("/usr/local/cuda/include/mma.h"); err == nil {
 		t.Skip("/usr/local/cuda/include would be found by every search here")
 	}
-	cu13 := tree(t, "13000", append(headers("nvidia/cu13/include"), "nvidia/cu13/lib/libnvrtc.so.13")...)
+	cu13 := tree(t, "13000", append(headers("nvidia/cu13/include"), "nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cu13/include/cccl/nv/target")...)
 	lib := filepath.Join(cu13, "nvidia/cu13/lib/libnvrtc.so.13")
-	if dirs, note := includeSearch(lib, 13); !reflect.DeepEqual(dirs, []string{filepath.Join(cu13, "nvidia/cu13/include")}) || note != "" {
-		t.Errorf("CUDA 13 wheel: %v, %q", dirs, note)
+	want13 := []string{filepath.Join(cu13, "nvidia/cu13/include"), filepath.Join(cu13, "nvidia/cu13/include/cccl")}
+	if dirs, note := includeSearch(lib, 13); !reflect.DeepEqual(dirs, want13) || note != "" {
+		t.Errorf("CUDA 13 wheel: %v, %q; want %v (libcu++ in cccl after it)", dirs, note, want13)
 	}
 	if dirs, note := includeSearch(lib, 12); dirs == nil || !strings.Contains(note, "of CUDA 13.0, NVRTC of CUDA 12") {
 		t.Errorf("CUDA 13 headers for NVRTC 12: %v, %q; want them, noted", dirs, note)
@@ -86,7 +87,7 @@ func TestIncludeSearch(t *testing.T) {
 		t.Errorf("%s lacking crt/mma.h: %v, %q; want it alone, refused", EnvInclude, dirs, note)
 	}
 	t.Setenv(EnvInclude, filepath.Join(cu13, "nvidia/cu13/include"))
-	if dirs, note := includeSearch(lib, 12); len(dirs) != 1 || note != "" {
+	if dirs, note := includeSearch(lib, 12); !reflect.DeepEqual(dirs, want13) || note != "" {
 		t.Errorf("%s: %v, %q", EnvInclude, dirs, note)
 	}
 }
