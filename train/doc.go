@@ -65,7 +65,10 @@
 // (clip.go: -clip-grad; the norm sums each ZeRO rank's shard, or each
 // pipeline stage's range within one replica, so nothing is missed or
 // counted twice), or an UpdateClipper clips inside its Update (a GPU's
-// fused clip and update) and reports the norm after it. Run refuses
+// fused clip and update) and reports the norm after it; a GradNormLogger
+// (train/dp's device strategies) is an UpdateClipper that keeps each
+// norm where it computed it, so that no step waits to read it, and Run
+// reads them all once at the end for the summary. Run refuses
 // those flags for a strategy that lacks the interface. -eval-every adds
 // evaluations ("eval" events) between the epochs' ends.
 //
@@ -92,7 +95,8 @@
 // the ranks); then the strategy is closed, and a Close that fails (a
 // device strategy that aborted a pending collective, or could not free
 // its memory) fails the run, joined after the run's own error if any:
-// the checkpoint saved before stays (TestRunFailsWhenCloseFails). What rank 0 shows goes through a Reporter (step, eval,
+// the checkpoint saved before stays (TestRunFailsWhenCloseFails,
+// TestRunJoinsCloseError). What rank 0 shows goes through a Reporter (step, eval,
 // epoch, summary): text lines, or JSON lines with Config.JSON, on
 // Config.Out and the progress bar on Config.Progress, unless
 // Config.Reporter is another.
