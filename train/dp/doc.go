@@ -28,6 +28,14 @@
 // ZeRO reduces each shard of it to the shard's owner (a reduce-scatter),
 // each rank clips its shard by the global norm, updates its shard of the parameters with its
 // shard of the optimizer state, and the parameters are all-gathered.
+// With -clip-grad no step waits for the device to read the norm: DDP's
+// Update logs each norm in device memory, and ZeRO clips in Update with
+// the norm kept on the device (devmodel.ClipShardQueued: each shard's
+// square summed over NCCL in the model's stream order, the factor
+// computed there; through host memory over a host backend), bit for bit
+// the host's clipping, ClipGrads (TestDeviceZeroClipOnDevice,
+// TestDeviceZeroClipOnDeviceHostBackend); both are train.GradNormLoggers,
+// whose norms Run reads once at the end.
 // With -backend nccl the collectives take the device buffers
 // (comm.DeviceBuffer); with a host backend (shm, tcp, inproc) the
 // buffers are copied to host memory, reduced there and copied back:
@@ -60,16 +68,17 @@
 // On the device zero1 keeps the full parameter and gradient buffers
 // resident and shards the optimizer state; zero2 keeps only the rank's
 // shard of the gradients (devmodel's ShardGrads: backward in units of
-// layers of at least -bucket-mb, each unit's gradients in a cached
-// block reduced to their owners, over NCCL while the next unit's
-// backward runs, then given back); zero3 keeps only its shard of the
-// parameters too (ShardParams: each unit's gathered into a cached block
-// before its forward and before its backward, freed after: FSDP with a
+// layers of at least -bucket-mb, each unit's gradients in a block
+// reduced to their owners, over NCCL while the next unit's backward
+// runs, then given back); zero3 keeps only its shard of the parameters
+// too (ShardParams: each unit's gathered into a block before its
+// forward and before its backward, given back after: FSDP with a
 // unit per layer, the next unit's gather started before this unit's
 // ops are queued: a prefetch over NCCL), and gathers them whole
-// for an evaluation's duration. peak_device_bytes reports what is held
-// (zero_device.go; cmd/train's TestDeviceZeroMemory: zero3 < zero2 <
-// zero1 < ddp).
+// for an evaluation's duration. The units' blocks are laid out by their
+// lives in one region of their exact sizes (devmodel's zero.go).
+// peak_device_bytes reports what is held (zero_device.go; cmd/train's
+// TestDeviceZeroMemory: zero3 < zero2 < zero1 < ddp).
 //
 // Streams and events on the device (device_order.go): the model
 // computes on its own non-blocking stream (devmodel's Stream), NCCL on
@@ -96,7 +105,8 @@
 // slows the fake's kernels, or its NCCL, and gets the same bits for ddp
 // (overlapped and not), zero1, zero2, zero3 and the pipeline.
 //
-// Close (device_order.go's quiesce) frees the device memory only once
+// Close (device_order.go's quiesce, on train/internal/closewait's
+// bounded waits, shared with train/pp) frees the device memory only once
 // the collectives still pending (the last step's, or a failed step's)
 // and the model's stream are done, waiting a minute at most for each
 // (and as long again after an abort); if they are not done by then, or at once after a failed step or
@@ -106,7 +116,9 @@
 // and the first collective pending; if the device is still busy after
 // the abort, the memory is leaked rather than freed under a kernel
 // (TestDeviceCloseAbortsPendingCollectives, TestDeviceCloseLeaksBusyDevice,
-// TestDeviceCloseAfterFailedStepAborts, TestDeviceCloseWaitsForLastStep).
+// TestDeviceCloseAfterFailedStepAborts, TestDeviceCloseWaitsForLastStep);
+// train.Run returns that error, so the run fails
+// (TestDeviceRunJoinsCloseError).
 //
 // Evaluation runs on the device (train.BatchEvaluator: devmodel.Eval),
 // every rank with rank 0's batch-norm statistics, broadcast on the
