@@ -95,10 +95,23 @@ func (k *Kernels) ClipSquare(s *cuda.Stream, sq, ws uintptr) error {
 // 1, the norm is not finite or the shard's is 0. No host round trip: all
 // on s.
 func (k *Kernels) ClipGlobal(s *cuda.Stream, grads uintptr, n int, max float64, ws, sq uintptr) error {
-	if err := sizeErr("ClipGlobal", "n", n); err != nil {
+	return k.clipGlobal("ClipGlobal", s, grads, n, max, ws, sq, 0)
+}
+
+// ClipGlobalExact is ClipGlobal with the factor float32(max / (norm +
+// 1e-6)) itself (train's -clip-grad factor on the CPU, and devmodel
+// Stage's ClipGrads'), when that is below 1, the norm finite and the
+// part's norm at ws not 0: a pipeline stage's clipping by the norm over
+// the stages with no host read.
+func (k *Kernels) ClipGlobalExact(s *cuda.Stream, grads uintptr, n int, max float64, ws, sq uintptr) error {
+	return k.clipGlobal("ClipGlobalExact", s, grads, n, max, ws, sq, 1)
+}
+
+func (k *Kernels) clipGlobal(name string, s *cuda.Stream, grads uintptr, n int, max float64, ws, sq uintptr, exact int32) error {
+	if err := sizeErr(name, "n", n); err != nil {
 		return err
 	}
-	if err := k.launch("gd_clip_global", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(1)}, rw(6, 4), ws, sq, max); err != nil {
+	if err := k.launch("gd_clip_global", s, rtc.Config{Grid: rtc.Dim(1), Block: rtc.Dim(1)}, rw(6, 4), ws, sq, max, exact); err != nil {
 		return err
 	}
 	if n == 0 {

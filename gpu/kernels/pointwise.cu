@@ -366,11 +366,15 @@ extern "C" __global__ void gd_clip_square(double *sq, const double *ws) {
 // 1e-6), when coef is below 1, the norm finite and local not 0, what
 // gd_clip_finish gives for a bound of coef * (local + 1e-6) (the host's
 // devmodel ClipShard's rounding: that bound over local + 1e-6, as a
-// float32 when below 1), else 1.
-extern "C" __global__ void gd_clip_global(double *ws, const double *sq, double max) {
+// float32 when below 1), else 1. With exact set, the factor is
+// float32(coef) itself (devmodel Stage's ClipGrads' rounding, and
+// train's: the CPU's factor).
+extern "C" __global__ void gd_clip_global(double *ws, const double *sq, double max, int exact) {
 	if (blockIdx.x != 0 || threadIdx.x != 0) return;
 	double local = ws[0], norm = sqrt(sq[0]), coef = max / (norm + 1e-6), f = 1.0;
-	if (coef < 1.0 && !isinf(norm) && !isnan(norm) && local != 0.0) {
+	if (exact && coef < 1.0 && !isinf(norm) && !isnan(norm) && local != 0.0) {
+		f = (double)(float)coef;
+	} else if (!exact && coef < 1.0 && !isinf(norm) && !isnan(norm) && local != 0.0) {
 		double bound = coef * (local + 1e-6);
 		double c = bound / (local + 1e-6);
 		if (c < 1.0 && !isinf(local) && !isnan(local)) f = (double)(float)c;
