@@ -118,6 +118,9 @@ func (w *weights) holds(p uintptr, n int64) bool {
 		return false
 	}
 	i := int64(p-w.lo) / 4
+	if i < 0 { // 2^63 bytes or more above lo (registered at a host address, p on the fake's devices): as hold.go's at
+		return false
+	}
 	return i+n <= w.n
 }
 
