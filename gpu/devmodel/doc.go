@@ -104,13 +104,21 @@
 // GradNorms), bit for bit ClipShard's (train/dp's
 // TestDeviceZeroClipOnDevice). Config.ShardGrads (ZeRO-2) keeps only
 // the shard's gradients: backward runs in units of layers (at least
-// Config.UnitFloats parameters), each unit's gradients in a cached block
+// Config.UnitFloats parameters), each unit's gradients in a block
 // that ReduceGrads reduces over the ranks and that is released
 // once this rank's part is added into the shard; Config.ShardParams
 // (ZeRO-3) keeps only the shard's parameters, each unit's gathered by
-// GatherParams into a cached block before its forward and its backward,
+// GatherParams into a block before its forward and its backward,
 // and Unshard gathers them whole for evaluation (zero.go;
 // TestShardedUnitsMatchWhole: bit for bit the whole model's training).
+// The units' blocks are laid out by their lives in one region of their
+// exact sizes (zero.go's unitMem), held from the first sharded pass and
+// counted in PeakBytes (TestUnitBlocksLaidOut); Unshard frees it. An
+// Unshard that cannot have the whole buffer errs naming the model,
+// device, shard and bytes and puts the shard back, so the rank trains on
+// bit for bit (TestUnshardOutOfMemory; should the shard's own buffer not
+// be had back either, its values stay in host memory and ForwardBackward,
+// Eval and Update refuse, naming Reshard, which puts them back).
 // BNBuffers are batch norm's running statistics on the device, which a
 // strategy broadcasts from rank 0.
 //
@@ -153,10 +161,30 @@
 // reader's backward to its producer's; values no backward reads live in
 // the forward pass only (the same bits: TestSharedPlanSameBits); a step
 // allocates nothing; PeakBytes reports the most device memory held, and
-// Memory (MemoryPlan without a device) says where it goes. GPT-2 small
-// at batch 8 (fp32, AdamW): 25.2 GB measured before on an H200, 11.8 GB
-// laid out now (benchmarks/NOTES.md, "Device memory of a GPT step";
-// TestMemoryIsPeak, TestSharedPlanSameBits).
+// Memory (MemoryPlan without a device; StageMemoryPlan for a pipeline
+// stage) says where it goes. GPT-2 small at batch 8 (AdamW): fp32 25.2
+// GB measured before on an H200, 11.8 GB laid out now; bf16 autocast
+// 28.1 GB measured, 10.97 GB laid out plus the products' scratch; with
+// $GDIST_ATTENTION=fused 6.59 GB fp32 (benchmarks/NOTES.md, "Device
+// memory of a GPT step"; TestMemoryGPT2Small, TestFusedAttentionMemoryPlan,
+// TestMemoryIsPeak, TestSharedPlanSameBits; the laid-out figures not yet
+// measured on a GPU). An allocation that fails leaves the model usable:
+// a step whose larger region cannot be had keeps no plan and plans the
+// next batch afresh (TestPlanAfterFailedGrowth); an evaluation arena or
+// units' region that cannot grow takes the old one back, and the batches
+// that fitted run bit for bit as before (TestEvalAfterFailedArenaGrowth,
+// TestStageEvalAfterFailedArenaGrowth).
+//
+// $GDIST_ATTENTION=fused (kernels.EnvAttention, read when the plan is
+// compiled: changing it after placing leaves the plan as it is,
+// TestAttentionEnvChangedAfterPlacing) runs attention on gpu/kernels'
+// fused kernels in training and evaluation: the plan keeps each row's
+// log-sum-exp (N H T floats) instead of the probabilities (N H T^2), and
+// its workspace is N H T; another value, or heads wider than 128, is
+// refused at Place naming the layer and the variable
+// (TestFusedAttentionRefused). A gpt follows the CPU path and the
+// default attention within TestGPTMatchesCPU's tolerances
+// (TestFusedAttentionFollowsCPU, TestFusedAttentionPrecisions).
 //
 // A profile of the device time by layer kind (linear, attention,
 // layernorm, ..., the loss, the optimizer, and the gaps where the device
