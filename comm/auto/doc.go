@@ -3,8 +3,12 @@
 // hosts, so one job may use both. Importing it registers the "auto"
 // backend with package comm (see register.go).
 //
-// Where every rank can use NCCL (CUDA and NCCL load at run time and each
-// host has a GPU per local rank: PickNCCL, agreed through the store) the
+// Where every rank can use NCCL (CUDA and NCCL load at run time, each
+// host has a GPU per local rank, and no two ranks would use one GPU:
+// nccl.GPUOf, the host and PCI bus id, as a container-wide
+// NVIDIA_VISIBLE_DEVICES=0 gives every process "its one GPU"; PickNCCL,
+// agreed through the store; comm/nccl's TestAutoRefusesSharedVisibleGPU)
+// the
 // "auto" backend builds the "nccl" Comm instead (host buffers are then
 // staged through the GPU); GDIST_AUTO_NCCL=0 on any rank keeps it on
 // shared memory and TCP. There, when CUDA is present, the host Comm is
