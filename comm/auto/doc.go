@@ -8,9 +8,8 @@
 // nccl.GPUOf, the host and PCI bus id, as a container-wide
 // NVIDIA_VISIBLE_DEVICES=0 gives every process "its one GPU"; PickNCCL,
 // agreed through the store; comm/nccl's TestAutoRefusesSharedVisibleGPU)
-// the
-// "auto" backend builds the "nccl" Comm instead (host buffers are then
-// staged through the GPU); GDIST_AUTO_NCCL=0 on any rank keeps it on
+// the "auto" backend builds the "nccl" Comm instead (host buffers are
+// then staged through the GPU); GDIST_AUTO_NCCL=0 on any rank keeps it on
 // shared memory and TCP. There, when CUDA is present, the host Comm is
 // wrapped with comm/staging's Adapt, so that it takes device buffers too
 // (staged through pinned memory).
