@@ -97,11 +97,20 @@ func StageMemoryPlan(m *nn.Model, from, to, batch int, cfg Config) (MemoryBreakd
 		return MemoryBreakdown{}, err
 	}
 	_, n := m.StageRange(from, to)
-	f := map[string]int64{"parameters": 4 * int64(max(n, 1)), "gradients": 4 * int64(max(n, 1)), "gradient norm's workspace": kernels.ClipWorkspace}
+	f := map[string]int64{"parameters": 4 * int64(max(n, 1)), "gradients": 4 * int64(max(n, 1)), "gradient norm's workspace": stageClipBytes(cfg)}
 	if st := optimStateBytes(int64(max(n, 1)), cfg); st > 0 {
 		f["optimizer state"] = st
 	}
 	return mp.breakdown(f), nil
+}
+
+// stageClipBytes is a stage's gradient norm's workspace: with
+// cfg.ClipGrad, the log of ClipQueued's norms after it (GradNorms).
+func stageClipBytes(cfg Config) int64 {
+	if cfg.ClipGrad > 0 {
+		return kernels.ClipWorkspace + 8*int64(normCap)
+	}
+	return kernels.ClipWorkspace
 }
 
 // check validates the range and refuses the layers a stage cannot hold.
@@ -160,8 +169,10 @@ func topName(m *nn.Model, i int) string {
 // micro-batches of cfg.Batch samples (refusing, by name, a layer without
 // device kernels, a batch norm or a Dropout), copies the stage's
 // parameters up from m's Flat.Value and zeroes its gradients and
-// optimizer state. cfg.ClipGrad must be 0: the norm that clipping needs
-// spans every stage (GradNorm, ClipGrads). Close frees it all.
+// optimizer state. A stage never clips by itself (the norm that clipping
+// needs spans every stage: GradNorm and ClipGrads, or ClipQueued);
+// cfg.ClipGrad, when positive, keeps a log of ClipQueued's norms on the
+// device (GradNorms). Close frees it all.
 func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 	if cfg.Batch < 1 {
 		return nil, fmt.Errorf("devmodel: %s: micro-batch %d < 1", m.Name, cfg.Batch)
@@ -169,8 +180,8 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 	if err := deviceOptim(m.Name, cfg.Optim); err != nil {
 		return nil, err
 	}
-	if cfg.ClipGrad != 0 {
-		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d): Config.ClipGrad: a pipeline's gradient norm spans every stage; clip with GradNorm and ClipGrads over the stages", m.Name, from, to)
+	if cfg.ClipGrad < 0 || math.IsNaN(cfg.ClipGrad) {
+		return nil, fmt.Errorf("devmodel: %s: stage [%d, %d): Config.ClipGrad %v: want 0, or a positive bound to log ClipQueued's norms", m.Name, from, to, cfg.ClipGrad)
 	}
 	s := &Stage{Host: m, From: from, To: to, Last: to == m.NumLayers(), plans: map[int]*plan{}, ran: map[*plan]bool{}}
 	if err := s.check(); err != nil {
@@ -199,8 +210,11 @@ func PlaceStage(m *nn.Model, from, to int, cfg Config) (_ *Stage, err error) {
 	if err := d.allocState(n); err != nil {
 		return nil, err
 	}
-	if s.ws, err = d.malloc(kernels.ClipWorkspace); err != nil {
+	if s.ws, err = d.malloc(int(stageClipBytes(cfg))); err != nil {
 		return nil, err
+	}
+	if cfg.ClipGrad > 0 {
+		d.clipWS = s.ws // the norms' log after it: d's logNorm, GradNorms
 	}
 	if err := s.CopyFromHost(); err != nil {
 		return nil, err
@@ -618,6 +632,47 @@ func (s *Stage) ClipGrads(norm, max float64) error {
 	s.fresh = false
 	return s.d.k.ClipGradNorm(s.d.s, s.Grads, s.N, lim, s.ws)
 }
+
+// ClipQueued clips the stage's gradients as GradNorm and ClipGrads do
+// with the global norm over the stages, bit for bit, with nothing read
+// on the host: the stage's norm is squared on the device into the
+// float64 at sq, sum (the caller's: an all-reduce of that float64 over
+// the stages, in place, ordered with the stage's stream, which must wait
+// for its result before sum returns, or the host for it) sums it over
+// the stages, and kernels compute the global norm and the factor,
+// float32(max / (norm + 1e-6)) (kernels.ClipGlobalExact), and scale the
+// stage's gradients. The global norm goes into the log GradNorms reads:
+// the stage must be placed with Config.ClipGrad.
+func (s *Stage) ClipQueued(max float64, sum func(sq uintptr) error) error {
+	d := s.d
+	if d.clipWS == 0 || d.cfg.ClipGrad <= 0 {
+		return fmt.Errorf("devmodel: %s: stage [%d, %d): ClipQueued on a stage placed without Config.ClipGrad", s.Host.Name, s.From, s.To)
+	}
+	s.fresh = false
+	// The stage's norm, nothing scaled (an infinite bound never clips;
+	// no gradient: 0).
+	if err := d.k.ClipGradNorm(d.s, s.Grads, s.N, math.Inf(1), s.ws); err != nil {
+		return err
+	}
+	// The partial sums are read: their first float64 holds the square.
+	sq := s.ws + 16
+	if err := d.k.ClipSquare(d.s, sq, s.ws); err != nil {
+		return err
+	}
+	if err := sum(sq); err != nil {
+		return err
+	}
+	if err := d.k.ClipGlobalExact(d.s, s.Grads, s.N, max, s.ws, sq); err != nil {
+		return err
+	}
+	return d.logNorm()
+}
+
+// GradNorms are the global norms (before clipping) of every ClipQueued
+// so far, in order, logged on the device (no step waits for them): one
+// wait for the stage's stream brings them down. Nil without
+// Config.ClipGrad.
+func (s *Stage) GradNorms() ([]float64, error) { return s.d.GradNorms() }
 
 // CopyToHost copies the stage's parameters into its range of the host
 // model's Flat.Value (the rest is left as it is).

@@ -319,7 +319,7 @@ func pipelineBalance(m *nn.Model) ([]int, error) {
 }
 
 // A stage refuses, by name, what it cannot hold: batch norm, a range
-// that is not one, clipping by its own norm; CheckStage says the same
+// that is not one, a negative clipping bound; CheckStage says the same
 // with no device.
 func TestStageRefused(t *testing.T) {
 	bn := zoo(t, "cnn-bn")
@@ -335,8 +335,8 @@ func TestStageRefused(t *testing.T) {
 	if err := devmodel.CheckStage(m, 1, m.NumLayers()); err != nil {
 		t.Errorf("mlp [1, %d): %v", m.NumLayers(), err)
 	}
-	_, err := devmodel.PlaceStage(m, 0, 1, devmodel.Config{Batch: 2, Optim: optim.Config{Name: "sgd", LR: 0.1}, ClipGrad: 1})
-	if err == nil || !strings.Contains(err.Error(), "spans every stage") {
-		t.Errorf("ClipGrad: %v", err)
+	_, err := devmodel.PlaceStage(m, 0, 1, devmodel.Config{Batch: 2, Optim: optim.Config{Name: "sgd", LR: 0.1}, ClipGrad: -1})
+	if err == nil || !strings.Contains(err.Error(), "Config.ClipGrad -1") {
+		t.Errorf("ClipGrad -1: %v", err)
 	}
 }
