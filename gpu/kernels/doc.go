@@ -36,7 +36,8 @@
 // BatchNormWorkspace, AttentionGeom.Workspace and Probs, ClipWorkspace)
 // and what it keeps from forward to backward; only the two-stage sums'
 // partial sums and the embedding gradient's sort (below; 16 bytes a
-// position and 1 KiB a block of 256: 160 KiB at 8192 positions) live in
+// position and 1 KiB a block of 256, at most 512 blocks: 160 KiB at 8192
+// positions) live in
 // scratch that Kernels keeps per stream (512 KiB at a stream's first
 // such launch, grown if ever needed, held until Kernels.Close). The tests
 // TestMLPMatchesCPU and TestCNNMatchesCPU train models' mlp, cnn and
@@ -255,7 +256,13 @@
 //     tree over them) within NormTol (1e-12) of train's ordered sum; the
 //     clipped gradients bit for bit train's (the same float32 factor),
 //     nothing clipped for a non-finite norm; the norm stays on the device
-//     for the caller to read; TestClipGradNorm.
+//     for the caller to read; TestClipGradNorm. ZeRO's clipping with no
+//     host read: ClipSquare gives a shard's norm squared for the ranks to
+//     sum on the device, ClipGlobal the global norm and the factor from
+//     that sum and scales the shard, bit for bit devmodel's ClipShard
+//     (TestClipGlobal); ClipGlobalExact scales by the CPU's factor,
+//     float32(max / (norm + 1e-6)), for a pipeline's stages
+//     (TestClipGlobalExact).
 //
 //   - Dropout: nn's mask exactly (nn's hash of the seed, the graph's run
 //     and the element's index in the global batch, so N ranks drop what
@@ -340,5 +347,8 @@
 // the bias + GELU and the bias + residual sum are done, above;
 // attention without the T x T probabilities is an option,
 // $GDIST_ATTENTION=fused, not yet measured on a GPU), timings on a
-// GPU (the audit counts bytes and blocks only).
+// GPU of the kernels since runs 5 and 6 (the audit counts bytes, blocks
+// and FLOPs; those runs on an H200 timed the step and, with ncu, its
+// kernels before the fusions, the fused attention and the embedding
+// gradient's sort: benchmarks/NOTES.md).
 package kernels
