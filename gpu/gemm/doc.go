@@ -88,9 +88,13 @@
 //     given copy; a product writing into one is refused; the engine
 //     cannot see other writes, so the caller withdraws before the memory
 //     is written again (devmodel: after the Linear's backward, and
-//     WithdrawAll before an evaluation and when a plan's blocks go back
-//     to the pool). UsesCopies says whether the copies are read at all
-//     (not in fp32, TF32, with the tiled kernel or CastInCUBLAS).
+//     WithdrawAll before an evaluation and when a plan's region is
+//     freed). UsesCopies says whether the copies are read at all
+//     (not in fp32, TF32, with the tiled kernel or CastInCUBLAS). The
+//     fp32 address need hold no values: gpu/devmodel keeps a value only
+//     bf16 products read as its copy alone, its address a key in
+//     address space reserved without memory (a held or given region
+//     serves no operand 2^63 bytes or more above it: TestProvideFarBelow).
 //   - Everything else (other activations and gradients, attention's
 //     blocks of P): cast for the product into a scratch buffer that
 //     grows to the largest product's operands in the first step and
