@@ -77,7 +77,11 @@
 // -compress and a model with a layer that has no device kernels are
 // refused, saying why. Evaluation runs on the device;
 // checkpoints go through the host model, so a GPU run's checkpoint
-// resumes on the CPU and back.
+// resumes on the CPU and back. GDIST_ATTENTION=fused runs the gpt's
+// attention on fused kernels that keep no T x T probabilities
+// (gpu/kernels; TestDeviceGPTFused). A device strategy whose Close
+// fails (a collective it had to abort, memory it could not free) fails
+// the run, after the summary (train.Run).
 // The summary's device and peak_device_bytes say where it ran and the
 // most device memory the model held.
 //
@@ -151,7 +155,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nproc, "nproc", 2, "number of ranks on this host (local worker processes, or goroutines with -backend inproc); with -nnodes, per node")
-	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm, nccl or auto (for several processes: nccl when every rank has a GPU, else shared memory between ranks on one host, tcp across hosts; inproc for one process)")
+	fs.StringVar(&o.backend, "backend", "auto", "communication backend: inproc, tcp, shm, nccl or auto (for several processes: nccl when every rank has a GPU of its own, else shared memory between ranks on one host, tcp across hosts; inproc for one process)")
 	fs.StringVar(&c.Model, "model", "mlp", "model: mlp, cnn, cnn-bn (mlp-xl: 36.8M parameters, for ZeRO experiments); gpt, gpt-large, or gpt-L<layers>-D<dmodel>-H<heads>-T<context> (byte-level language models, trained on text; see -layers and the defaults below)")
 	fs.StringVar(&c.DataDir, "data", "", "directory with MNIST-format IDX files (default "+data.DefaultDir+"; \"synthetic\" for a generated set); for -model gpt a text file or directory (default: the Go source tree's .go files)")
 	fs.IntVar(&c.Epochs, "epochs", 2, "epochs")
