@@ -232,6 +232,28 @@ func (mp *memPlan) copyOnly(addr uintptr) {
 	}
 }
 
+// copyOnlyValues switches keepCopiesOnly (off: every fp32 value kept
+// beside its copy, the layout the tests compare with).
+var copyOnlyValues = true
+
+// keepCopiesOnly makes copyOnly each output of the plan just walked
+// whose producer can write its bf16 copy alone (compiler.only16) and
+// that only bf16 products read (through the copy: none of its readers
+// set plain), in a Model's training plan and a Stage's alike (one place
+// for both). A pinned buffer is never one (copyOnly): the batch, the
+// logits, and a stage's input and output, which come from and go to the
+// neighbouring stages in fp32 outside the ops; call it after pin.
+func (c *compiler) keepCopiesOnly() {
+	if !copyOnlyValues {
+		return
+	}
+	for _, a := range c.only16 {
+		if a.to16 != nil && *a.to16 != 0 && !a.plain {
+			c.mem.copyOnly(a.val)
+		}
+	}
+}
+
 // keyed is whether addr, in the plan being placed, is a key (copyOnly).
 func (mp *memPlan) keyed(addr uintptr) bool {
 	return mp != nil && mp.placing && mp.keyBytes > 0 && addr >= mp.keyBase && addr < mp.keyBase+uintptr(mp.keyBytes)

@@ -223,11 +223,7 @@ func (d *Model) compileWith(batch int, mp *memPlan, dry *dryEngine, record bool)
 	if !c.attFwdWS && c.attOps[1] >= 0 { // the attention workspace: the backward's only
 		c.mem.backwardOnly(c.attOps[0], c.attOps[1], p.attWS)
 	}
-	for _, a := range c.only16 { // read by bf16 products only: the copy alone
-		if a.to16 != nil && *a.to16 != 0 && !a.plain {
-			c.mem.copyOnly(a.val)
-		}
-	}
+	c.keepCopiesOnly() // read by bf16 products only: the copy alone (memory.go)
 	if record {
 		mp.layout(len(p.ops))
 	}
@@ -444,7 +440,10 @@ func (d *Model) provide(x *act, x16 uintptr, cols int) error {
 	return d.h.Provide(x.val, x16, x.size()/cols, cols)
 }
 
-// withdraw ends provide.
+// withdraw ends provide. A reader provides again before its backward
+// products, and withdraws after: between its forward and its backward,
+// a Stage's EvalForward withdraws every copy (Eval's WithdrawAll), and
+// x may be a key that only the copy serves (copyOnly).
 func (d *Model) withdraw(x *act, x16 uintptr) {
 	if x16 != 0 {
 		d.h.Withdraw(x.val)
@@ -644,6 +643,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			}
 			return tail.after(kernels.LinearForward(d.h, d.k, out.val, x.val, P(w), tail.biasOf(P(b)), rows, l.In, l.Out))
 		}, func() error {
+			if err := d.provide(x, x16, l.In); err != nil { // again: an EvalForward since the forward withdrew it (a Stage's)
+				return err
+			}
 			defer d.withdraw(x, x16)
 			if err := tail.before(); err != nil {
 				return err
@@ -940,6 +942,9 @@ func (c *compiler) layerOps(l nn.Layer, name string, x *act) (*act, error) {
 			d.profileSplit("attention", "linear")
 			return tail.after(kernels.LinearForward(d.h, d.k, out.val, att.val, P(wout), tail.biasOf(P(bout)), rows, cc, cc))
 		}, func() error {
+			if err := d.provide(x, x16, cc); err != nil { // again, as a Linear's
+				return err
+			}
 			defer d.withdraw(x, x16)
 			if err := tail.before(); err != nil { // a GELU's that took the out-projection's bias (fuse.go): it writes dy
 				return err

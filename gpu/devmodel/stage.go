@@ -335,6 +335,9 @@ func (s *Stage) compileWith(batch int, mp *memPlan, dry *dryEngine, record bool)
 	if !c.attFwdWS && c.attOps[1] >= 0 { // the attention workspace: the backward's only
 		c.mem.backwardOnly(c.attOps[0], c.attOps[1], p.attWS)
 	}
+	// read by bf16 products only: the copy alone (memory.go); the input
+	// and output, pinned above, are kept (the sends read them in fp32)
+	c.keepCopiesOnly()
 	if record {
 		mp.layout(len(p.ops))
 	}
