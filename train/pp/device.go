@@ -116,6 +116,15 @@ type devicePipe struct {
 	// failed step or evaluation left (the host waits for them all
 	// otherwise): Close waits for them (quiesce)
 	inflight []inflightOp
+	// -clip-grad on the device (clip): direct is whether the Comm takes
+	// device buffers itself (nccl; else comm/staging's copies through
+	// host memory); normDone is recorded by NCCL after the all-reduce of
+	// the norm's square, which the stage's stream waits for; clipOps are
+	// those all-reduces not yet checked (by the next step's end, a read
+	// of the norms, or Close's quiesce)
+	direct   bool
+	normDone *cuda.Event
+	clipOps  []inflightOp
 }
 
 // inflightOp is a send or receive (what) of tag, issued.
@@ -310,8 +319,8 @@ var deviceCloseWait = time.Minute
 // Comm (ending NCCL's kernels) and waits again. free is false when they
 // are still not done: the memory must be leaked, not freed under them.
 func (p *devicePipe) quiesce() (free bool, err error) {
-	ops := p.inflight
-	p.inflight = nil
+	ops := append(append([]inflightOp(nil), p.inflight...), p.clipOps...)
+	p.inflight, p.clipOps = nil, nil
 	aborted := false
 	if left := closewait.Works(ops, inflightOp.work, deviceCloseWait); len(left) > 0 {
 		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s) and receive(s) still pending after %v (the first: %s of tag %d): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0].what, left[0].tag)
@@ -352,12 +361,12 @@ func (p *devicePipe) Close() error {
 		}
 	}
 	p.hx, p.hy = nil, nil
-	for _, e := range append([]*cuda.Event{p.up, p.legacy, p.lossEv}, mapValues(p.evs)...) {
+	for _, e := range append([]*cuda.Event{p.up, p.legacy, p.lossEv, p.normDone}, mapValues(p.evs)...) {
 		if e != nil {
 			e.Destroy()
 		}
 	}
-	p.up, p.legacy, p.lossEv, p.evs = nil, nil, nil, nil
+	p.up, p.legacy, p.lossEv, p.normDone, p.evs = nil, nil, nil, nil, nil
 	for j, t := range p.timers {
 		if t != nil {
 			for _, e := range append([]**cuda.Event{&t.begin}, t.events()...) {
@@ -638,6 +647,10 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 			return 0, err
 		}
 	}
+	// the last update's clipping's all-reduce: long done on the device
+	if err := p.settleClip(ctx); err != nil {
+		return 0, err
+	}
 	// Every rank reports the loss: the last stage's micro-batch losses
 	// (one copy down), weighted by their sizes, broadcast.
 	lb := []float64{0}
@@ -676,11 +689,86 @@ func (p *devicePipe) step(ctx context.Context, x []float32, y []int32) (float64,
 func (p *devicePipe) stream() *cuda.Stream { return p.st.Stream() }
 
 // evRecv sets the After events of receives apart from those of sends;
-// evGrads is the key of the replicas' all-reduce of the gradients.
+// evGrads is the key of the replicas' all-reduce of the gradients, evNorm
+// of the stages' all-reduce of the gradient norm's square (clip).
 const (
 	evRecv  = 1 << 31
 	evGrads = -1
+	evNorm  = -2
 )
+
+// clip clips the stage's gradients by the global norm over the stages
+// (-clip-grad max) with no wait for the device over NCCL
+// (devmodel.Stage.ClipQueued): the stage's norm squared on the device,
+// the squares all-reduced over the pipeline's Comm there (NCCL's stream
+// waits for the stage's stream, which waits for the all-reduce's Done
+// event), the factor computed and applied there, the norm logged there
+// (Stage.GradNorms). Through a host backend comm/staging copies the
+// square down once the stage's stream reaches it, and up when summed:
+// the host waits for that. The same bits as the host's path
+// (pipelineStrategy.ClipGrads: each stage's norm read, the squares
+// all-reduced on the host, Stage.ClipGrads). On an error the Comm is
+// aborted. Collective over the stages.
+func (p *devicePipe) clip(ctx context.Context, max float64) error {
+	err := p.st.ClipQueued(max, func(sq uintptr) error {
+		if p.k == 1 {
+			return nil
+		}
+		octx, err := p.ordered(ctx, evNorm)
+		if err != nil {
+			return err
+		}
+		if p.direct {
+			if p.normDone == nil {
+				if p.normDone, err = cuda.NewEvent(p.dev); err != nil {
+					return err
+				}
+			}
+			octx = cuda.WithOrder(octx, cuda.Order{After: cuda.OrderOf(octx).After, Done: p.normDone})
+		}
+		w, err := p.c.AllReduce(octx, comm.DeviceBuffer(sq, p.dev, comm.Float64, 1), comm.Sum)
+		if err != nil {
+			return fmt.Errorf("summing the gradient norm's square over the stages: %w", err)
+		}
+		if !p.direct { // staged: in device memory once done
+			if err := w.Wait(ctx); err != nil {
+				return fmt.Errorf("summing the gradient norm's square over the stages: %w", err)
+			}
+			return nil
+		}
+		p.clipOps = append(p.clipOps, inflightOp{w, "all-reduce of the gradient norm's square", evNorm})
+		return p.stream().WaitEvent(p.normDone)
+	})
+	if err != nil {
+		err = fmt.Errorf("pipeline: stage %d (cuda:%d): clipping the gradients: %w", p.stage, p.dev, err)
+		comm.Abort(p.c, err)
+	}
+	return err
+}
+
+// settleClip checks the all-reduces of the norm's square that clip left
+// (done on the device by then, or about to be).
+func (p *devicePipe) settleClip(ctx context.Context) error {
+	ops := p.clipOps
+	p.clipOps = nil
+	for _, op := range ops {
+		if err := op.w.Wait(ctx); err != nil {
+			return fmt.Errorf("the last update's %s: %w", op.what, err)
+		}
+	}
+	return nil
+}
+
+// gradNorms are every clip's global norm, logged on the device, once
+// the all-reduces are checked (for deviceCloseWait at most).
+func (p *devicePipe) gradNorms() ([]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), deviceCloseWait)
+	defer cancel()
+	if err := p.settleClip(ctx); err != nil {
+		return nil, fmt.Errorf("pipeline: stage %d (cuda:%d): %w", p.stage, p.dev, err)
+	}
+	return p.st.GradNorms()
+}
 
 // ordered records the After event of the send or receive key (its tag,
 // plus evRecv for a receive) on the stage's stream and returns ctx

@@ -170,10 +170,14 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 		// stage them through host memory.
 		pc, dp = deviceComm(pc), deviceComm(dp) // fail closes these
 		ps.pc, ps.dp = pc, dp
-		dev, _ := rankdev.Device(c, n)
-		ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig(), Precision: gemm.Precision(cfg.Precision)})
+		dev, direct := rankdev.Device(c, n)
+		// ClipGrad: the stage logs the norms of Update's clipping
+		// (devicePipe.clip)
+		ps.dev, err = newDevicePipe(ctx, ps.pc, m, bounds, micro, o.Schedule, cfg.Batch, dev, devmodel.Config{Optim: cfg.OptimConfig(), Precision: gemm.Precision(cfg.Precision), ClipGrad: cfg.ClipGrad})
 		if err != nil {
 			err = fmt.Errorf("train: -device %s: %w", cfg.Device, err)
+		} else {
+			ps.dev.direct = direct
 		}
 		// A stage that could not be placed (device memory) fails every
 		// rank, before any waits for it.
@@ -208,8 +212,27 @@ func newPipeline(ctx context.Context, s train.Setup) (train.Strategy, error) {
 // devicePipelineStrategy is the pipeline on the device, which also
 // evaluates there (train.BatchEvaluator): the stage ranks of a replica
 // evaluate the same batches (train.EvalSharder: the test set is split
-// over the replicas), as they train on them.
+// over the replicas), as they train on them. With -clip-grad its Update
+// clips on the device first (devicePipe.clip: no wait for the device in
+// the step) and it is a train.GradNormLogger: the norms are logged there
+// and read once, for the summary.
 type devicePipelineStrategy struct{ *pipelineStrategy }
+
+var _ train.GradNormLogger = (*devicePipelineStrategy)(nil)
+
+// GradNorms are every Update's global norm before clipping
+// (train.GradNormLogger), logged on the device: one wait for it.
+func (s *devicePipelineStrategy) GradNorms() ([]float64, error) { return s.dev.gradNorms() }
+
+// LastGradNorm is the last Update's global norm before clipping
+// (train.UpdateClipper; 0 without -clip-grad): a wait for the device.
+func (s *devicePipelineStrategy) LastGradNorm() (float64, error) {
+	ns, err := s.dev.gradNorms()
+	if err != nil || len(ns) == 0 {
+		return 0, err
+	}
+	return ns[len(ns)-1], nil
+}
 
 // EvalComm is the replicas' Comm of the stage (train.EvalSharder).
 func (s *devicePipelineStrategy) EvalComm() comm.Comm { return s.dp }
@@ -270,6 +293,11 @@ func (s *pipelineStrategy) grads() comm.Buffer {
 func (s *pipelineStrategy) Update(ctx context.Context) error {
 	if s.dev != nil {
 		s.stale = true
+		if s.cfg.ClipGrad > 0 { // an UpdateClipper on the device
+			if err := s.dev.clip(ctx, s.cfg.ClipGrad); err != nil {
+				return err
+			}
+		}
 		if err := s.dev.st.Update(); err != nil {
 			return err
 		}
@@ -282,7 +310,10 @@ func (s *pipelineStrategy) Update(ctx context.Context) error {
 // ClipGrads: the norm is over the stages of this rank's pipeline (each
 // holds its range, averaged over the replicas in Step), so that no
 // replica's copy is counted twice. On a GPU each stage's norm comes down
-// (8 bytes) and the sum of their squares is all-reduced on the host.
+// (8 bytes) and the sum of their squares is all-reduced on the host: the
+// reference for the device's own clipping, which -clip-grad uses there
+// (devicePipelineStrategy is an UpdateClipper: Run does not call
+// ClipGrads, and Update clips on the device, bit for bit this).
 func (s *pipelineStrategy) ClipGrads(ctx context.Context, max float64) (float64, error) {
 	if s.dev == nil {
 		return train.ClipGradNorm(ctx, s.pc, s.cpu.Grads(), max)

@@ -1,0 +1,149 @@
+package pp
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	_ "github.com/gdist/gdist/comm/nccl" // cudafake.NCCLRanks' backend
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/train"
+)
+
+// pipeClipRun trains mlp for steps Adam steps as a device pipeline of k
+// stages (one replica) over backend (nccl: the fake's, a GPU per rank;
+// inproc: one GPU, staged through pinned memory), clipping to clip: on
+// the device inside Update (the strategy built with Config.ClipGrad, a
+// train.GradNormLogger: what train.Run does now), or (host) with
+// ClipGrads between Step and Update, which reads each stage's norm on
+// the host and sums the squares there (what Run did before). It returns
+// each rank's whole model after the steps (gathered by Eval) and norms.
+func pipeClipRun(t *testing.T, backend string, k int, onDevice bool, steps int, clip float64) (params [][]float32, norms [][]float64) {
+	t.Helper()
+	var cs []comm.Comm
+	if backend == "nccl" {
+		cs = cudafake.NCCLRanks(t, k, 1)
+	} else {
+		var err error
+		if cs, err = inproc.New(k, comm.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	params, norms = make([][]float32, k), make([][]float64, k)
+	err := commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
+		r := c.Rank()
+		m, err := models.New("mlp", 4)
+		if err != nil {
+			return err
+		}
+		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 6, LR: 0.05, Optimizer: "adam", Strategy: "pipeline",
+			Device: "cuda", Backend: backend, World: k, Options: &Options{Stages: k, Microbatches: 2}}
+		if onDevice {
+			cfg.ClipGrad = clip
+		}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		st, err := train.NewStrategy(ctx, c, m, cfg)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if _, ok := st.(*devicePipelineStrategy); !ok {
+			return fmt.Errorf("rank %d: %T, not the device pipeline", r, st)
+		}
+		rng := rand.New(rand.NewSource(5))
+		for i := 0; i < steps; i++ {
+			x, y := make([]float32, cfg.Batch*m.InputSize()), make([]int32, cfg.Batch)
+			for j := range x {
+				x[j] = 4 * (rng.Float32() - 0.5)
+			}
+			for j := range y {
+				y[j] = int32(rng.Intn(m.Classes()))
+			}
+			if _, err := st.Step(ctx, x, y); err != nil {
+				return err
+			}
+			if !onDevice {
+				n, err := st.(train.GradClipper).ClipGrads(ctx, clip)
+				if err != nil {
+					return err
+				}
+				norms[r] = append(norms[r], n)
+			}
+			if err := st.Update(ctx); err != nil {
+				return err
+			}
+		}
+		if onDevice {
+			if norms[r], err = st.(train.GradNormLogger).GradNorms(); err != nil {
+				return err
+			}
+			last, err := st.(train.UpdateClipper).LastGradNorm()
+			if err != nil {
+				return err
+			}
+			if n := norms[r]; len(n) == 0 || math.Float64bits(last) != math.Float64bits(n[len(n)-1]) {
+				return fmt.Errorf("rank %d: LastGradNorm %v, the log %v", r, last, n)
+			}
+		}
+		return st.Eval(ctx, func() error { // every stage's parameters gathered into the host model
+			params[r] = append([]float32(nil), m.Flat.Value...)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return params, norms
+}
+
+// The device pipeline's clipping in Update (the stage's norm squared on
+// the device, the squares all-reduced over the stages there, over NCCL
+// ordered with the stage's stream by events, through pinned host memory
+// over a host backend; the factor float32(max / (norm + 1e-6)) computed
+// by a kernel; the norms logged there) is bit for bit the host's path
+// (ClipGrads: each stage's norm read, the squares summed on the host,
+// Stage.ClipGrads): parameters and norms, at 2 and 3 stages, over the
+// fake's NCCL and inproc, with a bound that clips every step.
+func TestDevicePipeClipOnDevice(t *testing.T) {
+	cudafake.RequireFake(t)
+	const steps, clip = 3, 0.05
+	for _, backend := range []string{"nccl", "inproc"} {
+		for _, k := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/%d", backend, k), func(t *testing.T) {
+				hp, hn := pipeClipRun(t, backend, k, false, steps, clip)
+				dp, dn := pipeClipRun(t, backend, k, true, steps, clip)
+				for r := 0; r < k; r++ {
+					if len(dn[r]) != steps || len(hn[r]) != steps {
+						t.Fatalf("rank %d: %d norms on the device, %d on the host; want %d", r, len(dn[r]), len(hn[r]), steps)
+					}
+					for i := range hn[r] {
+						if math.Float64bits(dn[r][i]) != math.Float64bits(hn[r][i]) {
+							t.Errorf("rank %d step %d: norm %v on the device, %v on the host", r, i, dn[r][i], hn[r][i])
+						}
+						if !(hn[r][i] > clip) {
+							t.Errorf("rank %d step %d: norm %v does not clip at %v", r, i, hn[r][i], clip)
+						}
+					}
+					bad := 0
+					for j := range hp[r] {
+						if math.Float32bits(dp[r][j]) != math.Float32bits(hp[r][j]) {
+							bad++
+						}
+					}
+					if bad > 0 {
+						t.Errorf("rank %d: %d of %d parameters differ from the host's clipping", r, bad, len(hp[r]))
+					}
+				}
+			})
+		}
+	}
+}
