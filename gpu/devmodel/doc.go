@@ -202,7 +202,11 @@
 // input gradient (parameter gradients accumulate over micro-batches);
 // on the last stage LossBackward takes the labels and a micro-batch's
 // share of the batch instead. GradNorm and ClipGrads clip by a norm
-// over every stage; EvalForward evaluates on a forward-only plan. Each
+// over every stage (each stage's norm read on the host), and ClipQueued
+// likewise with no host read (the squares summed by the caller's
+// collective on the device, the factor computed there, the norms logged
+// for GradNorms: a stage placed with Config.ClipGrad, which never clips
+// by itself); EvalForward evaluates on a forward-only plan. Each
 // micro-batch size's training plan is laid out in a region of its own
 // as a Model's (memory.go; the same bits as pool blocks and their
 // rounding, TestStageSharedPlanSameBits). train/pp runs them as

@@ -15,9 +15,12 @@
 // its GPU (the nccl Comm's; else GPU LOCAL_RANK modulo the GPUs the
 // process sees, so that ranks share a GPU where there are fewer): the
 // stage's parameters, gradients and optimizer state in device memory,
-// its layers' forward and backward passes, clipping (each stage's norm
-// comes down, 8 bytes, and the squares are all-reduced) and the update
-// there. It runs package pipeline's schedules (GPipe, 1F1B) with the CPU
+// its layers' forward and backward passes, clipping and the update
+// there: -clip-grad clips in Update with no wait for the device (each
+// stage's norm squared there and all-reduced over the pipeline's Comm,
+// over NCCL ordered with the stage's stream by events, the factor
+// computed by a kernel: devmodel.Stage.ClipQueued), and the norms are
+// logged there and read once for the summary (train.GradNormLogger). It runs package pipeline's schedules (GPipe, 1F1B) with the CPU
 // pipeline's messages: activations and their gradients go between the
 // stage ranks as device buffers (comm.DeviceBuffer), device to device
 // over NCCL, or staged through pinned host memory by package
@@ -60,7 +63,10 @@
 // fake's NCCL, with GPipe, and as 2 stages x 2 replicas at half the
 // batch; a 2-block gpt with AdamW), within 2% with -precision bf16, and
 // a pipeline saved on the GPU resumes on the CPU and back.
-// TestDevicePipeOrdering (device_test.go): with the fake's copies slowed,
+// TestDevicePipeClipOnDevice (device_clip_test.go): the clipping on the
+// device gives bit for bit the parameters and norms of the host's sum of
+// the stages' squares (ClipGrads), at 2 and 3 stages, over the fake's
+// NCCL and over inproc. TestDevicePipeOrdering (device_test.go): with the fake's copies slowed,
 // a 2-stage device pipeline trains bit for bit as at full speed (a stage
 // stream not ordered with the staging copies fails it).
 package pp
