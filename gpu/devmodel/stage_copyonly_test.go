@@ -3,6 +3,8 @@ package devmodel_test
 import (
 	"fmt"
 	"math"
+	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -207,5 +209,71 @@ func TestStageMemoryGPT2SmallBF16(t *testing.T) {
 		if got := off.Peak - on.Peak; got != want || copyOnlyBytes(on) != want {
 			t.Errorf("stage [%d, %d): peak %d bytes, %d keeping every fp32 value: %d lower (%d bytes of values as copies only), want %d", from, to, on.Peak, off.Peak, got, copyOnlyBytes(on), want)
 		}
+	}
+}
+
+// TestStagesRandomModelsCopyOnly: random models without batch norm or
+// Dropout (TestStagesRandomModels'), under bf16, split into two stages
+// at each top-level boundary, train bit for bit as the stages that keep
+// every fp32 value (micro-batches 2, 2, 1; 2 steps of SGD with
+// momentum); among them some stages keep values as bf16 copies only
+// (StageMemoryPlan), the stages' inputs and outputs never.
+func TestStagesRandomModelsCopyOnly(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	t.Setenv(gemm.EnvBF16Cast, "kernel")
+	r := rand.New(rand.NewSource(31))
+	cfg := devmodel.Config{Device: dev, Batch: 5, Precision: gemm.BF16, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
+	batch := func(k int) ([]float32, []int32) { return devtest.Images(k, 5, 8) }
+	var kept int
+	for i := 0; i < 8; i++ {
+		g := &randomNet{r: r, stage: true, c: 8}
+		ls := g.layers(0, 2+r.Intn(4))
+		ls = append(ls, &nn.Linear{In: g.c, Out: 10})
+		g.s = append(g.s, fmt.Sprintf("Linear(%d,10)", g.c))
+		desc := strings.Join(g.s, " ")
+		mk := func() *nn.Model {
+			m, err := nn.New("random", nn.Seq(ls...), []int{8}, int64(i))
+			if err != nil {
+				t.Fatalf("%s: %v", desc, err)
+			}
+			return m
+		}
+		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
+			for b := 1; b < len(ls); b++ {
+				bounds := []int{0, b, len(ls)}
+				for s := 0; s < 2; s++ {
+					p, err := devmodel.StageMemoryPlan(mk(), bounds[s], bounds[s+1], 2, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, x := range p.Buffers {
+						if x.Role == "values (bf16 copy only)" && x.Offset != -1 {
+							t.Errorf("%s split at %d: %s in the region", desc, b, x.Layer)
+						}
+					}
+					kept += len(copyOnly(p))
+				}
+				run := func(only bool) ([]float64, []float32) {
+					defer devmodel.SetCopyOnly(only)()
+					m := mk()
+					return stageRun(t, m, bounds, cfg, []int{2, 2, 1}, 2, 0, batch), m.Flat.Value
+				}
+				l0, p0 := run(false)
+				l1, p1 := run(true)
+				for k := range l0 {
+					if math.Float64bits(l1[k]) != math.Float64bits(l0[k]) {
+						t.Fatalf("%s split at %d: step %d: loss %v with values as copies only, %v keeping every fp32 value", desc, b, k, l1[k], l0[k])
+					}
+				}
+				if k, ok := bitsEqual(p1, p0); !ok {
+					t.Fatalf("%s split at %d: parameter %d: %v with values as copies only, %v keeping every fp32 value", desc, b, k, p1[k], p0[k])
+				}
+			}
+			t.Logf("%s: every split bit for bit", desc)
+		})
+	}
+	t.Logf("%d values kept as bf16 copies only over the stages", kept)
+	if kept == 0 {
+		t.Errorf("no stage kept a value as its bf16 copy only: the test proves nothing")
 	}
 }
