@@ -25,12 +25,17 @@
 // the Linear gives the copies
 // to the engine (gemm's Provide) for its forward and weight-gradient
 // products and its two backward products, and withdraws them after its
-// backward (Eval, EvalForward and a plan's release withdraw every copy),
+// backward (Eval, EvalForward and a plan's release withdraw every copy;
+// the backward gives them again first, so that a Stage's Backward after
+// an EvalForward reads them still),
 // so those operands are not cast: the same bits, fewer casts (2 bytes a
 // value of each copy, in the plan's memory and PeakBytes; none in fp32
 // and TF32 or in a forward-only plan). A LayerNorm's or GELU's output
 // that only those products read keeps no fp32 value at all: its kernel
-// writes the copy alone (memory.go's copyOnly; TestCopyOnlyValues). A
+// writes the copy alone (memory.go's copyOnly; TestCopyOnlyValues), in
+// a Model's training plan and a Stage's alike (keepCopiesOnly), except
+// a stage's input and output, which the stages send and receive in fp32
+// (TestStageCopyOnly). A
 // training plan fuses the bias add of
 // a Linear into the layer that reads its output next, where that is a
 // GELU (kernels.BiasGELU and BiasGELUBackward: GELU's gradient and the

@@ -67,7 +67,10 @@ import (
 //     without memory (keyRange), never a device buffer's; a value that
 //     anything else reads (a Residual's sum, a layer without products,
 //     the loss) or whose producer's backward reads it (ReLU) is kept
-//     (TestCopyOnlyValues; GPT-2 small at batch 8: 1.84 GB less);
+//     (TestCopyOnlyValues; GPT-2 small at batch 8: 1.84 GB less); a
+//     Stage's plan likewise (keepCopiesOnly), its input and output kept
+//     (TestStageCopyOnly; GPT-2 small in 2 stages: 0.91 and 0.93 GB less
+//     a stage, TestStageMemoryGPT2SmallBF16);
 //   - attention's qkv and output gradients live in its backward only,
 //     its workspace (the score gradients dS, with the heads in place or
 //     fused) from the last attention's backward to the first's.
