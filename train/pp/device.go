@@ -136,6 +136,13 @@ type inflightOp struct {
 
 func (op inflightOp) work() comm.Work { return op.w }
 
+func (op inflightOp) String() string {
+	if op.tag < 0 { // no message's: the norm's all-reduce (evNorm)
+		return op.what
+	}
+	return fmt.Sprintf("%s of tag %d", op.what, op.tag)
+}
+
 type evalBufs struct{ x, in, out uintptr }
 
 // opTimer times one step's ops on the device: begin is recorded at the
@@ -323,7 +330,7 @@ func (p *devicePipe) quiesce() (free bool, err error) {
 	p.inflight, p.clipOps = nil, nil
 	aborted := false
 	if left := closewait.Works(ops, inflightOp.work, deviceCloseWait); len(left) > 0 {
-		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s) and receive(s) still pending after %v (the first: %s of tag %d): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0].what, left[0].tag)
+		err = fmt.Errorf("pipeline: stage %d (cuda:%d): closing: %d send(s), receive(s) or all-reduce(s) still pending after %v (the first: %s): aborted the communicator", p.stage, p.dev, len(left), deviceCloseWait, left[0])
 		comm.Abort(p.c, err)
 		aborted = true
 		if left = closewait.Works(left, inflightOp.work, deviceCloseWait); len(left) > 0 {

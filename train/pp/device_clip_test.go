@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 	"github.com/gdist/gdist/comm/inproc"
 	_ "github.com/gdist/gdist/comm/nccl" // cudafake.NCCLRanks' backend
 	"github.com/gdist/gdist/gpu/cudafake"
+	"github.com/gdist/gdist/gpu/devmodel"
 	"github.com/gdist/gdist/models"
+	"github.com/gdist/gdist/optim"
+	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/train"
 )
 
@@ -145,5 +149,65 @@ func TestDevicePipeClipOnDevice(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The all-reduce of the norm's square that a device stage's clipping
+// leaves on NCCL is tracked with the stage's sends and receives: a Close
+// while it is pending (its peer, stage 0, never clips) waits for it,
+// bounded (deviceCloseWait), aborts the Comm (ending NCCL's kernel and
+// the stage's stream's wait for it) and names it; it then frees the
+// stage (the stream done).
+func TestDevicePipeCloseClipPending(t *testing.T) {
+	cudafake.RequireFake(t)
+	defer func(d time.Duration) { deviceCloseWait = d }(deviceCloseWait)
+	deviceCloseWait = 200 * time.Millisecond
+	const batch, micro = 8, 2
+	cs := cudafake.NCCLRanks(t, 2, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ps [2]*devicePipe
+	err := commtest.RunRanks(ctx, cs, time.Minute, func(ctx context.Context, c comm.Comm) error {
+		m, err := models.New("mlp", 3)
+		if err != nil {
+			return err
+		}
+		bounds, err := pipeline.Split(ctx, c, m, 2, "params", batch/micro+1)
+		if err != nil {
+			return err
+		}
+		p, err := newDevicePipe(ctx, deviceComm(c), m, bounds, micro, "1f1b", batch, 1+c.Rank(),
+			devmodel.Config{Optim: optim.Config{Name: "sgd", LR: 0.05}, ClipGrad: 1})
+		if err != nil {
+			return err
+		}
+		p.direct = true
+		ps[c.Rank()] = p
+		return p.connect(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps[0].Close()
+	p := ps[1]
+	if err := p.clip(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.clipOps) != 1 {
+		t.Fatalf("%d all-reduces tracked after clip, want 1", len(p.clipOps))
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close with the norm's all-reduce pending did not return within 30s")
+	}
+	t.Logf("Close: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "stage 1") || !strings.Contains(err.Error(), "all-reduce of the gradient norm's square") {
+		t.Errorf("Close with the norm's all-reduce pending: %v, want an error naming stage 1 and the all-reduce", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "not freed") {
+		t.Errorf("Close after the abort: %v, want the stage freed (the stream done)", err)
 	}
 }
