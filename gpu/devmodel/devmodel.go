@@ -24,7 +24,8 @@ type Config struct {
 	Optim optim.Config
 	// ClipGrad, when positive, clips the gradients to that global L2
 	// norm before each update (train's -clip-grad). With a Shard, Update
-	// does not clip: the norm is over every rank's shard (ClipShard).
+	// does not clip: the norm is over every rank's shard (ClipShard). A
+	// Stage never clips by itself: it keeps ClipQueued's norms' log.
 	ClipGrad float64
 	// Precision is the matrix products' precision, by PyTorch's names
 	// (package gemm): "fp32" (the default, ""), "tf32" (allow_tf32) or
