@@ -52,7 +52,8 @@
 // any stage's GPU held (its stage, activations and message buffers).
 // A failed step or evaluation aborts the Comm; Close frees the stage's
 // device memory only once the sends and receives it left and the
-// stage's stream are done, waiting a minute at most for each, aborting
+// stage's stream are done, waiting a minute at most for each
+// (train/internal/closewait's bounded waits, as train/dp's), aborting
 // the Comm where they are not, and freeing nothing (an error says so,
 // naming the stage) if the device is still busy after that
 // (TestDevicePipeCloseBounded).
