@@ -53,6 +53,7 @@ func ExampleStage_ClipQueued() {
 		xs, ys := devtest.Images(i, batch, 784)
 		mustStage(cuda.DeviceSynchronize(0))
 		mustStage(cuda.CopyHtoD(0, x, devtest.Bytes(xs)))
+		mustStage(cuda.DeviceSynchronize(0)) // the copy is on the legacy stream; the stages' streams are non-blocking
 		for _, s := range []*devmodel.Stage{queued, host} {
 			if _, err := s.Forward(x, batch); err != nil {
 				panic(err)
