@@ -31,16 +31,23 @@ import (
 // each rank's whole model after the steps (gathered by Eval) and norms.
 func pipeClipRun(t *testing.T, backend string, k int, onDevice bool, steps int, clip float64) (params [][]float32, norms [][]float64) {
 	t.Helper()
+	return pipeClipRunWith(t, backend, k, k, "1f1b", onDevice, steps, clip)
+}
+
+// pipeClipRunWith is pipeClipRun on world ranks: k stages x world/k
+// replicas, each replica its own batches (its seed), under schedule.
+func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string, onDevice bool, steps int, clip float64) (params [][]float32, norms [][]float64) {
+	t.Helper()
 	var cs []comm.Comm
 	if backend == "nccl" {
-		cs = cudafake.NCCLRanks(t, k, 1)
+		cs = cudafake.NCCLRanks(t, world, 1)
 	} else {
 		var err error
-		if cs, err = inproc.New(k, comm.Options{}); err != nil {
+		if cs, err = inproc.New(world, comm.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	params, norms = make([][]float32, k), make([][]float64, k)
+	params, norms = make([][]float32, world), make([][]float64, world)
 	err := commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
 		r := c.Rank()
 		m, err := models.New("mlp", 4)
@@ -48,7 +55,7 @@ func pipeClipRun(t *testing.T, backend string, k int, onDevice bool, steps int, 
 			return err
 		}
 		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 6, LR: 0.05, Optimizer: "adam", Strategy: "pipeline",
-			Device: "cuda", Backend: backend, World: k, Options: &Options{Stages: k, Microbatches: 2}}
+			Device: "cuda", Backend: backend, World: world, Options: &Options{Stages: k, Microbatches: 2, Schedule: schedule}}
 		if onDevice {
 			cfg.ClipGrad = clip
 		}
@@ -63,7 +70,7 @@ func pipeClipRun(t *testing.T, backend string, k int, onDevice bool, steps int, 
 		if _, ok := st.(*devicePipelineStrategy); !ok {
 			return fmt.Errorf("rank %d: %T, not the device pipeline", r, st)
 		}
-		rng := rand.New(rand.NewSource(5))
+		rng := rand.New(rand.NewSource(5 + int64(r/k))) // a replica's own batches
 		for i := 0; i < steps; i++ {
 			x, y := make([]float32, cfg.Batch*m.InputSize()), make([]int32, cfg.Batch)
 			for j := range x {
@@ -209,5 +216,52 @@ func TestDevicePipeCloseClipPending(t *testing.T) {
 	}
 	if err != nil && strings.Contains(err.Error(), "not freed") {
 		t.Errorf("Close after the abort: %v, want the stage freed (the stream done)", err)
+	}
+}
+
+// With replicas (2 stages x 2 replicas, each replica its own batches)
+// the device's clipping is still bit for bit the host's path, under
+// GPipe and 1F1B: the stage's gradients averaged over the replicas
+// before its norm, the norm summed over the stages only (counted over
+// the replicas too it would be sqrt(2) times the host's), every rank of
+// a replica the same norm, and the replicas the same parameters.
+func TestDevicePipeClipOnDeviceReplicas(t *testing.T) {
+	cudafake.RequireFake(t)
+	const steps, clip, k, world = 2, 0.05, 2, 4
+	for _, backend := range []string{"nccl", "inproc"} {
+		for _, schedule := range []string{"gpipe", "1f1b"} {
+			t.Run(backend+"/"+schedule, func(t *testing.T) {
+				hp, hn := pipeClipRunWith(t, backend, k, world, schedule, false, steps, clip)
+				dp, dn := pipeClipRunWith(t, backend, k, world, schedule, true, steps, clip)
+				for r := 0; r < world; r++ {
+					if len(dn[r]) != steps || len(hn[r]) != steps {
+						t.Fatalf("rank %d: %d norms on the device, %d on the host; want %d", r, len(dn[r]), len(hn[r]), steps)
+					}
+					for i := range hn[r] {
+						if math.Float64bits(dn[r][i]) != math.Float64bits(hn[r][i]) {
+							t.Errorf("rank %d step %d: norm %v on the device, %v on the host", r, i, dn[r][i], hn[r][i])
+						}
+						if math.Float64bits(dn[r][i]) != math.Float64bits(dn[0][i]) {
+							t.Errorf("rank %d step %d: norm %v, rank 0's %v", r, i, dn[r][i], dn[0][i])
+						}
+						if !(hn[r][i] > clip) {
+							t.Errorf("rank %d step %d: norm %v does not clip at %v", r, i, hn[r][i], clip)
+						}
+					}
+					bad, other := 0, 0
+					for j := range hp[r] {
+						if math.Float32bits(dp[r][j]) != math.Float32bits(hp[r][j]) {
+							bad++
+						}
+						if math.Float32bits(dp[r][j]) != math.Float32bits(dp[0][j]) {
+							other++
+						}
+					}
+					if bad > 0 || other > 0 {
+						t.Errorf("rank %d: %d of %d parameters differ from the host's clipping, %d from rank 0's", r, bad, len(hp[r]), other)
+					}
+				}
+			})
+		}
 	}
 }
