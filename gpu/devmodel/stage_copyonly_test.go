@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -275,5 +276,89 @@ func TestStagesRandomModelsCopyOnly(t *testing.T) {
 	t.Logf("%d values kept as bf16 copies only over the stages", kept)
 	if kept == 0 {
 		t.Errorf("no stage kept a value as its bf16 copy only: the test proves nothing")
+	}
+}
+
+// With $GDIST_ATTENTION=fused, a gpt's stages under bf16 keep values as
+// bf16 copies only as with the default attention (the attention's input
+// LayerNorm's output: its QKV product reads the copy, in its forward
+// and, provided again, in its backward) and train bit for bit as the
+// stages that keep every fp32 value (AdamW, clipping over the stages,
+// micro-batches 2, 2, 1): split inside the blocks, before the last
+// LayerNorm (its output inside the stage, a copy only) and after it (the
+// stage's output: kept). A Backward after an EvalForward gives the
+// gradients of a stage that keeps every fp32 value and evaluates nothing.
+func TestStageCopyOnlyFused(t *testing.T) {
+	cudafake.RequireCUDA(t)
+	t.Setenv(gemm.EnvBF16Cast, "kernel")
+	t.Setenv(kernels.EnvAttention, "fused")
+	cfg := devmodel.Config{Device: dev, Precision: gemm.BF16, Optim: optim.Config{Name: "adamw", LR: 3e-3}}
+	m0, _ := fusedGPT(t, 8)
+	L := m0.NumLayers()
+	kept := 0
+	for _, b := range []int{3, L - 2, L - 1} {
+		bounds := []int{0, b, L}
+		for s := 0; s < 2; s++ {
+			p, err := devmodel.StageMemoryPlan(m0, bounds[s], bounds[s+1], 2, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept += len(copyOnly(p))
+			// the last LayerNorm's output (layer L-2's): a copy only
+			// where the head is in its stage, kept as its stage's output
+			last := slices.Contains(copyOnly(p), fmt.Sprint(L-2))
+			if inside := s == 1 && b <= L-2; last != inside {
+				t.Errorf("stage [%d, %d): %v kept as bf16 copies only; the last LayerNorm's output (%d) among them: %v, want %v", bounds[s], bounds[s+1], copyOnly(p), L-2, last, inside)
+			}
+		}
+		run := func(only bool) ([]float64, []float32) {
+			defer devmodel.SetCopyOnly(only)()
+			m, _ := fusedGPT(t, 8)
+			return stageRun(t, m, bounds, cfg, []int{2, 2, 1}, 2, 0.5, func(i int) ([]float32, []int32) { return text(i, 5, 8) }), m.Flat.Value
+		}
+		l0, p0 := run(false)
+		l1, p1 := run(true)
+		for k := range l0 {
+			if math.Float64bits(l1[k]) != math.Float64bits(l0[k]) {
+				t.Errorf("split at %d: step %d: loss %v with values as copies only, %v keeping every fp32 value", b, k, l1[k], l0[k])
+			}
+		}
+		if k, ok := bitsEqual(p1, p0); !ok {
+			t.Errorf("split at %d: parameter %d: %v with values as copies only, %v keeping every fp32 value", b, k, p1[k], p0[k])
+		}
+	}
+	if kept == 0 {
+		t.Errorf("no value kept as a bf16 copy only: the test proves nothing")
+	}
+	cfg = devmodel.Config{Device: dev, Batch: 3, Precision: gemm.BF16, Optim: optim.Config{Name: "sgd", LR: 0.01}}
+	grads := func(only, eval bool) []float32 {
+		defer devmodel.SetCopyOnly(only)()
+		m, _ := fusedGPT(t, 8)
+		s, err := devmodel.PlaceStage(m, 0, L-1, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		x, _ := text(1, 3, 8)
+		if _, err := s.Forward(devtest.Upload(t, dev, x), 3); err != nil {
+			t.Fatal(err)
+		}
+		if eval {
+			xe, _ := text(2, 5, 8)
+			if _, err := s.EvalForward(devtest.Upload(t, dev, xe), 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Backward(devtest.Upload(t, dev, devtest.Vals(3, s.OutSize(3), 0.1)), 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Stream().Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		return devtest.Floats(t, dev, s.Grads, s.N)
+	}
+	want, got := grads(false, false), grads(true, true)
+	if i, ok := bitsEqual(got, want); !ok {
+		t.Errorf("gradient %d: %v after Forward, EvalForward, Backward with values as copies only; %v keeping every fp32 value, no EvalForward", i, got[i], want[i])
 	}
 }
