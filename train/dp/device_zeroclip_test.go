@@ -2,28 +2,39 @@ package dp_test
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"testing"
 	"time"
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/internal/cliptest"
 )
 
-// zeroClipRun trains mlp for steps steps with strategy on two ranks of
-// the fake NCCL, clipping to clip: on the device inside Update (the
+// zeroClipRun trains mlp for steps steps with strategy on n ranks of
+// backend ("nccl": the fake's NCCL, a GPU per rank; "shm": inproc, the
+// strategies' collectives through host memory, the clip's square summed
+// there: sumOnHost), clipping to clip: on the device inside Update (the
 // strategy built with Config.ClipGrad, a train.GradNormLogger: what
-// train.Run does now), or (host) with ClipGrads between Step and
-// Update, which reads each rank's shard norm on the host and sums the
-// squares there (what Run did before). It returns each rank's
-// parameters after the steps (gathered on the host) and the norms.
-func zeroClipRun(t *testing.T, strategy string, onDevice bool, steps int, clip float64) (params [2][]float32, norms [2][]float64) {
+// train.Run does now), or (host) with ClipGrads between Step and Update,
+// which reads each rank's shard norm on the host and sums the squares
+// there (what Run did before). It returns each rank's parameters after
+// the steps (gathered on the host) and the norms.
+func zeroClipRun(t *testing.T, backend, strategy string, n int, onDevice bool, steps int, clip float64) (params [][]float32, norms [][]float64) {
 	t.Helper()
-	cs := cudafake.NCCLRanks(t, 2, 1)
+	var cs []comm.Comm
+	if backend == "nccl" {
+		cs = cudafake.NCCLRanks(t, n, 1)
+	} else {
+		var err error
+		if cs, err = inproc.New(n, comm.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	params, norms = make([][]float32, n), make([][]float64, n)
 	err := commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
 		r := c.Rank()
 		m, err := models.New("mlp", 4)
@@ -31,7 +42,7 @@ func zeroClipRun(t *testing.T, strategy string, onDevice bool, steps int, clip f
 			return err
 		}
 		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 4, LR: 0.1, Optimizer: "adam", Strategy: strategy,
-			Device: "cuda", Backend: "nccl", World: 2}
+			Device: "cuda", Backend: backend, World: n}
 		if onDevice {
 			cfg.ClipGrad = clip
 		}
@@ -43,35 +54,10 @@ func zeroClipRun(t *testing.T, strategy string, onDevice bool, steps int, clip f
 			return err
 		}
 		defer st.Close()
-		for i := 0; i < steps; i++ {
-			x, y := images(r+2*i, 4)
-			if _, err := st.Step(ctx, x, y); err != nil {
-				return err
-			}
-			if !onDevice {
-				n, err := st.(train.GradClipper).ClipGrads(ctx, clip)
-				if err != nil {
-					return err
-				}
-				norms[r] = append(norms[r], n)
-			}
-			if err := st.Update(ctx); err != nil {
-				return err
-			}
-		}
-		if onDevice {
-			nl, ok := st.(train.GradNormLogger)
-			if !ok {
-				return fmt.Errorf("%s on the device with -clip-grad is no train.GradNormLogger", strategy)
-			}
-			if norms[r], err = nl.GradNorms(); err != nil {
-				return err
-			}
-		}
-		return st.Eval(ctx, func() error { // the parameters gathered into the host model
-			params[r] = append([]float32(nil), m.Flat.Value...)
-			return nil
+		params[r], norms[r], err = cliptest.Train(ctx, st, m, steps, onDevice, clip, func(i int) ([]float32, []int32) {
+			return images(r+n*i, 4)
 		})
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,30 +76,9 @@ func TestDeviceZeroClipOnDevice(t *testing.T) {
 	const steps, clip = 4, 0.05
 	for _, strategy := range []string{"zero1", "zero2", "zero3"} {
 		t.Run(strategy, func(t *testing.T) {
-			hostP, hostN := zeroClipRun(t, strategy, false, steps, clip)
-			devP, devN := zeroClipRun(t, strategy, true, steps, clip)
-			for r := range 2 {
-				if len(devN[r]) != steps || len(hostN[r]) != steps {
-					t.Fatalf("rank %d: %d norms on the device, %d on the host, want %d", r, len(devN[r]), len(hostN[r]), steps)
-				}
-				for i := range steps {
-					if math.Float64bits(devN[r][i]) != math.Float64bits(hostN[r][i]) || !(hostN[r][i] > clip) {
-						t.Errorf("rank %d step %d: norm %v on the device, %v on the host (clip %v: each must clip)", r, i+1, devN[r][i], hostN[r][i], clip)
-					}
-				}
-				diff := 0
-				for i := range hostP[r] {
-					if math.Float32bits(devP[r][i]) != math.Float32bits(hostP[r][i]) {
-						if diff == 0 {
-							t.Errorf("rank %d parameter %d: %v clipped on the device, %v on the host", r, i, devP[r][i], hostP[r][i])
-						}
-						diff++
-					}
-				}
-				if diff > 0 {
-					t.Errorf("rank %d: %d of %d parameters differ", r, diff, len(hostP[r]))
-				}
-			}
+			hostP, hostN := zeroClipRun(t, "nccl", strategy, 2, false, steps, clip)
+			devP, devN := zeroClipRun(t, "nccl", strategy, 2, true, steps, clip)
+			cliptest.Same(t, hostP, devP, hostN, devN, steps, clip)
 		})
 	}
 }
