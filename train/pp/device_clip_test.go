@@ -19,6 +19,7 @@ import (
 	"github.com/gdist/gdist/optim"
 	"github.com/gdist/gdist/pipeline"
 	"github.com/gdist/gdist/train"
+	"github.com/gdist/gdist/train/internal/cliptest"
 )
 
 // pipeClipRun trains mlp for steps Adam steps as a device pipeline of k
@@ -71,7 +72,7 @@ func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string
 			return fmt.Errorf("rank %d: %T, not the device pipeline", r, st)
 		}
 		rng := rand.New(rand.NewSource(5 + int64(r/k))) // a replica's own batches
-		for i := 0; i < steps; i++ {
+		params[r], norms[r], err = cliptest.Train(ctx, st, m, steps, onDevice, clip, func(int) ([]float32, []int32) {
 			x, y := make([]float32, cfg.Batch*m.InputSize()), make([]int32, cfg.Batch)
 			for j := range x {
 				x[j] = 4 * (rng.Float32() - 0.5)
@@ -79,36 +80,19 @@ func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string
 			for j := range y {
 				y[j] = int32(rng.Intn(m.Classes()))
 			}
-			if _, err := st.Step(ctx, x, y); err != nil {
-				return err
-			}
-			if !onDevice {
-				n, err := st.(train.GradClipper).ClipGrads(ctx, clip)
-				if err != nil {
-					return err
-				}
-				norms[r] = append(norms[r], n)
-			}
-			if err := st.Update(ctx); err != nil {
-				return err
-			}
-		}
-		if onDevice {
-			if norms[r], err = st.(train.GradNormLogger).GradNorms(); err != nil {
-				return err
-			}
-			last, err := st.(train.UpdateClipper).LastGradNorm()
-			if err != nil {
-				return err
-			}
-			if n := norms[r]; len(n) == 0 || math.Float64bits(last) != math.Float64bits(n[len(n)-1]) {
-				return fmt.Errorf("rank %d: LastGradNorm %v, the log %v", r, last, n)
-			}
-		}
-		return st.Eval(ctx, func() error { // every stage's parameters gathered into the host model
-			params[r] = append([]float32(nil), m.Flat.Value...)
-			return nil
+			return x, y
 		})
+		if err != nil || !onDevice {
+			return err
+		}
+		last, err := st.(train.UpdateClipper).LastGradNorm()
+		if err != nil {
+			return err
+		}
+		if n := norms[r]; len(n) == 0 || math.Float64bits(last) != math.Float64bits(n[len(n)-1]) {
+			return fmt.Errorf("rank %d: LastGradNorm %v, the log %v", r, last, n)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,28 +116,7 @@ func TestDevicePipeClipOnDevice(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", backend, k), func(t *testing.T) {
 				hp, hn := pipeClipRun(t, backend, k, false, steps, clip)
 				dp, dn := pipeClipRun(t, backend, k, true, steps, clip)
-				for r := 0; r < k; r++ {
-					if len(dn[r]) != steps || len(hn[r]) != steps {
-						t.Fatalf("rank %d: %d norms on the device, %d on the host; want %d", r, len(dn[r]), len(hn[r]), steps)
-					}
-					for i := range hn[r] {
-						if math.Float64bits(dn[r][i]) != math.Float64bits(hn[r][i]) {
-							t.Errorf("rank %d step %d: norm %v on the device, %v on the host", r, i, dn[r][i], hn[r][i])
-						}
-						if !(hn[r][i] > clip) {
-							t.Errorf("rank %d step %d: norm %v does not clip at %v", r, i, hn[r][i], clip)
-						}
-					}
-					bad := 0
-					for j := range hp[r] {
-						if math.Float32bits(dp[r][j]) != math.Float32bits(hp[r][j]) {
-							bad++
-						}
-					}
-					if bad > 0 {
-						t.Errorf("rank %d: %d of %d parameters differ from the host's clipping", r, bad, len(hp[r]))
-					}
-				}
+				cliptest.Same(t, hp, dp, hn, dn, steps, clip)
 			})
 		}
 	}
@@ -233,32 +196,21 @@ func TestDevicePipeClipOnDeviceReplicas(t *testing.T) {
 			t.Run(backend+"/"+schedule, func(t *testing.T) {
 				hp, hn := pipeClipRunWith(t, backend, k, world, schedule, false, steps, clip)
 				dp, dn := pipeClipRunWith(t, backend, k, world, schedule, true, steps, clip)
-				for r := 0; r < world; r++ {
-					if len(dn[r]) != steps || len(hn[r]) != steps {
-						t.Fatalf("rank %d: %d norms on the device, %d on the host; want %d", r, len(dn[r]), len(hn[r]), steps)
-					}
-					for i := range hn[r] {
-						if math.Float64bits(dn[r][i]) != math.Float64bits(hn[r][i]) {
-							t.Errorf("rank %d step %d: norm %v on the device, %v on the host", r, i, dn[r][i], hn[r][i])
-						}
+				cliptest.Same(t, hp, dp, hn, dn, steps, clip)
+				for r := 1; r < world; r++ { // the replicas agree
+					for i := range dn[r] {
 						if math.Float64bits(dn[r][i]) != math.Float64bits(dn[0][i]) {
 							t.Errorf("rank %d step %d: norm %v, rank 0's %v", r, i, dn[r][i], dn[0][i])
 						}
-						if !(hn[r][i] > clip) {
-							t.Errorf("rank %d step %d: norm %v does not clip at %v", r, i, hn[r][i], clip)
-						}
 					}
-					bad, other := 0, 0
-					for j := range hp[r] {
-						if math.Float32bits(dp[r][j]) != math.Float32bits(hp[r][j]) {
-							bad++
-						}
+					other := 0
+					for j := range dp[r] {
 						if math.Float32bits(dp[r][j]) != math.Float32bits(dp[0][j]) {
 							other++
 						}
 					}
-					if bad > 0 || other > 0 {
-						t.Errorf("rank %d: %d of %d parameters differ from the host's clipping, %d from rank 0's", r, bad, len(hp[r]), other)
+					if other > 0 {
+						t.Errorf("rank %d: %d of %d parameters differ from rank 0's", r, other, len(dp[r]))
 					}
 				}
 			})
