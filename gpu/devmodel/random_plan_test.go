@@ -205,6 +205,26 @@ func TestSharedPlanRandomModels(t *testing.T) {
 	}
 }
 
+// randomStageNet draws a random model of TestStagesRandomModels' kind
+// from r (no batch norm or Dropout: a pipeline stage's layers; at least
+// two top-level layers and a Linear to 10 classes last): its top-level
+// layers, its description, and a constructor of the model with the
+// layers' parameters drawn from seed.
+func randomStageNet(t *testing.T, r *rand.Rand, seed int) (ls []nn.Layer, desc string, mk func() *nn.Model) {
+	g := &randomNet{r: r, stage: true, c: 8}
+	ls = g.layers(0, 2+r.Intn(4))
+	ls = append(ls, &nn.Linear{In: g.c, Out: 10})
+	g.s = append(g.s, fmt.Sprintf("Linear(%d,10)", g.c))
+	desc = strings.Join(g.s, " ")
+	return ls, desc, func() *nn.Model {
+		m, err := nn.New("random", nn.Seq(ls...), []int{8}, int64(seed))
+		if err != nil {
+			t.Fatalf("%s: %v", desc, err)
+		}
+		return m
+	}
+}
+
 // TestStagesRandomModels: random models without batch norm or Dropout
 // split into two pipeline stages at each top-level boundary (between a
 // Linear and the GELU after it among them: no fusion across a stage's
@@ -217,18 +237,7 @@ func TestStagesRandomModels(t *testing.T) {
 	cfg := devmodel.Config{Device: dev, Batch: 5, Optim: optim.Config{Name: "sgd", LR: 0.05, Momentum: 0.9}}
 	batch := func(k int) ([]float32, []int32) { return devtest.Images(k, 5, 8) }
 	for i := 0; i < 12; i++ {
-		g := &randomNet{r: r, stage: true, c: 8}
-		ls := g.layers(0, 2+r.Intn(4))
-		ls = append(ls, &nn.Linear{In: g.c, Out: 10})
-		g.s = append(g.s, fmt.Sprintf("Linear(%d,10)", g.c))
-		desc := strings.Join(g.s, " ")
-		mk := func() *nn.Model {
-			m, err := nn.New("random", nn.Seq(ls...), []int{8}, int64(i))
-			if err != nil {
-				t.Fatalf("%s: %v", desc, err)
-			}
-			return m
-		}
+		ls, desc, mk := randomStageNet(t, r, i)
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
 			whole := mk()
 			wl := wholeRun(t, whole, cfg, 3, 0, batch)

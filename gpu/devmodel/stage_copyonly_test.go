@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/gdist/gdist/gpu/cudafake"
@@ -227,18 +226,7 @@ func TestStagesRandomModelsCopyOnly(t *testing.T) {
 	batch := func(k int) ([]float32, []int32) { return devtest.Images(k, 5, 8) }
 	var kept int
 	for i := 0; i < 8; i++ {
-		g := &randomNet{r: r, stage: true, c: 8}
-		ls := g.layers(0, 2+r.Intn(4))
-		ls = append(ls, &nn.Linear{In: g.c, Out: 10})
-		g.s = append(g.s, fmt.Sprintf("Linear(%d,10)", g.c))
-		desc := strings.Join(g.s, " ")
-		mk := func() *nn.Model {
-			m, err := nn.New("random", nn.Seq(ls...), []int{8}, int64(i))
-			if err != nil {
-				t.Fatalf("%s: %v", desc, err)
-			}
-			return m
-		}
+		ls, desc, mk := randomStageNet(t, r, i)
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
 			for b := 1; b < len(ls); b++ {
 				bounds := []int{0, b, len(ls)}
