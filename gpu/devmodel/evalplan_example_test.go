@@ -11,6 +11,25 @@ import (
 	"github.com/gdist/gdist/optim"
 )
 
+// steppedMLP places the zoo's mlp on device 0 for batches of 16 (SGD)
+// and runs one training step on it: the examples' model after a step.
+func steppedMLP() *devmodel.Model {
+	m, err := models.New("mlp", 1)
+	if err != nil {
+		panic(err)
+	}
+	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 16, Optim: optim.Config{Name: "sgd", LR: 0.1}})
+	if err != nil {
+		panic(err)
+	}
+	x, y := devtest.Images(0, 16, 784)
+	if _, err := d.Step(x, y); err != nil {
+		d.Close()
+		panic(err)
+	}
+	return d
+}
+
 // Evaluation on a forward-only plan: the zoo's mlp placed for batches of
 // 16 evaluates 512 samples at once. Its forward-only plan borrows the
 // training plan's memory and runs the 512 samples in passes that fit
@@ -23,19 +42,8 @@ func ExampleModel_EvalBytes() {
 		fmt.Println("the second evaluation allocates nothing: true")
 		return
 	}
-	m, err := models.New("mlp", 1)
-	if err != nil {
-		panic(err)
-	}
-	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 16, Optim: optim.Config{Name: "sgd", LR: 0.1}})
-	if err != nil {
-		panic(err)
-	}
+	d := steppedMLP()
 	defer d.Close()
-	x, y := devtest.Images(0, 16, 784)
-	if _, err := d.Step(x, y); err != nil {
-		panic(err)
-	}
 	ex, ey := devtest.Images(1, 512, 784)
 	if _, _, err := d.Eval(ex, ey); err != nil {
 		panic(err)

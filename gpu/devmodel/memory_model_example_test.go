@@ -4,10 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gdist/gdist/gpu/cudafake"
-	"github.com/gdist/gdist/gpu/devmodel"
-	"github.com/gdist/gdist/gpu/internal/devtest"
-	"github.com/gdist/gdist/models"
-	"github.com/gdist/gdist/optim"
 )
 
 // Where a placed model's device memory goes: after a step, Memory's
@@ -20,19 +16,8 @@ func ExampleModel_Memory() {
 		fmt.Println("gradients share the region: true")
 		return
 	}
-	m, err := models.New("mlp", 1)
-	if err != nil {
-		panic(err)
-	}
-	d, err := devmodel.Place(m, devmodel.Config{Device: 0, Batch: 16, Optim: optim.Config{Name: "sgd", LR: 0.1}})
-	if err != nil {
-		panic(err)
-	}
+	d := steppedMLP()
 	defer d.Close()
-	x, y := devtest.Images(0, 16, 784)
-	if _, err := d.Step(x, y); err != nil {
-		panic(err)
-	}
 	b := d.Memory()
 	fmt.Println("peak is PeakBytes:", b.Peak == d.PeakBytes())
 	fmt.Println("gradients share the region:", b.Totals()["gradients"] > 0 && b.Plan < b.PlanUnshared)
