@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/gdist/gdist/comm"
-	"github.com/gdist/gdist/comm/commtest"
-	"github.com/gdist/gdist/comm/inproc"
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/train"
@@ -25,21 +23,11 @@ import (
 // the steps (gathered on the host) and the norms.
 func zeroClipRun(t *testing.T, backend, strategy string, n int, onDevice bool, steps int, clip float64) (params [][]float32, norms [][]float64) {
 	t.Helper()
-	var cs []comm.Comm
-	if backend == "nccl" {
-		cs = cudafake.NCCLRanks(t, n, 1)
-	} else {
-		var err error
-		if cs, err = inproc.New(n, comm.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	params, norms = make([][]float32, n), make([][]float64, n)
-	err := commtest.RunRanks(context.Background(), cs, 2*time.Minute, func(ctx context.Context, c comm.Comm) error {
+	return cliptest.Ranks(t, backend, n, 2*time.Minute, func(ctx context.Context, c comm.Comm) ([]float32, []float64, error) {
 		r := c.Rank()
 		m, err := models.New("mlp", 4)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 4, LR: 0.1, Optimizer: "adam", Strategy: strategy,
 			Device: "cuda", Backend: backend, World: n}
@@ -47,22 +35,17 @@ func zeroClipRun(t *testing.T, backend, strategy string, n int, onDevice bool, s
 			cfg.ClipGrad = clip
 		}
 		if err := cfg.Validate(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		st, err := train.NewStrategy(ctx, c, m, cfg)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		defer st.Close()
-		params[r], norms[r], err = cliptest.Train(ctx, st, m, steps, onDevice, clip, func(i int) ([]float32, []int32) {
+		return cliptest.Train(ctx, st, m, steps, onDevice, clip, func(i int) ([]float32, []int32) {
 			return images(r+n*i, 4)
 		})
-		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return params, norms
 }
 
 // Issue 28 follow-up: device ZeRO's clipping keeps the gradient norm on

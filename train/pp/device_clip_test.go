@@ -11,7 +11,6 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/comm/commtest"
-	"github.com/gdist/gdist/comm/inproc"
 	_ "github.com/gdist/gdist/comm/nccl" // cudafake.NCCLRanks' backend
 	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/gpu/devmodel"
@@ -37,23 +36,13 @@ func pipeClipRun(t *testing.T, backend string, k int, onDevice bool, steps int, 
 
 // pipeClipRunWith is pipeClipRun on world ranks: k stages x world/k
 // replicas, each replica its own batches (its seed), under schedule.
-func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string, onDevice bool, steps int, clip float64) (params [][]float32, norms [][]float64) {
+func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string, onDevice bool, steps int, clip float64) ([][]float32, [][]float64) {
 	t.Helper()
-	var cs []comm.Comm
-	if backend == "nccl" {
-		cs = cudafake.NCCLRanks(t, world, 1)
-	} else {
-		var err error
-		if cs, err = inproc.New(world, comm.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	params, norms = make([][]float32, world), make([][]float64, world)
-	err := commtest.RunRanks(context.Background(), cs, 3*time.Minute, func(ctx context.Context, c comm.Comm) error {
+	return cliptest.Ranks(t, backend, world, 3*time.Minute, func(ctx context.Context, c comm.Comm) ([]float32, []float64, error) {
 		r := c.Rank()
 		m, err := models.New("mlp", 4)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 6, LR: 0.05, Optimizer: "adam", Strategy: "pipeline",
 			Device: "cuda", Backend: backend, World: world, Options: &Options{Stages: k, Microbatches: 2, Schedule: schedule}}
@@ -61,18 +50,18 @@ func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string
 			cfg.ClipGrad = clip
 		}
 		if err := cfg.Validate(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		st, err := train.NewStrategy(ctx, c, m, cfg)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		defer st.Close()
 		if _, ok := st.(*devicePipelineStrategy); !ok {
-			return fmt.Errorf("rank %d: %T, not the device pipeline", r, st)
+			return nil, nil, fmt.Errorf("rank %d: %T, not the device pipeline", r, st)
 		}
 		rng := rand.New(rand.NewSource(5 + int64(r/k))) // a replica's own batches
-		params[r], norms[r], err = cliptest.Train(ctx, st, m, steps, onDevice, clip, func(int) ([]float32, []int32) {
+		params, norms, err := cliptest.Train(ctx, st, m, steps, onDevice, clip, func(int) ([]float32, []int32) {
 			x, y := make([]float32, cfg.Batch*m.InputSize()), make([]int32, cfg.Batch)
 			for j := range x {
 				x[j] = 4 * (rng.Float32() - 0.5)
@@ -83,21 +72,17 @@ func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string
 			return x, y
 		})
 		if err != nil || !onDevice {
-			return err
+			return params, norms, err
 		}
 		last, err := st.(train.UpdateClipper).LastGradNorm()
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		if n := norms[r]; len(n) == 0 || math.Float64bits(last) != math.Float64bits(n[len(n)-1]) {
-			return fmt.Errorf("rank %d: LastGradNorm %v, the log %v", r, last, n)
+		if n := norms; len(n) == 0 || math.Float64bits(last) != math.Float64bits(n[len(n)-1]) {
+			return nil, nil, fmt.Errorf("rank %d: LastGradNorm %v, the log %v", r, last, n)
 		}
-		return nil
+		return params, norms, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return params, norms
 }
 
 // The device pipeline's clipping in Update (the stage's norm squared on

@@ -12,10 +12,44 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
+	"github.com/gdist/gdist/comm"
+	"github.com/gdist/gdist/comm/commtest"
+	"github.com/gdist/gdist/comm/inproc"
+	_ "github.com/gdist/gdist/comm/nccl" // cudafake.NCCLRanks' backend
+	"github.com/gdist/gdist/gpu/cudafake"
 	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/train"
 )
+
+// Ranks runs rank on n ranks of backend ("nccl": the fake's NCCL, rank
+// r on device 1+r, cudafake.NCCLRanks(t, n, 1); any other: inproc,
+// through host memory), within d, and returns what each rank returned:
+// its parameters and norms (Train's). t fails with a rank's error.
+func Ranks(t *testing.T, backend string, n int, d time.Duration,
+	rank func(ctx context.Context, c comm.Comm) (params []float32, norms []float64, err error)) ([][]float32, [][]float64) {
+	t.Helper()
+	var cs []comm.Comm
+	if backend == "nccl" {
+		cs = cudafake.NCCLRanks(t, n, 1)
+	} else {
+		var err error
+		if cs, err = inproc.New(n, comm.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	params, norms := make([][]float32, n), make([][]float64, n)
+	err := commtest.RunRanks(context.Background(), cs, d, func(ctx context.Context, c comm.Comm) error {
+		var err error
+		params[c.Rank()], norms[c.Rank()], err = rank(ctx, c)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return params, norms
+}
 
 // Train runs steps steps of st on this rank's batches (batch(i) for step
 // i), clipping to clip: on the host with ClipGrads between Step and
