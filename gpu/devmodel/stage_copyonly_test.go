@@ -127,8 +127,7 @@ func TestStageCopyOnlyEvalBetween(t *testing.T) {
 	cudafake.RequireCUDA(t)
 	t.Setenv(gemm.EnvBF16Cast, "kernel")
 	cfg := devmodel.Config{Device: dev, Batch: 3, Precision: gemm.BF16, Optim: optim.Config{Name: "sgd", LR: 0.01}}
-	grads := func(only, eval bool) []float32 {
-		defer devmodel.SetCopyOnly(only)()
+	stageEvalBetween(t, func() *devmodel.Stage {
 		m, err := copyOnlyModel()
 		if err != nil {
 			t.Fatal(err)
@@ -137,14 +136,29 @@ func TestStageCopyOnlyEvalBetween(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		return s
+	}, func(seed, n int) []float32 {
+		x, _ := devtest.Images(seed, n, 40)
+		return x
+	})
+}
+
+// stageEvalBetween checks that the stage place makes (under
+// SetCopyOnly(true): values kept as bf16 copies only) gives, after
+// Forward (input(1, 3)), EvalForward (input(2, 5)) and Backward, the
+// gradients of one placed under SetCopyOnly(false) (every fp32 value
+// kept) with no EvalForward between, bit for bit.
+func stageEvalBetween(t *testing.T, place func() *devmodel.Stage, input func(seed, n int) []float32) {
+	t.Helper()
+	grads := func(only, eval bool) []float32 {
+		defer devmodel.SetCopyOnly(only)()
+		s := place()
 		defer s.Close()
-		x, _ := devtest.Images(1, 3, 40)
-		if _, err := s.Forward(devtest.Upload(t, dev, x), 3); err != nil {
+		if _, err := s.Forward(devtest.Upload(t, dev, input(1, 3)), 3); err != nil {
 			t.Fatal(err)
 		}
 		if eval {
-			xe, _ := devtest.Images(2, 5, 40)
-			if _, err := s.EvalForward(devtest.Upload(t, dev, xe), 5); err != nil {
+			if _, err := s.EvalForward(devtest.Upload(t, dev, input(2, 5)), 5); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -319,34 +333,15 @@ func TestStageCopyOnlyFused(t *testing.T) {
 		t.Errorf("no value kept as a bf16 copy only: the test proves nothing")
 	}
 	cfg = devmodel.Config{Device: dev, Batch: 3, Precision: gemm.BF16, Optim: optim.Config{Name: "sgd", LR: 0.01}}
-	grads := func(only, eval bool) []float32 {
-		defer devmodel.SetCopyOnly(only)()
+	stageEvalBetween(t, func() *devmodel.Stage {
 		m, _ := fusedGPT(t, 8)
 		s, err := devmodel.PlaceStage(m, 0, L-1, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
-		x, _ := text(1, 3, 8)
-		if _, err := s.Forward(devtest.Upload(t, dev, x), 3); err != nil {
-			t.Fatal(err)
-		}
-		if eval {
-			xe, _ := text(2, 5, 8)
-			if _, err := s.EvalForward(devtest.Upload(t, dev, xe), 5); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := s.Backward(devtest.Upload(t, dev, devtest.Vals(3, s.OutSize(3), 0.1)), 3); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Stream().Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		return devtest.Floats(t, dev, s.Grads, s.N)
-	}
-	want, got := grads(false, false), grads(true, true)
-	if i, ok := bitsEqual(got, want); !ok {
-		t.Errorf("gradient %d: %v after Forward, EvalForward, Backward with values as copies only; %v keeping every fp32 value, no EvalForward", i, got[i], want[i])
-	}
+		return s
+	}, func(seed, n int) []float32 {
+		x, _ := text(seed, n, 8)
+		return x
+	})
 }
