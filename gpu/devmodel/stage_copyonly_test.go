@@ -2,7 +2,6 @@ package devmodel_test
 
 import (
 	"fmt"
-	"math"
 	"math/rand"
 	"slices"
 	"testing"
@@ -100,14 +99,7 @@ func TestStageCopyOnly(t *testing.T) {
 			}
 			l0, p0, k0 := run(false)
 			l1, p1, k1 := run(true)
-			for i := range l0 {
-				if math.Float64bits(l1[i]) != math.Float64bits(l0[i]) {
-					t.Errorf("step %d: loss %v with values as copies only, %v with every fp32 value kept", i, l1[i], l0[i])
-				}
-			}
-			if i, ok := bitsEqual(p1, p0); !ok {
-				t.Errorf("parameter %d: %v with values as copies only, %v with every fp32 value kept", i, p1[i], p0[i])
-			}
+			sameRuns(t, "", l1, l0, p1, p0, "with values as copies only", "with every fp32 value kept")
 			for s := range saved {
 				if got := k0[s] - k1[s]; got != saved[s] {
 					t.Errorf("stage [%d, %d): peak %d bytes, %d keeping every fp32 value: %d lower, want %d", c.bounds[s], c.bounds[s+1], k1[s], k0[s], got, saved[s])
@@ -263,13 +255,8 @@ func TestStagesRandomModelsCopyOnly(t *testing.T) {
 				}
 				l0, p0 := run(false)
 				l1, p1 := run(true)
-				for k := range l0 {
-					if math.Float64bits(l1[k]) != math.Float64bits(l0[k]) {
-						t.Fatalf("%s split at %d: step %d: loss %v with values as copies only, %v keeping every fp32 value", desc, b, k, l1[k], l0[k])
-					}
-				}
-				if k, ok := bitsEqual(p1, p0); !ok {
-					t.Fatalf("%s split at %d: parameter %d: %v with values as copies only, %v keeping every fp32 value", desc, b, k, p1[k], p0[k])
+				if !sameRuns(t, fmt.Sprintf("%s split at %d: ", desc, b), l1, l0, p1, p0, "with values as copies only", "keeping every fp32 value") {
+					t.FailNow()
 				}
 			}
 			t.Logf("%s: every split bit for bit", desc)
@@ -320,14 +307,7 @@ func TestStageCopyOnlyFused(t *testing.T) {
 		}
 		l0, p0 := run(false)
 		l1, p1 := run(true)
-		for k := range l0 {
-			if math.Float64bits(l1[k]) != math.Float64bits(l0[k]) {
-				t.Errorf("split at %d: step %d: loss %v with values as copies only, %v keeping every fp32 value", b, k, l1[k], l0[k])
-			}
-		}
-		if k, ok := bitsEqual(p1, p0); !ok {
-			t.Errorf("split at %d: parameter %d: %v with values as copies only, %v keeping every fp32 value", b, k, p1[k], p0[k])
-		}
+		sameRuns(t, fmt.Sprintf("split at %d: ", b), l1, l0, p1, p0, "with values as copies only", "keeping every fp32 value")
 	}
 	if kept == 0 {
 		t.Errorf("no value kept as a bf16 copy only: the test proves nothing")

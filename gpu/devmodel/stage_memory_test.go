@@ -14,6 +14,26 @@ import (
 	"github.com/gdist/gdist/optim"
 )
 
+// sameRuns reports (t.Errorf, each message led by at) every step whose
+// loss in l1 differs in its bits from l0's and the first parameter of p1
+// that differs from p0's, naming the runs a1 and a0; it returns whether
+// the losses and parameters are all the same bits.
+func sameRuns(t *testing.T, at string, l1, l0 []float64, p1, p0 []float32, a1, a0 string) bool {
+	t.Helper()
+	ok := true
+	for i := range l0 {
+		if math.Float64bits(l1[i]) != math.Float64bits(l0[i]) {
+			t.Errorf("%sstep %d: loss %v %s, %v %s", at, i, l1[i], a1, l0[i], a0)
+			ok = false
+		}
+	}
+	if i, same := bitsEqual(p1, p0); !same {
+		t.Errorf("%sparameter %d: %v %s, %v %s", at, i, p1[i], a1, p0[i], a0)
+		ok = false
+	}
+	return ok
+}
+
 // A stage's training plans lay their buffers out in a region each, of
 // the exact size, shared by lives (memory.go, as a Model's plan):
 // training is bit for bit what it was with each buffer a pool block of
@@ -69,14 +89,7 @@ func TestStageSharedPlanSameBits(t *testing.T) {
 				}
 				l0, p0, m0 := run(false)
 				l1, p1, m1 := run(true)
-				for i := range l0 {
-					if math.Float64bits(l1[i]) != math.Float64bits(l0[i]) {
-						t.Errorf("step %d: loss %v in regions, %v in pool blocks", i, l1[i], l0[i])
-					}
-				}
-				if i, ok := bitsEqual(p1, p0); !ok {
-					t.Errorf("parameter %d: %v in regions, %v in pool blocks", i, p1[i], p0[i])
-				}
+				sameRuns(t, "", l1, l0, p1, p0, "in regions", "in pool blocks")
 				for s := range m1 {
 					saved := m1[s].blocks - m1[s].region
 					t.Logf("stage [%d, %d): peak %d bytes (pool blocks: %d): plans' regions %d, their buffers' blocks %d",
