@@ -7,7 +7,6 @@ import (
 
 	"github.com/gdist/gdist/comm"
 	"github.com/gdist/gdist/gpu/cudafake"
-	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/train"
 	"github.com/gdist/gdist/train/internal/cliptest"
 )
@@ -25,19 +24,9 @@ func zeroClipRun(t *testing.T, backend, strategy string, n int, onDevice bool, s
 	t.Helper()
 	return cliptest.Ranks(t, backend, n, 2*time.Minute, func(ctx context.Context, c comm.Comm) ([]float32, []float64, error) {
 		r := c.Rank()
-		m, err := models.New("mlp", 4)
-		if err != nil {
-			return nil, nil, err
-		}
 		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 4, LR: 0.1, Optimizer: "adam", Strategy: strategy,
 			Device: "cuda", Backend: backend, World: n}
-		if onDevice {
-			cfg.ClipGrad = clip
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, nil, err
-		}
-		st, err := train.NewStrategy(ctx, c, m, cfg)
+		m, st, err := cliptest.Strategy(ctx, c, cfg, 4, onDevice, clip)
 		if err != nil {
 			return nil, nil, err
 		}

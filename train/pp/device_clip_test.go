@@ -40,19 +40,9 @@ func pipeClipRunWith(t *testing.T, backend string, k, world int, schedule string
 	t.Helper()
 	return cliptest.Ranks(t, backend, world, 3*time.Minute, func(ctx context.Context, c comm.Comm) ([]float32, []float64, error) {
 		r := c.Rank()
-		m, err := models.New("mlp", 4)
-		if err != nil {
-			return nil, nil, err
-		}
 		cfg := train.Config{Model: "mlp", Epochs: 1, Batch: 6, LR: 0.05, Optimizer: "adam", Strategy: "pipeline",
 			Device: "cuda", Backend: backend, World: world, Options: &Options{Stages: k, Microbatches: 2, Schedule: schedule}}
-		if onDevice {
-			cfg.ClipGrad = clip
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, nil, err
-		}
-		st, err := train.NewStrategy(ctx, c, m, cfg)
+		m, st, err := cliptest.Strategy(ctx, c, cfg, 4, onDevice, clip)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -51,6 +51,28 @@ func Ranks(t *testing.T, backend string, n int, d time.Duration,
 	return params, norms
 }
 
+// Strategy makes a rank's model (models.New(cfg.Model, seed)) and its
+// strategy by cfg, with cfg.ClipGrad = clip when onDevice (the clipping
+// inside Update), none otherwise (Train clips on the host); the caller
+// closes the strategy.
+func Strategy(ctx context.Context, c comm.Comm, cfg train.Config, seed int64, onDevice bool, clip float64) (*models.Model, train.Strategy, error) {
+	m, err := models.New(cfg.Model, seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	if onDevice {
+		cfg.ClipGrad = clip
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	st, err := train.NewStrategy(ctx, c, m, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, st, nil
+}
+
 // Train runs steps steps of st on this rank's batches (batch(i) for step
 // i), clipping to clip: on the host with ClipGrads between Step and
 // Update when onDevice is false, or (onDevice: st built with
