@@ -11,7 +11,6 @@ import (
 	"github.com/gdist/gdist/gpu/gemm"
 	"github.com/gdist/gdist/gpu/internal/devtest"
 	"github.com/gdist/gdist/gpu/kernels"
-	"github.com/gdist/gdist/models"
 	"github.com/gdist/gdist/nn"
 	"github.com/gdist/gdist/optim"
 )
@@ -176,13 +175,7 @@ func stageEvalBetween(t *testing.T, place func() *devmodel.Stage, input func(see
 // head is in its stage (R = 8 x 1024 rows, C = 768; 4 bytes a value,
 // each buffer 256-byte aligned); the numbers benchmarks/NOTES.md states.
 func TestStageMemoryGPT2SmallBF16(t *testing.T) {
-	t.Setenv(kernels.EnvAttention, "") // the default attention's P and dS
-	g := models.GPT{Layers: 12, Dim: 768, Heads: 12, Context: 1024}
-	m := gptModel(t, g, 1)
-	bounds, err := pipelineBalance(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, m, bounds := gpt2SmallStages(t)
 	const n = 8
 	a := func(values int) int64 { return int64((4*values + 255) / 256 * 256) }
 	R, C, L := n*g.Context, g.Dim, m.NumLayers()

@@ -191,12 +191,11 @@ func TestStageMemoryPlanIsPeak(t *testing.T) {
 	}
 }
 
-// GPT-2 small (AdamW, fp32) in 2 pipeline stages at micro-batch 8, as
-// laid out without a device (-v prints each stage's table): each stage's
-// predicted peak, below what the pool's power-of-two blocks of the same
-// buffers held, by the formula (the blocks less the region); the
-// numbers benchmarks/NOTES.md states.
-func TestStageMemoryGPT2Small(t *testing.T) {
+// gpt2SmallStages is GPT-2 small (12 blocks of 768, 12 heads, context
+// 1024) with the default attention (its P and dS kept) for t, and its
+// bounds for 2 pipeline stages (pipelineBalance).
+func gpt2SmallStages(t *testing.T) (models.GPT, *nn.Model, []int) {
+	t.Helper()
 	t.Setenv(kernels.EnvAttention, "") // the default attention's P and dS
 	g := models.GPT{Layers: 12, Dim: 768, Heads: 12, Context: 1024}
 	m := gptModel(t, g, 1)
@@ -204,6 +203,16 @@ func TestStageMemoryGPT2Small(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, m, bounds
+}
+
+// GPT-2 small (AdamW, fp32) in 2 pipeline stages at micro-batch 8, as
+// laid out without a device (-v prints each stage's table): each stage's
+// predicted peak, below what the pool's power-of-two blocks of the same
+// buffers held, by the formula (the blocks less the region); the
+// numbers benchmarks/NOTES.md states.
+func TestStageMemoryGPT2Small(t *testing.T) {
+	_, m, bounds := gpt2SmallStages(t)
 	whole, err := devmodel.MemoryPlan(m, 8, devmodel.Config{Optim: optim.Config{Name: "adamw", LR: 1e-3}})
 	if err != nil {
 		t.Fatal(err)
