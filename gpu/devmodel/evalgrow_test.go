@@ -60,14 +60,17 @@ func TestEvalAfterFailedArenaGrowth(t *testing.T) {
 				}
 				return err
 			}
+			step := func(d *devmodel.Model, r *result) {
+				l, err := d.Step(x, y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.losses = append(r.losses, l)
+			}
 			run := func(fail bool) (r result) {
 				d := place()
 				freed := cudafake.FreedUses(t)
-				if l, err := d.Step(x, y); err != nil {
-					t.Fatal(err)
-				} else {
-					r.losses = append(r.losses, l)
-				}
+				step(d, &r)
 				if err := eval(d, &r, sx, sy); err != nil {
 					t.Fatal(err)
 				}
@@ -101,11 +104,7 @@ func TestEvalAfterFailedArenaGrowth(t *testing.T) {
 				if err := eval(d, &r, sx, sy); err != nil {
 					t.Fatalf("Eval of the smaller batch after a failed growth: %v", err)
 				}
-				if l, err := d.Step(x, y); err != nil {
-					t.Fatal(err)
-				} else {
-					r.losses = append(r.losses, l)
-				}
+				step(d, &r)
 				if err := eval(d, &r, sx, sy); err != nil {
 					t.Fatal(err)
 				}
